@@ -1,0 +1,85 @@
+"""Latent <-> token layouts and token positions of the LTX-2 DiT (patch size 1).
+
+Video: (B, C, F, H, W) <-> (B, F*H*W, C), token index f*H*W + h*W + w. Positions are [start, end)
+per axis in pixels, time converted to seconds by fps after the causal fix (the first latent frame
+covers one pixel frame). Audio: (B, C, T, mel) <-> (B, T, C*mel), channel-major features; positions
+in seconds from the mel hop. Positions are float32 always (RoPE angles need it).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+DEFAULT_SCALE_FACTORS = (8, 32, 32)
+
+
+def patchify_video(latent: mx.array) -> mx.array:
+    """(B, C, F, H, W) -> (B, F*H*W, C)."""
+    b, c = latent.shape[:2]
+    return latent.reshape(b, c, -1).swapaxes(1, 2)
+
+
+def unpatchify_video(tokens: mx.array, frames: int, height: int, width: int) -> mx.array:
+    """(B, F*H*W, C) -> (B, C, F, H, W); extra (conditioning) tokens must be dropped first."""
+    b, t, c = tokens.shape
+    if t != frames * height * width:
+        raise ValueError(f"{t} tokens do not form a {frames}x{height}x{width} grid")
+    return tokens.swapaxes(1, 2).reshape(b, c, frames, height, width)
+
+
+def video_latent_coords(batch: int, frames: int, height: int, width: int) -> np.ndarray:
+    """Latent-grid [start, end) per token, (B, 3, T, 2) int, token order f, h, w."""
+    f, h, w = np.meshgrid(np.arange(frames), np.arange(height), np.arange(width), indexing="ij")
+    starts = np.stack([f, h, w]).reshape(3, -1)
+    coords = np.stack([starts, starts + 1], axis=-1)  # patch size 1 on every axis
+    return np.broadcast_to(coords, (batch, *coords.shape)).copy()
+
+
+def pixel_coords(latent_coords: np.ndarray, scale_factors=DEFAULT_SCALE_FACTORS, causal_fix: bool = True):
+    """Latent bounds -> pixel bounds; causal fix: time `max(t*8 + 1 - 8, 0)` so frame 0 spans [0, 1)."""
+    scale = np.asarray(scale_factors).reshape(1, -1, 1, 1)
+    px = latent_coords * scale
+    if causal_fix:
+        px[:, 0] = np.maximum(px[:, 0] + 1 - scale_factors[0], 0)
+    return px
+
+
+def video_positions(batch: int, frames: int, height: int, width: int, fps: float,
+                    scale_factors: tuple[int, int, int] = DEFAULT_SCALE_FACTORS,
+                    causal_fix: bool = True) -> mx.array:
+    """(B, 3, F*H*W, 2) float32 positions: time in seconds, height/width in pixels."""
+    px = pixel_coords(video_latent_coords(batch, frames, height, width), scale_factors, causal_fix)
+    px = px.astype(np.float32)
+    px[:, 0] = px[:, 0] / np.float32(fps)
+    return mx.array(px)
+
+
+def patchify_audio(latent: mx.array) -> mx.array:
+    """(B, C, T, mel) -> (B, T, C*mel), feature index c*mel + m."""
+    b, c, t, f = latent.shape
+    return latent.transpose(0, 2, 1, 3).reshape(b, t, c * f)
+
+
+def unpatchify_audio(tokens: mx.array, channels: int, mel_bins: int) -> mx.array:
+    """(B, T, C*mel) -> (B, C, T, mel)."""
+    b, t, _ = tokens.shape
+    return tokens.reshape(b, t, channels, mel_bins).transpose(0, 2, 1, 3)
+
+
+def _audio_seconds(start: int, end: int, sample_rate: int, hop_length: int, downsample: int,
+                   is_causal: bool) -> np.ndarray:
+    mel = np.arange(start, end, dtype=np.float32) * np.float32(downsample)
+    if is_causal:
+        mel = np.maximum(mel + 1 - downsample, 0).astype(np.float32)
+    return (mel * np.float32(hop_length) / np.float32(sample_rate)).astype(np.float32)
+
+
+def audio_positions(batch: int, frames: int, sample_rate: int = 16000, hop_length: int = 160,
+                    latent_downsample_factor: int = 4, is_causal: bool = True, shift: int = 0) -> mx.array:
+    """(B, 1, T, 2) float32 [start, end) in seconds of each audio latent frame (reference AudioPatchifier)."""
+    args = (sample_rate, hop_length, latent_downsample_factor, is_causal)
+    start = _audio_seconds(shift, frames + shift, *args)
+    end = _audio_seconds(shift + 1, frames + shift + 1, *args)
+    pos = np.stack([start, end], axis=-1)[None, None]
+    return mx.array(np.broadcast_to(pos, (batch, 1, frames, 2)).copy())
