@@ -1,0 +1,144 @@
+"""Parity of the text path with the reference: ltx_core's feature extractor + connectors, HF Gemma 3."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("ltx_core")
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from ltx_core.text_encoders.gemma.embeddings_connector import (  # noqa: E402
+    AudioEmbeddings1DConnectorConfigurator,
+    Embeddings1DConnectorConfigurator,
+)
+from ltx_core.text_encoders.gemma.embeddings_processor import EmbeddingsProcessor  # noqa: E402
+from ltx_core.text_encoders.gemma.feature_extractor import FeatureExtractorV2  # noqa: E402
+
+from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.models.connector import ConnectorConfig, TextConnector, tiny_connector_config  # noqa: E402
+from ltx_engine.models.text_encoder import (  # noqa: E402
+    TextEncoder,
+    gemma_hidden_states,
+    tiny_gemma_config,
+    write_tiny_text_encoder,
+)
+
+GEMMA_HIDDEN, GEMMA_LAYERS, VIDEO_DIM, AUDIO_DIM = 24, 3, 32, 16
+SEQ, VALID = 256, 37
+
+
+def rel_l2(ours, ref) -> float:
+    ours = np.asarray(ours, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(np.linalg.norm(ours - ref) / np.linalg.norm(ref))
+
+
+def _randomize(module: torch.nn.Module, seed: int) -> None:
+    """Overwrite every parameter and buffer (several are created with torch.empty or fixed values)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, tensor in list(module.named_parameters()) + list(module.named_buffers()):
+            if tensor.is_floating_point():
+                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.3)
+
+
+def _reference(transformer_cfg: dict, seed: int) -> EmbeddingsProcessor:
+    cfg = {"transformer": transformer_cfg}
+    flat = GEMMA_HIDDEN * (GEMMA_LAYERS + 1)
+    extractor = FeatureExtractorV2(
+        video_aggregate_embed=torch.nn.Linear(flat, VIDEO_DIM, bias=True),
+        embedding_dim=GEMMA_HIDDEN,
+        audio_aggregate_embed=torch.nn.Linear(flat, AUDIO_DIM, bias=True),
+    )
+    ref = EmbeddingsProcessor(
+        feature_extractor=extractor,
+        video_connector=Embeddings1DConnectorConfigurator.from_config(cfg),
+        audio_connector=AudioEmbeddings1DConnectorConfigurator.from_config(cfg),
+    ).float()
+    _randomize(ref, seed)
+    return ref.eval()
+
+
+def _checkpoint_keys(ref: EmbeddingsProcessor) -> dict[str, mx.array]:
+    """Reference module keys -> the official single-file checkpoint's names."""
+    renames = {
+        "feature_extractor.": "text_embedding_projection.",
+        "video_connector.": "model.diffusion_model.video_embeddings_connector.",
+        "audio_connector.": "model.diffusion_model.audio_embeddings_connector.",
+    }
+    out = {}
+    for key, value in ref.state_dict().items():
+        for old, new in renames.items():
+            if key.startswith(old):
+                out[new + key[len(old):]] = mx.array(value.detach().numpy())
+    return out
+
+
+CASES = {
+    "ltx23_split_f64": {"rope_type": "split", "frequencies_precision": "float64"},
+    "interleaved_f32": {"rope_type": "interleaved", "frequencies_precision": "float32",
+                        "connector_apply_gated_attention": False},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_connector_matches_reference(case: str) -> None:
+    transformer_cfg = {**tiny_connector_config(GEMMA_HIDDEN, GEMMA_LAYERS, VIDEO_DIM, AUDIO_DIM), **CASES[case]}
+    ref = _reference(transformer_cfg, seed=1)
+    ours = TextConnector(ConnectorConfig.from_config({"transformer": transformer_cfg}))
+    apply_weights(ours, TextConnector.sanitize(_checkpoint_keys(ref)), file="connector(test)")
+
+    rng = np.random.default_rng(2)
+    states = [rng.standard_normal((1, SEQ, GEMMA_HIDDEN)).astype(np.float32) * (i + 1) for i in range(GEMMA_LAYERS + 1)]
+    mask = np.zeros((1, SEQ), dtype=np.int64)
+    mask[:, SEQ - VALID:] = 1  # left padding, as the reference tokenizer
+
+    with torch.no_grad():
+        t_states = tuple(torch.from_numpy(s) for s in states)
+        t_mask = torch.from_numpy(mask)
+        ref_video_feats, ref_audio_feats = ref.feature_extractor(t_states, t_mask, "left")
+        ref_out = ref.process_hidden_states(t_states, t_mask, "left")
+
+    m_states = [mx.array(s) for s in states]
+    m_mask = mx.array(mask.astype(np.int32))
+    video_feats, audio_feats = ours.text_embedding_projection(m_states, m_mask)
+    assert rel_l2(video_feats, ref_video_feats.numpy()) <= 1e-4
+    assert rel_l2(audio_feats, ref_audio_feats.numpy()) <= 1e-4
+
+    video, audio, out_mask = ours(m_states, m_mask)
+    assert video.shape == (1, SEQ, VIDEO_DIM) and audio.shape == (1, SEQ, AUDIO_DIM)
+    assert rel_l2(video, ref_out.video_encoding.numpy()) <= 1e-4
+    assert rel_l2(audio, ref_out.audio_encoding.numpy()) <= 1e-4
+    np.testing.assert_array_equal(np.array(out_mask), ref_out.attention_mask.numpy())
+
+
+def test_gemma_hidden_states_match_transformers(tmp_path) -> None:
+    transformers = pytest.importorskip("transformers")
+    write_tiny_text_encoder(tmp_path, seed=3)
+    encoder = TextEncoder.load(tmp_path, max_length=64)
+    prompt = "A slow aerial shot over a misty forest at sunrise, birds flying, warm golden light on the trees."
+    ids, mask = encoder.tokenize(prompt)
+    n_valid = int(mask.sum())
+    cfg = tiny_gemma_config()
+    assert cfg["sliding_window"] < n_valid < 64  # both masks and the padding matter
+
+    ours = gemma_hidden_states(encoder.model, ids, mask)
+
+    hf_cfg = transformers.Gemma3TextConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "architectures")})
+    hf = transformers.Gemma3ForCausalLM(hf_cfg).float().eval()
+    weights = mx.load(str(tmp_path / "model.safetensors"))
+    state = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}
+    hf.tie_weights()
+    hf.config._attn_implementation = "eager"
+    with torch.no_grad():
+        out = hf.model(
+            input_ids=torch.from_numpy(np.array(ids)).long(),
+            attention_mask=torch.from_numpy(np.array(mask)).long(),
+            output_hidden_states=True,
+        )
+    assert len(out.hidden_states) == len(ours) == cfg["num_hidden_layers"] + 1
+    for layer, (a, b) in enumerate(zip(ours, out.hidden_states, strict=True)):
+        err = rel_l2(np.array(a)[:, -n_valid:], b.numpy()[:, -n_valid:])
+        assert err <= 1e-4, f"hidden state {layer}: rel L2 {err:.2e}"
