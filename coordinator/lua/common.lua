@@ -1,0 +1,153 @@
+-- Shared helpers, prepended by store.py to every script so each rule lives in one place.
+-- ARGV[1] = key prefix, ARGV[2] = events MAXLEN; a script's own arguments start at ARGV[3].
+-- TIME is read before any write, so ask 6.2 for effects replication (7 always does it).
+if redis.replicate_commands then redis.replicate_commands() end
+
+local P = ARGV[1]
+local MAXLEN = ARGV[2]
+local TERMINAL = {done = true, failed = true, cancelled = true}
+
+local function key(...)
+  return P .. ':' .. table.concat({...}, ':')
+end
+
+local NOW = (function()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end)()
+
+local function emit(render, ev)
+  ev.ts = NOW
+  return redis.call('XADD', key('events', render), 'MAXLEN', '~', MAXLEN, '*', 'e', cjson.encode(ev))
+end
+
+local function render_active(render)
+  local s = redis.call('HGET', key('render', render), 'state')
+  return s and not TERMINAL[s]
+end
+
+-- The worker must hold the task's current lease: the fence is the proof.
+local function holder_render(tid, worker, fence)
+  local t = redis.call('HMGET', key('task', tid), 'state', 'worker', 'fence', 'render')
+  if t[1] ~= 'leased' or t[2] ~= worker or t[3] ~= fence then return nil end
+  return t[4]
+end
+
+local function push_ready(tid, front)
+  local cap = redis.call('HGET', key('task', tid), 'capability')
+  redis.call(front and 'LPUSH' or 'RPUSH', key('ready', cap), tid)
+  redis.call('SADD', key('capabilities'), cap)
+end
+
+-- End a lease: drop the deadline and book the worker's time (outcome: 'done', 'failed' or nil).
+local function release(tid, worker, leased_ms, outcome)
+  redis.call('ZREM', key('leases'), tid)
+  local wk = key('worker', worker)
+  redis.call('HINCRBY', wk, 'busy_ms', math.max(0, NOW - (tonumber(leased_ms) or NOW)))
+  if outcome == 'done' then redis.call('HINCRBY', wk, 'tasks_done', 1) end
+  if outcome == 'failed' then redis.call('HINCRBY', wk, 'failures', 1) end
+  if redis.call('HGET', wk, 'current_task') == tid then
+    redis.call('HSET', wk, 'state', 'idle', 'current_task', '')
+  end
+end
+
+-- Take a stopped render's not-yet-leased tasks out of the ready queues.
+local function drop_queued(render)
+  for _, tid in ipairs(redis.call('LRANGE', key('render', render, 'tasks'), 0, -1)) do
+    local tk = key('task', tid)
+    local t = redis.call('HMGET', tk, 'state', 'capability')
+    if t[1] == 'queued' then redis.call('LREM', key('ready', t[2]), 0, tid) end
+    if t[1] == 'queued' or t[1] == 'waiting' then redis.call('HSET', tk, 'state', 'cancelled') end
+  end
+end
+
+local function fail_render(render, tid, err)
+  redis.call('HSET', key('render', render), 'state', 'failed', 'error', err, 'finished_ms', NOW)
+  drop_queued(render)
+  emit(render, {type = 'render_failed', task = tid, error = err})
+end
+
+-- {name: {"blob": sha} | {"task": id, "output": name}} -> JSON {name: sha}, or nil and why.
+local function resolve_inputs(tid)
+  local refs = cjson.decode(redis.call('HGET', key('task', tid), 'input_refs'))
+  local out = {}
+  for name, ref in pairs(refs) do
+    if ref.blob then
+      out[name] = ref.blob
+    else
+      local outs = redis.call('HGET', key('task', ref.task), 'outputs')
+      local sha = outs and cjson.decode(outs)[ref.output]
+      if type(sha) ~= 'string' then
+        return nil, 'input ' .. name .. ' of ' .. tid .. ': task ' .. ref.task .. ' has no output ' .. ref.output
+      end
+      out[name] = sha
+    end
+  end
+  return cjson.encode(out)
+end
+
+-- All deps are done: resolve inputs and queue the task (or fail the render on a dangling ref).
+local function make_ready(tid, render)
+  local inputs, err = resolve_inputs(tid)
+  local tk = key('task', tid)
+  if not inputs then
+    redis.call('HSET', tk, 'state', 'failed', 'error', err)
+    fail_render(render, tid, err)
+    return
+  end
+  redis.call('HSET', tk, 'state', 'queued', 'inputs', inputs, 'queued_ms', NOW)
+  push_ready(tid, false)
+  local t = redis.call('HMGET', tk, 'kind', 'capability')
+  emit(render, {type = 'task_queued', task = tid, kind = t[1], capability = t[2]})
+end
+
+-- Tasks may not reuse an id, and deps must name tasks of this render (in the batch or stored).
+local function check_new_tasks(rid, tasks)
+  local batch = {}
+  for _, t in ipairs(tasks) do
+    if batch[t.id] or redis.call('EXISTS', key('task', t.id)) == 1 then
+      return 'farm: task ' .. t.id .. ' already exists'
+    end
+    batch[t.id] = true
+  end
+  for _, t in ipairs(tasks) do
+    for _, d in ipairs(t.deps) do
+      if not batch[d] and redis.call('HGET', key('task', d), 'render') ~= rid then
+        return 'farm: task ' .. t.id .. ' depends on unknown task ' .. d
+      end
+    end
+  end
+  return nil
+end
+
+local function insert_tasks(rid, tasks)
+  local tl = key('render', rid, 'tasks')
+  local base = redis.call('LLEN', tl)
+  for i, t in ipairs(tasks) do
+    redis.call('HSET', key('task', t.id), 'render', rid, 'kind', t.kind, 'params', t.params,
+      'input_refs', t.input_refs, 'inputs', '{}', 'deps', t.deps_json, 'capability', t.capability,
+      'state', 'waiting', 'attempts', 0, 'max_attempts', t.max_attempts, 'worker', '', 'fence', 0,
+      'outputs', '{}', 'error', '', 'leased_ms', 0, 'deadline_ms', 0, 'queued_ms', 0, 'done_ms', 0,
+      'metrics', '{}', 'progress', '{}', 'seq', base + i - 1)
+    redis.call('RPUSH', tl, t.id)
+  end
+  -- Wire deps once every hash exists (a dep may sit later in the same batch).
+  local ready = {}
+  for i, t in ipairs(tasks) do
+    local pending = 0
+    for _, d in ipairs(t.deps) do
+      if redis.call('HGET', key('task', d), 'state') ~= 'done' then
+        pending = pending + 1
+        redis.call('ZADD', key('task', d, 'dependents'), base + i - 1, t.id)
+      end
+    end
+    redis.call('SET', key('task', t.id, 'pending'), pending)
+    if pending == 0 then ready[#ready + 1] = t.id end
+  end
+  local rk = key('render', rid)
+  redis.call('HINCRBY', rk, 'remaining', #tasks)
+  redis.call('HINCRBY', rk, 'total', #tasks)
+  for _, tid in ipairs(ready) do
+    if render_active(rid) then make_ready(tid, rid) end
+  end
+end

@@ -1,0 +1,26 @@
+-- ARGV[3] task, ARGV[4] worker, ARGV[5] fence, ARGV[6] outputs JSON, ARGV[7] metrics JSON.
+local tid, worker = ARGV[3], ARGV[4]
+local render = holder_render(tid, worker, ARGV[5])
+if not render then return 'stale' end
+local tk = key('task', tid)
+local t = redis.call('HMGET', tk, 'leased_ms', 'attempts')
+if not render_active(render) then
+  -- The render stopped while this ran: the result is not wanted.
+  redis.call('HSET', tk, 'state', 'cancelled')
+  release(tid, worker, t[1], nil)
+  return 'stale'
+end
+redis.call('HSET', tk, 'state', 'done', 'outputs', ARGV[6], 'metrics', ARGV[7], 'done_ms', NOW, 'error', '')
+release(tid, worker, t[1], 'done')
+local remaining = redis.call('HINCRBY', key('render', render), 'remaining', -1)
+emit(render, {type = 'task_done', task = tid, worker = worker, attempt = tonumber(t[2]),
+  outputs = cjson.decode(ARGV[6]), metrics = cjson.decode(ARGV[7]), remaining = remaining})
+-- Dependents are scored by plan position, so they queue in plan order.
+for _, d in ipairs(redis.call('ZRANGE', key('task', tid, 'dependents'), 0, -1)) do
+  local left = redis.call('DECR', key('task', d, 'pending'))
+  if left == 0 and redis.call('HGET', key('task', d), 'state') == 'waiting' and render_active(render) then
+    make_ready(d, render)
+  end
+end
+if remaining <= 0 and render_active(render) then return 'render_ready' end
+return 'ok'

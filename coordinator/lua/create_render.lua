@@ -1,0 +1,13 @@
+-- ARGV[3] render id, ARGV[4] spec JSON, ARGV[5] priority, ARGV[6] tasks JSON. 1 = created, 0 = existed.
+local rid = ARGV[3]
+local rk = key('render', rid)
+if redis.call('EXISTS', rk) == 1 then return 0 end
+local tasks = cjson.decode(ARGV[6])
+local err = check_new_tasks(rid, tasks)
+if err then return redis.error_reply(err) end
+redis.call('HSET', rk, 'spec', ARGV[4], 'state', 'queued', 'stage', '', 'error', '', 'output', '',
+  'created_ms', NOW, 'started_ms', 0, 'finished_ms', 0, 'remaining', 0, 'total', 0, 'priority', ARGV[5])
+redis.call('ZADD', key('renders'), NOW, rid)
+emit(rid, {type = 'render_queued', tasks = #tasks, priority = tonumber(ARGV[5])})
+insert_tasks(rid, tasks)
+return 1

@@ -1,0 +1,285 @@
+"""FarmStore: the farm's state in Redis. Every state change is one Lua script (EVALSHA).
+
+Scripts live in coordinator/lua/; common.lua is prepended to each, so a rule (fencing, queueing,
+failing a render) has one home. Deadlines come from Redis TIME, the one clock of the farm.
+Reads are plain commands: they change nothing, and a dashboard may see a moment between scripts.
+
+Keys under the prefix p (default "farm"):
+  {p}:render:{id}             hash  spec (JSON), state, stage, error, output, created_ms, started_ms,
+                                    finished_ms, remaining, total, priority
+  {p}:renders                 zset  render id -> created ms
+  {p}:render:{id}:tasks       list  task ids in plan order
+  {p}:task:{id}               hash  render, kind, params, input_refs, inputs (resolved), deps (JSON),
+                                    capability, state, attempts, max_attempts, worker, fence, outputs,
+                                    error, leased_ms, deadline_ms, queued_ms, done_ms, metrics, progress, seq
+  {p}:task:{id}:dependents    zset  dependent task id -> its plan position (release in plan order)
+  {p}:task:{id}:pending       int   deps not done yet
+  {p}:ready:{capability}      list  queued task ids, FIFO (retries and expiries go to the front)
+  {p}:capabilities            set   every capability that ever had a ready queue
+  {p}:leases                  zset  task id -> lease deadline ms
+  {p}:fence                   int   the fencing-token counter
+  {p}:worker:{id}             hash  info (JSON), state, current_task, registered_ms, last_seen_ms,
+                                    tasks_done, failures, busy_ms
+  {p}:workers                 set   worker ids
+  {p}:events:{render}         stream  field "e" = event JSON (with "ts"), MAXLEN ~ events_maxlen
+  {p}:blob:{sha}              hash  path, size, created_ms
+
+Task states: waiting (deps pending) -> queued -> leased -> done | failed | cancelled.
+Render states: queued -> running (first lease) -> ... (set_render_state) -> done | failed | cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import redis
+
+LUA_DIR = Path(__file__).with_name("lua")
+SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
+           "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref")
+TERMINAL = frozenset({"done", "failed", "cancelled"})
+_RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
+                                     "finished_ms", "priority", "type", "previous", "ts"})
+
+_TASK_JSON = ("params", "input_refs", "inputs", "deps", "outputs", "metrics", "progress")
+_TASK_INT = ("attempts", "max_attempts", "fence", "leased_ms", "deadline_ms", "queued_ms", "done_ms", "seq")
+_RENDER_INT = ("created_ms", "started_ms", "finished_ms", "remaining", "total", "priority")
+_WORKER_INT = ("registered_ms", "last_seen_ms", "tasks_done", "failures", "busy_ms")
+
+
+@cache
+def _script_source(name: str) -> str:
+    """common.lua + the script: one text per operation, loaded once per process."""
+    common = (LUA_DIR / "common.lua").read_text()
+    return common + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+
+
+def _decode(raw: dict[str, str], json_fields: tuple[str, ...], int_fields: tuple[str, ...]) -> dict[str, Any]:
+    """A Redis hash as plain Python values (JSON fields parsed, counters as int)."""
+    out: dict[str, Any] = dict(raw)
+    for f in json_fields:
+        if out.get(f):
+            out[f] = json.loads(out[f])
+    for f in int_fields:
+        if f in out:
+            out[f] = int(out[f] or 0)
+    return out
+
+
+def _pairs(flat: list) -> dict[str, str]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _check_task(t: dict) -> None:
+    for field in ("id", "kind", "capability"):
+        if not isinstance(t.get(field), str) or not t[field]:
+            raise ValueError(f"task needs a non-empty string {field!r}: {t!r}")
+    for name, ref in t.get("inputs", {}).items():
+        ok = isinstance(ref, dict) and (
+            isinstance(ref.get("blob"), str) or (isinstance(ref.get("task"), str) and isinstance(ref.get("output"), str))
+        )
+        if not ok:
+            raise ValueError(f"task {t['id']}: input {name!r} must be {{'blob': sha}} or {{'task': id, 'output': name}}")
+    if int(t.get("max_attempts", 3)) < 1:
+        raise ValueError(f"task {t['id']}: max_attempts must be >= 1")
+
+
+def _check_acyclic(tasks: list[dict]) -> None:
+    """A cycle inside one batch would leave its tasks waiting forever: refuse it up front."""
+    ids = {t["id"] for t in tasks}
+    indeg = {t["id"]: sum(d in ids for d in t["deps"]) for t in tasks}
+    users: dict[str, list[str]] = {}
+    for t in tasks:
+        for d in t["deps"]:
+            users.setdefault(d, []).append(t["id"])
+    todo = [i for i, n in indeg.items() if n == 0]
+    seen = 0
+    while todo:
+        seen += 1
+        for u in users.get(todo.pop(), []):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                todo.append(u)
+    if seen != len(tasks):
+        raise ValueError("task dependencies form a cycle")
+
+
+def _tasks_arg(tasks: list[dict]) -> str:
+    """Tasks as one JSON argument; params/inputs/deps travel pre-encoded so {} and [] survive Lua."""
+    wire = []
+    for t in tasks:
+        _check_task(t)
+        inputs = t.get("inputs") or {}
+        deps = list(dict.fromkeys([*t.get("deps", []), *(r["task"] for r in inputs.values() if "task" in r)]))
+        wire.append({"id": t["id"], "kind": t["kind"], "capability": t["capability"],
+                     "max_attempts": int(t.get("max_attempts", 3)), "params": json.dumps(t.get("params") or {}),
+                     "input_refs": json.dumps(inputs), "deps": deps, "deps_json": json.dumps(deps)})
+    _check_acyclic(wire)
+    return json.dumps(wire)
+
+
+class FarmStore:
+    """The coordinator's only door to Redis: atomic transitions, plain reads, event streams."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "farm", *, events_maxlen: int = 5000) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.events_maxlen = events_maxlen
+        self._scripts = {name: client.register_script(_script_source(name)) for name in SCRIPTS}
+
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def _run(self, name: str, *args: Any) -> Any:
+        """EVALSHA (EVAL on a cold server); 'farm: ...' script errors become ValueError."""
+        try:
+            return self._scripts[name](keys=[], args=[self.prefix, self.events_maxlen, *args])
+        except redis.ResponseError as exc:
+            if str(exc).startswith("farm: "):
+                raise ValueError(str(exc)[6:]) from None
+            raise
+
+    # ------------------------------------------------------------------ renders and tasks
+
+    def create_render(self, render_id: str, spec: dict, tasks: list[dict], priority: int = 0) -> bool:
+        """Create the render and its task graph atomically. False (no change) if it already exists."""
+        return bool(self._run("create_render", render_id, json.dumps(spec), int(priority), _tasks_arg(tasks)))
+
+    def add_tasks(self, render_id: str, tasks: list[dict]) -> bool:
+        """Grow a live render's graph (per-step tiles). Known ids are skipped; a stopped render ignores it."""
+        if not tasks:
+            return False
+        return bool(self._run("add_tasks", render_id, _tasks_arg(tasks)))
+
+    def lease(self, worker_id: str, capabilities: list[str], lease_ms: int) -> dict | None:
+        """Pop the first ready task of the listed capabilities (in that order) and lease it."""
+        if not capabilities:
+            return None
+        got = self._run("lease", worker_id, int(lease_ms), *capabilities)
+        return self._task(_pairs(got[1]), got[0]) if got else None
+
+    def heartbeat(self, task_id: str, worker_id: str, fence: int, lease_ms: int,
+                  progress: dict | None = None) -> str:
+        """'ok' (deadline extended), 'stale' (not your lease any more) or 'cancel' (render stopped)."""
+        prog = json.dumps(progress) if progress is not None else ""
+        return self._run("heartbeat", task_id, worker_id, int(fence), int(lease_ms), prog)
+
+    def complete(self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict) -> str:
+        """Commit a result under the lease's fence: 'ok', 'render_ready' (last task) or 'stale'."""
+        return self._run("complete", task_id, worker_id, int(fence), json.dumps(outputs), json.dumps(metrics))
+
+    def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True) -> str:
+        """'requeued' while attempts remain, else 'failed' (and the render with it); 'stale' if not held."""
+        return self._run("fail", task_id, worker_id, int(fence), error, "1" if retryable else "0")
+
+    def expire_leases(self, now_ms: int | None = None) -> list[str]:
+        """Re-queue (or fail, when out of attempts) every task whose lease deadline has passed."""
+        return list(self._run("expire_leases", "" if now_ms is None else int(now_ms)))
+
+    def cancel_render(self, render_id: str) -> bool:
+        """Stop a render: queued tasks leave the queues, running ones hear 'cancel' on heartbeat."""
+        return bool(self._run("cancel_render", render_id))
+
+    def set_render_state(self, render_id: str, state: str, **fields: Any) -> bool:
+        """Move a live render to `state` with extra fields (stage, output, error). False if finished/missing."""
+        bad = _RESERVED_RENDER_FIELDS & fields.keys()
+        if bad:
+            raise ValueError(f"set_render_state cannot set {sorted(bad)}")
+        flat = {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
+        return bool(self._run("set_render_state", render_id, state, json.dumps(flat)))
+
+    def get_render(self, render_id: str) -> dict | None:
+        raw = self.client.hgetall(self.key("render", render_id))
+        return self._render(render_id, raw) if raw else None
+
+    def list_renders(self, limit: int = 50) -> list[dict]:
+        """Newest first."""
+        ids = self.client.zrevrange(self.key("renders"), 0, max(0, limit - 1)) if limit > 0 else []
+        pipe = self.client.pipeline(transaction=False)
+        for rid in ids:
+            pipe.hgetall(self.key("render", rid))
+        return [self._render(rid, raw) for rid, raw in zip(ids, pipe.execute(), strict=True) if raw]
+
+    def render_tasks(self, render_id: str) -> list[dict]:
+        """The render's tasks in plan order."""
+        ids = self.client.lrange(self.key("render", render_id, "tasks"), 0, -1)
+        pipe = self.client.pipeline(transaction=False)
+        for tid in ids:
+            pipe.hgetall(self.key("task", tid))
+        return [self._task(raw, tid) for tid, raw in zip(ids, pipe.execute(), strict=True) if raw]
+
+    def get_task(self, task_id: str) -> dict | None:
+        """The task; `inputs` is {name: sha} once it is queued (all deps done), {} before."""
+        raw = self.client.hgetall(self.key("task", task_id))
+        return self._task(raw, task_id) if raw else None
+
+    def queue_depths(self) -> dict[str, int]:
+        caps = sorted(self.client.smembers(self.key("capabilities")))
+        pipe = self.client.pipeline(transaction=False)
+        for cap in caps:
+            pipe.llen(self.key("ready", cap))
+        return dict(zip(caps, pipe.execute(), strict=True))
+
+    def _render(self, render_id: str, raw: dict[str, str]) -> dict:
+        return {"id": render_id, **_decode(raw, ("spec",), _RENDER_INT)}
+
+    def _task(self, raw: dict[str, str], task_id: str) -> dict:
+        return {"id": task_id, **_decode(raw, _TASK_JSON, _TASK_INT)}
+
+    # ------------------------------------------------------------------ events
+
+    def emit(self, render_id: str, event: dict) -> str:
+        """Append an event (a "ts" in Redis time is added); returns the stream id."""
+        return self._run("emit", render_id, json.dumps(event))
+
+    def read_events(self, render_id: str, last_id: str = "0", block_ms: int = 0,
+                    count: int = 200) -> list[tuple[str, dict]]:
+        """Events after last_id, oldest first; with block_ms > 0 wait that long for the first one."""
+        timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
+        if block_ms > 0 and timeout is not None and block_ms / 1000 >= timeout:
+            raise ValueError(f"block_ms {block_ms} needs a client socket_timeout above {block_ms / 1000} s")
+        resp = self.client.xread({self.key("events", render_id): last_id}, count=count,
+                                 block=block_ms if block_ms > 0 else None)
+        entries = next(iter(resp.values())) if isinstance(resp, dict) else (resp[0][1] if resp else [])
+        return [(eid, json.loads(fields["e"])) for eid, fields in entries]
+
+    # ------------------------------------------------------------------ workers
+
+    def register_worker(self, worker_id: str, info: dict) -> None:
+        self._run("register_worker", worker_id, json.dumps(info))
+
+    def worker_seen(self, worker_id: str, state: str, current_task: str | None) -> None:
+        self._run("worker_seen", worker_id, state, current_task or "")
+
+    def list_workers(self) -> list[dict]:
+        ids = sorted(self.client.smembers(self.key("workers")))
+        pipe = self.client.pipeline(transaction=False)
+        for wid in ids:
+            pipe.hgetall(self.key("worker", wid))
+        return [self._worker(wid, raw) for wid, raw in zip(ids, pipe.execute(), strict=True) if raw]
+
+    def worker_stats(self, worker_id: str) -> dict[str, float]:
+        """Counters kept by the complete/fail/expiry scripts."""
+        w = self._worker(worker_id, self.client.hgetall(self.key("worker", worker_id)))
+        return {"tasks_done": w["tasks_done"], "failures": w["failures"], "busy_s": w["busy_s"]}
+
+    def _worker(self, worker_id: str, raw: dict[str, str]) -> dict:
+        w = _decode(raw, ("info",), _WORKER_INT)
+        for f in ("tasks_done", "failures", "busy_ms"):
+            w.setdefault(f, 0)
+        w["busy_s"] = w["busy_ms"] / 1000.0
+        return {"id": worker_id, **w}
+
+    # ------------------------------------------------------------------ blobs
+
+    def put_blob_ref(self, sha: str, path: str, size: int) -> None:
+        self._run("put_blob_ref", sha, str(path), int(size))
+
+    def get_blob_ref(self, sha: str) -> dict | None:
+        raw = self.client.hgetall(self.key("blob", sha))
+        if not raw:
+            return None
+        return {"sha": sha, "path": raw["path"], "size": int(raw["size"]), "created_ms": int(raw.get("created_ms", 0))}

@@ -1,0 +1,66 @@
+"""What the CLI commands share: the render flags, the data folder, reading images, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+import typer
+
+DEFAULT_PORT = 8471
+DEFAULT_DASHBOARD_PORT = 8470
+
+
+def data_dir(given: Path | None = None) -> Path:
+    """The farm's data folder: --data, $FARM_DATA, or ~/.ltx-farm."""
+    path = given or Path(os.environ.get("FARM_DATA", Path.home() / ".ltx-farm"))
+    path = Path(path).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One clear line on stderr and an exit code; never a traceback for a user mistake."""
+    typer.echo(f"farm: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def read_image(path: Path) -> np.ndarray:
+    """The first frame of an image file as uint8 RGB (H, W, 3); one line if it cannot be read."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            frame = next(container.decode(video=0))
+            return frame.to_ndarray(format="rgb24")
+    except (OSError, StopIteration, av.error.FFmpegError, ValueError) as exc:
+        fail(f"cannot read image {path}: {getattr(exc, 'strerror', None) or exc}")
+
+
+def render_spec(prompt: str, height: int, width: int, frames: int, frame_rate: float, seed: int, pack: str,
+                image: tuple[Path, int, float] | None, no_audio: bool) -> tuple[dict, np.ndarray | None]:
+    """The spec dict both `submit` and `render --local` send, plus the decoded image if any."""
+    spec = {"prompt": prompt, "height": height, "width": width, "frames": frames, "frame_rate": frame_rate,
+            "seed": seed, "pack": pack, "audio": not no_audio}
+    pixels = None
+    if image is not None and image[0] is not None:
+        path, frame, strength = image
+        pixels = read_image(Path(path))
+        spec["image"] = {"frame": int(frame), "strength": float(strength)}
+    return spec, pixels
+
+
+def save_latents(folder: Path, arrays: dict[str, np.ndarray]) -> None:
+    """One safetensors file per stage latent, so runs can be compared exactly."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, array in arrays.items():
+        save_file({"latent": np.ascontiguousarray(array)}, str(folder / f"{name}.safetensors"))
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

@@ -1,0 +1,78 @@
+"""`farm render --local`: the planner's stage graph run task by task in this process.
+
+No coordinator, no Redis: the reference that every distributed result is compared with. Task outputs
+go through the same tensor codec as the farm's blobs, so both see byte-identical inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from coordinator.assembler import assemble
+from coordinator.planner import normalize_spec, plan_render, product_outputs, validate_spec
+from protos.tensors import decode_tensor, encode_tensor, sha256_hex
+from worker.runner import Runner
+
+
+class LocalBlobs:
+    """sha256 → encoded tensor bytes, in memory."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+
+    def put(self, array: np.ndarray) -> str:
+        data = encode_tensor(array)
+        sha = sha256_hex(data)
+        self._blobs[sha] = data
+        return sha
+
+    def get(self, sha: str) -> np.ndarray:
+        return decode_tensor(self._blobs[sha])
+
+
+def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
+             on_event: Callable[[dict], None] | None = None) -> dict[str, dict[str, str]]:
+    """Run tasks in plan (topological) order; returns task id → {output name: sha}."""
+    outputs: dict[str, dict[str, str]] = {}
+    for task in tasks:
+        inputs = {}
+        for name, ref in task["inputs"].items():
+            sha = ref["blob"] if "blob" in ref else outputs[ref["task"]][ref["output"]]
+            inputs[name] = blobs.get(sha)
+
+        def progress(step: int, steps: int, task_id: str = task["id"]) -> None:
+            if on_event:
+                on_event({"type": "task_progress", "task": task_id, "step": step, "steps": steps})
+
+        result, metrics = runner.run(task["kind"], task["params"], inputs, progress)
+        outputs[task["id"]] = {name: blobs.put(array) for name, array in result.items()}
+        if on_event:
+            on_event({"type": "task_done", "task": task["id"], "kind": task["kind"], **metrics})
+    return outputs
+
+
+def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarray | None = None,
+                 on_event: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, dict[str, str]], LocalBlobs]:
+    """Validate, plan and run a render in-process; writes the mp4 (and its metadata) to out_path."""
+    blobs = LocalBlobs()
+    spec = dict(raw_spec)
+    if image is not None:
+        spec["image"] = {**(spec.get("image") or {}), "blob": blobs.put(image)}
+    spec = normalize_spec(spec)
+    validate_spec(spec, [])
+    tasks = plan_render(spec, "local")
+    outputs = run_plan(tasks, runner, blobs, on_event)
+    products = {}
+    for product, (suffix, output) in product_outputs().items():
+        task_outputs = outputs.get(f"local.{suffix}")
+        if task_outputs and output in task_outputs:
+            products[product] = blobs.get(task_outputs[output])
+    out_path = Path(out_path)
+    written = assemble(spec, products, out_path.parent / (out_path.stem + ".parts"))
+    written.replace(out_path)
+    (written.parent / "render.json").replace(out_path.with_suffix(".json"))
+    written.parent.rmdir()
+    return out_path, outputs, blobs

@@ -1,0 +1,80 @@
+"""The `farm` command: a thin shell over the planner, the runner, the coordinator and the workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from farm_cli import common
+from farm_cli.common import fail
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="LTX-2 render farm for Apple Silicon.")
+pack_app = typer.Typer(no_args_is_help=True, help="Weight packs.")
+app.add_typer(pack_app, name="pack")
+
+Prompt = Annotated[str, typer.Option("-p", "--prompt", help="What to render.")]
+Height = Annotated[int, typer.Option("-H", "--height", help="Pixels, multiple of 64.")]
+Width = Annotated[int, typer.Option("-W", "--width", help="Pixels, multiple of 64.")]
+Frames = Annotated[int, typer.Option("-f", "--frames", help="8k+1 frames.")]
+FrameRate = Annotated[float, typer.Option("--frame-rate")]
+Seed = Annotated[int, typer.Option("--seed")]
+PackRef = Annotated[str, typer.Option("--pack", help="Pack name in the packs folder, a path, or a HF repo id.")]
+Image = Annotated[tuple[Path, int, float] | None, typer.Option("--image", help="PATH FRAME STRENGTH")]
+Output = Annotated[Path | None, typer.Option("-o", "--output")]
+SaveLatents = Annotated[Path | None, typer.Option("--save-latents", help="Write each stage's latent here.")]
+NoAudio = Annotated[bool, typer.Option("--no-audio")]
+DataDir = Annotated[Path | None, typer.Option("--data", help="Farm data folder (default ~/.ltx-farm).")]
+Coordinator = Annotated[str, typer.Option("--coordinator", envvar="FARM_COORDINATOR")]
+Token = Annotated[str | None, typer.Option("--token", envvar="FARM_TOKEN")]
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+@pack_app.command("tiny")
+def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
+              bits: Annotated[int | None, typer.Option("--bits", help="8 or 4: quantize the DiT blocks.")] = None) -> None:
+    """Write the tiny pack: the real pack layout at tiny sizes with seeded weights."""
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    if bits not in (None, 4, 8):
+        fail("--bits must be 8 or 4")
+    path = write_tiny_pack(folder, seed=seed, bits=bits)
+    typer.echo(f"wrote tiny pack {path}")
+
+
+@app.command()
+def render(
+    prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+    frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
+    output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
+    local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
+    data: DataDir = None,
+) -> None:
+    """Render in this process with the farm's stage graph: the reference for every distributed run."""
+    if not local:
+        fail("only --local rendering runs in-process; use `farm submit` for the farm")
+    from coordinator.planner import SpecError
+    from farm_cli.local import render_local
+    from farm_cli.remote import latents_from_outputs, progress_printer
+    from ltx_engine.loader import PackError
+    from worker.runner import Runner
+
+    spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
+    out = output or Path("render.mp4")
+    folder = common.data_dir(data) / "packs"
+    try:
+        path, outputs, blobs = render_local(spec, out, Runner(folder), pixels, progress_printer())
+    except (SpecError, PackError) as exc:
+        fail(str(exc))
+    if save_latents:
+        common.save_latents(save_latents, latents_from_outputs(outputs, "local", blobs.get))
+    typer.echo(f"wrote {path}")
+
+
+def main() -> None:
+    from farm_cli import remote, services
+
+    remote.register(app)
+    services.register(app)
+    app()

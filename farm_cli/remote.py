@@ -1,0 +1,200 @@
+"""Client commands: submit, watch, status, cancel, fetch, workers — all over the coordinator's gRPC API."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from farm_cli import common
+from farm_cli.common import fail
+
+TERMINAL = {"done", "failed", "cancelled"}
+
+
+def progress_printer() -> Callable[[dict], None]:
+    """A compact one-line-per-event printer for long waits (stderr, so --json stdout stays clean)."""
+
+    def show(event: dict) -> None:
+        kind = event.get("type", "")
+        task = str(event.get("task", "")).split(".")[-1]
+        if kind == "task_progress":
+            typer.echo(f"  {task}: step {event.get('step')}/{event.get('steps')}", err=True)
+        elif kind in ("task_done", "task_leased", "task_retry", "task_expired", "render_state", "render_failed"):
+            extra = event.get("worker") or event.get("state") or event.get("error") or ""
+            secs = f" {event['seconds']:.2f}s" if isinstance(event.get("seconds"), float) else ""
+            typer.echo(f"  {kind} {task} {extra}{secs}".rstrip(), err=True)
+
+    return show
+
+
+def latents_from_outputs(outputs: dict[str, dict[str, str]], render_id: str,
+                         fetch: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
+    """The stage latents `--save-latents` writes, looked up in a render's task outputs."""
+    from coordinator.planner import stage_latent_outputs
+
+    found = {}
+    for stem, (suffix, output) in stage_latent_outputs().items():
+        sha = outputs.get(f"{render_id}.{suffix}", {}).get(output)
+        if sha:
+            found[stem] = fetch(sha)
+    return found
+
+
+def client(coordinator: str, token: str | None):
+    from farm_cli.client import FarmClient
+
+    return FarmClient(coordinator, token or _local_token())
+
+
+def _local_token() -> str:
+    path = common.data_dir() / "token"
+    return path.read_text().strip() if path.is_file() else ""
+
+
+def submit_render(spec: dict, pixels: np.ndarray | None, coordinator: str, token: str | None) -> str:
+    """Upload the image (if any) and queue the render; one line and exit 2 on refusal."""
+    from farm_cli.client import FarmError
+    from protos.tensors import encode_tensor
+
+    try:
+        with client(coordinator, token) as farm:
+            if pixels is not None:
+                spec["image"]["blob"] = farm.put_blob(encode_tensor(pixels))
+            return farm.submit(spec)
+    except FarmError as exc:
+        fail(str(exc))
+
+
+def wait_for(render_id: str, coordinator: str, token: str | None, quiet: bool = False) -> dict:
+    """Follow the render's events until it ends; returns its final record."""
+    from farm_cli.client import FarmError
+
+    show = progress_printer()
+    try:
+        with client(coordinator, token) as farm:
+            for event in farm.watch(render_id):
+                if not quiet:
+                    show(event)
+            return farm.get(render_id)
+    except FarmError as exc:
+        fail(str(exc), code=1)
+
+
+def fetch_results(render: dict, output: Path | None, save_latents: Path | None, coordinator: str,
+                  token: str | None) -> None:
+    from farm_cli.client import FarmError
+    from protos.tensors import decode_tensor
+
+    try:
+        with client(coordinator, token) as farm:
+            if output:
+                farm.fetch_output(render["id"], output)
+                typer.echo(f"wrote {output}")
+            if save_latents:
+                outputs = {t["id"]: t.get("outputs") or {} for t in render.get("tasks", [])}
+                arrays = latents_from_outputs(outputs, render["id"], lambda sha: decode_tensor(farm.get_blob(sha)))
+                common.save_latents(save_latents, arrays)
+    except FarmError as exc:
+        fail(str(exc), code=1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the client commands to the `farm` app."""
+    from farm_cli.main import (
+        Coordinator,
+        FrameRate,
+        Frames,
+        Height,
+        Image,
+        Json,
+        NoAudio,
+        Output,
+        PackRef,
+        Prompt,
+        SaveLatents,
+        Seed,
+        Token,
+        Width,
+    )
+
+    @app.command()
+    def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+               frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
+               output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
+               coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
+               wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
+               as_json: Json = False) -> None:
+        """Queue a render on the farm."""
+        spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
+        render_id = submit_render(spec, pixels, coordinator, token)
+        typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)
+        if not (wait or output or save_latents):
+            return
+        render = wait_for(render_id, coordinator, token, quiet=as_json)
+        if render.get("state") != "done":
+            fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
+        fetch_results(render, output, save_latents, coordinator, token)
+
+    @app.command()
+    def watch(render_id: str, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:
+        """Follow a render until it ends; exits non-zero unless it is done."""
+        render = wait_for(render_id, coordinator, token)
+        typer.echo(f"{render_id} {render.get('state')} {render.get('error') or ''}".rstrip())
+        raise typer.Exit(0 if render.get("state") == "done" else 1)
+
+    @app.command()
+    def status(render_id: str = typer.Argument(None), coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",
+               token: Token = None, as_json: Json = False) -> None:
+        """One render's record, or the list of renders."""
+        from farm_cli.client import FarmError
+
+        try:
+            with client(coordinator, token) as farm:
+                data = farm.get(render_id) if render_id else farm.list()
+        except FarmError as exc:
+            fail(str(exc), code=1)
+        if as_json:
+            typer.echo(json.dumps(data, indent=2))
+            return
+        for r in [data] if render_id else data:
+            typer.echo(f"{r.get('id')}  {r.get('state'):<10} {r.get('stage') or '':<12} {r.get('error') or ''}")
+
+    @app.command()
+    def cancel(render_id: str, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:
+        """Cancel a render; running tasks stop at their next heartbeat."""
+        from farm_cli.client import FarmError
+
+        try:
+            with client(coordinator, token) as farm:
+                ok = farm.cancel(render_id)
+        except FarmError as exc:
+            fail(str(exc), code=1)
+        typer.echo(f"{render_id} {'cancelled' if ok else 'not cancellable'}")
+
+    @app.command()
+    def fetch(render_id: str, output: Output = None, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",
+              token: Token = None) -> None:
+        """Download a finished render's mp4."""
+        fetch_results({"id": render_id}, output or Path(f"{render_id}.mp4"), None, coordinator, token)
+
+    @app.command()
+    def workers(coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
+                as_json: Json = False) -> None:
+        """The registered workers."""
+        from farm_cli.client import FarmError
+
+        try:
+            with client(coordinator, token) as farm:
+                rows = farm.workers()
+        except FarmError as exc:
+            fail(str(exc), code=1)
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        for w in rows:
+            typer.echo(f"{w.get('id') or w.get('worker_id')}  {w.get('state', '?'):<8} {w.get('chip', '')}", file=sys.stdout)

@@ -1,0 +1,117 @@
+"""The engine's public surface for workers: the stage operations the farm calls.
+
+    encode_prompt     prompt → video/audio text contexts
+    encode_image      an RGB image → a normalised image latent (for image conditioning)
+    denoise_stage1    contexts (+ image latent) → stage-1 video and audio latents
+    upsample_spatial  latent → latent at twice the resolution
+    denoise_stage2    upsampled latent + frozen stage-1 audio → stage-2 video latent
+    forward           one transformer forward on a token set (what a stage-2 tile runs)
+    decode_video      latent (or a latent slice) → pixels in [0, 1], (F, H, W, 3)
+    decode_audio      audio latent → waveform (channels, samples) and its sample rate
+
+Everything crossing this surface is numpy float32, so it can travel as a blob and the results do not
+depend on which process computed them. The sampler math lives in `ltx_engine.sampling`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from ltx_engine.denoise import (
+    StageInputs,
+    build_stage_states,
+    run_denoise,
+    unpatchify_audio,
+    unpatchify_video,
+)
+from ltx_engine.media import image_to_pixels
+from ltx_engine.pack import Pack
+from ltx_engine.registry import ModelRegistry
+
+Progress = Callable[[int, int], None]
+
+KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
+    "text_encode": ("text_encoder", "connector"),
+    "image_encode": ("vae_encoder",),
+    "denoise_stage1": ("transformer",),
+    "denoise_stage2": ("transformer",),
+    "transformer_forward": ("transformer",),
+    "upsample_spatial": ("spatial_upscaler", "vae_decoder"),
+    "decode_video": ("vae_decoder",),
+    "decode_audio": ("audio_vae", "vocoder"),
+}
+
+
+class Engine:
+    """Stage operations over one process-wide model registry."""
+
+    def __init__(self, registry: ModelRegistry | None = None):
+        self.registry = registry or ModelRegistry()
+
+    def model(self, pack: Pack, component: str):
+        return self.registry.get(pack, component)
+
+    def prepare(self, pack: Pack, kind: str) -> None:
+        """Make room for what `kind` needs (models it does not need are dropped first)."""
+        self.registry.retain((pack.key, c) for c in KIND_COMPONENTS.get(kind, ()))
+
+    def encode_prompt(self, pack: Pack, prompt: str) -> dict[str, np.ndarray]:
+        from ltx_engine.models.text_encoder import encode_prompt
+
+        return encode_prompt(self.model(pack, "text_encoder"), self.model(pack, "connector"), prompt)
+
+    def encode_image(self, pack: Pack, image: np.ndarray, height: int, width: int) -> np.ndarray:
+        """uint8 (H, W, 3) → resized, centre-cropped → VAE encoder → latent (1, C, 1, h, w)."""
+        pixels = image_to_pixels(image, height, width)
+        latent = self.model(pack, "vae_encoder")(mx.array(pixels))
+        return np.array(latent.astype(mx.float32))
+
+    def denoise_stage1(self, pack: Pack, inputs: StageInputs, progress: Progress | None = None) -> dict:
+        video, audio = build_stage_states(inputs, self._latent_channels(pack))
+        video, audio = run_denoise(video, audio, inputs.sigmas, self._forward_fn(pack, inputs), progress)
+        return {
+            "video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid),
+            "audio_latent": unpatchify_audio(audio.latent, inputs.audio_channels),
+        }
+
+    def denoise_stage2(self, pack: Pack, inputs: StageInputs, progress: Progress | None = None) -> dict:
+        video, audio = build_stage_states(inputs, self._latent_channels(pack))
+        video, _ = run_denoise(video, audio, inputs.sigmas, self._forward_fn(pack, inputs), progress)
+        return {"video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid)}
+
+    def forward(self, pack: Pack, video, audio, sigma: float, contexts: dict) -> tuple[np.ndarray, np.ndarray | None]:
+        """One transformer forward on explicit token sets (LatentState-like); returns velocities."""
+        from ltx_engine.denoise import model_forward
+
+        return model_forward(self.model(pack, "transformer"), video, audio, sigma, contexts)
+
+    def _forward_fn(self, pack: Pack, inputs: StageInputs):
+        model = self.model(pack, "transformer")
+        from ltx_engine.denoise import model_forward
+
+        return lambda video, audio, sigma: model_forward(model, video, audio, sigma, inputs.contexts)
+
+    def _latent_channels(self, pack: Pack) -> int:
+        return int(pack.config.get("transformer", {}).get("in_channels", 128))
+
+    def upsample_spatial(self, pack: Pack, latent: np.ndarray) -> np.ndarray:
+        from ltx_engine.models.upsampler import upsample_latent
+
+        stats = self.model(pack, "vae_decoder").per_channel_statistics  # the VAE's latent statistics
+        mean, std = stats.mean, stats.std
+        out = upsample_latent(self.model(pack, "spatial_upscaler"), mx.array(latent), mean, std)
+        return np.array(out.astype(mx.float32))
+
+    def decode_video(self, pack: Pack, latent: np.ndarray) -> np.ndarray:
+        pixels = self.model(pack, "vae_decoder")(mx.array(latent))
+        frames = mx.clip((pixels[0].astype(mx.float32) + 1.0) / 2.0, 0.0, 1.0)
+        return np.array(frames.transpose(1, 2, 3, 0))
+
+    def decode_audio(self, pack: Pack, audio_latent: np.ndarray) -> tuple[np.ndarray, int]:
+        from ltx_engine.models.vocoder import decode_audio
+
+        wave, rate = decode_audio(self.model(pack, "audio_vae"), self.model(pack, "vocoder"), mx.array(audio_latent))
+        return np.asarray(wave, dtype=np.float32), int(rate)

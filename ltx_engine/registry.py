@@ -1,0 +1,132 @@
+"""One copy of each model per process, keyed by (pack, component), built through the strict loader.
+
+Workers keep models warm between tasks; when a budget is set, the least recently used models that the
+current task does not need are dropped first.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from ltx_engine.loader import apply_weights
+from ltx_engine.pack import Pack
+
+
+def _transformer(pack: Pack) -> nn.Module:
+    from ltx_engine.models.transformer import LTXModel, TransformerConfig
+
+    weights = pack.tensors("transformer")
+    model = LTXModel(TransformerConfig.from_config(pack.config))
+    return apply_weights(model, weights, file=pack.file_label("transformer"))
+
+
+def _connector(pack: Pack) -> nn.Module:
+    from ltx_engine.models.connector import ConnectorConfig, TextConnector
+
+    model = TextConnector(ConnectorConfig.from_config(pack.config))
+    return apply_weights(model, pack.tensors("connector"), file=pack.file_label("connector"))
+
+
+def _vae(kind: str) -> Callable[[Pack], nn.Module]:
+    def build(pack: Pack) -> nn.Module:
+        from ltx_engine.models.video_vae import VideoDecoder, VideoEncoder, VideoVAEConfig
+
+        cls = VideoDecoder if kind == "vae_decoder" else VideoEncoder
+        model = cls(VideoVAEConfig.from_config(pack.config))
+        weights = cls.pack_to_model(pack.tensors(kind))
+        return apply_weights(model, weights, file=pack.file_label(kind))
+
+    return build
+
+
+def _audio_vae(pack: Pack) -> nn.Module:
+    from ltx_engine.models.audio_vae import AudioDecoder, AudioDecoderConfig
+
+    model = AudioDecoder(AudioDecoderConfig.from_config(pack.config))
+    weights = AudioDecoder.pack_to_model(pack.tensors("audio_vae"))
+    return apply_weights(model, weights, file=pack.file_label("audio_vae"))
+
+
+def _vocoder(pack: Pack) -> nn.Module:
+    from ltx_engine.models.vocoder import Vocoder, VocoderConfig
+
+    model = Vocoder(VocoderConfig.from_config(pack.config))
+    weights = Vocoder.pack_to_model(pack.tensors("vocoder"))
+    return apply_weights(model, weights, file=pack.file_label("vocoder"))
+
+
+def _upsampler(kind: str) -> Callable[[Pack], nn.Module]:
+    def build(pack: Pack) -> nn.Module:
+        from ltx_engine.models.upsampler import LatentUpsampler, UpsamplerConfig
+
+        model = LatentUpsampler(UpsamplerConfig.from_config(pack.component_config(kind)))
+        return apply_weights(model, pack.tensors(kind), file=pack.file_label(kind))
+
+    return build
+
+
+def _text_encoder(pack: Pack):
+    from ltx_engine.models.text_encoder import TextEncoder
+
+    return TextEncoder.load(pack.text_encoder_dir)
+
+
+BUILDERS: dict[str, Callable[[Pack], object]] = {
+    "transformer": _transformer,
+    "connector": _connector,
+    "vae_decoder": _vae("vae_decoder"),
+    "vae_encoder": _vae("vae_encoder"),
+    "audio_vae": _audio_vae,
+    "vocoder": _vocoder,
+    "spatial_upscaler": _upsampler("spatial_upscaler"),
+    "temporal_upscaler": _upsampler("temporal_upscaler"),
+    "text_encoder": _text_encoder,
+}
+
+
+def model_bytes(model: object) -> int:
+    params = model.parameters() if isinstance(model, nn.Module) else getattr(model, "model", nn.Module()).parameters()
+    return sum(v.nbytes for _, v in tree_flatten(params))
+
+
+class ModelRegistry:
+    """Process-wide models: built once, kept warm, evicted LRU-first past `budget_bytes`."""
+
+    def __init__(self, budget_bytes: int | None = None):
+        self.budget_bytes = budget_bytes
+        self._models: OrderedDict[tuple[str, str], object] = OrderedDict()
+        self.load_seconds = 0.0
+
+    def get(self, pack: Pack, component: str) -> object:
+        key = (pack.key, component)
+        if key in self._models:
+            self._models.move_to_end(key)
+            return self._models[key]
+        start = time.perf_counter()
+        model = BUILDERS[component](pack)
+        self.load_seconds += time.perf_counter() - start
+        self._models[key] = model
+        return model
+
+    def retain(self, needed: Iterable[tuple[str, str]]) -> None:
+        """Drop least-recently-used models not in `needed` while over budget."""
+        if self.budget_bytes is None:
+            return
+        keep = set(needed)
+        while sum(model_bytes(m) for m in self._models.values()) > self.budget_bytes:
+            victim = next((k for k in self._models if k not in keep), None)
+            if victim is None:
+                break
+            del self._models[victim]
+            gc.collect()
+            mx.clear_cache()
+
+    def loaded(self) -> list[str]:
+        return [component for _, component in self._models]

@@ -1,0 +1,141 @@
+"""`farm pack tiny`: a pack with the real files, key names and configs at tiny sizes, seeded weights.
+
+The models are built from the tiny configs by the same classes that load real packs, their weights are
+drawn from one seeded generator, written under the real component prefixes, and read back by the
+same strict loader. q8 / q4 variants quantize the Linear layers inside the transformer blocks only,
+as mlx-forge does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ltx_engine.loader import quantize_weights
+from ltx_engine.pack import COMPONENTS
+
+TINY_GEMMA_LAYERS_KEY = "num_hidden_layers"
+FIXED_BUFFERS = ("basis", "window", "filter", "mel_")
+
+
+def tiny_embedded_config() -> dict:
+    """The embedded (reference) config of the tiny pack: every model size comes from here."""
+    from ltx_engine.models import audio_vae, connector, transformer, video_vae, vocoder
+    from ltx_engine.models.text_encoder import tiny_gemma_config
+
+    cfg: dict = {"transformer": transformer.tiny_config(), "vae": video_vae.tiny_config()}
+    cfg.update(audio_vae.tiny_config())
+    cfg.update(vocoder.tiny_config())
+    gemma = tiny_gemma_config()
+    tcfg = cfg["transformer"]
+    video_dim = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
+    audio_dim = tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"]
+    conn = connector.tiny_connector_config(gemma["hidden_size"], gemma[TINY_GEMMA_LAYERS_KEY], video_dim, audio_dim)
+    tcfg.update(conn)
+    return cfg
+
+
+def _seeded_like(params: dict[str, mx.array], seed: int) -> dict[str, mx.array]:
+    """Replace every parameter with a seeded draw of a sensible scale (fan-in for matrices)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, value in sorted(params.items()):
+        shape = tuple(value.shape)
+        leaf = name.rsplit(".", 1)[-1]
+        if any(word in name for word in FIXED_BUFFERS):  # analysis bases and filters keep their values
+            out[name] = value
+            continue
+        if "std" in leaf:
+            arr = 1.0 + 0.1 * np.abs(rng.standard_normal(shape))
+        elif "mean" in leaf or leaf == "bias" or leaf.endswith("_bias"):
+            arr = 0.02 * rng.standard_normal(shape)
+        elif len(shape) <= 1:  # norm scales and small tables
+            arr = (1.0 if "norm" in name or leaf in ("weight", "gamma") else 0.0) + 0.05 * rng.standard_normal(shape)
+        else:
+            fan_in = int(np.prod(shape[1:]))
+            arr = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))
+        out[name] = mx.array(arr.astype(np.float32))
+    return out
+
+
+def _build(component: str, cfg: dict, upsampler_cfg: dict | None) -> tuple[nn.Module, callable]:
+    """The model of a component at the tiny config and its model→pack key transform."""
+    identity = lambda w: w  # noqa: E731
+    if component == "transformer":
+        from ltx_engine.models.transformer import LTXModel, TransformerConfig
+
+        return LTXModel(TransformerConfig.from_config(cfg)), identity
+    if component == "connector":
+        from ltx_engine.models.connector import ConnectorConfig, TextConnector
+
+        return TextConnector(ConnectorConfig.from_config(cfg)), identity
+    if component in ("vae_decoder", "vae_encoder"):
+        from ltx_engine.models.video_vae import VideoDecoder, VideoEncoder, VideoVAEConfig
+
+        cls = VideoDecoder if component == "vae_decoder" else VideoEncoder
+        return cls(VideoVAEConfig.from_config(cfg)), cls.model_to_pack
+    if component == "audio_vae":
+        from ltx_engine.models.audio_vae import AudioDecoder, AudioDecoderConfig
+
+        return AudioDecoder(AudioDecoderConfig.from_config(cfg)), AudioDecoder.model_to_pack
+    if component == "vocoder":
+        from ltx_engine.models.vocoder import Vocoder, VocoderConfig
+
+        return Vocoder(VocoderConfig.from_config(cfg)), getattr(Vocoder, "model_to_pack", identity)
+    from ltx_engine.models.upsampler import LatentUpsampler, UpsamplerConfig
+
+    return LatentUpsampler(UpsamplerConfig.from_config(upsampler_cfg)), identity
+
+
+def _write_component(folder: Path, component: str, weights: dict[str, mx.array], dtype: mx.Dtype) -> None:
+    comp = COMPONENTS[component]
+    cast = {
+        f"{comp.prefix}.{k}": (v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v)
+        for k, v in weights.items()
+    }
+    mx.eval(cast)
+    mx.save_safetensors(str(folder / f"{comp.stem}.safetensors"), cast, metadata={"format": "mlx"})
+
+
+TINY_COMPONENTS = ("transformer", "connector", "vae_decoder", "vae_encoder", "audio_vae", "vocoder",
+                   "spatial_upscaler", "temporal_upscaler")
+
+
+def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, group_size: int = 32,
+                    dtype: mx.Dtype = mx.bfloat16) -> Path:
+    """Write the tiny pack into `folder` (replacing what is there); `bits` 8 or 4 quantizes the DiT."""
+    from ltx_engine.models import upsampler
+    from ltx_engine.models.text_encoder import write_tiny_text_encoder
+
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    cfg = tiny_embedded_config()
+    up_cfgs = {"spatial_upscaler": upsampler.tiny_spatial_config(), "temporal_upscaler": upsampler.tiny_temporal_config()}
+    for index, component in enumerate(TINY_COMPONENTS):
+        model, to_pack = _build(component, cfg, up_cfgs.get(component))
+        model.update(tree_unflatten(list(_seeded_like(dict(tree_flatten(model.parameters())), seed * 100 + index).items())))
+        if component == "transformer" and bits:
+            from ltx_engine.models.transformer import quantizable
+
+            model.apply(lambda x: x.astype(dtype) if mx.issubdtype(x.dtype, mx.floating) else x)
+            quantize_weights(model, bits=bits, group_size=group_size, predicate=quantizable)
+        _write_component(folder, component, to_pack(dict(tree_flatten(model.parameters()))), dtype)
+    for component, ucfg in up_cfgs.items():
+        (folder / COMPONENTS[component].config_file).write_text(json.dumps(ucfg, indent=2))
+    (folder / "embedded_config.json").write_text(json.dumps(cfg, indent=2))
+    (folder / "config.json").write_text(json.dumps({"model_type": "ltx-2.3", "variant": "tiny", "seed": seed}, indent=2))
+    (folder / "split_model.json").write_text(json.dumps(
+        {"source": "farm pack tiny", "variant": "distilled", "components": list(TINY_COMPONENTS)}, indent=2))
+    if bits:
+        (folder / "quantize_config.json").write_text(json.dumps(
+            {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))
+    write_tiny_text_encoder(folder / "text_encoder", seed)
+    return folder

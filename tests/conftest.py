@@ -1,0 +1,48 @@
+"""Shared fixtures: one throwaway redis-server per test session (real Redis, never a fake) and a data dir."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from coordinator.redis_server import EmbeddedRedis, connect
+from coordinator.store import FarmStore
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """A redis-server on a unix socket in a tmp dir, without persistence (tests flush it anyway)."""
+    with EmbeddedRedis(tmp_path_factory.mktemp("redis"), persistence=False) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    """The session server's URL, emptied (FLUSHDB) before the test."""
+    client = connect(redis_server.url)
+    client.flushdb()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = connect(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis) -> FarmStore:
+    return FarmStore(redis_client)
+
+
+@pytest.fixture
+def tmp_data(tmp_path: Path) -> Path:
+    """An empty farm data folder."""
+    path = tmp_path / "data"
+    path.mkdir()
+    return path

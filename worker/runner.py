@@ -1,0 +1,128 @@
+"""The runner: from a task kind and its inputs to an `ltx_engine` call, with time and memory metrics.
+
+The same Runner serves a farm worker and `farm render --local`, so both compute exactly the same
+arrays from the same inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from ltx_engine.denoise import StageInputs
+from ltx_engine.engine import KIND_COMPONENTS, Engine
+from ltx_engine.pack import Pack
+
+Progress = Callable[[int, int], None]
+
+
+class TaskCancelled(RuntimeError):
+    """The render was cancelled while the task ran."""
+
+
+def device_memory_bytes() -> int:
+    """Unified memory on a Mac (Metal reports it); physical memory elsewhere."""
+    try:
+        info = mx.device_info()
+        if "memory_size" in info:
+            return int(info["memory_size"])
+    except Exception:  # noqa: BLE001 - no Metal on Linux
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _contexts(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: inputs[k] for k in ("video_context", "audio_context", "context_mask") if k in inputs}
+
+
+class Runner:
+    """Runs one task at a time on this process's engine."""
+
+    def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None):
+        self.packs_dir = Path(packs_dir) if packs_dir else None
+        self.engine = engine or Engine()
+        self._packs: dict[str, Pack] = {}
+
+    def pack(self, ref: str) -> Pack:
+        if ref not in self._packs:
+            local = self.packs_dir / ref if self.packs_dir else None
+            self._packs[ref] = Pack(local if local is not None and local.is_dir() else ref)
+        return self._packs[ref]
+
+    def pack_names(self) -> list[str]:
+        if not self.packs_dir or not self.packs_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.packs_dir.iterdir() if (p / "embedded_config.json").is_file())
+
+    def capabilities(self) -> dict:
+        return {
+            "os": f"{platform.system()} {platform.release()}",
+            "chip": platform.processor() or platform.machine(),
+            "memory_bytes": device_memory_bytes(),
+            "mlx_device": str(mx.default_device()),
+            "mlx_version": mx.__version__,
+            "packs": self.pack_names(),
+            "kinds": sorted(KIND_COMPONENTS),
+        }
+
+    def run(self, kind: str, params: dict, inputs: dict[str, np.ndarray], progress: Progress | None = None,
+            cancelled: Callable[[], bool] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+        """Outputs of the task and its metrics (seconds, peak memory, models loaded)."""
+        handler = getattr(self, f"_run_{kind}", None)
+        if handler is None:
+            raise ValueError(f"unknown task kind {kind!r}")
+        pack = self.pack(params["pack"])
+        self.engine.prepare(pack, kind)
+        mx.reset_peak_memory()
+        start = time.perf_counter()
+
+        def step(i: int, n: int) -> None:
+            if cancelled is not None and cancelled():
+                raise TaskCancelled(f"render cancelled at step {i} of {n}")
+            if progress is not None:
+                progress(i, n)
+
+        outputs = handler(pack, params, inputs, step)
+        metrics = {"seconds": round(time.perf_counter() - start, 4), "peak_memory_bytes": int(mx.get_peak_memory()),
+                   "models": self.engine.registry.loaded()}
+        return {k: np.ascontiguousarray(v) for k, v in outputs.items()}, metrics
+
+    def _run_text_encode(self, pack, params, inputs, step):
+        return self.engine.encode_prompt(pack, params["prompt"])
+
+    def _run_image_encode(self, pack, params, inputs, step):
+        return {"latent": self.engine.encode_image(pack, inputs["image"], params["height"], params["width"])}
+
+    def _stage(self, pack, params, inputs) -> StageInputs:
+        audio_cfg = pack.config.get("audio_vae", {})
+        return StageInputs(
+            frames=params["frames"], height=params["height"], width=params["width"], fps=params["fps"],
+            seed=params["seed"], sigmas=[float(s) for s in params["sigmas"]], contexts=_contexts(inputs),
+            audio_channels=int(audio_cfg.get("z_channels", 8)), mel_bins=int(audio_cfg.get("latent_mel_bins", 16)),
+            audio_frames=int(params["audio_frames"]),
+            initial_video=inputs.get("latent"), initial_audio=inputs.get("audio_latent"),
+            image_latent=inputs.get("image_latent"), image_frame=int(params.get("image_frame", 0)),
+            image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
+        )
+
+    def _run_denoise_stage1(self, pack, params, inputs, step):
+        return self.engine.denoise_stage1(pack, self._stage(pack, params, inputs), step)
+
+    def _run_denoise_stage2(self, pack, params, inputs, step):
+        return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
+
+    def _run_upsample_spatial(self, pack, params, inputs, step):
+        return {"latent": self.engine.upsample_spatial(pack, inputs["latent"])}
+
+    def _run_decode_video(self, pack, params, inputs, step):
+        return {"frames": self.engine.decode_video(pack, inputs["latent"])}
+
+    def _run_decode_audio(self, pack, params, inputs, step):
+        wave, rate = self.engine.decode_audio(pack, inputs["latent"])
+        return {"waveform": wave, "sample_rate": np.array([rate], dtype=np.int32)}
