@@ -46,3 +46,21 @@ def tmp_data(tmp_path: Path) -> Path:
     path = tmp_path / "data"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_packs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A packs folder holding the tiny pack as `tiny` (the real layout at tiny sizes), written once."""
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    folder = tmp_path_factory.mktemp("packs")
+    write_tiny_pack(folder / "tiny", seed=0)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def local_runner(tiny_packs: Path):
+    """One in-process Runner for the session: models stay warm between reference renders."""
+    from worker.runner import Runner
+
+    return Runner(tiny_packs)

@@ -1,0 +1,159 @@
+"""Content-addressed blob files on the coordinator's disk (data_dir/blobs/ab/cdef...).
+
+A blob is written to a temp file while its sha256 is computed, and renamed into place only when
+the hash matches what the sender declared, so a path that exists always holds verified bytes.
+Redis keeps a reference (sha -> path, size) through FarmStore.put_blob_ref.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import struct
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, tensor_header
+
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+DEFAULT_MAX_BLOB_BYTES = 64 * 1024**3
+
+
+class BlobError(Exception):
+    """Base class for blob store refusals."""
+
+
+class BlobMismatch(BlobError):
+    """Received bytes do not hash to the declared sha256."""
+
+
+class BlobTooLarge(BlobError):
+    """A blob above the store's size limit."""
+
+
+class BlobNotFound(BlobError):
+    """No verified blob with that sha256."""
+
+
+def check_sha(sha: str) -> str:
+    """Only lowercase hex sha256 may become a path (no traversal through blob names)."""
+    if not isinstance(sha, str) or not _SHA_RE.match(sha):
+        raise BlobError(f"not a sha256 hex digest: {sha!r:.80}")
+    return sha
+
+
+class BlobStore:
+    """Verified, content-addressed files; refs recorded in the FarmStore when one is given."""
+
+    def __init__(self, data_dir: Path, store: Any | None = None, max_bytes: int = DEFAULT_MAX_BLOB_BYTES):
+        self.root = Path(data_dir) / "blobs"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.root / "tmp"
+        self._tmp.mkdir(exist_ok=True)
+        self.store = store
+        self.max_bytes = max_bytes
+
+    def path(self, sha: str) -> Path:
+        check_sha(sha)
+        return self.root / sha[:2] / sha[2:]
+
+    def has(self, sha: str) -> bool:
+        try:
+            return self.path(sha).is_file()
+        except BlobError:
+            return False
+
+    def size(self, sha: str) -> int:
+        p = self.path(sha)
+        if not p.is_file():
+            raise BlobNotFound(sha)
+        return p.stat().st_size
+
+    def put_stream(self, declared_sha: str, chunks: Iterable[bytes]) -> tuple[str, int]:
+        """Write chunks to a temp file, verify the sha256, then rename into place.
+
+        Nothing is kept when the hash differs or the blob is too large.
+        """
+        check_sha(declared_sha)
+        hasher = hashlib.sha256()
+        size = 0
+        fd, tmp_name = tempfile.mkstemp(dir=self._tmp, prefix="put-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for data in chunks:
+                    size += len(data)
+                    if size > self.max_bytes:
+                        raise BlobTooLarge(f"blob exceeds {self.max_bytes} bytes")
+                    hasher.update(data)
+                    f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            actual = hasher.hexdigest()
+            if actual != declared_sha:
+                raise BlobMismatch(f"sha256 mismatch: declared {declared_sha}, received {actual}")
+            target = self.path(actual)
+            target.parent.mkdir(exist_ok=True)
+            os.replace(tmp_name, target)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+        if self.store is not None:
+            self.store.put_blob_ref(actual, str(target), size)
+        return actual, size
+
+    def put_bytes(self, data: bytes) -> str:
+        """Store in-process bytes (the coordinator's own products, tests)."""
+        sha = hashlib.sha256(data).hexdigest()
+        view = memoryview(data)
+        self.put_stream(sha, (view[i : i + CHUNK_BYTES] for i in range(0, max(len(data), 1), CHUNK_BYTES)))
+        return sha
+
+    def iter_chunks(self, sha: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+        p = self.path(sha)
+        try:
+            f = open(p, "rb")  # noqa: SIM115 - generator owns the file
+        except FileNotFoundError:
+            raise BlobNotFound(sha) from None
+        with f:
+            while True:
+                data = f.read(chunk_bytes)
+                if not data:
+                    return
+                yield data
+
+    def read(self, sha: str) -> bytes:
+        try:
+            return self.path(sha).read_bytes()
+        except FileNotFoundError:
+            raise BlobNotFound(sha) from None
+
+    def read_tensor(self, sha: str) -> np.ndarray:
+        return decode_tensor(self.read(sha))
+
+    def header(self, sha: str) -> tuple[str, tuple[int, ...], int]:
+        """(dtype, shape, payload bytes the header promises) read from the file's first bytes only."""
+        p = self.path(sha)
+        try:
+            with open(p, "rb") as f:
+                head = f.read(len(MAGIC) + 4)
+                if len(head) < len(MAGIC) + 4 or head[: len(MAGIC)] != MAGIC:
+                    raise BlobError(f"blob {sha[:12]} is not a tensor")
+                (hlen,) = struct.unpack("<I", head[len(MAGIC) :])
+                if hlen > 1 << 20:
+                    raise BlobError(f"blob {sha[:12]} has an oversized header")
+                head += f.read(hlen)
+        except FileNotFoundError:
+            raise BlobNotFound(sha) from None
+        try:
+            dtype, shape = tensor_header(head)
+            expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BlobError(f"blob {sha[:12]} has a bad tensor header: {exc}") from None
+        if p.stat().st_size != len(head) + expected:
+            raise BlobError(f"blob {sha[:12]} payload size does not match {dtype}{list(shape)}")
+        return dtype, shape, expected

@@ -1,0 +1,226 @@
+"""The scheduler: hands tasks to pulling workers, expires dead leases, checks results, assembles.
+
+Workers long-poll Lease; the scheduler turns that into short FarmStore.lease attempts so Redis
+stays the only source of truth (no in-memory queue to lose). A result is checked against the
+planner's params["expect"] before it may commit: a missing blob or a wrong dtype/shape is refused
+and the task re-queued, so one bad worker cannot poison a render. When the last task commits, the
+assembler runs in a thread and the render ends done (with its mp4) or failed (with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from coordinator.blobstore import BlobError, BlobStore
+
+log = logging.getLogger(__name__)
+
+TERMINAL_STATES = frozenset({"done", "failed", "cancelled", "canceled"})
+
+
+def as_dict(value: Any) -> dict:
+    """Store fields may come back decoded or as JSON text; accept both."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (str, bytes)):
+        decoded = json.loads(value)
+        return decoded if isinstance(decoded, dict) else {}
+    return dict(value)
+
+
+def _shape_matches(expected: list | tuple, actual: tuple[int, ...]) -> bool:
+    """Exact shape match; None or -1 in the expectation matches any size on that axis."""
+    if len(expected) != len(actual):
+        return False
+    return all(e is None or int(e) == -1 or int(e) == a for e, a in zip(expected, actual, strict=True))
+
+
+class Scheduler:
+    """Lease long-poll, lease expiry and result checking on top of a FarmStore."""
+
+    def __init__(
+        self,
+        store: Any,
+        blobs: BlobStore,
+        data_dir: Path,
+        *,
+        lease_ms: int = 30_000,
+        poll_s: float = 0.05,
+        expiry_interval_s: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.blobs = blobs
+        self.data_dir = Path(data_dir)
+        self.lease_ms = lease_ms
+        self.poll_s = poll_s
+        self.expiry_interval_s = expiry_interval_s
+        self._stop = threading.Event()
+        self._expiry: threading.Thread | None = None
+        self._assembling: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._expiry is None:
+            self._expiry = threading.Thread(target=self._expiry_loop, name="lease-expiry", daemon=True)
+            self._expiry.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._expiry is not None:
+            self._expiry.join(timeout)
+        for t in list(self._threads):
+            t.join(timeout)
+
+    def _expiry_loop(self) -> None:
+        """Re-queue tasks whose worker stopped heartbeating (crash, sleep, network loss)."""
+        while not self._stop.wait(self.expiry_interval_s):
+            try:
+                expired = self.store.expire_leases()
+                if expired:
+                    log.info("expired leases: %s", ", ".join(map(str, expired)))
+            except Exception:  # keep the loop alive through a Redis blip
+                log.exception("lease expiry failed")
+
+    # ------------------------------------------------------------------ leasing
+
+    def lease(
+        self,
+        worker_id: str,
+        capabilities: list[str],
+        wait_ms: int,
+        is_active: Callable[[], bool] = lambda: True,
+    ) -> dict | None:
+        """Poll the store until a task is leased, wait_ms passes, the caller leaves or we stop."""
+        deadline = time.monotonic() + max(0, wait_ms) / 1000.0
+        delay = self.poll_s
+        while True:
+            task = self.store.lease(worker_id, list(capabilities), self.lease_ms)
+            if task is not None:
+                return task
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not is_active() or self._stop.is_set():
+                return None
+            if self._stop.wait(min(delay, remaining)):
+                return None
+            delay = min(delay * 1.5, 0.25)
+
+    # ------------------------------------------------------------------ results
+
+    def check_outputs(self, task: dict, outputs: dict[str, str]) -> str | None:
+        """Why these outputs must be refused, or None when they match params["expect"]."""
+        params = as_dict(task.get("params"))
+        expect = as_dict(params.get("expect"))
+        missing = sorted(set(expect) - set(outputs))
+        if missing:
+            return f"missing outputs: {', '.join(missing)}"
+        for name, sha in sorted(outputs.items()):
+            if not self.blobs.has(sha):
+                return f"output {name}: blob {str(sha)[:12]} was never uploaded"
+            if name not in expect:
+                continue
+            try:
+                dtype, shape, _ = self.blobs.header(sha)
+            except BlobError as exc:
+                return f"output {name}: {exc}"
+            want = expect[name]
+            if want.get("dtype") and dtype != want["dtype"]:
+                return f"output {name}: dtype {dtype}, expected {want['dtype']}"
+            # No shape, or [] (the planner's "dtype only"), leaves the shape unchecked.
+            if want.get("shape") and not _shape_matches(want["shape"], shape):
+                return f"output {name}: shape {list(shape)}, expected {list(want['shape'])}"
+        return None
+
+    def complete(
+        self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict
+    ) -> tuple[str, str]:
+        """Check then commit a result. Returns (status, message); status is a store status string."""
+        task = self.store.get_task(task_id)
+        if task is None:
+            return "stale", f"unknown task {task_id}"
+        problem = self.check_outputs(task, outputs)
+        if problem is not None:
+            log.warning("refusing result of %s from %s: %s", task_id, worker_id, problem)
+            status = self.store.fail(task_id, worker_id, fence, f"result refused: {problem}", retryable=True)
+            return status, problem
+        status = self.store.complete(task_id, worker_id, fence, dict(outputs), metrics)
+        if status == "render_ready":
+            self.start_assembly(str(task.get("render") or task.get("render_id")))
+        return status, ""
+
+    # ------------------------------------------------------------------ assembly
+
+    def start_assembly(self, render_id: str) -> threading.Thread | None:
+        """Assemble in the background so the worker's Complete call returns at once."""
+        with self._lock:
+            if render_id in self._assembling:
+                return None
+            self._assembling.add(render_id)
+        thread = threading.Thread(
+            target=self._assemble_guarded, args=(render_id,), name=f"assemble-{render_id}"
+        )
+        thread.daemon = True
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+        return thread
+
+    def _assemble_guarded(self, render_id: str) -> None:
+        try:
+            self.store.set_render_state(render_id, "assembling", stage="assemble")
+            path = self.assemble(render_id)
+            self.store.set_render_state(render_id, "done", output=str(path))
+        except Exception as exc:
+            log.exception("assembly of %s failed", render_id)
+            message = f"assembly failed: {type(exc).__name__}: {exc}".splitlines()[0]
+            try:
+                self.store.set_render_state(render_id, "failed", error=message)
+            except Exception:
+                log.exception("could not mark %s failed", render_id)
+        finally:
+            with self._lock:
+                self._assembling.discard(render_id)
+
+    def products(self, render_id: str) -> dict[str, Any]:
+        """Load every product blob: the planner's product_outputs() map, else params["product"] marks."""
+        from coordinator import planner
+
+        tasks = self.store.render_tasks(render_id)
+        wanted: dict[str, tuple[dict, str]] = {}
+        by_suffix = {str(t["id"]).rsplit(".", 1)[-1]: t for t in tasks}
+        for product, (suffix, output) in planner.product_outputs().items():
+            if suffix in by_suffix:
+                wanted[product] = (by_suffix[suffix], output)
+        for task in tasks:
+            name = as_dict(task.get("params")).get("product")
+            if name and name not in wanted:
+                outputs = as_dict(task.get("outputs"))
+                only = next(iter(outputs)) if len(outputs) == 1 else name
+                wanted[name] = (task, only)
+        products: dict[str, Any] = {}
+        for product, (task, output) in wanted.items():
+            sha = as_dict(task.get("outputs")).get(output)
+            if sha is None:
+                raise RuntimeError(f"product {product}: task {task.get('id')} has no output {output!r}")
+            products[product] = self.blobs.read_tensor(sha)
+        return products
+
+    def assemble(self, render_id: str) -> Path:
+        """Synchronous assembly: products -> assembler.assemble -> the mp4 path."""
+        from coordinator import assembler
+
+        render = self.store.get_render(render_id)
+        if render is None:
+            raise RuntimeError(f"render {render_id} vanished")
+        out_dir = self.data_dir / "renders" / render_id
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return Path(assembler.assemble(as_dict(render.get("spec")), self.products(render_id), out_dir))

@@ -1,0 +1,385 @@
+"""The coordinator's gRPC front: thin servicers over FarmStore, Scheduler and BlobStore.
+
+Servicers only translate between protobuf and the store's dicts and map errors to status codes;
+state transitions live in the store's Lua scripts, policy in the scheduler and planner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from coordinator.auth import SERVER_OPTIONS, TokenInterceptor, load_or_create_token
+from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
+from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
+from protos import farm_pb2, farm_pb2_grpc
+from protos.tensors import CHUNK_BYTES
+
+log = logging.getLogger(__name__)
+
+STATUS = {
+    "ok": farm_pb2.OK,
+    "stale": farm_pb2.STALE,
+    "cancel": farm_pb2.CANCEL,
+    "render_ready": farm_pb2.RENDER_READY,
+    "requeued": farm_pb2.REQUEUED,
+    "failed": farm_pb2.FAILED,
+}
+MAX_WAIT_MS = 30_000
+WATCH_BLOCK_MS = 1_000
+
+
+def new_render_id() -> str:
+    """Sortable by submit time, unique without coordination."""
+    return time.strftime("r%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(3)
+
+
+def _one_line(text: str, exc: BaseException | None = None) -> str:
+    """SpecError messages are written for the user; keep exactly their first line."""
+    if exc is not None and type(exc).__name__ == "SpecError":
+        text = str(exc)
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else "bad spec"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.RenderInfo:
+    record = dict(render)
+    if tasks is not None:
+        keep = (
+            "id",
+            "kind",
+            "state",
+            "worker",
+            "attempts",
+            "capability",
+            "error",
+            "progress",
+            "outputs",
+            "metrics",
+        )
+        record["tasks"] = [{k: t.get(k) for k in keep if k in t} for t in tasks]
+    return farm_pb2.RenderInfo(
+        render_id=str(render.get("id", "")),
+        state=str(render.get("state") or ""),
+        stage=str(render.get("stage") or ""),
+        error=str(render.get("error") or ""),
+        output=str(render.get("output") or ""),
+        created_ms=int(render.get("created_ms") or 0),
+        json=_json(record),
+    )
+
+
+class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
+    """What `farm submit / status / watch / cancel / fetch` talk to."""
+
+    def __init__(self, store: Any, scheduler: Scheduler) -> None:
+        self.store = store
+        self.scheduler = scheduler
+
+    def Submit(self, request, context):
+        from coordinator import planner
+
+        try:
+            spec = json.loads(request.spec_json)
+            if not isinstance(spec, dict):
+                raise ValueError("spec must be a JSON object")
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec is not valid JSON: {exc}".splitlines()[0])
+        render_id = new_render_id()
+        try:
+            spec = planner.normalize_spec(spec) if hasattr(planner, "normalize_spec") else spec
+            fleet = [w.get("info") or {} for w in self.store.list_workers()]
+            planner.validate_spec(spec, fleet)
+        except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
+        tasks = planner.plan_render(spec, render_id)
+        missing = self._missing_blobs(tasks)
+        if missing:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"spec names blob {missing[:12]} that was never uploaded"
+            )
+        self.store.create_render(render_id, spec, tasks, priority=int(spec.get("priority", 0) or 0))
+        log.info("render %s queued with %d tasks", render_id, len(tasks))
+        return farm_pb2.SubmitReply(render_id=render_id)
+
+    def _missing_blobs(self, tasks: list[dict]) -> str | None:
+        """The first {"blob": sha} input that is not in the blob store (so it fails at submit, not on a Mac)."""
+        for task in tasks:
+            for ref in (task.get("inputs") or {}).values():
+                if isinstance(ref, dict) and "blob" in ref and not self.scheduler.blobs.has(str(ref["blob"])):
+                    return str(ref["blob"])
+        return None
+
+    def _render(self, render_id: str, context) -> dict:
+        render = self.store.get_render(render_id)
+        if render is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no render {render_id}")
+        return render
+
+    def GetRender(self, request, context):
+        render = self._render(request.render_id, context)
+        return _render_info(render, self.store.render_tasks(request.render_id))
+
+    def ListRenders(self, request, context):
+        renders = self.store.list_renders(request.limit or 50)
+        return farm_pb2.RenderList(renders=[_render_info(r) for r in renders])
+
+    def Watch(self, request, context) -> Iterator[farm_pb2.Event]:
+        """Relay the render's event stream; end once the render is terminal and its events drained."""
+        render_id = request.render_id
+        self._render(render_id, context)
+        last = request.after_event_id or "0"
+        while context.is_active():
+            events = self.store.read_events(render_id, last_id=last, block_ms=WATCH_BLOCK_MS)
+            for event_id, event in events:
+                last = event_id
+                yield farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event))
+            if events and not any(str(e.get("type", "")).startswith("render") for _, e in events):
+                continue  # only task events: the render cannot have ended in this batch
+            render = self.store.get_render(render_id)
+            if render is None or render.get("state") in TERMINAL_STATES:
+                for event_id, event in self.store.read_events(render_id, last_id=last):
+                    yield farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event))
+                return
+
+    def Cancel(self, request, context):
+        self._render(request.render_id, context)
+        return farm_pb2.CancelReply(cancelled=bool(self.store.cancel_render(request.render_id)))
+
+    def FetchOutput(self, request, context) -> Iterator[farm_pb2.Chunk]:
+        render = self._render(request.render_id, context)
+        output = render.get("output")
+        if render.get("state") != "done" or not output:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"render {request.render_id} is {render.get('state')}"
+            )
+        path = Path(output)
+        if not path.is_file():
+            context.abort(grpc.StatusCode.NOT_FOUND, f"output file of {request.render_id} is gone")
+        with open(path, "rb") as f:
+            while data := f.read(CHUNK_BYTES):
+                yield farm_pb2.Chunk(data=data)
+
+    def ListWorkers(self, request, context):
+        workers = []
+        for w in self.store.list_workers():
+            workers.append(
+                farm_pb2.WorkerStatus(
+                    worker_id=str(w.get("id") or w.get("worker_id") or ""),
+                    state=str(w.get("state") or ""),
+                    current_task=str(w.get("current_task") or ""),
+                    json=_json(w),
+                )
+            )
+        return farm_pb2.WorkerList(workers=workers)
+
+
+class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
+    """The worker protocol: register, lease (long poll), heartbeat, complete, fail."""
+
+    def __init__(self, store: Any, scheduler: Scheduler) -> None:
+        self.store = store
+        self.scheduler = scheduler
+
+    def Register(self, request, context):
+        if not request.worker_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id is required")
+        try:
+            info = as_dict(request.capabilities_json)
+        except ValueError:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "capabilities_json is not a JSON object")
+        info.setdefault("peer", context.peer())
+        self.store.register_worker(request.worker_id, info)
+        lease_ms = self.scheduler.lease_ms
+        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3))
+
+    def Lease(self, request, context):
+        wait_ms = min(max(0, request.wait_ms), MAX_WAIT_MS)
+        self.store.worker_seen(request.worker_id, "idle", "")
+        task = self.scheduler.lease(request.worker_id, list(request.capabilities), wait_ms, context.is_active)
+        if task is None:
+            return farm_pb2.LeaseReply(has_task=False)
+        return farm_pb2.LeaseReply(
+            has_task=True,
+            task_id=str(task["id"]),
+            render_id=str(task.get("render") or ""),
+            kind=str(task.get("kind") or ""),
+            params_json=_json(as_dict(task.get("params"))),
+            inputs={str(k): str(v) for k, v in as_dict(task.get("inputs")).items()},
+            fence=int(task["fence"]),
+            attempts=int(task.get("attempts") or 0),
+            lease_ms=self.scheduler.lease_ms,
+        )
+
+    def Heartbeat(self, request, context):
+        progress = as_dict(request.progress_json) if request.progress_json else None
+        status = self.store.heartbeat(
+            request.task_id, request.worker_id, request.fence, self.scheduler.lease_ms, progress
+        )
+        self.store.worker_seen(request.worker_id, "busy" if status == "ok" else "idle", request.task_id)
+        return farm_pb2.StatusReply(status=STATUS[status])
+
+    def Complete(self, request, context):
+        metrics = as_dict(request.metrics_json) if request.metrics_json else {}
+        status, message = self.scheduler.complete(
+            request.task_id, request.worker_id, request.fence, dict(request.outputs), metrics
+        )
+        self.store.worker_seen(request.worker_id, "idle", "")
+        return farm_pb2.StatusReply(status=STATUS[status], message=message)
+
+    def Fail(self, request, context):
+        status = self.store.fail(
+            request.task_id,
+            request.worker_id,
+            request.fence,
+            request.error[:4000],
+            retryable=request.retryable,
+        )
+        self.store.worker_seen(request.worker_id, "idle", "")
+        return farm_pb2.StatusReply(status=STATUS[status])
+
+
+class FarmBlobsServicer(farm_pb2_grpc.FarmBlobsServicer):
+    """Content-addressed blob upload/download, verified on arrival."""
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+
+    def PutBlob(self, request_iterator, context):
+        first = next(request_iterator, None)
+        if first is None or not first.sha256:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first chunk must carry the sha256")
+
+        def chunks() -> Iterator[bytes]:
+            yield first.data
+            for chunk in request_iterator:
+                yield chunk.data
+
+        try:
+            sha, size = self.blobs.put_stream(first.sha256, chunks())
+        except BlobMismatch as exc:
+            context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+        except BlobTooLarge as exc:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except BlobError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return farm_pb2.PutReply(sha256=sha, size=size)
+
+    def GetBlob(self, request, context) -> Iterator[farm_pb2.BlobChunk]:
+        try:
+            chunks = self.blobs.iter_chunks(request.sha256)
+            first = next(chunks, b"")
+        except BlobNotFound:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no blob {request.sha256}")
+        except BlobError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        yield farm_pb2.BlobChunk(sha256=request.sha256, data=first)
+        for data in chunks:
+            yield farm_pb2.BlobChunk(data=data)
+
+
+def serve(
+    store: Any,
+    data_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    *,
+    lease_ms: int = 30_000,
+    max_workers: int = 64,
+    expiry_interval_s: float = 1.0,
+) -> tuple[grpc.Server, int]:
+    """Start the coordinator's gRPC server; returns (server, bound port). Call stop(server) to end."""
+    data_dir = Path(data_dir)
+    token = token or load_or_create_token(data_dir)
+    blobs = BlobStore(data_dir, store)
+    scheduler = Scheduler(store, blobs, data_dir, lease_ms=lease_ms, expiry_interval_s=expiry_interval_s)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-rpc"),
+        interceptors=[TokenInterceptor(token)],
+        options=SERVER_OPTIONS,
+    )
+    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(store, scheduler), server)
+    farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler), server)
+    farm_pb2_grpc.add_FarmBlobsServicer_to_server(FarmBlobsServicer(blobs), server)
+    health_servicer = health.HealthServicer()
+    for name in ("", "ltxfarm.v1.FarmClient", "ltxfarm.v1.FarmWorker", "ltxfarm.v1.FarmBlobs"):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"could not bind {host}:{port}")
+    server.start()
+    scheduler.start()
+    server.farm_scheduler = scheduler  # type: ignore[attr-defined]
+    server.farm_health = health_servicer  # type: ignore[attr-defined]
+    log.info("coordinator listening on %s:%d", host, bound)
+    return server, bound
+
+
+def stop(server: grpc.Server, grace: float = 2.0) -> None:
+    """Stop accepting RPCs, let in-flight ones finish, then stop the scheduler threads."""
+    health_servicer = getattr(server, "farm_health", None)
+    if health_servicer is not None:
+        health_servicer.enter_graceful_shutdown()
+    server.stop(grace).wait()
+    scheduler = getattr(server, "farm_scheduler", None)
+    if scheduler is not None:
+        scheduler.stop()
+
+
+def run_coordinator(
+    data_dir: Path, host: str, port: int, redis_url: str | None = None, prefix: str = "farm"
+) -> int:
+    """Run until SIGTERM/SIGINT: embedded Redis (unless redis_url), store, server."""
+    from contextlib import ExitStack
+
+    from coordinator import redis_server
+    from coordinator.store import FarmStore
+
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        if redis_url is None:
+            redis_url = stack.enter_context(redis_server.EmbeddedRedis(data_dir / "redis")).url
+        store = FarmStore(redis_server.connect(redis_url), prefix)
+        token = load_or_create_token(data_dir)
+        server, bound = serve(store, data_dir, host, port, token)
+        print(f"coordinator on {host}:{bound}; token in {data_dir / 'token'}", flush=True)
+        done = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: done.set())
+        done.wait()
+        stop(server)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="farm coordinator", description="Run the LTX farm coordinator.")
+    parser.add_argument("--data-dir", type=Path, default=Path("farm-data"))
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=50551)
+    parser.add_argument("--redis-url", default=None, help="use this Redis instead of the embedded one")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""FarmClient: the CLI's typed wrapper over the coordinator's gRPC services.
+
+Every call carries the bearer token and a deadline. A coordinator that is down or too slow becomes
+CoordinatorUnreachable with a one-line message the CLI can print as is; other refusals become
+FarmError (with the gRPC code) so nobody sees a gRPC traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from coordinator.auth import CHANNEL_OPTIONS, auth_metadata
+from protos import farm_pb2, farm_pb2_grpc
+from protos.tensors import CHUNK_BYTES
+
+WATCH_TIMEOUT_S = 24 * 3600.0
+TRANSFER_TIMEOUT_S = 3600.0
+
+
+class FarmError(Exception):
+    """The coordinator refused a call; str() is one line fit for the terminal."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class CoordinatorUnreachable(FarmError):
+    """No answer from the coordinator (down, wrong address, network, deadline)."""
+
+
+class BlobCorrupt(FarmError):
+    """Downloaded bytes do not hash to the sha256 that was asked for."""
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def translate(exc: grpc.RpcError, address: str) -> FarmError:
+    """Map a gRPC error to the CLI's exceptions with a one-line message."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = _one_line(exc.details() if hasattr(exc, "details") else str(exc))
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        why = "timed out" if code == grpc.StatusCode.DEADLINE_EXCEEDED else "unavailable"
+        return CoordinatorUnreachable(f"coordinator at {address} is unreachable ({why})", code)
+    name = code.name if code is not None else "ERROR"
+    return FarmError(f"{name}: {details}" if details else name, code)
+
+
+def blob_chunks(data: bytes, sha: str) -> Iterator[farm_pb2.BlobChunk]:
+    """~1 MiB chunks; the first names the sha256 so the receiver can verify."""
+    view = memoryview(data)
+    yield farm_pb2.BlobChunk(sha256=sha, data=bytes(view[:CHUNK_BYTES]))
+    for i in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+        yield farm_pb2.BlobChunk(data=bytes(view[i : i + CHUNK_BYTES]))
+
+
+def receive_blob(stream: Iterator[farm_pb2.BlobChunk], sha: str) -> bytes:
+    """Join a GetBlob stream and refuse it unless it hashes to sha."""
+    hasher = hashlib.sha256()
+    parts = []
+    for chunk in stream:
+        hasher.update(chunk.data)
+        parts.append(chunk.data)
+    actual = hasher.hexdigest()
+    if actual != sha:
+        raise BlobCorrupt(f"blob {sha[:12]} arrived corrupt (got {actual[:12]})")
+    return b"".join(parts)
+
+
+class FarmClient:
+    """One channel to the coordinator; methods return plain dicts / ids."""
+
+    def __init__(self, address: str, token: str, timeout: float = 10.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._metadata = auth_metadata(token)
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._client = farm_pb2_grpc.FarmClientStub(self._channel)
+        self._blobs = farm_pb2_grpc.FarmBlobsStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> FarmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method, request, timeout: float | None = None):
+        try:
+            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise translate(exc, self.address) from None
+
+    def _stream(self, method, request, timeout: float) -> Iterator[Any]:
+        try:
+            yield from method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise translate(exc, self.address) from None
+
+    def submit(self, spec: dict) -> str:
+        reply = self._call(self._client.Submit, farm_pb2.SubmitRequest(spec_json=json.dumps(spec)))
+        return reply.render_id
+
+    def get(self, render_id: str) -> dict:
+        return json.loads(
+            self._call(self._client.GetRender, farm_pb2.RenderRequest(render_id=render_id)).json
+        )
+
+    def list(self, limit: int = 50) -> list[dict]:
+        reply = self._call(self._client.ListRenders, farm_pb2.ListRendersRequest(limit=limit))
+        return [json.loads(r.json) for r in reply.renders]
+
+    def watch(self, render_id: str, after: str = "0", timeout: float = WATCH_TIMEOUT_S) -> Iterator[dict]:
+        """Events as dicts (with "_id" = stream id) until the render is terminal."""
+        request = farm_pb2.WatchRequest(render_id=render_id, after_event_id=after)
+        for event in self._stream(self._client.Watch, request, timeout):
+            payload = json.loads(event.json) if event.json else {}
+            payload.setdefault("_id", event.id)
+            yield payload
+
+    def cancel(self, render_id: str) -> bool:
+        return self._call(self._client.Cancel, farm_pb2.RenderRequest(render_id=render_id)).cancelled
+
+    def fetch_output(self, render_id: str, path: Path, timeout: float = TRANSFER_TIMEOUT_S) -> Path:
+        """Download the render's mp4 to path (written to a temp name, then renamed)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".part")
+        try:
+            with open(tmp, "wb") as f:
+                request = farm_pb2.RenderRequest(render_id=render_id)
+                for chunk in self._stream(self._client.FetchOutput, request, timeout):
+                    f.write(chunk.data)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
+    def put_blob(self, data: bytes, timeout: float = TRANSFER_TIMEOUT_S) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        reply = self._call(self._blobs.PutBlob, blob_chunks(data, sha), timeout=timeout)
+        return reply.sha256
+
+    def get_blob(self, sha: str, timeout: float = TRANSFER_TIMEOUT_S) -> bytes:
+        return receive_blob(self._stream(self._blobs.GetBlob, farm_pb2.BlobRequest(sha256=sha), timeout), sha)
+
+    def workers(self) -> list[dict]:
+        reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())
+        return [json.loads(w.json) for w in reply.workers]

@@ -1,0 +1,260 @@
+"""Tiled video VAE decode: latent tile plan, pixel blend masks, and a streaming frame blender.
+
+Pure numpy. Workers decode tiles independently; the coordinator blends with FrameBlender, which
+applies tiles strictly in tile order (so the result never depends on arrival order) and emits
+finished frames as soon as no later tile can touch them. Layout facts follow the reference
+(ltx-core video_vae tiling: symmetric overlaps, causal temporal split, the x8 / x32 mappings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ltx_engine.tiling import Interval
+
+F32 = np.float32
+TIME_FACTOR = 8
+SPACE_FACTOR = 32
+
+
+@dataclass(frozen=True)
+class DecodeTileSizes:
+    """Tile sizes in pixels: frames/overlap in time, side/overlap in space (the long side's tile)."""
+
+    frames: int = 80
+    frames_overlap: int = 24
+    spatial: int = 768
+    spatial_overlap: int = 64
+
+    def __post_init__(self) -> None:
+        _check_axis("temporal", self.frames, self.frames_overlap, TIME_FACTOR, 2 * TIME_FACTOR)
+        _check_axis("spatial", self.spatial, self.spatial_overlap, SPACE_FACTOR, 2 * SPACE_FACTOR)
+
+
+def _check_axis(name: str, size: int, overlap: int, factor: int, minimum: int) -> None:
+    if size < minimum or size % factor:
+        raise ValueError(f"{name} tile size must be >= {minimum} and divisible by {factor}, got {size}")
+    if overlap < 0 or overlap % factor:
+        raise ValueError(f"{name} overlap must be >= 0 and divisible by {factor}, got {overlap}")
+    if size <= overlap:
+        raise ValueError(f"{name} tile size {size} must be larger than its overlap {overlap}")
+
+
+def split_symmetric(size: int, overlap: int, length: int) -> list[Interval]:
+    """Tiles of `size` with `overlap`, the last ending at `length`; one tile when length <= size."""
+    if size <= overlap:
+        raise ValueError(f"tile size {size} must be larger than its overlap {overlap}")
+    if length <= size:
+        return [Interval(0, length, 0, 0)]
+    stride = size - overlap
+    amount = (length + size - 2 * overlap - 1) // stride
+    return [
+        Interval(
+            i * stride,
+            length if i == amount - 1 else i * stride + size,
+            0 if i == 0 else overlap,
+            0 if i == amount - 1 else overlap,
+        )
+        for i in range(amount)
+    ]
+
+
+def split_temporal_causal(size: int, overlap: int, length: int) -> list[Interval]:
+    """Symmetric split where every tile after the first starts one latent earlier, left ramp + 1."""
+    ivs = split_symmetric(size, overlap, length)
+    return [ivs[0]] + [Interval(iv.start - 1, iv.end, iv.left_ramp + 1, iv.right_ramp) for iv in ivs[1:]]
+
+
+def trapezoid(length: int, left: int, right: int, left_from_zero: bool) -> np.ndarray:
+    """1-D ramp mask as the reference: left k/(l+1) (or k/l from 0 for causal time), right mirrored."""
+    if length <= 0:
+        raise ValueError("mask length must be positive")
+    left, right = max(0, min(left, length)), max(0, min(right, length))
+    mask = np.ones(length, dtype=np.float64)
+    if left:
+        k = (
+            np.arange(0, left, dtype=np.float64)
+            if left_from_zero
+            else np.arange(1, left + 1, dtype=np.float64)
+        )
+        mask[:left] *= k / (left if left_from_zero else left + 1)
+    if right:
+        mask[length - right :] *= np.arange(right, 0, -1, dtype=np.float64) / (right + 1)
+    return mask.astype(F32)
+
+
+def temporal_pixel_span(iv: Interval) -> tuple[int, int, np.ndarray]:
+    """Latent [b, e) -> pixel frames [8b, 1 + 8(e-1)); left ramp 1 + 8(l-1) from 0, right ramp 8r."""
+    start, stop = iv.start * TIME_FACTOR, 1 + (iv.end - 1) * TIME_FACTOR
+    left = 0 if iv.left_ramp == 0 else 1 + (iv.left_ramp - 1) * TIME_FACTOR
+    return start, stop, trapezoid(stop - start, left, iv.right_ramp * TIME_FACTOR, True)
+
+
+def spatial_pixel_span(iv: Interval) -> tuple[int, int, np.ndarray]:
+    """Latent [b, e) -> pixels [32b, 32e) with ramps x32."""
+    start, stop = iv.start * SPACE_FACTOR, iv.end * SPACE_FACTOR
+    return (
+        start,
+        stop,
+        trapezoid(stop - start, iv.left_ramp * SPACE_FACTOR, iv.right_ramp * SPACE_FACTOR, False),
+    )
+
+
+@dataclass(frozen=True)
+class DecodeTile:
+    """One decode tile: latent intervals (f, h, w), pixel spans [start, stop) and 1-D pixel masks."""
+
+    index: int
+    latent: tuple[Interval, Interval, Interval]
+    pixel: tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+    masks_1d: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    def latent_slices(self) -> tuple[slice, slice, slice]:
+        return tuple(slice(iv.start, iv.end) for iv in self.latent)  # type: ignore[return-value]
+
+    def pixel_slices(self) -> tuple[slice, slice, slice]:
+        return tuple(slice(a, b) for a, b in self.pixel)  # type: ignore[return-value]
+
+    @property
+    def pixel_shape(self) -> tuple[int, int, int]:
+        return tuple(b - a for a, b in self.pixel)  # type: ignore[return-value]
+
+    def mask(self) -> np.ndarray:
+        """Separable (frames, height, width) pixel blend mask."""
+        mf, mh, mw = self.masks_1d
+        return (mf[:, None, None] * mh[None, :, None]) * mw[None, None, :]
+
+
+def latent_tile_sizes(latent_grid: tuple[int, int, int], sizes: DecodeTileSizes) -> tuple[int, int, int, int]:
+    """(time size, time overlap, height size, width size) in latents.
+
+    Spatial tiles are scaled from the long side (round(size * axis / long)), never below overlap + 1;
+    the spatial overlap in latents is sizes.spatial_overlap // 32.
+    """
+    _, h, w = latent_grid
+    long_side = max(h, w)
+    size, ov = sizes.spatial // SPACE_FACTOR, sizes.spatial_overlap // SPACE_FACTOR
+    lower = max(2, ov + 1)
+    h_size = max(lower, round(size * h / long_side))
+    w_size = max(lower, round(size * w / long_side))
+    return sizes.frames // TIME_FACTOR, sizes.frames_overlap // TIME_FACTOR, h_size, w_size
+
+
+def plan_decode_tiles(latent_shape: Sequence[int], sizes: DecodeTileSizes | None = None) -> list[DecodeTile]:
+    """Decode tiles of a (..., F, H, W) latent, numbered frames -> height -> width; None = one tile."""
+    f, h, w = (int(x) for x in latent_shape[-3:])
+    if min(f, h, w) < 1:
+        raise ValueError(f"latent grid must be positive, got {(f, h, w)}")
+    if sizes is None:
+        axes = [[Interval(0, f, 0, 0)], [Interval(0, h, 0, 0)], [Interval(0, w, 0, 0)]]
+    else:
+        t_size, t_ov, h_size, w_size = latent_tile_sizes((f, h, w), sizes)
+        s_ov = sizes.spatial_overlap // SPACE_FACTOR
+        t_ivs = [Interval(0, f, 0, 0)] if f <= t_size else split_temporal_causal(t_size, t_ov, f)
+        axes = [t_ivs, split_symmetric(h_size, s_ov, h), split_symmetric(w_size, s_ov, w)]
+    tiles: list[DecodeTile] = []
+    for fi in axes[0]:
+        t0, t1, mf = temporal_pixel_span(fi)
+        for hi in axes[1]:
+            h0, h1, mh = spatial_pixel_span(hi)
+            for wi in axes[2]:
+                w0, w1, mw = spatial_pixel_span(wi)
+                tiles.append(
+                    DecodeTile(len(tiles), (fi, hi, wi), ((t0, t1), (h0, h1), (w0, w1)), (mf, mh, mw))
+                )
+    return tiles
+
+
+def pixel_frames(latent_frames: int) -> int:
+    return 1 + (latent_frames - 1) * TIME_FACTOR
+
+
+class FrameBlender:
+    """Blends decoded tiles (B, C, f, h, w) in tile order and yields finished frames (B, C, H, W) in order.
+
+    Tiles may arrive in any order; they are applied strictly by index. The accumulator spans only the
+    frames of the current temporal window (plus its overlap with the previous one).
+    """
+
+    def __init__(self, tiles: Sequence[DecodeTile], batch: int = 1, channels: int = 3) -> None:
+        if not tiles or [t.index for t in tiles] != list(range(len(tiles))):
+            raise ValueError("tiles must be a non-empty plan numbered 0..n-1")
+        self._tiles = list(tiles)
+        self._bc = (batch, channels)
+        self._hw = (max(t.pixel[1][1] for t in tiles), max(t.pixel[2][1] for t in tiles))
+        self.total_frames = max(t.pixel[0][1] for t in tiles)
+        self._pending: dict[int, np.ndarray] = {}
+        self._next = 0
+        self._emitted = 0
+        self._base = 0
+        self._acc = np.zeros((*self._bc, 0, *self._hw), dtype=F32)
+        self._wsum = np.zeros((0, *self._hw), dtype=F32)
+
+    @property
+    def done(self) -> bool:
+        return self._emitted == self.total_frames
+
+    def add(self, index: int, pixels: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Take tile `index`'s decoded pixels; return (frame_index, frame) pairs that are now final."""
+        if not 0 <= index < len(self._tiles) or index < self._next or index in self._pending:
+            raise ValueError(f"unexpected or duplicate decode tile {index}")
+        tile = self._tiles[index]
+        want = (*self._bc, *tile.pixel_shape)
+        if tuple(pixels.shape) != want:
+            raise ValueError(f"tile {index} pixels {pixels.shape} != expected {want}")
+        self._pending[index] = pixels
+        out: list[tuple[int, np.ndarray]] = []
+        while self._next in self._pending:
+            self._apply(self._tiles[self._next], self._pending.pop(self._next))
+            self._next += 1
+            out.extend(self._flush())
+        return out
+
+    def _grow(self, stop: int) -> None:
+        have = self._base + self._acc.shape[2]
+        if stop <= have:
+            return
+        extra = stop - have
+        self._acc = np.concatenate([self._acc, np.zeros((*self._bc, extra, *self._hw), F32)], axis=2)
+        self._wsum = np.concatenate([self._wsum, np.zeros((extra, *self._hw), F32)], axis=0)
+
+    def _apply(self, tile: DecodeTile, pixels: np.ndarray) -> None:
+        (t0, t1), (h0, h1), (w0, w1) = tile.pixel
+        if t0 < self._emitted:
+            raise ValueError(f"tile {tile.index} reaches frame {t0}, already emitted")
+        self._grow(t1)
+        mask = tile.mask()
+        ts = slice(t0 - self._base, t1 - self._base)
+        self._acc[:, :, ts, h0:h1, w0:w1] += pixels.astype(F32) * mask[None, None]
+        self._wsum[ts, h0:h1, w0:w1] += mask
+
+    def _flush(self) -> list[tuple[int, np.ndarray]]:
+        """Emit frames no later tile can touch; drop them from the window."""
+        ready = self.total_frames
+        if self._next < len(self._tiles):
+            ready = min(t.pixel[0][0] for t in self._tiles[self._next :])
+        out = []
+        for fr in range(self._emitted, ready):
+            i = fr - self._base
+            frame = self._acc[:, :, i] / np.maximum(self._wsum[i], F32(1e-8))[None, None]
+            out.append((fr, frame.astype(F32)))
+        if ready > self._emitted:
+            cut = ready - self._base
+            self._acc, self._wsum = self._acc[:, :, cut:].copy(), self._wsum[cut:].copy()
+            self._base = self._emitted = ready
+        return out
+
+
+def blend_decoded(
+    tiles: Sequence[DecodeTile], outputs: Sequence[np.ndarray]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Blend a full set of decoded tiles (in tile order) and yield every frame in order."""
+    if len(outputs) != len(tiles):
+        raise ValueError(f"{len(outputs)} outputs for {len(tiles)} tiles")
+    b, c = outputs[0].shape[:2]
+    blender = FrameBlender(tiles, b, c)
+    for i, out in enumerate(outputs):
+        yield from blender.add(i, out)

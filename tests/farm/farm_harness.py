@@ -1,0 +1,93 @@
+"""A real farm for tests: throwaway Redis, the coordinator's gRPC server in-process, worker subprocesses."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from farm_cli.client import FarmClient
+from farm_cli.remote import latents_from_outputs
+from protos.tensors import decode_tensor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_worker(address: str, token: str, packs: Path, name: str, data: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "worker.agent", "--coordinator", address, "--token", token, "--packs-dir",
+           str(packs), "--worker-id", name, "--cache-dir", str(data / f"cache-{name}"), "--wait-ms", "500"]
+    log = open(data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+
+@contextlib.contextmanager
+def farm(store, data: Path, packs: Path, workers: int, lease_ms: int = 30_000) -> Iterator[tuple[FarmClient, list]]:
+    from coordinator.auth import load_or_create_token
+    from coordinator.server import serve, stop
+
+    token = load_or_create_token(data)
+    server, port = serve(store, data, "127.0.0.1", 0, token, lease_ms=lease_ms, expiry_interval_s=0.2)
+    address = f"127.0.0.1:{port}"
+    procs = {f"w{i + 1}": start_worker(address, token, packs, f"w{i + 1}", data) for i in range(workers)}
+    client = FarmClient(address, token, timeout=30)
+    try:
+        yield client, procs
+    finally:
+        client.close()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        stop(server)
+
+
+def wait_done(client: FarmClient, render_id: str, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    for _event in client.watch(render_id, timeout=timeout):
+        if time.monotonic() > deadline:
+            break
+    render = client.get(render_id)
+    assert render["state"] == "done", (render.get("state"), render.get("error"), dump_logs(render))
+    return render
+
+
+def dump_logs(render: dict) -> str:
+    return render.get("error") or ""
+
+
+def farm_results(client: FarmClient, render: dict) -> dict[str, np.ndarray]:
+    """Stage latents and decoded frames of a finished farm render."""
+    outputs = {t["id"]: t.get("outputs") or {} for t in render["tasks"]}
+    fetch = lambda sha: decode_tensor(client.get_blob(sha))  # noqa: E731
+    arrays = latents_from_outputs(outputs, render["id"], fetch)
+    arrays["frames"] = fetch(outputs[f"{render['id']}.decode"]["frames"])
+    return arrays
+
+
+def local_results(outputs: dict, blobs) -> dict[str, np.ndarray]:
+    arrays = latents_from_outputs(outputs, "local", blobs.get)
+    arrays["frames"] = blobs.get(outputs["local.decode"]["frames"])
+    return arrays
+
+
+def assert_identical(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+        assert np.array_equal(a[name], b[name]), f"{name} differs: max {np.abs(a[name] - b[name]).max()}"
+
+
+def clean(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

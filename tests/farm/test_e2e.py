@@ -1,0 +1,75 @@
+"""One render through the real farm (throwaway Redis, gRPC coordinator, worker subprocesses, MLX on the
+tiny pack) must equal `farm render --local` bit for bit, also when a worker is killed mid-stage-1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import av
+import pytest
+
+from farm_cli.local import render_local
+from tests.farm.farm_harness import assert_identical, farm, farm_results, local_results, wait_done
+
+SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3, "pack": "tiny"}
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_packs, local_runner, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "b.mp4"
+    path, outputs, blobs = render_local(SPEC, out, local_runner)
+    return path, local_results(outputs, blobs)
+
+
+@pytest.mark.timeout(420)
+def test_farm_render_equals_local_reference(store, tmp_data, tiny_packs, reference, tmp_path):
+    local_mp4, local_arrays = reference
+    with farm(store, tmp_data, tiny_packs, workers=2) as (client, _procs):
+        render_id = client.submit(dict(SPEC))
+        render = wait_done(client, render_id)
+        arrays = farm_results(client, render)
+        mp4 = client.fetch_output(render_id, tmp_path / "a.mp4")
+    assert_identical(arrays, local_arrays)
+    with av.open(str(mp4)) as container:
+        video = container.streams.video[0]
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        assert len(frames) == 25 and frames[0].shape == (256, 384, 3)
+        assert float(video.average_rate) == 24.0
+        assert len(container.streams.audio) == 1
+    with av.open(str(local_mp4)) as container:
+        local_frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert all((a == b).all() for a, b in zip(frames, local_frames, strict=True))
+    workers = {t["worker"] for t in render["tasks"]}
+    assert workers <= {"w1", "w2"}
+
+
+@pytest.mark.timeout(420)
+def test_killed_worker_loses_nothing(store, tmp_data, tiny_packs, reference):
+    _, local_arrays = reference
+    with farm(store, tmp_data, tiny_packs, workers=2, lease_ms=3000) as (client, procs):
+        render_id = client.submit(dict(SPEC))
+        killed: list[str] = []
+
+        def killer() -> None:
+            for event in client.watch(render_id):
+                if event.get("type") == "task_leased" and str(event.get("task", "")).endswith(".stage1"):
+                    worker = event["worker"]
+                    time.sleep(0.15)  # let it get into the denoising loop
+                    os.kill(procs[worker].pid, signal.SIGKILL)
+                    killed.append(worker)
+                    return
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        render = wait_done(client, render_id)
+        thread.join(timeout=5)
+        events = list(client.watch(render_id))
+        arrays = farm_results(client, render)
+    assert killed, "the stage-1 lease was never seen"
+    stage1 = next(t for t in render["tasks"] if t["id"].endswith(".stage1"))
+    assert stage1["worker"] != killed[0] and int(stage1["attempts"]) >= 2
+    assert any(e.get("type") == "task_expired" and e.get("task", "").endswith(".stage1") for e in events)
+    assert_identical(arrays, local_arrays)

@@ -1,0 +1,290 @@
+"""The coordinator over real gRPC: fencing, result checking, submit/watch/cancel, unreachable
+coordinators, and a real worker subprocess running tasks end to end (with a small test runner)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from coordinator.auth import auth_metadata
+from coordinator.redis_server import free_port
+from coordinator.server import serve, stop
+from farm_cli.client import CoordinatorUnreachable, FarmClient, FarmError
+from protos import farm_pb2, farm_pb2_grpc
+from protos.tensors import encode_tensor
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "test-token-server"
+CAP = "test-cap"
+
+
+class EchoRunner:
+    """A runner for worker-protocol tests (the real one needs model packs). Loaded by the worker
+    subprocess through its hidden --runner option."""
+
+    def __init__(self, packs_dir: Path | None = None) -> None:
+        self.packs_dir = packs_dir
+
+    def capabilities(self) -> dict:
+        return {"packs": ["tiny"], "memory_bytes": 1 << 34, "capabilities": [CAP]}
+
+    def run(self, kind: str, params: dict, inputs: dict, progress: Callable, cancelled: Callable):
+        if kind == "frames":
+            frames = np.linspace(0, 1, 4 * 32 * 32 * 3, dtype=np.float32).reshape(4, 32, 32, 3)
+            return {"frames": frames + inputs["bias"]}, {"seconds": 0.0, "peak_memory_bytes": 0}
+        if kind == "sleep":
+            for step in range(600):
+                if cancelled():
+                    raise RuntimeError("cancelled")
+                progress(step, 600)
+                time.sleep(0.05)
+        raise ValueError(f"unknown kind {kind}")
+
+
+@pytest.fixture
+def farm(store, tmp_data: Path) -> Iterator[tuple[str, object]]:
+    server, port = serve(store, tmp_data, token=TOKEN, lease_ms=1500, expiry_interval_s=0.1)
+    yield f"127.0.0.1:{port}", store
+    stop(server, grace=0)
+
+
+def _worker_stub(address: str) -> tuple[grpc.Channel, farm_pb2_grpc.FarmWorkerStub]:
+    channel = grpc.insecure_channel(address)
+    return channel, farm_pb2_grpc.FarmWorkerStub(channel)
+
+
+def _lease(stub, worker_id: str, wait_ms: int = 2000) -> farm_pb2.LeaseReply:
+    request = farm_pb2.LeaseRequest(worker_id=worker_id, capabilities=[CAP], wait_ms=wait_ms)
+    return stub.Lease(request, timeout=wait_ms / 1000 + 5, metadata=auth_metadata(TOKEN))
+
+
+def _task(task_id: str, kind: str, expect: dict, **extra) -> dict:
+    return {
+        "id": task_id,
+        "kind": kind,
+        "capability": CAP,
+        "params": {"expect": expect, **extra},
+        "inputs": {},
+    }
+
+
+def test_stale_fence_is_refused_over_grpc(farm) -> None:
+    address, store = farm
+    store.create_render("r1", {"frame_rate": 24}, [_task("r1.a", "x", {}), _task("r1.b", "x", {})])
+    channel, stub = _worker_stub(address)
+    md = auth_metadata(TOKEN)
+    with channel:
+        first = _lease(stub, "w-old")
+        assert first.has_task and first.task_id == "r1.a"
+        time.sleep(2.0)  # no heartbeat: the lease (1.5 s) expires and the task is re-queued
+        second = _lease(stub, "w-new")
+        assert second.task_id == "r1.a" and second.fence > first.fence and second.attempts == 2
+        beat = farm_pb2.HeartbeatRequest(task_id="r1.a", worker_id="w-old", fence=first.fence)
+        assert stub.Heartbeat(beat, timeout=5, metadata=md).status == farm_pb2.STALE
+        late = farm_pb2.CompleteRequest(
+            task_id="r1.a", worker_id="w-old", fence=first.fence, metrics_json="{}"
+        )
+        assert stub.Complete(late, timeout=5, metadata=md).status == farm_pb2.STALE
+        fail = farm_pb2.FailRequest(task_id="r1.a", worker_id="w-old", fence=first.fence, error="late")
+        assert stub.Fail(fail, timeout=5, metadata=md).status == farm_pb2.STALE
+        beat.worker_id, beat.fence = "w-new", second.fence
+        assert stub.Heartbeat(beat, timeout=5, metadata=md).status == farm_pb2.OK
+        good = farm_pb2.CompleteRequest(
+            task_id="r1.a", worker_id="w-new", fence=second.fence, metrics_json="{}"
+        )
+        assert stub.Complete(good, timeout=5, metadata=md).status == farm_pb2.OK
+    assert store.get_task("r1.a")["state"] == "done"
+
+
+def test_result_with_wrong_dtype_or_shape_is_refused_and_requeued(farm) -> None:
+    address, store = farm
+    expect = {"out": {"dtype": "float32", "shape": [2, -1]}}
+    store.create_render("r2", {"frame_rate": 24}, [_task("r2.a", "x", expect), _task("r2.b", "x", {})])
+    md = auth_metadata(TOKEN)
+    channel, stub = _worker_stub(address)
+    with channel, FarmClient(address, TOKEN, timeout=10) as client:
+        bad_results = [
+            ({"out": client.put_blob(encode_tensor(np.zeros((2, 3), np.float64)))}, "dtype float64"),
+            ({"out": client.put_blob(encode_tensor(np.zeros((3, 3), np.float32)))}, "shape [3, 3]"),
+            ({"out": "ab" * 32}, "never uploaded"),
+            ({}, "missing outputs: out"),
+        ]
+        for attempt, (outputs, why) in enumerate(bad_results, start=1):
+            lease = _lease(stub, "w1")
+            assert lease.task_id == "r2.a" and lease.attempts == attempt
+            request = farm_pb2.CompleteRequest(
+                task_id="r2.a", worker_id="w1", fence=lease.fence, outputs=outputs
+            )
+            reply = stub.Complete(request, timeout=5, metadata=md)
+            if attempt < 3:
+                assert reply.status == farm_pb2.REQUEUED, why
+                assert why in reply.message
+                assert store.get_task("r2.a")["state"] == "queued"
+            else:  # max_attempts (3) used up: the refusal fails the task and the render
+                assert reply.status == farm_pb2.FAILED
+                break
+    assert store.get_task("r2.a")["state"] == "failed"
+    assert store.get_render("r2")["state"] == "failed"
+
+
+def test_good_result_commits(farm) -> None:
+    address, store = farm
+    expect = {"out": {"dtype": "float32", "shape": [2, -1]}, "ctx": {"dtype": "float32", "shape": []}}
+    store.create_render("r3", {}, [_task("r3.a", "x", expect), _task("r3.b", "x", {})])
+    channel, stub = _worker_stub(address)
+    with channel, FarmClient(address, TOKEN, timeout=10) as client:
+        sha = client.put_blob(encode_tensor(np.ones((2, 5), np.float32)))
+        ctx = client.put_blob(encode_tensor(np.ones((1, 7, 3), np.float32)))  # [] = dtype only
+        lease = _lease(stub, "w1")
+        request = farm_pb2.CompleteRequest(
+            task_id=lease.task_id, worker_id="w1", fence=lease.fence, outputs={"out": sha, "ctx": ctx}
+        )
+        assert stub.Complete(request, timeout=5, metadata=auth_metadata(TOKEN)).status == farm_pb2.OK
+    assert store.get_task("r3.a")["outputs"] == {"out": sha, "ctx": ctx}
+
+
+def test_unreachable_coordinator_is_one_line() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with FarmClient(address, TOKEN, timeout=1.0) as client, pytest.raises(CoordinatorUnreachable) as info:
+        client.list()
+    assert time.monotonic() - start < 10
+    message = str(info.value)
+    assert address in message and "\n" not in message and "Traceback" not in message
+
+
+def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) -> None:
+    pytest.importorskip("coordinator.planner")
+    address, store = farm
+    with FarmClient(address, TOKEN, timeout=10) as client:
+        with pytest.raises(FarmError) as info:
+            client.submit({"prompt": "a cat", "no_such_field": 1})
+        assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in str(info.value)
+        assert client.list() == []
+        with pytest.raises(FarmError, match="never uploaded"):
+            client.submit({"prompt": "a cat", "image": {"blob": "cd" * 32}})
+        assert client.list() == []
+        render_id = client.submit({"prompt": "a cat", "pack": "tiny"})
+        record = client.get(render_id)
+        assert record["state"] == "queued" and record["tasks"]
+        with pytest.raises(FarmError) as early:
+            client.fetch_output(render_id, store_path := tmp_path / "nope.mp4")
+        assert early.value.code == grpc.StatusCode.FAILED_PRECONDITION and not store_path.exists()
+        assert client.cancel(render_id) is True
+        events = list(client.watch(render_id, timeout=20))
+        assert events and events[-1]["type"] == "render_cancelled"
+        assert [r["id"] for r in client.list()] == [render_id]
+
+
+def _start_worker(address: str, tmp_path: Path, worker_id: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
+        "FARM_TOKEN": TOKEN,
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "worker.agent",
+            "--coordinator",
+            address,
+            "--worker-id",
+            worker_id,
+            "--runner",
+            "test_server:EchoRunner",
+            "--cache-dir",
+            str(tmp_path / worker_id),
+            "--wait-ms",
+            "1000",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _stop_worker(proc: subprocess.Popen) -> tuple[int, str]:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    return proc.returncode, out
+
+
+def test_worker_subprocess_renders_to_mp4_and_obeys_cancel(farm, tmp_path: Path) -> None:
+    pytest.importorskip("av")
+    address, store = farm
+    worker = _start_worker(address, tmp_path, "mac-1")
+    try:
+        with FarmClient(address, TOKEN, timeout=10) as client:
+            bias = client.put_blob(encode_tensor(np.zeros((1,), np.float32)))
+            decode = {
+                "id": "rv.decode",
+                "kind": "frames",
+                "capability": CAP,
+                "inputs": {"bias": {"blob": bias}},
+                "params": {
+                    "product": "video",
+                    "expect": {"frames": {"dtype": "float32", "shape": [4, 32, 32, 3]}},
+                },
+            }
+            store.create_render("rv", {"frame_rate": 24.0}, [decode])
+            events = [e["type"] for e in client.watch("rv", timeout=60)]
+            assert "task_done" in events, events
+            record = client.get("rv")
+            assert record["state"] == "done", record
+            out = client.fetch_output("rv", tmp_path / "rv.mp4")
+            assert out.read_bytes()[4:8] == b"ftyp"
+            assert [w["id"] for w in client.workers()] == ["mac-1"]
+
+            store.create_render(
+                "rc", {}, [{"id": "rc.sleep", "kind": "sleep", "capability": CAP, "params": {}}]
+            )
+            _wait(lambda: (store.get_task("rc.sleep").get("progress") or {}).get("step"), 15, "progress")
+            assert client.cancel("rc") is True
+            _wait(lambda: store.get_task("rc.sleep")["state"] == "cancelled", 15, "the worker to stop")
+            assert worker.poll() is None  # the worker survives a cancel and keeps serving
+    finally:
+        code, output = _stop_worker(worker)
+    assert code == 0, output
+    assert "rc.sleep: cancelled" in output, output
+
+
+def test_worker_waits_for_a_coordinator_that_comes_late(store, tmp_data: Path, tmp_path: Path) -> None:
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    worker = _start_worker(address, tmp_path, "mac-late")
+    try:
+        time.sleep(1.5)
+        assert worker.poll() is None
+        server, bound = serve(store, tmp_data, port=port, token=TOKEN)
+        assert bound == port
+        try:
+            _wait(lambda: [w for w in store.list_workers() if w["id"] == "mac-late"], 30, "registration")
+        finally:
+            stop(server, grace=0)
+    finally:
+        code, output = _stop_worker(worker)
+    assert code == 0, output
+    assert "unreachable" in output
+    assert store.list_workers()[0]["info"]["capabilities"] == [CAP]

@@ -1,0 +1,334 @@
+"""`farm worker`: the agent on each Mac. It pulls tasks; it never talks to Redis.
+
+Loop: register (capabilities from Runner.capabilities()) -> long-poll Lease -> fetch inputs
+(verified, cached by sha256) -> Runner.run with a heartbeat thread reporting step progress ->
+upload outputs -> Complete with the lease's fence. A heartbeat answer of CANCEL or STALE stops the
+run: the work is discarded and reported, never committed. When the coordinator is away the agent
+backs off and re-registers; SIGTERM/SIGINT stop it cleanly (a running task is handed back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from coordinator.auth import CHANNEL_OPTIONS, auth_metadata, read_token
+from protos import farm_pb2, farm_pb2_grpc
+from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, encode_tensor
+from worker.blobcache import BlobCache
+
+log = logging.getLogger("farm.worker")
+
+RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+RPC_TIMEOUT_S = 30.0
+TRANSFER_TIMEOUT_S = 1800.0
+DEFAULT_CAPABILITIES = ("mlx",)
+
+
+class StopRun(Exception):
+    """Raised inside progress() to unwind a run the coordinator no longer wants."""
+
+
+def lease_capabilities(caps: dict) -> list[str]:
+    """Ready queues this worker serves: the runner's explicit list, else the MLX queue (planner.CAPABILITY)."""
+    explicit = caps.get("capabilities")
+    if isinstance(explicit, list) and explicit:
+        return [str(c) for c in explicit]
+    return list(DEFAULT_CAPABILITIES)
+
+
+def load_runner(spec: str | None, packs_dir: Path | None) -> Any:
+    """The real worker.runner.Runner, or `module:attr` (a factory taking packs_dir) for experiments."""
+    if not spec:
+        from worker.runner import Runner
+
+        return Runner(packs_dir)
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)(packs_dir)
+
+
+class _Heartbeat(threading.Thread):
+    """Extends the lease every heartbeat_ms and carries progress; flags cancel/stale."""
+
+    def __init__(self, agent: Agent, lease: farm_pb2.LeaseReply, interval_s: float) -> None:
+        super().__init__(name=f"heartbeat-{lease.task_id}", daemon=True)
+        self.agent, self.lease, self.interval_s = agent, lease, interval_s
+        self.progress: dict = {}
+        self.stop_reason: str | None = None
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            request = farm_pb2.HeartbeatRequest(
+                task_id=self.lease.task_id,
+                worker_id=self.agent.worker_id,
+                fence=self.lease.fence,
+                progress_json=json.dumps(self.progress),
+            )
+            try:
+                reply = self.agent.worker.Heartbeat(
+                    request, timeout=RPC_TIMEOUT_S, metadata=self.agent.metadata
+                )
+            except grpc.RpcError as exc:  # coordinator away: keep working, the next beat may land
+                log.warning("heartbeat for %s failed: %s", self.lease.task_id, exc.code())
+                continue
+            if reply.status in (farm_pb2.CANCEL, farm_pb2.STALE):
+                self.stop_reason = "cancelled" if reply.status == farm_pb2.CANCEL else "lease lost (stale)"
+                log.info("task %s: %s", self.lease.task_id, self.stop_reason)
+                return
+
+    def finish(self) -> None:
+        self._done.set()
+        self.join(5)
+
+
+class Agent:
+    """One worker process: a channel to the coordinator, a runner, a blob cache."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        runner: Any,
+        *,
+        worker_id: str | None = None,
+        cache_dir: Path | None = None,
+        wait_ms: int = 10_000,
+    ) -> None:
+        self.address = address
+        self.runner = runner
+        self.worker_id = worker_id or socket.gethostname().split(".")[0]
+        self.metadata = auth_metadata(token)
+        self.wait_ms = wait_ms
+        self.cache = BlobCache(cache_dir or Path.home() / ".cache" / "ltx-farm" / "blobs")
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.worker = farm_pb2_grpc.FarmWorkerStub(self.channel)
+        self.blobs = farm_pb2_grpc.FarmBlobsStub(self.channel)
+        self.stopping = threading.Event()
+        self.capabilities: dict = {}
+        self.heartbeat_ms = 10_000
+        self.tasks_done = 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self, max_tasks: int | None = None) -> int:
+        """Serve until stopped. Returns a process exit code."""
+        backoff = 0.5
+        registered = False
+        while not self.stopping.is_set():
+            try:
+                if not registered:
+                    self.register()
+                    registered = True
+                    backoff = 0.5
+                lease = self.lease()
+                if lease is not None:
+                    self.run_task(lease)
+                    self.tasks_done += 1
+                    if max_tasks is not None and self.tasks_done >= max_tasks:
+                        break
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    log.error("coordinator refused our token; check --token / --token-file")
+                    return 2
+                if exc.code() not in RETRY_CODES and exc.code() != grpc.StatusCode.CANCELLED:
+                    log.error("coordinator error %s: %s", exc.code(), exc.details())
+                else:
+                    log.warning("coordinator at %s unreachable; retrying in %.1fs", self.address, backoff)
+                registered = False
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 15.0)
+        self.channel.close()
+        return 0
+
+    def register(self) -> None:
+        self.capabilities = dict(self.runner.capabilities())
+        request = farm_pb2.WorkerInfo(
+            worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities)
+        )
+        reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
+        self.heartbeat_ms = int(reply.heartbeat_ms) or max(1, int(reply.lease_ms) // 3)
+        log.info("registered %s with %s (heartbeat %d ms)", self.worker_id, self.address, self.heartbeat_ms)
+
+    def lease(self) -> farm_pb2.LeaseReply | None:
+        """Long poll, abandoned promptly when the agent is asked to stop."""
+        request = farm_pb2.LeaseRequest(
+            worker_id=self.worker_id, capabilities=lease_capabilities(self.capabilities), wait_ms=self.wait_ms
+        )
+        future = self.worker.Lease.future(request, timeout=self.wait_ms / 1000 + 10, metadata=self.metadata)
+        while not future.done():
+            if self.stopping.wait(0.1):
+                future.cancel()
+                return None
+        reply = future.result()
+        return reply if reply.has_task else None
+
+    # ------------------------------------------------------------------ one task
+
+    def run_task(self, lease: farm_pb2.LeaseReply) -> str:
+        """Run one leased task to a reported end. Returns the coordinator's final status name."""
+        log.info("task %s (%s) of %s, attempt %d", lease.task_id, lease.kind, lease.render_id, lease.attempts)
+        beat = _Heartbeat(self, lease, self.heartbeat_ms / 1000.0)
+        beat.start()
+
+        def progress(step: int, total: int) -> None:
+            beat.progress = {"step": int(step), "total": int(total)}
+
+        def cancelled() -> bool:
+            return beat.stop_reason is not None or self.stopping.is_set()
+
+        try:
+            inputs = {name: self.fetch_input(sha) for name, sha in lease.inputs.items()}
+            outputs, metrics = self.runner.run(
+                lease.kind, json.loads(lease.params_json or "{}"), inputs, progress, cancelled
+            )
+            if cancelled():
+                return self._report_fail(lease, self._stop_reason(beat), retryable=True)
+            shas = {name: self.put_blob(encode_tensor(np.asarray(arr))) for name, arr in outputs.items()}
+            request = farm_pb2.CompleteRequest(
+                task_id=lease.task_id,
+                worker_id=self.worker_id,
+                fence=lease.fence,
+                outputs=shas,
+                metrics_json=json.dumps(metrics, default=float),
+            )
+            reply = self._retrying(self.worker.Complete, request)
+            status = farm_pb2.TaskStatus.Name(reply.status)
+            if reply.message:
+                log.warning("task %s result refused: %s", lease.task_id, reply.message)
+            log.info("task %s: %s", lease.task_id, status)
+            return status
+        except grpc.RpcError as exc:
+            if exc.code() in RETRY_CODES or exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise  # coordinator away: the run loop backs off; the lease expires and is re-queued
+            return self._report_fail(lease, f"coordinator refused: {exc.code().name}: {exc.details()}", True)
+        except Exception as exc:
+            if cancelled():
+                return self._report_fail(lease, self._stop_reason(beat), retryable=True)
+            log.exception("task %s failed", lease.task_id)
+            error = f"{type(exc).__name__}: {exc}"
+            return self._report_fail(lease, error, retryable=bool(getattr(exc, "retryable", True)))
+        finally:
+            beat.finish()
+
+    def _stop_reason(self, beat: _Heartbeat) -> str:
+        return beat.stop_reason or "worker shutting down"
+
+    def _report_fail(self, lease: farm_pb2.LeaseReply, error: str, retryable: bool) -> str:
+        request = farm_pb2.FailRequest(
+            task_id=lease.task_id,
+            worker_id=self.worker_id,
+            fence=lease.fence,
+            error=error[:4000],
+            retryable=retryable,
+        )
+        reply = self._retrying(self.worker.Fail, request)
+        return farm_pb2.TaskStatus.Name(reply.status)
+
+    def _retrying(self, method: Callable, request: Any, attempts: int = 6) -> Any:
+        """Results are idempotent under the fence, so a lost reply is safe to resend."""
+        delay = 0.5
+        for attempt in range(attempts):
+            try:
+                return method(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
+            except grpc.RpcError as exc:
+                if exc.code() not in RETRY_CODES or attempt == attempts - 1:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ blobs
+
+    def fetch_blob(self, sha: str) -> bytes:
+        """From the local cache, else streamed from the coordinator and verified."""
+        data = self.cache.get(sha)
+        if data is not None:
+            return data
+        hasher, parts = hashlib.sha256(), []
+        stream = self.blobs.GetBlob(
+            farm_pb2.BlobRequest(sha256=sha), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata
+        )
+        for chunk in stream:
+            hasher.update(chunk.data)
+            parts.append(chunk.data)
+        if hasher.hexdigest() != sha:
+            raise OSError(f"blob {sha[:12]} arrived corrupt")
+        data = b"".join(parts)
+        self.cache.put(sha, data)
+        return data
+
+    def fetch_input(self, sha: str) -> np.ndarray:
+        data = self.fetch_blob(sha)
+        if data[: len(MAGIC)] == MAGIC:
+            return decode_tensor(data)
+        return np.frombuffer(data, dtype=np.uint8)  # raw file inputs (e.g. a conditioning image)
+
+    def put_blob(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+
+        def chunks() -> Iterator[farm_pb2.BlobChunk]:
+            view = memoryview(data)
+            yield farm_pb2.BlobChunk(sha256=sha, data=bytes(view[:CHUNK_BYTES]))
+            for i in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+                yield farm_pb2.BlobChunk(data=bytes(view[i : i + CHUNK_BYTES]))
+
+        reply = self.blobs.PutBlob(chunks(), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata)
+        return reply.sha256
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token:
+        return args.token
+    if args.token_file:
+        return read_token(args.token_file)
+    if os.environ.get("FARM_TOKEN"):
+        return os.environ["FARM_TOKEN"]
+    raise SystemExit("farm worker: give --token, --token-file or FARM_TOKEN")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="farm worker", description="Run a farm worker on this Mac.")
+    parser.add_argument("--coordinator", required=True, help="HOST:PORT of the coordinator")
+    parser.add_argument("--token", default=None)
+    parser.add_argument("--token-file", type=Path, default=None)
+    parser.add_argument("--worker-id", default=None)
+    parser.add_argument("--packs-dir", type=Path, default=None)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--wait-ms", type=int, default=10_000)
+    parser.add_argument("--max-tasks", type=int, default=None)
+    parser.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:factory, for tests
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    agent = Agent(
+        args.coordinator,
+        _token(args),
+        load_runner(args.runner, args.packs_dir),
+        worker_id=args.worker_id,
+        cache_dir=args.cache_dir,
+        wait_ms=args.wait_ms,
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop())
+    return agent.run(max_tasks=args.max_tasks)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""The worker's local blob cache: content-addressed files so repeated inputs (text embeddings,
+conditioning, a step's shared latent) are fetched from the coordinator once.
+
+Every read re-verifies the sha256, so a corrupted cache file is dropped and fetched again rather
+than silently fed to a model. Least-recently-used files are evicted above max_bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+DEFAULT_MAX_BYTES = 8 * 1024**3
+
+
+class BlobCache:
+    """sha256 -> bytes on local disk, verified on every read."""
+
+    def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+
+    def _path(self, sha: str) -> Path:
+        if not _SHA_RE.match(sha or ""):
+            raise ValueError(f"not a sha256 hex digest: {sha!r:.80}")
+        return self.root / sha[:2] / sha[2:]
+
+    def get(self, sha: str) -> bytes | None:
+        """Cached bytes, or None when absent or corrupt (a corrupt file is removed)."""
+        path = self._path(sha)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if hashlib.sha256(data).hexdigest() != sha:
+            path.unlink(missing_ok=True)
+            return None
+        os.utime(path)  # LRU by mtime
+        return data
+
+    def put(self, sha: str, data: bytes) -> None:
+        """Keep verified bytes (refuses bytes that do not hash to sha)."""
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise ValueError(f"refusing to cache blob {sha[:12]}: content does not match")
+        if len(data) > self.max_bytes:
+            return
+        path = self._path(sha)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.evict()
+
+    def evict(self) -> None:
+        """Drop least-recently-used blobs until the cache fits max_bytes."""
+        with self._lock:
+            files = []
+            for p in self.root.glob("??/*"):
+                if p.name.startswith(".tmp-"):
+                    continue
+                try:
+                    st = p.stat()
+                except FileNotFoundError:
+                    continue
+                files.append((st.st_mtime, st.st_size, p))
+            total = sum(size for _, size, _ in files)
+            for _, size, p in sorted(files, key=lambda f: f[0]):
+                if total <= self.max_bytes:
+                    break
+                p.unlink(missing_ok=True)
+                total -= size
