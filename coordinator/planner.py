@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ltx_engine.sampling import DISTILLED_SIGMAS, STAGE_2_DISTILLED_SIGMAS
+from ltx_engine import tdp
+from ltx_engine.sampling import DISTILLED_SIGMAS, STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
 
 CAPABILITY = "mlx"
+COORDINATOR = "coordinator"  # tasks the coordinator's reducer runs (pure math between tiled forwards)
 SPATIAL_FACTOR = 32
 TEMPORAL_FACTOR = 8
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -28,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     "pack": "tiny",
     "image": None,
     "audio": True,
+    "stage2_tiles": None,     # None: one stage-2 task; "auto" | "HxW" | "FxHxW": tiled data parallel
+    "tile_overlap": 5,
+    "stage2_sigmas": None,
 }
 
 
@@ -85,6 +90,24 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
     _check_fleet(spec, fleet)
+    _check_tiling(spec, fleet)
+
+
+def _check_tiling(spec: dict, fleet: list[dict]) -> None:
+    """Resolve `auto` against the fleet (recorded in the spec) and refuse tilings that cannot split."""
+    if spec.get("stage2_tiles") is None:
+        return
+    holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
+    try:
+        counts = tdp.parse_tile_counts(str(spec["stage2_tiles"]), len(holders))
+        grid = (latent_frames(spec["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
+        tdp.plan(grid, counts, int(spec["tile_overlap"]))
+    except ValueError as exc:
+        raise SpecError(f"stage-2 tiling: {exc}") from exc
+    spec["stage2_tiles"] = "x".join(str(n) for n in counts)
+    sigmas = spec.get("stage2_sigmas")
+    if sigmas is not None and (len(sigmas) < 2 or float(sigmas[-1]) != 0.0):
+        raise SpecError("stage-2 sigmas must have at least two values and end with 0")
 
 
 def _check_fleet(spec: dict, fleet: list[dict]) -> None:
@@ -157,11 +180,15 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
     s1 = f"{rid}.stage1"
     tasks.append(_task(rid, "upsample", "upsample_spatial", {
         "pack": pack, "expect": {"latent": _expect("float32", *shape2)}}, {"latent": _ref(s1, "video_latent")}))
-    tasks.append(_task(rid, "stage2", "denoise_stage2", {
-        "pack": pack, "seed": seed, "frames": spec["frames"], "fps": fps, "height": spec["height"],
-        "width": spec["width"], "sigmas": list(STAGE_2_DISTILLED_SIGMAS), "audio_frames": a_lat, "noise_stream": 1, **image_params,
-        "expect": {"video_latent": _expect("float32", *shape2)}},
-        {**ctx, **cond2, "latent": _ref(f"{rid}.upsample", "latent"), "audio_latent": _ref(s1, "audio_latent")}))
+    stage2_params = {"pack": pack, "seed": seed, "frames": spec["frames"], "fps": fps, "height": spec["height"],
+                     "width": spec["width"], "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
+                     "noise_stream": 1, **image_params}
+    stage2_inputs = {**cond2, "latent": _ref(f"{rid}.upsample", "latent"), "audio_latent": _ref(s1, "audio_latent")}
+    if spec.get("stage2_tiles") is None:
+        tasks.append(_task(rid, "stage2", "denoise_stage2", {
+            **stage2_params, "expect": {"video_latent": _expect("float32", *shape2)}}, {**ctx, **stage2_inputs}))
+    else:
+        tasks.extend(plan_tiled_stage2(rid, spec, stage2_params, stage2_inputs, ctx))
     tasks.append(_task(rid, "decode", "decode_video", {
         "pack": pack, "product": "video",
         "expect": {"frames": _expect("float32", spec["frames"], spec["height"], spec["width"], 3)}},
@@ -171,6 +198,47 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": _expect("float32", -1, -1),
                                                          "sample_rate": _expect("int32", 1)}},
             {"latent": _ref(s1, "audio_latent")}))
+    return tasks
+
+
+def stage2_sigmas(spec: dict) -> list[float]:
+    """Explicit --stage2-sigmas; else upstream's TDP schedule when tiled, the distilled one when not."""
+    if spec.get("stage2_sigmas"):
+        return [float(x) for x in spec["stage2_sigmas"]]
+    tiled = spec.get("stage2_tiles") not in (None, "1x1", "1x1x1")
+    return list(TDP_STAGE_2_SIGMAS if tiled else STAGE_2_DISTILLED_SIGMAS)
+
+
+def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+    """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator)."""
+    grid = (latent_frames(spec["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
+    counts = tdp.parse_tile_counts(spec["stage2_tiles"])
+    tiles = tdp.plan(grid, counts, int(spec["tile_overlap"]))
+    geometry = {"grid": list(grid), "counts": list(counts), "overlap": int(spec["tile_overlap"]), "sigmas": params["sigmas"]}
+    prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
+    state = ("latent", "clean", "mask", "positions")
+    audio = {k: _ref(prep, k) for k in ("audio_latent", "audio_mask", "audio_positions")}
+    tasks = [_task(rid, "stage2.prep", "stage_prepare", {**params, "expect": {}}, inputs),
+             _task(rid, "stage2.cut", "tdp_cut", {**geometry, "expect": {}}, {k: _ref(prep, k) for k in state[1:]}
+                   | {"latent": _ref(prep, "latent")})]
+    tasks[-1]["capability"] = COORDINATOR
+    source, latent_src = cut, prep
+    steps = len(params["sigmas"]) - 1
+    for step in range(steps):
+        for tile in tiles:
+            tile_in = {k: _ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
+            info = {"step": step, "tile_index": tile.index, "grid": list(grid), "tile": {
+                axis: [iv.start, iv.end] for axis, iv in zip(("frames", "height", "width"), tile.intervals, strict=True)}}
+            tasks.append(_task(rid, f"stage2.s{step}.t{tile.index}", "transformer_forward", {
+                "pack": params["pack"], "sigma": float(params["sigmas"][step]), **info,
+                "expect": {"velocity": _expect("float32", 1, -1, -1)}}, {**tile_in, **audio, **ctx}))
+        last = step == steps - 1
+        name = "stage2" if last else f"stage2.s{step}"
+        step_in = {f"v{t.index}": _ref(f"{rid}.stage2.s{step}.t{t.index}", "velocity") for t in tiles}
+        step_in |= {k: _ref(prep, k) for k in state[1:]} | {"latent": _ref(latent_src, "latent")}
+        tasks.append(_task(rid, name, "tdp_step", {**geometry, "step": step, "expect": {}}, step_in))
+        tasks[-1]["capability"] = COORDINATOR
+        source = latent_src = f"{rid}.{name}"
     return tasks
 
 

@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.auth import SERVER_OPTIONS, TokenInterceptor, load_or_create_token
 from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
+from coordinator.reducer import ReducerThread
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES
@@ -329,6 +330,10 @@ def serve(
     scheduler.start()
     server.farm_scheduler = scheduler  # type: ignore[attr-defined]
     server.farm_health = health_servicer  # type: ignore[attr-defined]
+    reducer = ReducerThread(store, blobs)
+    reducer.on_render_ready = scheduler.start_assembly
+    reducer.start()
+    server.farm_reducer = reducer  # type: ignore[attr-defined]
     log.info("coordinator listening on %s:%d", host, bound)
     return server, bound
 
@@ -339,6 +344,9 @@ def stop(server: grpc.Server, grace: float = 2.0) -> None:
     if health_servicer is not None:
         health_servicer.enter_graceful_shutdown()
     server.stop(grace).wait()
+    reducer = getattr(server, "farm_reducer", None)
+    if reducer is not None:
+        reducer.stop()
     scheduler = getattr(server, "farm_scheduler", None)
     if scheduler is not None:
         scheduler.stop()

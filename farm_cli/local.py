@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.assembler import assemble
-from coordinator.planner import normalize_spec, plan_render, product_outputs, validate_spec
+from coordinator.planner import COORDINATOR, normalize_spec, plan_render, product_outputs, validate_spec
+from coordinator.reducer import run_reduce_task
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
 from worker.runner import Runner
 
@@ -47,7 +48,10 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
             if on_event:
                 on_event({"type": "task_progress", "task": task_id, "step": step, "steps": steps})
 
-        result, metrics = runner.run(task["kind"], task["params"], inputs, progress)
+        if task["capability"] == COORDINATOR:
+            result, metrics = run_reduce_task(task["kind"], task["params"], inputs), {}
+        else:
+            result, metrics = runner.run(task["kind"], task["params"], inputs, progress)
         outputs[task["id"]] = {name: blobs.put(array) for name, array in result.items()}
         if on_event:
             on_event({"type": "task_done", "task": task["id"], "kind": task["kind"], **metrics})

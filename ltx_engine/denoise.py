@@ -16,30 +16,9 @@ import numpy as np
 
 from ltx_engine import sampling
 from ltx_engine.sampling import LatentState
+from ltx_engine.tokens import patchify_audio, patchify_video
 
 Forward = Callable[[LatentState, LatentState | None, float], tuple[np.ndarray, np.ndarray | None]]
-
-
-def patchify_video(latent: np.ndarray) -> np.ndarray:
-    """(B, C, F, H, W) → (B, F*H*W, C), token index f*H*W + h*W + w."""
-    b, c = latent.shape[:2]
-    return np.ascontiguousarray(latent.reshape(b, c, -1).transpose(0, 2, 1))
-
-
-def unpatchify_video(tokens: np.ndarray, grid: tuple[int, int, int]) -> np.ndarray:
-    b, _, c = tokens.shape
-    return np.ascontiguousarray(tokens.transpose(0, 2, 1).reshape(b, c, *grid))
-
-
-def patchify_audio(latent: np.ndarray) -> np.ndarray:
-    """(B, C, T, M) → (B, T, C*M) (channels slowest, mel fastest, as the reference)."""
-    b, c, t, m = latent.shape
-    return np.ascontiguousarray(latent.transpose(0, 2, 1, 3).reshape(b, t, c * m))
-
-
-def unpatchify_audio(tokens: np.ndarray, channels: int) -> np.ndarray:
-    b, t, cm = tokens.shape
-    return np.ascontiguousarray(tokens.reshape(b, t, channels, cm // channels).transpose(0, 2, 1, 3))
 
 
 @dataclass
@@ -117,32 +96,53 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
     return video, audio.noised(anoise, sigma0)
 
 
-def modality(state: LatentState, sigma: float, context: np.ndarray, mask: np.ndarray | None):
-    """A transformer Modality from a numpy state at `sigma` (per-token timesteps = sigma * mask)."""
+def modality(latent: np.ndarray, timesteps: np.ndarray, positions: np.ndarray, sigma: float,
+             context: np.ndarray, mask: np.ndarray | None):
+    """A transformer Modality from numpy tokens, per-token timesteps (B, T) and positions."""
     from ltx_engine.models.transformer import Modality
 
-    timesteps = sampling.timesteps_from_mask(state.denoise_mask, sigma)[..., 0]
     return Modality(
-        latent=mx.array(state.latent),
-        sigma=mx.array(np.full((state.latent.shape[0],), sigma, np.float32)),
+        latent=mx.array(latent),
+        sigma=mx.array(np.full((latent.shape[0],), sigma, np.float32)),
         timesteps=mx.array(timesteps),
-        positions=mx.array(state.positions),
+        positions=mx.array(positions),
         context=mx.array(context),
         context_mask=None if mask is None else mx.array(mask),
     )
+
+
+def state_modality(state: LatentState, sigma: float, context: np.ndarray, mask: np.ndarray | None):
+    """A Modality from a numpy state at `sigma` (per-token timesteps = sigma * denoise mask)."""
+    timesteps = sampling.timesteps_from_mask(state.denoise_mask, sigma)[..., 0]
+    return modality(state.latent, timesteps, state.positions, sigma, context, mask)
+
+
+def _run_model(model, v_mod, a_mod) -> tuple[np.ndarray, np.ndarray | None]:
+    v_out, a_out = model(v_mod, a_mod)
+    mx.eval(v_out, a_out) if a_out is not None else mx.eval(v_out)
+    v_np = np.array(v_out.astype(mx.float32))
+    return v_np, None if a_out is None else np.array(a_out.astype(mx.float32))
+
+
+def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts: dict[str, np.ndarray]) -> np.ndarray:
+    """Video velocity of one forward on a token set (a tile): latent/timesteps/positions plus the
+    untiled audio tokens as context (their output is not needed: stage-2 audio is frozen)."""
+    mask = contexts.get("context_mask")
+    v_mod = modality(tokens["latent"], tokens["timesteps"], tokens["positions"], sigma, contexts["video_context"], mask)
+    a_mod = None
+    if "audio_latent" in tokens:
+        a_t = sampling.timesteps_from_mask(tokens["audio_mask"], sigma)[..., 0]
+        a_mod = modality(tokens["audio_latent"], a_t, tokens["audio_positions"], sigma, contexts["audio_context"], mask)
+    return _run_model(model, v_mod, a_mod)[0]
 
 
 def model_forward(model, video: LatentState, audio: LatentState | None, sigma: float,
                   contexts: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
     """Velocities of one forward, as float32 numpy."""
     mask = contexts.get("context_mask")
-    v_mod = modality(video, sigma, contexts["video_context"], mask)
-    a_mod = None if audio is None else modality(audio, sigma, contexts["audio_context"], mask)
-    v_out, a_out = model(v_mod, a_mod)
-    mx.eval(v_out, a_out) if a_out is not None else mx.eval(v_out)
-    v_np = np.array(v_out.astype(mx.float32))
-    a_np = None if a_out is None else np.array(a_out.astype(mx.float32))
-    return v_np, a_np
+    v_mod = state_modality(video, sigma, contexts["video_context"], mask)
+    a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
+    return _run_model(model, v_mod, a_mod)
 
 
 def step_states(video: LatentState, audio: LatentState | None, velocities: tuple, sigmas: list[float],

@@ -20,16 +20,11 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine.denoise import (
-    StageInputs,
-    build_stage_states,
-    run_denoise,
-    unpatchify_audio,
-    unpatchify_video,
-)
+from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise
 from ltx_engine.media import image_to_pixels
 from ltx_engine.pack import Pack
 from ltx_engine.registry import ModelRegistry
+from ltx_engine.tokens import unpatchify_audio, unpatchify_video
 
 Progress = Callable[[int, int], None]
 
@@ -39,6 +34,7 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "denoise_stage1": ("transformer",),
     "denoise_stage2": ("transformer",),
     "transformer_forward": ("transformer",),
+    "stage_prepare": (),
     "upsample_spatial": ("spatial_upscaler", "vae_decoder"),
     "decode_video": ("vae_decoder",),
     "decode_audio": ("audio_vae", "vocoder"),
@@ -82,11 +78,19 @@ class Engine:
         video, _ = run_denoise(video, audio, inputs.sigmas, self._forward_fn(pack, inputs), progress)
         return {"video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid)}
 
-    def forward(self, pack: Pack, video, audio, sigma: float, contexts: dict) -> tuple[np.ndarray, np.ndarray | None]:
-        """One transformer forward on explicit token sets (LatentState-like); returns velocities."""
-        from ltx_engine.denoise import model_forward
+    def prepare_stage(self, pack: Pack, inputs: StageInputs) -> dict[str, np.ndarray]:
+        """The initial (noised) state of a stage as token arrays, for a stage run as tiled steps."""
+        video, audio = build_stage_states(inputs, self._latent_channels(pack))
+        return {"latent": video.latent, "clean": video.clean_latent, "mask": video.denoise_mask,
+                "positions": video.positions, "audio_latent": audio.latent, "audio_mask": audio.denoise_mask,
+                "audio_positions": audio.positions}
 
-        return model_forward(self.model(pack, "transformer"), video, audio, sigma, contexts)
+    def forward(self, pack: Pack, tokens: dict[str, np.ndarray], sigma: float,
+                contexts: dict[str, np.ndarray]) -> np.ndarray:
+        """One transformer forward on a token set (a stage-2 tile); returns the video velocity."""
+        from ltx_engine.denoise import forward_tokens
+
+        return forward_tokens(self.model(pack, "transformer"), tokens, sigma, contexts)
 
     def _forward_fn(self, pack: Pack, inputs: StageInputs):
         model = self.model(pack, "transformer")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -36,6 +35,7 @@ log = logging.getLogger("farm.worker")
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 RPC_TIMEOUT_S = 30.0
 TRANSFER_TIMEOUT_S = 1800.0
+STOP_GRACE_S = 1.0  # on stop, how long an in-flight Lease reply may take to land
 DEFAULT_CAPABILITIES = ("mlx",)
 
 
@@ -51,14 +51,11 @@ def lease_capabilities(caps: dict) -> list[str]:
     return list(DEFAULT_CAPABILITIES)
 
 
-def load_runner(spec: str | None, packs_dir: Path | None) -> Any:
-    """The real worker.runner.Runner, or `module:attr` (a factory taking packs_dir) for experiments."""
-    if not spec:
-        from worker.runner import Runner
+def load_runner(packs_dir: Path | None) -> Any:
+    """The real worker.runner.Runner over packs_dir (imported late: it loads MLX)."""
+    from worker.runner import Runner
 
-        return Runner(packs_dir)
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)(packs_dir)
+    return Runner(packs_dir)
 
 
 class _Heartbeat(threading.Thread):
@@ -168,17 +165,28 @@ class Agent:
         log.info("registered %s with %s (heartbeat %d ms)", self.worker_id, self.address, self.heartbeat_ms)
 
     def lease(self) -> farm_pb2.LeaseReply | None:
-        """Long poll, abandoned promptly when the agent is asked to stop."""
+        """Long poll, abandoned promptly when the agent is asked to stop. A lease granted as the agent stops
+        is let land (briefly) and handed straight back, so it is not stranded until its deadline."""
         request = farm_pb2.LeaseRequest(
             worker_id=self.worker_id, capabilities=lease_capabilities(self.capabilities), wait_ms=self.wait_ms
         )
         future = self.worker.Lease.future(request, timeout=self.wait_ms / 1000 + 10, metadata=self.metadata)
         while not future.done():
             if self.stopping.wait(0.1):
-                future.cancel()
-                return None
+                try:
+                    future.result(timeout=STOP_GRACE_S)
+                except grpc.FutureTimeoutError:
+                    future.cancel()
+                    return None
+                break
         reply = future.result()
-        return reply if reply.has_task else None
+        if not reply.has_task:
+            return None
+        if self.stopping.is_set():
+            log.info("task %s leased as we stop: handing it back", reply.task_id)
+            self._report_fail(reply, "worker shutting down", retryable=True)
+            return None
+        return reply
 
     # ------------------------------------------------------------------ one task
 
@@ -240,7 +248,11 @@ class Agent:
             retryable=retryable,
         )
         reply = self._retrying(self.worker.Fail, request)
-        return farm_pb2.TaskStatus.Name(reply.status)
+        status = farm_pb2.TaskStatus.Name(reply.status)
+        log.info(
+            "task %s reported failed (%s): %s", lease.task_id, error.splitlines()[0] if error else "", status
+        )
+        return status
 
     def _retrying(self, method: Callable, request: Any, attempts: int = 6) -> Any:
         """Results are idempotent under the fence, so a lost reply is safe to resend."""
@@ -314,13 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--wait-ms", type=int, default=10_000)
     parser.add_argument("--max-tasks", type=int, default=None)
-    parser.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:factory, for tests
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent = Agent(
         args.coordinator,
         _token(args),
-        load_runner(args.runner, args.packs_dir),
+        load_runner(args.packs_dir),
         worker_id=args.worker_id,
         cache_dir=args.cache_dir,
         wait_ms=args.wait_ms,

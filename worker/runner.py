@@ -117,6 +117,15 @@ class Runner:
     def _run_denoise_stage2(self, pack, params, inputs, step):
         return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
 
+    def _run_stage_prepare(self, pack, params, inputs, step):
+        return self.engine.prepare_stage(pack, self._stage(pack, params, inputs))
+
+    def _run_transformer_forward(self, pack, params, inputs, step):
+        tokens = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
+        velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs))
+        step(1, 1)
+        return {"velocity": velocity}
+
     def _run_upsample_spatial(self, pack, params, inputs, step):
         return {"latent": self.engine.upsample_spatial(pack, inputs["latent"])}
 

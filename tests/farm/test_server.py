@@ -1,14 +1,12 @@
-"""The coordinator over real gRPC: fencing, result checking, submit/watch/cancel, unreachable
-coordinators, and a real worker subprocess running tasks end to end (with a small test runner)."""
+"""The coordinator over real gRPC: fencing, result checking, submit/watch/cancel, unreachable coordinators.
+
+These tests act as the worker themselves (raw Lease/Complete/Fail calls with hand-made tasks) to pin the
+protocol; real worker subprocesses running the real runner are in test_worker_real.py."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -22,32 +20,8 @@ from farm_cli.client import CoordinatorUnreachable, FarmClient, FarmError
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import encode_tensor
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-server"
 CAP = "test-cap"
-
-
-class EchoRunner:
-    """A runner for worker-protocol tests (the real one needs model packs). Loaded by the worker
-    subprocess through its hidden --runner option."""
-
-    def __init__(self, packs_dir: Path | None = None) -> None:
-        self.packs_dir = packs_dir
-
-    def capabilities(self) -> dict:
-        return {"packs": ["tiny"], "memory_bytes": 1 << 34, "capabilities": [CAP]}
-
-    def run(self, kind: str, params: dict, inputs: dict, progress: Callable, cancelled: Callable):
-        if kind == "frames":
-            frames = np.linspace(0, 1, 4 * 32 * 32 * 3, dtype=np.float32).reshape(4, 32, 32, 3)
-            return {"frames": frames + inputs["bias"]}, {"seconds": 0.0, "peak_memory_bytes": 0}
-        if kind == "sleep":
-            for step in range(600):
-                if cancelled():
-                    raise RuntimeError("cancelled")
-                progress(step, 600)
-                time.sleep(0.05)
-        raise ValueError(f"unknown kind {kind}")
 
 
 @pytest.fixture
@@ -183,108 +157,3 @@ def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) 
         events = list(client.watch(render_id, timeout=20))
         assert events and events[-1]["type"] == "render_cancelled"
         assert [r["id"] for r in client.list()] == [render_id]
-
-
-def _start_worker(address: str, tmp_path: Path, worker_id: str) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
-        "FARM_TOKEN": TOKEN,
-    }
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "worker.agent",
-            "--coordinator",
-            address,
-            "--worker-id",
-            worker_id,
-            "--runner",
-            "test_server:EchoRunner",
-            "--cache-dir",
-            str(tmp_path / worker_id),
-            "--wait-ms",
-            "1000",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _wait(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _stop_worker(proc: subprocess.Popen) -> tuple[int, str]:
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=20)
-    return proc.returncode, out
-
-
-def test_worker_subprocess_renders_to_mp4_and_obeys_cancel(farm, tmp_path: Path) -> None:
-    pytest.importorskip("av")
-    address, store = farm
-    worker = _start_worker(address, tmp_path, "mac-1")
-    try:
-        with FarmClient(address, TOKEN, timeout=10) as client:
-            bias = client.put_blob(encode_tensor(np.zeros((1,), np.float32)))
-            decode = {
-                "id": "rv.decode",
-                "kind": "frames",
-                "capability": CAP,
-                "inputs": {"bias": {"blob": bias}},
-                "params": {
-                    "product": "video",
-                    "expect": {"frames": {"dtype": "float32", "shape": [4, 32, 32, 3]}},
-                },
-            }
-            store.create_render("rv", {"frame_rate": 24.0}, [decode])
-            events = [e["type"] for e in client.watch("rv", timeout=60)]
-            assert "task_done" in events, events
-            record = client.get("rv")
-            assert record["state"] == "done", record
-            out = client.fetch_output("rv", tmp_path / "rv.mp4")
-            assert out.read_bytes()[4:8] == b"ftyp"
-            assert [w["id"] for w in client.workers()] == ["mac-1"]
-
-            store.create_render(
-                "rc", {}, [{"id": "rc.sleep", "kind": "sleep", "capability": CAP, "params": {}}]
-            )
-            _wait(lambda: (store.get_task("rc.sleep").get("progress") or {}).get("step"), 15, "progress")
-            assert client.cancel("rc") is True
-            _wait(lambda: store.get_task("rc.sleep")["state"] == "cancelled", 15, "the worker to stop")
-            assert worker.poll() is None  # the worker survives a cancel and keeps serving
-    finally:
-        code, output = _stop_worker(worker)
-    assert code == 0, output
-    assert "rc.sleep: cancelled" in output, output
-
-
-def test_worker_waits_for_a_coordinator_that_comes_late(store, tmp_data: Path, tmp_path: Path) -> None:
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    worker = _start_worker(address, tmp_path, "mac-late")
-    try:
-        time.sleep(1.5)
-        assert worker.poll() is None
-        server, bound = serve(store, tmp_data, port=port, token=TOKEN)
-        assert bound == port
-        try:
-            _wait(lambda: [w for w in store.list_workers() if w["id"] == "mac-late"], 30, "registration")
-        finally:
-            stop(server, grace=0)
-    finally:
-        code, output = _stop_worker(worker)
-    assert code == 0, output
-    assert "unreachable" in output
-    assert store.list_workers()[0]["info"]["capabilities"] == [CAP]

@@ -1,0 +1,217 @@
+// LTX farm dashboard: one page, no build step. Fetches JSON from /api, re-fetches on every SSE event.
+"use strict";
+
+const S = { renders: [], workers: [], summary: null, detail: null, selected: null, session: null, filter: "" };
+const $ = (id) => document.getElementById(id);
+
+function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") el.className = v;
+    else if (k === "style") el.style.cssText = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (v !== null && v !== undefined) el.setAttribute(k, v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid !== null && kid !== undefined) el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+
+function dur(s) {
+  if (s === null || s === undefined || !isFinite(s)) return "–";
+  s = Math.max(0, s);
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
+  return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+}
+function bytes(n) {
+  if (!n) return "0 B";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return n.toFixed(i ? 1 : 0) + " " + u[i];
+}
+const shortId = (id) => (id || "").replace(/^r\d{8}-/, "");
+const pill = (state) => h("span", { class: "pill " + state }, state);
+function bar(frac, cls) {
+  return h("div", { class: "bar" }, h("div", { class: "fill " + (cls || ""), style: `width:${(100 * frac).toFixed(1)}%` }));
+}
+
+async function api(path, opts) {
+  const res = await fetch(path, Object.assign({ credentials: "same-origin" }, opts || {}));
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+function csrf() {
+  const m = document.cookie.match(/(?:^|;\s*)farm_csrf=([^;]+)/);
+  return m ? decodeURIComponent(m[1]) : "";
+}
+async function post(path, body) {
+  try {
+    return await api(path, { method: "POST", body: JSON.stringify(body || {}),
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf() } });
+  } catch (e) { alert(path + ": " + e.message); return null; } finally { scheduleRefresh(); }
+}
+
+// ---------------------------------------------------------------- renders list
+function drawRenders() {
+  const q = S.filter.toLowerCase();
+  const rows = S.renders.filter((r) => !q || [r.id, r.state, r.current_stage_label, r.prompt, r.submitter]
+    .join(" ").toLowerCase().includes(q));
+  $("renders").tBodies[0].replaceChildren(...rows.map((r) => h("tr", {
+    class: r.id === S.selected ? "selected" : "", title: r.prompt,
+    onclick: () => { location.hash = "render=" + encodeURIComponent(r.id); },
+  }, h("td", {}, shortId(r.id)), h("td", {}, pill(r.state)), h("td", {}, r.current_stage_label || "–"),
+    h("td", {}, bar(r.progress, r.state === "failed" ? "failed" : ""), ), h("td", {}, dur(r.eta_s)),
+    h("td", {}, r.priority), h("td", {}, r.submitter || "–"), h("td", {}, dur(r.age_s)))));
+}
+
+// ---------------------------------------------------------------- one render
+function drawRender() {
+  const d = S.detail;
+  $("render-empty").classList.toggle("hidden", !!d);
+  $("render").classList.toggle("hidden", !d);
+  if (!d) return;
+  const r = d.render;
+  $("render-title").textContent = r.id;
+  $("render-sub").replaceChildren(pill(r.state), " ", r.prompt ? `“${r.prompt}”` : "",
+    r.spec.width ? `  ${r.spec.width}×${r.spec.height}, ${r.spec.frames} frames` : "");
+  $("render-bar").style.width = (100 * r.progress).toFixed(1) + "%";
+  $("render-meta").textContent = `${(100 * r.progress).toFixed(0)}% · ETA ${dur(r.eta_s)} · age ${dur(r.age_s)}`
+    + ` · priority ${r.priority}` + (r.submitter ? ` · by ${r.submitter}` : "") + (r.error ? ` · ${r.error}` : "");
+  drawActions(d);
+  $("preview").classList.toggle("hidden", !d.preview);
+  if (d.preview && $("preview-img").getAttribute("src") !== d.preview) $("preview-img").src = d.preview;
+  $("timeline").replaceChildren(...d.stages.map((s) => {
+    const prog = s.progress && s.progress.total ? ` step ${s.progress.step}/${s.progress.total}` : "";
+    const frac = s.total ? s.done / s.total : 0;
+    return h("div", { class: "stage" }, h("div", {}, s.label),
+      bar(s.state === "running" && !frac ? 0.03 : frac, s.state),
+      h("div", { class: "dur" }, `${s.done}/${s.total} ${s.duration_s !== null ? dur(s.duration_s) : s.state}${prog}`));
+  }));
+  const fails = d.tasks.filter((t) => t.error && (t.display === "failed" || t.display === "retried" || t.attempts > 1));
+  $("failures").replaceChildren(...fails.map((t) => h("div", { class: "fail" },
+    `${t.display.toUpperCase()} ${t.name} on ${t.worker || "?"} (attempt ${t.attempts}/${t.max_attempts}): ${t.error}`,
+    d.actions && t.display === "failed" ? [" ", h("button", { onclick: () => post(`/api/tasks/${t.id}/requeue`) }, "requeue")] : null)));
+  $("legend").replaceChildren(...["queued", "leased", "running", "done", "failed", "retried"]
+    .map((s) => h("span", { class: "tile-legend " + s, style: `background:var(--${s})` }, s)));
+  $("grids").replaceChildren(...d.grids.map((g) => drawGrid(g, r.spec)));
+}
+
+function drawActions(d) {
+  const r = d.render; const box = $("render-actions");
+  if (!d.actions) { box.replaceChildren(h("span", { class: "sub" }, "read-only")); return; }
+  const live = !["done", "failed", "cancelled"].includes(r.state);
+  const prio = h("input", { type: "number", value: r.priority });
+  box.replaceChildren(
+    live ? h("button", { class: "danger", onclick: () => confirm("Cancel " + r.id + "?") && post(`/api/renders/${r.id}/cancel`) }, "cancel") : null,
+    h("span", { class: "sub" }, "priority"), prio,
+    h("button", { onclick: () => post(`/api/renders/${r.id}/priority`, { priority: Number(prio.value) }) }, "set"));
+}
+
+function tileText(t) {
+  const lines = [`${t.name} (${t.kind}) — ${t.display}`, `worker: ${t.worker || "–"}`,
+    `attempts: ${t.attempts}/${t.max_attempts}`];
+  if (t.tile) lines.push(`frames ${t.tile.frames} · rows ${t.tile.height} · cols ${t.tile.width}`);
+  if (t.progress && t.progress.total) lines.push(`step ${t.progress.step}/${t.progress.total}`);
+  const fmt = (ms) => (ms ? new Date(ms).toLocaleTimeString() : "–");
+  lines.push(`queued ${fmt(t.queued_ms)} · leased ${fmt(t.leased_ms)} · done ${fmt(t.done_ms)}`);
+  if (t.seconds !== null && t.seconds !== undefined) lines.push(`ran ${dur(t.seconds)}`);
+  lines.push(`bytes in ${bytes(t.bytes_in)} · out ${bytes(t.bytes_out)}`);
+  if (t.peak_memory_bytes) lines.push(`peak memory ${bytes(t.peak_memory_bytes)}`);
+  if (t.error) lines.push(`error: ${t.error}`);
+  return lines.join("\n");
+}
+
+function drawGrid(g, spec) {
+  const width = g.tiled ? 240 : 120;
+  const aspect = g.aspect || (spec.height && spec.width ? spec.height / spec.width : 0.5625);
+  const rows = g.rows.map((row) => h("div", { class: "frame", style: `width:${width}px;height:${Math.round(width * aspect)}px` },
+    row.tiles.map((t) => {
+      const [x0, x1, y0, y1] = t.box;
+      let style = `left:${100 * x0}%;width:${100 * (x1 - x0)}%;top:${100 * y0}%;height:${100 * (y1 - y0)}%`;
+      if (t.display === "running" && t.progress.total) {
+        const p = (100 * t.progress.step / t.progress.total).toFixed(0);
+        style += `;background:linear-gradient(90deg,var(--done) ${p}%,var(--running) ${p}%)`;
+      }
+      const el = h("div", { class: `tile ${t.display}${t.attempts > 1 ? " reattempt" : ""}`, style,
+        "data-task": t.id, "data-state": t.display }, t.worker ? t.worker.replace(/^worker-/, "w") : "");
+      el.addEventListener("mousemove", (e) => showTip(e, tileText(t)));
+      el.addEventListener("mouseleave", hideTip);
+      return el;
+    })));
+  return h("div", { class: "grid" }, h("div", { class: "label" }, h("span", {}, g.label), h("span", {}, `${g.done}/${g.total}`)), rows);
+}
+
+function showTip(e, text) {
+  const tip = $("tooltip"); tip.textContent = text; tip.classList.remove("hidden");
+  tip.style.left = Math.min(e.clientX + 14, window.innerWidth - 390) + "px"; tip.style.top = (e.clientY + 14) + "px";
+}
+function hideTip() { $("tooltip").classList.add("hidden"); }
+
+// ---------------------------------------------------------------- workers and header
+function drawWorkers() {
+  $("workers").tBodies[0].replaceChildren(...S.workers.map((w) => h("tr", {},
+    h("td", {}, w.id), h("td", {}, w.host || "–"), h("td", {}, w.chip || "–"),
+    h("td", {}, w.memory_bytes ? bytes(w.memory_bytes) : "–"), h("td", {}, w.mlx_device || "–"), h("td", {}, pill(w.state)),
+    h("td", { title: w.current_task }, w.current_task || "–"), h("td", {}, w.tasks_done),
+    h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"), h("td", {}, w.failures),
+    h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) + " ago" : "–"))));
+}
+function drawStats() {
+  const m = S.summary; if (!m) return;
+  const q = Object.values(m.queue_depth).reduce((a, b) => a + b, 0);
+  const t = m.tasks_by_state;
+  $("farm-stats").replaceChildren(h("span", {}, "queue ", h("b", {}, q)),
+    h("span", {}, "running ", h("b", {}, (t.running || 0) + (t.leased || 0))), h("span", {}, "done ", h("b", {}, t.done || 0)),
+    h("span", {}, "failed ", h("b", {}, t.failed || 0)), h("span", {}, "workers ", h("b", {}, m.workers.length)),
+    h("span", {}, "moved ", h("b", {}, bytes(m.bytes_moved.in + m.bytes_moved.out))));
+}
+function drawSession() {
+  const s = S.session; if (!s) return;
+  $("login").classList.toggle("hidden", !s.actions_enabled || s.logged_in);
+  $("session").textContent = !s.actions_enabled ? "read-only" : s.logged_in ? "operator" : "";
+}
+
+// ---------------------------------------------------------------- data flow
+async function refresh() {
+  const sel = S.selected;
+  const [renders, workers, summary, detail] = await Promise.all([
+    api("/api/renders"), api("/api/workers"), api("/api/metrics-summary"),
+    sel ? api("/api/renders/" + encodeURIComponent(sel)).catch(() => null) : null]);
+  S.renders = renders.renders; S.workers = workers.workers; S.summary = summary;
+  if (sel === S.selected) S.detail = detail;
+  drawRenders(); drawRender(); drawWorkers(); drawStats();
+}
+let timer = null;
+function scheduleRefresh() {
+  if (timer) return;
+  timer = setTimeout(() => { timer = null; refresh().catch((e) => console.warn(e)); }, 250);
+}
+function route() {
+  const m = location.hash.match(/render=([^&]+)/);
+  S.selected = m ? decodeURIComponent(m[1]) : null; S.detail = null;
+  drawRender(); scheduleRefresh();
+}
+function connect() {
+  const es = new EventSource("/api/events");
+  es.onopen = () => $("live").classList.remove("off");
+  es.onmessage = () => scheduleRefresh();
+  es.onerror = () => $("live").classList.add("off");
+}
+
+async function init() {
+  $("filter").addEventListener("input", (e) => { S.filter = e.target.value; drawRenders(); });
+  $("login").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (await post("/api/login", { token: $("login-token").value })) { S.session = await api("/api/session"); drawSession(); }
+  });
+  window.addEventListener("hashchange", route);
+  S.session = await api("/api/session"); drawSession();
+  route();
+  await refresh();
+  connect();
+  setInterval(scheduleRefresh, 5000); // ages and heartbeats move without events
+}
+init().catch((e) => { document.body.prepend(h("div", { class: "fail" }, "dashboard failed: " + e.message)); });

@@ -1,0 +1,95 @@
+"""The reducer: the coordinator's own tasks between tiled forwards (cut a step's tile inputs; blend the
+tile outputs in tile order and take the sampler step). Pure numpy over `ltx_engine.tdp`.
+
+These tasks sit in the same stage graph as the workers' tasks, under the capability `coordinator`, and
+are leased with the same fencing as any other task by a thread of the coordinator process. `farm
+render --local` runs `run_reduce_task` on the same inputs, so both paths compute the same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+from ltx_engine import tdp
+from ltx_engine.tokens import unpatchify_video
+from protos.tensors import encode_tensor
+
+log = logging.getLogger(__name__)
+CAPABILITY = "coordinator"
+REDUCER_ID = "coordinator"
+
+
+def _sets(params: dict, positions: np.ndarray):
+    return tdp.token_sets(tuple(params["grid"]), tuple(params["counts"]), int(params["overlap"]), positions)
+
+
+def _tile_outputs(params: dict, latent: np.ndarray, mask: np.ndarray, positions: np.ndarray, sigma: float,
+                  sets) -> dict[str, np.ndarray]:
+    out = {}
+    for i, arrays in enumerate(tdp.step_tile_inputs(latent, mask, positions, sigma, sets)):
+        for name, array in arrays.items():
+            out[f"t{i}_{name}"] = array
+    return out
+
+
+def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of a coordinator task: `tdp_cut` (step 0's tile inputs) or `tdp_step` (blend + step)."""
+    positions, mask = inputs["positions"], inputs["mask"]
+    sets = _sets(params, positions)
+    sigmas = [float(s) for s in params["sigmas"]]
+    if kind == "tdp_cut":
+        return _tile_outputs(params, inputs["latent"], mask, positions, sigmas[0], sets)
+    if kind != "tdp_step":
+        raise ValueError(f"unknown coordinator task kind {kind!r}")
+    step = int(params["step"])
+    velocities = [inputs[f"v{i}"] for i in range(len(sets))]
+    latent = tdp.reduce_step(inputs["latent"], inputs["clean"], mask, positions, velocities, sets, sigmas, step)
+    if step + 1 == len(sigmas) - 1:
+        grid = tuple(params["grid"])
+        return {"video_latent": unpatchify_video(latent[:, : int(np.prod(grid))], grid)}
+    return {"latent": latent, **_tile_outputs(params, latent, mask, positions, sigmas[step + 1], sets)}
+
+
+class ReducerThread(threading.Thread):
+    """Leases `coordinator` tasks from the store and runs them next to the blob store."""
+
+    def __init__(self, store, blobs, lease_ms: int = 60_000, idle_s: float = 0.02):
+        super().__init__(name="farm-reducer", daemon=True)
+        self.store, self.blobs, self.lease_ms, self.idle_s = store, blobs, lease_ms, idle_s
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                task = self.store.lease(REDUCER_ID, [CAPABILITY], self.lease_ms)
+            except Exception:  # noqa: BLE001 - Redis away: try again shortly
+                log.exception("reducer lease failed")
+                task = None
+            if task is None:
+                time.sleep(self.idle_s)
+                continue
+            self._run_one(task)
+
+    def _run_one(self, task: dict) -> None:
+        start = time.perf_counter()
+        try:
+            inputs = {name: self.blobs.read_tensor(sha) for name, sha in task["inputs"].items()}
+            outputs = run_reduce_task(task["kind"], task["params"], inputs)
+            shas = {name: self.blobs.put_bytes(encode_tensor(array)) for name, array in outputs.items()}
+        except Exception as exc:  # noqa: BLE001 - reported on the task, the render fails with the text
+            log.exception("reducer task %s failed", task["id"])
+            self.store.fail(task["id"], REDUCER_ID, int(task["fence"]), f"{type(exc).__name__}: {exc}", False)
+            return
+        metrics = {"seconds": round(time.perf_counter() - start, 4)}
+        status = self.store.complete(task["id"], REDUCER_ID, int(task["fence"]), shas, metrics)
+        if status == "render_ready" and self.on_render_ready is not None:
+            self.on_render_ready(task["render"])
+
+    on_render_ready = None

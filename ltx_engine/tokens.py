@@ -1,0 +1,31 @@
+"""Latents as token sequences, in numpy (patch size 1): the layouts the sampler state and the tiler use.
+
+The MLX twins in `ltx_engine.patchify` serve model code; these serve the pure math, which must not need
+MLX (the coordinator imports it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def patchify_video(latent: np.ndarray) -> np.ndarray:
+    """(B, C, F, H, W) → (B, F*H*W, C), token index f*H*W + h*W + w."""
+    b, c = latent.shape[:2]
+    return np.ascontiguousarray(latent.reshape(b, c, -1).transpose(0, 2, 1))
+
+
+def unpatchify_video(tokens: np.ndarray, grid: tuple[int, int, int]) -> np.ndarray:
+    b, _, c = tokens.shape
+    return np.ascontiguousarray(tokens.transpose(0, 2, 1).reshape(b, c, *grid))
+
+
+def patchify_audio(latent: np.ndarray) -> np.ndarray:
+    """(B, C, T, M) → (B, T, C*M) (channels slowest, mel fastest, as the reference)."""
+    b, c, t, m = latent.shape
+    return np.ascontiguousarray(latent.transpose(0, 2, 1, 3).reshape(b, t, c * m))
+
+
+def unpatchify_audio(tokens: np.ndarray, channels: int) -> np.ndarray:
+    b, t, cm = tokens.shape
+    return np.ascontiguousarray(tokens.reshape(b, t, channels, cm // channels).transpose(0, 2, 1, 3))

@@ -1,0 +1,96 @@
+"""Stage 2 as tiled data parallel across real workers equals the in-process tiling bit for bit,
+whatever the number of workers; a killed tile holder only costs that tile."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from coordinator.planner import normalize_spec, plan_render
+from farm_cli.local import render_local
+from protos.tensors import encode_tensor
+from tests.farm.farm_harness import assert_identical, farm, farm_results, local_results, wait_done
+
+BASE = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 5, "pack": "tiny"}
+TILINGS = [("1x1", 0), ("2x2", 5), ("2x3", 2), ("2x2x2", 1)]
+IMAGE = (np.arange(96 * 128 * 3) % 251).astype(np.uint8).reshape(96, 128, 3)
+
+
+def _spec(tiles: str, overlap: int) -> dict:
+    return {**BASE, "stage2_tiles": tiles, "tile_overlap": overlap}
+
+
+@pytest.fixture(scope="module")
+def references(local_runner, tmp_path_factory):
+    out = {}
+    folder = tmp_path_factory.mktemp("tdp-local")
+    for tiles, overlap in TILINGS:
+        _, outputs, blobs = render_local(_spec(tiles, overlap), folder / f"{tiles}.mp4", local_runner)
+        out[tiles] = local_results(outputs, blobs)
+    image_spec = {**_spec("2x2", 5), "image": {"frame": 0, "strength": 1.0}}
+    _, outputs, blobs = render_local(image_spec, folder / "image.mp4", local_runner, IMAGE)
+    out["image"] = local_results(outputs, blobs)
+    return out
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_tiled_stage2_matches_local_for_any_worker_count(workers, store, tmp_data, tiny_packs, references):
+    with farm(store, tmp_data, tiny_packs, workers=workers) as (client, _procs):
+        ids = {tiles: client.submit(_spec(tiles, overlap)) for tiles, overlap in TILINGS}
+        sha = client.put_blob(encode_tensor(IMAGE))
+        ids["image"] = client.submit({**_spec("2x2", 5), "image": {"frame": 0, "strength": 1.0, "blob": sha}})
+        for name, render_id in ids.items():
+            render = wait_done(client, render_id)
+            assert_identical(farm_results(client, render), references[name])
+            tiles = [t for t in render["tasks"] if t["kind"] == "transformer_forward"]
+            assert {t["worker"] for t in tiles} <= {f"w{i + 1}" for i in range(workers)}
+
+
+def test_one_tile_without_overlap_is_exactly_untiled(local_runner, tmp_path, references):
+    _, outputs, blobs = render_local(BASE, tmp_path / "untiled.mp4", local_runner)
+    untiled = local_results(outputs, blobs)
+    assert np.array_equal(untiled["stage2_video"], references["1x1"]["stage2_video"])
+    deviation = float(np.abs(untiled["stage2_video"] - references["2x2"]["stage2_video"]).max())
+    print(f"2x2 TDP max deviation from untiled stage 2 (different sigma schedules too): {deviation:.4f}")
+
+
+def test_shipped_audio_is_stage_one_audio():
+    tasks = plan_render(normalize_spec(_spec("2x2", 5)), "r")
+    audio = next(t for t in tasks if t["kind"] == "decode_audio")
+    assert audio["inputs"]["latent"] == {"task": "r.stage1", "output": "audio_latent"}
+    forwards = [t for t in tasks if t["kind"] == "transformer_forward"]
+    assert len(forwards) == 4 * 2  # 4 tiles x 2 steps of the TDP schedule [0.625, 0.4, 0]
+    assert all(t["inputs"]["audio_latent"]["task"] == "r.stage2.prep" for t in forwards)
+
+
+@pytest.mark.timeout(600)
+def test_killed_tile_holder_reruns_only_that_tile(store, tmp_data, tiny_packs, references):
+    with farm(store, tmp_data, tiny_packs, workers=2, lease_ms=3000) as (client, procs):
+        render_id = client.submit(_spec("2x2", 5))
+        killed: list[tuple[str, str]] = []
+
+        def killer() -> None:
+            for event in client.watch(render_id):
+                if event.get("type") == "task_leased" and ".stage2.s0.t" in str(event.get("task", "")):
+                    os.kill(procs[event["worker"]].pid, signal.SIGKILL)
+                    killed.append((event["worker"], event["task"]))
+                    return
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        render = wait_done(client, render_id)
+        thread.join(timeout=5)
+        arrays = farm_results(client, render)
+    assert killed
+    attempts = {t["id"]: int(t["attempts"]) for t in render["tasks"]}
+    assert attempts[killed[0][1]] >= 2
+    retried = [tid for tid, n in attempts.items() if n > 1]
+    assert all(".stage2.s0.t" in tid or tid == killed[0][1] for tid in retried), retried
+    assert_identical(arrays, references["2x2"])
+    time.sleep(0)
