@@ -1,6 +1,5 @@
 """The `farm` command: a thin shell over the planner, the runner, the coordinator and the workers."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated

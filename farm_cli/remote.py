@@ -1,6 +1,5 @@
 """Client commands: submit, watch, status, cancel, fetch, workers — all over the coordinator's gRPC API."""
 
-from __future__ import annotations
 
 import json
 import sys

@@ -1,6 +1,5 @@
 """Service commands: coordinator, worker, up (both on one machine) and demo (a whole render, then exit)."""
 
-from __future__ import annotations
 
 import contextlib
 import os
