@@ -3,6 +3,7 @@
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -106,12 +107,13 @@ def register(app: typer.Typer) -> None:
         folder = common.data_dir(data)
         ensure_tiny_pack(folder)
         stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         with local_farm(folder, workers, port, redis_url) as (address, _token, _procs):
             typer.echo(f"farm up: coordinator {address}, {workers} workers; token in {folder / 'token'}")
-            try:
-                stop.wait()
-            except KeyboardInterrupt:
-                typer.echo("farm up: stopping")
+            while not stop.wait(0.5):
+                pass
+            typer.echo("farm up: stopping")
 
     @app.command()
     def demo(output: Output = None, data: DataDir = None, workers: int = typer.Option(2, "--workers")) -> None:
