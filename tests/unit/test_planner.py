@@ -1,0 +1,70 @@
+"""The job compiler is a pure function: spec → stage graph, with validation before anything is queued."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.planner import SpecError, normalize_spec, plan_render, validate_spec
+
+SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3}
+
+
+def _plan(**changes) -> list[dict]:
+    spec = normalize_spec({**SPEC, **changes})
+    validate_spec(spec, [])
+    return plan_render(spec, "r")
+
+
+def test_two_stage_graph_in_topological_order():
+    tasks = _plan()
+    names = [t["id"].removeprefix("r.") for t in tasks]
+    assert names == ["text", "stage1", "upsample", "stage2", "decode", "audio"]
+    seen = set()
+    for task in tasks:
+        assert set(task["deps"]) <= seen
+        seen.add(task["id"])
+    stage1 = tasks[1]
+    assert stage1["params"]["height"] == 128 and stage1["params"]["width"] == 192
+    assert stage1["params"]["sigmas"][0] == 1.0 and len(stage1["params"]["sigmas"]) == 9
+    assert tasks[3]["params"]["sigmas"] == [0.909375, 0.725, 0.421875, 0.0]
+    assert tasks[3]["params"]["expect"]["video_latent"]["shape"] == [1, -1, 4, 8, 12]
+
+
+def test_image_condition_adds_encodes_at_both_resolutions():
+    tasks = _plan(image={"blob": "ab" * 32, "frame": 0, "strength": 0.9})
+    encodes = [t for t in tasks if t["kind"] == "image_encode"]
+    assert [(t["params"]["height"], t["params"]["width"]) for t in encodes] == [(128, 192), (256, 384)]
+    stage2 = next(t for t in tasks if t["id"] == "r.stage2")
+    assert stage2["params"]["image_strength"] == 0.9 and "image_latent" in stage2["inputs"]
+
+
+def test_tiled_stage2_expands_into_steps_and_tiles():
+    tasks = _plan(stage2_tiles="2x2")
+    forwards = [t for t in tasks if t["kind"] == "transformer_forward"]
+    steps = [t for t in tasks if t["kind"] == "tdp_step"]
+    assert len(forwards) == 8 and len(steps) == 2 and steps[-1]["id"] == "r.stage2"
+    assert all(t["capability"] == "coordinator" for t in steps)
+    assert {t["params"]["tile_index"] for t in forwards} == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("bad", [{"prompt": " "}, {"width": 300}, {"frames": 26}, {"seed": -2},
+                                 {"stage2_tiles": "9x9"}, {"stage2_tiles": "zz"},
+                                 {"image": {"blob": "x", "frame": 99}}])
+def test_bad_specs_are_refused(bad):
+    with pytest.raises(SpecError):
+        _plan(**bad)
+
+
+def test_fleet_limits_pack_and_memory():
+    spec = normalize_spec({**SPEC, "pack": "big"})
+    with pytest.raises(SpecError, match="unknown pack"):
+        validate_spec(spec, [{"packs": ["tiny"], "memory_bytes": 1 << 36}])
+    with pytest.raises(SpecError, match="GiB"):
+        validate_spec(normalize_spec({**SPEC, "height": 2048, "width": 2048, "frames": 257}),
+                      [{"packs": ["tiny"], "memory_bytes": 1 << 30}])
+
+
+def test_auto_tiling_follows_the_fleet_and_is_recorded():
+    spec = normalize_spec({**SPEC, "stage2_tiles": "auto"})
+    validate_spec(spec, [{"packs": ["tiny"]}] * 4)
+    assert spec["stage2_tiles"] == "1x2x2"
