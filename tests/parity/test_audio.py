@@ -11,8 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("ltx_core")
 
-if "torchaudio" not in sys.modules and importlib.util.find_spec("torchaudio") is None:
-    # ltx_core imports torchaudio only for the encoder's waveform->mel transform, unused here.
+_STANDIN = "torchaudio" not in sys.modules and importlib.util.find_spec("torchaudio") is None
+if _STANDIN:
+    # ltx_core imports torchaudio only for the encoder's waveform->mel transform, unused here. The
+    # stand-in lives only while ltx_core's audio modules import, so other tests see no torchaudio.
     sys.modules["torchaudio"] = types.ModuleType("torchaudio")
 
 import mlx.core as mx  # noqa: E402
@@ -20,6 +22,9 @@ from ltx_core.model.audio_vae.model_configurator import (  # noqa: E402
     AudioDecoderConfigurator,
     VocoderConfigurator,
 )
+
+if _STANDIN:
+    del sys.modules["torchaudio"]
 
 from ltx_engine.loader import apply_weights  # noqa: E402
 from ltx_engine.models.audio_vae import AudioDecoder, tiny_config  # noqa: E402
