@@ -53,6 +53,19 @@ def render_spec(prompt: str, height: int, width: int, frames: int, frame_rate: f
     return spec, pixels
 
 
+def advanced_spec(stage2_tiles: str | None, tile_overlap: int, stage2_sigmas: str | None,
+                  temporal_upscalings: int, decode_tiles: str, exr: Path | None) -> dict:
+    """The tiling and output flags as spec fields (validated by the planner, like everything else)."""
+    spec: dict = {"stage2_tiles": stage2_tiles, "tile_overlap": tile_overlap,
+                  "temporal_upscalings": temporal_upscalings, "decode_tiles": decode_tiles, "exr": str(exr) if exr else None}
+    if stage2_sigmas:
+        try:
+            spec["stage2_sigmas"] = [float(x) for x in stage2_sigmas.split(",")]
+        except ValueError:
+            fail(f"--stage2-sigmas {stage2_sigmas!r} is not a comma-separated list of numbers")
+    return spec
+
+
 def save_latents(folder: Path, arrays: dict[str, np.ndarray]) -> None:
     """One safetensors file per stage latent, so runs can be compared exactly."""
     from safetensors.numpy import save_file

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.assembler import assemble
-from coordinator.planner import COORDINATOR, normalize_spec, plan_render, product_outputs, validate_spec
+from coordinator.graph import COORDINATOR
+from coordinator.planner import normalize_spec, plan_render, product_outputs, validate_spec
 from coordinator.reducer import run_reduce_task
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
 from worker.runner import Runner

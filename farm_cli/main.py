@@ -28,6 +28,12 @@ DataDir = Annotated[Path | None, typer.Option("--data", help="Farm data folder (
 Coordinator = Annotated[str, typer.Option("--coordinator", envvar="FARM_COORDINATOR")]
 Token = Annotated[str | None, typer.Option("--token", envvar="FARM_TOKEN")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+Stage2Tiles = Annotated[str | None, typer.Option("--stage2-tiles", help="auto | HxW | FxHxW: tiled stage 2.")]
+TileOverlap = Annotated[int, typer.Option("--tile-overlap", help="Stage-2 tile overlap in latent cells.")]
+Stage2Sigmas = Annotated[str | None, typer.Option("--stage2-sigmas", help="Comma-separated, ending in 0.")]
+TemporalUpscalings = Annotated[int, typer.Option("--temporal-upscalings", help="DFR temporal rounds: 0, 1 or 2.")]
+DecodeTiles = Annotated[str, typer.Option("--decode-tiles", help="auto | off | F,H,W (pixels).")]
+Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames into this folder.")]
 
 
 @pack_app.command("tiny")
@@ -47,6 +53,8 @@ def render(
     prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
     frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
     output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
+    stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,
+    temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
     data: DataDir = None,
 ) -> None:
@@ -60,6 +68,7 @@ def render(
     from worker.runner import Runner
 
     spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
+    spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
     out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"
     try:

@@ -106,6 +106,8 @@ def register(app: typer.Typer) -> None:
     """Add the client commands to the `farm` app."""
     from farm_cli.main import (
         Coordinator,
+        DecodeTiles,
+        Exr,
         FrameRate,
         Frames,
         Height,
@@ -117,6 +119,10 @@ def register(app: typer.Typer) -> None:
         Prompt,
         SaveLatents,
         Seed,
+        Stage2Sigmas,
+        Stage2Tiles,
+        TemporalUpscalings,
+        TileOverlap,
         Token,
         Width,
     )
@@ -125,11 +131,14 @@ def register(app: typer.Typer) -> None:
     def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
                frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
                output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
+               stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,
+               temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
                coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
                wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
                as_json: Json = False) -> None:
         """Queue a render on the farm."""
         spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
+        spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
         render_id = submit_render(spec, pixels, coordinator, token)
         typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)
         if not (wait or output or save_latents):

@@ -1,0 +1,52 @@
+"""Building blocks of stage graphs: task records and references between task outputs. Pure."""
+
+from __future__ import annotations
+
+
+class SpecError(ValueError):
+    """A render that must not be queued; the message is the one line the user sees."""
+
+
+CAPABILITY = "mlx"
+COORDINATOR = "coordinator"  # tasks the coordinator's reducer runs (pure math between tiled forwards)
+SPATIAL_FACTOR = 32
+TEMPORAL_FACTOR = 8
+
+
+def latent_frames(frames: int) -> int:
+    return (frames - 1) // TEMPORAL_FACTOR + 1
+
+
+def latent_grid(spec: dict) -> tuple[int, int, int]:
+    """The full-resolution latent grid (frames, height, width) of a spec."""
+    return latent_frames(spec["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
+
+
+def audio_latent_frames(frames: int, fps: float, latents_per_second: float = 25.0) -> int:
+    """Audio latent length for the clip's duration (16 kHz / hop 160 / downsample 4 = 25 per second)."""
+    return round(frames / fps * latents_per_second)
+
+
+def ref(task: str, output: str) -> dict:
+    """An input that is another task's output."""
+    return {"task": task, "output": output}
+
+
+def task(
+    render_id: str, name: str, kind: str, params: dict, inputs: dict, capability: str = CAPABILITY
+) -> dict:
+    """A task record; its deps are the tasks its inputs come from."""
+    deps = sorted({r["task"] for r in inputs.values() if "task" in r})
+    return {
+        "id": f"{render_id}.{name}",
+        "kind": kind,
+        "params": params,
+        "inputs": inputs,
+        "deps": deps,
+        "capability": capability,
+    }
+
+
+def expect(dtype: str, *shape: int) -> dict:
+    """An output's dtype and shape (-1: any size on that axis); no shape: dtype only."""
+    return {"dtype": dtype, "shape": list(shape)} if shape else {"dtype": dtype}

@@ -1,0 +1,100 @@
+"""Stage 2 of the graph as tiled data parallel: per step, one forward per tile on the workers, then a
+blend + sampler step by the coordinator's reducer. Pure."""
+
+from __future__ import annotations
+
+from coordinator.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
+from ltx_engine import tdp
+from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
+
+
+def check_tiling(spec: dict, fleet: list[dict]) -> None:
+    """Resolve `auto` against the fleet (recorded in the spec) and refuse tilings that cannot split."""
+    if spec.get("stage2_tiles") is None:
+        return
+    holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
+    try:
+        counts = tdp.parse_tile_counts(str(spec["stage2_tiles"]), len(holders))
+        grid = (
+            latent_frames(spec["frames"]),
+            spec["height"] // SPATIAL_FACTOR,
+            spec["width"] // SPATIAL_FACTOR,
+        )
+        tdp.plan(grid, counts, int(spec["tile_overlap"]))
+    except ValueError as exc:
+        raise SpecError(f"stage-2 tiling: {exc}") from exc
+    spec["stage2_tiles"] = "x".join(str(n) for n in counts)
+    sigmas = spec.get("stage2_sigmas")
+    if sigmas is not None and (len(sigmas) < 2 or float(sigmas[-1]) != 0.0):
+        raise SpecError("stage-2 sigmas must have at least two values and end with 0")
+
+
+def stage2_sigmas(spec: dict) -> list[float]:
+    """Explicit --stage2-sigmas; else upstream's TDP schedule when tiled, the distilled one when not."""
+    if spec.get("stage2_sigmas"):
+        return [float(x) for x in spec["stage2_sigmas"]]
+    tiled = spec.get("stage2_tiles") not in (None, "1x1", "1x1x1")
+    return list(TDP_STAGE_2_SIGMAS if tiled else STAGE_2_DISTILLED_SIGMAS)
+
+
+def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+    """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator)."""
+    grid = (latent_frames(spec["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
+    counts = tdp.parse_tile_counts(spec["stage2_tiles"])
+    tiles = tdp.plan(grid, counts, int(spec["tile_overlap"]))
+    geometry = {
+        "grid": list(grid),
+        "counts": list(counts),
+        "overlap": int(spec["tile_overlap"]),
+        "sigmas": params["sigmas"],
+    }
+    prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
+    state = ("latent", "clean", "mask", "positions")
+    audio = {k: ref(prep, k) for k in ("audio_latent", "audio_mask", "audio_positions")}
+    tasks = [
+        task(rid, "stage2.prep", "stage_prepare", {**params, "expect": {}}, inputs),
+        task(
+            rid,
+            "stage2.cut",
+            "tdp_cut",
+            {**geometry, "expect": {}},
+            {k: ref(prep, k) for k in state[1:]} | {"latent": ref(prep, "latent")},
+        ),
+    ]
+    tasks[-1]["capability"] = COORDINATOR
+    source, latent_src = cut, prep
+    steps = len(params["sigmas"]) - 1
+    for step in range(steps):
+        for tile in tiles:
+            tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
+            info = {
+                "step": step,
+                "tile_index": tile.index,
+                "grid": list(grid),
+                "tile": {
+                    axis: [iv.start, iv.end]
+                    for axis, iv in zip(("frames", "height", "width"), tile.intervals, strict=True)
+                },
+            }
+            tasks.append(
+                task(
+                    rid,
+                    f"stage2.s{step}.t{tile.index}",
+                    "transformer_forward",
+                    {
+                        "pack": params["pack"],
+                        "sigma": float(params["sigmas"][step]),
+                        **info,
+                        "expect": {"velocity": expect("float32", 1, -1, -1)},
+                    },
+                    {**tile_in, **audio, **ctx},
+                )
+            )
+        last = step == steps - 1
+        name = "stage2" if last else f"stage2.s{step}"
+        step_in = {f"v{t.index}": ref(f"{rid}.stage2.s{step}.t{t.index}", "velocity") for t in tiles}
+        step_in |= {k: ref(prep, k) for k in state[1:]} | {"latent": ref(latent_src, "latent")}
+        tasks.append(task(rid, name, "tdp_step", {**geometry, "step": step, "expect": {}}, step_in))
+        tasks[-1]["capability"] = COORDINATOR
+        source = latent_src = f"{rid}.{name}"
+    return tasks

@@ -1,0 +1,159 @@
+"""`farm doctor`: what a worker Mac needs, checked one line at a time.
+
+Each check returns (status, message) with status ok / warn / fail / skip; the command prints one line
+per check and exits 1 when any check fails, so install scripts and launchd wrappers can gate on it.
+Nothing here downloads or changes anything: a pack that is not in the local cache is reported missing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from farm_cli import common
+from farm_cli.main import Coordinator, DataDir, Token
+
+Check = tuple[str, str]
+MIN_PYTHON = (3, 11)
+SKEW_WARN_S = 1.0
+MARKS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    ok = (v.major, v.minor) >= MIN_PYTHON
+    return ("ok" if ok else "fail"), f"Python {v.major}.{v.minor}.{v.micro} ({sys.executable})"
+
+
+def check_mlx() -> Check:
+    """MLX imports, its default device, and the Metal memory size where Metal exists."""
+    try:
+        import mlx.core as mx
+    except ImportError as exc:
+        return "fail", f"MLX not importable: {exc}"
+    device = str(mx.default_device())
+    try:
+        info = mx.device_info() if hasattr(mx, "device_info") else {}
+    except Exception:  # noqa: BLE001 - no Metal on Linux: device_info may raise or lack fields
+        info = {}
+    memory = info.get("memory_size") if isinstance(info, dict) else None
+    if not memory:
+        return (
+            "warn",
+            f"MLX {mx.__version__} on {device}; no Metal device (CPU only: fine for tests, slow for renders)",
+        )
+    name = info.get("device_name") or info.get("architecture") or "Metal"
+    return "ok", f"MLX {mx.__version__} on {device}: {name}, {int(memory) / 2**30:.0f} GiB unified memory"
+
+
+def _local_pack_path(pack: str, packs_dir: Path) -> Path | None:
+    """The pack's folder: packs_dir/NAME, a path, or the HF cache copy of a repo id (never downloads)."""
+    for candidate in (packs_dir / pack, Path(pack).expanduser()):
+        if candidate.is_dir():
+            return candidate
+    if pack.count("/") == 1:
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(pack, local_files_only=True))
+        except Exception:  # noqa: BLE001 - not cached (or hub missing): report as missing
+            return None
+    return None
+
+
+def check_pack(pack: str, packs_dir: Path) -> Check:
+    path = _local_pack_path(pack, packs_dir)
+    if path is None:
+        return "fail", f"pack {pack!r} not found in {packs_dir} or the Hugging Face cache"
+    try:
+        from ltx_engine.loader import PackError
+        from ltx_engine.pack import Pack
+
+        opened = Pack(path)
+    except PackError as exc:
+        return "fail", f"pack {pack!r} incomplete: {exc}"
+    size = sum(f.stat().st_size for f in opened.root.rglob("*") if f.is_file())
+    return "ok", f"pack {pack!r} complete at {opened.root} ({size / 2**30:.2f} GiB)"
+
+
+def check_coordinator(address: str, token: str | None) -> Check:
+    if not token:
+        return (
+            "fail",
+            "no farm token: pass --token or FARM_TOKEN (copy it from the coordinator's data folder)",
+        )
+    from farm_cli.client import FarmClient, FarmError
+
+    try:
+        with FarmClient(address, token, timeout=5.0) as farm:
+            workers = farm.workers()
+    except FarmError as exc:
+        return "fail", f"coordinator {address}: {exc}"
+    return "ok", f"coordinator {address} answers with this token ({len(workers)} workers registered)"
+
+
+def check_clock(dashboard_url: str | None) -> Check:
+    """Skew against the coordinator's Redis clock, read from the dashboard's /api/time when reachable."""
+    if not dashboard_url:
+        return "skip", "clock skew: no dashboard URL"
+    try:
+        t0 = time.time()
+        with urllib.request.urlopen(dashboard_url.rstrip("/") + "/api/time", timeout=3) as resp:
+            server_ms = json.loads(resp.read())["ms"]
+        t1 = time.time()
+    except (OSError, ValueError, KeyError) as exc:
+        return "skip", f"clock skew: dashboard {dashboard_url} not reachable ({type(exc).__name__})"
+    skew = server_ms / 1000.0 - (t0 + t1) / 2
+    status = "ok" if abs(skew) < SKEW_WARN_S else "warn"
+    return status, f"clock skew vs coordinator {skew:+.3f} s (round trip {t1 - t0:.3f} s)"
+
+
+def run_checks(checks: list[Callable[[], Check]], echo: Callable[[str], None] = typer.echo) -> int:
+    """Run every check (a crash is a failed check), print one line each; 1 when any failed."""
+    failed = False
+    for check in checks:
+        try:
+            status, message = check()
+        except Exception as exc:  # noqa: BLE001 - a doctor reports, it does not crash
+            status, message = "fail", f"{getattr(check, '__name__', 'check')}: {type(exc).__name__}: {exc}"
+        failed |= status == "fail"
+        echo(f"{MARKS[status]} {status:<4} {message}")
+    return 1 if failed else 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add `farm doctor` to the app."""
+
+    @app.command()
+    def doctor(
+        pack: Annotated[str, typer.Option("--pack", help="Pack name, folder or HF repo id.")] = "tiny",
+        coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",
+        token: Token = None,
+        dashboard: Annotated[
+            str | None, typer.Option("--dashboard", help="Dashboard URL for clock skew.")
+        ] = None,
+        data: DataDir = None,
+    ) -> None:
+        """Check this machine for a worker: Python, MLX, pack, coordinator and token, clock skew."""
+        folder = common.data_dir(data)
+        token_file = folder / "token"
+        token = token or (token_file.read_text().strip() if token_file.is_file() else None)
+        host = coordinator.rsplit(":", 1)[0]
+        url = dashboard or f"http://{host}:{common.DEFAULT_DASHBOARD_PORT}"
+        code = run_checks(
+            [
+                check_python,
+                check_mlx,
+                lambda: check_pack(pack, folder / "packs"),
+                lambda: check_coordinator(coordinator, token),
+                lambda: check_clock(url),
+            ]
+        )
+        raise typer.Exit(code)
