@@ -10,6 +10,7 @@ read-only.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -30,11 +31,14 @@ from coordinator import metrics
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).with_name("dashboard_static")
-STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                ".css": "text/css; charset=utf-8"}
-SSE_BLOCK_MS = 1_000      # XREAD BLOCK per loop: also how fast a stream notices shutdown
-KEEPALIVE_S = 10.0        # an SSE comment this often keeps proxies and browsers from timing out
-ALL_EVENTS_RENDERS = 50   # /api/events follows the newest this many renders
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+SSE_BLOCK_MS = 1_000  # XREAD BLOCK per loop: also how fast a stream notices shutdown
+KEEPALIVE_S = 10.0  # an SSE comment this often keeps proxies and browsers from timing out
+ALL_EVENTS_RENDERS = 50  # /api/events follows the newest this many renders
 CSRF_COOKIE, TOKEN_COOKIE, CSRF_HEADER = "farm_csrf", "farm_token", "X-CSRF-Token"
 _ID = r"([A-Za-z0-9][A-Za-z0-9._:-]{0,200})"
 BlobReader = Callable[[str], bytes | None]
@@ -46,8 +50,14 @@ class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], store: Any, token: str | None,
-                 blob_reader: BlobReader | None, data_dir: Path | None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        store: Any,
+        token: str | None,
+        blob_reader: BlobReader | None,
+        data_dir: Path | None,
+    ) -> None:
         super().__init__(address, DashboardHandler)
         self.store = store
         self.token = token or None
@@ -56,16 +66,27 @@ class DashboardServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
 
 
-def start_dashboard(store: Any, host: str = "127.0.0.1", port: int = 8470, token: str | None = None,
-                    blob_reader: BlobReader | None = None, data_dir: Path | None = None
-                    ) -> tuple[DashboardServer, int]:
+def start_dashboard(
+    store: Any,
+    host: str = "127.0.0.1",
+    port: int = 8470,
+    token: str | None = None,
+    blob_reader: BlobReader | None = None,
+    data_dir: Path | None = None,
+) -> tuple[DashboardServer, int]:
     """Serve the dashboard from a daemon thread; returns (server, bound port). Port 0 picks a free one."""
     server = DashboardServer((host, port), store, token, blob_reader, data_dir)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                              name="farm-dashboard", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="farm-dashboard", daemon=True
+    )
     thread.start()
     bound = server.server_address[1]
-    log.info("dashboard on http://%s:%d/ (%s)", host, bound, "actions need the farm token" if token else "read-only")
+    log.info(
+        "dashboard on http://%s:%d/ (%s)",
+        host,
+        bound,
+        "actions need the farm token" if token else "read-only",
+    )
     return server, bound
 
 
@@ -97,17 +118,34 @@ class DashboardHandler(BaseHTTPRequestHandler):
     server: DashboardServer
     server_version = "ltx-farm-dashboard"
 
-    GET_ROUTES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p + "$"), name) for p, name in (
-        (r"/(?:index\.html)?", "index"), (r"/static/([a-z]+\.(?:js|css|html))", "static"),
-        (r"/api/renders", "renders"), (rf"/api/renders/{_ID}", "render"),
-        (rf"/api/renders/{_ID}/events", "render_events"), (rf"/api/renders/{_ID}/preview\.png", "preview"),
-        (r"/api/events", "all_events"), (r"/api/workers", "workers"), (r"/api/metrics-summary", "summary"),
-        (r"/api/session", "session"), (r"/api/time", "time"), (r"/metrics", "metrics"), (r"/healthz", "health"),
-    ))
-    POST_ROUTES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p + "$"), name) for p, name in (
-        (r"/api/login", "login"), (r"/api/logout", "logout"), (rf"/api/renders/{_ID}/cancel", "cancel"),
-        (rf"/api/renders/{_ID}/priority", "priority"), (rf"/api/tasks/{_ID}/requeue", "requeue"),
-    ))
+    GET_ROUTES: tuple[tuple[re.Pattern, str], ...] = tuple(
+        (re.compile(p + "$"), name)
+        for p, name in (
+            (r"/(?:index\.html)?", "index"),
+            (r"/static/([a-z]+\.(?:js|css|html))", "static"),
+            (r"/api/renders", "renders"),
+            (rf"/api/renders/{_ID}", "render"),
+            (rf"/api/renders/{_ID}/events", "render_events"),
+            (rf"/api/renders/{_ID}/preview\.png", "preview"),
+            (r"/api/events", "all_events"),
+            (r"/api/workers", "workers"),
+            (r"/api/metrics-summary", "summary"),
+            (r"/api/session", "session"),
+            (r"/api/time", "time"),
+            (r"/metrics", "metrics"),
+            (r"/healthz", "health"),
+        )
+    )
+    POST_ROUTES: tuple[tuple[re.Pattern, str], ...] = tuple(
+        (re.compile(p + "$"), name)
+        for p, name in (
+            (r"/api/login", "login"),
+            (r"/api/logout", "logout"),
+            (rf"/api/renders/{_ID}/cancel", "cancel"),
+            (rf"/api/renders/{_ID}/priority", "priority"),
+            (rf"/api/tasks/{_ID}/requeue", "requeue"),
+        )
+    )
 
     def log_message(self, fmt: str, *args: Any) -> None:  # quiet: one debug line per request
         log.debug("%s " + fmt, self.address_string(), *args)
@@ -123,10 +161,15 @@ class DashboardHandler(BaseHTTPRequestHandler):
                 try:
                     getattr(self, f"{prefix}_{name}")(*match.groups())
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    pass  # the browser left (closed tab, SSE reconnect)
                 except Exception as exc:  # one JSON error, never a hung connection
+                    if self.server.stopping.is_set():
+                        return  # shutting down: Redis may already be gone under an SSE loop
                     log.exception("dashboard %s %s failed", self.command, url.path)
-                    self._json({"error": f"{type(exc).__name__}: {exc}"}, HTTPStatus.INTERNAL_SERVER_ERROR)
+                    with contextlib.suppress(OSError):
+                        self._json(
+                            {"error": f"{type(exc).__name__}: {exc}"}, HTTPStatus.INTERNAL_SERVER_ERROR
+                        )
                 return
         self._json({"error": f"no such page {url.path}"}, HTTPStatus.NOT_FOUND)
 
@@ -135,11 +178,19 @@ class DashboardHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
-        self._raw_body = self.rfile.read(length) if length > 0 else b""  # read first: a refusal must not reset
+        self._raw_body = (
+            self.rfile.read(length) if length > 0 else b""
+        )  # read first: a refusal must not reset
         self._dispatch(self.POST_ROUTES, "post")
 
-    def _send(self, body: bytes, ctype: str, status: int = HTTPStatus.OK, headers: dict | None = None,
-              cookies: list[str] | None = None) -> None:
+    def _send(
+        self,
+        body: bytes,
+        ctype: str,
+        status: int = HTTPStatus.OK,
+        headers: dict | None = None,
+        cookies: list[str] | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -230,8 +281,10 @@ class DashboardHandler(BaseHTTPRequestHandler):
     def get_session(self) -> None:
         csrf, cookies = self._csrf_cookie()
         logged_in = self.server.token is not None and self._token_ok()
-        self._json({"actions_enabled": self.server.token is not None, "logged_in": logged_in, "csrf": csrf},
-                   cookies=cookies)
+        self._json(
+            {"actions_enabled": self.server.token is not None, "logged_in": logged_in, "csrf": csrf},
+            cookies=cookies,
+        )
 
     def get_time(self) -> None:
         self._json({"ms": metrics.redis_now_ms(self.server.store)})
@@ -274,7 +327,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
             for stream, items in entries:
                 for eid, fields in items:
                     streams[stream] = eid
-                    event = {"render": stream[len(prefix):], "id": eid, **json.loads(fields["e"])}
+                    event = {"render": stream[len(prefix) :], "id": eid, **json.loads(fields["e"])}
                     out.append(f"id: {eid}\ndata: {json.dumps(event, default=str)}\n\n")
             if out:
                 quiet_since = time.monotonic()
@@ -299,8 +352,10 @@ class DashboardHandler(BaseHTTPRequestHandler):
             for rid in store.client.zrevrange(store.key("renders"), 0, ALL_EVENTS_RENDERS - 1):
                 streams.setdefault(store.key("events", rid), "0")
 
-        streams = {store.key("events", rid): self._last_id(store.key("events", rid))
-                   for rid in store.client.zrevrange(store.key("renders"), 0, ALL_EVENTS_RENDERS - 1)}
+        streams = {
+            store.key("events", rid): self._last_id(store.key("events", rid))
+            for rid in store.client.zrevrange(store.key("renders"), 0, ALL_EVENTS_RENDERS - 1)
+        }
         self._sse_loop(streams, refresh)
 
     # ------------------------------------------------------------------ actions
@@ -342,7 +397,9 @@ class DashboardHandler(BaseHTTPRequestHandler):
 
     def post_logout(self) -> None:
         if self._guard(need_token=False):
-            self._json({"ok": True}, cookies=[f"{TOKEN_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"])
+            self._json(
+                {"ok": True}, cookies=[f"{TOKEN_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"]
+            )
 
     def post_cancel(self, render_id: str) -> None:
         if self._guard():
@@ -354,7 +411,9 @@ class DashboardHandler(BaseHTTPRequestHandler):
             return
         setter = getattr(self.server.store, "set_priority", None)
         if setter is None:
-            self._json({"error": "this coordinator's store cannot change priority yet"}, HTTPStatus.NOT_IMPLEMENTED)
+            self._json(
+                {"error": "this coordinator's store cannot change priority yet"}, HTTPStatus.NOT_IMPLEMENTED
+            )
             return
         priority = int(self._body().get("priority", 0))
         self._json({"render": render_id, "priority": priority, "ok": bool(setter(render_id, priority))})
@@ -365,6 +424,8 @@ class DashboardHandler(BaseHTTPRequestHandler):
             return
         requeue = getattr(self.server.store, "requeue_task", None)
         if requeue is None:
-            self._json({"error": "this coordinator's store cannot requeue tasks yet"}, HTTPStatus.NOT_IMPLEMENTED)
+            self._json(
+                {"error": "this coordinator's store cannot requeue tasks yet"}, HTTPStatus.NOT_IMPLEMENTED
+            )
             return
         self._json({"task": task_id, "requeued": bool(requeue(task_id))})

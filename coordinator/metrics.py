@@ -14,13 +14,28 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 
 # Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
 STAGES: tuple[tuple[str, str], ...] = (
-    ("text", "Text"), ("image", "Image"), ("stage1", "Stage 1"), ("upsample", "Upsample"),
-    ("stage2", "Stage 2"), ("dfr", "DFR"), ("decode", "Decode"), ("audio", "Audio"), ("mux", "Mux"),
+    ("text", "Text"),
+    ("image", "Image"),
+    ("stage1", "Stage 1"),
+    ("upsample", "Upsample"),
+    ("stage2", "Stage 2"),
+    ("dfr", "DFR"),
+    ("decode", "Decode"),
+    ("audio", "Audio"),
+    ("mux", "Mux"),
 )
 STAGE_LABELS = dict(STAGES)
-_KIND_PREFIXES = (("text", "text"), ("image", "image"), ("denoise_stage1", "stage1"), ("upsample", "upsample"),
-                  ("denoise_stage2", "stage2"), ("dfr", "dfr"), ("temporal", "dfr"), ("decode_video", "decode"),
-                  ("decode_audio", "audio"))
+_KIND_PREFIXES = (
+    ("text", "text"),
+    ("image", "image"),
+    ("denoise_stage1", "stage1"),
+    ("upsample", "upsample"),
+    ("denoise_stage2", "stage2"),
+    ("dfr", "dfr"),
+    ("temporal", "dfr"),
+    ("decode_video", "decode"),
+    ("decode_audio", "audio"),
+)
 LOST_AFTER_MS = 90_000  # a worker unseen this long is shown as lost
 
 
@@ -73,14 +88,26 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
     sizes = sizes or {}
     tid = str(task.get("id", ""))
     return {
-        "id": tid, "name": tid.rsplit(".", 1)[-1] if "." in tid else tid, "kind": task.get("kind", ""),
-        "stage": stage_of(str(task.get("kind", ""))), "state": task.get("state", ""),
-        "display": display_state(task), "worker": task.get("worker") or "",
-        "attempts": int(task.get("attempts") or 0), "max_attempts": int(task.get("max_attempts") or 0),
-        "error": task.get("error") or "", "queued_ms": int(task.get("queued_ms") or 0), "leased_ms": leased,
-        "done_ms": done, "seconds": seconds, "progress": progress,
-        "step": params.get("step"), "round": params.get("round"), "tile_index": params.get("tile_index"),
-        "tile": params.get("tile"), "grid": params.get("grid"),
+        "id": tid,
+        "name": tid.rsplit(".", 1)[-1] if "." in tid else tid,
+        "kind": task.get("kind", ""),
+        "stage": stage_of(str(task.get("kind", ""))),
+        "state": task.get("state", ""),
+        "display": display_state(task),
+        "worker": task.get("worker") or "",
+        "attempts": int(task.get("attempts") or 0),
+        "max_attempts": int(task.get("max_attempts") or 0),
+        "error": task.get("error") or "",
+        "queued_ms": int(task.get("queued_ms") or 0),
+        "leased_ms": leased,
+        "done_ms": done,
+        "seconds": seconds,
+        "progress": progress,
+        "step": params.get("step"),
+        "round": params.get("round"),
+        "tile_index": params.get("tile_index"),
+        "tile": params.get("tile"),
+        "grid": params.get("grid"),
         "bytes_in": sum(sizes.get(s, 0) for s in _shas(task.get("inputs"))),
         "bytes_out": sum(sizes.get(s, 0) for s in _shas(task.get("outputs"))),
         "peak_memory_bytes": metrics.get("peak_memory_bytes"),
@@ -106,8 +133,10 @@ def layout_grid(tiles: list[dict]) -> dict:
     """Place tiles on the frame to scale: a row per temporal tile, (x0, x1, y0, y1) fractions per tile."""
     tiled = [t for t in tiles if isinstance(t.get("tile"), dict)]
     if not tiled:
-        return {"aspect": None, "rows": [{"frames": None, "tiles": [{**t, "box": [0.0, 1.0, 0.0, 1.0]}]}
-                                         for t in tiles]}
+        return {
+            "aspect": None,
+            "rows": [{"frames": None, "tiles": [{**t, "box": [0.0, 1.0, 0.0, 1.0]}]} for t in tiles],
+        }
     grid = next((t["grid"] for t in tiled if isinstance(t.get("grid"), list) and len(t["grid"]) == 3), None)
     f_len, h_len, w_len = (int(v) for v in grid) if grid else (0, 0, 0)
     hs = _cores([_interval(t["tile"], "height") for t in tiled], h_len)
@@ -119,15 +148,20 @@ def layout_grid(tiles: list[dict]) -> dict:
         rows.setdefault(_interval(t["tile"], "frames"), []).append({**t, "box": [x0, x1, y0, y1]})
     h_len = h_len or max(e for _, e in hs)
     w_len = w_len or max(e for _, e in ws)
-    return {"aspect": h_len / w_len if w_len else None, "frames": f_len,
-            "rows": [{"frames": list(k), "tiles": v} for k, v in sorted(rows.items())]}
+    return {
+        "aspect": h_len / w_len if w_len else None,
+        "frames": f_len,
+        "rows": [{"frames": list(k), "tiles": v} for k, v in sorted(rows.items())],
+    }
 
 
 def tile_grids(views: list[dict]) -> list[dict]:
     """One grid per tiled (stage, round, step); every untiled task is one full-frame tile of its own."""
     groups: dict[tuple, list[dict]] = {}
     for v in views:
-        key = (v["stage"], v["round"], v["step"]) if isinstance(v.get("tile"), dict) else (v["stage"], v["id"])
+        key = (
+            (v["stage"], v["round"], v["step"]) if isinstance(v.get("tile"), dict) else (v["stage"], v["id"])
+        )
         groups.setdefault(key, []).append(v)
     out = []
     for key, tiles in groups.items():
@@ -135,12 +169,22 @@ def tile_grids(views: list[dict]) -> list[dict]:
         label = STAGE_LABELS.get(stage, stage)
         if isinstance(tiles[0].get("tile"), dict):
             rnd, step = key[1], key[2]
-            label += (f" round {rnd}" if rnd is not None else "") + (f" step {step}" if step is not None else "")
+            label += (f" round {rnd}" if rnd is not None else "") + (
+                f" step {step}" if step is not None else ""
+            )
         else:
             label = f"{label} · {tiles[0]['name']}"
         done = sum(t["display"] == "done" for t in tiles)
-        out.append({"stage": stage, "label": label, "tiled": isinstance(tiles[0].get("tile"), dict),
-                    "done": done, "total": len(tiles), **layout_grid(tiles)})
+        out.append(
+            {
+                "stage": stage,
+                "label": label,
+                "tiled": isinstance(tiles[0].get("tile"), dict),
+                "done": done,
+                "total": len(tiles),
+                **layout_grid(tiles),
+            }
+        )
     return out
 
 
@@ -158,23 +202,51 @@ def stage_summaries(render: dict, views: list[dict]) -> list[dict]:
         states = Counter(t["display"] for t in tasks)
         started = [t["leased_ms"] for t in tasks if t["leased_ms"]]
         all_done = states["done"] == len(tasks)
-        state = ("failed" if states["failed"] else "done" if all_done
-                 else "running" if started else "cancelled" if states["cancelled"] else "queued")
+        state = (
+            "failed"
+            if states["failed"]
+            else "done"
+            if all_done
+            else "running"
+            if started
+            else "cancelled"
+            if states["cancelled"]
+            else "queued"
+        )
         finished = max((t["done_ms"] for t in tasks), default=0) if all_done else 0
         steps = [t["progress"] for t in tasks if t["display"] == "running"]
-        out.append({"name": stage, "label": STAGE_LABELS.get(stage, stage), "state": state,
-                    "done": states["done"], "total": len(tasks), "failed": states["failed"],
-                    "started_ms": min(started, default=0), "finished_ms": finished,
-                    "duration_s": (finished - min(started)) / 1000.0 if finished and started else None,
-                    "progress": steps[0] if steps else None})
+        out.append(
+            {
+                "name": stage,
+                "label": STAGE_LABELS.get(stage, stage),
+                "state": state,
+                "done": states["done"],
+                "total": len(tasks),
+                "failed": states["failed"],
+                "started_ms": min(started, default=0),
+                "finished_ms": finished,
+                "duration_s": (finished - min(started)) / 1000.0 if finished and started else None,
+                "progress": steps[0] if steps else None,
+            }
+        )
     rstate = render.get("state")
     if views and all(v["display"] == "done" for v in views) or rstate == "assembling":
         last = max((v["done_ms"] for v in views), default=0)
         fin = int(render.get("finished_ms") or 0) if rstate == "done" else 0
-        out.append({"name": "mux", "label": "Mux", "done": int(rstate == "done"), "total": 1, "failed": 0,
-                    "state": {"done": "done", "failed": "failed"}.get(str(rstate), "running"),
-                    "started_ms": last, "finished_ms": fin, "progress": None,
-                    "duration_s": (fin - last) / 1000.0 if fin and last else None})
+        out.append(
+            {
+                "name": "mux",
+                "label": "Mux",
+                "done": int(rstate == "done"),
+                "total": 1,
+                "failed": 0,
+                "state": {"done": "done", "failed": "failed"}.get(str(rstate), "running"),
+                "started_ms": last,
+                "finished_ms": fin,
+                "progress": None,
+                "duration_s": (fin - last) / 1000.0 if fin and last else None,
+            }
+        )
     return out
 
 
@@ -203,13 +275,22 @@ def render_summary(render: dict, views: list[dict], now_ms: int) -> dict:
     if render.get("state") == "assembling":
         current = "mux"
     failed = [v for v in views if v["display"] in ("failed", "retried") and v["error"]]
-    return {**{k: v for k, v in render.items() if k != "spec"}, "spec": spec,
-            "submitter": spec.get("submitter") or "", "prompt": spec.get("prompt") or "",
-            "priority": int(render.get("priority") or 0), "progress": round(frac, 4),
-            "eta_s": eta, "age_s": (now_ms - int(render.get("created_ms") or now_ms)) / 1000.0,
-            "current_stage": current, "current_stage_label": STAGE_LABELS.get(current, current),
-            "failures": [{"task": v["id"], "worker": v["worker"], "error": v["error"], "attempts": v["attempts"]}
-                         for v in failed]}
+    return {
+        **{k: v for k, v in render.items() if k != "spec"},
+        "spec": spec,
+        "submitter": spec.get("submitter") or "",
+        "prompt": spec.get("prompt") or "",
+        "priority": int(render.get("priority") or 0),
+        "progress": round(frac, 4),
+        "eta_s": eta,
+        "age_s": (now_ms - int(render.get("created_ms") or now_ms)) / 1000.0,
+        "current_stage": current,
+        "current_stage_label": STAGE_LABELS.get(current, current),
+        "failures": [
+            {"task": v["id"], "worker": v["worker"], "error": v["error"], "attempts": v["attempts"]}
+            for v in failed
+        ],
+    }
 
 
 def render_detail(store: Any, render_id: str) -> dict | None:
@@ -220,14 +301,20 @@ def render_detail(store: Any, render_id: str) -> dict | None:
     tasks = store.render_tasks(render_id)
     sizes = blob_sizes(store, {s for t in tasks for f in ("inputs", "outputs") for s in _shas(t.get(f))})
     views = [task_view(t, sizes) for t in tasks]
-    return {"render": render_summary(render, views, redis_now_ms(store)), "tasks": views,
-            "stages": stage_summaries(render, views), "grids": tile_grids(views)}
+    return {
+        "render": render_summary(render, views, redis_now_ms(store)),
+        "tasks": views,
+        "stages": stage_summaries(render, views),
+        "grids": tile_grids(views),
+    }
 
 
 def list_summaries(store: Any, limit: int = 50) -> list[dict]:
     now = redis_now_ms(store)
-    return [render_summary(r, [task_view(t) for t in store.render_tasks(r["id"])], now)
-            for r in store.list_renders(limit)]
+    return [
+        render_summary(r, [task_view(t) for t in store.render_tasks(r["id"])], now)
+        for r in store.list_renders(limit)
+    ]
 
 
 def worker_view(worker: dict, now_ms: int) -> dict:
@@ -238,13 +325,22 @@ def worker_view(worker: dict, now_ms: int) -> dict:
     if seen and now_ms - seen > LOST_AFTER_MS and state not in ("draining", "blocklisted"):
         state = "lost"
     done = int(worker.get("tasks_done") or 0)
-    return {"id": worker["id"], "host": info.get("host") or info.get("hostname") or info.get("peer") or "",
-            "chip": info.get("chip") or "", "memory_bytes": info.get("memory_bytes"),
-            "mlx_device": info.get("mlx_device") or "", "os": info.get("os") or "", "state": state,
-            "current_task": worker.get("current_task") or "", "tasks_done": done,
-            "failures": int(worker.get("failures") or 0), "busy_s": float(worker.get("busy_s") or 0.0),
-            "mean_s_per_tile": (float(worker.get("busy_s") or 0.0) / done) if done else None,
-            "last_seen_ms": seen, "last_seen_age_s": (now_ms - seen) / 1000.0 if seen else None}
+    return {
+        "id": worker["id"],
+        "host": info.get("host") or info.get("hostname") or info.get("peer") or "",
+        "chip": info.get("chip") or "",
+        "memory_bytes": info.get("memory_bytes"),
+        "mlx_device": info.get("mlx_device") or "",
+        "os": info.get("os") or "",
+        "state": state,
+        "current_task": worker.get("current_task") or "",
+        "tasks_done": done,
+        "failures": int(worker.get("failures") or 0),
+        "busy_s": float(worker.get("busy_s") or 0.0),
+        "mean_s_per_tile": (float(worker.get("busy_s") or 0.0) / done) if done else None,
+        "last_seen_ms": seen,
+        "last_seen_age_s": (now_ms - seen) / 1000.0 if seen else None,
+    }
 
 
 def list_workers(store: Any) -> list[dict]:
@@ -265,11 +361,14 @@ def farm_snapshot(store: Any, render_limit: int = 100) -> dict:
             stage_n[v["stage"]] += 1
             stage_s[v["stage"]] += float(v["seconds"])
     done = [v for v in views if v["display"] == "done"]
-    return {"queue_depth": store.queue_depths(), "renders_by_state": dict(Counter(r["state"] for r in renders)),
-            "tasks_by_state": dict(Counter(v["display"] for v in views)),
-            "stage_seconds": {s: {"count": stage_n[s], "sum": stage_s[s]} for s in stage_n},
-            "bytes_moved": {"in": sum(v["bytes_in"] for v in done), "out": sum(v["bytes_out"] for v in done)},
-            "workers": list_workers(store)}
+    return {
+        "queue_depth": store.queue_depths(),
+        "renders_by_state": dict(Counter(r["state"] for r in renders)),
+        "tasks_by_state": dict(Counter(v["display"] for v in views)),
+        "stage_seconds": {s: {"count": stage_n[s], "sum": stage_s[s]} for s in stage_n},
+        "bytes_moved": {"in": sum(v["bytes_in"] for v in done), "out": sum(v["bytes_out"] for v in done)},
+        "workers": list_workers(store),
+    }
 
 
 class FarmCollector:
@@ -281,18 +380,27 @@ class FarmCollector:
 
     def collect(self):
         snap = farm_snapshot(self.store, self.render_limit)
-        queue = GaugeMetricFamily("farm_queue_depth", "Ready tasks per capability queue", labels=["capability"])
+        queue = GaugeMetricFamily(
+            "farm_queue_depth", "Ready tasks per capability queue", labels=["capability"]
+        )
         for cap, n in sorted(snap["queue_depth"].items()):
             queue.add_metric([cap], n)
         yield queue
-        yield _gauge("farm_tasks", "Tasks of recent renders by display state", "state", snap["tasks_by_state"])
+        yield _gauge(
+            "farm_tasks", "Tasks of recent renders by display state", "state", snap["tasks_by_state"]
+        )
         yield _gauge("farm_renders", "Recent renders by state", "state", snap["renders_by_state"])
-        moved = GaugeMetricFamily("farm_bytes_moved_bytes", "Blob bytes read (in) and written (out) by done "
-                                  "tasks of recent renders", labels=["direction"])
+        moved = GaugeMetricFamily(
+            "farm_bytes_moved_bytes",
+            "Blob bytes read (in) and written (out) by done tasks of recent renders",
+            labels=["direction"],
+        )
         for direction, n in sorted(snap["bytes_moved"].items()):
             moved.add_metric([direction], n)
         yield moved
-        stage = SummaryMetricFamily("farm_stage_task_seconds", "Seconds per done task by stage", labels=["stage"])
+        stage = SummaryMetricFamily(
+            "farm_stage_task_seconds", "Seconds per done task by stage", labels=["stage"]
+        )
         for name, s in sorted(snap["stage_seconds"].items()):
             stage.add_metric([name], count_value=s["count"], sum_value=s["sum"])
         yield stage
@@ -308,9 +416,13 @@ def _gauge(name: str, doc: str, label: str, values: dict) -> GaugeMetricFamily:
 
 def _worker_families(workers: list[dict]):
     done = CounterMetricFamily("farm_worker_tasks_done", "Tasks (tiles) done per worker", labels=["worker"])
-    fails = CounterMetricFamily("farm_worker_failures", "Failed or expired tasks per worker", labels=["worker"])
+    fails = CounterMetricFamily(
+        "farm_worker_failures", "Failed or expired tasks per worker", labels=["worker"]
+    )
     busy = CounterMetricFamily("farm_worker_busy_seconds", "Seconds spent holding leases", labels=["worker"])
-    state = GaugeMetricFamily("farm_worker_state", "1 for the worker's current state", labels=["worker", "state"])
+    state = GaugeMetricFamily(
+        "farm_worker_state", "1 for the worker's current state", labels=["worker", "state"]
+    )
     for w in workers:
         done.add_metric([w["id"]], w["tasks_done"])
         fails.add_metric([w["id"]], w["failures"])

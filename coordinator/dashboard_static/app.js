@@ -125,7 +125,7 @@ function tileText(t) {
 }
 
 function drawGrid(g, spec) {
-  const width = g.tiled ? 240 : 120;
+  const width = g.tiled ? 240 : 90;
   const aspect = g.aspect || (spec.height && spec.width ? spec.height / spec.width : 0.5625);
   const rows = g.rows.map((row) => h("div", { class: "frame", style: `width:${width}px;height:${Math.round(width * aspect)}px` },
     row.tiles.map((t) => {
@@ -152,12 +152,13 @@ function hideTip() { $("tooltip").classList.add("hidden"); }
 
 // ---------------------------------------------------------------- workers and header
 function drawWorkers() {
+  const two = (a, b) => [h("div", {}, a), h("div", { class: "sub small" }, b)];
   $("workers").tBodies[0].replaceChildren(...S.workers.map((w) => h("tr", {},
-    h("td", {}, w.id), h("td", {}, w.host || "–"), h("td", {}, w.chip || "–"),
-    h("td", {}, w.memory_bytes ? bytes(w.memory_bytes) : "–"), h("td", {}, w.mlx_device || "–"), h("td", {}, pill(w.state)),
-    h("td", { title: w.current_task }, w.current_task || "–"), h("td", {}, w.tasks_done),
-    h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"), h("td", {}, w.failures),
-    h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) + " ago" : "–"))));
+    h("td", {}, two(w.id, w.host || "–")),
+    h("td", {}, two(w.chip || "–", [w.memory_bytes ? bytes(w.memory_bytes) : "?", w.mlx_device || "?"].join(" · "))),
+    h("td", {}, pill(w.state)), h("td", { title: w.current_task }, (w.current_task || "–").replace(/^r\d{8}-[^.]*\./, "")),
+    h("td", {}, w.tasks_done), h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"),
+    h("td", {}, w.failures), h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) : "–"))));
 }
 function drawStats() {
   const m = S.summary; if (!m) return;
@@ -194,7 +195,11 @@ function route() {
   S.selected = m ? decodeURIComponent(m[1]) : null; S.detail = null;
   drawRender(); scheduleRefresh();
 }
+// Headless snapshots (chromium --virtual-time-budget) wait for every open request, so an SSE stream would
+// hold their clock forever: they, and "#live=0", poll instead.
+const POLL_ONLY = /(?:^|[#&])live=0/.test(location.hash) || /HeadlessChrome/.test(navigator.userAgent);
 function connect() {
+  if (POLL_ONLY) { setInterval(scheduleRefresh, 1000); return; }
   const es = new EventSource("/api/events");
   es.onopen = () => $("live").classList.remove("off");
   es.onmessage = () => scheduleRefresh();

@@ -32,13 +32,22 @@ def _iv(interval) -> list[int]:
 
 def tiled_tasks(rid: str) -> list[dict]:
     """A two-stage graph whose stage 2 is 3 steps x 4 tiles and whose decode is 2 temporal tiles."""
-    def task(name: str, kind: str, deps: list[str], params: dict | None = None, attempts: int = 3) -> dict:
-        return {"id": f"{rid}.{name}", "kind": kind, "capability": "mlx", "params": params or {},
-                "inputs": {f"in{i}": {"task": f"{rid}.{d}", "output": "out"} for i, d in enumerate(deps)},
-                "max_attempts": attempts}
 
-    tasks = [task("text", "text_encode", []), task("stage1", "denoise_stage1", ["text"]),
-             task("upsample", "upsample_spatial", ["stage1"])]
+    def task(name: str, kind: str, deps: list[str], params: dict | None = None, attempts: int = 3) -> dict:
+        return {
+            "id": f"{rid}.{name}",
+            "kind": kind,
+            "capability": "mlx",
+            "params": params or {},
+            "inputs": {f"in{i}": {"task": f"{rid}.{d}", "output": "out"} for i, d in enumerate(deps)},
+            "max_attempts": attempts,
+        }
+
+    tasks = [
+        task("text", "text_encode", []),
+        task("stage1", "denoise_stage1", ["text"]),
+        task("upsample", "upsample_spatial", ["stage1"]),
+    ]
     counts = TileCountConfig(height=DimensionTilingConfig(2, 2), width=DimensionTilingConfig(2, 2))
     prev = ["upsample"]
     for step in range(STEPS):
@@ -46,24 +55,57 @@ def tiled_tasks(rid: str) -> list[dict]:
         for tile in plan_tiles(GRID, counts):
             names.append(f"s2.step{step}.tile{tile.index}")
             tile_params = {"frames": _iv(tile.frames), "height": _iv(tile.height), "width": _iv(tile.width)}
-            tasks.append(task(names[-1], "denoise_stage2_tile", prev, {
-                "step": step, "tile_index": tile.index, "tile": tile_params, "grid": list(GRID)}))
+            tasks.append(
+                task(
+                    names[-1],
+                    "denoise_stage2_tile",
+                    prev,
+                    {"step": step, "tile_index": tile.index, "tile": tile_params, "grid": list(GRID)},
+                )
+            )
         prev = names
     dec = TileCountConfig(frames=DimensionTilingConfig(2, 1))
     for tile in plan_tiles(GRID, dec):
-        tasks.append(task(f"decode.tile{tile.index}", "decode_video_tile", prev, {
-            "tile_index": tile.index, "grid": list(GRID),
-            "tile": {"frames": _iv(tile.frames), "height": _iv(tile.height), "width": _iv(tile.width)}}))
+        tasks.append(
+            task(
+                f"decode.tile{tile.index}",
+                "decode_video_tile",
+                prev,
+                {
+                    "tile_index": tile.index,
+                    "grid": list(GRID),
+                    "tile": {
+                        "frames": _iv(tile.frames),
+                        "height": _iv(tile.height),
+                        "width": _iv(tile.width),
+                    },
+                },
+            )
+        )
     tasks.append(task("audio", "decode_audio", ["stage1"]))
     return tasks
 
 
 def new_render(store: FarmStore, rid: str = "r20250101-120000-abc123") -> str:
     for name, chip in WORKERS.items():
-        store.register_worker(name, {"host": f"{name}.local", "chip": chip, "memory_bytes": 128 * 2**30,
-                                     "mlx_device": "Device(gpu, 0)", "packs": ["tiny"]})
-    spec = {"prompt": "a red fox running through fresh snow at dawn", "height": 512, "width": 768,
-            "frames": 25, "submitter": "ana", "pack": "tiny"}
+        store.register_worker(
+            name,
+            {
+                "host": f"{name}.local",
+                "chip": chip,
+                "memory_bytes": 128 * 2**30,
+                "mlx_device": "Device(gpu, 0)",
+                "packs": ["tiny"],
+            },
+        )
+    spec = {
+        "prompt": "a red fox running through fresh snow at dawn",
+        "height": 512,
+        "width": 768,
+        "frames": 25,
+        "submitter": "ana",
+        "pack": "tiny",
+    }
     assert store.create_render(rid, spec, tiled_tasks(rid), priority=5)
     return rid
 
@@ -114,12 +156,21 @@ def partial_render(store: FarmStore) -> str:
 
 def png_bytes(width: int = 192, height: int = 128) -> bytes:
     """A gradient PNG written with zlib (a stand-in for the last decoded frame)."""
-    rows = b"".join(b"\x00" + bytes(v for x in range(width) for v in (x * 255 // width, y * 2 % 256, 150))
-                    for y in range(height))
+    rows = b"".join(
+        b"\x00" + bytes(v for x in range(width) for v in (x * 255 // width, y * 2 % 256, 150))
+        for y in range(height)
+    )
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 @pytest.fixture
@@ -135,8 +186,12 @@ def get_json(url: str) -> dict:
 
 
 def post(url: str, headers: dict[str, str], body: dict | None = None) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **headers})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body or {}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **headers},
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -167,12 +222,20 @@ def test_api_shapes_and_failure_text(store: FarmStore, dash) -> None:
     done = next(t for t in detail["tasks"] if t["display"] == "done")
     assert done["bytes_out"] > 0 and done["worker"] in WORKERS
     failure = detail["render"]["failures"]
-    assert failure == [{"task": failure[0]["task"], "worker": "mbp-1", "attempts": 1,
-                        "error": "Metal: insufficient memory for attention"}]
+    assert failure == [
+        {
+            "task": failure[0]["task"],
+            "worker": "mbp-1",
+            "attempts": 1,
+            "error": "Metal: insufficient memory for attention",
+        }
+    ]
     assert detail["preview"] is None and detail["actions"] is True
     workers = {w["id"]: w for w in get_json(f"{url}/api/workers")["workers"]}
     assert workers["mbp-1"]["failures"] == 1 and workers["studio-1"]["state"] == "busy"
-    assert workers["studio-2"]["mean_s_per_tile"] is not None and workers["studio-1"]["chip"] == "Apple M2 Ultra"
+    assert (
+        workers["studio-2"]["mean_s_per_tile"] is not None and workers["studio-1"]["chip"] == "Apple M2 Ultra"
+    )
     summary = get_json(f"{url}/api/metrics-summary")
     assert summary["queue_depth"]["mlx"] >= 1 and summary["tasks_by_state"]["done"] == 10
 
@@ -199,7 +262,7 @@ def test_failed_tile_and_preview(store: FarmStore, dash, tmp_data: Path) -> None
 def test_sse_delivers_events_emitted_after_connecting(store: FarmStore, dash) -> None:
     url, _ = dash
     rid = new_render(store)
-    host, port = url[len("http://"):].split(":")
+    host, port = url[len("http://") :].split(":")
     for path in (f"/api/renders/{rid}/events", "/api/events"):
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         conn.request("GET", path)
@@ -227,9 +290,17 @@ def test_actions_need_token_and_csrf(store: FarmStore, dash) -> None:
     assert post(target, {"Authorization": "Bearer sekrit"})[0] == 403
     assert post(target, both_csrf)[0] == 403
     assert post(target, {**both_csrf, "Authorization": "Bearer wrong"})[0] == 403
-    assert post(target, {"Authorization": "Bearer sekrit", "Cookie": f"farm_csrf={csrf}",
-                         "X-CSRF-Token": "d" * 32})[0] == 403
-    assert post(target, {**both_csrf, "Authorization": "Bearer sekrit", "Origin": "http://evil.example"})[0] == 403
+    assert (
+        post(
+            target,
+            {"Authorization": "Bearer sekrit", "Cookie": f"farm_csrf={csrf}", "X-CSRF-Token": "d" * 32},
+        )[0]
+        == 403
+    )
+    assert (
+        post(target, {**both_csrf, "Authorization": "Bearer sekrit", "Origin": "http://evil.example"})[0]
+        == 403
+    )
     assert store.get_render(rid)["state"] == "queued"
     # The browser's way: log in (cookie), then act with the cookie and the CSRF header.
     req = urllib.request.Request(f"{url}/api/login", data=b"token=sekrit", method="POST", headers=both_csrf)
@@ -246,8 +317,10 @@ def test_read_only_without_token(store: FarmStore) -> None:
     try:
         rid = new_render(store)
         csrf = "c" * 32
-        status, body = post(f"http://127.0.0.1:{port}/api/renders/{rid}/cancel",
-                            {"Cookie": f"farm_csrf={csrf}", "X-CSRF-Token": csrf, "Authorization": "Bearer x"})
+        status, body = post(
+            f"http://127.0.0.1:{port}/api/renders/{rid}/cancel",
+            {"Cookie": f"farm_csrf={csrf}", "X-CSRF-Token": csrf, "Authorization": "Bearer x"},
+        )
         assert status == 403 and "read-only" in body["error"]
     finally:
         stop_dashboard(server)
@@ -256,8 +329,11 @@ def test_read_only_without_token(store: FarmStore) -> None:
 def scrape(url: str) -> dict[tuple, float]:
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def test_metrics_parse_and_move(store: FarmStore, dash) -> None:
@@ -285,8 +361,13 @@ def chromium() -> str:
         pytest.skip("chromium is missing and apt-get is not available to install it")
     try:
         subprocess.run(["apt-get", "update"], check=True, capture_output=True, timeout=600)
-        subprocess.run(["apt-get", "install", "-y", "chromium"], check=True, capture_output=True, timeout=900,
-                       env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        subprocess.run(
+            ["apt-get", "install", "-y", "chromium"],
+            check=True,
+            capture_output=True,
+            timeout=900,
+            env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         pytest.skip(f"chromium is missing and could not be installed: {exc}")
     found = shutil.which("chromium")
@@ -296,8 +377,18 @@ def chromium() -> str:
 
 
 def headless(browser: str, url: str, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-           "--window-size=1280,900", "--virtual-time-budget=5000", *extra, url]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--window-size=1280,900",
+        "--virtual-time-budget=5000",
+        *extra,
+        url,
+    ]
     return subprocess.run(cmd, capture_output=True, timeout=120, text=True)
 
 
@@ -306,18 +397,17 @@ def test_browser_screenshot(store: FarmStore, dash, tmp_data: Path, tmp_path: Pa
     browser = chromium()
     url, _ = dash
     rid = partial_render(store)
-    store.create_render("r20250101-115500-0f0f0f", {"prompt": "city timelapse at night", "submitter": "ben"},
-                        tiled_tasks("r20250101-115500-0f0f0f"))
+    store.create_render(
+        "r20250101-115500-0f0f0f",
+        {"prompt": "city timelapse at night", "submitter": "ben"},
+        tiled_tasks("r20250101-115500-0f0f0f"),
+    )
     (tmp_data / "previews").mkdir()
     (tmp_data / "previews" / f"{rid}.png").write_bytes(png_bytes())
     page = f"{url}/#render={rid}"
     dom = headless(browser, page, "--dump-dom").stdout
     assert 'data-state="done"' in dom and 'data-state="running"' in dom and "studio-1" in dom
     assert "insufficient memory" in dom and "city timelapse" not in dom.split("<tbody>")[0]
-    for _ in range(6):  # more tiles turn done; the page shows them on the next load
-        step_once(store, "studio-2")
-    dom = headless(browser, page, "--dump-dom").stdout
-    assert dom.count('data-state="done"') >= 12
     shot = tmp_path / "dashboard.png"
     proc = headless(browser, page, f"--screenshot={shot}")
     assert shot.is_file(), proc.stderr[-2000:]
@@ -325,3 +415,11 @@ def test_browser_screenshot(store: FarmStore, dash, tmp_data: Path, tmp_path: Pa
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     shutil.copyfile(shot, artifacts / "dashboard.png")
+    # Tiles turn done (the running one, the retried one, then step 2); the page shows them.
+    running = next(t for t in store.render_tasks(rid) if t["state"] == "leased")
+    store.complete(running["id"], "studio-1", running["fence"], {"out": "0" * 64}, {"seconds": 1.5})
+    for _ in range(3):
+        step_once(store, "studio-2")
+    dom = headless(browser, page, "--dump-dom").stdout
+    done = sum(t["state"] == "done" for t in store.render_tasks(rid))
+    assert done >= 13 and dom.count('data-state="done"') == done and 'data-state="running"' not in dom

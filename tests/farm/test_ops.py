@@ -1,0 +1,159 @@
+"""ops/ files are valid (plists parse, the unit parses, redis.conf runs a real redis-server with AOF), the
+install script's dry run works under bash, and `farm doctor` checks against a real coordinator."""
+
+from __future__ import annotations
+
+import configparser
+import plistlib
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import typer
+from typer.testing import CliRunner
+
+from coordinator.redis_server import find_redis_server
+from farm_cli import doctor
+
+ROOT = Path(__file__).resolve().parents[2]
+OPS = ROOT / "ops"
+
+
+@pytest.mark.parametrize("name", ["com.ltxfarm.worker.plist", "com.ltxfarm.coordinator.plist"])
+def test_launchd_plists_parse(name: str) -> None:
+    plist = plistlib.loads((OPS / "launchd" / name).read_bytes())
+    assert plist["Label"] == name.removesuffix(".plist")
+    assert plist["KeepAlive"] is True and plist["RunAtLoad"] is True
+    assert plist["ProgramArguments"][0] == "__FARM_BIN__" and plist["StandardErrorPath"].endswith(".log")
+
+
+def test_install_worker_dry_run_renders_a_valid_plist(tmp_path: Path) -> None:
+    script = OPS / "install-worker.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    proc = subprocess.run(
+        [
+            "bash",
+            str(script),
+            "--dry-run",
+            "--coordinator",
+            "studio.local:8471",
+            "--token",
+            "t0k",
+            "--home",
+            str(tmp_path / "farm"),
+            "--worker-id",
+            "mini-2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "pip install" in out and "snapshot_download" in out and "launchctl bootstrap" in out
+    assert "nothing was changed" in out and not (tmp_path / "farm").exists()
+    xml = "\n".join(line[4:] for line in out.splitlines() if line.startswith("    "))
+    plist = plistlib.loads(xml.encode())
+    args = plist["ProgramArguments"]
+    assert args[:4] == [
+        str(tmp_path / "farm" / "venv" / "bin" / "farm"),
+        "worker",
+        "--coordinator",
+        "studio.local:8471",
+    ]
+    assert args[args.index("--worker-id") + 1] == "mini-2" and "__" not in "".join(map(str, plist.values()))
+    assert subprocess.run(["bash", str(script), "--bogus"], capture_output=True).returncode == 2
+
+
+def test_systemd_unit_parses() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read(OPS / "systemd" / "ltx-farm-coordinator.service")
+    assert {"Unit", "Service", "Install"} <= set(unit.sections())
+    assert "farm coordinator" in unit["Service"]["ExecStart"] and unit["Service"]["Restart"] == "on-failure"
+
+
+def test_redis_conf_runs_with_aof_everysec(tmp_path: Path) -> None:
+    sock = tmp_path / "r.sock"
+    proc = subprocess.Popen(
+        [
+            str(find_redis_server()),
+            str(OPS / "redis" / "redis.conf"),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--dir",
+            str(tmp_path),
+            "--supervised",
+            "no",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sock.exists(), proc.stdout.read().decode() if proc.poll() is not None else "no socket"
+        client = redis.Redis(unix_socket_path=str(sock), decode_responses=True)
+        assert client.config_get("appendonly")["appendonly"] == "yes"
+        assert client.config_get("appendfsync")["appendfsync"] == "everysec"
+        assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
+        client.set("k", "v")
+        client.shutdown()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+    assert any(tmp_path.rglob("farm.aof*"))
+
+
+def test_doctor_checks(store, tmp_data: Path) -> None:
+    from coordinator.dashboard import start_dashboard, stop_dashboard
+    from coordinator.server import serve, stop
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    packs = tmp_data / "packs"
+    write_tiny_pack(packs / "tiny", seed=0)
+    assert doctor.check_python()[0] == "ok"
+    assert doctor.check_mlx()[0] in ("ok", "warn")
+    assert doctor.check_pack("tiny", packs)[0] == "ok"
+    assert doctor.check_pack("nope", packs)[0] == "fail"
+    (packs / "tiny" / "vocoder.safetensors").unlink()
+    status, message = doctor.check_pack("tiny", packs)
+    assert status == "fail" and "vocoder" in message
+    server, port = serve(store, tmp_data, "127.0.0.1", 0, "right-token")
+    dash, dport = start_dashboard(store, port=0)
+    try:
+        assert doctor.check_coordinator(f"127.0.0.1:{port}", "right-token")[0] == "ok"
+        status, message = doctor.check_coordinator(f"127.0.0.1:{port}", "wrong")
+        assert status == "fail" and "UNAUTHENTICATED" in message
+        status, message = doctor.check_clock(f"http://127.0.0.1:{dport}")
+        assert status == "ok" and "clock skew" in message
+        assert doctor.check_clock("http://127.0.0.1:9")[0] == "skip"
+        app = typer.Typer()
+        app.command()(lambda: None)  # a second command keeps `doctor` a named subcommand
+        doctor.register(app)
+        result = CliRunner().invoke(
+            app,
+            [
+                "doctor",
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--token",
+                "right-token",
+                "--data",
+                str(tmp_data),
+                "--dashboard",
+                f"http://127.0.0.1:{dport}",
+            ],
+        )
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 5 and result.exit_code == 1  # the pack lost its vocoder above
+        assert lines[3].startswith("✓ ok") and "answers with this token" in lines[3]
+    finally:
+        stop_dashboard(dash)
+        stop(server)
