@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.auth import SERVER_OPTIONS, TokenInterceptor, load_or_create_token
 from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
+from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.reducer import ReducerThread
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from protos import farm_pb2, farm_pb2_grpc
@@ -73,6 +74,11 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
             "progress",
             "outputs",
             "metrics",
+            "params",
+            "leased_ms",
+            "done_ms",
+            "queued_ms",
+            "max_attempts",
         )
         record["tasks"] = [{k: t.get(k) for k in keep if k in t} for t in tasks]
     return farm_pb2.RenderInfo(
@@ -353,7 +359,8 @@ def stop(server: grpc.Server, grace: float = 2.0) -> None:
 
 
 def run_coordinator(
-    data_dir: Path, host: str, port: int, redis_url: str | None = None, prefix: str = "farm"
+    data_dir: Path, host: str, port: int, redis_url: str | None = None, prefix: str = "farm",
+    dashboard_host: str = "127.0.0.1", dashboard_port: int = 8470,
 ) -> int:
     """Run until SIGTERM/SIGINT: embedded Redis (unless redis_url), store, server."""
     from contextlib import ExitStack
@@ -369,7 +376,10 @@ def run_coordinator(
         store = FarmStore(redis_server.connect(redis_url), prefix)
         token = load_or_create_token(data_dir)
         server, bound = serve(store, data_dir, host, port, token)
-        print(f"coordinator on {host}:{bound}; token in {data_dir / 'token'}", flush=True)
+        dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir)
+        stack.callback(stop_dashboard, dashboard)
+        print(f"coordinator on {host}:{bound}; dashboard http://{dashboard_host}:{dash_port}/; "
+              f"token in {data_dir / 'token'}", flush=True)
         done = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: done.set())

@@ -81,8 +81,9 @@ def render(
 
 
 def main() -> None:
-    from farm_cli import remote, services
+    from farm_cli import doctor, remote, services
 
     remote.register(app)
     services.register(app)
+    doctor.register(app)
     app()

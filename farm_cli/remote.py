@@ -84,6 +84,18 @@ def wait_for(render_id: str, coordinator: str, token: str | None, quiet: bool = 
         fail(str(exc), code=1)
 
 
+def watch_live(render_id: str, coordinator: str, token: str | None) -> dict:
+    """The rich live view of a render until it ends."""
+    from farm_cli.client import FarmError
+    from farm_cli.watch_view import watch_render
+
+    try:
+        with client(coordinator, token) as farm:
+            return watch_render(farm.watch(render_id), lambda: farm.get(render_id))
+    except FarmError as exc:
+        fail(str(exc), code=1)
+
+
 def fetch_results(render: dict, output: Path | None, save_latents: Path | None, coordinator: str,
                   token: str | None) -> None:
     from farm_cli.client import FarmError
@@ -150,8 +162,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def watch(render_id: str, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:
-        """Follow a render until it ends; exits non-zero unless it is done."""
-        render = wait_for(render_id, coordinator, token)
+        """Follow a render live (stages, tile grid, workers, ETA); exits non-zero unless it is done."""
+        render = watch_live(render_id, coordinator, token) if sys.stdout.isatty() else wait_for(render_id, coordinator, token)
         typer.echo(f"{render_id} {render.get('state')} {render.get('error') or ''}".rstrip())
         raise typer.Exit(0 if render.get("state") == "done" else 1)
 

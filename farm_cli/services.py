@@ -36,10 +36,12 @@ def worker_command(address: str, token: str, packs_dir: Path, worker_id: str, ca
 
 @contextlib.contextmanager
 def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = None,
-               log_dir: Path | None = None) -> Iterator[tuple[str, str, list[subprocess.Popen]]]:
+               log_dir: Path | None = None, dashboard_host: str = "127.0.0.1",
+               dashboard_port: int | None = None) -> Iterator[tuple[str, str, list[subprocess.Popen]]]:
     """Embedded Redis (unless redis_url) + coordinator in this process + N worker processes."""
     from coordinator import redis_server
     from coordinator.auth import load_or_create_token
+    from coordinator.dashboard import start_dashboard, stop_dashboard
     from coordinator.server import serve, stop
     from coordinator.store import FarmStore
 
@@ -50,6 +52,10 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
         token = load_or_create_token(data)
         server, bound = serve(store, data, "127.0.0.1", port, token)
         stack.callback(stop, server)
+        if dashboard_port is not None:
+            dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data)
+            stack.callback(stop_dashboard, dashboard)
+            typer.echo(f"dashboard http://{dashboard_host}:{dash_port}/", err=True)
         address = f"127.0.0.1:{bound}"
         procs = []
         log_dir = log_dir or data / "logs"
@@ -85,13 +91,18 @@ def register(app: typer.Typer) -> None:
     Port = Annotated[int, typer.Option("--port")]
     RedisUrl = Annotated[str | None, typer.Option("--redis-url", envvar="FARM_REDIS_URL")]
 
+    DashHost = Annotated[str, typer.Option("--dashboard-host", help="0.0.0.0 opens the dashboard to the LAN.")]
+    DashPort = Annotated[int, typer.Option("--dashboard-port")]
+
     @app.command()
     def coordinator(data: DataDir = None, host: str = typer.Option("127.0.0.1", "--host"),
-                    port: Port = common.DEFAULT_PORT, redis_url: RedisUrl = None) -> None:
-        """Run the coordinator (gRPC + Redis) until Ctrl-C."""
+                    port: Port = common.DEFAULT_PORT, redis_url: RedisUrl = None,
+                    dashboard_host: DashHost = "127.0.0.1", dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT) -> None:
+        """Run the coordinator (gRPC + Redis + dashboard) until Ctrl-C."""
         from coordinator.server import run_coordinator
 
-        raise typer.Exit(run_coordinator(common.data_dir(data), host, port, redis_url))
+        raise typer.Exit(run_coordinator(common.data_dir(data), host, port, redis_url,
+                                         dashboard_host=dashboard_host, dashboard_port=dashboard_port))
 
     @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def worker(ctx: typer.Context) -> None:
@@ -102,14 +113,16 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def up(workers: int = typer.Option(2, "--workers"), port: Port = common.DEFAULT_PORT, data: DataDir = None,
-           redis_url: RedisUrl = None) -> None:
+           redis_url: RedisUrl = None, dashboard_host: DashHost = "127.0.0.1",
+           dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT) -> None:
         """Coordinator + N local workers (+ embedded Redis) in the foreground until Ctrl-C."""
         folder = common.data_dir(data)
         ensure_tiny_pack(folder)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        with local_farm(folder, workers, port, redis_url) as (address, _token, _procs):
+        with local_farm(folder, workers, port, redis_url, dashboard_host=dashboard_host,
+                        dashboard_port=dashboard_port) as (address, _token, _procs):
             typer.echo(f"farm up: coordinator {address}, {workers} workers; token in {folder / 'token'}")
             while not stop.wait(0.5):
                 pass
