@@ -39,8 +39,13 @@ _KIND_PREFIXES = (
 LOST_AFTER_MS = 90_000  # a worker unseen this long is shown as lost
 
 
-def stage_of(kind: str) -> str:
-    """The pipeline stage a task kind belongs to (tiled kinds share their stage's prefix)."""
+def stage_of(kind: str, task_id: str = "") -> str:
+    """The pipeline stage of a task: the first name in its id (`<render>.stage2.s0.t1` → stage2),
+    else its kind (tiled kinds share their stage's prefix)."""
+    name = task_id.split(".")[1] if task_id.count(".") >= 1 else ""
+    for stage, _label in STAGES:
+        if name.startswith(stage):
+            return stage
     for prefix, stage in _KIND_PREFIXES:
         if kind.startswith(prefix):
             return stage
@@ -91,7 +96,7 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "id": tid,
         "name": tid.rsplit(".", 1)[-1] if "." in tid else tid,
         "kind": task.get("kind", ""),
-        "stage": stage_of(str(task.get("kind", ""))),
+        "stage": stage_of(str(task.get("kind", "")), str(task.get("id", ""))),
         "state": task.get("state", ""),
         "display": display_state(task),
         "worker": task.get("worker") or "",
