@@ -39,7 +39,8 @@ import redis
 
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
-           "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref")
+           "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
+           "set_priority", "requeue_task")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -182,6 +183,14 @@ class FarmStore:
     def cancel_render(self, render_id: str) -> bool:
         """Stop a render: queued tasks leave the queues, running ones hear 'cancel' on heartbeat."""
         return bool(self._run("cancel_render", render_id))
+
+    def set_priority(self, render_id: str, priority: int) -> bool:
+        """Record a live render's priority (shown on the dashboard). False if finished/missing."""
+        return bool(self._run("set_priority", render_id, int(priority)))
+
+    def requeue_task(self, task_id: str) -> bool:
+        """Take a leased task from its worker (its fence goes stale) and queue it again."""
+        return bool(self._run("requeue_task", task_id))
 
     def set_render_state(self, render_id: str, state: str, **fields: Any) -> bool:
         """Move a live render to `state` with extra fields (stage, output, error). False if finished/missing."""

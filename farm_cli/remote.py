@@ -183,6 +183,10 @@ def register(app: typer.Typer) -> None:
             return
         for r in [data] if render_id else data:
             typer.echo(f"{r.get('id')}  {r.get('state'):<10} {r.get('stage') or '':<12} {r.get('error') or ''}")
+        for t in data.get("tasks", []) if render_id else []:
+            if t.get("error"):  # the failure text of a failed or retried task, and where it ran
+                typer.echo(f"  {t['id']}  {t.get('state')} on {t.get('worker') or '?'} "
+                           f"(attempt {t.get('attempts')}): {t['error']}")
 
     @app.command()
     def cancel(render_id: str, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:

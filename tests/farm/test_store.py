@@ -371,3 +371,17 @@ def test_unknown_script_errors_pass_through(store: FarmStore) -> None:
     store.client.set(store.key("render", "bad"), "not a hash")
     with pytest.raises(redis.ResponseError):
         store.cancel_render("bad")
+
+
+def test_operator_requeue_makes_the_holder_stale_and_priority_is_recorded(store):
+    store.create_render("rq", {"prompt": "x"}, [{"id": "rq.a", "kind": "k", "params": {}, "inputs": {},
+                                                "deps": [], "capability": "c"}])
+    task = store.lease("w1", ["c"], 30_000)
+    assert store.requeue_task("rq.a") is True
+    assert store.complete("rq.a", "w1", task["fence"], {}, {}) == "stale"
+    again = store.lease("w2", ["c"], 30_000)
+    assert again["id"] == "rq.a" and again["fence"] > task["fence"]
+    assert store.requeue_task("missing") is False
+    assert store.set_priority("rq", 5) is True and store.get_render("rq")["priority"] == 5
+    types = [e["type"] for _, e in store.read_events("rq")]
+    assert "task_requeued" in types and "render_priority" in types

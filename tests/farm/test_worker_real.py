@@ -155,3 +155,32 @@ def test_sigterm_mid_task_exits_zero_and_hands_the_task_back(store, tmp_data, ti
         if task["state"] == "queued":
             assert "shutting down" in task.get("error", ""), task
             assert f"task {task_id} reported failed (worker shutting down): REQUEUED" in _log(tmp_data, "w1")
+
+
+@pytest.mark.timeout(300)
+def test_status_shows_failure_text_and_worker(store, tmp_data, tiny_packs, tmp_path):
+    """A task that fails on a worker shows its error and the worker in `farm status ID`."""
+    import shutil
+    import sys
+
+    import mlx.core as mx
+
+    from tests.farm.farm_harness import ROOT, farm
+
+    packs = tmp_path / "packs"
+    shutil.copytree(tiny_packs / "tiny", packs / "broken")
+    weights = packs / "broken" / "vae_decoder.safetensors"
+    tensors = dict(mx.load(str(weights)))
+    tensors.pop(sorted(tensors)[0])
+    mx.save_safetensors(str(weights), tensors)
+    with farm(store, tmp_data, packs, workers=1) as (client, _procs):
+        render_id = client.submit({"prompt": "a fox", "pack": "broken", "height": 256, "width": 384, "frames": 25})
+        deadline = time.monotonic() + 200
+        while client.get(render_id)["state"] not in ("failed", "done") and time.monotonic() < deadline:
+            time.sleep(0.3)
+        token = (tmp_data / "token").read_text().strip()
+        result = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "status", render_id,
+                                 "--coordinator", client.address, "--token", token],
+                                capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "failed" in result.stdout, result.stdout
+    assert "on w1" in result.stdout and "vae_decoder.safetensors: missing tensor" in result.stdout, result.stdout

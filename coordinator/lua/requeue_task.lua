@@ -1,0 +1,12 @@
+-- ARGV[3] task id. An operator takes a leased task away from its worker and queues it again
+-- (a new fence at once, so the old holder's result is stale). 1 when requeued, 0 otherwise.
+local tid = ARGV[3]
+local tk = key('task', tid)
+local t = redis.call('HMGET', tk, 'state', 'worker', 'render', 'leased_ms')
+if t[1] ~= 'leased' or not render_active(t[3]) then return 0 end
+redis.call('HSET', tk, 'fence', redis.call('INCR', key('fence')))
+release(tid, t[2], t[4], nil)  -- not the worker's failure
+redis.call('HSET', tk, 'state', 'queued', 'error', 'requeued by an operator from ' .. t[2], 'queued_ms', NOW)
+push_ready(tid, true)
+emit(t[3], {type = 'task_requeued', task = tid, worker = t[2]})
+return 1
