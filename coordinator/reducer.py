@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ltx_engine import tdp
+from ltx_engine import dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
 from protos.tensors import encode_tensor
 
@@ -36,8 +36,41 @@ def _tile_outputs(params: dict, latent: np.ndarray, mask: np.ndarray, positions:
     return out
 
 
+def dfr_carry(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Keyframes carried into DFR round 1: the stage-2 latent frame ending on each canvas slot
+    (slot p is pixel frame p = 8k, the last frame latent k encodes)."""
+    plan = dfr_layout.plan_from_params(params["dfr"])
+    index = [dfr_layout.pixel_to_latent(p) for p in plan.canvas.slots]
+    return {"keyframes": np.ascontiguousarray(inputs["latent"][:, :, index], dtype=np.float32)}
+
+
+def dfr_stitch(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A DFR round's latent from its tiles (tile order, lead-ins dropped) and the keyframes it carries
+    on: the round's anchors plus every tile's new slots (the earlier tile's copy of a slot wins).
+    The last round also gives the latent trimmed to the requested length."""
+    plan = dfr_layout.plan_from_params(params["dfr"])
+    rnd = plan.rounds[int(params["round"]) - 1]
+    latent = dfr_layout.stitch_round([inputs[f"t{t.index}_latent"] for t in rnd.tiles], rnd)
+    planes = {p: inputs["carry"][:, :, i : i + 1] for i, p in enumerate(rnd.seams)}
+    for tile in reversed(rnd.tiles):  # a lead-in repeats the previous tile's slot: the earlier tile wins
+        for k, p in enumerate(tile.slots):
+            planes[p] = inputs[f"t{tile.index}_slots"][:, :, k : k + 1]
+    if tuple(sorted(planes)) != rnd.carry():
+        raise ValueError(f"round {rnd.round} carry {sorted(planes)} != plan {list(rnd.carry())}")
+    out = {"latent": latent, "keyframes": np.concatenate([planes[p] for p in rnd.carry()], axis=2)}
+    if rnd.round == len(plan.rounds):
+        out["video_latent"] = np.ascontiguousarray(dfr_layout.trim_latent(latent, plan))
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+DFR_KINDS = {"dfr_carry": dfr_carry, "dfr_stitch": dfr_stitch}
+
+
 def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs of a coordinator task: `tdp_cut` (step 0's tile inputs) or `tdp_step` (blend + step)."""
+    """Outputs of a coordinator task: `tdp_cut` (step 0's tile inputs), `tdp_step` (blend + step), or
+    the DFR kinds `dfr_carry` / `dfr_stitch`."""
+    if kind in DFR_KINDS:
+        return DFR_KINDS[kind](params, inputs)
     positions, mask = inputs["positions"], inputs["mask"]
     sets = _sets(params, positions)
     sigmas = [float(s) for s in params["sigmas"]]
@@ -57,9 +90,10 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
 class ReducerThread(threading.Thread):
     """Leases `coordinator` tasks from the store and runs them next to the blob store."""
 
-    def __init__(self, store, blobs, lease_ms: int = 60_000, idle_s: float = 0.02):
+    def __init__(self, store, blobs, scheduler, lease_ms: int = 60_000, idle_s: float = 0.25):
         super().__init__(name="farm-reducer", daemon=True)
-        self.store, self.blobs, self.lease_ms, self.idle_s = store, blobs, lease_ms, idle_s
+        self.store, self.blobs, self.scheduler = store, blobs, scheduler
+        self.lease_ms, self.idle_s = lease_ms, idle_s
         self.stopping = threading.Event()
 
     def stop(self) -> None:
@@ -73,7 +107,7 @@ class ReducerThread(threading.Thread):
                 log.exception("reducer lease failed")
                 task = None
             if task is None:
-                time.sleep(self.idle_s)
+                self.scheduler.wait_for_work(self.idle_s)
                 continue
             self._run_one(task)
 
@@ -86,10 +120,10 @@ class ReducerThread(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - reported on the task, the render fails with the text
             log.exception("reducer task %s failed", task["id"])
             self.store.fail(task["id"], REDUCER_ID, int(task["fence"]), f"{type(exc).__name__}: {exc}", False)
+            self.scheduler.wake()
             return
         metrics = {"seconds": round(time.perf_counter() - start, 4)}
         status = self.store.complete(task["id"], REDUCER_ID, int(task["fence"]), shas, metrics)
-        if status == "render_ready" and self.on_render_ready is not None:
-            self.on_render_ready(task["render"])
-
-    on_render_ready = None
+        self.scheduler.wake()
+        if status == "render_ready":
+            self.scheduler.start_assembly(task["render"])

@@ -67,6 +67,7 @@ class Scheduler:
         self._assembling: set[str] = set()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._work = threading.Condition()  # notified whenever tasks may have become ready
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -77,6 +78,7 @@ class Scheduler:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        self.wake()
         if self._expiry is not None:
             self._expiry.join(timeout)
         for t in list(self._threads):
@@ -88,11 +90,23 @@ class Scheduler:
             try:
                 expired = self.store.expire_leases()
                 if expired:
+                    self.wake()
                     log.info("expired leases: %s", ", ".join(map(str, expired)))
             except Exception:  # keep the loop alive through a Redis blip
                 log.exception("lease expiry failed")
 
     # ------------------------------------------------------------------ leasing
+
+    def wake(self) -> None:
+        """Tasks may have become ready (a submit, a result, an expiry): wake every waiting lease now."""
+        with self._work:
+            self._work.notify_all()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Sleep until woken or `timeout`; False once the scheduler stops."""
+        with self._work:
+            self._work.wait(timeout)
+        return not self._stop.is_set()
 
     def lease(
         self,
@@ -111,9 +125,9 @@ class Scheduler:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not is_active() or self._stop.is_set():
                 return None
-            if self._stop.wait(min(delay, remaining)):
+            if not self.wait_for_work(min(delay, remaining)):
                 return None
-            delay = min(delay * 1.5, 0.25)
+            delay = min(delay * 1.5, 0.25)  # the fallback poll, for changes made by other processes
 
     # ------------------------------------------------------------------ results
 
@@ -152,8 +166,10 @@ class Scheduler:
         if problem is not None:
             log.warning("refusing result of %s from %s: %s", task_id, worker_id, problem)
             status = self.store.fail(task_id, worker_id, fence, f"result refused: {problem}", retryable=True)
+            self.wake()
             return status, problem
         status = self.store.complete(task_id, worker_id, fence, dict(outputs), metrics)
+        self.wake()
         if status == "render_ready":
             self.start_assembly(str(task.get("render") or task.get("render_id")))
         return status, ""
@@ -190,32 +206,23 @@ class Scheduler:
             with self._lock:
                 self._assembling.discard(render_id)
 
-    def products(self, render_id: str) -> dict[str, Any]:
-        """Load every product blob: the planner's product_outputs() map, else params["product"] marks."""
-        from coordinator import planner
-
-        tasks = self.store.render_tasks(render_id)
-        wanted: dict[str, tuple[dict, str]] = {}
-        by_suffix = {str(t["id"]).rsplit(".", 1)[-1]: t for t in tasks}
-        for product, (suffix, output) in planner.product_outputs().items():
-            if suffix in by_suffix:
-                wanted[product] = (by_suffix[suffix], output)
-        for task in tasks:
-            name = as_dict(task.get("params")).get("product")
-            if name and name not in wanted:
-                outputs = as_dict(task.get("outputs"))
-                only = next(iter(outputs)) if len(outputs) == 1 else name
-                wanted[name] = (task, only)
-        products: dict[str, Any] = {}
-        for product, (task, output) in wanted.items():
-            sha = as_dict(task.get("outputs")).get(output)
-            if sha is None:
-                raise RuntimeError(f"product {product}: task {task.get('id')} has no output {output!r}")
-            products[product] = self.blobs.read_tensor(sha)
-        return products
+    def task_outputs(self, render_id: str) -> tuple[dict[str, dict[str, str]], list[dict]]:
+        """Each task's outputs by its name in the plan ("decode.t3"), and its run record for the metadata
+        (worker, lease → done times, the worker's own seconds)."""
+        prefix = f"{render_id}."
+        outputs: dict[str, dict[str, str]] = {}
+        runs: list[dict] = []
+        for task in self.store.render_tasks(render_id):
+            tid = str(task["id"])
+            name = tid[len(prefix):] if tid.startswith(prefix) else tid
+            outputs[name] = as_dict(task.get("outputs"))
+            runs.append({"name": name, "kind": task.get("kind"), "worker": task.get("worker") or None,
+                         "start_ms": int(task.get("leased_ms") or 0), "end_ms": int(task.get("done_ms") or 0),
+                         "seconds": as_dict(task.get("metrics")).get("seconds")})
+        return outputs, runs
 
     def assemble(self, render_id: str) -> Path:
-        """Synchronous assembly: products -> assembler.assemble -> the mp4 path."""
+        """Synchronous assembly: task outputs streamed (one blob at a time) into the assembler → the mp4."""
         from coordinator import assembler
 
         render = self.store.get_render(render_id)
@@ -223,4 +230,10 @@ class Scheduler:
             raise RuntimeError(f"render {render_id} vanished")
         out_dir = self.data_dir / "renders" / render_id
         out_dir.mkdir(parents=True, exist_ok=True)
-        return Path(assembler.assemble(as_dict(render.get("spec")), self.products(render_id), out_dir))
+        outputs, runs = self.task_outputs(render_id)
+
+        def get(name: str, output: str) -> Any:
+            sha = outputs.get(name, {}).get(output)
+            return None if sha is None else self.blobs.read_tensor(sha)
+
+        return Path(assembler.assemble_streaming(as_dict(render.get("spec")), get, out_dir, runs))

@@ -72,6 +72,7 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
             "capability",
             "error",
             "progress",
+            "inputs",
             "outputs",
             "metrics",
             "params",
@@ -122,6 +123,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 grpc.StatusCode.INVALID_ARGUMENT, f"spec names blob {missing[:12]} that was never uploaded"
             )
         self.store.create_render(render_id, spec, tasks, priority=int(spec.get("priority", 0) or 0))
+        self.scheduler.wake()
         log.info("render %s queued with %d tasks", render_id, len(tasks))
         return farm_pb2.SubmitReply(render_id=render_id)
 
@@ -258,6 +260,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             request.error[:4000],
             retryable=request.retryable,
         )
+        self.scheduler.wake()
         self.store.worker_seen(request.worker_id, "idle", "")
         return farm_pb2.StatusReply(status=STATUS[status])
 
@@ -336,8 +339,7 @@ def serve(
     scheduler.start()
     server.farm_scheduler = scheduler  # type: ignore[attr-defined]
     server.farm_health = health_servicer  # type: ignore[attr-defined]
-    reducer = ReducerThread(store, blobs)
-    reducer.on_render_ready = scheduler.start_assembly
+    reducer = ReducerThread(store, blobs, scheduler)
     reducer.start()
     server.farm_reducer = reducer  # type: ignore[attr-defined]
     log.info("coordinator listening on %s:%d", host, bound)

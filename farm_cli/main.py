@@ -38,13 +38,17 @@ Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames i
 
 @pack_app.command("tiny")
 def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
-              bits: Annotated[int | None, typer.Option("--bits", help="8 or 4: quantize the DiT blocks.")] = None) -> None:
+              bits: Annotated[int | None, typer.Option("--bits", help="8 or 4: quantize the DiT blocks.")] = None,
+              variant: Annotated[str, typer.Option("--variant", help="2.3, or 2.5 (DFR-capable DiT).")] = "2.3",
+              ) -> None:
     """Write the tiny pack: the real pack layout at tiny sizes with seeded weights."""
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.tiny_pack import VARIANTS, write_tiny_pack
 
     if bits not in (None, 4, 8):
         fail("--bits must be 8 or 4")
-    path = write_tiny_pack(folder, seed=seed, bits=bits)
+    if variant not in VARIANTS:
+        fail(f"--variant must be one of {', '.join(VARIANTS)}")
+    path = write_tiny_pack(folder, seed=seed, bits=bits, variant=variant)
     typer.echo(f"wrote tiny pack {path}")
 
 
@@ -81,9 +85,10 @@ def render(
 
 
 def main() -> None:
-    from farm_cli import doctor, remote, services
+    from farm_cli import bench, doctor, remote, services
 
     remote.register(app)
     services.register(app)
     doctor.register(app)
+    bench.register(app)
     app()

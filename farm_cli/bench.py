@@ -1,0 +1,102 @@
+"""`farm bench ...`: speed measured side by side in one run, never by timed assertions in tests.
+
+`farm bench overhead` renders the same tiled stage 2 twice — in this process (the reference, tile by
+tile) and through a farm on this machine with one worker — and prints both stage-2 wall times, their
+ratio, the mean tile-forward time (the ratio is meaningful when a forward takes >= 0.5 s) and the
+bytes that crossed the wire per denoising step.
+"""
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from farm_cli import common
+
+bench_app = typer.Typer(no_args_is_help=True, help="Side-by-side measurements.")
+
+
+def _is_stage2(task_id: str) -> bool:
+    return ".stage2" in task_id
+
+
+def local_stage2_seconds(spec: dict, packs: Path, out: Path) -> tuple[float, float]:
+    """(stage-2 wall seconds, mean tile-forward seconds) of an in-process render."""
+    from farm_cli.local import render_local
+    from worker.runner import Runner
+
+    marks: list[tuple[str, float]] = []
+    forwards: list[float] = []
+
+    def on_event(event: dict) -> None:
+        if event.get("type") == "task_done":
+            marks.append((event["task"], time.perf_counter()))
+            if event.get("kind") == "transformer_forward":
+                forwards.append(float(event.get("seconds", 0.0)))
+
+    render_local(spec, out, Runner(packs), on_event=on_event)
+    first = next(i for i, (tid, _) in enumerate(marks) if _is_stage2(tid))
+    last = max(i for i, (tid, _) in enumerate(marks) if _is_stage2(tid))
+    return marks[last][1] - marks[first - 1][1], sum(forwards) / max(1, len(forwards))
+
+
+def farm_stage2_seconds(spec: dict, data: Path) -> tuple[float, float, dict[int, int]]:
+    """(stage-2 wall seconds, mean tile-forward seconds, bytes moved per step) through a 1-worker farm."""
+    from coordinator.blobstore import BlobStore
+    from farm_cli.client import FarmClient
+    from farm_cli.services import local_farm
+
+    with local_farm(data, workers=1) as (address, token, _procs), FarmClient(address, token, timeout=60) as farm:
+        render_id = farm.submit(dict(spec))
+        events = list(farm.watch(render_id))
+        render = farm.get(render_id)
+    if render["state"] != "done":
+        common.fail(f"bench render {render['state']}: {render.get('error')}", code=1)
+    leased = [e["ts"] for e in events if e.get("type") == "task_leased" and _is_stage2(str(e.get("task")))]
+    done = [e["ts"] for e in events if e.get("type") == "task_done" and _is_stage2(str(e.get("task")))]
+    tiles = [t for t in render["tasks"] if t["kind"] == "transformer_forward"]
+    blobs = BlobStore(data)
+    moved: dict[int, int] = {}
+    for t in tiles:
+        shas = list((t.get("outputs") or {}).values()) + list((t.get("inputs") or {}).values())
+        moved[t["params"]["step"]] = moved.get(t["params"]["step"], 0) + sum(blobs.size(s) for s in shas if blobs.has(s))
+    mean_forward = sum(t["metrics"]["seconds"] for t in tiles) / max(1, len(tiles))
+    return (max(done) - min(leased)) / 1000.0, mean_forward, moved
+
+
+@bench_app.command("overhead")
+def overhead(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 25,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Stage-2 wall time through the farm (1 worker) vs in-process, same tiles; ratio; bytes per step."""
+    from farm_cli.services import ensure_tiny_pack
+
+    folder = common.data_dir(data)
+    if pack == "tiny":
+        ensure_tiny_pack(folder)
+    spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
+            "frame_rate": 24.0, "seed": 11, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 5}
+    with tempfile.TemporaryDirectory(prefix="farm-bench-") as tmp:
+        run_data = Path(tmp) / "data"
+        run_data.mkdir()
+        (run_data / "packs").symlink_to(folder / "packs", target_is_directory=True)
+        local_s, local_fwd = local_stage2_seconds(spec, folder / "packs", Path(tmp) / "local.mp4")
+        farm_s, farm_fwd, moved = farm_stage2_seconds(spec, run_data)
+    typer.echo(f"stage 2, {tiles} tiles, {width}x{height}x{frames}, pack {pack}")
+    typer.echo(f"{'':24}{'in-process':>12}{'farm (1 worker)':>18}")
+    typer.echo(f"{'stage-2 wall seconds':24}{local_s:>12.3f}{farm_s:>18.3f}")
+    typer.echo(f"{'mean tile forward s':24}{local_fwd:>12.3f}{farm_fwd:>18.3f}")
+    typer.echo(f"ratio farm / in-process: {farm_s / local_s:.3f}  (goal <= 1.03 where a tile forward >= 0.5 s)")
+    for step, size in sorted(moved.items()):
+        typer.echo(f"step {step}: {size / 2**20:.2f} MiB moved (tile inputs + outputs)")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
