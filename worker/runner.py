@@ -18,6 +18,7 @@ import numpy as np
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import KIND_COMPONENTS, Engine
 from ltx_engine.pack import Pack
+from ltx_engine.registry import ModelRegistry
 
 Progress = Callable[[int, int], None]
 
@@ -46,7 +47,9 @@ class Runner:
 
     def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None):
         self.packs_dir = Path(packs_dir) if packs_dir else None
-        self.engine = engine or Engine()
+        # Keep models warm between tasks, but within ~60% of the machine's memory: the least recently
+        # used models the next task does not need are dropped first.
+        self.engine = engine or Engine(ModelRegistry(budget_bytes=int(device_memory_bytes() * 0.6)))
         self._packs: dict[str, Pack] = {}
 
     def pack(self, ref: str) -> Pack:
@@ -60,6 +63,18 @@ class Runner:
             return []
         return sorted(p.name for p in self.packs_dir.iterdir() if (p / "embedded_config.json").is_file())
 
+    def pack_features(self, ref: str) -> list[str]:
+        """What a pack can do beyond the base two-stage render, so the planner can refuse early:
+        `temporal_upscaler` (DFR rounds) and `keyframes` (an LTX-2.5 DiT with the keyframe marker)."""
+        try:
+            pack = self.pack(ref)
+            features = ["temporal_upscaler"] if pack.has("temporal_upscaler") else []
+            if pack.config.get("transformer", {}).get("use_keyframes_abs_pos_embedding"):
+                features.append("keyframes")
+            return features
+        except Exception:  # noqa: BLE001 - a broken pack reports nothing; its tasks fail with the reason
+            return []
+
     def capabilities(self) -> dict:
         return {
             "os": f"{platform.system()} {platform.release()}",
@@ -68,6 +83,7 @@ class Runner:
             "mlx_device": str(mx.default_device()),
             "mlx_version": mx.__version__,
             "packs": self.pack_names(),
+            "pack_features": {name: self.pack_features(name) for name in self.pack_names()},
             "kinds": sorted(KIND_COMPONENTS),
         }
 
@@ -129,8 +145,25 @@ class Runner:
     def _run_upsample_spatial(self, pack, params, inputs, step):
         return {"latent": self.engine.upsample_spatial(pack, inputs["latent"])}
 
+    def _run_upsample_temporal(self, pack, params, inputs, step):
+        return {"latent": self.engine.upsample_temporal(pack, inputs["latent"])}
+
+    def _run_dfr_tile(self, pack, params, inputs, step):
+        from ltx_engine.dfr import DfrTileInputs
+        from ltx_engine.dfr_layout import plan_from_params
+
+        plan = plan_from_params(params["dfr"]).rounds[int(params["round"]) - 1]
+        tile = DfrTileInputs(latent=inputs["latent"], carry=inputs["carry"], audio_latent=inputs["audio_latent"],
+                             contexts=_contexts(inputs), plan=plan, tile=plan.tiles[int(params["tile_index"])],
+                             source_seconds=float(params["source_seconds"]))
+        return self.engine.dfr_tile(pack, tile, step)
+
     def _run_decode_video(self, pack, params, inputs, step):
         return {"frames": self.engine.decode_video(pack, inputs["latent"])}
+
+    def _run_decode_tile(self, pack, params, inputs, step):
+        bounds = tuple(tuple(int(x) for x in params["latent"][axis]) for axis in ("frames", "height", "width"))
+        return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
 
     def _run_decode_audio(self, pack, params, inputs, step):
         wave, rate = self.engine.decode_audio(pack, inputs["latent"])
