@@ -1,49 +1,101 @@
 """A weight pack: the folder layout mlx-forge writes for LTX-2 (or the tiny pack with the same layout).
 
 A pack is opened from a local folder or a Hugging Face repo id (resolved from the local cache first,
-so a worker runs offline once the pack is there). Nothing here builds models; `ltx_engine.models.build`
-does that from `Pack.config` and `Pack.tensors`.
+so a worker runs offline once the pack is there); `open_pack` also accepts an official single-file
+checkpoint (`ltx_engine.checkpoint`). Both kinds hand the registry each component's tensors already in
+the model's own keys and layout, so `ltx_engine.registry` has one build path for either.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import mlx.core as mx
 
 from ltx_engine.loader import PackError, read_safetensors, strip_prefix
 
+if TYPE_CHECKING:
+    import mlx.nn as nn
+
+    from ltx_engine.checkpoint import CheckpointPack
+
+_MODELS = "ltx_engine.models."
+
 
 @dataclass(frozen=True)
 class Component:
-    """One weight file of a pack: its file stem (shards allowed) and the key prefix inside it."""
+    """One weight file of a pack: its file stem (shards allowed), the key prefix inside it, and the
+    model class (`module:Class`) whose `pack_to_model` / `sanitize` turn file keys into model keys."""
 
     stem: str
     prefix: str
+    model: str
     config_file: str | None = None
 
 
 COMPONENTS: dict[str, Component] = {
-    "transformer": Component("transformer-distilled", "transformer"),
-    "transformer_dev": Component("transformer-dev", "transformer"),
-    "connector": Component("connector", "connector"),
-    "vae_decoder": Component("vae_decoder", "vae_decoder"),
-    "vae_encoder": Component("vae_encoder", "vae_encoder"),
-    "audio_vae": Component("audio_vae", "audio_vae"),
-    "vocoder": Component("vocoder", "vocoder"),
+    "transformer": Component("transformer-distilled", "transformer", "transformer:LTXModel"),
+    "transformer_dev": Component("transformer-dev", "transformer", "transformer:LTXModel"),
+    "connector": Component("connector", "connector", "connector:TextConnector"),
+    "vae_decoder": Component("vae_decoder", "vae_decoder", "video_vae:VideoDecoder"),
+    "vae_encoder": Component("vae_encoder", "vae_encoder", "video_vae:VideoEncoder"),
+    "audio_vae": Component("audio_vae", "audio_vae", "audio_vae:AudioDecoder"),
+    "vocoder": Component("vocoder", "vocoder", "vocoder:Vocoder"),
     "spatial_upscaler": Component(
-        "spatial_upscaler_x2_v1_1", "spatial_upscaler_x2_v1_1", "spatial_upscaler_x2_v1_1_config.json"
+        "spatial_upscaler_x2_v1_1", "spatial_upscaler_x2_v1_1", "upsampler:LatentUpsampler",
+        "spatial_upscaler_x2_v1_1_config.json",
     ),
     "temporal_upscaler": Component(
-        "temporal_upscaler_x2_v1_0", "temporal_upscaler_x2_v1_0", "temporal_upscaler_x2_v1_0_config.json"
+        "temporal_upscaler_x2_v1_0", "temporal_upscaler_x2_v1_0", "upsampler:LatentUpsampler",
+        "temporal_upscaler_x2_v1_0_config.json",
     ),
 }
 REQUIRED = ("transformer", "connector", "vae_decoder", "vae_encoder", "audio_vae", "vocoder", "spatial_upscaler")
 METADATA_FILES = {"config.json", "embedded_config.json", "quantize_config.json", "split_model.json"}
 TEXT_ENCODER_DIR = "text_encoder"
+
+
+def model_class(component: str) -> type[nn.Module]:
+    """The model class of a component, imported on demand (loading a VAE never imports the DiT)."""
+    module, name = COMPONENTS[component].model.split(":")
+    return getattr(importlib.import_module(_MODELS + module), name)
+
+
+class WeightPack(Protocol):
+    """What the registry and the runner read from a pack, whatever its files look like."""
+
+    root: Path
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def config(self) -> dict: ...
+
+    @property
+    def text_encoder_dir(self) -> Path: ...
+
+    def has(self, component: str) -> bool: ...
+
+    def component_config(self, component: str) -> dict: ...
+
+    def file_label(self, component: str) -> str: ...
+
+    def tensors(self, component: str) -> dict[str, mx.array]: ...
+
+
+def open_pack(ref: str | Path) -> Pack | CheckpointPack:
+    """A `.safetensors` file is an official single-file checkpoint; anything else a pack folder or repo id."""
+    if str(ref).endswith(".safetensors"):
+        from ltx_engine.checkpoint import CheckpointPack
+
+        return CheckpointPack(ref)
+    return Pack(ref)
 
 
 def _shards(root: Path, stem: str) -> list[Path]:
@@ -135,7 +187,8 @@ class Pack:
         return str(self.root / f"{COMPONENTS[component].stem}.safetensors")
 
     def tensors(self, component: str) -> dict[str, mx.array]:
-        """A component's tensors with the component prefix stripped (shards merged)."""
+        """A component's tensors in its model's keys and layout: prefix stripped (shards merged), then
+        the model's `pack_to_model` where the file's names differ from the model's."""
         comp = COMPONENTS[component]
         shards = _shards(self.root, comp.stem)
         if not shards:
@@ -143,7 +196,8 @@ class Pack:
         out: dict[str, mx.array] = {}
         for shard in shards:
             out.update(strip_prefix(read_safetensors(shard), comp.prefix, file=str(shard)))
-        return out
+        to_model = getattr(model_class(component), "pack_to_model", None)
+        return to_model(out) if to_model is not None else out
 
     @property
     def text_encoder_dir(self) -> Path:

@@ -16,54 +16,53 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from ltx_engine.loader import apply_weights
-from ltx_engine.pack import Pack
+from ltx_engine.pack import WeightPack
+
+# Every builder reads `pack.tensors(component)`, which a pack folder and a single-file checkpoint both
+# return in the model's own keys and layout, so one path builds either.
 
 
-def _transformer(pack: Pack) -> nn.Module:
+def _transformer(pack: WeightPack) -> nn.Module:
     from ltx_engine.models.transformer import LTXModel, TransformerConfig
 
-    weights = pack.tensors("transformer")
     model = LTXModel(TransformerConfig.from_config(pack.config))
-    return apply_weights(model, weights, file=pack.file_label("transformer"))
+    return apply_weights(model, pack.tensors("transformer"), file=pack.file_label("transformer"))
 
 
-def _connector(pack: Pack) -> nn.Module:
+def _connector(pack: WeightPack) -> nn.Module:
     from ltx_engine.models.connector import ConnectorConfig, TextConnector
 
     model = TextConnector(ConnectorConfig.from_config(pack.config))
     return apply_weights(model, pack.tensors("connector"), file=pack.file_label("connector"))
 
 
-def _vae(kind: str) -> Callable[[Pack], nn.Module]:
-    def build(pack: Pack) -> nn.Module:
+def _vae(kind: str) -> Callable[[WeightPack], nn.Module]:
+    def build(pack: WeightPack) -> nn.Module:
         from ltx_engine.models.video_vae import VideoDecoder, VideoEncoder, VideoVAEConfig
 
         cls = VideoDecoder if kind == "vae_decoder" else VideoEncoder
         model = cls(VideoVAEConfig.from_config(pack.config))
-        weights = cls.pack_to_model(pack.tensors(kind))
-        return apply_weights(model, weights, file=pack.file_label(kind))
+        return apply_weights(model, pack.tensors(kind), file=pack.file_label(kind))
 
     return build
 
 
-def _audio_vae(pack: Pack) -> nn.Module:
+def _audio_vae(pack: WeightPack) -> nn.Module:
     from ltx_engine.models.audio_vae import AudioDecoder, AudioDecoderConfig
 
     model = AudioDecoder(AudioDecoderConfig.from_config(pack.config))
-    weights = AudioDecoder.pack_to_model(pack.tensors("audio_vae"))
-    return apply_weights(model, weights, file=pack.file_label("audio_vae"))
+    return apply_weights(model, pack.tensors("audio_vae"), file=pack.file_label("audio_vae"))
 
 
-def _vocoder(pack: Pack) -> nn.Module:
+def _vocoder(pack: WeightPack) -> nn.Module:
     from ltx_engine.models.vocoder import Vocoder, VocoderConfig
 
     model = Vocoder(VocoderConfig.from_config(pack.config))
-    weights = Vocoder.pack_to_model(pack.tensors("vocoder"))
-    return apply_weights(model, weights, file=pack.file_label("vocoder"))
+    return apply_weights(model, pack.tensors("vocoder"), file=pack.file_label("vocoder"))
 
 
-def _upsampler(kind: str) -> Callable[[Pack], nn.Module]:
-    def build(pack: Pack) -> nn.Module:
+def _upsampler(kind: str) -> Callable[[WeightPack], nn.Module]:
+    def build(pack: WeightPack) -> nn.Module:
         from ltx_engine.models.upsampler import LatentUpsampler, UpsamplerConfig
 
         model = LatentUpsampler(UpsamplerConfig.from_config(pack.component_config(kind)))
@@ -72,13 +71,13 @@ def _upsampler(kind: str) -> Callable[[Pack], nn.Module]:
     return build
 
 
-def _text_encoder(pack: Pack):
+def _text_encoder(pack: WeightPack):
     from ltx_engine.models.text_encoder import TextEncoder
 
     return TextEncoder.load(pack.text_encoder_dir)
 
 
-BUILDERS: dict[str, Callable[[Pack], object]] = {
+BUILDERS: dict[str, Callable[[WeightPack], object]] = {
     "transformer": _transformer,
     "connector": _connector,
     "vae_decoder": _vae("vae_decoder"),
@@ -104,7 +103,7 @@ class ModelRegistry:
         self._models: OrderedDict[tuple[str, str], object] = OrderedDict()
         self.load_seconds = 0.0
 
-    def get(self, pack: Pack, component: str) -> object:
+    def get(self, pack: WeightPack, component: str) -> object:
         key = (pack.key, component)
         if key in self._models:
             self._models.move_to_end(key)

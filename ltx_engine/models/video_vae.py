@@ -199,6 +199,15 @@ def _sanitize(weights: dict, stats_names: dict[str, str]) -> dict[str, mx.array]
 _REF_STATS = {"mean-of-means": "mean", "std-of-means": "std"}
 
 
+def _with_last_scale_shift_table(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """A timestep-conditioned decoder stored without `last_scale_shift_table` gets zeros, as the
+    converter documents (source checkpoints and packs both may lack it)."""
+    lin = "last_time_embedder.timestep_embedder.linear_2.weight"
+    if lin in weights and "last_scale_shift_table" not in weights:
+        weights["last_scale_shift_table"] = mx.zeros((2, weights[lin].shape[0] // 2), dtype=weights[lin].dtype)
+    return weights
+
+
 class VideoDecoder(nn.Module):
     """Normalized latent (B, C, F, H, W) -> pixels (B, 3, 1 + 8(F-1), 32H, 32W) in about [-1, 1]."""
 
@@ -273,17 +282,12 @@ class VideoDecoder(nn.Module):
     @staticmethod
     def sanitize(weights: dict) -> dict[str, mx.array]:
         """Reference keys (`vae.decoder.` stripped; `per_channel_statistics.*` included) -> ours."""
-        return _sanitize(weights, _REF_STATS)
+        return _with_last_scale_shift_table(_sanitize(weights, _REF_STATS))
 
     @staticmethod
     def pack_to_model(weights: dict[str, mx.array]) -> dict[str, mx.array]:
-        """`vae_decoder.safetensors` keys (prefix stripped) -> ours: the same names; a timestep-
-        conditioned pack without `last_scale_shift_table` gets zeros, as the converter documents."""
-        out = dict(weights)
-        lin = "last_time_embedder.timestep_embedder.linear_2.weight"
-        if lin in out and "last_scale_shift_table" not in out:
-            out["last_scale_shift_table"] = mx.zeros((2, out[lin].shape[0] // 2), dtype=out[lin].dtype)
-        return out
+        """`vae_decoder.safetensors` keys (prefix stripped) -> ours: the same names."""
+        return _with_last_scale_shift_table(dict(weights))
 
     @staticmethod
     def model_to_pack(weights: dict[str, mx.array]) -> dict[str, mx.array]:
