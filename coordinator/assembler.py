@@ -1,27 +1,52 @@
-"""The assembler: turns a render's products (decoded frames, audio waveform) into an mp4 (+ metadata).
+"""The assembler: a finished render's task outputs become render.mp4 (+ EXR frames) and render.json.
 
-Frames arrive as float arrays in [0, 1] (F, H, W, 3); they are streamed into H.264 one by one so the
-writer never needs the whole clip at once. Audio is AAC. Settings are fixed so the same products
-always give the same file.
+The farm's scheduler and `farm render --local` both call `assemble_streaming` with a getter for task
+outputs, so both write the same frames. A tiled decode is blended here (FrameBlender, strict tile
+order) and every finished frame goes straight to the encoder, so assembly holds one temporal window
+of frames, not the clip. Encoder settings are fixed so the same outputs always give the same file.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
+import OpenEXR
+
+from coordinator.plan_decode import DECODE, decode_tile_plan, tile_task_name
+from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
+from ltx_engine.decode_tiling import FrameBlender, blend_window
 
 VIDEO_CODEC = "libx264"
 AUDIO_CODEC = "aac"
+F32 = np.float32
+
+# (task name within the render, e.g. "decode.t3", output name) → the array, or None when absent.
+OutputGetter = Callable[[str, str], "np.ndarray | None"]
 
 
 def to_uint8(frame: np.ndarray) -> np.ndarray:
     """[0, 1] float pixels to uint8 with rounding; the one conversion every output path uses."""
     return np.clip(np.rint(np.asarray(frame, dtype=np.float32) * 255.0), 0, 255).astype(np.uint8)
+
+
+def srgb_to_linear(frame: np.ndarray) -> np.ndarray:
+    """The sRGB EOTF: display-referred [0, 1] → scene-linear, what EXR consumers expect."""
+    x = np.asarray(frame, dtype=F32)
+    return np.where(x <= F32(0.04045), x / F32(12.92), ((x + F32(0.055)) / F32(1.055)) ** F32(2.4)).astype(F32)
+
+
+def write_exr(path: Path, frame: np.ndarray) -> None:
+    """One (H, W, 3) [0, 1] frame as a half-float, scene-linear RGB EXR (ZIP, scanlines)."""
+    linear = srgb_to_linear(frame).astype(np.float16)
+    channels = {name: np.ascontiguousarray(linear[..., i]) for i, name in enumerate("RGB")}
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    with OpenEXR.File(header, channels) as exr:
+        exr.write(str(path))
 
 
 class Mp4Writer:
@@ -64,6 +89,7 @@ class Mp4Writer:
             chunk = np.ascontiguousarray(wave[:, start : start + frame_size])
             audio_frame = av.AudioFrame.from_ndarray(chunk, format="fltp", layout="stereo")
             audio_frame.sample_rate = sample_rate
+            audio_frame.time_base = Fraction(1, sample_rate)
             audio_frame.pts = start
             for packet in self._audio.encode(audio_frame):
                 self._container.mux(packet)
@@ -77,44 +103,97 @@ class Mp4Writer:
         self._container.close()
 
 
-def write_mp4(
-    path: Path,
-    frames: Iterable[np.ndarray],
-    *,
-    width: int,
-    height: int,
-    fps: float,
-    waveform: np.ndarray | None = None,
-    sample_rate: int | None = None,
-) -> Path:
-    """Write frames (+ optional audio) to `path`; returns the path."""
-    writer = Mp4Writer(path, width=width, height=height, fps=fps, audio_rate=sample_rate if waveform is not None else None)
-    try:
-        for frame in frames:
-            writer.write_frame(frame)
-        if waveform is not None and sample_rate:
-            writer.write_audio(waveform, sample_rate)
-    finally:
-        writer.close()
-    return Path(path)
+def fit_audio(waveform: np.ndarray, sample_rate: int, frames: int, fps: float) -> np.ndarray:
+    """Trim or zero-pad the waveform to the video's duration, so the streams end together."""
+    wave = np.asarray(waveform, dtype=np.float32)
+    wave = wave[None] if wave.ndim == 1 else wave
+    want = round(frames / fps * sample_rate)
+    if wave.shape[1] >= want:
+        return wave[:, :want]
+    return np.concatenate([wave, np.zeros((wave.shape[0], want - wave.shape[1]), np.float32)], axis=1)
 
 
-def assemble(spec: dict, products: dict[str, np.ndarray], out_dir: Path) -> Path:
-    """Write `render.mp4` and `render.json` into out_dir from the render's products.
+def tile_frames(tiles: list, get_pixels: Callable[[int], np.ndarray]) -> Iterator[np.ndarray]:
+    """Blend decode tiles strictly in tile order; yield each finished frame (H, W, 3) in [0, 1].
 
-    products: "video" (F, H, W, 3) float in [0, 1]; optional "audio" (channels, samples) float32
-    with "audio_rate" (a 1-element array) giving its sample rate.
+    Tiles carry raw decoder pixels (1, 3, f, h, w); the [0, 1] mapping follows the blend, as the
+    reference's tiled decode does. Frames are computed as they are taken: one window plus one tile.
+    """
+    blender = FrameBlender(tiles, 1, 3)
+
+    def pixels(index: int) -> np.ndarray:
+        found = get_pixels(index)
+        if found is None:
+            raise RuntimeError(f"decode tile {index} has no pixels")
+        return found
+
+    for tile in tiles:  # the blender holds the only reference to a tile's pixels, and drops it once added
+        for _, frame in blender.stream(tile.index, pixels(tile.index)):
+            yield np.clip((frame[0] + F32(1.0)) / F32(2.0), F32(0.0), F32(1.0)).transpose(1, 2, 0)
+    if not blender.done:
+        raise RuntimeError("the decode tiles did not cover every frame")
+
+
+def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], dict]:
+    """The render's frames in order (streamed when tiled) and what the metadata says about the decode."""
+    tiles = decode_tile_plan(spec)
+    if tiles is None:
+        video = get(DECODE, "frames")
+        if video is None:
+            raise RuntimeError("the render has no decoded frames")
+        return (video[i] for i in range(video.shape[0])), {"decode_tiles": 1, "window_frames": int(video.shape[0])}
+    window = blend_window(tiles)
+    frames = tile_frames(tiles, lambda i: get(tile_task_name(i), "pixels"))
+    return frames, {"decode_tiles": len(tiles), "window_frames": int(window)}
+
+
+def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[dict] | None = None) -> Path:
+    """Write render.mp4 (+ EXR frames when spec["exr"]) and render.json next to each; returns the mp4.
+
+    get: task outputs by (task name, output name); runs: per-task records (name, kind, worker,
+    start_ms, end_ms, seconds) for the metadata's per-stage timings.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    video = products["video"]
-    frames, height, width = video.shape[0], video.shape[1], video.shape[2]
-    waveform = products.get("audio")
-    rate = int(products["audio_rate"].reshape(-1)[0]) if waveform is not None else None
+    exr_dir = _exr_dir(spec, out_dir)
+    height, width = spec["height"], spec["width"]
     fps = float(spec.get("output_fps") or spec["frame_rate"])
-    path = write_mp4(out_dir / "render.mp4", (video[i] for i in range(frames)), width=width, height=height,
-                     fps=fps, waveform=waveform, sample_rate=rate)
-    meta = {"spec": spec, "frames": int(frames), "width": int(width), "height": int(height), "fps": fps,
-            "audio_sample_rate": rate}
-    (out_dir / "render.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
-    return path
+    waveform, rate = get("audio", "waveform"), get("audio", "sample_rate")
+    rate = int(rate.reshape(-1)[0]) if waveform is not None and rate is not None else None
+    started = time.perf_counter()
+    with PeakMemory() as memory:
+        frames, decode_info = video_frames(spec, get)
+        writer = Mp4Writer(out_dir / "render.mp4", width=width, height=height, fps=fps, audio_rate=rate)
+        try:
+            for index, frame in enumerate(frames):
+                writer.write_frame(frame)
+                if exr_dir is not None:
+                    write_exr(exr_dir / f"frame_{index:05d}.exr", frame)
+            if waveform is not None and rate:
+                waveform = fit_audio(waveform, rate, writer.frames_written, fps)
+                writer.write_audio(waveform, rate)
+        finally:
+            writer.close()
+    assembly = {"seconds": round(time.perf_counter() - started, 3), "peak_traced_bytes": memory.peak,
+                "window_bytes": decode_info["window_frames"] * height * width * 3 * 4,
+                "clip_bytes": writer.frames_written * height * width * 3 * 4, **decode_info}
+    audio = None if waveform is None else {"sample_rate": rate, "samples": int(waveform.shape[-1]),
+                                           "seconds": round(waveform.shape[-1] / rate, 4)}
+    outputs = {"mp4": str(writer.path), "exr_dir": str(exr_dir) if exr_dir else None,
+               "exr_frames": writer.frames_written if exr_dir else 0}
+    meta = build_metadata(spec, frames=writer.frames_written, fps=fps, audio=audio, assembly=assembly,
+                          runs=runs or [], outputs=outputs)
+    write_metadata(out_dir / "render.json", meta)
+    if exr_dir is not None:
+        write_metadata(exr_dir / "render.json", meta)
+    return writer.path
+
+
+def _exr_dir(spec: dict, out_dir: Path) -> Path | None:
+    """spec["exr"] as a folder on this machine; a relative one is inside the render's folder."""
+    if not spec.get("exr"):
+        return None
+    folder = Path(str(spec["exr"])).expanduser()
+    folder = folder if folder.is_absolute() else out_dir / folder
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -1,22 +1,148 @@
-"""The decode end of the graph: the final video latent becomes frames (the product "video"). Pure."""
+"""The decode end of the graph: the final video latent becomes frames. Pure.
+
+Untiled: one `decode_video` task whose frames are the product "video". Tiled: one `decode_tile` task
+per decode tile (any worker, all at once); the assembler blends their raw pixels in tile order and
+streams finished frames to the encoder. `decode_tiles` is "auto" until validation resolves it against
+the fleet to "off" or "F,H,W" (pixel tile sizes), so the farm and `--local` can run the same plan.
+"""
 
 from __future__ import annotations
 
-from coordinator.graph import expect, task
+from coordinator.graph import SPATIAL_FACTOR, TEMPORAL_FACTOR, SpecError, expect, latent_grid, task
+from ltx_engine.decode_tiling import (
+    DecodeTile,
+    DecodeTileSizes,
+    latent_tile_sizes,
+    split_symmetric,
+    split_temporal_causal,
+    tiles_from_axes,
+)
+from ltx_engine.tiling import Interval
+
+DEFAULT_SIZES = DecodeTileSizes()  # the reference's 80 / 24 frames, 768 / 64 px
+OVERLAP_FRAMES = DEFAULT_SIZES.frames_overlap
+OVERLAP_PX = DEFAULT_SIZES.spatial_overlap
+BYTES_PER_PIXEL = 3 * 4 * 24  # the planner's coarse decode working-set factor per output pixel
+DECODE = "decode"
+TILE_PRODUCT = "video_tiles"
+
+
+def tile_task_name(index: int) -> str:
+    return f"{DECODE}.t{index}"
+
+
+def shipped_frames(spec: dict) -> int:
+    """Frames the decode produces: the clip's, or what DFR rounds lengthen it to (spec["output_frames"])."""
+    return int(spec.get("output_frames") or spec["frames"])
+
+
+def parse_decode_tiles(value: object) -> tuple[int, int, int] | None:
+    """"off" → None; "F,H,W" → checked pixel sizes. A tile must be larger than its overlap."""
+    text = str(value).strip().lower()
+    if text == "off":
+        return None
+    try:
+        sizes = tuple(int(x) for x in text.replace("x", ",").split(","))
+    except ValueError:
+        sizes = ()
+    if len(sizes) != 3:
+        raise SpecError(f"decode tiles {value!r}: give auto, off or F,H,W (pixels), e.g. 80,768,768")
+    for name, size, overlap, factor in (("frames", sizes[0], OVERLAP_FRAMES, TEMPORAL_FACTOR),
+                                        ("height", sizes[1], OVERLAP_PX, SPATIAL_FACTOR),
+                                        ("width", sizes[2], OVERLAP_PX, SPATIAL_FACTOR)):
+        if size % factor:
+            raise SpecError(f"decode tiles {value}: {name} {size} is not a multiple of {factor}")
+        if size <= overlap:
+            raise SpecError(f"decode tiles {value}: {name} tile {size} is no larger than its overlap {overlap}")
+    return sizes  # type: ignore[return-value]
+
+
+def tile_plan(grid: tuple[int, int, int], sizes: tuple[int, int, int]) -> list[DecodeTile]:
+    """Decode tiles of a latent grid for pixel tile sizes (F, H, W), with the reference's overlaps,
+    causal time split and pixel mapping; numbered frames → height → width."""
+    f, h, w = grid
+    t_size, h_size, w_size = sizes[0] // TEMPORAL_FACTOR, sizes[1] // SPATIAL_FACTOR, sizes[2] // SPATIAL_FACTOR
+    t_ov, s_ov = OVERLAP_FRAMES // TEMPORAL_FACTOR, OVERLAP_PX // SPATIAL_FACTOR
+    t_ivs = [Interval(0, f, 0, 0)] if f <= t_size else split_temporal_causal(t_size, t_ov, f)
+    return tiles_from_axes((t_ivs, split_symmetric(h_size, s_ov, h), split_symmetric(w_size, s_ov, w)))
+
+
+def decode_tile_plan(spec: dict) -> list[DecodeTile] | None:
+    """The spec's decode tiles, or None when the decode is one task (off, or the plan is one tile)."""
+    value = spec.get("decode_tiles") or "off"
+    sizes = parse_decode_tiles(default_sizes(spec) if value == "auto" else value)
+    if sizes is None:
+        return None
+    tiles = tile_plan(latent_grid(spec), sizes)
+    return tiles if len(tiles) > 1 else None
+
+
+def default_sizes(spec: dict) -> str:
+    """The reference's default tile sizes for this clip (spatial sizes scaled from the long side)."""
+    t, _, h, w = latent_tile_sizes(latent_grid(spec), DEFAULT_SIZES)
+    return f"{t * TEMPORAL_FACTOR},{h * SPATIAL_FACTOR},{w * SPATIAL_FACTOR}"
+
+
+def decode_peak_bytes(spec: dict) -> int:
+    """A coarse estimate of a worker's decode working set: the largest tile, or the whole clip."""
+    tiles = decode_tile_plan(spec)
+    if tiles is None:
+        return shipped_frames(spec) * spec["height"] * spec["width"] * BYTES_PER_PIXEL
+    return max(f * h * w for f, h, w in (t.pixel_shape for t in tiles)) * BYTES_PER_PIXEL
+
+
+def resolve_decode_tiles(spec: dict, fleet: list[dict]) -> None:
+    """Turn "auto" into "off" or sizes (recorded in the spec); refuse bad sizes before anything queues.
+
+    auto tiles when more than one worker holds the pack (the tiles decode in parallel) or when the
+    untiled decode would not fit the smallest holder's memory (then tiles shrink until one fits).
+    """
+    value = str(spec.get("decode_tiles") or "auto").strip().lower()
+    if value != "auto":
+        parse_decode_tiles(value)
+        spec["decode_tiles"] = value
+        return
+    holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
+    memories = [int(w.get("memory_bytes") or 0) for w in holders if int(w.get("memory_bytes") or 0) > 0]
+    budget = min(memories) if memories else 0
+    untiled = shipped_frames(spec) * spec["height"] * spec["width"] * BYTES_PER_PIXEL
+    if len(holders) <= 1 and (not budget or untiled <= budget):
+        spec["decode_tiles"] = "off"
+        return
+    spec["decode_tiles"] = default_sizes(spec)
+    while budget and decode_peak_bytes(spec) > budget:
+        smaller = _shrink(parse_decode_tiles(spec["decode_tiles"]))  # type: ignore[arg-type]
+        if smaller is None:
+            raise SpecError(f"the decode needs ~{decode_peak_bytes(spec) / 2**30:.1f} GiB per tile even at the "
+                            f"smallest tiles; the smallest worker has {budget / 2**30:.1f} GiB")
+        spec["decode_tiles"] = ",".join(str(x) for x in smaller)
+
+
+def _shrink(sizes: tuple[int, int, int]) -> tuple[int, int, int] | None:
+    """Halve the largest spatial side (keeping it above its overlap), else the frames; None at the floor."""
+    f, h, w = sizes
+    axis = 1 if h >= w else 2
+    side = sizes[axis] // 2 // SPATIAL_FACTOR * SPATIAL_FACTOR
+    if side > OVERLAP_PX:
+        return (f, side, w) if axis == 1 else (f, h, side)
+    frames = f // 2 // TEMPORAL_FACTOR * TEMPORAL_FACTOR
+    return (frames, h, w) if frames > OVERLAP_FRAMES else None
 
 
 def plan_decode(rid: str, spec: dict, latent: dict) -> list[dict]:
-    """One decode task of the whole latent; its frames are the render's video product."""
+    """One decode task of the whole latent, or one task per decode tile (all reading the whole latent)."""
+    tiles = decode_tile_plan(spec)
+    if tiles is None:
+        return [task(rid, DECODE, "decode_video", {
+            "pack": spec["pack"], "product": "video",
+            "expect": {"frames": expect("float32", shipped_frames(spec), spec["height"], spec["width"], 3)}},
+            {"latent": latent})]
     return [
-        task(
-            rid,
-            "decode",
-            "decode_video",
-            {
-                "pack": spec["pack"],
-                "product": "video",
-                "expect": {"frames": expect("float32", spec["frames"], spec["height"], spec["width"], 3)},
-            },
-            {"latent": latent},
-        )
+        task(rid, tile_task_name(tile.index), "decode_tile", {
+            "pack": spec["pack"], "product": TILE_PRODUCT, "tile_index": tile.index, "tiles": len(tiles),
+            "latent": {axis: [iv.start, iv.end] for axis, iv in zip(("frames", "height", "width"), tile.latent,
+                                                                    strict=True)},
+            "expect": {"pixels": expect("float32", 1, 3, *tile.pixel_shape)}},
+            {"latent": latent})
+        for tile in tiles
     ]

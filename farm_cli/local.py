@@ -6,17 +6,19 @@ go through the same tensor codec as the farm's blobs, so both see byte-identical
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from coordinator.assembler import assemble
+from coordinator.assembler import assemble_streaming
 from coordinator.graph import COORDINATOR
-from coordinator.planner import normalize_spec, plan_render, product_outputs, validate_spec
+from coordinator.plan_decode import resolve_decode_tiles
+from coordinator.planner import normalize_spec, plan_render, validate_spec
 from coordinator.reducer import run_reduce_task
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
-from worker.runner import Runner
+from worker.runner import Runner, device_memory_bytes
 
 
 class LocalBlobs:
@@ -61,23 +63,46 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
 
 def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarray | None = None,
                  on_event: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, dict[str, str]], LocalBlobs]:
-    """Validate, plan and run a render in-process; writes the mp4 (and its metadata) to out_path."""
+    """Validate, plan and run a render in-process; writes the mp4 and its metadata JSON (out_path with .json)."""
     blobs = LocalBlobs()
     spec = dict(raw_spec)
     if image is not None:
         spec["image"] = {**(spec.get("image") or {}), "blob": blobs.put(image)}
     spec = normalize_spec(spec)
+    auto_decode = str(spec.get("decode_tiles") or "auto").strip().lower() == "auto"
     validate_spec(spec, [])
+    if auto_decode:  # this machine is the whole fleet: tile only if the decode would not fit its memory
+        spec["decode_tiles"] = "auto"
+        resolve_decode_tiles(spec, [{"packs": [spec["pack"]], "memory_bytes": device_memory_bytes()}])
+    if spec.get("exr"):
+        spec["exr"] = str(Path(str(spec["exr"])).expanduser().resolve())
     tasks = plan_render(spec, "local")
-    outputs = run_plan(tasks, runner, blobs, on_event)
-    products = {}
-    for product, (suffix, output) in product_outputs().items():
-        task_outputs = outputs.get(f"local.{suffix}")
-        if task_outputs and output in task_outputs:
-            products[product] = blobs.get(task_outputs[output])
+    runs: list[dict] = []
+    outputs = run_plan(tasks, runner, blobs, _recording(runs, on_event))
     out_path = Path(out_path)
-    written = assemble(spec, products, out_path.parent / (out_path.stem + ".parts"))
+
+    def get(name: str, output: str) -> np.ndarray | None:
+        sha = outputs.get(f"local.{name}", {}).get(output)
+        return None if sha is None else blobs.get(sha)
+
+    written = assemble_streaming(spec, get, out_path.parent / (out_path.stem + ".parts"), runs)
     written.replace(out_path)
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()
     return out_path, outputs, blobs
+
+
+def _recording(runs: list[dict], on_event: Callable[[dict], None] | None) -> Callable[[dict], None]:
+    """Pass events on, and keep each task's run record (tasks run one after another here)."""
+    last = [int(time.time() * 1000)]
+
+    def handle(event: dict) -> None:
+        if event.get("type") == "task_done":
+            now = int(time.time() * 1000)
+            runs.append({"name": str(event["task"]).removeprefix("local."), "kind": event.get("kind"),
+                         "worker": "local", "start_ms": last[0], "end_ms": now, "seconds": event.get("seconds")})
+            last[0] = now
+        if on_event:
+            on_event(event)
+
+    return handle

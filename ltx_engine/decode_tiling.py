@@ -155,6 +155,12 @@ def plan_decode_tiles(latent_shape: Sequence[int], sizes: DecodeTileSizes | None
         s_ov = sizes.spatial_overlap // SPACE_FACTOR
         t_ivs = [Interval(0, f, 0, 0)] if f <= t_size else split_temporal_causal(t_size, t_ov, f)
         axes = [t_ivs, split_symmetric(h_size, s_ov, h), split_symmetric(w_size, s_ov, w)]
+    return tiles_from_axes(axes)
+
+
+def tiles_from_axes(axes: Sequence[Sequence[Interval]]) -> list[DecodeTile]:
+    """The product of per-axis latent intervals as decode tiles with their pixel spans and ramps,
+    numbered frames -> height -> width."""
     tiles: list[DecodeTile] = []
     for fi in axes[0]:
         t0, t1, mf = temporal_pixel_span(fi)
@@ -172,11 +178,23 @@ def pixel_frames(latent_frames: int) -> int:
     return 1 + (latent_frames - 1) * TIME_FACTOR
 
 
+def blend_window(tiles: Sequence[DecodeTile]) -> int:
+    """Frames a FrameBlender holds at once: before tile i is applied, every frame below the first
+    start of tiles[i:] has been released."""
+    widest, reach = 0, 0
+    for i, tile in enumerate(tiles):
+        base = 0 if i == 0 else min(t.pixel[0][0] for t in tiles[i:])
+        reach = max(reach, tile.pixel[0][1])
+        widest = max(widest, reach - base)
+    return widest
+
+
 class FrameBlender:
     """Blends decoded tiles (B, C, f, h, w) in tile order and yields finished frames (B, C, H, W) in order.
 
-    Tiles may arrive in any order; they are applied strictly by index. The accumulator spans only the
-    frames of the current temporal window (plus its overlap with the previous one).
+    Tiles may arrive in any order; they are applied strictly by index. The accumulator is allocated
+    once at the plan's widest temporal window and tiles are added frame by frame, so the blender holds
+    one window of frames (and one frame of temporaries), never a copy of a whole tile.
     """
 
     def __init__(self, tiles: Sequence[DecodeTile], batch: int = 1, channels: int = 3) -> None:
@@ -189,9 +207,10 @@ class FrameBlender:
         self._pending: dict[int, np.ndarray] = {}
         self._next = 0
         self._emitted = 0
-        self._base = 0
-        self._acc = np.zeros((*self._bc, 0, *self._hw), dtype=F32)
-        self._wsum = np.zeros((0, *self._hw), dtype=F32)
+        self._have = 0  # one past the last frame any applied tile reached
+        self.window_frames = blend_window(self._tiles)
+        self._acc = np.zeros((*self._bc, self.window_frames, *self._hw), dtype=F32)
+        self._wsum = np.zeros((self.window_frames, *self._hw), dtype=F32)
 
     @property
     def done(self) -> bool:
@@ -199,6 +218,11 @@ class FrameBlender:
 
     def add(self, index: int, pixels: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Take tile `index`'s decoded pixels; return (frame_index, frame) pairs that are now final."""
+        return list(self.stream(index, pixels))
+
+    def stream(self, index: int, pixels: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """As `add`, but each released frame is computed when it is taken, so the released frames never
+        exist all at once; take them all before the next call."""
         if not 0 <= index < len(self._tiles) or index < self._next or index in self._pending:
             raise ValueError(f"unexpected or duplicate decode tile {index}")
         tile = self._tiles[index]
@@ -206,46 +230,45 @@ class FrameBlender:
         if tuple(pixels.shape) != want:
             raise ValueError(f"tile {index} pixels {pixels.shape} != expected {want}")
         self._pending[index] = pixels
-        out: list[tuple[int, np.ndarray]] = []
+        return self._drain()
+
+    def _drain(self) -> Iterator[tuple[int, np.ndarray]]:
         while self._next in self._pending:
             self._apply(self._tiles[self._next], self._pending.pop(self._next))
             self._next += 1
-            out.extend(self._flush())
-        return out
-
-    def _grow(self, stop: int) -> None:
-        have = self._base + self._acc.shape[2]
-        if stop <= have:
-            return
-        extra = stop - have
-        self._acc = np.concatenate([self._acc, np.zeros((*self._bc, extra, *self._hw), F32)], axis=2)
-        self._wsum = np.concatenate([self._wsum, np.zeros((extra, *self._hw), F32)], axis=0)
+            yield from self._flush()
 
     def _apply(self, tile: DecodeTile, pixels: np.ndarray) -> None:
+        """acc += pixels * mask, wsum += mask, one frame at a time (the same float32 products as the
+        whole-tile mask: (mf * mh) * mw per element)."""
         (t0, t1), (h0, h1), (w0, w1) = tile.pixel
         if t0 < self._emitted:
             raise ValueError(f"tile {tile.index} reaches frame {t0}, already emitted")
-        self._grow(t1)
-        mask = tile.mask()
-        ts = slice(t0 - self._base, t1 - self._base)
-        self._acc[:, :, ts, h0:h1, w0:w1] += pixels.astype(F32) * mask[None, None]
-        self._wsum[ts, h0:h1, w0:w1] += mask
+        mf, mh, mw = tile.masks_1d
+        for k in range(t1 - t0):
+            plane = (mf[k] * mh[:, None]) * mw[None, :]
+            i = t0 + k - self._emitted
+            self._acc[:, :, i, h0:h1, w0:w1] += pixels[:, :, k].astype(F32) * plane[None, None]
+            self._wsum[i, h0:h1, w0:w1] += plane
+        self._have = max(self._have, t1)
 
-    def _flush(self) -> list[tuple[int, np.ndarray]]:
-        """Emit frames no later tile can touch; drop them from the window."""
+    def _flush(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Emit frames no later tile can touch; then shift the rest of the window to its start."""
         ready = self.total_frames
         if self._next < len(self._tiles):
             ready = min(t.pixel[0][0] for t in self._tiles[self._next :])
-        out = []
         for fr in range(self._emitted, ready):
-            i = fr - self._base
+            i = fr - self._emitted
             frame = self._acc[:, :, i] / np.maximum(self._wsum[i], F32(1e-8))[None, None]
-            out.append((fr, frame.astype(F32)))
+            yield fr, frame.astype(F32, copy=False)
         if ready > self._emitted:
-            cut = ready - self._base
-            self._acc, self._wsum = self._acc[:, :, cut:].copy(), self._wsum[cut:].copy()
-            self._base = self._emitted = ready
-        return out
+            cut, used = ready - self._emitted, max(0, self._have - self._emitted)
+            for i in range(cut, used):  # forward copy: the source is always ahead of the target
+                self._acc[:, :, i - cut] = self._acc[:, :, i]
+                self._wsum[i - cut] = self._wsum[i]
+            self._acc[:, :, max(0, used - cut) : used] = 0.0
+            self._wsum[max(0, used - cut) : used] = 0.0
+            self._emitted = ready
 
 
 def blend_decoded(
@@ -257,4 +280,4 @@ def blend_decoded(
     b, c = outputs[0].shape[:2]
     blender = FrameBlender(tiles, b, c)
     for i, out in enumerate(outputs):
-        yield from blender.add(i, out)
+        yield from blender.stream(i, out)
