@@ -48,7 +48,7 @@ def load_or_create_token(data_dir: Path) -> str:
         if not token:
             raise ValueError(f"{path} is empty; delete it to create a new token") from None
         return token
-    token = secrets.token_urlsafe(32)
+    token = secrets.token_hex(32)  # hex: never starts with "-", so `--token VALUE` always parses
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token

@@ -18,8 +18,10 @@ def latent_frames(frames: int) -> int:
 
 
 def latent_grid(spec: dict) -> tuple[int, int, int]:
-    """The full-resolution latent grid (frames, height, width) of a spec."""
-    return latent_frames(spec["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
+    """The full-resolution latent grid (frames, height, width) the decode sees: of the shipped clip,
+    which DFR temporal rounds lengthen (validation records it as spec["output_frames"])."""
+    frames = spec.get("output_frames") or spec["frames"]
+    return latent_frames(frames), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
 
 
 def audio_latent_frames(frames: int, fps: float, latents_per_second: float = 25.0) -> int:

@@ -19,7 +19,8 @@ from coordinator.graph import (  # noqa: F401 - SpecError and the constants are 
     ref,
     task,
 )
-from coordinator.plan_decode import plan_decode
+from coordinator.plan_decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
+from coordinator.plan_dfr import check_dfr, dfr_rounds, output_frames, plan_dfr_rounds
 from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine.sampling import DISTILLED_SIGMAS
 
@@ -62,10 +63,9 @@ def normalize_spec(raw: dict) -> dict:
 
 
 def estimate_peak_bytes(spec: dict) -> int:
-    """A coarse upper estimate of a worker's peak memory for the untiled stage 2 and decode."""
+    """A coarse upper estimate of a worker's peak memory for the untiled stage 2 and the (tiled) decode."""
     tokens = latent_frames(spec["frames"]) * (spec["height"] // 32) * (spec["width"] // 32)
-    decode = spec["frames"] * spec["height"] * spec["width"] * 3 * 4 * 24
-    return tokens * 4096 * 2 * 64 + decode
+    return tokens * 4096 * 2 * 64 + decode_peak_bytes(spec)
 
 
 def validate_spec(spec: dict, fleet: list[dict]) -> None:
@@ -95,6 +95,8 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
+    check_dfr(spec, fleet)
+    resolve_decode_tiles(spec, fleet)
     _check_fleet(spec, fleet)
     check_tiling(spec, fleet)
 
@@ -165,7 +167,12 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
             **stage2_params, "expect": {"video_latent": expect("float32", *shape2)}}, {**ctx, **stage2_inputs}))
     else:
         tasks.extend(plan_tiled_stage2(rid, spec, stage2_params, stage2_inputs, ctx))
-    tasks.extend(plan_decode(rid, spec, ref(f"{rid}.stage2", "video_latent")))
+    final, decode_spec = ref(f"{rid}.stage2", "video_latent"), spec
+    if dfr_rounds(spec):
+        dfr_tasks, final = plan_dfr_rounds(rid, spec, final, ref(s1, "audio_latent"), ctx)
+        tasks.extend(dfr_tasks)
+        decode_spec = {**spec, "frames": output_frames(spec)}
+    tasks.extend(plan_decode(rid, decode_spec, final))
     if spec.get("audio", True):
         tasks.append(task(rid, "audio", "decode_audio", {
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),

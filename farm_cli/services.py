@@ -30,7 +30,7 @@ def ensure_tiny_pack(data: Path) -> Path:
 
 
 def worker_command(address: str, token: str, packs_dir: Path, worker_id: str, cache_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "worker.agent", "--coordinator", address, "--token", token,
+    return [sys.executable, "-m", "worker.agent", "--coordinator", address, f"--token={token}",
             "--packs-dir", str(packs_dir), "--worker-id", worker_id, "--cache-dir", str(cache_dir), "--wait-ms", "2000"]
 
 

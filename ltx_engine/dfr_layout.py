@@ -23,6 +23,7 @@ ANCHOR_STRENGTH = 0.95
 ANCESTRAL_ETA = 0.5
 ROUND_SEED_STRIDE = 1000
 MAX_CONDITIONING_FPS = 60.0
+SNAP_CONDITIONING_FPS_ABOVE = 30.0
 TEMPORAL_SIGMAS: tuple[float, ...] = DISTILLED_SIGMAS[4:]
 
 
@@ -132,8 +133,9 @@ class RoundPlan:
 
     @property
     def conditioning_fps(self) -> float:
-        """RoPE time base: playback fps capped at MAX_CONDITIONING_FPS."""
-        return min(self.fps, MAX_CONDITIONING_FPS)
+        """RoPE time base: playback fps above 30 snaps to 60 (rates the model never saw, like 48, cannot
+        lay out 8 pixel frames per latent); at or below 30 it is the playback fps."""
+        return MAX_CONDITIONING_FPS if self.fps > SNAP_CONDITIONING_FPS_ABOVE else self.fps
 
     def new_slots(self) -> tuple[int, ...]:
         """Slots this round invents, deduplicated (the earlier tile's copy wins), sorted."""
@@ -269,3 +271,13 @@ def stitch_round(tile_latents: Sequence[np.ndarray], plan: RoundPlan) -> np.ndar
 def trim_latent(latent: np.ndarray, plan: DfrPlan) -> np.ndarray:
     """Cut the padded tail so the latent decodes to exactly plan.output_frames frames."""
     return latent[:, :, : plan.output_latent_frames]
+
+
+def plan_params(num_frames: int, fps: float, rounds: int, seed: int) -> dict:
+    """What a task carries to name its DFR plan; `plan_from_params` rebuilds the very same plan."""
+    return {"frames": int(num_frames), "fps": float(fps), "rounds": int(rounds), "seed": int(seed)}
+
+
+def plan_from_params(params: dict) -> DfrPlan:
+    """The DFR plan a task's params["dfr"] names (workers and the reducer derive it, never re-derive it)."""
+    return plan_dfr(int(params["frames"]), float(params["fps"]), int(params["rounds"]), int(params["seed"]))

@@ -6,7 +6,10 @@
     upsample_spatial  latent → latent at twice the resolution
     denoise_stage2    upsampled latent + frozen stage-1 audio → stage-2 video latent
     forward           one transformer forward on a token set (what a stage-2 tile runs)
+    upsample_temporal latent → latent with 2(N-1)+1 pixel frames (a DFR round's first task)
+    dfr_tile          one DFR temporal tile: anchors + new slots, Euler-ancestral → window + slot latents
     decode_video      latent (or a latent slice) → pixels in [0, 1], (F, H, W, 3)
+    decode_video_tile one decode tile of a latent → raw decoder pixels (1, 3, f, h, w), blended later
     decode_audio      audio latent → waveform (channels, samples) and its sample rate
 
 Everything crossing this surface is numpy float32, so it can travel as a blob and the results do not
@@ -20,6 +23,7 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 
+from ltx_engine import dfr
 from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise
 from ltx_engine.media import image_to_pixels
 from ltx_engine.pack import Pack
@@ -36,7 +40,10 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "transformer_forward": ("transformer",),
     "stage_prepare": (),
     "upsample_spatial": ("spatial_upscaler", "vae_decoder"),
+    "upsample_temporal": ("temporal_upscaler", "vae_decoder"),
+    "dfr_tile": ("transformer",),
     "decode_video": ("vae_decoder",),
+    "decode_tile": ("vae_decoder",),
     "decode_audio": ("audio_vae", "vocoder"),
 }
 
@@ -109,10 +116,46 @@ class Engine:
         out = upsample_latent(self.model(pack, "spatial_upscaler"), mx.array(latent), mean, std)
         return np.array(out.astype(mx.float32))
 
+    def upsample_temporal(self, pack: Pack, latent: np.ndarray) -> np.ndarray:
+        """DFR's temporal x2 with the pack's temporal upsampler, between the VAE's latent statistics."""
+        from ltx_engine.models.upsampler import upsample_latent
+
+        stats = self.model(pack, "vae_decoder").per_channel_statistics
+        out = upsample_latent(self.model(pack, "temporal_upscaler"), mx.array(latent), stats.mean, stats.std)
+        return np.array(out.astype(mx.float32))
+
+    def dfr_tile(self, pack: Pack, tile: dfr.DfrTileInputs, progress: Progress | None = None) -> dict[str, np.ndarray]:
+        """One DFR temporal tile from the round's upsampled latent and the carried keyframes."""
+        model = self.model(pack, "transformer")
+        if not model.config.use_keyframes_abs_pos_embedding:
+            raise ValueError(f"{pack.root}: the transformer has no keyframe position embedding (not an LTX-2.5 "
+                             "pack); DFR temporal rounds need one")
+        state = dfr.noised_tile_state(tile.latent, tile.tile, tile.plan, tile.carry, tile.plan.seams)
+        audio = dfr.frozen_audio_state(dfr.audio_for_tile(tile.audio_latent, tile.tile, tile.plan, tile.source_seconds))
+        forward = dfr.model_forward(model, tile.contexts)
+        final = dfr.run_tile_loop(state, audio, tile.plan, tile.tile.noise_seed, forward, progress)
+        return dfr.tile_outputs(final, state)
+
     def decode_video(self, pack: Pack, latent: np.ndarray) -> np.ndarray:
         pixels = self.model(pack, "vae_decoder")(mx.array(latent))
         frames = mx.clip((pixels[0].astype(mx.float32) + 1.0) / 2.0, 0.0, 1.0)
         return np.array(frames.transpose(1, 2, 3, 0))
+
+    def decode_video_tile(self, pack: Pack, latent: np.ndarray,
+                          bounds: tuple[tuple[int, int], tuple[int, int], tuple[int, int]]) -> np.ndarray:
+        """Decode latent[..., f0:f1, h0:h1, w0:w1] to raw pixels in [-1, 1]-ish (1, 3, f, h, w).
+
+        Tiles are blended before the [0, 1] mapping, as the reference does. A timestep-conditioned
+        decoder gets the slice of the whole latent's key-0 noise, so one whole tile equals decode_video.
+        """
+        decoder = self.model(pack, "vae_decoder")
+        (f0, f1), (h0, h1), (w0, w1) = bounds
+        full = mx.array(latent)
+        noise = None
+        if decoder.timestep_conditioning:
+            noise = mx.random.normal(full.shape, key=mx.random.key(0))[:, :, f0:f1, h0:h1, w0:w1]
+        pixels = decoder(full[:, :, f0:f1, h0:h1, w0:w1], noise=noise)
+        return np.array(pixels.astype(mx.float32))
 
     def decode_audio(self, pack: Pack, audio_latent: np.ndarray) -> tuple[np.ndarray, int]:
         from ltx_engine.models.vocoder import decode_audio

@@ -83,3 +83,21 @@ def audio_positions(batch: int, frames: int, sample_rate: int = 16000, hop_lengt
     end = _audio_seconds(shift + 1, frames + shift + 1, *args)
     pos = np.stack([start, end], axis=-1)[None, None]
     return mx.array(np.broadcast_to(pos, (batch, 1, frames, 2)).copy())
+
+
+def keyframe_positions(batch: int, pixel_frame: int, height: int, width: int, fps: float,
+                       num_pixel_frames: int = 1,
+                       scale_factors: tuple[int, int, int] = DEFAULT_SCALE_FACTORS) -> mx.array:
+    """(B, 3, H*W, 2) positions of one latent frame of keyframe tokens placed at `pixel_frame`.
+
+    Time starts at `pixel_frame` (the causal fix only at frame 0, as the reference's keyframe
+    conditioning); a latent encoding one pixel frame (`num_pixel_frames == 1`: generated slots, carried
+    DFR keyframes, images) spans exactly [t, t + 1) frames, otherwise the VAE's 8 frames.
+    """
+    coords = video_latent_coords(batch, 1, height, width)
+    px = pixel_coords(coords, scale_factors, causal_fix=pixel_frame == 0).astype(np.float32)
+    px[:, 0] += np.float32(pixel_frame)
+    if num_pixel_frames == 1:
+        px[:, 0, :, 1] = px[:, 0, :, 0] + np.float32(1.0)
+    px[:, 0] = px[:, 0] / np.float32(fps)
+    return mx.array(px)

@@ -24,12 +24,22 @@ TINY_GEMMA_LAYERS_KEY = "num_hidden_layers"
 FIXED_BUFFERS = ("basis", "window", "filter", "mel_")
 
 
-def tiny_embedded_config() -> dict:
+VARIANTS = ("2.3", "2.5")
+# What an LTX-2.5 transformer config changes against 2.3 (the reference configurator's keys): no video
+# FF biases and the learned keyframe marker that generated keyframe slots (DFR) need.
+LTX25_TRANSFORMER = {"ff_bias": False, "audio_ff_bias": True, "use_keyframes_abs_pos_embedding": True}
+
+
+def tiny_embedded_config(variant: str = "2.3") -> dict:
     """The embedded (reference) config of the tiny pack: every model size comes from here."""
     from ltx_engine.models import audio_vae, connector, transformer, video_vae, vocoder
     from ltx_engine.models.text_encoder import tiny_gemma_config
 
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown tiny pack variant {variant!r} (one of {', '.join(VARIANTS)})")
     cfg: dict = {"transformer": transformer.tiny_config(), "vae": video_vae.tiny_config()}
+    if variant == "2.5":
+        cfg["transformer"].update(LTX25_TRANSFORMER)
     cfg.update(audio_vae.tiny_config())
     cfg.update(vocoder.tiny_config())
     gemma = tiny_gemma_config()
@@ -108,8 +118,11 @@ TINY_COMPONENTS = ("transformer", "connector", "vae_decoder", "vae_encoder", "au
 
 
 def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, group_size: int = 32,
-                    dtype: mx.Dtype = mx.bfloat16) -> Path:
-    """Write the tiny pack into `folder` (replacing what is there); `bits` 8 or 4 quantizes the DiT."""
+                    dtype: mx.Dtype = mx.bfloat16, variant: str = "2.3") -> Path:
+    """Write the tiny pack into `folder` (replacing what is there); `bits` 8 or 4 quantizes the DiT.
+
+    `variant` "2.5" gives the LTX-2.5 DiT layout (keyframe marker, bias-free video FF) that DFR needs;
+    its text encoder stays the tiny Gemma 3 (a real 2.5 pack ships Gemma 4)."""
     from ltx_engine.models import upsampler
     from ltx_engine.models.text_encoder import write_tiny_text_encoder
 
@@ -117,7 +130,7 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    cfg = tiny_embedded_config()
+    cfg = tiny_embedded_config(variant)
     up_cfgs = {"spatial_upscaler": upsampler.tiny_spatial_config(), "temporal_upscaler": upsampler.tiny_temporal_config()}
     for index, component in enumerate(TINY_COMPONENTS):
         model, to_pack = _build(component, cfg, up_cfgs.get(component))
@@ -131,7 +144,8 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     for component, ucfg in up_cfgs.items():
         (folder / COMPONENTS[component].config_file).write_text(json.dumps(ucfg, indent=2))
     (folder / "embedded_config.json").write_text(json.dumps(cfg, indent=2))
-    (folder / "config.json").write_text(json.dumps({"model_type": "ltx-2.3", "variant": "tiny", "seed": seed}, indent=2))
+    (folder / "config.json").write_text(json.dumps(
+        {"model_type": f"ltx-{variant}", "variant": "tiny", "seed": seed}, indent=2))
     (folder / "split_model.json").write_text(json.dumps(
         {"source": "farm pack tiny", "variant": "distilled", "components": list(TINY_COMPONENTS)}, indent=2))
     if bits:

@@ -15,9 +15,10 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import KIND_COMPONENTS, Engine
-from ltx_engine.pack import Pack
+from ltx_engine.pack import WeightPack, open_pack
 from ltx_engine.registry import ModelRegistry
 
 Progress = Callable[[int, int], None]
@@ -50,18 +51,22 @@ class Runner:
         # Keep models warm between tasks, but within ~60% of the machine's memory: the least recently
         # used models the next task does not need are dropped first.
         self.engine = engine or Engine(ModelRegistry(budget_bytes=int(device_memory_bytes() * 0.6)))
-        self._packs: dict[str, Pack] = {}
+        self._packs: dict[str, WeightPack] = {}
 
-    def pack(self, ref: str) -> Pack:
+    def pack(self, ref: str) -> WeightPack:
+        """A pack folder or official checkpoint file in the packs folder, else `ref` itself (a path or
+        a Hugging Face repo id)."""
         if ref not in self._packs:
             local = self.packs_dir / ref if self.packs_dir else None
-            self._packs[ref] = Pack(local if local is not None and local.is_dir() else ref)
+            self._packs[ref] = open_pack(local if local is not None and local.exists() else ref)
         return self._packs[ref]
 
     def pack_names(self) -> list[str]:
+        """Pack folders and single-file checkpoints (not their upsampler files) in the packs folder."""
         if not self.packs_dir or not self.packs_dir.is_dir():
             return []
-        return sorted(p.name for p in self.packs_dir.iterdir() if (p / "embedded_config.json").is_file())
+        return sorted(p.name for p in self.packs_dir.iterdir()
+                      if (p / "embedded_config.json").is_file() or is_checkpoint(p))
 
     def pack_features(self, ref: str) -> list[str]:
         """What a pack can do beyond the base two-stage render, so the planner can refuse early:

@@ -117,10 +117,12 @@ def modulation(adaln: AdaLayerNormSingle, t: mx.array, num_params: int, dtype: m
 
 
 class FeedForward(nn.Module):
-    def __init__(self, dim: int, dim_out: int, mult: int = 4):
+    """GELU(tanh) MLP; LTX-2.5 checkpoints drop the video stream's biases (`ff_bias: false`)."""
+
+    def __init__(self, dim: int, dim_out: int, mult: int = 4, bias: bool = True):
         super().__init__()
-        self.proj_in = nn.Linear(dim, int(dim * mult))
-        self.proj_out = nn.Linear(int(dim * mult), dim_out)
+        self.proj_in = nn.Linear(dim, int(dim * mult), bias=bias)
+        self.proj_out = nn.Linear(int(dim * mult), dim_out, bias=bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.proj_out(nn.gelu_approx(self.proj_in(x)))
@@ -200,6 +202,7 @@ class StreamDims:
     heads: int
     d_head: int
     context_dim: int
+    ff_bias: bool = True
 
 
 def _rms(x: mx.array, eps: float) -> mx.array:
@@ -218,14 +221,14 @@ class BasicAVTransformerBlock(nn.Module):
         if video is not None:
             self.attn1 = Attention(video.dim, None, video.heads, video.d_head, **kw)
             self.attn2 = Attention(video.dim, video.context_dim, video.heads, video.d_head, **kw)
-            self.ff = FeedForward(video.dim, video.dim)
+            self.ff = FeedForward(video.dim, video.dim, bias=video.ff_bias)
             self.scale_shift_table = mx.zeros((n_params, video.dim))
             if cross_attention_adaln:
                 self.prompt_scale_shift_table = mx.zeros((2, video.dim))
         if audio is not None:
             self.audio_attn1 = Attention(audio.dim, None, audio.heads, audio.d_head, **kw)
             self.audio_attn2 = Attention(audio.dim, audio.context_dim, audio.heads, audio.d_head, **kw)
-            self.audio_ff = FeedForward(audio.dim, audio.dim)
+            self.audio_ff = FeedForward(audio.dim, audio.dim, bias=audio.ff_bias)
             self.audio_scale_shift_table = mx.zeros((n_params, audio.dim))
             if cross_attention_adaln:
                 self.audio_prompt_scale_shift_table = mx.zeros((2, audio.dim))

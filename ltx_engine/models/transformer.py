@@ -56,6 +56,9 @@ class TransformerConfig:
     apply_gated_attention: bool = False
     cross_attention_adaln: bool = False
     caption_channels: int | None = None  # set only when the DiT holds the caption projection (LTX-2.0)
+    ff_bias: bool = True                  # LTX-2.5: false (the video FF has no biases)
+    audio_ff_bias: bool = True
+    use_keyframes_abs_pos_embedding: bool = False  # LTX-2.5: learned marker for single-frame tokens
 
     @classmethod
     def from_config(cls, cfg: dict, model_type: str | None = None) -> TransformerConfig:
@@ -85,6 +88,9 @@ class TransformerConfig:
         sst = w.get("transformer_blocks.0.scale_shift_table", w.get("transformer_blocks.0.audio_scale_shift_table"))
         if sst is not None:
             c.cross_attention_adaln = sst.shape[0] == 9
+        c.ff_bias = "transformer_blocks.0.ff.proj_in.bias" in w or not has_v
+        c.audio_ff_bias = "transformer_blocks.0.audio_ff.proj_in.bias" in w or not has_a
+        c.use_keyframes_abs_pos_embedding = "keyframes_abs_pos_embedding" in w
         c.apply_gated_attention = any(re.fullmatch(r"transformer_blocks\.0\.(audio_)?attn1\.to_gate_logits\.weight", k)
                                       for k in w)
         layers = {int(m.group(1)) for k in w if (m := re.match(r"transformer_blocks\.(\d+)\.", k))}
@@ -112,7 +118,9 @@ class Modality:
     latent (B, T, C) tokens (generated then conditioning); sigma (B,) float32 scalar noise level;
     timesteps (B, T) per-token sigma * denoise_mask; positions (B, n_axes, T, 2) float32 [start, end)
     (pixels for H/W, seconds for time); context (B, L, D); context_mask (B, L) 1 = keep (or a float
-    additive bias); attention_mask (B, T, T) in [0, 1] or None for full self-attention.
+    additive bias); attention_mask (B, T, T) in [0, 1] or None for full self-attention;
+    keyframes_mask (B, T, 1) or (B, T), non-zero on single-pixel-frame tokens (LTX-2.5's keyframe
+    marker; None = no token marked, and models without the embedding ignore it).
     """
 
     latent: mx.array
@@ -123,6 +131,7 @@ class Modality:
     context_mask: mx.array | None = None
     attention_mask: mx.array | None = None
     enabled: bool = True
+    keyframes_mask: mx.array | None = None
 
 
 def x0_from_velocity(x: mx.array, v: mx.array, timesteps: mx.array) -> mx.array:
@@ -180,11 +189,14 @@ class LTXModel(nn.Module):
         adim = c.audio_num_attention_heads * c.audio_attention_head_dim
         video = audio = None
         if c.has_video:
-            video = StreamDims(vdim, c.num_attention_heads, c.attention_head_dim, c.cross_attention_dim)
+            video = StreamDims(vdim, c.num_attention_heads, c.attention_head_dim, c.cross_attention_dim,
+                               ff_bias=c.ff_bias)
             self._init_stream("", c.in_channels, c.out_channels, vdim)
+            if c.use_keyframes_abs_pos_embedding:
+                self.keyframes_abs_pos_embedding = mx.zeros((1, vdim))
         if c.has_audio:
             audio = StreamDims(adim, c.audio_num_attention_heads, c.audio_attention_head_dim,
-                               c.audio_cross_attention_dim)
+                               c.audio_cross_attention_dim, ff_bias=c.audio_ff_bias)
             self._init_stream("audio_", c.audio_in_channels, c.audio_out_channels, adim)
         if c.has_video and c.has_audio:
             self.av_ca_video_scale_shift_adaln_single = AdaLayerNormSingle(vdim, 4)
@@ -222,6 +234,8 @@ class LTXModel(nn.Module):
         proj = self[f"{p}patchify_proj"]
         dtype = proj.weight.dtype
         x = proj(m.latent.astype(dtype))
+        if not p:
+            x = self._mark_keyframes(x, m.keyframes_mask)
         b, dim = x.shape[0], x.shape[-1]
         mult = c.timestep_scale_multiplier
         mod, emb = modulation(self[f"{p}adaln_single"], m.timesteps.astype(mx.float32) * mult, self.n_params, dtype)
@@ -250,6 +264,16 @@ class LTXModel(nn.Module):
         args.cross_scale_shift, _ = modulation(self[s["ss"]], t, 4, dtype)
         args.cross_gate, _ = modulation(self[s["gate"]], t * (c.av_ca_timestep_scale_multiplier / mult), 1, dtype)
         return args
+
+    def _mark_keyframes(self, x: mx.array, mask: mx.array | None) -> mx.array:
+        """LTX-2.5: add the learned keyframe embedding to marked tokens right after patchify_proj, so a
+        slot (one pixel frame) reads differently from a latent frame (eight). No-op without it."""
+        if mask is None or "keyframes_abs_pos_embedding" not in self:
+            return x
+        if mask.ndim == 2:
+            mask = mask[..., None]
+        marked = (mask > 0).astype(x.dtype)
+        return x + marked * self.keyframes_abs_pos_embedding.astype(x.dtype)
 
     def _output(self, p: str, s: StreamArgs) -> mx.array:
         table = self[f"{p}scale_shift_table"].astype(s.x.dtype)

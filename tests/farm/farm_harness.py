@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_worker(address: str, token: str, packs: Path, name: str, data: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "worker.agent", "--coordinator", address, "--token", token, "--packs-dir",
+    cmd = [sys.executable, "-m", "worker.agent", "--coordinator", address, f"--token={token}", "--packs-dir",
            str(packs), "--worker-id", name, "--cache-dir", str(data / f"cache-{name}"), "--wait-ms", "500"]
     log = open(data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -43,6 +43,6 @@ def test_submit_bad_input_queues_nothing(store, tmp_data, tiny_packs):
     with farm(store, tmp_data, tiny_packs, workers=0) as (client, _):
         address, token = client.address, (tmp_data / "token").read_text().strip()
         for args, message in CASES[:5]:
-            result = _farm("submit", *args, "--coordinator", address, "--token", token, env_data=tmp_data)
+            result = _farm("submit", *args, "--coordinator", address, f"--token={token}", env_data=tmp_data)
             assert result.returncode == 2 and message in result.stderr, result.stderr
         assert store.list_renders() == []

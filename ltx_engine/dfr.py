@@ -1,0 +1,217 @@
+"""One DFR temporal tile on a worker: its latent state (anchors, new keyframe slots, frozen audio) and
+its Euler-ancestral loop. The layout (which frames, anchors, slots, seeds) comes from `dfr_layout`.
+
+A tile is denoised as its own short clip: its first latent frame is a single pixel frame (marked for
+LTX-2.5's keyframe embedding, as the reference marks every state's first frame), carried keyframes
+inside the window are appended as single-frame conditioning tokens at strength 0.95, and new slots at
+the segment midpoints are appended as generated single-frame tokens (marked, seeded from the nearest
+latent frame). Stage 1's audio rides along frozen, resampled onto the tile's time window. Everything
+here is numpy float32 except the transformer call, and every draw of noise is keyed by the tile's own
+seed, so a tile computes the same bytes on any worker and in `farm render --local`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from ltx_engine import patchify, sampling
+from ltx_engine.dfr_layout import TEMPORAL_SCALE, DfrTile, RoundPlan
+from ltx_engine.sampling import F32, LatentState
+from ltx_engine.tokens import patchify_audio, patchify_video, unpatchify_video
+
+AUDIO_LATENTS_PER_SECOND = 25.0  # 16 kHz / hop 160 / latent downsample 4
+
+
+@dataclass
+class DfrTileInputs:
+    """What a DFR tile reads: the round's whole upsampled latent, the keyframes carried into the round
+    (one per seam of `plan`, in seam order), stage 1's audio and the text contexts; all numpy."""
+
+    latent: np.ndarray
+    carry: np.ndarray
+    audio_latent: np.ndarray
+    contexts: dict[str, np.ndarray]
+    plan: RoundPlan
+    tile: DfrTile
+    source_seconds: float  # duration of stage 1's clip (its audio's time base)
+
+
+@dataclass(frozen=True)
+class TileState:
+    """A tile's noised video state plus what the loop and the extraction need to know about it."""
+
+    state: LatentState
+    keyframes_mask: np.ndarray  # (1, T, 1): 1 on single-pixel-frame generated tokens
+    grid: tuple[int, int, int]  # the tile's latent grid (frames, height, width)
+    slot_start: int             # first token of the new slots
+    num_slots: int
+
+
+@dataclass
+class TileTokens:
+    """Token segments in append order: pre-noise latent, clean latent, mask, positions, marker."""
+
+    init: list[np.ndarray]
+    clean: list[np.ndarray]
+    mask: list[np.ndarray]
+    positions: list[np.ndarray]
+    marked: list[np.ndarray]
+
+    def add(self, init: np.ndarray, clean: np.ndarray, mask: float, positions: np.ndarray,
+            marked: bool | np.ndarray) -> None:
+        n = init.shape[1]
+        self.init.append(init.astype(F32))
+        self.clean.append(clean.astype(F32))
+        self.mask.append(np.full((1, n, 1), F32(mask), F32))
+        self.positions.append(np.asarray(positions, F32))
+        self.marked.append(np.broadcast_to(np.asarray(marked, F32), (1, n, 1)).astype(F32))
+
+    def joined(self) -> tuple[np.ndarray, ...]:
+        """(init, clean, mask, positions, marked), tokens concatenated in append order."""
+        tokens = [np.concatenate(p, axis=1) for p in (self.init, self.clean, self.mask)]
+        return (*tokens, np.concatenate(self.positions, axis=2), np.concatenate(self.marked, axis=1))
+
+
+def lerp_noise(init: np.ndarray, clean: np.ndarray, noise: np.ndarray, scale: float, mask: np.ndarray) -> np.ndarray:
+    """The LTX-2.5 reference noiser: lerp(clean, lerp(init, noise, scale), mask).
+
+    Unlike the 2.3 noiser it starts from the token's own latent, not its clean value: a slot seeded
+    with a latent frame keeps (1 - scale) of that seed, an anchor (latent 0) keeps 1 - mask of itself.
+    """
+    s = F32(scale)
+    noised = init + s * (noise - init)
+    return (clean + mask * (noised - clean)).astype(F32)
+
+
+def _slot_seeds(tile_video: np.ndarray, local_slots: Sequence[int]) -> np.ndarray:
+    """The latent frame nearest each slot's pixel frame, (1, C, K, H, W): the slots' starting content."""
+    last = tile_video.shape[2] - 1
+    index = [min(max(round(p / TEMPORAL_SCALE), 0), last) for p in local_slots]
+    return tile_video[:, :, index]
+
+
+def _frame_positions(frame: int, h: int, w: int, fps: float) -> np.ndarray:
+    return np.array(patchify.keyframe_positions(1, frame, h, w, fps), dtype=F32)
+
+
+def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
+                     carry_positions: Sequence[int]) -> tuple[TileTokens, tuple[int, int, int]]:
+    """The tile's tokens before noising: generated window, then anchors, then new slots."""
+    tile_video = np.asarray(latent[:, :, tile.latent_start : tile.latent_end], F32)
+    grid = tuple(int(n) for n in tile_video.shape[2:])
+    f, h, w = grid
+    fps = plan.conditioning_fps
+    tokens = TileTokens([], [], [], [], [])
+    video = patchify_video(tile_video)
+    first_frame = np.zeros((1, video.shape[1], 1), F32)
+    first_frame[:, : h * w] = 1.0  # the tile's first latent frame encodes one pixel frame
+    tokens.add(video, video, 1.0, np.array(patchify.video_positions(1, f, h, w, fps), F32), first_frame)
+    index = {int(p): i for i, p in enumerate(carry_positions)}
+    for global_p, local_p in zip(tile.anchors, tile.local_anchors, strict=True):
+        if global_p not in index:
+            raise ValueError(f"anchor at frame {global_p} is not among the carried keyframes {list(carry_positions)}")
+        kf = patchify_video(np.asarray(carry[:, :, index[global_p] : index[global_p] + 1], F32))
+        tokens.add(np.zeros_like(kf), kf, 1.0 - plan.anchor_strength, _frame_positions(local_p, h, w, fps), False)
+    seeds = _slot_seeds(tile_video, tile.local_slots)
+    for k, local_p in enumerate(tile.local_slots):
+        seed = patchify_video(seeds[:, :, k : k + 1])
+        tokens.add(seed, np.zeros_like(seed), 1.0, _frame_positions(local_p, h, w, fps), True)
+    return tokens, grid
+
+
+def noised_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
+                      carry_positions: Sequence[int]) -> TileState:
+    """The tile's state noised to the first temporal sigma with noise keyed by the tile's seed."""
+    tokens, grid = build_tile_state(latent, tile, plan, carry, carry_positions)
+    init, clean, mask, positions, marked = tokens.joined()
+    noise = sampling.noise(init.shape, tile.noise_seed, sampling.stream_id(sampling.STREAM_VIDEO))
+    state = LatentState(lerp_noise(init, clean, noise, plan.sigmas[0], mask), mask, clean, positions)
+    n_slots = len(tile.slots)
+    slot_start = state.num_tokens - n_slots * grid[1] * grid[2]
+    return TileState(state, marked, grid, slot_start, n_slots)
+
+
+def resample_audio_time(audio: np.ndarray, src_start: float, src_end: float, out_frames: int) -> np.ndarray:
+    """Linear resampling of (B, C, T, mel) along T over latent cells [src_start, src_end)."""
+    if out_frames < 1 or src_end <= src_start or audio.shape[2] < 1:
+        raise ValueError(f"cannot resample audio [{src_start}, {src_end}) of T={audio.shape[2]} to {out_frames}")
+    last = audio.shape[2] - 1
+    step = F32((src_end - src_start) / out_frames)
+    pos = np.clip(F32(src_start) + step * np.arange(out_frames, dtype=F32), 0, last).astype(F32)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, last)
+    weight = (pos - lo.astype(F32)).reshape(1, 1, -1, 1)
+    a = np.asarray(audio, F32)
+    return (a[:, :, lo] * (F32(1.0) - weight) + a[:, :, hi] * weight).astype(F32)
+
+
+def audio_for_tile(audio: np.ndarray, tile: DfrTile, plan: RoundPlan, source_seconds: float) -> np.ndarray:
+    """Stage 1's audio under the tile's playback window, at the token count of its conditioning fps."""
+    full = audio.shape[2]
+    start = tile.pixel_start / plan.fps / source_seconds * full
+    end = (tile.pixel_start + tile.local_frames) / plan.fps / source_seconds * full
+    out = round(tile.local_frames / plan.conditioning_fps * AUDIO_LATENTS_PER_SECOND)
+    return resample_audio_time(audio, start, end, out)
+
+
+def frozen_audio_state(audio_latent: np.ndarray) -> LatentState:
+    """A frozen audio stream: clean context, mask 0 (never denoised)."""
+    tokens = patchify_audio(np.asarray(audio_latent, F32))
+    positions = np.array(patchify.audio_positions(1, tokens.shape[1]), F32)
+    zeros = np.zeros((*tokens.shape[:2], 1), F32)
+    return LatentState(tokens, zeros, tokens.copy(), positions)
+
+
+Forward = Callable[[LatentState, np.ndarray, LatentState, float], np.ndarray]
+
+
+def run_tile_loop(tile_state: TileState, audio: LatentState, plan: RoundPlan, seed: int, forward: Forward,
+                  progress: Callable[[int, int], None] | None = None) -> LatentState:
+    """Euler-ancestral over the temporal sigmas; the re-noise of step i is keyed (seed, step i)."""
+    state, sigmas = tile_state.state, [float(s) for s in plan.sigmas]
+    steps = len(sigmas) - 1
+    for step in range(steps):
+        sigma = sigmas[step]
+        velocity = forward(state, tile_state.keyframes_mask, audio, sigma)
+        x0 = sampling.x0_from_velocity(state.latent, velocity, sampling.timesteps_from_mask(state.denoise_mask, sigma))
+        stream = sampling.stream_id(sampling.STREAM_VIDEO_ANCESTRAL, step)
+        fresh = sampling.noise(state.latent.shape, seed, stream) if sigmas[step + 1] != 0 else None
+        state = sampling.ancestral_denoise_step(state, x0, sigmas, step, plan.eta, fresh)
+        if progress is not None:
+            progress(step + 1, steps)
+    return state
+
+
+def tile_outputs(final: LatentState, tile_state: TileState) -> dict[str, np.ndarray]:
+    """The tile's whole window latent (the stitch drops its lead-in) and its new slots (B, C, K, H, W)."""
+    f, h, w = tile_state.grid
+    window = unpatchify_video(final.latent[:, : f * h * w], (f, h, w))
+    stop = tile_state.slot_start + tile_state.num_slots * h * w
+    slots = unpatchify_video(final.latent[:, tile_state.slot_start : stop], (tile_state.num_slots, h, w))
+    return {"latent": window.astype(F32), "slots": slots.astype(F32)}
+
+
+def model_forward(model, contexts: dict[str, np.ndarray]) -> Forward:
+    """A Forward over an LTX model: video at sigma with its keyframe marker, audio frozen at sigma 0."""
+    from ltx_engine.models.transformer import Modality
+
+    mask = contexts.get("context_mask")
+    ctx_mask = None if mask is None else mx.array(mask)
+
+    def forward(video: LatentState, marker: np.ndarray, audio: LatentState, sigma: float) -> np.ndarray:
+        v = Modality(latent=mx.array(video.latent), sigma=mx.array(np.full((1,), sigma, F32)),
+                     timesteps=mx.array(sampling.timesteps_from_mask(video.denoise_mask, sigma)[..., 0]),
+                     positions=mx.array(video.positions), context=mx.array(contexts["video_context"]),
+                     context_mask=ctx_mask, keyframes_mask=mx.array(marker))
+        a = Modality(latent=mx.array(audio.latent), sigma=mx.array(np.zeros((1,), F32)),
+                     timesteps=mx.array(np.zeros(audio.latent.shape[:2], F32)),
+                     positions=mx.array(audio.positions), context=mx.array(contexts["audio_context"]),
+                     context_mask=ctx_mask)
+        v_out, _ = model(v, a)
+        return np.array(v_out.astype(mx.float32))
+
+    return forward

@@ -1,0 +1,240 @@
+"""DFR temporal tiles: the tile's token layout, the 2.5 noiser, frozen audio, the stitch and carry, the
+planner's graph and refusals, and a real tile on the tiny LTX-2.5 pack (no fakes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from coordinator.graph import SpecError
+from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.reducer import run_reduce_task
+from ltx_engine import patchify
+from ltx_engine.dfr import (
+    audio_for_tile,
+    build_tile_state,
+    lerp_noise,
+    noised_tile_state,
+    resample_audio_time,
+)
+from ltx_engine.dfr_layout import plan_dfr, plan_params
+from ltx_engine.tokens import patchify_video
+
+C, H, W = 128, 2, 3
+
+
+def _rand(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("frame", [0, 12, 40])
+def test_keyframe_positions_span_one_pixel_frame(frame):
+    pos = np.array(patchify.keyframe_positions(1, frame, H, W, 60.0))
+    video = np.array(patchify.video_positions(1, 1, H, W, 60.0))
+    np.testing.assert_array_equal(pos[:, 1:], video[:, 1:])  # the same spatial cells as a latent frame
+    np.testing.assert_allclose(pos[0, 0, :, 0], frame / 60.0, rtol=1e-7)
+    np.testing.assert_allclose(pos[0, 0, :, 1], (frame + 1) / 60.0, rtol=1e-7)
+    wide = np.array(patchify.keyframe_positions(1, frame, H, W, 60.0, num_pixel_frames=8))
+    assert np.allclose(wide[0, 0, :, 1], (frame + (1 if frame == 0 else 8)) / 60.0)
+
+
+def test_lerp_noise_keeps_each_tokens_own_start():
+    n, s = _rand((1, 3, 4), 1), 0.975
+    video, seed, anchor = _rand((1, 3, 4), 2), _rand((1, 3, 4), 3), _rand((1, 3, 4), 4)
+    ones = np.ones((1, 3, 1), np.float32)
+    np.testing.assert_allclose(lerp_noise(video, video, n, s, ones), (1 - s) * video + s * n, atol=1e-6)
+    np.testing.assert_allclose(lerp_noise(seed, 0 * seed, n, s, ones), (1 - s) * seed + s * n, atol=1e-6)
+    got = lerp_noise(0 * anchor, anchor, n, s, 0.05 * ones)
+    np.testing.assert_allclose(got, anchor + 0.05 * (s * n - anchor), atol=1e-6)
+
+
+def _round(frames=97, rounds=1):
+    plan = plan_dfr(frames, 24.0, rounds, seed=7)
+    return plan, plan.rounds[-1]
+
+
+def test_tile_tokens_generated_then_anchors_then_slots():
+    plan, rnd = _round()
+    tile = rnd.tiles[1]  # window [64, 192]: anchors 64 128 192 (local 0 64 128), slots 96 160
+    latent = _rand((1, C, rnd.latent_frames, H, W), 5)
+    carry = _rand((1, C, len(rnd.seams), H, W), 6)
+    tokens, grid = build_tile_state(latent, tile, rnd, carry, rnd.seams)
+    init, clean, mask, positions, marked = tokens.joined()
+    per, n_gen = H * W, tile.latent_frames * H * W
+    assert grid == (tile.latent_frames, H, W) and init.shape[1] == n_gen + 5 * per
+    np.testing.assert_array_equal(init[:, :n_gen], patchify_video(latent[:, :, 8:25]))
+    assert marked[0, :per].all() and not marked[0, per:n_gen + 3 * per].any() and marked[0, -2 * per:].all()
+    for k, (global_p, local_p) in enumerate(zip(tile.anchors, tile.local_anchors, strict=True)):
+        sl = slice(n_gen + k * per, n_gen + (k + 1) * per)
+        np.testing.assert_array_equal(clean[:, sl], patchify_video(carry[:, :, rnd.seams.index(global_p)][:, :, None]))
+        assert not init[:, sl].any() and np.allclose(mask[:, sl], 0.05)
+        np.testing.assert_allclose(positions[0, 0, sl.start, :], [local_p / 60.0, (local_p + 1) / 60.0])
+    for k, local_p in enumerate(tile.local_slots):  # 32 and 96 -> latent frames 4 and 12 of the window
+        sl = slice(n_gen + (3 + k) * per, n_gen + (4 + k) * per)
+        np.testing.assert_array_equal(init[:, sl], patchify_video(latent[:, :, 8 + local_p // 8][:, :, None]))
+        assert not clean[:, sl].any() and (mask[:, sl] == 1).all()
+    assert rnd.conditioning_fps == 60.0  # 48 fps playback snaps to 60 for RoPE, as the reference
+
+
+def test_tile_state_is_keyed_by_the_tile_seed_and_refuses_a_missing_anchor():
+    _, rnd = _round()
+    latent, carry = _rand((1, C, rnd.latent_frames, H, W), 1), _rand((1, C, 3, H, W), 2)
+    a = noised_tile_state(latent, rnd.tiles[0], rnd, carry, rnd.seams)
+    b = noised_tile_state(latent, rnd.tiles[0], rnd, carry, rnd.seams)
+    np.testing.assert_array_equal(a.state.latent, b.state.latent)
+    assert a.slot_start == a.state.num_tokens - 2 * H * W and a.num_slots == 2
+    with pytest.raises(ValueError, match="not among the carried"):
+        noised_tile_state(latent, rnd.tiles[0], rnd, carry, (1, 2, 3))
+
+
+def test_audio_resampling():
+    audio = _rand((1, 8, 20, 16), 3)
+    np.testing.assert_allclose(resample_audio_time(audio, 0.0, 20.0, 20), audio, atol=0)
+    half = resample_audio_time(audio, 0.0, 10.0, 20)
+    np.testing.assert_allclose(half[:, :, 1], 0.5 * (audio[:, :, 0] + audio[:, :, 1]), atol=1e-6)
+    _, rnd = _round(49)
+    out = audio_for_tile(_rand((1, 8, 51, 16), 4), rnd.tiles[0], rnd, source_seconds=49 / 24)
+    assert out.shape == (1, 8, round(rnd.tiles[0].local_frames / 60.0 * 25), 16)
+
+
+def test_stitch_carries_anchors_and_the_earlier_tiles_slots():
+    params = plan_params(97, 24.0, 2, 3)
+    plan = plan_dfr(97, 24.0, 2, 3)
+    stage2 = _rand((1, C, 13, H, W), 1)
+    carry = run_reduce_task("dfr_carry", {"dfr": params}, {"latent": stage2})["keyframes"]
+    np.testing.assert_array_equal(carry, stage2[:, :, [4, 8, 12]])  # slots 32, 64, 96
+    rnd = plan.rounds[0]
+    inputs = {"carry": carry}
+    for t in rnd.tiles:
+        inputs[f"t{t.index}_latent"] = np.full((1, C, t.latent_frames, H, W), t.index, np.float32)
+        inputs[f"t{t.index}_slots"] = np.stack([np.full((1, C, H, W), 10 * t.index + k, np.float32)
+                                                for k in range(len(t.slots))], axis=2)
+    out = run_reduce_task("dfr_stitch", {"dfr": params, "round": 1}, inputs)
+    assert out["latent"].shape[2] == rnd.latent_frames and "video_latent" not in out
+    assert rnd.carry() == (32, 64, 96, 128, 160, 192)
+    kf = out["keyframes"][0, 0, :, 0, 0]
+    np.testing.assert_array_equal(kf[[1, 3, 5]], carry[0, 0, :, 0, 0])  # anchors 64 128 192
+    assert list(kf[[0, 2, 4]]) == [0.0, 1.0, 11.0]  # slot 96 is in both windows: tile 0's copy wins
+
+
+def _fleet(features: list[str]) -> list[dict]:
+    return [{"packs": ["p"], "pack_features": {"p": features}, "memory_bytes": 2**40}]
+
+
+def _dfr_spec(**kw) -> dict:
+    return normalize_spec({"prompt": "a fox", "frames": 49, "pack": "p", "temporal_upscalings": 2, **kw})
+
+
+def test_planner_graph_output_and_independent_tiles():
+    spec = _dfr_spec()
+    validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
+    assert (spec["output_frames"], spec["output_fps"]) == ((49 - 1) * 4 + 1, 96.0)
+    tasks = {t["id"]: t for t in plan_render(spec, "r")}
+    assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][0] == 193
+    assert tasks["r.decode"]["inputs"]["latent"] == {"task": "r.dfr.r2", "output": "video_latent"}
+    tiles = {t["id"]: t for t in tasks.values() if t["kind"] == "dfr_tile"}
+    assert sorted(tiles) == [f"r.dfr.r1.t{i}" for i in range(2)] + [f"r.dfr.r2.t{i}" for i in range(4)]
+    for tile in tiles.values():  # a tile reads its round's upsample and carried keyframes, never a tile
+        assert not set(tile["deps"]) & set(tiles)
+        r = tile["id"].split(".")[2]
+        assert f"r.dfr.{r}.up" in tile["deps"]
+    assert tasks["r.dfr.r2"]["capability"] == "coordinator" and tasks["r.dfr.r2.up"]["capability"] == "mlx"
+    assert tasks["r.audio"]["inputs"]["latent"] == {"task": "r.stage1", "output": "audio_latent"}
+
+
+@pytest.mark.parametrize(("changes", "fleet", "match"), [
+    ({"frames": 41}, [], "canvas cannot hold 41 frames.*use 33 or 49"),
+    ({"frames": 9}, [], "canvas cannot hold 9 frames"),
+    ({"temporal_upscalings": 3}, [], "must be 0, 1 or 2"),
+    ({}, _fleet(["keyframes"]), "no temporal upsampler"),
+    ({}, _fleet(["temporal_upscaler"]), "not an LTX-2.5 pack"),
+    ({"image": {"blob": "ab", "frame": 0}}, [], "image condition"),
+])
+def test_bad_dfr_specs_are_refused_in_one_line(changes, fleet, match):
+    with pytest.raises(SpecError, match=match) as info:
+        validate_spec(_dfr_spec(**changes), fleet)
+    assert "\n" not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def runner25(tmp_path_factory):
+    from ltx_engine.tiny_pack import write_tiny_pack
+    from worker.runner import Runner
+
+    folder = tmp_path_factory.mktemp("packs25")
+    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
+    write_tiny_pack(folder / "tiny23", seed=0)
+    return Runner(folder)
+
+
+def _tile_task(runner, pack: str, tile_index: int = 1):
+    text, _ = runner.run("text_encode", {"pack": pack, "prompt": "a fox"}, {})
+    _, rnd = _round(49)
+    inputs = {**text, "latent": _rand((1, C, rnd.latent_frames, 4, 6), 1),
+              "carry": _rand((1, C, len(rnd.seams), 4, 6), 2), "audio_latent": _rand((1, 8, 51, 16), 3)}
+    params = {"pack": pack, "dfr": plan_params(49, 24.0, 1, 7), "round": 1, "tile_index": tile_index,
+              "source_seconds": 49 / 24}
+    return params, inputs
+
+
+def test_a_real_tile_is_deterministic_and_reads_the_keyframe_marker(runner25):
+    params, inputs = _tile_task(runner25, "tiny25")
+    out, _ = runner25.run("dfr_tile", params, inputs)
+    again, _ = runner25.run("dfr_tile", params, inputs)
+    assert out["latent"].shape == (1, C, 13, 4, 6) and out["slots"].shape == (1, C, 2, 4, 6)
+    for name in out:
+        np.testing.assert_array_equal(out[name], again[name])
+    model = runner25.engine.model(runner25.pack("tiny25"), "transformer")
+    saved = model.keyframes_abs_pos_embedding
+    model.keyframes_abs_pos_embedding = mx.zeros_like(saved)
+    try:
+        unmarked, _ = runner25.run("dfr_tile", params, inputs)
+    finally:
+        model.keyframes_abs_pos_embedding = saved
+    assert not np.array_equal(unmarked["latent"], out["latent"])
+    other, _ = runner25.run("dfr_tile", {**params, "tile_index": 0}, inputs)
+    assert other["latent"].shape[2] == 7
+
+
+def test_a_23_pack_refuses_tiles_and_reports_no_dfr_features(runner25):
+    params, inputs = _tile_task(runner25, "tiny23")
+    with pytest.raises(ValueError, match="not an LTX-2.5 pack"):
+        runner25.run("dfr_tile", params, inputs)
+    features = runner25.capabilities()["pack_features"]
+    assert set(features["tiny25"]) == {"temporal_upscaler", "keyframes"}
+    assert features["tiny23"] == ["temporal_upscaler"]
+
+
+def test_upsample_temporal_doubles_frames(runner25):
+    out, _ = runner25.run("upsample_temporal", {"pack": "tiny25"}, {"latent": _rand((1, C, 7, 8, 12), 9)})
+    assert out["latent"].shape == (1, C, 13, 8, 12) and out["latent"].dtype == np.float32
+
+
+def test_keyframe_mask_is_a_no_op_without_the_embedding(runner25):
+    from ltx_engine.models.transformer import Modality
+
+    model = runner25.engine.model(runner25.pack("tiny23"), "transformer")
+    n = 2 * H * W
+    base = dict(latent=mx.array(_rand((1, n, C), 1)), sigma=mx.array([0.5]), timesteps=mx.full((1, n), 0.5),
+                positions=patchify.video_positions(1, 2, H, W, 24.0), context=mx.array(_rand((1, 4, 64), 2)))
+    plain, _ = model(Modality(**base), None)
+    marked, _ = model(Modality(**base, keyframes_mask=mx.ones((1, n, 1))), None)
+    np.testing.assert_array_equal(np.array(plain), np.array(marked))
+
+
+def test_pack_tiny_cli_writes_the_25_variant(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from farm_cli.main import app
+
+    result = CliRunner().invoke(app, ["pack", "tiny", str(tmp_path / "p"), "--variant", "2.5"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    cfg = json.loads((tmp_path / "p" / "embedded_config.json").read_text())["transformer"]
+    assert cfg["use_keyframes_abs_pos_embedding"] and cfg["ff_bias"] is False
+    bad = CliRunner().invoke(app, ["pack", "tiny", str(tmp_path / "q"), "--variant", "3.0"])
+    assert bad.exit_code != 0 and "--variant" in bad.output
