@@ -171,8 +171,10 @@ class Agent:
             worker_id=self.worker_id, capabilities=lease_capabilities(self.capabilities), wait_ms=self.wait_ms
         )
         future = self.worker.Lease.future(request, timeout=self.wait_ms / 1000 + 10, metadata=self.metadata)
-        while not future.done():
-            if self.stopping.wait(0.1):
+        landed = threading.Event()  # wakes the loop the moment the reply lands, not at the next tick
+        future.add_done_callback(lambda _f: landed.set())
+        while not landed.wait(0.1):
+            if self.stopping.is_set():
                 try:
                     future.result(timeout=STOP_GRACE_S)
                 except grpc.FutureTimeoutError:
@@ -203,13 +205,22 @@ class Agent:
             return beat.stop_reason is not None or self.stopping.is_set()
 
         try:
+            start = time.perf_counter()
             inputs = {name: self.fetch_input(sha) for name, sha in lease.inputs.items()}
+            fetched = time.perf_counter()
             outputs, metrics = self.runner.run(
                 lease.kind, json.loads(lease.params_json or "{}"), inputs, progress, cancelled
             )
             if cancelled():
                 return self._report_fail(lease, self._stop_reason(beat), retryable=True)
-            shas = {name: self.put_blob(encode_tensor(np.asarray(arr))) for name, arr in outputs.items()}
+            ran = time.perf_counter()
+            encoded = {name: encode_tensor(np.asarray(arr)) for name, arr in outputs.items()}
+            shas = {name: self.put_blob(data) for name, data in encoded.items()}
+            metrics.update(  # what the task cost beyond its compute: moving its tensors
+                fetch_s=round(fetched - start, 4), upload_s=round(time.perf_counter() - ran, 4),
+                bytes_in=int(sum(a.nbytes for a in inputs.values())),
+                bytes_out=int(sum(len(d) for d in encoded.values())),
+            )
             request = farm_pb2.CompleteRequest(
                 task_id=lease.task_id,
                 worker_id=self.worker_id,
