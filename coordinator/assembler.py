@@ -147,12 +147,16 @@ def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], d
     return frames, {"decode_tiles": len(tiles), "window_frames": int(window)}
 
 
-def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[dict] | None = None) -> Path:
+def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[dict] | None = None,
+                       preview: Path | None = None) -> Path:
     """Write render.mp4 (+ EXR frames when spec["exr"]) and render.json next to each; returns the mp4.
 
     get: task outputs by (task name, output name); runs: per-task records (name, kind, worker,
-    start_ms, end_ms, seconds) for the metadata's per-stage timings.
+    start_ms, end_ms, seconds) for the metadata's per-stage timings; preview: where the dashboard's
+    thumbnail of the latest finished frame goes (and its contact strip beside it).
     """
+    from coordinator.previews import PreviewWriter
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     exr_dir = _exr_dir(spec, out_dir)
@@ -164,9 +168,12 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
     with PeakMemory() as memory:
         frames, decode_info = video_frames(spec, get)
         writer = Mp4Writer(out_dir / "render.mp4", width=width, height=height, fps=fps, audio_rate=rate)
+        thumbs = PreviewWriter(preview, int(spec.get("output_frames") or spec["frames"])) if preview else None
         try:
             for index, frame in enumerate(frames):
                 writer.write_frame(frame)
+                if thumbs is not None:
+                    thumbs.add(frame)
                 if exr_dir is not None:
                     write_exr(exr_dir / f"frame_{index:05d}.exr", frame)
             if waveform is not None and rate:
@@ -174,6 +181,8 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
                 writer.write_audio(waveform, rate)
         finally:
             writer.close()
+            if thumbs is not None:
+                thumbs.close()
     assembly = {"seconds": round(time.perf_counter() - started, 3), "peak_traced_bytes": memory.peak,
                 "window_bytes": decode_info["window_frames"] * height * width * 3 * 4,
                 "clip_bytes": writer.frames_written * height * width * 3 * 4, **decode_info}

@@ -236,4 +236,5 @@ class Scheduler:
             sha = outputs.get(name, {}).get(output)
             return None if sha is None else self.blobs.read_tensor(sha)
 
-        return Path(assembler.assemble_streaming(as_dict(render.get("spec")), get, out_dir, runs))
+        preview = self.data_dir / "previews" / f"{render_id}.png"
+        return Path(assembler.assemble_streaming(as_dict(render.get("spec")), get, out_dir, runs, preview))

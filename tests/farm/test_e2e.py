@@ -73,3 +73,23 @@ def test_killed_worker_loses_nothing(store, tmp_data, tiny_packs, reference):
     assert stage1["worker"] != killed[0] and int(stage1["attempts"]) >= 2
     assert any(e.get("type") == "task_expired" and e.get("task", "").endswith(".stage1") for e in events)
     assert_identical(arrays, local_arrays)
+
+
+def test_assembly_writes_preview_thumbnails(tmp_path):
+    """The dashboard's previews: the latest finished frame and a contact strip, as real PNGs (read back
+    with PyAV's PNG decoder)."""
+    import numpy as np
+
+    from coordinator.previews import PreviewWriter
+
+    frames = [np.full((256, 384, 3), i / 24.0, np.float32) for i in range(25)]
+    writer = PreviewWriter(tmp_path / "previews" / "r1.png", total_frames=25)
+    for frame in frames:
+        writer.add(frame)
+    writer.close()
+    with av.open(str(tmp_path / "previews" / "r1.png")) as container:
+        last = next(container.decode(video=0)).to_ndarray(format="rgb24")
+    assert last.shape == (128, 192, 3) and int(last[0, 0, 0]) == 255
+    with av.open(str(tmp_path / "previews" / "r1-strip.png")) as container:
+        strip = next(container.decode(video=0)).to_ndarray(format="rgb24")
+    assert strip.shape == (128, 192 * 8, 3)
