@@ -76,6 +76,12 @@ def wait_for(render_id: str, coordinator: str, token: str | None, quiet: bool = 
     show = progress_printer()
     try:
         with client(coordinator, token) as farm:
+            if not quiet and sys.stderr.isatty():  # a person is watching: the live view with bars
+                from rich.console import Console
+
+                from farm_cli.watch_view import watch_render
+
+                return watch_render(farm.watch(render_id), lambda: farm.get(render_id), Console(stderr=True))
             for event in farm.watch(render_id):
                 if not quiet:
                     show(event)
