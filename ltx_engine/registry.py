@@ -16,57 +16,18 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from ltx_engine.loader import apply_weights
-from ltx_engine.pack import WeightPack
+from ltx_engine.pack import COMPONENTS, WeightPack, model_class
 
 # Every builder reads `pack.tensors(component)`, which a pack folder and a single-file checkpoint both
 # return in the model's own keys and layout, so one path builds either.
 
 
-def _transformer(pack: WeightPack) -> nn.Module:
-    from ltx_engine.models.transformer import LTXModel, TransformerConfig
+def _model(component: str) -> Callable[[WeightPack], nn.Module]:
+    """A builder for a weight component: its class from its config, then the strict load."""
 
-    model = LTXModel(TransformerConfig.from_config(pack.config))
-    return apply_weights(model, pack.tensors("transformer"), file=pack.file_label("transformer"))
-
-
-def _connector(pack: WeightPack) -> nn.Module:
-    from ltx_engine.models.connector import ConnectorConfig, TextConnector
-
-    model = TextConnector(ConnectorConfig.from_config(pack.config))
-    return apply_weights(model, pack.tensors("connector"), file=pack.file_label("connector"))
-
-
-def _vae(kind: str) -> Callable[[WeightPack], nn.Module]:
     def build(pack: WeightPack) -> nn.Module:
-        from ltx_engine.models.video_vae import VideoDecoder, VideoEncoder, VideoVAEConfig
-
-        cls = VideoDecoder if kind == "vae_decoder" else VideoEncoder
-        model = cls(VideoVAEConfig.from_config(pack.config))
-        return apply_weights(model, pack.tensors(kind), file=pack.file_label(kind))
-
-    return build
-
-
-def _audio_vae(pack: WeightPack) -> nn.Module:
-    from ltx_engine.models.audio_vae import AudioDecoder, AudioDecoderConfig
-
-    model = AudioDecoder(AudioDecoderConfig.from_config(pack.config))
-    return apply_weights(model, pack.tensors("audio_vae"), file=pack.file_label("audio_vae"))
-
-
-def _vocoder(pack: WeightPack) -> nn.Module:
-    from ltx_engine.models.vocoder import Vocoder, VocoderConfig
-
-    model = Vocoder(VocoderConfig.from_config(pack.config))
-    return apply_weights(model, pack.tensors("vocoder"), file=pack.file_label("vocoder"))
-
-
-def _upsampler(kind: str) -> Callable[[WeightPack], nn.Module]:
-    def build(pack: WeightPack) -> nn.Module:
-        from ltx_engine.models.upsampler import LatentUpsampler, UpsamplerConfig
-
-        model = LatentUpsampler(UpsamplerConfig.from_config(pack.component_config(kind)))
-        return apply_weights(model, pack.tensors(kind), file=pack.file_label(kind))
+        model = model_class(component).from_config(pack.component_config(component))
+        return apply_weights(model, pack.tensors(component), file=pack.file_label(component))
 
     return build
 
@@ -78,14 +39,7 @@ def _text_encoder(pack: WeightPack):
 
 
 BUILDERS: dict[str, Callable[[WeightPack], object]] = {
-    "transformer": _transformer,
-    "connector": _connector,
-    "vae_decoder": _vae("vae_decoder"),
-    "vae_encoder": _vae("vae_encoder"),
-    "audio_vae": _audio_vae,
-    "vocoder": _vocoder,
-    "spatial_upscaler": _upsampler("spatial_upscaler"),
-    "temporal_upscaler": _upsampler("temporal_upscaler"),
+    **{component: _model(component) for component in COMPONENTS},
     "text_encoder": _text_encoder,
 }
 

@@ -18,7 +18,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ltx_engine.loader import quantize_weights
-from ltx_engine.pack import COMPONENTS
+from ltx_engine.pack import COMPONENTS, model_class
 
 TINY_GEMMA_LAYERS_KEY = "num_hidden_layers"
 FIXED_BUFFERS = ("basis", "window", "filter", "mel_")
@@ -75,33 +75,11 @@ def _seeded_like(params: dict[str, mx.array], seed: int) -> dict[str, mx.array]:
 
 
 def _build(component: str, cfg: dict, upsampler_cfg: dict | None) -> tuple[nn.Module, callable]:
-    """The model of a component at the tiny config and its model→pack key transform."""
-    identity = lambda w: w  # noqa: E731
-    if component == "transformer":
-        from ltx_engine.models.transformer import LTXModel, TransformerConfig
-
-        return LTXModel(TransformerConfig.from_config(cfg)), identity
-    if component == "connector":
-        from ltx_engine.models.connector import ConnectorConfig, TextConnector
-
-        return TextConnector(ConnectorConfig.from_config(cfg)), identity
-    if component in ("vae_decoder", "vae_encoder"):
-        from ltx_engine.models.video_vae import VideoDecoder, VideoEncoder, VideoVAEConfig
-
-        cls = VideoDecoder if component == "vae_decoder" else VideoEncoder
-        return cls(VideoVAEConfig.from_config(cfg)), cls.model_to_pack
-    if component == "audio_vae":
-        from ltx_engine.models.audio_vae import AudioDecoder, AudioDecoderConfig
-
-        return AudioDecoder(AudioDecoderConfig.from_config(cfg)), AudioDecoder.model_to_pack
-    if component == "vocoder":
-        from ltx_engine.models.vocoder import Vocoder, VocoderConfig
-
-        return Vocoder(VocoderConfig.from_config(cfg)), getattr(Vocoder, "model_to_pack", identity)
-    from ltx_engine.models.upsampler import LatentUpsampler, UpsamplerConfig
-
-    return LatentUpsampler(UpsamplerConfig.from_config(upsampler_cfg)), identity
-
+    """The model of a component at the tiny config (the class a real pack loads into) and its
+    model → pack key transform (identity where the pack keeps the model's names)."""
+    cls = model_class(component)
+    model = cls.from_config(upsampler_cfg if upsampler_cfg is not None else cfg)
+    return model, getattr(cls, "model_to_pack", lambda weights: weights)
 
 def _write_component(folder: Path, component: str, weights: dict[str, mx.array], dtype: mx.Dtype) -> None:
     comp = COMPONENTS[component]

@@ -296,6 +296,11 @@ class TextProjection(nn.Module):
 class TextConnector(nn.Module):
     """Gemma hidden states -> (video context, audio context, context mask) for the DiT."""
 
+    @classmethod
+    def from_config(cls, cfg: dict) -> TextConnector:
+        """Built from the embedded (reference) config, as the pack registry builds every model."""
+        return cls(ConnectorConfig.from_config(cfg))
+
     def __init__(self, cfg: ConnectorConfig):
         super().__init__()
         self.cfg = cfg

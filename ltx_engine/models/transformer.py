@@ -181,6 +181,11 @@ def _self_attention_bias(mask: mx.array | None, dtype: mx.Dtype) -> mx.array | N
 class LTXModel(nn.Module):
     """Velocity model: `(video, audio)` modalities -> per-modality velocity (B, T, C_out)."""
 
+    @classmethod
+    def from_config(cls, cfg: dict) -> LTXModel:
+        """Built from the embedded (reference) config, as the pack registry builds every model."""
+        return cls(TransformerConfig.from_config(cfg))
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config

@@ -211,6 +211,11 @@ def _with_last_scale_shift_table(weights: dict[str, mx.array]) -> dict[str, mx.a
 class VideoDecoder(nn.Module):
     """Normalized latent (B, C, F, H, W) -> pixels (B, 3, 1 + 8(F-1), 32H, 32W) in about [-1, 1]."""
 
+    @classmethod
+    def from_config(cls, cfg: dict) -> VideoDecoder:
+        """Built from the embedded (reference) config, as the pack registry builds every model."""
+        return cls(VideoVAEConfig.from_config(cfg))
+
     def __init__(self, cfg: VideoVAEConfig):
         super().__init__()
         _check_dims(cfg)
@@ -296,6 +301,11 @@ class VideoDecoder(nn.Module):
 
 class VideoEncoder(nn.Module):
     """Pixels (B, 3, F, H, W) in [-1, 1] -> normalized latent means (B, C, 1 + (F-1)/8, H/32, W/32)."""
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> VideoEncoder:
+        """Built from the embedded (reference) config, as the pack registry builds every model."""
+        return cls(VideoVAEConfig.from_config(cfg))
 
     def __init__(self, cfg: VideoVAEConfig):
         super().__init__()
