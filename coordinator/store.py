@@ -14,7 +14,9 @@ Keys under the prefix p (default "farm"):
                                     error, leased_ms, deadline_ms, queued_ms, done_ms, metrics, progress, seq
   {p}:task:{id}:dependents    zset  dependent task id -> its plan position (release in plan order)
   {p}:task:{id}:pending       int   deps not done yet
-  {p}:ready:{capability}      list  queued task ids, FIFO (retries and expiries go to the front)
+  {p}:ready:{capability}      zset  queued task ids by (render priority desc, queue order); retries and
+                                    expiries go to the front of their priority
+  {p}:qseq                    int   the queue-order counter
   {p}:capabilities            set   every capability that ever had a ready queue
   {p}:leases                  zset  task id -> lease deadline ms
   {p}:fence                   int   the fencing-token counter
@@ -229,7 +231,7 @@ class FarmStore:
         caps = sorted(self.client.smembers(self.key("capabilities")))
         pipe = self.client.pipeline(transaction=False)
         for cap in caps:
-            pipe.llen(self.key("ready", cap))
+            pipe.zcard(self.key("ready", cap))
         return dict(zip(caps, pipe.execute(), strict=True))
 
     def _render(self, render_id: str, raw: dict[str, str]) -> dict:

@@ -153,10 +153,12 @@ def register(app: typer.Typer) -> None:
                temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
                coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
                wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
+               priority: int = typer.Option(0, "--priority", help="Higher renders lease first."),
                as_json: Json = False) -> None:
         """Queue a render on the farm."""
         spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
         spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
+        spec["priority"] = priority
         render_id = submit_render(spec, pixels, coordinator, token)
         typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)
         if not (wait or output or save_latents):

@@ -33,10 +33,22 @@ local function holder_render(tid, worker, fence)
   return t[4]
 end
 
+-- Ready queues are sorted sets: higher render priority first, then FIFO by a queue sequence number;
+-- a task pushed to the front (a retry, an expiry) takes a negative number and goes before the rest.
+local PRIORITY_SPAN = 1e12
+
+local function ready_score(priority, qseq)
+  return -(tonumber(priority) or 0) * PRIORITY_SPAN + qseq
+end
+
 local function push_ready(tid, front)
-  local cap = redis.call('HGET', key('task', tid), 'capability')
-  redis.call(front and 'LPUSH' or 'RPUSH', key('ready', cap), tid)
-  redis.call('SADD', key('capabilities'), cap)
+  local t = redis.call('HMGET', key('task', tid), 'capability', 'render')
+  local seq = redis.call('INCR', key('qseq'))
+  if front then seq = -seq end
+  redis.call('HSET', key('task', tid), 'qseq', seq)
+  local priority = redis.call('HGET', key('render', t[2]), 'priority')
+  redis.call('ZADD', key('ready', t[1]), ready_score(priority, seq), tid)
+  redis.call('SADD', key('capabilities'), t[1])
 end
 
 -- End a lease: drop the deadline and book the worker's time (outcome: 'done', 'failed' or nil).
@@ -56,7 +68,7 @@ local function drop_queued(render)
   for _, tid in ipairs(redis.call('LRANGE', key('render', render, 'tasks'), 0, -1)) do
     local tk = key('task', tid)
     local t = redis.call('HMGET', tk, 'state', 'capability')
-    if t[1] == 'queued' then redis.call('LREM', key('ready', t[2]), 0, tid) end
+    if t[1] == 'queued' then redis.call('ZREM', key('ready', t[2]), tid) end
     if t[1] == 'queued' or t[1] == 'waiting' then redis.call('HSET', tk, 'state', 'cancelled') end
   end
 end

@@ -4,8 +4,9 @@ local worker = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
 for i = 5, #ARGV do
   local q = key('ready', ARGV[i])
-  local tid = redis.call('LPOP', q)
-  while tid do
+  local popped = redis.call('ZPOPMIN', q)
+  while popped[1] do
+    local tid = popped[1]
     local tk = key('task', tid)
     local t = redis.call('HMGET', tk, 'state', 'render', 'attempts')
     if t[1] == 'queued' and render_active(t[2]) then
@@ -27,7 +28,7 @@ for i = 5, #ARGV do
     elseif t[1] == 'queued' then
       redis.call('HSET', tk, 'state', 'cancelled')
     end
-    tid = redis.call('LPOP', q)
+    popped = redis.call('ZPOPMIN', q)
   end
 end
 return false

@@ -27,7 +27,7 @@ def snapshot(store: FarmStore, render_id: str) -> dict:
     return {"tasks": [c.hgetall(store.key("task", t["id"])) for t in store.render_tasks(render_id)],
             "render": c.hgetall(store.key("render", render_id)), "leases": c.zrange(store.key("leases"), 0, -1),
             "events": c.xlen(store.key("events", render_id)), "fence": c.get(store.key("fence")),
-            "ready": c.lrange(store.key("ready", "mlx"), 0, -1)}
+            "ready": c.zrange(store.key("ready", "mlx"), 0, -1)}
 
 
 def types(store: FarmStore, render_id: str) -> list[str]:
@@ -128,7 +128,7 @@ def test_retry_until_max_attempts_then_render_failed(store: FarmStore) -> None:
     store.create_render("r", {}, [task("r.a", max_attempts=2), task("r.b"), task("r.c", "r.b")])
     t = store.lease("w1", ["mlx"], 5000)
     assert store.fail("r.a", "w1", t["fence"], "oom") == "requeued"
-    assert store.client.lrange(store.key("ready", "mlx"), 0, -1) == ["r.a", "r.b"]  # retry goes first
+    assert store.client.zrange(store.key("ready", "mlx"), 0, -1) == ["r.a", "r.b"]  # retry goes first
     t = store.lease("w2", ["mlx"], 5000)
     assert t["id"] == "r.a" and t["attempts"] == 2 and t["error"] == "oom"
     assert store.fail("r.a", "w2", t["fence"], "oom again") == "failed"
@@ -385,3 +385,16 @@ def test_operator_requeue_makes_the_holder_stale_and_priority_is_recorded(store)
     assert store.set_priority("rq", 5) is True and store.get_render("rq")["priority"] == 5
     types = [e["type"] for _, e in store.read_events("rq")]
     assert "task_requeued" in types and "render_priority" in types
+
+
+def test_higher_priority_renders_lease_first_and_priority_can_change(store):
+    def one(rid: str, priority: int) -> None:
+        store.create_render(rid, {"prompt": "x"}, [{"id": f"{rid}.a", "kind": "k", "params": {}, "inputs": {},
+                                                   "deps": [], "capability": "c"}], priority=priority)
+
+    one("low", 0)
+    one("high", 5)
+    one("later", 0)
+    assert store.lease("w", ["c"], 30_000)["id"] == "high.a"
+    assert store.set_priority("later", 9) is True
+    assert [store.lease("w", ["c"], 30_000)["id"] for _ in range(2)] == ["later.a", "low.a"]
