@@ -93,6 +93,15 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
     )
 
 
+def live_fleet(store: Any) -> list[dict]:
+    """Capabilities of the workers seen lately (a Mac that left long ago must not shape the plan)."""
+    from coordinator.metrics import LOST_AFTER_MS, redis_now_ms
+
+    now = redis_now_ms(store)
+    return [w.get("info") or {} for w in store.list_workers()
+            if now - int(w.get("last_seen_ms") or 0) <= LOST_AFTER_MS]
+
+
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     """What `farm submit / status / watch / cancel / fetch` talk to."""
 
@@ -112,7 +121,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         render_id = new_render_id()
         try:
             spec = planner.normalize_spec(spec) if hasattr(planner, "normalize_spec") else spec
-            fleet = [w.get("info") or {} for w in self.store.list_workers()]
+            fleet = live_fleet(self.store)
             planner.validate_spec(spec, fleet)
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))

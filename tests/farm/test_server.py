@@ -157,3 +157,13 @@ def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) 
         events = list(client.watch(render_id, timeout=20))
         assert events and events[-1]["type"] == "render_cancelled"
         assert [r["id"] for r in client.list()] == [render_id]
+
+
+def test_only_recently_seen_workers_shape_validation(store) -> None:
+    from coordinator.server import live_fleet
+
+    store.register_worker("gone", {"packs": ["tiny"], "memory_bytes": 1 << 30})
+    store.register_worker("here", {"packs": ["tiny"], "memory_bytes": 1 << 34})
+    assert sorted(w["memory_bytes"] for w in live_fleet(store)) == [1 << 30, 1 << 34]
+    store.client.hset(store.key("worker", "gone"), "last_seen_ms", 0)  # last heard from long ago
+    assert [w["memory_bytes"] for w in live_fleet(store)] == [1 << 34]
