@@ -72,6 +72,7 @@ class Scheduler:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        self.resume_assemblies()
         if self._expiry is None:
             self._expiry = threading.Thread(target=self._expiry_loop, name="lease-expiry", daemon=True)
             self._expiry.start()
@@ -175,6 +176,17 @@ class Scheduler:
         return status, ""
 
     # ------------------------------------------------------------------ assembly
+
+    def resume_assemblies(self) -> list[str]:
+        """After a coordinator restart: renders whose every task is done but whose mp4 was never
+        finished (the old process died assembling, or before it began) are assembled again."""
+        resumed = []
+        for render in self.store.list_renders(limit=1000):
+            if render.get("state") in ("running", "assembling") and int(render.get("remaining") or 0) == 0:
+                log.info("resuming assembly of %s", render["id"])
+                self.start_assembly(str(render["id"]))
+                resumed.append(str(render["id"]))
+        return resumed
 
     def start_assembly(self, render_id: str) -> threading.Thread | None:
         """Assemble in the background so the worker's Complete call returns at once."""

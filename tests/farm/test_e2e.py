@@ -93,3 +93,27 @@ def test_assembly_writes_preview_thumbnails(tmp_path):
     with av.open(str(tmp_path / "previews" / "r1-strip.png")) as container:
         strip = next(container.decode(video=0)).to_ndarray(format="rgb24")
     assert strip.shape == (128, 192 * 8, 3)
+
+
+@pytest.mark.timeout(420)
+def test_coordinator_restart_resumes_an_unfinished_assembly(store, tmp_data, tiny_packs):
+    """A coordinator that died while assembling: the next one finds the render in Redis and finishes it."""
+    from coordinator.server import serve, stop
+
+    with farm(store, tmp_data, tiny_packs, workers=2) as (client, _procs):
+        render_id = client.submit(dict(SPEC))
+        wait_done(client, render_id)
+    # What a crash mid-assembly leaves behind: every task done, the render still assembling, no mp4.
+    store.client.hset(store.key("render", render_id), mapping={"state": "assembling", "output": ""})
+    (tmp_data / "renders" / render_id / "render.mp4").unlink()
+    server, port = serve(store, tmp_data, "127.0.0.1", 0, (tmp_data / "token").read_text().strip())
+    try:
+        deadline = time.monotonic() + 120
+        while store.get_render(render_id)["state"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop(server)
+    render = store.get_render(render_id)
+    assert render["state"] == "done" and (tmp_data / "renders" / render_id / "render.mp4").is_file()
+    with av.open(render["output"]) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 25
