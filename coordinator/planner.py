@@ -181,11 +181,6 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
     return tasks
 
 
-def product_outputs() -> dict[str, tuple[str, str]]:
-    """Which task output feeds which product: product name → (task name suffix, output name)."""
-    return {"video": ("decode", "frames"), "audio": ("audio", "waveform"), "audio_rate": ("audio", "sample_rate")}
-
-
 def stage_latent_outputs() -> dict[str, tuple[str, str]]:
     """The latents `--save-latents` writes, by file stem → (task name suffix, output name)."""
     return {"stage1_video": ("stage1", "video_latent"), "stage1_audio": ("stage1", "audio_latent"),

@@ -44,7 +44,7 @@ class StopRun(Exception):
 
 
 def lease_capabilities(caps: dict) -> list[str]:
-    """Ready queues this worker serves: the runner's explicit list, else the MLX queue (planner.CAPABILITY)."""
+    """Ready queues this worker serves: the runner's explicit list, else the MLX queue (graph.CAPABILITY)."""
     explicit = caps.get("capabilities")
     if isinstance(explicit, list) and explicit:
         return [str(c) for c in explicit]
