@@ -22,8 +22,10 @@ def _tmux(*args: str) -> str:
 
 @pytest.mark.timeout(300)
 def test_farm_watch_shows_every_stage_done(store, tmp_data, tiny_packs):
-    if shutil.which("tmux") is None:
-        subprocess.run(["apt-get", "install", "-y", "-q", "tmux"], capture_output=True, timeout=240)
+    if shutil.which("tmux") is None and shutil.which("apt-get"):  # Debian's tmux, as for chromium
+        env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        subprocess.run(["apt-get", "update"], capture_output=True, timeout=600, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-q", "tmux"], capture_output=True, timeout=600, env=env)
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installable here")
     session = f"farmwatch{os.getpid()}"
