@@ -1,9 +1,9 @@
-"""Latent <-> token layouts and token positions of the LTX-2 DiT (patch size 1).
+"""Token positions of the LTX-2 DiT (patch size 1); the token layouts themselves are `ltx_engine.tokens`.
 
-Video: (B, C, F, H, W) <-> (B, F*H*W, C), token index f*H*W + h*W + w. Positions are [start, end)
-per axis in pixels, time converted to seconds by fps after the causal fix (the first latent frame
-covers one pixel frame). Audio: (B, C, T, mel) <-> (B, T, C*mel), channel-major features; positions
-in seconds from the mel hop. Positions are float32 always (RoPE angles need it).
+Video tokens are ordered f, h, w (index f*H*W + h*W + w). Positions are [start, end) per axis in
+pixels, time converted to seconds by fps after the causal fix (the first latent frame covers one
+pixel frame). Audio positions are in seconds from the mel hop. Positions are float32 always (RoPE
+angles need it).
 """
 
 from __future__ import annotations
@@ -14,18 +14,8 @@ import numpy as np
 DEFAULT_SCALE_FACTORS = (8, 32, 32)
 
 
-def patchify_video(latent: mx.array) -> mx.array:
-    """(B, C, F, H, W) -> (B, F*H*W, C)."""
-    b, c = latent.shape[:2]
-    return latent.reshape(b, c, -1).swapaxes(1, 2)
 
 
-def unpatchify_video(tokens: mx.array, frames: int, height: int, width: int) -> mx.array:
-    """(B, F*H*W, C) -> (B, C, F, H, W); extra (conditioning) tokens must be dropped first."""
-    b, t, c = tokens.shape
-    if t != frames * height * width:
-        raise ValueError(f"{t} tokens do not form a {frames}x{height}x{width} grid")
-    return tokens.swapaxes(1, 2).reshape(b, c, frames, height, width)
 
 
 def video_latent_coords(batch: int, frames: int, height: int, width: int) -> np.ndarray:
@@ -55,16 +45,8 @@ def video_positions(batch: int, frames: int, height: int, width: int, fps: float
     return mx.array(px)
 
 
-def patchify_audio(latent: mx.array) -> mx.array:
-    """(B, C, T, mel) -> (B, T, C*mel), feature index c*mel + m."""
-    b, c, t, f = latent.shape
-    return latent.transpose(0, 2, 1, 3).reshape(b, t, c * f)
 
 
-def unpatchify_audio(tokens: mx.array, channels: int, mel_bins: int) -> mx.array:
-    """(B, T, C*mel) -> (B, C, T, mel)."""
-    b, t, _ = tokens.shape
-    return tokens.reshape(b, t, channels, mel_bins).transpose(0, 2, 1, 3)
 
 
 def _audio_seconds(start: int, end: int, sample_rate: int, hop_length: int, downsample: int,

@@ -1,6 +1,6 @@
-"""Latents as token sequences, in numpy (patch size 1): the layouts the sampler state and the tiler use.
+"""Latents as token sequences (patch size 1): the one implementation of the layouts, in numpy.
 
-The MLX twins in `ltx_engine.patchify` serve model code; these serve the pure math, which must not need
+The sampler state, the tiler and the coordinator all use these, and the pure math must not need
 MLX (the coordinator imports it).
 """
 
