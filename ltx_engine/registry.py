@@ -55,6 +55,7 @@ class ModelRegistry:
     def __init__(self, budget_bytes: int | None = None):
         self.budget_bytes = budget_bytes
         self._models: OrderedDict[tuple[str, str], object] = OrderedDict()
+        self._bytes: dict[tuple[str, str], int] = {}  # sized once at load, not on every task
         self.load_seconds = 0.0
 
     def get(self, pack: WeightPack, component: str) -> object:
@@ -66,6 +67,7 @@ class ModelRegistry:
         model = BUILDERS[component](pack)
         self.load_seconds += time.perf_counter() - start
         self._models[key] = model
+        self._bytes[key] = model_bytes(model)
         return model
 
     def retain(self, needed: Iterable[tuple[str, str]]) -> None:
@@ -73,11 +75,12 @@ class ModelRegistry:
         if self.budget_bytes is None:
             return
         keep = set(needed)
-        while sum(model_bytes(m) for m in self._models.values()) > self.budget_bytes:
+        while sum(self._bytes.values()) > self.budget_bytes:
             victim = next((k for k in self._models if k not in keep), None)
             if victim is None:
                 break
             del self._models[victim]
+            del self._bytes[victim]
             gc.collect()
             mx.clear_cache()
 

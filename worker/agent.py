@@ -285,17 +285,14 @@ class Agent:
         data = self.cache.get(sha)
         if data is not None:
             return data
-        hasher, parts = hashlib.sha256(), []
         stream = self.blobs.GetBlob(
             farm_pb2.BlobRequest(sha256=sha), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata
         )
-        for chunk in stream:
-            hasher.update(chunk.data)
-            parts.append(chunk.data)
-        if hasher.hexdigest() != sha:
-            raise OSError(f"blob {sha[:12]} arrived corrupt")
-        data = b"".join(parts)
-        self.cache.put(sha, data)
+        data = b"".join(chunk.data for chunk in stream)
+        try:
+            self.cache.put(sha, data)  # verifies the sha256 (once) before keeping the bytes
+        except ValueError:
+            raise OSError(f"blob {sha[:12]} arrived corrupt") from None
         return data
 
     def fetch_input(self, sha: str) -> np.ndarray:

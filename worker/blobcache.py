@@ -26,6 +26,20 @@ class BlobCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._bytes = sum(size for _, size, _ in self._files())  # kept current by put/evict
+
+    def _files(self) -> list[tuple[float, int, Path]]:
+        """(mtime, size, path) of every cached blob: one folder scan, done only to evict."""
+        files = []
+        for p in self.root.glob("??/*"):
+            if p.name.startswith(".tmp-"):
+                continue
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue
+            files.append((st.st_mtime, st.st_size, p))
+        return files
 
     def _path(self, sha: str) -> Path:
         if not _SHA_RE.match(sha or ""):
@@ -52,6 +66,9 @@ class BlobCache:
         if len(data) > self.max_bytes:
             return
         path = self._path(sha)
+        if path.exists():  # same content already kept: just mark it recently used
+            os.utime(path)
+            return
         path.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
@@ -61,23 +78,19 @@ class BlobCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self.evict()
+        with self._lock:
+            self._bytes += len(data)
+        if self._bytes > self.max_bytes:  # scan the folder only when the cache is really over
+            self.evict()
 
     def evict(self) -> None:
         """Drop least-recently-used blobs until the cache fits max_bytes."""
         with self._lock:
-            files = []
-            for p in self.root.glob("??/*"):
-                if p.name.startswith(".tmp-"):
-                    continue
-                try:
-                    st = p.stat()
-                except FileNotFoundError:
-                    continue
-                files.append((st.st_mtime, st.st_size, p))
+            files = self._files()
             total = sum(size for _, size, _ in files)
             for _, size, p in sorted(files, key=lambda f: f[0]):
                 if total <= self.max_bytes:
                     break
                 p.unlink(missing_ok=True)
                 total -= size
+            self._bytes = total
