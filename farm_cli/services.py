@@ -29,9 +29,12 @@ def ensure_tiny_pack(data: Path) -> Path:
     return folder
 
 
-def worker_command(address: str, token: str, packs_dir: Path, worker_id: str, cache_dir: Path) -> list[str]:
+def worker_command(address: str, token: str, packs_dir: Path, worker_id: str, cache_dir: Path,
+                   wait_ms: int = 2000) -> list[str]:
+    """How a local worker process is started (farm up, demo, and the tests' farms)."""
     return [sys.executable, "-m", "worker.agent", "--coordinator", address, f"--token={token}",
-            "--packs-dir", str(packs_dir), "--worker-id", worker_id, "--cache-dir", str(cache_dir), "--wait-ms", "2000"]
+            "--packs-dir", str(packs_dir), "--worker-id", worker_id, "--cache-dir", str(cache_dir),
+            "--wait-ms", str(wait_ms)]
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,14 +14,14 @@ import numpy as np
 
 from farm_cli.client import FarmClient
 from farm_cli.remote import latents_from_outputs
+from farm_cli.services import worker_command
 from protos.tensors import decode_tensor
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_worker(address: str, token: str, packs: Path, name: str, data: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "worker.agent", "--coordinator", address, f"--token={token}", "--packs-dir",
-           str(packs), "--worker-id", name, "--cache-dir", str(data / f"cache-{name}"), "--wait-ms", "500"]
+    cmd = worker_command(address, token, packs, name, data / f"cache-{name}", wait_ms=500)
     log = open(data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
