@@ -24,6 +24,7 @@ import mlx.core as mx
 import numpy as np
 
 from ltx_engine import dfr
+from ltx_engine.components import KIND_COMPONENTS
 from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise
 from ltx_engine.media import image_to_pixels
 from ltx_engine.pack import Pack
@@ -31,21 +32,6 @@ from ltx_engine.registry import ModelRegistry
 from ltx_engine.tokens import unpatchify_audio, unpatchify_video
 
 Progress = Callable[[int, int], None]
-
-KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
-    "text_encode": ("text_encoder", "connector"),
-    "image_encode": ("vae_encoder",),
-    "denoise_stage1": ("transformer",),
-    "denoise_stage2": ("transformer",),
-    "transformer_forward": ("transformer",),
-    "stage_prepare": (),
-    "upsample_spatial": ("spatial_upscaler", "vae_decoder"),
-    "upsample_temporal": ("temporal_upscaler", "vae_decoder"),
-    "dfr_tile": ("transformer",),
-    "decode_video": ("vae_decoder",),
-    "decode_tile": ("vae_decoder",),
-    "decode_audio": ("audio_vae", "vocoder"),
-}
 
 
 class Engine:

@@ -16,8 +16,9 @@ import mlx.core as mx
 import numpy as np
 
 from ltx_engine.checkpoint import is_checkpoint
+from ltx_engine.components import KIND_COMPONENTS
 from ltx_engine.denoise import StageInputs
-from ltx_engine.engine import KIND_COMPONENTS, Engine
+from ltx_engine.engine import Engine
 from ltx_engine.pack import WeightPack, open_pack
 from ltx_engine.registry import ModelRegistry
 

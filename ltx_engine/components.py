@@ -1,0 +1,226 @@
+"""Which files make each component of a pack, and which components each task and render needs. Pure.
+
+One table serves everyone who asks "what is in this pack" or "what does this render need": the pack
+opener (`ltx_engine.pack`) resolves a folder listing through `resolve_files`, the planner refuses a
+render whose pack lacks a needed component (`render_components`, `missing_line`), the scheduler
+matches a task's `needs` to what a worker holds, and `farm pack pull` turns render kinds into the
+exact files to fetch (`pull_files`). No mlx import here: the coordinator reads this module.
+
+File names follow mlx-forge's LTX-2.3 recipe and the published `dgrauet/ltx-2.x-mlx*` repos: a
+component is one `<stem>.safetensors` or its shards `<stem>-00001-of-00003.safetensors` (with
+`<stem>.safetensors.index.json`); transformers may carry a version (`transformer-distilled-1.1`), and
+upscalers one in their stem (`spatial_upscaler_x2_v1_1`); of several versions the newest is used.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+FORGE = "mlx-forge convert ltx-2.3"
+
+
+@dataclass(frozen=True)
+class Part:
+    """A component's file families, preferred first: each a regex over the file stem, where the named
+    group `v` (digits joined by `.` or `_`) is a version; `prefix` None means the stem is the prefix."""
+
+    families: tuple[str, ...]
+    prefix: str | None
+    example: str            # the file a user gets, named in refusals
+    get: str                # the command that gets it
+    config: bool = False    # the component has its own `<stem>_config.json`
+
+
+_V = r"(?P<v>\d+(?:[._]\d+)+)"
+PARTS: dict[str, Part] = {
+    "transformer": Part((rf"transformer-distilled-{_V}", "transformer-distilled", "transformer"), "transformer",
+                        "transformer-distilled.safetensors", FORGE),
+    "transformer_dev": Part((rf"transformer-dev-{_V}", "transformer-dev"), "transformer",
+                            "transformer-dev.safetensors", f"{FORGE} --variant dev"),
+    "connector": Part(("connector",), "connector", "connector.safetensors", FORGE),
+    "vae_decoder": Part(("vae_decoder",), "vae_decoder", "vae_decoder.safetensors", FORGE),
+    "vae_encoder": Part(("vae_encoder",), "vae_encoder", "vae_encoder.safetensors", FORGE),
+    "audio_vae": Part(("audio_vae",), "audio_vae", "audio_vae.safetensors", FORGE),
+    "vocoder": Part(("vocoder",), "vocoder", "vocoder.safetensors", FORGE),
+    "spatial_upscaler": Part((rf"spatial_upscaler_x2_v{_V}",), None, "spatial_upscaler_x2_v1_1.safetensors",
+                             f"{FORGE} --spatial-upscaler x2", config=True),
+    "temporal_upscaler": Part((rf"temporal_upscaler_x2_v{_V}",), None, "temporal_upscaler_x2_v1_0.safetensors",
+                              f"{FORGE} --temporal-upscaler x2", config=True),
+    "distilled_lora": Part((rf"ltx-[\d.]+-\d+b-distilled-lora-\d+-{_V}", r"ltx-[\d.]+-\d+b-distilled-lora-\d+"),
+                           "diffusion_model", "ltx-2.3-22b-distilled-lora-384.safetensors", f"{FORGE} --variant dev"),
+}
+TEXT_ENCODER = "text_encoder"          # a folder (Gemma 3, mlx-lm format); not a weight file of the table
+TEXT_ENCODER_GET = "a Gemma 3 folder (mlx-lm format) as text_encoder/ in the pack"
+
+# Files the farm knows and does not use: read by nobody, never a warning.
+METADATA = ("config.json", "embedded_config.json", "quantize_config.json", "split_model.json", "README.md",
+            ".gitattributes")
+KNOWN_UNUSED = (
+    r"spatial_upscaler_x1_5_v\d+_\d+",          # 1.5x spatial upscaler: no farm render uses it
+    r"text_encoder", r"duration_head",            # LTX-2.5 Gemma 4 tower and auto-duration head
+    r"vae_decoder_conv", r"vae_encoder_conv", r"vae_decoder_av",  # LTX-2.5 conv / diffusion VAEs
+    r".*lora.*",                                  # LoRA files beside the pack (task LoRAs)
+)
+
+# What each task kind loads (the worker's model registry keeps these warm for the kind).
+KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
+    "text_encode": (TEXT_ENCODER, "connector"),
+    "image_encode": ("vae_encoder",),
+    "denoise_stage1": ("transformer",),
+    "denoise_stage2": ("transformer",),
+    "transformer_forward": ("transformer",),
+    "stage_prepare": (),
+    "upsample_spatial": ("spatial_upscaler", "vae_decoder"),
+    "upsample_temporal": ("temporal_upscaler", "vae_decoder"),
+    "dfr_tile": ("transformer",),
+    "decode_video": ("vae_decoder",),
+    "decode_tile": ("vae_decoder",),
+    "decode_audio": ("audio_vae", "vocoder"),
+}
+
+# Render kinds a user pulls a pack for (`farm pack pull --kinds`): the components their graphs load.
+_BASE = (TEXT_ENCODER, "connector", "transformer", "spatial_upscaler", "vae_decoder", "audio_vae", "vocoder")
+RENDER_KINDS: dict[str, tuple[str, ...]] = {
+    "t2v": _BASE,
+    "i2v": (*_BASE, "vae_encoder"),
+    "dfr": (*_BASE, "temporal_upscaler"),
+}
+
+_SHARD = re.compile(r"^(?P<stem>.+?)(?:-(?P<i>\d{5})-of-(?P<n>\d{5}))?\.safetensors$")
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.split(r"[._]", text)) if text else ()
+
+
+@dataclass(frozen=True)
+class Found:
+    """The files one component resolves to in a listing: its stem, the shard names in order."""
+
+    component: str
+    stem: str
+    files: tuple[str, ...]
+    rank: tuple = field(default=(), compare=False)
+
+    @property
+    def prefix(self) -> str:
+        part = PARTS[self.component]
+        return self.stem if part.prefix is None else part.prefix
+
+    @property
+    def config_file(self) -> str | None:
+        return f"{self.stem}_config.json" if PARTS[self.component].config else None
+
+
+@dataclass
+class Layout:
+    """A listing resolved: the chosen files of each component, the files skipped (unknown), and the
+    known files the farm does not use."""
+
+    found: dict[str, Found]
+    unknown: list[str]
+    unused: list[str]
+    incomplete: list[str] = field(default_factory=list)  # shards of a set with some missing
+
+
+def _match(stem: str) -> tuple[str, tuple] | None:
+    """(component, rank) of a weight-file stem; a lower rank is preferred."""
+    for component, part in PARTS.items():
+        for family, pattern in enumerate(part.families):
+            m = re.fullmatch(pattern, stem)
+            if m:
+                version = _version(m.groupdict().get("v"))
+                return component, (family, tuple(-x for x in version))
+    return None
+
+
+def _complete(shards: list[tuple[int, int, str]]) -> bool:
+    """A single file, or shards 1..n of one n, every one present."""
+    if len(shards) == 1 and shards[0][1] == 0:
+        return True
+    counts = {n for _, n, _ in shards}
+    return len(counts) == 1 and sorted(i for i, _, _ in shards) == list(range(1, counts.pop() + 1))
+
+
+def resolve_files(names: Iterable[str]) -> Layout:
+    """Resolve the top-level file names of a pack (or a repo listing) into components."""
+    stems: dict[str, list[tuple[int, int, str]]] = {}
+    unknown, unused = [], []
+    for name in sorted(names):
+        m = _SHARD.match(name)
+        if name in METADATA or name.endswith(("_config.json", ".safetensors.index.json")):
+            unused.append(name)
+        elif m and _match(m["stem"]):
+            stems.setdefault(m["stem"], []).append((int(m["i"] or 0), int(m["n"] or 0), name))
+        elif m and any(re.fullmatch(p, m["stem"]) for p in KNOWN_UNUSED):
+            unused.append(name)
+        else:
+            unknown.append(name)
+    found: dict[str, Found] = {}
+    incomplete: list[str] = []
+    for stem, shards in stems.items():
+        component, rank = _match(stem)
+        if not _complete(shards):
+            incomplete.extend(name for _, _, name in shards)
+            continue
+        if component not in found or rank < found[component].rank:
+            found[component] = Found(component, stem, tuple(n for _, _, n in sorted(shards)), rank)
+    return Layout(found, sorted(unknown), unused, sorted(incomplete))
+
+
+def render_components(spec: dict) -> tuple[str, ...]:
+    """The components a render's graph loads: the base two-stage render, the image encoder when an
+    image conditions it, the temporal upscaler for DFR rounds, the audio decoders unless audio is off."""
+    out = [TEXT_ENCODER, "connector", "transformer", "spatial_upscaler", "vae_decoder"]
+    if spec.get("image"):
+        out.append("vae_encoder")
+    if int(spec.get("temporal_upscalings") or 0) > 0:
+        out.append("temporal_upscaler")
+    if spec.get("audio", True):
+        out += ["audio_vae", "vocoder"]
+    return tuple(out)
+
+
+def task_needs(kind: str) -> list[str]:
+    """The components a task of `kind` needs from its pack (what the scheduler matches to workers)."""
+    return list(KIND_COMPONENTS.get(kind, ()))
+
+
+def get_line(component: str, pack: str) -> str:
+    """How a user gets a component: `hf download REPO FILE` for a hub pack, else the mlx-forge command."""
+    if component == TEXT_ENCODER:
+        return TEXT_ENCODER_GET
+    example = PARTS[component].example
+    if pack.count("/") == 1 and not pack.startswith((".", "/", "~")):
+        return f"hf download {pack} {example}"
+    return PARTS[component].get
+
+
+def missing_line(component: str, pack: str) -> str:
+    """The one line a render gets when its pack lacks `component`."""
+    what = f"{TEXT_ENCODER}/" if component == TEXT_ENCODER else PARTS[component].example
+    return f"pack {pack!r} has no {component} ({what}): get it with `{get_line(component, pack)}`"
+
+
+def pull_files(names: Iterable[str], components: Iterable[str]) -> list[str]:
+    """Of a repo's file paths, the ones a pull needs for `components`: each component's chosen files
+    (the newest version only) with their index and config, the pack's metadata, and the text
+    encoder folder when asked for."""
+    names = list(names)
+    top = [n for n in names if "/" not in n]
+    layout = resolve_files(top)
+    wanted = set(components)
+    if "transformer" in wanted and "transformer" not in layout.found:  # a dev-only pack: dev + distilled LoRA
+        wanted |= {"transformer_dev", "distilled_lora"}
+    out = {n for n in top if n in METADATA[:4]}
+    for component in wanted & set(layout.found):
+        found = layout.found[component]
+        out.update(found.files)
+        for extra in (found.config_file, f"{found.stem}.safetensors.index.json"):
+            if extra in top:
+                out.add(extra)
+    if TEXT_ENCODER in wanted:
+        out.update(n for n in names if n.startswith(f"{TEXT_ENCODER}/"))
+    return sorted(out)
