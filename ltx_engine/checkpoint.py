@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from functools import cached_property
 from os.path import commonprefix
 from pathlib import Path
 
 import mlx.core as mx
 
-from ltx_engine.loader import PackError, read_safetensors
-from ltx_engine.pack import REQUIRED, model_class
+from ltx_engine.loader import PackError, read_header, read_safetensors
+from ltx_engine.pack import model_class
 
 GEMMA_ENV = "LTX_GEMMA_DIR"
 _VIDEO_CONNECTOR = "model.diffusion_model.video_embeddings_connector."
@@ -51,23 +50,6 @@ UPSAMPLER_PATTERNS = {
     "spatial_upscaler": "*spatial-upscaler-x2*.safetensors",
     "temporal_upscaler": "*temporal-upscaler-x2*.safetensors",
 }
-_MAX_HEADER = 100 * 2**20
-
-
-def read_header(path: Path) -> tuple[list[str], dict[str, str]]:
-    """Tensor names and string metadata of a safetensors file, without reading any tensor."""
-    try:
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > _MAX_HEADER:
-                raise ValueError(f"header of {size} bytes")
-            header = json.loads(f.read(size))
-    except (OSError, ValueError, struct.error) as exc:
-        raise PackError(f"{path}: not a readable safetensors file ({exc})") from exc
-    meta = header.pop("__metadata__", None) or {}
-    return sorted(header), meta
-
-
 def metadata_config(path: Path) -> dict:
     """The JSON config an official file keeps in its metadata under "config"."""
     _, meta = read_header(path)
@@ -125,8 +107,8 @@ class CheckpointPack:
         if unknown:
             raise PackError(f"{self.path}: unknown upsampler component(s) {sorted(unknown)}")
         self._text_encoder_dir = Path(text_encoder_dir) if text_encoder_dir else None
-        for component in REQUIRED:
-            if component in ROUTES and not self.has(component):
+        for component in ROUTES:
+            if not self.has(component):
                 prefixes = ", ".join(p + "*" for p, r in ROUTES[component] if r is not None)
                 raise PackError(f"{self.path}: no {component} tensors ({prefixes}) in checkpoint")
 
@@ -148,6 +130,21 @@ class CheckpointPack:
         if component in UPSAMPLER_PATTERNS:
             return component in self.upsamplers
         return any(not k.startswith(SHARED_PREFIXES) for k in self._routes.get(component, {}))
+
+    def components(self) -> list[str]:
+        """Every component this checkpoint (with its upsampler files and text encoder) can serve."""
+        found = [c for c in (*ROUTES, *UPSAMPLER_PATTERNS) if self.has(c)]
+        if self._text_encoder_dir or os.environ.get(GEMMA_ENV):
+            found.append("text_encoder")
+        return found
+
+    def missing(self, component: str) -> str:
+        """Why `component` cannot be served, in one line."""
+        if component == "text_encoder":
+            return f"{self.path}: a single-file checkpoint has no text encoder; set {GEMMA_ENV} to a Gemma 3 folder"
+        if component in UPSAMPLER_PATTERNS:
+            return f"{self.path.parent / UPSAMPLER_PATTERNS[component]}: no {component} file next to the checkpoint"
+        return f"{self.file_label(component)}: no {component} tensors in checkpoint"
 
     def _upsampler_path(self, component: str) -> Path:
         if component not in self.upsamplers:

@@ -7,6 +7,8 @@ the shapes (packed weight (O, I*bits/32), scales (O, I/group)), so no constant i
 
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
 
 import mlx.core as mx
@@ -18,12 +20,56 @@ class PackError(ValueError):
     """A pack that cannot be loaded: the message names the file and the key."""
 
 
+_MAX_HEADER = 100 * 2**20
+
+
+def _header(path: Path) -> tuple[int, dict]:
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > _MAX_HEADER:
+                raise ValueError(f"header of {size} bytes")
+            header = json.loads(f.read(size))
+    except (OSError, ValueError, struct.error) as exc:
+        raise PackError(f"{path}: not a readable safetensors file ({exc})") from exc
+    if not isinstance(header, dict):
+        raise PackError(f"{path}: not a readable safetensors file (header is not a JSON object)")
+    return size, header
+
+
+def read_header(path: str | Path) -> tuple[list[str], dict[str, str]]:
+    """Tensor names and string metadata of a safetensors file, without reading any tensor."""
+    _, header = _header(Path(path))
+    meta = header.pop("__metadata__", None) or {}
+    return sorted(header), meta
+
+
+def check_safetensors(path: str | Path) -> list[str]:
+    """Tensor names of a file whose header parses and whose tensors all lie inside the file: a
+    truncated or corrupted download is named here (file and key), before anything loads it."""
+    path = Path(path)
+    size, header = _header(path)
+    header.pop("__metadata__", None)
+    data = path.stat().st_size - 8 - size
+    for key, info in header.items():
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not isinstance(offsets, list) or len(offsets) != 2:
+            raise PackError(f"{path}: tensor {key!r} has no data offsets (corrupted header)")
+        if int(offsets[1]) > data:
+            raise PackError(f"{path}: tensor {key!r} ends at byte {offsets[1]} of {data} (file truncated)")
+    return sorted(header)
+
+
 def read_safetensors(path: str | Path) -> dict[str, mx.array]:
     """All tensors of one safetensors file, lazily mapped by MLX."""
     path = Path(path)
     if not path.is_file():
         raise PackError(f"{path}: file missing")
-    return dict(mx.load(str(path)))
+    check_safetensors(path)
+    try:
+        return dict(mx.load(str(path)))
+    except (RuntimeError, ValueError) as exc:
+        raise PackError(f"{path}: not a readable safetensors file ({exc})") from exc
 
 
 def strip_prefix(weights: dict[str, mx.array], prefix: str, *, file: str) -> dict[str, mx.array]:
@@ -37,20 +83,29 @@ def strip_prefix(weights: dict[str, mx.array], prefix: str, *, file: str) -> dic
     return out
 
 
-def _quantization_of(path: str, module: nn.Module, weights: dict[str, mx.array]) -> dict | bool:
+def _quantization_of(path: str, module: nn.Module, weights: dict[str, mx.array], _file: str = "") -> dict | bool:
     scales = weights.get(f"{path}.scales")
     if scales is None or not isinstance(module, nn.Linear):
         return False
-    in_features = module.weight.shape[1]
-    packed = weights[f"{path}.weight"].shape[1]
-    bits = packed * 32 // in_features
-    group_size = in_features // scales.shape[1]
+    out_features, in_features = module.weight.shape
+    weight, biases = weights.get(f"{path}.weight"), weights.get(f"{path}.biases")
+    if weight is None or biases is None or weight.ndim != 2 or scales.ndim != 2 or scales.shape[1] == 0:
+        raise PackError(f"{_file}: quantized {path!r} lacks a 2-D .weight, .scales or .biases")
+    bits, group_size = weight.shape[1] * 32 // in_features, in_features // scales.shape[1]
+    consistent = (weight.dtype == mx.uint32 and bits in (2, 3, 4, 5, 6, 8) and weight.shape[1] * 32 == bits * in_features
+                  and group_size * scales.shape[1] == in_features and weight.shape[0] == out_features
+                  and tuple(scales.shape) == (out_features, in_features // group_size)
+                  and tuple(biases.shape) == tuple(scales.shape))
+    if not consistent:
+        raise PackError(f"{_file}: quantized tensor {path + '.scales'!r} {tuple(scales.shape)} does not match "
+                        f"{path + '.weight'!r} {tuple(weight.shape)} for a ({out_features}, {in_features}) Linear")
     return {"group_size": group_size, "bits": bits, "mode": "affine"}
 
 
-def quantize_like(model: nn.Module, weights: dict[str, mx.array]) -> None:
-    """Swap every Linear that the weights store quantized for a QuantizedLinear of the same shape."""
-    nn.quantize(model, class_predicate=lambda path, m: _quantization_of(path, m, weights))
+def quantize_like(model: nn.Module, weights: dict[str, mx.array], file: str = "") -> None:
+    """Swap every Linear that the weights store quantized for a QuantizedLinear of the same shape; a
+    quantized tensor whose shapes do not fit the Linear is an error naming file and key."""
+    nn.quantize(model, class_predicate=lambda path, m: _quantization_of(path, m, weights, file))
 
 
 def apply_weights(model: nn.Module, weights: dict[str, mx.array], *, file: str) -> nn.Module:
@@ -59,7 +114,7 @@ def apply_weights(model: nn.Module, weights: dict[str, mx.array], *, file: str) 
     Missing keys, unexpected keys and shape mismatches raise PackError naming the key and file.
     Attribute names starting with `_` are invisible to MLX, so callers rename those before this.
     """
-    quantize_like(model, weights)
+    quantize_like(model, weights, file)
     expected = dict(tree_flatten(model.parameters()))
     missing = sorted(set(expected) - set(weights))
     if missing:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import importlib
 import json
-from dataclasses import dataclass
+import logging
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import mlx.core as mx
 
-from ltx_engine.loader import PackError, read_safetensors, strip_prefix
+from ltx_engine.components import PARTS, TEXT_ENCODER, Found, Layout, get_line, missing_line, resolve_files
+from ltx_engine.loader import PackError, check_safetensors, read_header, read_safetensors, strip_prefix
+from ltx_engine.lora import fuse_lora
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -27,42 +29,27 @@ if TYPE_CHECKING:
 _MODELS = "ltx_engine.models."
 
 
-@dataclass(frozen=True)
-class Component:
-    """One weight file of a pack: its file stem (shards allowed), the key prefix inside it, and the
-    model class (`module:Class`) whose `pack_to_model` / `sanitize` turn file keys into model keys."""
-
-    stem: str
-    prefix: str
-    model: str
-    config_file: str | None = None
-
-
-COMPONENTS: dict[str, Component] = {
-    "transformer": Component("transformer-distilled", "transformer", "transformer:LTXModel"),
-    "transformer_dev": Component("transformer-dev", "transformer", "transformer:LTXModel"),
-    "connector": Component("connector", "connector", "connector:TextConnector"),
-    "vae_decoder": Component("vae_decoder", "vae_decoder", "video_vae:VideoDecoder"),
-    "vae_encoder": Component("vae_encoder", "vae_encoder", "video_vae:VideoEncoder"),
-    "audio_vae": Component("audio_vae", "audio_vae", "audio_vae:AudioDecoder"),
-    "vocoder": Component("vocoder", "vocoder", "vocoder:Vocoder"),
-    "spatial_upscaler": Component(
-        "spatial_upscaler_x2_v1_1", "spatial_upscaler_x2_v1_1", "upsampler:LatentUpsampler",
-        "spatial_upscaler_x2_v1_1_config.json",
-    ),
-    "temporal_upscaler": Component(
-        "temporal_upscaler_x2_v1_0", "temporal_upscaler_x2_v1_0", "upsampler:LatentUpsampler",
-        "temporal_upscaler_x2_v1_0_config.json",
-    ),
+# The model class (`module:Class`) of each weight component: its `pack_to_model` / `sanitize` turn file
+# keys into model keys. Which files hold a component is `ltx_engine.components`' business.
+MODELS: dict[str, str] = {
+    "transformer": "transformer:LTXModel",
+    "transformer_dev": "transformer:LTXModel",
+    "connector": "connector:TextConnector",
+    "vae_decoder": "video_vae:VideoDecoder",
+    "vae_encoder": "video_vae:VideoEncoder",
+    "audio_vae": "audio_vae:AudioDecoder",
+    "vocoder": "vocoder:Vocoder",
+    "spatial_upscaler": "upsampler:LatentUpsampler",
+    "temporal_upscaler": "upsampler:LatentUpsampler",
 }
-REQUIRED = ("transformer", "connector", "vae_decoder", "vae_encoder", "audio_vae", "vocoder", "spatial_upscaler")
-METADATA_FILES = {"config.json", "embedded_config.json", "quantize_config.json", "split_model.json"}
-TEXT_ENCODER_DIR = "text_encoder"
+COMPONENTS = tuple(MODELS)
+DISTILLED_LORA_STRENGTH = 1.0  # the distilled LoRA at full strength turns the dev DiT into the distilled one
+log = logging.getLogger(__name__)
 
 
 def model_class(component: str) -> type[nn.Module]:
     """The model class of a component, imported on demand (loading a VAE never imports the DiT)."""
-    module, name = COMPONENTS[component].model.split(":")
+    module, name = MODELS[component].split(":")
     return getattr(importlib.import_module(_MODELS + module), name)
 
 
@@ -82,6 +69,10 @@ class WeightPack(Protocol):
 
     def has(self, component: str) -> bool: ...
 
+    def components(self) -> list[str]: ...
+
+    def missing(self, component: str) -> str: ...
+
     def component_config(self, component: str) -> dict: ...
 
     def file_label(self, component: str) -> str: ...
@@ -96,18 +87,6 @@ def open_pack(ref: str | Path) -> Pack | CheckpointPack:
 
         return CheckpointPack(ref)
     return Pack(ref)
-
-
-def _shards(root: Path, stem: str) -> list[Path]:
-    single = root / f"{stem}.safetensors"
-    if single.is_file():
-        return [single]
-    return sorted(root.glob(f"{stem}-0*-of-0*.safetensors"))
-
-
-def _known_weight_file(name: str) -> bool:
-    stem = name.removesuffix(".safetensors")
-    return any(stem == c.stem or stem.startswith(f"{c.stem}-0") for c in COMPONENTS.values())
 
 
 def resolve_pack_path(ref: str | Path) -> Path:
@@ -129,11 +108,22 @@ def resolve_pack_path(ref: str | Path) -> Path:
 
 
 class Pack:
-    """An opened pack: configs and lazily read component tensors."""
+    """An opened pack: its files resolved into components (newest versions, shards merged), configs,
+    and lazily read component tensors. Unknown files are skipped with one warning line; a missing
+    optional component refuses only the tasks that need it (`has`, `missing`)."""
 
     def __init__(self, root: str | Path):
         self.root = resolve_pack_path(root)
-        self._check_files()
+        self.layout = self._scan()
+        self._broken: dict[str, str] = {}
+        for component, found in self.layout.found.items():
+            try:
+                for name in found.files:
+                    check_safetensors(self.root / name)
+            except PackError as exc:
+                self._broken[component] = str(exc)
+        if not (self.root / "embedded_config.json").is_file():
+            raise PackError(f"{self.root / 'embedded_config.json'}: file missing from pack")
 
     def __repr__(self) -> str:
         return f"Pack({str(self.root)!r})"
@@ -143,20 +133,18 @@ class Pack:
         """Identity of the pack for caches: its resolved folder."""
         return str(self.root.resolve())
 
-    def _check_files(self) -> None:
-        for path in sorted(self.root.iterdir()):
-            if path.name.startswith(".") or path.name == TEXT_ENCODER_DIR or path.suffix == ".md":
-                continue
-            if path.suffix == ".safetensors" and not _known_weight_file(path.name):
-                raise PackError(f"{path}: unknown weight file in pack (expected one of {sorted(c.stem for c in COMPONENTS.values())})")
-            if path.suffix == ".json" and path.name not in METADATA_FILES and not path.name.endswith("_config.json"):
-                raise PackError(f"{path}: unknown file in pack")
-        for name in REQUIRED:
-            if not _shards(self.root, COMPONENTS[name].stem):
-                raise PackError(f"{self.root / (COMPONENTS[name].stem + '.safetensors')}: file missing from pack")
-        for name in ("embedded_config.json",):
-            if not (self.root / name).is_file():
-                raise PackError(f"{self.root / name}: file missing from pack")
+    def _scan(self) -> Layout:
+        """Resolve the folder's files (HF cache symlinks followed; a link whose blob is absent is no
+        file); what the farm does not know is named in one warning line and otherwise ignored."""
+        entries = sorted(self.root.iterdir())
+        files = [p.name for p in entries if p.is_file()]
+        folders = [p.name + "/" for p in entries if p.is_dir() and p.name not in (TEXT_ENCODER, ".cache", ".git")]
+        layout = resolve_files(files)
+        skipped = layout.unknown + [f"{n} (incomplete shard set)" for n in layout.incomplete] + folders
+        if skipped:
+            log.warning("pack %s: skipping %d file(s) the farm does not know: %s", self.root, len(skipped),
+                        ", ".join(skipped))
+        return layout
 
     def _json(self, name: str) -> dict:
         try:
@@ -173,33 +161,87 @@ class Pack:
     def quantization(self) -> dict | None:
         return self._json("quantize_config.json") if (self.root / "quantize_config.json").is_file() else None
 
+    def _usable(self, component: str) -> bool:
+        return component in self.layout.found and component not in self._broken
+
+    def _dev_fusion(self) -> str | None:
+        """None when the distilled DiT can be the dev DiT with the distilled LoRA fused; else why not."""
+        if not self._usable("transformer_dev"):
+            return missing_line("transformer", str(self.root))
+        dev = self.layout.found["transformer_dev"]
+        if not self._usable("distilled_lora"):
+            return (f"{self.root / dev.files[0]} is a dev DiT and the pack has no distilled LoRA "
+                    f"({PARTS['distilled_lora'].example}) to fuse into it")
+        if any(k.endswith(".scales") for name in dev.files for k in read_header(self.root / name)[0]):
+            return (f"{self.root / dev.files[0]}: the dev DiT is quantized; fusing "
+                    f"{self.layout.found['distilled_lora'].files[0]} needs bf16 dev weights")
+        return None
+
+    @cached_property
+    def _fused_dev(self) -> bool:
+        return not self._usable("transformer") and self._dev_fusion() is None
+
     def has(self, component: str) -> bool:
-        return bool(_shards(self.root, COMPONENTS[component].stem))
+        if component == TEXT_ENCODER:
+            return (self.text_encoder_dir / "config.json").is_file()
+        if component == "transformer" and self._fused_dev:
+            return True
+        return self._usable(component)
+
+    def components(self) -> list[str]:
+        """Every component this pack can serve (what a worker advertises for it)."""
+        return [c for c in (*PARTS, TEXT_ENCODER) if self.has(c)]
+
+    def missing(self, component: str) -> str:
+        """The one line that says why `component` cannot be served (broken file, dev DiT without its
+        LoRA, or absent with the command that gets it)."""
+        if component in self._broken:
+            return self._broken[component]
+        if component == "transformer" and self._usable("transformer_dev"):
+            why = self._dev_fusion()
+            return f"{why}: get the distilled DiT with `{get_line('transformer', str(self.root))}`"
+        return missing_line(component, str(self.root))
+
+    def _found(self, component: str) -> Found:
+        if not self.has(component) or component not in self.layout.found:
+            raise PackError(self.missing(component))
+        return self.layout.found[component]
 
     def component_config(self, component: str) -> dict:
         """A component's own `*_config.json` (the upsamplers have one)."""
-        name = COMPONENTS[component].config_file
-        if name is None:
+        if component not in PARTS or not PARTS[component].config:
             return self.config
-        return self._json(name)
+        return self._json(self._found(component).config_file)
 
     def file_label(self, component: str) -> str:
-        return str(self.root / f"{COMPONENTS[component].stem}.safetensors")
+        if component == "transformer" and self._fused_dev:
+            component = "transformer_dev"
+        found = self.layout.found.get(component)
+        return str(self.root / (found.files[0] if found else PARTS[component].example))
+
+    def _read(self, component: str) -> dict[str, mx.array]:
+        """A component's file tensors, prefix stripped, shards merged (pack key names)."""
+        found = self._found(component)
+        out: dict[str, mx.array] = {}
+        for name in found.files:
+            out.update(strip_prefix(read_safetensors(self.root / name), found.prefix, file=str(self.root / name)))
+        return out
 
     def tensors(self, component: str) -> dict[str, mx.array]:
-        """A component's tensors in its model's keys and layout: prefix stripped (shards merged), then
-        the model's `pack_to_model` where the file's names differ from the model's."""
-        comp = COMPONENTS[component]
-        shards = _shards(self.root, comp.stem)
-        if not shards:
-            raise PackError(f"{self.file_label(component)}: file missing from pack")
-        out: dict[str, mx.array] = {}
-        for shard in shards:
-            out.update(strip_prefix(read_safetensors(shard), comp.prefix, file=str(shard)))
+        """A component's tensors in its model's keys and layout: prefix stripped (shards merged), the
+        distilled LoRA fused for a dev-only pack, then the model's `pack_to_model` where the file's
+        names differ from the model's."""
+        if component == "transformer" and self._fused_dev:
+            lora_name = self.layout.found["distilled_lora"].files[0]
+            out = fuse_lora(self._read("transformer_dev"), read_safetensors(self.root / lora_name),
+                            DISTILLED_LORA_STRENGTH, model_class("transformer").sanitize,
+                            file=self.file_label("transformer"), lora_file=str(self.root / lora_name))
+        else:
+            out = self._read(component)
         to_model = getattr(model_class(component), "pack_to_model", None)
         return to_model(out) if to_model is not None else out
 
     @property
     def text_encoder_dir(self) -> Path:
         """The Gemma checkpoint (mlx-lm format) the pack's prompts are encoded with."""
-        return self.root / TEXT_ENCODER_DIR
+        return self.root / TEXT_ENCODER

@@ -17,8 +17,9 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ltx_engine.components import PARTS
 from ltx_engine.loader import quantize_weights
-from ltx_engine.pack import COMPONENTS, model_class
+from ltx_engine.pack import model_class
 
 TINY_GEMMA_LAYERS_KEY = "num_hidden_layers"
 FIXED_BUFFERS = ("basis", "window", "filter", "mel_")
@@ -81,14 +82,20 @@ def _build(component: str, cfg: dict, upsampler_cfg: dict | None) -> tuple[nn.Mo
     model = cls.from_config(upsampler_cfg if upsampler_cfg is not None else cfg)
     return model, getattr(cls, "model_to_pack", lambda weights: weights)
 
+def standard_stem(component: str) -> str:
+    """The file stem the standard layout (mlx-forge's current names) gives a component."""
+    return PARTS[component].example.removesuffix(".safetensors")
+
+
 def _write_component(folder: Path, component: str, weights: dict[str, mx.array], dtype: mx.Dtype) -> None:
-    comp = COMPONENTS[component]
+    stem = standard_stem(component)
+    prefix = PARTS[component].prefix or stem
     cast = {
-        f"{comp.prefix}.{k}": (v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v)
+        f"{prefix}.{k}": (v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v)
         for k, v in weights.items()
     }
     mx.eval(cast)
-    mx.save_safetensors(str(folder / f"{comp.stem}.safetensors"), cast, metadata={"format": "mlx"})
+    mx.save_safetensors(str(folder / f"{stem}.safetensors"), cast, metadata={"format": "mlx"})
 
 
 TINY_COMPONENTS = ("transformer", "connector", "vae_decoder", "vae_encoder", "audio_vae", "vocoder",
@@ -96,11 +103,17 @@ TINY_COMPONENTS = ("transformer", "connector", "vae_decoder", "vae_encoder", "au
 
 
 def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, group_size: int = 32,
-                    dtype: mx.Dtype = mx.bfloat16, variant: str = "2.3") -> Path:
+                    dtype: mx.Dtype = mx.bfloat16, variant: str = "2.3", layout: str = "standard") -> Path:
     """Write the tiny pack into `folder` (replacing what is there); `bits` 8 or 4 quantizes the DiT.
 
     `variant` "2.5" gives the LTX-2.5 DiT layout (keyframe marker, bias-free video FF) that DFR needs;
-    its text encoder stays the tiny Gemma 3 (a real 2.5 pack ships Gemma 4)."""
+    its text encoder stays the tiny Gemma 3 (a real 2.5 pack ships Gemma 4). `layout` rearranges the
+    files as another real pack holds them (`ltx_engine.tiny_layouts.LAYOUTS`); the path returned is
+    the pack to open (for `hf-cache`, the snapshot folder inside the cache)."""
+    from ltx_engine.tiny_layouts import LAYOUTS
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown tiny pack layout {layout!r} (one of {', '.join(LAYOUTS)})")
     from ltx_engine.models import upsampler
     from ltx_engine.models.text_encoder import write_tiny_text_encoder
 
@@ -120,7 +133,7 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
             quantize_weights(model, bits=bits, group_size=group_size, predicate=quantizable)
         _write_component(folder, component, to_pack(dict(tree_flatten(model.parameters()))), dtype)
     for component, ucfg in up_cfgs.items():
-        (folder / COMPONENTS[component].config_file).write_text(json.dumps(ucfg, indent=2))
+        (folder / f"{standard_stem(component)}_config.json").write_text(json.dumps(ucfg, indent=2))
     (folder / "embedded_config.json").write_text(json.dumps(cfg, indent=2))
     (folder / "config.json").write_text(json.dumps(
         {"model_type": f"ltx-{variant}", "variant": "tiny", "seed": seed}, indent=2))
@@ -130,4 +143,4 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
         (folder / "quantize_config.json").write_text(json.dumps(
             {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))
     write_tiny_text_encoder(folder / "text_encoder", seed)
-    return folder
+    return LAYOUTS[layout](folder, seed)
