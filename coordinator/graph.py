@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ltx_engine.components import task_needs
+
 
 class SpecError(ValueError):
     """A render that must not be queued; the message is the one line the user sees."""
@@ -37,9 +39,10 @@ def ref(task: str, output: str) -> dict:
 def task(
     render_id: str, name: str, kind: str, params: dict, inputs: dict, capability: str = CAPABILITY
 ) -> dict:
-    """A task record; its deps are the tasks its inputs come from."""
+    """A task record; its deps are the tasks its inputs come from, and a worker task that loads models
+    `needs` its pack's components (the scheduler leases it only to a worker whose pack holds them)."""
     deps = sorted({r["task"] for r in inputs.values() if "task" in r})
-    return {
+    record = {
         "id": f"{render_id}.{name}",
         "kind": kind,
         "params": params,
@@ -47,6 +50,9 @@ def task(
         "deps": deps,
         "capability": capability,
     }
+    if capability == CAPABILITY and "pack" in params:
+        record["needs"] = {"pack": params["pack"], "components": task_needs(kind)}
+    return record
 
 
 def expect(dtype: str, *shape: int) -> dict:

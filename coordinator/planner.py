@@ -22,6 +22,7 @@ from coordinator.graph import (  # noqa: F401 - SpecError and the constants are 
 from coordinator.plan_decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan_dfr import check_dfr, dfr_rounds, output_frames, plan_dfr_rounds
 from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
+from ltx_engine.components import missing_line, render_components
 from ltx_engine.sampling import DISTILLED_SIGMAS
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -95,6 +96,7 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
+    _check_components(spec, fleet)
     check_dfr(spec, fleet)
     resolve_decode_tiles(spec, fleet)
     _check_fleet(spec, fleet)
@@ -116,14 +118,20 @@ def _check_fleet(spec: dict, fleet: list[dict]) -> None:
         )
 
 
-
-
-
-
-
-
-
-
+def _check_components(spec: dict, fleet: list[dict]) -> None:
+    """Refuse a render whose pack lacks a component it needs on every worker holding it, with the
+    one line that names the missing file and how to get it (or why the worker cannot serve it).
+    Workers that do not describe their pack's components pass (the scheduler still matches tasks)."""
+    pack = spec["pack"]
+    described = [w for w in fleet if pack in (w.get("pack_components") or {})]
+    if not described:
+        return
+    held = {c for w in described for c in w["pack_components"][pack]}
+    for component in render_components(spec):
+        if component not in held:
+            problems = [(w.get("pack_problems") or {}).get(pack) or {} for w in described]
+            why = next((p.get(component) or p.get("pack") for p in problems if p.get(component) or p.get("pack")), None)
+            raise SpecError(why or missing_line(component, pack))
 
 
 def plan_render(spec: dict, render_id: str) -> list[dict]:

@@ -176,7 +176,7 @@ def render_components(spec: dict) -> tuple[str, ...]:
     out = [TEXT_ENCODER, "connector", "transformer", "spatial_upscaler", "vae_decoder"]
     if spec.get("image"):
         out.append("vae_encoder")
-    if int(spec.get("temporal_upscalings") or 0) > 0:
+    if str(spec.get("temporal_upscalings") or 0) not in ("0", "0.0"):  # a bad value is refused elsewhere
         out.append("temporal_upscaler")
     if spec.get("audio", True):
         out += ["audio_vae", "vocoder"]

@@ -89,11 +89,20 @@ def open_pack(ref: str | Path) -> Pack | CheckpointPack:
     return Pack(ref)
 
 
+def hf_snapshot(folder: Path) -> Path | None:
+    """A Hugging Face cache repo folder (`models--owner--name`) -> the snapshot `refs/main` names."""
+    ref = folder / "refs" / "main"
+    if not folder.name.startswith("models--") or not ref.is_file():
+        return None
+    snapshot = folder / "snapshots" / ref.read_text().strip()
+    return snapshot if snapshot.is_dir() else None
+
+
 def resolve_pack_path(ref: str | Path) -> Path:
     """A local folder as is; otherwise a Hugging Face repo id, from the local cache when present."""
     path = Path(ref).expanduser()
     if path.is_dir():
-        return path
+        return hf_snapshot(path) or path
     if str(ref).count("/") != 1 or path.exists():
         raise PackError(f"{ref}: no such pack folder")
     try:
@@ -192,15 +201,19 @@ class Pack:
         """Every component this pack can serve (what a worker advertises for it)."""
         return [c for c in (*PARTS, TEXT_ENCODER) if self.has(c)]
 
-    def missing(self, component: str) -> str:
-        """The one line that says why `component` cannot be served (broken file, dev DiT without its
-        LoRA, or absent with the command that gets it)."""
+    def problem(self, component: str) -> str | None:
+        """Why a component the pack has files for cannot be served (a broken file, a dev DiT that cannot
+        stand in for the distilled one), in one line; None when it serves or is simply absent."""
         if component in self._broken:
             return self._broken[component]
-        if component == "transformer" and self._usable("transformer_dev"):
-            why = self._dev_fusion()
-            return f"{why}: get the distilled DiT with `{get_line('transformer', str(self.root))}`"
-        return missing_line(component, str(self.root))
+        if component == "transformer" and not self.has(component) and self._usable("transformer_dev"):
+            return f"{self._dev_fusion()}: get the distilled DiT with `{get_line('transformer', str(self.root))}`"
+        return None
+
+    def missing(self, component: str) -> str:
+        """The one line that says why `component` cannot be served: its problem, or that it is absent
+        with the command that gets it."""
+        return self.problem(component) or missing_line(component, str(self.root))
 
     def _found(self, component: str) -> Found:
         if not self.has(component) or component not in self.layout.found:

@@ -16,10 +16,10 @@ import mlx.core as mx
 import numpy as np
 
 from ltx_engine.checkpoint import is_checkpoint
-from ltx_engine.components import KIND_COMPONENTS
+from ltx_engine.components import KIND_COMPONENTS, PARTS
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import Engine
-from ltx_engine.pack import WeightPack, open_pack
+from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 
 Progress = Callable[[int, int], None]
@@ -40,6 +40,11 @@ def device_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def _problem(pack: WeightPack, component: str) -> str | None:
+    problem = getattr(pack, "problem", None)  # a single-file checkpoint has no per-file problems
+    return problem(component) if problem is not None else None
+
+
 def _contexts(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: inputs[k] for k in ("video_context", "audio_context", "context_mask") if k in inputs}
 
@@ -54,20 +59,51 @@ class Runner:
         self.engine = engine or Engine(ModelRegistry(budget_bytes=int(device_memory_bytes() * 0.6)))
         self._packs: dict[str, WeightPack] = {}
 
+    def _local(self, ref: str) -> Path | None:
+        """Where `ref` lives in the packs folder: a folder or file by name, or a repo id's HF cache folder."""
+        if not self.packs_dir:
+            return None
+        for path in (self.packs_dir / ref, self.packs_dir / f"models--{ref.replace('/', '--')}"):
+            if path.exists():
+                return path
+        return None
+
     def pack(self, ref: str) -> WeightPack:
-        """A pack folder or official checkpoint file in the packs folder, else `ref` itself (a path or
-        a Hugging Face repo id)."""
+        """A pack folder, official checkpoint file or HF cache repo in the packs folder, else `ref`
+        itself (a path or a Hugging Face repo id)."""
         if ref not in self._packs:
-            local = self.packs_dir / ref if self.packs_dir else None
-            self._packs[ref] = open_pack(local if local is not None and local.exists() else ref)
+            self._packs[ref] = open_pack(self._local(ref) or ref)
         return self._packs[ref]
 
     def pack_names(self) -> list[str]:
-        """Pack folders and single-file checkpoints (not their upsampler files) in the packs folder."""
+        """Pack folders, single-file checkpoints (not their upsampler files) and HF cache repos
+        (`models--owner--name`, named `owner/name`) in the packs folder."""
         if not self.packs_dir or not self.packs_dir.is_dir():
             return []
-        return sorted(p.name for p in self.packs_dir.iterdir()
-                      if (p / "embedded_config.json").is_file() or is_checkpoint(p))
+        names = []
+        for p in self.packs_dir.iterdir():
+            snapshot = hf_snapshot(p) if p.is_dir() else None
+            if snapshot is not None and (snapshot / "embedded_config.json").is_file():
+                names.append(p.name.removeprefix("models--").replace("--", "/", 1))
+            elif (p / "embedded_config.json").is_file() or is_checkpoint(p):
+                names.append(p.name)
+        return sorted(names)
+
+    def pack_holdings(self) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
+        """Per pack, the components it serves, and the one-line problem of each it has files for but
+        cannot serve (a pack that does not open at all: its line under "pack"), so the planner and the
+        scheduler match renders and tasks to what each worker really holds."""
+        holdings, problems = {}, {}
+        for name in self.pack_names():
+            try:
+                pack = self.pack(name)
+                holdings[name] = pack.components()
+                found = {c: line for c in PARTS if (line := _problem(pack, c))}
+            except Exception as exc:  # noqa: BLE001 - a broken pack is reported, the others still serve
+                holdings[name], found = [], {"pack": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+            if found:
+                problems[name] = found
+        return holdings, problems
 
     def pack_features(self, ref: str) -> list[str]:
         """What a pack can do beyond the base two-stage render, so the planner can refuse early:
@@ -82,6 +118,7 @@ class Runner:
             return []
 
     def capabilities(self) -> dict:
+        holdings, problems = self.pack_holdings()
         return {
             "os": f"{platform.system()} {platform.release()}",
             "chip": platform.processor() or platform.machine(),
@@ -90,6 +127,8 @@ class Runner:
             "mlx_version": mx.__version__,
             "packs": self.pack_names(),
             "pack_features": {name: self.pack_features(name) for name in self.pack_names()},
+            "pack_components": holdings,
+            "pack_problems": problems,
             "kinds": sorted(KIND_COMPONENTS),
         }
 

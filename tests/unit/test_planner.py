@@ -68,3 +68,56 @@ def test_auto_tiling_follows_the_fleet_and_is_recorded():
     spec = normalize_spec({**SPEC, "stage2_tiles": "auto"})
     validate_spec(spec, [{"packs": ["tiny"]}] * 4)
     assert spec["stage2_tiles"] == "1x2x2"
+
+
+ALL = ["text_encoder", "connector", "transformer", "spatial_upscaler", "vae_decoder", "vae_encoder", "audio_vae",
+       "vocoder", "temporal_upscaler"]
+
+
+def _holder(components: list[str], problems: dict | None = None) -> dict:
+    return {"packs": ["p"], "memory_bytes": 2**40, "pack_components": {"p": components},
+            "pack_problems": {"p": problems} if problems else {}}
+
+
+def test_tasks_name_the_components_they_need():
+    tasks = {t["id"].removeprefix("r."): t for t in _plan(pack="p", image={"blob": "ab" * 32})}
+    assert tasks["text"]["needs"] == {"pack": "p", "components": ["text_encoder", "connector"]}
+    assert tasks["stage1"]["needs"]["components"] == ["transformer"]
+    assert tasks["upsample"]["needs"]["components"] == ["spatial_upscaler", "vae_decoder"]
+    assert tasks["image_s1"]["needs"]["components"] == ["vae_encoder"]
+    tiled = _plan(pack="p", stage2_tiles="1x2")
+    assert all("needs" not in t for t in tiled if t["capability"] == "coordinator")
+
+
+@pytest.mark.parametrize(("changes", "lacking", "match"), [
+    ({}, "spatial_upscaler", r"^pack 'p' has no spatial_upscaler \(spatial_upscaler_x2_v1_1\.safetensors\): get it with "
+                             r"`mlx-forge convert ltx-2\.3 --spatial-upscaler x2`$"),
+    ({"image": {"blob": "ab" * 32}}, "vae_encoder", r"has no vae_encoder \(vae_encoder\.safetensors\)"),
+    ({"temporal_upscalings": 1, "frames": 49}, "temporal_upscaler",
+     r"has no temporal_upscaler .*`mlx-forge convert ltx-2\.3 --temporal-upscaler x2`"),
+    ({"pack": "dgrauet/ltx-2.3-mlx-q8"}, "text_encoder", r"has no text_encoder \(text_encoder/\)"),
+])
+def test_a_render_needing_a_missing_component_is_refused_in_one_line(changes, lacking, match):
+    spec = normalize_spec({**SPEC, "pack": "p", **changes})
+    holder = _holder([c for c in ALL if c != lacking])
+    holder["packs"] = [spec["pack"]]
+    holder["pack_components"] = {spec["pack"]: holder["pack_components"]["p"]}
+    with pytest.raises(SpecError, match=match) as info:
+        validate_spec(spec, [holder])
+    assert "\n" not in str(info.value)
+
+
+def test_missing_parts_refuse_only_the_renders_that_need_them():
+    without_extras = _holder([c for c in ALL if c not in ("vae_encoder", "temporal_upscaler")])
+    validate_spec(normalize_spec({**SPEC, "pack": "p"}), [without_extras])  # plain t2v still renders
+    spread = [_holder(["text_encoder", "connector", "transformer"]),
+              _holder(["spatial_upscaler", "vae_decoder", "audio_vae", "vocoder"])]
+    validate_spec(normalize_spec({**SPEC, "pack": "p"}), spread)  # the scheduler sends each task where it fits
+    validate_spec(normalize_spec({**SPEC, "pack": "p"}), [{"packs": ["p"], "memory_bytes": 2**40}])  # says nothing
+
+
+def test_the_workers_reason_wins_over_the_generic_line():
+    why = "/packs/p/transformer-dev.safetensors: the dev DiT is quantized; fusing x needs bf16 dev weights"
+    holder = _holder([c for c in ALL if c != "transformer"], {"transformer": why})
+    with pytest.raises(SpecError, match="the dev DiT is quantized"):
+        validate_spec(normalize_spec({**SPEC, "pack": "p"}), [holder])
