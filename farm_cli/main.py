@@ -40,15 +40,20 @@ Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames i
 def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
               bits: Annotated[int | None, typer.Option("--bits", help="8 or 4: quantize the DiT blocks.")] = None,
               variant: Annotated[str, typer.Option("--variant", help="2.3, or 2.5 (DFR-capable DiT).")] = "2.3",
+              layout: Annotated[str, typer.Option("--layout", help="standard, legacy, versioned, sharded, dev-only, "
+                                                  "hf-cache, published-2.3, minimal or extras.")] = "standard",
               ) -> None:
     """Write the tiny pack: the real pack layout at tiny sizes with seeded weights."""
+    from ltx_engine.tiny_layouts import LAYOUTS
     from ltx_engine.tiny_pack import VARIANTS, write_tiny_pack
 
     if bits not in (None, 4, 8):
         fail("--bits must be 8 or 4")
     if variant not in VARIANTS:
         fail(f"--variant must be one of {', '.join(VARIANTS)}")
-    path = write_tiny_pack(folder, seed=seed, bits=bits, variant=variant)
+    if layout not in LAYOUTS:
+        fail(f"--layout must be one of {', '.join(LAYOUTS)}")
+    path = write_tiny_pack(folder, seed=seed, bits=bits, variant=variant, layout=layout)
     typer.echo(f"wrote tiny pack {path}")
 
 
