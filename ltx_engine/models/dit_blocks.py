@@ -14,7 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ltx_engine.models.rope import SPLIT, RopeTable, apply_interleaved, apply_split
+from ltx_engine.models.rope import SPLIT, RopeTable, apply_interleaved, apply_split, apply_split_flat
 
 TIMESTEP_PROJ_DIM = 256  # sinusoidal width the reference's PixArt embedding always uses
 
@@ -151,9 +151,16 @@ class Attention(nn.Module):
         return x.reshape(b, t, self.heads, self.dim_head).transpose(0, 2, 1, 3)
 
     def _rope(self, x: mx.array, pe: RopeTable | None) -> mx.array:
-        """x flat (B, T, inner) -> heads layout (B, H, T, Dh), rotated."""
+        """x flat (B, T, inner) -> heads layout (B, H, T, Dh), rotated.
+
+        A SPLIT table built for another head count (the video side of the audio<->video attentions,
+        when video heads != audio heads) rotates the flat features cut into ITS head count, as the
+        reference's `apply_split_rotary_emb` does; then they are cut into this attention's heads.
+        """
         if pe is None:
             return self._heads(x)
+        if pe.kind == SPLIT and pe.cos.shape[1] != self.heads:
+            return self._heads(apply_split_flat(x, pe))
         if pe.kind == SPLIT:
             return apply_split(self._heads(x), pe)
         return self._heads(apply_interleaved(x, pe))

@@ -117,3 +117,11 @@ def apply_split(x: mx.array, table: RopeTable) -> mx.array:
     x1, x2 = x[..., :half], x[..., half:]
     cos, sin = table.cos, table.sin
     return mx.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def apply_split_flat(x: mx.array, table: RopeTable) -> mx.array:
+    """SPLIT-rotate flat (B, T, inner) features cut into the table's own head count (B, H', T, inner/H')."""
+    b, t, inner = x.shape
+    heads = table.cos.shape[1]
+    xh = x.reshape(b, t, heads, inner // heads).swapaxes(1, 2)
+    return apply_split(xh, table).swapaxes(1, 2).reshape(b, t, inner)

@@ -1,8 +1,9 @@
 """The LTX-2 joint audio-video DiT (video-only and audio-video variants) in MLX.
 
-Mirrors ltx_core.model.transformer: patchify projection, AdaLN-single timestep modulation (6 rows
-per block, 9 with cross-attention AdaLN), text cross-attention, audio<->video cross-attention whose
-gates read the other modality's sigma, output norm + projection. Module paths equal the keys of
+Mirrors ltx_core.model.transformer (1.2.0): patchify projection, AdaLN-single timestep modulation (6
+rows per block, 9 with cross-attention AdaLN), text cross-attention, audio<->video cross-attention whose
+scale/shift read the modality's own per-token timesteps and whose gates read the other modality's
+sigma, output norm + projection. Module paths equal the keys of
 mlx-forge transformer packs (`transformer.` prefix stripped).
 """
 
@@ -262,13 +263,27 @@ class LTXModel(nn.Module):
         )
         if not (c.has_video and c.has_audio) or other is None:
             return args
-        cross_max = max(c.positional_embedding_max_pos[0], c.audio_positional_embedding_max_pos[0])
-        args.cross_pe = rope_table(m.positions[:, 0:1], dim=c.audio_cross_attention_dim, heads=s["heads"],
-                                   max_pos=[cross_max], use_middle_indices_grid=True, **rope)
-        t = other.sigma.astype(mx.float32).reshape(b, -1) * mult
-        args.cross_scale_shift, _ = modulation(self[s["ss"]], t, 4, dtype)
-        args.cross_gate, _ = modulation(self[s["gate"]], t * (c.av_ca_timestep_scale_multiplier / mult), 1, dtype)
+        self._prepare_cross(args, m, other, s, rope)
         return args
+
+    def _prepare_cross(self, args: StreamArgs, m: Modality, other: Modality, s: dict, rope: dict) -> None:
+        """Audio<->video cross-attention inputs of one modality, as ltx-core 1.2.0 prepares them.
+
+        RoPE: time axis only, over the audio width (both directions attend in the audio head layout),
+        split into this modality's own head count as the reference does. AdaLN: scale/shift read this
+        modality's OWN per-token timesteps; the gate reads the OTHER modality's sigma (1.0.0 fed the
+        other sigma to both, which differs on conditioned tokens and frozen streams).
+        """
+        c, b, dtype = self.config, args.x.shape[0], args.x.dtype
+        cross_max = max(c.positional_embedding_max_pos[0], c.audio_positional_embedding_max_pos[0])
+        audio_width = c.audio_num_attention_heads * c.audio_attention_head_dim
+        args.cross_pe = rope_table(m.positions[:, 0:1], dim=audio_width, heads=s["heads"],
+                                   max_pos=[cross_max], use_middle_indices_grid=True, **rope)
+        mult = c.timestep_scale_multiplier
+        own = m.timesteps.astype(mx.float32).reshape(b, -1) * mult
+        args.cross_scale_shift, _ = modulation(self[s["ss"]], own, 4, dtype)
+        other_sigma = other.sigma.astype(mx.float32).reshape(b, -1) * mult
+        args.cross_gate, _ = modulation(self[s["gate"]], other_sigma * (c.av_ca_timestep_scale_multiplier / mult), 1, dtype)
 
     def _mark_keyframes(self, x: mx.array, mask: mx.array | None) -> mx.array:
         """LTX-2.5: add the learned keyframe embedding to marked tokens right after patchify_proj, so a

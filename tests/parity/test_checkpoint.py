@@ -42,6 +42,7 @@ from tests.parity import test_text as text_parity  # noqa: E402
 from tests.parity import test_transformer as dit_parity  # noqa: E402
 from tests.parity import test_upsampler as up_parity  # noqa: E402
 from tests.parity import test_video_vae as vae_parity  # noqa: E402
+from tests.parity.upstream_rules import follow_ltx_core_1_2_0  # noqa: E402
 
 TOL = 1e-4
 NAME = "ltx-2.3-tiny-distilled.safetensors"
@@ -96,7 +97,7 @@ def _references(cfg: dict) -> dict[str, torch.nn.Module]:
         VocoderConfigurator,
     )
 
-    refs = {"transformer": LTXModelConfigurator.from_config(cfg).float().eval()}
+    refs = {"transformer": follow_ltx_core_1_2_0(LTXModelConfigurator.from_config(cfg).float().eval())}
     dit_parity._randomize(refs["transformer"], 1)
     refs["connector"] = _connector_reference(cfg, seed=1)
     refs["vae_decoder"] = VideoDecoderConfigurator.from_config(cfg).eval()

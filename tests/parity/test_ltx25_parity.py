@@ -1,4 +1,4 @@
-"""LTX-2.5 DiT parts against ltx_core 1.0.0, which predates them.
+"""LTX-2.5 DiT parts against ltx_core 1.0.0 (with 1.2.0's cross-attention AdaLN rule), which predates them.
 
 ltx_core 1.0.0 has neither `ff_bias` nor the keyframe absolute-position embedding (both arrive with the
 2.5 checkpoints). What it does have pins their placement: a 2.5 DiT without video FF biases equals the
@@ -31,12 +31,13 @@ from tests.parity.test_transformer import (  # noqa: E402
     _rel,
     _video_inputs,
 )
+from tests.parity.upstream_rules import follow_ltx_core_1_2_0  # noqa: E402
 
 
 def _pair():
     """The 1.0.0 reference with zeroed video FF biases, and our 2.5 DiT with its weights."""
     base = {"transformer": copy.deepcopy(tiny_config())}
-    ref = LTXModelConfigurator.from_config(base).float().eval()
+    ref = follow_ltx_core_1_2_0(LTXModelConfigurator.from_config(base).float().eval())
     _randomize(ref, 3)
     with torch.no_grad():
         for name, p in ref.named_parameters():

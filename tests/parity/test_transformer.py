@@ -33,6 +33,7 @@ from ltx_engine.models.transformer import (  # noqa: E402
     TransformerConfig,
     tiny_config,
 )
+from tests.parity.upstream_rules import follow_ltx_core_1_2_0  # noqa: E402
 
 FRAMES, HEIGHT, WIDTH, FPS = 3, 4, 6, 24.0
 AUDIO_FRAMES, CTX_LEN = 20, 7
@@ -62,10 +63,14 @@ def _cfg(rope_type: str, precision: str = "float64") -> dict:
     return {"transformer": t}
 
 
-def _models(cfg: dict, video_only: bool):
+def _models(cfg: dict, video_only: bool, upstream: bool = True):
+    """(reference, ours) with the same seeded weights; the reference follows ltx-core 1.2.0's
+    cross-attention AdaLN rule unless `upstream` is False (then it is the installed 1.0.0 as is)."""
     conf = LTXVideoOnlyModelConfigurator if video_only else LTXModelConfigurator
     ref = conf.from_config(cfg).float().eval()
     _randomize(ref, 1)
+    if upstream:
+        follow_ltx_core_1_2_0(ref)
     ours = LTXModel(TransformerConfig.from_config(cfg, model_type=VIDEO_ONLY if video_only else None))
     sd = {k: v.numpy() for k, v in ref.state_dict().items()}
     apply_weights(ours, LTXModel.sanitize(sd), file="test")
@@ -141,6 +146,58 @@ def test_av_transformer(rope_type):
     # Each modality alone through the AV model (no cross-attention, as the reference does).
     assert max(_compare(ref, ours, video, None)) <= 1e-4
     assert max(_compare(ref, ours, None, audio)) <= 1e-4
+
+
+def _conditioned_and_frozen(rng: np.random.Generator, t: dict) -> tuple[dict, dict]:
+    """Video with its first latent frame conditioned in place (denoise mask 0 on those tokens) plus
+    appended conditioning tokens, and frozen audio (timesteps 0 and sigma 0) while video sigma > 0:
+    where ltx-core 1.0.0 and 1.2.0 feed the cross-attention scale/shift different timesteps."""
+    video = _video_inputs(rng, t["cross_attention_dim"])
+    video["timesteps"][:, : HEIGHT * WIDTH] = 0.0
+    audio = _audio_inputs(rng, t["audio_cross_attention_dim"])
+    audio["sigma"] = np.zeros_like(audio["sigma"])
+    audio["timesteps"] = np.zeros_like(audio["timesteps"])
+    return video, audio
+
+
+@pytest.mark.parametrize("rope_type", ["split", "interleaved"])
+def test_av_cross_attention_adaln_follows_1_2_0(rope_type):
+    cfg = _cfg(rope_type)
+    ref, ours = _models(cfg, video_only=False)
+    old, _ = _models(cfg, video_only=False, upstream=False)
+    video, audio = _conditioned_and_frozen(np.random.default_rng(4), cfg["transformer"])
+    errs = _compare(ref, ours, video, audio)
+    with torch.no_grad():
+        new_out = ref(_ref_mod(video), _ref_mod(audio), None)
+        old_out = old(_ref_mod(video), _ref_mod(audio), None)
+    rule_gap = [_rel(o.numpy(), n.numpy()) for o, n in zip(old_out, new_out, strict=True)]
+    print("1.2.0 rule", rope_type, "ours vs 1.2.0", errs, "1.0.0 vs 1.2.0", rule_gap)
+    assert min(rule_gap) > 1e-2  # the case really tells the two rules apart, in both streams
+    assert len(errs) == 2 and max(errs) <= 1e-4
+
+
+# Video heads != audio heads. Both AV attentions run in the audio head layout; the reference cuts the
+# audio-width q/k into the modality's own head count for the SPLIT rotation (video side: video heads).
+ASYMMETRIC_HEADS = {
+    "video_more_heads": dict(num_attention_heads=4, attention_head_dim=16,
+                             audio_num_attention_heads=2, audio_attention_head_dim=16),
+    "audio_more_heads": dict(num_attention_heads=2, attention_head_dim=32,
+                             audio_num_attention_heads=4, audio_attention_head_dim=8),
+}
+
+
+@pytest.mark.parametrize("heads", list(ASYMMETRIC_HEADS))
+@pytest.mark.parametrize("rope_type", ["split", "interleaved"])
+def test_av_transformer_asymmetric_heads(heads, rope_type):
+    cfg = _cfg(rope_type)
+    cfg["transformer"].update(ASYMMETRIC_HEADS[heads])
+    t = cfg["transformer"]
+    assert t["audio_cross_attention_dim"] == t["audio_num_attention_heads"] * t["audio_attention_head_dim"]
+    ref, ours = _models(cfg, video_only=False)
+    video, audio = _conditioned_and_frozen(np.random.default_rng(5), t)
+    errs = _compare(ref, ours, video, audio)
+    print("asymmetric", heads, rope_type, errs)
+    assert len(errs) == 2 and max(errs) <= 1e-4
 
 
 @pytest.mark.parametrize("rope_type,precision", [("split", "float64"), ("interleaved", "float32")])
