@@ -98,9 +98,16 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
 
 def modality(latent: np.ndarray, timesteps: np.ndarray, positions: np.ndarray, sigma: float,
              context: np.ndarray, mask: np.ndarray | None):
-    """A transformer Modality from numpy tokens, per-token timesteps (B, T) and positions."""
+    """A transformer Modality from numpy tokens, per-token timesteps (B, T) and positions.
+
+    A stream with no token left to denoise (stage 2's frozen audio) is frozen: its scalar sigma is 0,
+    as upstream's `modality_from_latent_state` forces for frozen states, so its prompt AdaLN and the
+    other stream's cross-attention gate read 0 rather than the step's sigma (DFR does the same).
+    """
     from ltx_engine.models.transformer import Modality
 
+    if not np.any(timesteps):
+        sigma = 0.0
     return Modality(
         latent=mx.array(latent),
         sigma=mx.array(np.full((latent.shape[0],), sigma, np.float32)),
