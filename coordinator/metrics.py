@@ -339,6 +339,8 @@ def worker_view(worker: dict, now_ms: int) -> dict:
         "os": info.get("os") or "",
         "state": state,
         "current_task": worker.get("current_task") or "",
+        "packs": {p: (info.get("pack_components") or {}).get(p) for p in info.get("packs") or []},
+        "pack_sync": worker.get("pack_sync") if isinstance(worker.get("pack_sync"), dict) else {},
         "tasks_done": done,
         "failures": int(worker.get("failures") or 0),
         "busy_s": float(worker.get("busy_s") or 0.0),

@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.auth import SERVER_OPTIONS, TokenInterceptor, load_or_create_token
 from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
 from coordinator.dashboard import start_dashboard, stop_dashboard
+from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
 from coordinator.reducer import ReducerThread
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from protos import farm_pb2, farm_pb2_grpc
@@ -105,9 +106,10 @@ def live_fleet(store: Any) -> list[dict]:
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     """What `farm submit / status / watch / cancel / fetch` talk to."""
 
-    def __init__(self, store: Any, scheduler: Scheduler) -> None:
+    def __init__(self, store: Any, scheduler: Scheduler, shelf: PackShelf | None = None) -> None:
         self.store = store
         self.scheduler = scheduler
+        self.shelf = shelf
 
     def Submit(self, request, context):
         from coordinator import planner
@@ -121,7 +123,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         render_id = new_render_id()
         try:
             spec = planner.normalize_spec(spec) if hasattr(planner, "normalize_spec") else spec
-            fleet = live_fleet(self.store)
+            fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
             planner.validate_spec(spec, fleet)
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
@@ -323,6 +325,7 @@ def serve(
     lease_ms: int = 30_000,
     max_workers: int = 64,
     expiry_interval_s: float = 1.0,
+    packs_dir: Path | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start the coordinator's gRPC server; returns (server, bound port). Call stop(server) to end."""
     data_dir = Path(data_dir)
@@ -334,7 +337,10 @@ def serve(
         interceptors=[TokenInterceptor(token)],
         options=SERVER_OPTIONS,
     )
-    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(store, scheduler), server)
+    shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
+    threading.Thread(target=shelf.warm, name="pack-hashes", daemon=True).start()
+    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(store, scheduler, shelf), server)
+    farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
     farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler), server)
     farm_pb2_grpc.add_FarmBlobsServicer_to_server(FarmBlobsServicer(blobs), server)
     health_servicer = health.HealthServicer()
@@ -371,6 +377,7 @@ def stop(server: grpc.Server, grace: float = 2.0) -> None:
 
 def run_coordinator(
     data_dir: Path, host: str, port: int, redis_url: str | None = None, prefix: str = "farm",
+    packs_dir: Path | None = None,
     dashboard_host: str = "127.0.0.1", dashboard_port: int = 8470,
 ) -> int:
     """Run until SIGTERM/SIGINT: embedded Redis (unless redis_url), store, server."""
@@ -386,7 +393,7 @@ def run_coordinator(
             redis_url = stack.enter_context(redis_server.EmbeddedRedis(data_dir / "redis")).url
         store = FarmStore(redis_server.connect(redis_url), prefix)
         token = load_or_create_token(data_dir)
-        server, bound = serve(store, data_dir, host, port, token)
+        server, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir)
         dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir)
         stack.callback(stop_dashboard, dashboard)
         print(f"coordinator on {host}:{bound}; dashboard http://{dashboard_host}:{dash_port}/; "
@@ -405,9 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50551)
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of the embedded one")
+    parser.add_argument("--packs-dir", type=Path, default=None, help="packs workers copy (default DATA/packs)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url)
+    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import redis
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
-           "set_priority", "requeue_task")
+           "set_priority", "requeue_task", "worker_pack_sync")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -265,6 +265,10 @@ class FarmStore:
     def worker_seen(self, worker_id: str, state: str, current_task: str | None) -> None:
         self._run("worker_seen", worker_id, state, current_task or "")
 
+    def worker_pack_sync(self, worker_id: str, progress: dict) -> bool:
+        """Record a worker's pack copy progress ({pack: {state, bytes, total}}); False for an unknown worker."""
+        return bool(self._run("worker_pack_sync", worker_id, json.dumps(progress)))
+
     def list_workers(self) -> list[dict]:
         ids = sorted(self.client.smembers(self.key("workers")))
         pipe = self.client.pipeline(transaction=False)
@@ -278,7 +282,7 @@ class FarmStore:
         return {"tasks_done": w["tasks_done"], "failures": w["failures"], "busy_s": w["busy_s"]}
 
     def _worker(self, worker_id: str, raw: dict[str, str]) -> dict:
-        w = _decode(raw, ("info",), _WORKER_INT)
+        w = _decode(raw, ("info", "pack_sync"), _WORKER_INT)
         for f in ("tasks_done", "failures", "busy_ms"):
             w.setdefault(f, 0)
         w["busy_s"] = w["busy_ms"] / 1000.0

@@ -155,6 +155,11 @@ class FarmClient:
     def get_blob(self, sha: str, timeout: float = TRANSFER_TIMEOUT_S) -> bytes:
         return receive_blob(self._stream(self._blobs.GetBlob, farm_pb2.BlobRequest(sha256=sha), timeout), sha)
 
+    def packs(self) -> list[dict]:
+        """The packs the coordinator serves to workers: name, files, bytes."""
+        reply = self._call(farm_pb2_grpc.FarmPacksStub(self._channel).ListPacks, farm_pb2.ListPacksRequest())
+        return [{"name": p.name, "files": int(p.files), "bytes": int(p.bytes)} for p in reply.packs]
+
     def workers(self) -> list[dict]:
         reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())
         return [json.loads(w.json) for w in reply.workers]

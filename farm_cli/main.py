@@ -90,10 +90,11 @@ def render(
 
 
 def main() -> None:
-    from farm_cli import bench, doctor, remote, services
+    from farm_cli import bench, doctor, packs, remote, services
 
     remote.register(app)
     services.register(app)
     doctor.register(app)
     bench.register(app)
+    packs.register(pack_app)
     app()

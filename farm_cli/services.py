@@ -100,11 +100,13 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def coordinator(data: DataDir = None, host: str = typer.Option("127.0.0.1", "--host"),
                     port: Port = common.DEFAULT_PORT, redis_url: RedisUrl = None,
-                    dashboard_host: DashHost = "127.0.0.1", dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT) -> None:
+                    dashboard_host: DashHost = "127.0.0.1", dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT,
+                    packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Packs workers copy (default DATA/packs).")] = None,
+                    ) -> None:
         """Run the coordinator (gRPC + Redis + dashboard) until Ctrl-C."""
         from coordinator.server import run_coordinator
 
-        raise typer.Exit(run_coordinator(common.data_dir(data), host, port, redis_url,
+        raise typer.Exit(run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
                                          dashboard_host=dashboard_host, dashboard_port=dashboard_port))
 
     @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -257,3 +257,87 @@ class BlobRequest(_message.Message):
     SHA256_FIELD_NUMBER: _ClassVar[int]
     sha256: str
     def __init__(self, sha256: _Optional[str] = ...) -> None: ...
+
+class ListPacksRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PackSummary(_message.Message):
+    __slots__ = ("name", "files", "bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    files: int
+    bytes: int
+    def __init__(self, name: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class PackList(_message.Message):
+    __slots__ = ("packs",)
+    PACKS_FIELD_NUMBER: _ClassVar[int]
+    packs: _containers.RepeatedCompositeFieldContainer[PackSummary]
+    def __init__(self, packs: _Optional[_Iterable[_Union[PackSummary, _Mapping]]] = ...) -> None: ...
+
+class PackRequest(_message.Message):
+    __slots__ = ("pack",)
+    PACK_FIELD_NUMBER: _ClassVar[int]
+    pack: str
+    def __init__(self, pack: _Optional[str] = ...) -> None: ...
+
+class PackFile(_message.Message):
+    __slots__ = ("path", "size", "sha256", "block_sha256")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SHA256_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size: int
+    sha256: str
+    block_sha256: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ..., block_sha256: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PackFiles(_message.Message):
+    __slots__ = ("pack", "block_bytes", "files")
+    PACK_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    pack: str
+    block_bytes: int
+    files: _containers.RepeatedCompositeFieldContainer[PackFile]
+    def __init__(self, pack: _Optional[str] = ..., block_bytes: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PackFile, _Mapping]]] = ...) -> None: ...
+
+class PackFileRequest(_message.Message):
+    __slots__ = ("pack", "path", "offset")
+    PACK_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    pack: str
+    path: str
+    offset: int
+    def __init__(self, pack: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class WantedPacksRequest(_message.Message):
+    __slots__ = ("worker_id", "have")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HAVE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    have: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., have: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WantedPacksReply(_message.Message):
+    __slots__ = ("packs",)
+    PACKS_FIELD_NUMBER: _ClassVar[int]
+    packs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, packs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PackSyncReport(_message.Message):
+    __slots__ = ("worker_id", "progress_json")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_JSON_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    progress_json: str
+    def __init__(self, worker_id: _Optional[str] = ..., progress_json: _Optional[str] = ...) -> None: ...
+
+class PackSyncAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -737,3 +737,270 @@ class FarmBlobs:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class FarmPacksStub:
+    """---------------------------------------------------------------- FarmPacks (weights, once per farm)
+
+    A pack pulled once onto the coordinator is copied to workers file by file: every file carries
+    its sha256 and one sha256 per block, so a resumed copy re-checks what it already holds and a
+    corrupt block is refetched alone. Paths are relative to the pack folder; the coordinator serves
+    only files of its own listing.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListPacks = channel.unary_unary(
+                '/ltxfarm.v1.FarmPacks/ListPacks',
+                request_serializer=farm__pb2.ListPacksRequest.SerializeToString,
+                response_deserializer=farm__pb2.PackList.FromString,
+                _registered_method=True)
+        self.ListPackFiles = channel.unary_unary(
+                '/ltxfarm.v1.FarmPacks/ListPackFiles',
+                request_serializer=farm__pb2.PackRequest.SerializeToString,
+                response_deserializer=farm__pb2.PackFiles.FromString,
+                _registered_method=True)
+        self.GetPackFile = channel.unary_stream(
+                '/ltxfarm.v1.FarmPacks/GetPackFile',
+                request_serializer=farm__pb2.PackFileRequest.SerializeToString,
+                response_deserializer=farm__pb2.Chunk.FromString,
+                _registered_method=True)
+        self.WantedPacks = channel.unary_unary(
+                '/ltxfarm.v1.FarmPacks/WantedPacks',
+                request_serializer=farm__pb2.WantedPacksRequest.SerializeToString,
+                response_deserializer=farm__pb2.WantedPacksReply.FromString,
+                _registered_method=True)
+        self.ReportPackSync = channel.unary_unary(
+                '/ltxfarm.v1.FarmPacks/ReportPackSync',
+                request_serializer=farm__pb2.PackSyncReport.SerializeToString,
+                response_deserializer=farm__pb2.PackSyncAck.FromString,
+                _registered_method=True)
+
+
+class FarmPacksServicer:
+    """---------------------------------------------------------------- FarmPacks (weights, once per farm)
+
+    A pack pulled once onto the coordinator is copied to workers file by file: every file carries
+    its sha256 and one sha256 per block, so a resumed copy re-checks what it already holds and a
+    corrupt block is refetched alone. Paths are relative to the pack folder; the coordinator serves
+    only files of its own listing.
+    """
+
+    def ListPacks(self, request, context):
+        """Packs in the coordinator's packs folder.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPackFiles(self, request, context):
+        """A pack's files with sizes and hashes (computed once, cached by size and mtime).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPackFile(self, request, context):
+        """One file of a pack from `offset`, in ~1 MiB chunks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WantedPacks(self, request, context):
+        """Packs that unfinished renders need, the coordinator holds and this worker lacks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportPackSync(self, request, context):
+        """A worker's pack transfer progress (bytes / total per pack), for the dashboard and `farm pack list`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_FarmPacksServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListPacks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPacks,
+                    request_deserializer=farm__pb2.ListPacksRequest.FromString,
+                    response_serializer=farm__pb2.PackList.SerializeToString,
+            ),
+            'ListPackFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPackFiles,
+                    request_deserializer=farm__pb2.PackRequest.FromString,
+                    response_serializer=farm__pb2.PackFiles.SerializeToString,
+            ),
+            'GetPackFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetPackFile,
+                    request_deserializer=farm__pb2.PackFileRequest.FromString,
+                    response_serializer=farm__pb2.Chunk.SerializeToString,
+            ),
+            'WantedPacks': grpc.unary_unary_rpc_method_handler(
+                    servicer.WantedPacks,
+                    request_deserializer=farm__pb2.WantedPacksRequest.FromString,
+                    response_serializer=farm__pb2.WantedPacksReply.SerializeToString,
+            ),
+            'ReportPackSync': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportPackSync,
+                    request_deserializer=farm__pb2.PackSyncReport.FromString,
+                    response_serializer=farm__pb2.PackSyncAck.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ltxfarm.v1.FarmPacks', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ltxfarm.v1.FarmPacks', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class FarmPacks:
+    """---------------------------------------------------------------- FarmPacks (weights, once per farm)
+
+    A pack pulled once onto the coordinator is copied to workers file by file: every file carries
+    its sha256 and one sha256 per block, so a resumed copy re-checks what it already holds and a
+    corrupt block is refetched alone. Paths are relative to the pack folder; the coordinator serves
+    only files of its own listing.
+    """
+
+    @staticmethod
+    def ListPacks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmPacks/ListPacks',
+            farm__pb2.ListPacksRequest.SerializeToString,
+            farm__pb2.PackList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPackFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmPacks/ListPackFiles',
+            farm__pb2.PackRequest.SerializeToString,
+            farm__pb2.PackFiles.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPackFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ltxfarm.v1.FarmPacks/GetPackFile',
+            farm__pb2.PackFileRequest.SerializeToString,
+            farm__pb2.Chunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WantedPacks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmPacks/WantedPacks',
+            farm__pb2.WantedPacksRequest.SerializeToString,
+            farm__pb2.WantedPacksReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportPackSync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmPacks/ReportPackSync',
+            farm__pb2.PackSyncReport.SerializeToString,
+            farm__pb2.PackSyncAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

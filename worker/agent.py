@@ -29,6 +29,7 @@ from coordinator.auth import CHANNEL_OPTIONS, auth_metadata, read_token
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, encode_tensor
 from worker.blobcache import BlobCache
+from worker.packsync import PackSync
 
 log = logging.getLogger("farm.worker")
 
@@ -105,6 +106,7 @@ class Agent:
         worker_id: str | None = None,
         cache_dir: Path | None = None,
         wait_ms: int = 10_000,
+        pack_max_bytes_per_s: float | None = None,
     ) -> None:
         self.address = address
         self.runner = runner
@@ -119,6 +121,9 @@ class Agent:
         self.capabilities: dict = {}
         self.heartbeat_ms = 10_000
         self.tasks_done = 0
+        packs_dir = getattr(runner, "packs_dir", None)  # packs it lacks are copied here from the coordinator
+        self.packsync = PackSync(lambda: self.channel, self.metadata, self.worker_id, packs_dir,
+                                 pack_max_bytes_per_s) if packs_dir else None
 
     def stop(self) -> None:
         self.stopping.set()
@@ -141,6 +146,8 @@ class Agent:
                     self.tasks_done += 1
                     if max_tasks is not None and self.tasks_done >= max_tasks:
                         break
+                if self._packs_arrived():
+                    registered = False  # register again: the new pack is in our capabilities
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                     log.error("coordinator refused our token; check --token / --token-file")
@@ -163,6 +170,16 @@ class Agent:
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
         self.heartbeat_ms = int(reply.heartbeat_ms) or max(1, int(reply.lease_ms) // 3)
         log.info("registered %s with %s (heartbeat %d ms)", self.worker_id, self.address, self.heartbeat_ms)
+
+    def _packs_arrived(self) -> bool:
+        """Between leases: start copying packs unfinished renders need; True once a copy finished."""
+        if self.packsync is None:
+            return False
+        self.packsync.poll()
+        if self.packsync.changed.is_set():
+            self.packsync.changed.clear()
+            return True
+        return False
 
     def lease(self) -> farm_pb2.LeaseReply | None:
         """Long poll, abandoned promptly when the agent is asked to stop. A lease granted as the agent stops
@@ -205,6 +222,8 @@ class Agent:
             return beat.stop_reason is not None or self.stopping.is_set()
 
         try:
+            if self.packsync is not None:  # a pack only the coordinator holds: copy it before running
+                self.packsync.ensure(str(json.loads(lease.params_json or "{}").get("pack") or ""))
             start = time.perf_counter()
             inputs = {name: self.fetch_input(sha) for name, sha in lease.inputs.items()}
             fetched = time.perf_counter()
@@ -334,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--wait-ms", type=int, default=10_000)
     parser.add_argument("--max-tasks", type=int, default=None)
+    parser.add_argument("--pack-max-mbps", type=float, default=None,
+                        help="cap copying packs from the coordinator at this many MB/s (default: no cap)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent = Agent(
@@ -343,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_id=args.worker_id,
         cache_dir=args.cache_dir,
         wait_ms=args.wait_ms,
+        pack_max_bytes_per_s=args.pack_max_mbps * 1e6 if args.pack_max_mbps else None,
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())

@@ -151,6 +151,15 @@ function showTip(e, text) {
 function hideTip() { $("tooltip").classList.add("hidden"); }
 
 // ---------------------------------------------------------------- workers and header
+// A worker's packs (components on hover) and any copy from the coordinator: bytes / total.
+function packsCell(w) {
+  const held = Object.entries(w.packs || {}).map(([p, c]) => h("span", { title: (c || []).join(", ") }, p, " "));
+  const copies = Object.entries(w.pack_sync || {}).filter(([p, c]) => c.state !== "done" || !(p in (w.packs || {})))
+    .map(([p, c]) => h("div", { class: "sub small", title: c.error || "" },
+      `${p} ${c.state} ${bytes(c.bytes || 0)} / ${bytes(c.total || 0)}` +
+      (c.total ? ` (${Math.floor(100 * (c.bytes || 0) / c.total)}%)` : "")));
+  return [...(held.length ? held : ["–"]), ...copies];
+}
 function drawWorkers() {
   const two = (a, b) => [h("div", {}, a), h("div", { class: "sub small" }, b)];
   $("workers").tBodies[0].replaceChildren(...S.workers.map((w) => h("tr", {},
@@ -158,7 +167,8 @@ function drawWorkers() {
     h("td", {}, two(w.chip || "–", [w.memory_bytes ? bytes(w.memory_bytes) : "?", w.mlx_device || "?"].join(" · "))),
     h("td", {}, pill(w.state)), h("td", { title: w.current_task }, (w.current_task || "–").replace(/^r\d{8}-[^.]*\./, "")),
     h("td", {}, w.tasks_done), h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"),
-    h("td", {}, w.failures), h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) : "–"))));
+    h("td", {}, w.failures), h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) : "–"),
+    h("td", { class: "packs" }, packsCell(w)))));
 }
 function drawStats() {
   const m = S.summary; if (!m) return;

@@ -48,7 +48,7 @@ def test_generated_grpc_imports_are_package_relative() -> None:
 def test_contract_shape() -> None:
     services = farm_pb2.DESCRIPTOR.services_by_name
     assert farm_pb2.DESCRIPTOR.package == "ltxfarm.v1"
-    assert set(services) == {"FarmClient", "FarmWorker", "FarmBlobs"}
+    assert set(services) == {"FarmClient", "FarmWorker", "FarmBlobs", "FarmPacks"}
     assert set(services["FarmWorker"].methods_by_name) == {
         "Register",
         "Lease",
