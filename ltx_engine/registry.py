@@ -23,11 +23,14 @@ from ltx_engine.pack import COMPONENTS, WeightPack, model_class
 
 
 def _model(component: str) -> Callable[[WeightPack], nn.Module]:
-    """A builder for a weight component: its class from its config, then the strict load."""
+    """A builder for a weight component: its class from its config (or, for a class with
+    `from_weights`, from its config and the sizes its tensors fix), then the strict load."""
 
     def build(pack: WeightPack) -> nn.Module:
-        model = model_class(component).from_config(pack.component_config(component))
-        return apply_weights(model, pack.tensors(component), file=pack.file_label(component))
+        cls, cfg, tensors = model_class(component), pack.component_config(component), pack.tensors(component)
+        from_weights = getattr(cls, "from_weights", None)
+        model = cls.from_config(cfg) if from_weights is None else from_weights(cfg, tensors)
+        return apply_weights(model, tensors, file=pack.file_label(component))
 
     return build
 

@@ -12,7 +12,8 @@ of a pack's `connector.safetensors` with the `connector.` prefix stripped (PyTor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -33,8 +34,7 @@ class ConnectorConfig:
 
     video_dim: int = 4096
     audio_dim: int = 2048
-    text_hidden_size: int = 3840
-    text_num_hidden_states: int = 49
+    text_features: int = 3840 * 49  # Gemma width x hidden states (layers + 1), flattened per token
     video_heads: int = 30
     video_head_dim: int = 128
     video_layers: int = 2
@@ -53,8 +53,9 @@ class ConnectorConfig:
     def from_config(cls, cfg: dict) -> ConnectorConfig:
         """Read the reference keys of `cfg["transformer"]` (defaults equal the reference's).
 
-        Gemma's width and depth are not in the reference config (it hard-codes Gemma 3 12B: 3840
-        wide, 48 layers); `text_encoder_hidden_size` / `text_encoder_num_hidden_layers` override them.
+        Gemma's width and depth are not in the reference config (it reads them from the Gemma it
+        loads; Gemma 3 12B: 3840 wide, 48 layers); `text_encoder_hidden_size` /
+        `text_encoder_num_hidden_layers` override them. `from_weights` takes them from the tensors.
         """
         t = cfg.get("transformer", {})
         present = t.keys() & _V2_EXPECTED.keys()
@@ -69,8 +70,7 @@ class ConnectorConfig:
         return cls(
             video_dim=t.get("num_attention_heads", 32) * t.get("attention_head_dim", 128),
             audio_dim=t.get("audio_num_attention_heads", 32) * t.get("audio_attention_head_dim", 64),
-            text_hidden_size=t.get("text_encoder_hidden_size", 3840),
-            text_num_hidden_states=t.get("text_encoder_num_hidden_layers", 48) + 1,
+            text_features=t.get("text_encoder_hidden_size", 3840) * (t.get("text_encoder_num_hidden_layers", 48) + 1),
             video_heads=heads,
             video_head_dim=head_dim,
             video_layers=layers,
@@ -83,6 +83,56 @@ class ConnectorConfig:
             positional_embedding_max_pos=list(t.get("connector_positional_embedding_max_pos", [1])),
             gated_attention=t.get("connector_apply_gated_attention", False),
         )
+
+
+    @classmethod
+    def from_weights(cls, cfg: dict, weights: dict[str, mx.array]) -> ConnectorConfig:
+        """`from_config`, then every size the tensors fix taken from them (model keys).
+
+        A pack converted with another Gemma, or whose config keys are stale, still loads: the text
+        width (Gemma width x hidden states), output widths, connector depth, head width, registers and
+        gating come from the shapes. Head counts come from the gate logits when the attention is
+        gated, else from the config (a plain q/k/v shape cannot tell heads from head width).
+        """
+        c = cls.from_config(cfg)
+        sizes: dict = {}
+        for stream in ("video", "audio"):
+            shape = _linear_shape(weights, f"text_embedding_projection.{stream}_aggregate_embed")
+            if shape is not None:
+                sizes[f"{stream}_dim"] = shape[0]
+                if shape[1] is not None:
+                    sizes["text_features"] = shape[1]
+            sizes.update(_connector_sizes(weights, stream, getattr(c, f"{stream}_heads")))
+        if any(k.startswith(("video_embeddings_connector.", "audio_embeddings_connector.")) for k in weights):
+            registers = weights.get("video_embeddings_connector.learnable_registers")
+            sizes["num_learnable_registers"] = 0 if registers is None else registers.shape[0]
+            sizes["gated_attention"] = any(".attn1.to_gate_logits." in k for k in weights)
+        return replace(c, **sizes)
+
+
+def _linear_shape(weights: dict[str, mx.array], path: str) -> tuple[int, int | None] | None:
+    """(out, in) of a Linear's weight; `in` is None when quantized (the packed width hides it)."""
+    w = weights.get(f"{path}.weight")
+    if w is None:
+        return None
+    return w.shape[0], None if f"{path}.scales" in weights else w.shape[1]
+
+
+def _connector_sizes(weights: dict[str, mx.array], stream: str, heads: int) -> dict:
+    """Depth, heads and head width of one embeddings connector, from its tensors."""
+    prefix = f"{stream}_embeddings_connector.transformer_1d_blocks."
+    blocks = {int(m.group(1)) for k in weights if (m := re.match(re.escape(prefix) + r"(\d+)\.", k))}
+    if not blocks:
+        return {}
+    gate = weights.get(f"{prefix}0.attn1.to_gate_logits.weight")
+    heads = heads if gate is None else gate.shape[0]
+    q = _linear_shape(weights, f"{prefix}0.attn1.to_q")
+    sizes = {f"{stream}_layers": max(blocks) + 1}
+    if q is not None:
+        if q[0] % heads:
+            raise ValueError(f"{prefix}0.attn1.to_q.weight: width {q[0]} does not split into {heads} heads")
+        sizes.update({f"{stream}_heads": heads, f"{stream}_head_dim": q[0] // heads})
+    return sizes
 
 
 def tiny_connector_config(gemma_hidden: int, gemma_layers: int, video_dim: int, audio_dim: int) -> dict:
@@ -277,11 +327,19 @@ class TextProjection(nn.Module):
 
     def __init__(self, cfg: ConnectorConfig):
         super().__init__()
-        flat = cfg.text_hidden_size * cfg.text_num_hidden_states
-        self.video_aggregate_embed = nn.Linear(flat, cfg.video_dim)
-        self.audio_aggregate_embed = nn.Linear(flat, cfg.audio_dim)
+        self.text_features = cfg.text_features
+        self.video_aggregate_embed = nn.Linear(cfg.text_features, cfg.video_dim)
+        self.audio_aggregate_embed = nn.Linear(cfg.text_features, cfg.audio_dim)
+
+    def _check(self, layers: int, dim: int) -> None:
+        """The text encoder must be the one the pack's connector was trained on: say so in one line."""
+        if layers * dim != self.text_features:
+            want = f"{self.text_features // dim} hidden states" if self.text_features % dim == 0 else "another width"
+            raise ValueError(f"the connector reads {self.text_features} text features per token ({want} of width "
+                             f"{dim}); the text encoder gave {layers} hidden states x {dim}")
 
     def __call__(self, hidden_states: list[mx.array], mask: mx.array) -> tuple[mx.array, mx.array]:
+        self._check(len(hidden_states), hidden_states[0].shape[-1])
         stacked = mx.stack(hidden_states, axis=-1).astype(mx.float32)  # (B, L, D, layers)
         b, length, dim, layers = stacked.shape
         normed = stacked * mx.rsqrt(mx.mean(stacked * stacked, axis=2, keepdims=True) + 1e-6)
@@ -300,6 +358,11 @@ class TextConnector(nn.Module):
     def from_config(cls, cfg: dict) -> TextConnector:
         """Built from the embedded (reference) config, as the pack registry builds every model."""
         return cls(ConnectorConfig.from_config(cfg))
+
+    @classmethod
+    def from_weights(cls, cfg: dict, weights: dict[str, mx.array]) -> TextConnector:
+        """Built at the sizes its tensors have (what the registry uses; config keys are the fallback)."""
+        return cls(ConnectorConfig.from_weights(cfg, weights))
 
     def __init__(self, cfg: ConnectorConfig):
         super().__init__()

@@ -14,7 +14,7 @@ from ltx_core.text_encoders.gemma.embeddings_connector import (  # noqa: E402
 from ltx_core.text_encoders.gemma.embeddings_processor import EmbeddingsProcessor  # noqa: E402
 from ltx_core.text_encoders.gemma.feature_extractor import FeatureExtractorV2  # noqa: E402
 
-from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.loader import PackError, apply_weights  # noqa: E402
 from ltx_engine.models.connector import ConnectorConfig, TextConnector, tiny_connector_config  # noqa: E402
 from ltx_engine.models.text_encoder import (  # noqa: E402
     TextEncoder,
@@ -42,13 +42,15 @@ def _randomize(module: torch.nn.Module, seed: int) -> None:
                 tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.3)
 
 
-def _reference(transformer_cfg: dict, seed: int) -> EmbeddingsProcessor:
+def _reference(transformer_cfg: dict, seed: int, gemma: tuple[int, int] = (GEMMA_HIDDEN, GEMMA_LAYERS),
+               dims: tuple[int, int] = (VIDEO_DIM, AUDIO_DIM)) -> EmbeddingsProcessor:
+    """The reference text path for a Gemma of `gemma` = (width, layers) and DiT widths `dims`."""
     cfg = {"transformer": transformer_cfg}
-    flat = GEMMA_HIDDEN * (GEMMA_LAYERS + 1)
+    flat = gemma[0] * (gemma[1] + 1)
     extractor = FeatureExtractorV2(
-        video_aggregate_embed=torch.nn.Linear(flat, VIDEO_DIM, bias=True),
-        embedding_dim=GEMMA_HIDDEN,
-        audio_aggregate_embed=torch.nn.Linear(flat, AUDIO_DIM, bias=True),
+        video_aggregate_embed=torch.nn.Linear(flat, dims[0], bias=True),
+        embedding_dim=gemma[0],
+        audio_aggregate_embed=torch.nn.Linear(flat, dims[1], bias=True),
     )
     ref = EmbeddingsProcessor(
         feature_extractor=extractor,
@@ -81,15 +83,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_connector_matches_reference(case: str) -> None:
-    transformer_cfg = {**tiny_connector_config(GEMMA_HIDDEN, GEMMA_LAYERS, VIDEO_DIM, AUDIO_DIM), **CASES[case]}
-    ref = _reference(transformer_cfg, seed=1)
-    ours = TextConnector(ConnectorConfig.from_config({"transformer": transformer_cfg}))
-    apply_weights(ours, TextConnector.sanitize(_checkpoint_keys(ref)), file="connector(test)")
-
+def _compare(ref: EmbeddingsProcessor, ours: TextConnector, gemma: tuple[int, int] = (GEMMA_HIDDEN, GEMMA_LAYERS),
+             dims: tuple[int, int] = (VIDEO_DIM, AUDIO_DIM)) -> list[float]:
+    """Rel. L2 of (video features, audio features, video context, audio context); masks must agree."""
     rng = np.random.default_rng(2)
-    states = [rng.standard_normal((1, SEQ, GEMMA_HIDDEN)).astype(np.float32) * (i + 1) for i in range(GEMMA_LAYERS + 1)]
+    states = [rng.standard_normal((1, SEQ, gemma[0])).astype(np.float32) * (i + 1) for i in range(gemma[1] + 1)]
     mask = np.zeros((1, SEQ), dtype=np.int64)
     mask[:, SEQ - VALID:] = 1  # left padding, as the reference tokenizer
 
@@ -102,14 +100,54 @@ def test_connector_matches_reference(case: str) -> None:
     m_states = [mx.array(s) for s in states]
     m_mask = mx.array(mask.astype(np.int32))
     video_feats, audio_feats = ours.text_embedding_projection(m_states, m_mask)
-    assert rel_l2(video_feats, ref_video_feats.numpy()) <= 1e-4
-    assert rel_l2(audio_feats, ref_audio_feats.numpy()) <= 1e-4
-
     video, audio, out_mask = ours(m_states, m_mask)
-    assert video.shape == (1, SEQ, VIDEO_DIM) and audio.shape == (1, SEQ, AUDIO_DIM)
-    assert rel_l2(video, ref_out.video_encoding.numpy()) <= 1e-4
-    assert rel_l2(audio, ref_out.audio_encoding.numpy()) <= 1e-4
+    assert video.shape == (1, SEQ, dims[0]) and audio.shape == (1, SEQ, dims[1])
     np.testing.assert_array_equal(np.array(out_mask), ref_out.attention_mask.numpy())
+    return [rel_l2(video_feats, ref_video_feats.numpy()), rel_l2(audio_feats, ref_audio_feats.numpy()),
+            rel_l2(video, ref_out.video_encoding.numpy()), rel_l2(audio, ref_out.audio_encoding.numpy())]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_connector_matches_reference(case: str) -> None:
+    transformer_cfg = {**tiny_connector_config(GEMMA_HIDDEN, GEMMA_LAYERS, VIDEO_DIM, AUDIO_DIM), **CASES[case]}
+    ref = _reference(transformer_cfg, seed=1)
+    ours = TextConnector(ConnectorConfig.from_config({"transformer": transformer_cfg}))
+    apply_weights(ours, TextConnector.sanitize(_checkpoint_keys(ref)), file="connector(test)")
+    errs = _compare(ref, ours)
+    print("connector", case, errs)
+    assert max(errs) <= 1e-4
+
+
+# A pack converted with another Gemma (40 wide, 5 layers) at non-default connector sizes (video 4 heads x
+# 12, 3 blocks; audio 2 heads x 12, 1 block; 64 registers), whose config keys still describe the default
+# tiny text path: the sizes must come from the weight shapes, the keys are only a fallback.
+OTHER_GEMMA, OTHER_DIMS = (40, 5), (48, 24)
+OTHER_SIZES = {
+    "connector_num_attention_heads": 4, "connector_attention_head_dim": 12, "connector_num_layers": 3,
+    "audio_connector_num_attention_heads": 2, "audio_connector_attention_head_dim": 12,
+    "audio_connector_num_layers": 1,
+}
+
+
+def test_connector_sizes_come_from_the_weights() -> None:
+    true_cfg = {**tiny_connector_config(*OTHER_GEMMA, *OTHER_DIMS), **OTHER_SIZES}
+    ref = _reference(true_cfg, seed=4, gemma=OTHER_GEMMA, dims=OTHER_DIMS)
+    with torch.no_grad():
+        for connector in (ref.video_connector, ref.audio_connector):  # 64 registers, not the default 128
+            connector.num_learnable_registers = 64
+            connector.learnable_registers = torch.nn.Parameter(connector.learnable_registers[:64].clone())
+    weights = TextConnector.sanitize(_checkpoint_keys(ref))
+    stale = {"transformer": tiny_connector_config(GEMMA_HIDDEN, GEMMA_LAYERS, VIDEO_DIM, AUDIO_DIM)}
+    with pytest.raises(PackError, match="connector.safetensors"):  # the keys alone cannot load this pack
+        apply_weights(TextConnector.from_config(stale), weights, file="connector.safetensors")
+    ours = apply_weights(TextConnector.from_weights(stale, weights), weights, file="connector.safetensors")
+    c = ours.cfg
+    assert (c.text_features, c.video_dim, c.audio_dim) == (40 * 6, 48, 24)
+    assert (c.video_heads, c.video_head_dim, c.video_layers) == (4, 12, 3)
+    assert (c.audio_heads, c.audio_head_dim, c.audio_layers, c.num_learnable_registers) == (2, 12, 1, 64)
+    errs = _compare(ref, ours, OTHER_GEMMA, OTHER_DIMS)
+    print("connector sizes from weights", errs)
+    assert max(errs) <= 1e-4
 
 
 def test_gemma_hidden_states_match_transformers(tmp_path) -> None:

@@ -125,3 +125,37 @@ def test_sanitize_official_and_pack_keys(connector: TextConnector) -> None:
 def test_v1_config_is_refused() -> None:
     with pytest.raises(NotImplementedError):
         ConnectorConfig.from_config({"transformer": {}})
+
+
+def test_connector_refuses_another_text_encoder_in_one_line(connector: TextConnector) -> None:
+    gemma = tiny_gemma_config()
+    states = [mx.zeros((1, 128, gemma["hidden_size"]))] * gemma["num_hidden_layers"]  # one hidden state short
+    with pytest.raises(ValueError, match=r"reads 256 text features per token \(4 hidden states of width 64\); "
+                                         r"the text encoder gave 3 hidden states x 64"):
+        connector(states, mx.ones((1, 128), dtype=mx.int32))
+
+
+def test_registry_takes_connector_sizes_from_the_weights(tiny_packs, tmp_path) -> None:
+    """A pack whose config keys disagree with its connector file (another Gemma's width and depth, other
+    connector depth, head width and registers) loads through the registry at the file's sizes."""
+    import shutil
+
+    from ltx_engine.pack import open_pack
+    from ltx_engine.registry import ModelRegistry
+
+    folder = shutil.copytree(tiny_packs / "tiny", tmp_path / "stale")
+    cfg = json.loads((folder / "embedded_config.json").read_text())
+    cfg["transformer"].update(text_encoder_hidden_size=3840, text_encoder_num_hidden_layers=48, connector_num_layers=5,
+                              audio_connector_num_layers=7, connector_attention_head_dim=128,
+                              audio_connector_attention_head_dim=128, connector_num_learnable_registers=16)
+    (folder / "embedded_config.json").write_text(json.dumps(cfg))
+    stale, good = open_pack(folder), open_pack(tiny_packs / "tiny")
+    with pytest.raises(PackError, match="connector"):  # the config keys alone would refuse this pack
+        apply_weights(TextConnector.from_config(stale.config), stale.tensors("connector"), file="connector")
+    registry = ModelRegistry()
+    loaded = registry.get(stale, "connector")
+    assert loaded.cfg == registry.get(good, "connector").cfg
+    encoder = registry.get(good, "text_encoder")
+    out, want = encode_prompt(encoder, loaded, PROMPT), encode_prompt(encoder, registry.get(good, "connector"), PROMPT)
+    for key in want:
+        np.testing.assert_array_equal(out[key], want[key])
