@@ -25,6 +25,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 0),
+    # Reconnect within ~2 s of a coordinator coming back (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 # Let clients' 30 s keepalive pings through during quiet long polls / watches (the server default
 # of 5 minutes would answer them with GOAWAY "too_many_pings").
@@ -66,9 +70,14 @@ def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
 
 def _abort_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """A handler of the same streaming shape that refuses the call."""
+    return abort_handler(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong farm token")
+
+
+def abort_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+    """A handler of the same streaming shape that ends the call with `code` and `details`."""
 
     def deny(request_or_iterator, context):  # noqa: ARG001 - gRPC handler signature
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong farm token")
+        context.abort(code, details)
 
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(deny)

@@ -39,10 +39,13 @@ def ref(task: str, output: str) -> dict:
 def task(
     render_id: str, name: str, kind: str, params: dict, inputs: dict, capability: str = CAPABILITY
 ) -> dict:
-    """A task record; its deps are the tasks its inputs come from, and a worker task that loads models
-    `needs` its pack's components (the scheduler leases it only to a worker whose pack holds them)."""
+    """A task record; its deps are the tasks its inputs come from. A worker task that loads models
+    names in `params["needs"]` the components of `params["pack"]` it loads: the lease script hands it
+    only to a worker whose pack holds them."""
     deps = sorted({r["task"] for r in inputs.values() if "task" in r})
-    record = {
+    if capability == CAPABILITY and "pack" in params:
+        params = {**params, "needs": task_needs(kind)}
+    return {
         "id": f"{render_id}.{name}",
         "kind": kind,
         "params": params,
@@ -50,9 +53,6 @@ def task(
         "deps": deps,
         "capability": capability,
     }
-    if capability == CAPABILITY and "pack" in params:
-        record["needs"] = {"pack": params["pack"], "components": task_needs(kind)}
-    return record
 
 
 def expect(dtype: str, *shape: int) -> dict:

@@ -322,13 +322,31 @@ def list_summaries(store: Any, limit: int = 50) -> list[dict]:
     ]
 
 
+def worker_state(worker: dict, now_ms: int) -> str:
+    """The one reading of a worker's state, for `farm workers` and the dashboard alike: drained (it
+    exited after a drain), lost (its connection broke, or unseen for LOST_AFTER_MS), draining (finishing
+    its task before it exits), else busy or idle as it last reported."""
+    state = str(worker.get("state") or "idle")
+    draining = str(worker.get("drain") or "0") == "1"
+    if draining and state == "drained":
+        return "drained"
+    seen = int(worker.get("last_seen_ms") or 0)
+    if state == "lost" or (seen and now_ms - seen > LOST_AFTER_MS):
+        return "lost"
+    return "draining" if draining else state
+
+
+def blocklisted_for(worker: dict) -> list[str]:
+    """Renders this worker is blocklisted for (it failed too many of their tasks)."""
+    value = worker.get("blocklisted") or []  # FarmStore decodes it to a list; a raw hash holds the words
+    return list(value) if isinstance(value, list) else str(value).split()
+
+
 def worker_view(worker: dict, now_ms: int) -> dict:
-    """A worker row: host, chip, memory, device, state (lost when silent), tiles done, mean s/tile."""
+    """A worker row: host, chip, memory, device, state (worker_state), blocklists, tiles done, mean s/tile."""
     info = worker.get("info") if isinstance(worker.get("info"), dict) else {}
     seen = int(worker.get("last_seen_ms") or 0)
-    state = worker.get("state") or "idle"
-    if seen and now_ms - seen > LOST_AFTER_MS and state not in ("draining", "blocklisted"):
-        state = "lost"
+    state = worker_state(worker, now_ms)
     done = int(worker.get("tasks_done") or 0)
     return {
         "id": worker["id"],
@@ -338,6 +356,7 @@ def worker_view(worker: dict, now_ms: int) -> dict:
         "mlx_device": info.get("mlx_device") or "",
         "os": info.get("os") or "",
         "state": state,
+        "blocklisted_for": blocklisted_for(worker),
         "current_task": worker.get("current_task") or "",
         "packs": {p: (info.get("pack_components") or {}).get(p) for p in info.get("packs") or []},
         "pack_sync": worker.get("pack_sync") if isinstance(worker.get("pack_sync"), dict) else {},

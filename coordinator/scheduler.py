@@ -72,8 +72,11 @@ class Scheduler:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Resume unfinished assemblies and expire leases; may run again after stop() (a coordinator
+        that stood by and leads again)."""
+        self._stop.clear()
         self.resume_assemblies()
-        if self._expiry is None:
+        if self._expiry is None or not self._expiry.is_alive():
             self._expiry = threading.Thread(target=self._expiry_loop, name="lease-expiry", daemon=True)
             self._expiry.start()
 

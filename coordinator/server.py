@@ -11,6 +11,7 @@ import json
 import logging
 import secrets
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +25,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.auth import SERVER_OPTIONS, TokenInterceptor, load_or_create_token
 from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
 from coordinator.dashboard import start_dashboard, stop_dashboard
+from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
+from coordinator.leadership import LeaderGate, Leadership, lead, set_health, stand_by
 from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
-from coordinator.reducer import ReducerThread
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES
@@ -197,17 +199,15 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 yield farm_pb2.Chunk(data=data)
 
     def ListWorkers(self, request, context):
-        workers = []
-        for w in self.store.list_workers():
-            workers.append(
-                farm_pb2.WorkerStatus(
-                    worker_id=str(w.get("id") or w.get("worker_id") or ""),
-                    state=str(w.get("state") or ""),
-                    current_task=str(w.get("current_task") or ""),
-                    json=_json(w),
-                )
-            )
-        return farm_pb2.WorkerList(workers=workers)
+        """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says."""
+        from coordinator.metrics import list_workers
+
+        rows = [farm_pb2.WorkerStatus(worker_id=str(w["id"]), state=w["state"], current_task=w["current_task"],
+                                      json=_json(w)) for w in list_workers(self.store)]
+        return farm_pb2.WorkerList(workers=rows)
+
+    def DrainWorker(self, request, context):
+        return farm_pb2.DrainReply(found=self.store.drain_worker(request.worker_id))
 
 
 class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
@@ -225,15 +225,20 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         except ValueError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "capabilities_json is not a JSON object")
         info.setdefault("peer", context.peer())
-        self.store.register_worker(request.worker_id, info)
+        self.store.register_worker(request.worker_id, info, resumed=request.resumed)
         lease_ms = self.scheduler.lease_ms
         return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3))
 
     def Lease(self, request, context):
         wait_ms = min(max(0, request.wait_ms), MAX_WAIT_MS)
         self.store.worker_seen(request.worker_id, "idle", "")
-        task = self.scheduler.lease(request.worker_id, list(request.capabilities), wait_ms, context.is_active)
+        task = None
+        if not self.store.worker_draining(request.worker_id):  # lease.lua refuses a draining worker too
+            task = self.scheduler.lease(request.worker_id, list(request.capabilities), wait_ms, context.is_active)
         if task is None:
+            if self.store.worker_draining(request.worker_id):  # drained: the worker exits on this reply
+                self.store.worker_seen(request.worker_id, "drained", "")
+                return farm_pb2.LeaseReply(has_task=False, drain=True)
             return farm_pb2.LeaseReply(has_task=False)
         return farm_pb2.LeaseReply(
             has_task=True,
@@ -253,7 +258,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             request.task_id, request.worker_id, request.fence, self.scheduler.lease_ms, progress
         )
         self.store.worker_seen(request.worker_id, "busy" if status == "ok" else "idle", request.task_id)
-        return farm_pb2.StatusReply(status=STATUS[status])
+        return farm_pb2.StatusReply(status=STATUS[status], drain=self.store.worker_draining(request.worker_id))
 
     def Complete(self, request, context):
         metrics = as_dict(request.metrics_json) if request.metrics_json else {}
@@ -326,15 +331,21 @@ def serve(
     max_workers: int = 64,
     expiry_interval_s: float = 1.0,
     packs_dir: Path | None = None,
+    advertise: str | None = None,
+    leader_lease_ms: int = LEADER_LEASE_MS,
 ) -> tuple[grpc.Server, int]:
-    """Start the coordinator's gRPC server; returns (server, bound port). Call stop(server) to end."""
+    """Start the coordinator's gRPC server; returns (server, bound port). Call stop(server) to end.
+    It serves the farm while it holds the leadership lease, and stands by (answering UNAVAILABLE with
+    the leader's address) while another coordinator does; `advertise` is the address it gives out."""
     data_dir = Path(data_dir)
     token = token or load_or_create_token(data_dir)
     blobs = BlobStore(data_dir, store)
     scheduler = Scheduler(store, blobs, data_dir, lease_ms=lease_ms, expiry_interval_s=expiry_interval_s)
+    health_servicer = health.HealthServicer()
+    leadership = Leadership(store, "", lambda: lead(server), lambda: stand_by(server), leader_lease_ms)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-rpc"),
-        interceptors=[TokenInterceptor(token)],
+        interceptors=[TokenInterceptor(token), LeaderGate(leadership)],
         options=SERVER_OPTIONS,
     )
     shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
@@ -343,26 +354,29 @@ def serve(
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
     farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler), server)
     farm_pb2_grpc.add_FarmBlobsServicer_to_server(FarmBlobsServicer(blobs), server)
-    health_servicer = health.HealthServicer()
-    for name in ("", "ltxfarm.v1.FarmClient", "ltxfarm.v1.FarmWorker", "ltxfarm.v1.FarmBlobs"):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"could not bind {host}:{port}")
-    server.start()
-    scheduler.start()
+    leadership.address = advertise or f"{socket.gethostname() if host in ('0.0.0.0', '::', '') else host}:{bound}"
     server.farm_scheduler = scheduler  # type: ignore[attr-defined]
     server.farm_health = health_servicer  # type: ignore[attr-defined]
-    reducer = ReducerThread(store, blobs, scheduler)
-    reducer.start()
-    server.farm_reducer = reducer  # type: ignore[attr-defined]
-    log.info("coordinator listening on %s:%d", host, bound)
+    server.farm_leadership = leadership  # type: ignore[attr-defined]
+    server.farm_reducer = None  # type: ignore[attr-defined]
+    server.start()
+    leadership.claim_once()  # a lone coordinator leads before serve() returns
+    leadership.start()
+    log.info("coordinator listening on %s:%d (%s)", host, bound, "leading" if leadership.leading else "standby")
     return server, bound
 
 
 def stop(server: grpc.Server, grace: float = 2.0) -> None:
-    """Stop accepting RPCs, let in-flight ones finish, then stop the scheduler threads."""
+    """Stop accepting RPCs, let in-flight ones finish, stop the loops, then hand the lease back so a
+    standby takes over at once."""
+    leadership = getattr(server, "farm_leadership", None)
+    if leadership is not None:
+        leadership.halt()
     health_servicer = getattr(server, "farm_health", None)
     if health_servicer is not None:
         health_servicer.enter_graceful_shutdown()
@@ -373,14 +387,17 @@ def stop(server: grpc.Server, grace: float = 2.0) -> None:
     scheduler = getattr(server, "farm_scheduler", None)
     if scheduler is not None:
         scheduler.stop()
+    if leadership is not None:
+        leadership.release()
 
 
 def run_coordinator(
     data_dir: Path, host: str, port: int, redis_url: str | None = None, prefix: str = "farm",
     packs_dir: Path | None = None,
-    dashboard_host: str = "127.0.0.1", dashboard_port: int = 8470,
+    dashboard_host: str = "127.0.0.1", dashboard_port: int = 8470, advertise: str | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT: embedded Redis (unless redis_url), store, server."""
+    """Run until SIGTERM/SIGINT: embedded Redis (unless redis_url), store, server. Coordinators sharing
+    one Redis (and one data folder, for the blobs) elect a leader; the others stand by."""
     from contextlib import ExitStack
 
     from coordinator import redis_server
@@ -393,7 +410,7 @@ def run_coordinator(
             redis_url = stack.enter_context(redis_server.EmbeddedRedis(data_dir / "redis")).url
         store = FarmStore(redis_server.connect(redis_url), prefix)
         token = load_or_create_token(data_dir)
-        server, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir)
+        server, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir, advertise=advertise)
         dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir)
         stack.callback(stop_dashboard, dashboard)
         print(f"coordinator on {host}:{bound}; dashboard http://{dashboard_host}:{dash_port}/; "
@@ -413,9 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=50551)
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of the embedded one")
     parser.add_argument("--packs-dir", type=Path, default=None, help="packs workers copy (default DATA/packs)")
+    parser.add_argument("--advertise", default=None, help="HOST:PORT a standby sends workers and clients to")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir)
+    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir,
+                           advertise=args.advertise)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ Keys under the prefix p (default "farm"):
   {p}:leases                  zset  task id -> lease deadline ms
   {p}:fence                   int   the fencing-token counter
   {p}:worker:{id}             hash  info (JSON), state, current_task, registered_ms, last_seen_ms,
-                                    tasks_done, failures, busy_ms
+                                    tasks_done, failures, busy_ms, drain (1 = finish, take no more, exit)
   {p}:workers                 set   worker ids
   {p}:events:{render}         stream  field "e" = event JSON (with "ts"), MAXLEN ~ events_maxlen
   {p}:blob:{sha}              hash  path, size, created_ms
+  {p}:leader                  hash  node, address, epoch, deadline_ms, since_ms (the coordinators' lease)
 
 Task states: waiting (deps pending) -> queued -> leased -> done | failed | cancelled.
 Render states: queued -> running (first lease) -> ... (set_render_state) -> done | failed | cancelled.
@@ -42,7 +43,7 @@ import redis
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
-           "set_priority", "requeue_task", "worker_pack_sync")
+           "set_priority", "requeue_task", "worker_pack_sync", "leadership", "drain_worker")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -124,6 +125,10 @@ def _tasks_arg(tasks: list[dict]) -> str:
     return json.dumps(wire)
 
 
+class NotLeader(RuntimeError):
+    """Another coordinator holds the leadership lease now: this one's writes are refused."""
+
+
 class FarmStore:
     """The coordinator's only door to Redis: atomic transitions, plain reads, event streams."""
 
@@ -131,6 +136,7 @@ class FarmStore:
         self.client = client
         self.prefix = prefix
         self.events_maxlen = events_maxlen
+        self.epoch = ""  # the leadership epoch every script is fenced with ('' = unfenced)
         self._scripts = {name: client.register_script(_script_source(name)) for name in SCRIPTS}
 
     def key(self, *parts: str) -> str:
@@ -138,9 +144,12 @@ class FarmStore:
 
     def _run(self, name: str, *args: Any) -> Any:
         """EVALSHA (EVAL on a cold server); 'farm: ...' script errors become ValueError."""
+        keys = [self.epoch] if self.epoch and name != "leadership" else []
         try:
-            return self._scripts[name](keys=[], args=[self.prefix, self.events_maxlen, *args])
+            return self._scripts[name](keys=keys, args=[self.prefix, self.events_maxlen, *args])
         except redis.ResponseError as exc:
+            if str(exc).startswith("farm: not the leader"):
+                raise NotLeader(str(exc)[6:]) from None
             if str(exc).startswith("farm: "):
                 raise ValueError(str(exc)[6:]) from None
             raise
@@ -259,8 +268,9 @@ class FarmStore:
 
     # ------------------------------------------------------------------ workers
 
-    def register_worker(self, worker_id: str, info: dict) -> None:
-        self._run("register_worker", worker_id, json.dumps(info))
+    def register_worker(self, worker_id: str, info: dict, resumed: bool = False) -> None:
+        """Record a worker; a fresh start clears a drain mark, a resumed registration keeps it."""
+        self._run("register_worker", worker_id, json.dumps(info), "1" if resumed else "0")
 
     def worker_seen(self, worker_id: str, state: str, current_task: str | None) -> None:
         self._run("worker_seen", worker_id, state, current_task or "")
@@ -268,6 +278,13 @@ class FarmStore:
     def worker_pack_sync(self, worker_id: str, progress: dict) -> bool:
         """Record a worker's pack copy progress ({pack: {state, bytes, total}}); False for an unknown worker."""
         return bool(self._run("worker_pack_sync", worker_id, json.dumps(progress)))
+
+    def drain_worker(self, worker_id: str) -> bool:
+        """Mark a worker draining (no new task; it exits when its current one ends). False if unknown."""
+        return bool(self._run("drain_worker", worker_id))
+
+    def worker_draining(self, worker_id: str) -> bool:
+        return self.client.hget(self.key("worker", worker_id), "drain") == "1"
 
     def list_workers(self) -> list[dict]:
         ids = sorted(self.client.smembers(self.key("workers")))
@@ -287,6 +304,17 @@ class FarmStore:
             w.setdefault(f, 0)
         w["busy_s"] = w["busy_ms"] / 1000.0
         return {"id": worker_id, **w}
+
+    # ------------------------------------------------------------------ leadership
+
+    def claim_leadership(self, node: str, address: str, lease_ms: int) -> tuple[bool, int, str]:
+        """Take or renew the coordinators' lease (lease_ms 0 resigns): (leading, epoch, leader address)."""
+        lead, epoch, leader, _deadline = self._run("leadership", node, address, int(lease_ms))
+        return bool(lead), int(epoch), str(leader or "")
+
+    def leader(self) -> dict:
+        """The lease as stored (node, address, epoch, deadline_ms), {} before any coordinator ran."""
+        return self.client.hgetall(self.key("leader"))
 
     # ------------------------------------------------------------------ blobs
 

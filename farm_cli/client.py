@@ -18,6 +18,7 @@ import grpc
 
 from coordinator.auth import CHANNEL_OPTIONS, auth_metadata
 from protos import farm_pb2, farm_pb2_grpc
+from protos.endpoints import Endpoints, leader_hint
 from protos.tensors import CHUNK_BYTES
 
 WATCH_TIMEOUT_S = 24 * 3600.0
@@ -78,18 +79,66 @@ def receive_blob(stream: Iterator[farm_pb2.BlobChunk], sha: str) -> bytes:
 
 
 class FarmClient:
-    """One channel to the coordinator; methods return plain dicts / ids."""
+    """A channel per coordinator address ("host:port[,host:port...]"); calls go to the leader. Methods
+    return plain dicts / ids."""
 
     def __init__(self, address: str, token: str, timeout: float = 10.0) -> None:
-        self.address = address
+        self.endpoints = Endpoints(address)
         self.timeout = timeout
         self._metadata = auth_metadata(token)
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-        self._client = farm_pb2_grpc.FarmClientStub(self._channel)
-        self._blobs = farm_pb2_grpc.FarmBlobsStub(self._channel)
+        self._channels: dict[str, grpc.Channel] = {}
+        self._probe = len(self.endpoints.addresses) > 1  # find the leader before the first call
+
+    @property
+    def address(self) -> str:
+        return self.endpoints.current
+
+    @property
+    def _channel(self) -> grpc.Channel:
+        if self._probe:
+            self._probe = False
+            self._find_leader()
+        address = self.address
+        if address not in self._channels:
+            self._channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return self._channels[address]
+
+    @property
+    def _client(self) -> farm_pb2_grpc.FarmClientStub:
+        return farm_pb2_grpc.FarmClientStub(self._channel)
+
+    @property
+    def _blobs(self) -> farm_pb2_grpc.FarmBlobsStub:
+        return farm_pb2_grpc.FarmBlobsStub(self._channel)
+
+    def _find_leader(self) -> None:
+        """Ask each coordinator's (open) health service which one serves; stay put when none says so."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        start = self.endpoints.addresses.index(self.address)
+        order = self.endpoints.addresses[start:] + self.endpoints.addresses[:start]
+        for address in order:
+            channel = self._channels.setdefault(address, grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+            request = health_pb2.HealthCheckRequest(service="ltxfarm.v1.FarmClient")
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=min(self.timeout, 3.0))
+            except grpc.RpcError:
+                continue
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                self.endpoints.use(address)
+                return
+
+    def follow(self, exc: grpc.RpcError, address: str) -> None:
+        """A call to `address` found no serving coordinator: the next call goes to the leader it named,
+        else to whichever coordinator serves (probed), else to the next address."""
+        if exc.code() == grpc.StatusCode.UNAVAILABLE and len(self.endpoints.addresses) > 1:
+            self.endpoints.move(address, exc.details())
+            self._probe = leader_hint(exc.details()) is None
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
 
     def __enter__(self) -> FarmClient:
         return self
@@ -98,16 +147,20 @@ class FarmClient:
         self.close()
 
     def _call(self, method, request, timeout: float | None = None):
+        address = self.address
         try:
             return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            raise translate(exc, self.address) from None
+            self.follow(exc, address)
+            raise translate(exc, address) from None
 
     def _stream(self, method, request, timeout: float) -> Iterator[Any]:
+        address = self.address
         try:
             yield from method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            raise translate(exc, self.address) from None
+            self.follow(exc, address)
+            raise translate(exc, address) from None
 
     def submit(self, spec: dict) -> str:
         reply = self._call(self._client.Submit, farm_pb2.SubmitRequest(spec_json=json.dumps(spec)))
@@ -159,6 +212,10 @@ class FarmClient:
         """The packs the coordinator serves to workers: name, files, bytes."""
         reply = self._call(farm_pb2_grpc.FarmPacksStub(self._channel).ListPacks, farm_pb2.ListPacksRequest())
         return [{"name": p.name, "files": int(p.files), "bytes": int(p.bytes)} for p in reply.packs]
+
+    def drain(self, worker_id: str) -> bool:
+        """Ask a worker to finish its task, take no more and exit. False when no worker has that id."""
+        return self._call(self._client.DrainWorker, farm_pb2.DrainRequest(worker_id=worker_id)).found
 
     def workers(self) -> list[dict]:
         reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())

@@ -70,34 +70,40 @@ def submit_render(spec: dict, pixels: np.ndarray | None, coordinator: str, token
 
 
 def wait_for(render_id: str, coordinator: str, token: str | None, quiet: bool = False) -> dict:
-    """Follow the render's events until it ends; returns its final record."""
+    """Follow the render's events until it ends, through coordinator outages; returns its final record."""
     from farm_cli.client import FarmError
+    from farm_cli.follow import Outage, follow_events, ride
 
     show = progress_printer()
+    outage = Outage()
     try:
         with client(coordinator, token) as farm:
+            get = lambda: ride(lambda: farm.get(render_id), outage)  # noqa: E731
             if not quiet and sys.stderr.isatty():  # a person is watching: the live view with bars
                 from rich.console import Console
 
                 from farm_cli.watch_view import watch_render
 
-                return watch_render(farm.watch(render_id), lambda: farm.get(render_id), Console(stderr=True))
-            for event in farm.watch(render_id):
+                return watch_render(follow_events(farm, render_id, outage), get, Console(stderr=True))
+            for event in follow_events(farm, render_id, outage):
                 if not quiet:
                     show(event)
-            return farm.get(render_id)
+            return get()
     except FarmError as exc:
         fail(str(exc), code=1)
 
 
 def watch_live(render_id: str, coordinator: str, token: str | None) -> dict:
-    """The rich live view of a render until it ends."""
+    """The rich live view of a render until it ends, through coordinator outages."""
     from farm_cli.client import FarmError
+    from farm_cli.follow import Outage, follow_events, ride
     from farm_cli.watch_view import watch_render
 
+    outage = Outage()
     try:
         with client(coordinator, token) as farm:
-            return watch_render(farm.watch(render_id), lambda: farm.get(render_id))
+            return watch_render(follow_events(farm, render_id, outage),
+                                lambda: ride(lambda: farm.get(render_id), outage))
     except FarmError as exc:
         fail(str(exc), code=1)
 
@@ -105,12 +111,13 @@ def watch_live(render_id: str, coordinator: str, token: str | None) -> dict:
 def fetch_results(render: dict, output: Path | None, save_latents: Path | None, coordinator: str,
                   token: str | None) -> None:
     from farm_cli.client import FarmError
+    from farm_cli.follow import Outage, ride
     from protos.tensors import decode_tensor
 
     try:
         with client(coordinator, token) as farm:
             if output:
-                farm.fetch_output(render["id"], output)
+                ride(lambda: farm.fetch_output(render["id"], output), Outage())
                 typer.echo(f"wrote {output}")
             if save_latents:
                 outputs = {t["id"]: t.get("outputs") or {} for t in render.get("tasks", [])}
@@ -228,5 +235,20 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        for w in rows:
-            typer.echo(f"{w.get('id') or w.get('worker_id')}  {w.get('state', '?'):<8} {w.get('chip', '')}", file=sys.stdout)
+        for w in rows:  # the dashboard's rows: same states (idle, busy, lost, draining, drained), same blocklists
+            blocked = f"  blocklisted for {', '.join(w['blocklisted_for'])}" if w.get("blocklisted_for") else ""
+            typer.echo(f"{w.get('id')}  {w.get('state', '?'):<8} {w.get('chip', '')}{blocked}")
+
+    @app.command()
+    def drain(worker_id: str, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:
+        """Let a worker finish its current task, give it no more, and have it exit."""
+        from farm_cli.client import FarmError
+
+        try:
+            with client(coordinator, token) as farm:
+                found = farm.drain(worker_id)
+        except FarmError as exc:
+            fail(str(exc), code=1)
+        if not found:
+            fail(f"no worker {worker_id}", code=1)
+        typer.echo(f"{worker_id} draining")

@@ -16,6 +16,7 @@ import typer
 
 from farm_cli import common
 from farm_cli.common import fail
+from farm_cli.supervise import Supervisor
 
 
 def ensure_tiny_pack(data: Path) -> Path:
@@ -60,18 +61,23 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
             stack.callback(stop_dashboard, dashboard)
             typer.echo(f"dashboard http://{dashboard_host}:{dash_port}/", err=True)
         address = f"127.0.0.1:{bound}"
-        procs = []
         log_dir = log_dir or data / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        for i in range(workers):
-            log = open(log_dir / f"worker-{i + 1}.log", "ab")  # noqa: SIM115 - closed by the stack
-            stack.callback(log.close)
-            cmd = worker_command(address, token, data / "packs", f"worker-{i + 1}", data / f"cache-{i + 1}")
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
-        stack.callback(_stop_processes, procs)
-        yield address, token, procs
+
+        def spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
+            with open(log_path, "ab") as log:  # the child keeps its own descriptor
+                return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+        commands = [(f"worker-{i + 1}", worker_command(address, token, data / "packs", f"worker-{i + 1}",
+                                                       data / f"cache-{i + 1}"), log_dir / f"worker-{i + 1}.log")
+                    for i in range(workers)]
+        supervisor = Supervisor(commands, spawn)  # restarts a worker that dies, with backoff
+        supervisor.start()
+        stack.callback(lambda: _stop_processes(supervisor.procs))
+        stack.callback(supervisor.halt)
+        yield address, token, supervisor.procs
 
 
 def _stop_processes(procs: list[subprocess.Popen]) -> None:
@@ -102,12 +108,16 @@ def register(app: typer.Typer) -> None:
                     port: Port = common.DEFAULT_PORT, redis_url: RedisUrl = None,
                     dashboard_host: DashHost = "127.0.0.1", dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT,
                     packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Packs workers copy (default DATA/packs).")] = None,
+                    advertise: Annotated[str | None, typer.Option(
+                        "--advertise", help="HOST:PORT standbys send workers and clients to while this one leads.")] = None,
                     ) -> None:
-        """Run the coordinator (gRPC + Redis + dashboard) until Ctrl-C."""
+        """Run the coordinator (gRPC + Redis + dashboard) until Ctrl-C. Several coordinators on one Redis
+        and one shared --data folder elect a leader; the others stand by and take over when it stops."""
         from coordinator.server import run_coordinator
 
         raise typer.Exit(run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
-                                         dashboard_host=dashboard_host, dashboard_port=dashboard_port))
+                                         dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+                                         advertise=advertise))
 
     @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def worker(ctx: typer.Context) -> None:

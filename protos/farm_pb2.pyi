@@ -126,13 +126,27 @@ class WorkerList(_message.Message):
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ...) -> None: ...
 
+class DrainRequest(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+
+class DrainReply(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "capabilities_json")
+    __slots__ = ("worker_id", "capabilities_json", "resumed")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     capabilities_json: str
-    def __init__(self, worker_id: _Optional[str] = ..., capabilities_json: _Optional[str] = ...) -> None: ...
+    resumed: bool
+    def __init__(self, worker_id: _Optional[str] = ..., capabilities_json: _Optional[str] = ..., resumed: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("lease_ms", "heartbeat_ms")
@@ -153,7 +167,7 @@ class LeaseRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class LeaseReply(_message.Message):
-    __slots__ = ("has_task", "task_id", "render_id", "kind", "params_json", "inputs", "fence", "attempts", "lease_ms")
+    __slots__ = ("has_task", "task_id", "render_id", "kind", "params_json", "inputs", "fence", "attempts", "lease_ms", "drain")
     class InputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +184,7 @@ class LeaseReply(_message.Message):
     FENCE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
     has_task: bool
     task_id: str
     render_id: str
@@ -179,7 +194,8 @@ class LeaseReply(_message.Message):
     fence: int
     attempts: int
     lease_ms: int
-    def __init__(self, has_task: _Optional[bool] = ..., task_id: _Optional[str] = ..., render_id: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., inputs: _Optional[_Mapping[str, str]] = ..., fence: _Optional[int] = ..., attempts: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    drain: bool
+    def __init__(self, has_task: _Optional[bool] = ..., task_id: _Optional[str] = ..., render_id: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., inputs: _Optional[_Mapping[str, str]] = ..., fence: _Optional[int] = ..., attempts: _Optional[int] = ..., lease_ms: _Optional[int] = ..., drain: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("task_id", "worker_id", "fence", "progress_json")
@@ -229,12 +245,14 @@ class FailRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("status", "message")
+    __slots__ = ("status", "message", "drain")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
     status: TaskStatus
     message: str
-    def __init__(self, status: _Optional[_Union[TaskStatus, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    drain: bool
+    def __init__(self, status: _Optional[_Union[TaskStatus, str]] = ..., message: _Optional[str] = ..., drain: _Optional[bool] = ...) -> None: ...
 
 class BlobChunk(_message.Message):
     __slots__ = ("sha256", "data")

@@ -73,6 +73,11 @@ class FarmClientStub:
                 request_serializer=farm__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=farm__pb2.WorkerList.FromString,
                 _registered_method=True)
+        self.DrainWorker = channel.unary_unary(
+                '/ltxfarm.v1.FarmClient/DrainWorker',
+                request_serializer=farm__pb2.DrainRequest.SerializeToString,
+                response_deserializer=farm__pb2.DrainReply.FromString,
+                _registered_method=True)
 
 
 class FarmClientServicer:
@@ -125,6 +130,14 @@ class FarmClientServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DrainWorker(self, request, context):
+        """Ask a worker to finish its current task, take no more and exit (it hears it on its next
+        lease or heartbeat reply); shown as "draining" until it registers again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +175,11 @@ def add_FarmClientServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=farm__pb2.ListWorkersRequest.FromString,
                     response_serializer=farm__pb2.WorkerList.SerializeToString,
+            ),
+            'DrainWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainWorker,
+                    request_deserializer=farm__pb2.DrainRequest.FromString,
+                    response_serializer=farm__pb2.DrainReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +373,33 @@ class FarmClient:
             '/ltxfarm.v1.FarmClient/ListWorkers',
             farm__pb2.ListWorkersRequest.SerializeToString,
             farm__pb2.WorkerList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmClient/DrainWorker',
+            farm__pb2.DrainRequest.SerializeToString,
+            farm__pb2.DrainReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,10 +26,11 @@ from typing import Any
 import grpc
 import numpy as np
 
-from coordinator.auth import CHANNEL_OPTIONS, auth_metadata, read_token
+from coordinator.auth import auth_metadata, read_token
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, encode_tensor
 from worker.blobcache import BlobCache
+from worker.connection import Coordinators
 from worker.packsync import PackSync
 
 log = logging.getLogger("farm.worker")
@@ -36,6 +38,8 @@ log = logging.getLogger("farm.worker")
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 RPC_TIMEOUT_S = 30.0
 TRANSFER_TIMEOUT_S = 1800.0
+RECONNECT_MAX_S = 2.0  # the agent's own retry backoff cap (grpc's reconnect backoff is capped alike)
+RESULT_RETRY_S = 60.0  # how long a finished result is offered (across a coordinator failover)
 STOP_GRACE_S = 1.0  # on stop, how long an in-flight Lease reply may take to land
 DEFAULT_CAPABILITIES = ("mlx",)
 
@@ -77,13 +81,17 @@ class _Heartbeat(threading.Thread):
                 fence=self.lease.fence,
                 progress_json=json.dumps(self.progress),
             )
+            address = self.agent.address
             try:
                 reply = self.agent.worker.Heartbeat(
                     request, timeout=RPC_TIMEOUT_S, metadata=self.agent.metadata
                 )
             except grpc.RpcError as exc:  # coordinator away: keep working, the next beat may land
                 log.warning("heartbeat for %s failed: %s", self.lease.task_id, exc.code())
+                self.agent.coordinators.follow(exc, address)  # a standby named the leader: beat there
                 continue
+            if reply.drain:
+                self.agent.drain()
             if reply.status in (farm_pb2.CANCEL, farm_pb2.STALE):
                 self.stop_reason = "cancelled" if reply.status == farm_pb2.CANCEL else "lease lost (stale)"
                 log.info("task %s: %s", self.lease.task_id, self.stop_reason)
@@ -108,25 +116,43 @@ class Agent:
         wait_ms: int = 10_000,
         pack_max_bytes_per_s: float | None = None,
     ) -> None:
-        self.address = address
+        self.coordinators = Coordinators(address)  # "host:port[,host:port...]": the leader is followed
         self.runner = runner
-        self.worker_id = worker_id or socket.gethostname().split(".")[0]
+        self.worker_id = worker_id or default_worker_id()
         self.metadata = auth_metadata(token)
         self.wait_ms = wait_ms
         self.cache = BlobCache(cache_dir or Path.home() / ".cache" / "ltx-farm" / "blobs")
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-        self.worker = farm_pb2_grpc.FarmWorkerStub(self.channel)
-        self.blobs = farm_pb2_grpc.FarmBlobsStub(self.channel)
         self.stopping = threading.Event()
+        self.draining = threading.Event()  # finish the current task, take no more, exit
+        self._registered_once = False
         self.capabilities: dict = {}
         self.heartbeat_ms = 10_000
         self.tasks_done = 0
         packs_dir = getattr(runner, "packs_dir", None)  # packs it lacks are copied here from the coordinator
-        self.packsync = PackSync(lambda: self.channel, self.metadata, self.worker_id, packs_dir,
+        self.packsync = PackSync(self.coordinators.channel, self.metadata, self.worker_id, packs_dir,
                                  pack_max_bytes_per_s) if packs_dir else None
+
+    @property
+    def address(self) -> str:
+        """The coordinator this agent talks to now."""
+        return self.coordinators.address
+
+    @property
+    def worker(self) -> farm_pb2_grpc.FarmWorkerStub:
+        return self.coordinators.worker()
+
+    @property
+    def blobs(self) -> farm_pb2_grpc.FarmBlobsStub:
+        return self.coordinators.blobs()
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def drain(self) -> None:
+        """Finish the current task, take no more, exit (SIGUSR1, or the coordinator's drain mark)."""
+        if not self.draining.is_set():
+            log.info("draining: finishing the current task, then exiting")
+        self.draining.set()
 
     # ------------------------------------------------------------------ main loop
 
@@ -134,7 +160,8 @@ class Agent:
         """Serve until stopped. Returns a process exit code."""
         backoff = 0.5
         registered = False
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and not self.draining.is_set():
+            address = self.address
             try:
                 if not registered:
                     self.register()
@@ -155,19 +182,23 @@ class Agent:
                 if exc.code() not in RETRY_CODES and exc.code() != grpc.StatusCode.CANCELLED:
                     log.error("coordinator error %s: %s", exc.code(), exc.details())
                 else:
-                    log.warning("coordinator at %s unreachable; retrying in %.1fs", self.address, backoff)
+                    log.warning("coordinator at %s unreachable; retrying in %.1fs", address, backoff)
+                self.coordinators.follow(exc, address)
                 registered = False
                 self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 15.0)
-        self.channel.close()
+                backoff = min(backoff * 2, RECONNECT_MAX_S)
+        if self.draining.is_set():
+            log.info("drained: exiting")
+        self.coordinators.close()
         return 0
 
     def register(self) -> None:
         self.capabilities = dict(self.runner.capabilities())
         request = farm_pb2.WorkerInfo(
-            worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities)
+            worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities), resumed=self._registered_once
         )
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
+        self._registered_once = True
         self.heartbeat_ms = int(reply.heartbeat_ms) or max(1, int(reply.lease_ms) // 3)
         log.info("registered %s with %s (heartbeat %d ms)", self.worker_id, self.address, self.heartbeat_ms)
 
@@ -199,6 +230,8 @@ class Agent:
                     return None
                 break
         reply = future.result()
+        if reply.drain:
+            self.drain()
         if not reply.has_task:
             return None
         if self.stopping.is_set():
@@ -247,7 +280,7 @@ class Agent:
                 outputs=shas,
                 metrics_json=json.dumps(metrics, default=float),
             )
-            reply = self._retrying(self.worker.Complete, request)
+            reply = self._retrying(lambda stub: stub.Complete, request)
             status = farm_pb2.TaskStatus.Name(reply.status)
             if reply.message:
                 log.warning("task %s result refused: %s", lease.task_id, reply.message)
@@ -277,25 +310,26 @@ class Agent:
             error=error[:4000],
             retryable=retryable,
         )
-        reply = self._retrying(self.worker.Fail, request)
+        reply = self._retrying(lambda stub: stub.Fail, request)
         status = farm_pb2.TaskStatus.Name(reply.status)
         log.info(
             "task %s reported failed (%s): %s", lease.task_id, error.splitlines()[0] if error else "", status
         )
         return status
 
-    def _retrying(self, method: Callable, request: Any, attempts: int = 6) -> Any:
-        """Results are idempotent under the fence, so a lost reply is safe to resend."""
-        delay = 0.5
-        for attempt in range(attempts):
+    def _retrying(self, pick: Callable[[farm_pb2_grpc.FarmWorkerStub], Callable], request: Any) -> Any:
+        """Results are idempotent under the fence, so a lost reply is safe to resend: for RESULT_RETRY_S,
+        following the leader (a standby that took over commits it as the old leader would have)."""
+        delay, give_up = 0.5, time.monotonic() + RESULT_RETRY_S
+        while True:
+            address = self.address
             try:
-                return method(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
+                return pick(self.worker)(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
             except grpc.RpcError as exc:
-                if exc.code() not in RETRY_CODES or attempt == attempts - 1:
+                if not self.coordinators.follow(exc, address) or time.monotonic() > give_up:
                     raise
                 time.sleep(delay)
-                delay = min(delay * 2, 10.0)
-        raise AssertionError("unreachable")
+                delay = min(delay * 2, RECONNECT_MAX_S)
 
     # ------------------------------------------------------------------ blobs
 
@@ -333,6 +367,24 @@ class Agent:
         return reply.sha256
 
 
+def default_worker_id() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def request_drain(coordinator: str, token: str, worker_id: str) -> int:
+    """`farm worker --drain`: mark this Mac's worker draining on the farm (the leader is followed)."""
+    from farm_cli.client import FarmClient, FarmError
+
+    try:
+        with FarmClient(coordinator, token) as farm:
+            found = farm.drain(worker_id)
+    except FarmError as exc:
+        print(f"farm: {exc}", file=sys.stderr)
+        return 1
+    print(f"{worker_id} {'draining' if found else 'is not a registered worker'}")
+    return 0 if found else 1
+
+
 def _token(args: argparse.Namespace) -> str:
     if args.token:
         return args.token
@@ -345,7 +397,8 @@ def _token(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="farm worker", description="Run a farm worker on this Mac.")
-    parser.add_argument("--coordinator", required=True, help="HOST:PORT of the coordinator")
+    parser.add_argument("--coordinator", default=os.environ.get("FARM_COORDINATOR"),
+                        help="HOST:PORT of the coordinator, or a comma-separated list (leader + standbys)")
     parser.add_argument("--token", default=None)
     parser.add_argument("--token-file", type=Path, default=None)
     parser.add_argument("--worker-id", default=None)
@@ -355,8 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tasks", type=int, default=None)
     parser.add_argument("--pack-max-mbps", type=float, default=None,
                         help="cap copying packs from the coordinator at this many MB/s (default: no cap)")
+    parser.add_argument("--drain", action="store_true",
+                        help="ask the running worker with this id to finish its task, take no more and exit")
     args = parser.parse_args(argv)
+    if not args.coordinator:
+        parser.error("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.drain:
+        return request_drain(args.coordinator, _token(args), args.worker_id or default_worker_id())
     agent = Agent(
         args.coordinator,
         _token(args),
@@ -368,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
+    signal.signal(signal.SIGUSR1, lambda *_: agent.drain())
     return agent.run(max_tasks=args.max_tasks)
 
 

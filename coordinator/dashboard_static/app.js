@@ -165,7 +165,8 @@ function drawWorkers() {
   $("workers").tBodies[0].replaceChildren(...S.workers.map((w) => h("tr", {},
     h("td", {}, two(w.id, w.host || "–")),
     h("td", {}, two(w.chip || "–", [w.memory_bytes ? bytes(w.memory_bytes) : "?", w.mlx_device || "?"].join(" · "))),
-    h("td", {}, pill(w.state)), h("td", { title: w.current_task }, (w.current_task || "–").replace(/^r\d{8}-[^.]*\./, "")),
+    h("td", {}, pill(w.state), ...(w.blocklisted_for || []).map((r) => [" ", pill("blocklisted"), ` for ${shortId(r)}`])),
+    h("td", { title: w.current_task }, (w.current_task || "–").replace(/^r\d{8}-[^.]*\./, "")),
     h("td", {}, w.tasks_done), h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"),
     h("td", {}, w.failures), h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) : "–"),
     h("td", { class: "packs" }, packsCell(w)))));

@@ -16,6 +16,13 @@ local NOW = (function()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end)()
 
+-- Leadership fence: a coordinator passes its leadership epoch as KEYS[1] (the scripts build their keys
+-- from ARGV, so KEYS is free for it). Once another coordinator has taken the lease, the epoch has
+-- moved on and every write of the old leader is refused here, before it touches anything.
+if KEYS[1] and KEYS[1] ~= (redis.call('HGET', key('leader'), 'epoch') or '') then
+  return redis.error_reply('farm: not the leader (epoch ' .. KEYS[1] .. ' is over)')
+end
+
 local function emit(render, ev)
   ev.ts = NOW
   return redis.call('XADD', key('events', render), 'MAXLEN', '~', MAXLEN, '*', 'e', cjson.encode(ev))

@@ -2,6 +2,7 @@
 -- Returns {task id, the task's hash as a flat list}, or nil when nothing is ready.
 local worker = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
+if redis.call('HGET', key('worker', worker), 'drain') == '1' then return false end  -- draining: no more
 for i = 5, #ARGV do
   local q = key('ready', ARGV[i])
   local popped = redis.call('ZPOPMIN', q)

@@ -81,12 +81,13 @@ def _holder(components: list[str], problems: dict | None = None) -> dict:
 
 def test_tasks_name_the_components_they_need():
     tasks = {t["id"].removeprefix("r."): t for t in _plan(pack="p", image={"blob": "ab" * 32})}
-    assert tasks["text"]["needs"] == {"pack": "p", "components": ["text_encoder", "connector"]}
-    assert tasks["stage1"]["needs"]["components"] == ["transformer"]
-    assert tasks["upsample"]["needs"]["components"] == ["spatial_upscaler", "vae_decoder"]
-    assert tasks["image_s1"]["needs"]["components"] == ["vae_encoder"]
+    assert tasks["text"]["params"]["needs"] == ["text_encoder", "connector"] and tasks["text"]["params"]["pack"] == "p"
+    assert tasks["stage1"]["params"]["needs"] == ["transformer"]
+    assert tasks["upsample"]["params"]["needs"] == ["spatial_upscaler", "vae_decoder"]
+    assert tasks["image_s1"]["params"]["needs"] == ["vae_encoder"]
     tiled = _plan(pack="p", stage2_tiles="1x2")
-    assert all("needs" not in t for t in tiled if t["capability"] == "coordinator")
+    assert all("needs" not in t["params"] for t in tiled if t["capability"] == "coordinator")
+    assert all("needs" in t["params"] for t in tiled if t["capability"] == "mlx")
 
 
 @pytest.mark.parametrize(("changes", "lacking", "match"), [

@@ -1,0 +1,158 @@
+"""Leadership: which of the coordinators on one Redis serves the farm.
+
+Each coordinator runs a Leadership thread that claims the lease in Redis (coordinator/lua/
+leadership.lua, Redis TIME as the clock) every `lease_ms / 8`. The holder serves: its scheduler,
+reducer and gRPC services run, and every script it runs is fenced with its epoch (common.lua), so
+once another coordinator takes the lease not one write of the old leader lands. The others stand by:
+their gRPC services answer UNAVAILABLE with the leader's address (LeaderGate), and they take over
+when the lease lapses, resuming what a restarted coordinator resumes (Scheduler.start).
+
+A leader that cannot renew (Redis away) stops answering at once and stops calling itself leader
+before its lease can lapse in Redis; if it renews again and nobody took over, it carries on with the
+same epoch, otherwise it stops its loops and stands by.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from coordinator.auth import abort_handler
+from coordinator.reducer import ReducerThread
+from protos.endpoints import standby_details
+
+log = logging.getLogger(__name__)
+
+LEASE_MS = 5_000
+_GATED_PREFIX = "/ltxfarm.v1."
+
+
+class Leadership(threading.Thread):
+    """Claims the lease in a loop and calls on_lead / on_standby when the role changes."""
+
+    def __init__(self, store: Any, address: str, on_lead: Callable[[], None], on_standby: Callable[[], None],
+                 lease_ms: int = LEASE_MS) -> None:
+        super().__init__(name="farm-leadership", daemon=True)
+        self.store, self.address, self.lease_ms = store, address, lease_ms
+        self.on_lead, self.on_standby = on_lead, on_standby
+        self.node = secrets.token_hex(8)
+        self.leading = False  # loops running under our epoch
+        self.serving = threading.Event()  # answer farm RPCs (set only while our lease surely holds)
+        self.leader_address = ""
+        self.epoch = 0
+        self._valid_until = 0.0
+        self._halted = threading.Event()
+        self._redis_down = False
+        store.epoch = "0"  # no epoch is 0: until we lead, every fenced write of ours is refused
+
+    def claim_once(self) -> None:
+        """One claim/renew and what follows from its answer (also called once before start())."""
+        sent = time.monotonic()
+        try:
+            lead, epoch, leader = self.store.claim_leadership(self.node, self.address, self.lease_ms)
+        except Exception as exc:  # noqa: BLE001 - Redis away: we cannot renew, the deadline below decides
+            if not self._redis_down:
+                log.warning("leadership: cannot reach Redis (%s); retrying", type(exc).__name__)
+            self._redis_down = True
+            self._check_deadline()
+            return
+        if self._redis_down:
+            log.info("leadership: Redis is back")
+        self._redis_down = False
+        self.leader_address = leader
+        if lead:
+            self._valid_until = sent + self.lease_ms / 1000 * 0.8  # lapse locally before Redis does
+            self._lead(epoch)
+        elif self.leading:
+            log.warning("leadership: %s took over (epoch %d); standing by", leader or "another coordinator", epoch)
+            self._stand_by()
+
+    def _lead(self, epoch: int) -> None:
+        if self.leading and epoch != self.epoch:
+            self._stand_by()  # lapsed and retaken by someone between our claims: restart clean
+        if not self.leading:
+            self.epoch = epoch
+            self.store.epoch = str(epoch)
+            log.info("leadership: leading the farm on %s (epoch %d)", self.address, epoch)
+            self.on_lead()
+            self.leading = True
+        self.serving.set()
+
+    def _check_deadline(self) -> None:
+        if self.serving.is_set() and time.monotonic() > self._valid_until:
+            log.warning("leadership: lease not renewed in time; not serving until it is")
+            self.serving.clear()
+
+    def _stand_by(self) -> None:
+        self.serving.clear()
+        if self.leading:
+            self.leading = False
+            self.on_standby()
+
+    def run(self) -> None:
+        while not self._halted.wait(self.lease_ms / 8000):
+            self.claim_once()
+
+    def halt(self) -> None:
+        """Stop claiming and answering (the lease is still ours until release() or it lapses)."""
+        self._halted.set()
+        if self.is_alive():
+            self.join(5)
+        self.serving.clear()
+
+    def release(self) -> None:
+        """Hand the lease back at once, so a standby need not wait for it to lapse."""
+        self.halt()
+        try:
+            self.store.claim_leadership(self.node, self.address, 0)
+        except Exception:  # noqa: BLE001 - the lease then lapses by itself
+            log.warning("leadership: could not resign; the lease lapses in %d ms", self.lease_ms)
+
+
+class LeaderGate(grpc.ServerInterceptor):
+    """Farm RPCs reach the servicers only on the serving leader; elsewhere they fail UNAVAILABLE with
+    the leader's address, which workers and clients follow (protos.endpoints)."""
+
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method or ""
+        if handler is None or not method.startswith(_GATED_PREFIX) or self.leadership.serving.is_set():
+            return handler
+        leader = self.leadership.leader_address
+        if leader == self.leadership.address:
+            leader = ""  # our own lease, not renewed in time: nobody to send them to yet
+        return abort_handler(handler, grpc.StatusCode.UNAVAILABLE, standby_details(leader))
+
+
+def set_health(health_servicer: Any, status: int) -> None:
+    for name in ("", "ltxfarm.v1.FarmClient", "ltxfarm.v1.FarmWorker", "ltxfarm.v1.FarmBlobs"):
+        health_servicer.set(name, status)
+
+
+def lead(server: grpc.Server) -> None:
+    """This coordinator took the lease: resume what a restarted coordinator resumes, then serve."""
+    scheduler = server.farm_scheduler  # type: ignore[attr-defined]
+    scheduler.start()
+    reducer = ReducerThread(scheduler.store, scheduler.blobs, scheduler)
+    reducer.start()
+    server.farm_reducer = reducer  # type: ignore[attr-defined]
+    set_health(server.farm_health, health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
+
+
+def stand_by(server: grpc.Server) -> None:
+    """Another coordinator leads now: stop every loop of ours (their writes are fenced anyway)."""
+    set_health(server.farm_health, health_pb2.HealthCheckResponse.NOT_SERVING)  # type: ignore[attr-defined]
+    reducer = getattr(server, "farm_reducer", None)
+    if reducer is not None:
+        reducer.stop()
+    server.farm_scheduler.stop()  # type: ignore[attr-defined]

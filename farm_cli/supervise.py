@@ -1,0 +1,84 @@
+"""`farm up` keeps its local workers running: a worker process that exits is started again after a
+backoff, and the reason is printed. The backoff doubles (1 s up to 30 s) while a worker keeps dying
+within a minute of its start, so a broken install does not spin; a worker that ran a while restarts
+after 1 s. A worker that exits with code 0 meant to (drained, or stopped on purpose) and stays down.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+FIRST_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 30.0
+HEALTHY_AFTER_S = 60.0
+
+
+def exit_reason(code: int) -> str:
+    """'killed by SIGKILL' or 'exit code 3'."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class Supervisor(threading.Thread):
+    """Starts N worker commands and restarts the ones that die; `procs` always holds the live ones."""
+
+    def __init__(self, commands: list[tuple[str, list[str], Path]], spawn: Callable[[list[str], Path],
+                 subprocess.Popen], poll_s: float = 0.2) -> None:
+        super().__init__(name="farm-up-supervisor", daemon=True)
+        self.commands, self.spawn, self.poll_s = commands, spawn, poll_s
+        self.procs: list[subprocess.Popen] = [spawn(cmd, log) for _name, cmd, log in commands]
+        self.restarts = [0] * len(commands)
+        self._started = [time.monotonic()] * len(commands)
+        self._backoff = [FIRST_BACKOFF_S] * len(commands)
+        self._due: list[float | None] = [None] * len(commands)  # when a dead worker starts again
+        self._done = [False] * len(commands)  # exited cleanly: stays down
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.poll_s):
+            for i in range(len(self.commands)):
+                self._check(i)
+
+    def _check(self, i: int) -> None:
+        name, cmd, log = self.commands[i]
+        if self._done[i]:
+            return
+        if self._due[i] is not None:
+            if time.monotonic() >= self._due[i]:
+                self._due[i] = None
+                self.procs[i] = self.spawn(cmd, log)
+                self._started[i] = time.monotonic()
+                self.restarts[i] += 1
+                typer.echo(f"farm up: {name} started again (pid {self.procs[i].pid})", err=True)
+            return
+        code = self.procs[i].poll()
+        if code is None:
+            return
+        ran = time.monotonic() - self._started[i]
+        if code == 0:
+            self._done[i] = True
+            typer.echo(f"farm up: {name} exited cleanly after {ran:.0f}s (drained or stopped); not restarting",
+                       err=True)
+            return
+        wait = FIRST_BACKOFF_S if ran >= HEALTHY_AFTER_S else self._backoff[i]
+        self._backoff[i] = min(wait * 2, MAX_BACKOFF_S)
+        self._due[i] = time.monotonic() + wait
+        typer.echo(f"farm up: {name} (pid {self.procs[i].pid}) {exit_reason(code)} after {ran:.0f}s; "
+                   f"restarting in {wait:.0f}s (log {log})", err=True)
+
+    def halt(self) -> None:
+        """Stop restarting (before the workers are stopped on purpose)."""
+        self._halt.set()
+        if self.is_alive():
+            self.join(5)

@@ -1,0 +1,175 @@
+"""Coordinator outages under a real render (real Redis, coordinator and worker processes, the CLI's
+`farm submit --wait`): a standby takes over a killed leader within 10 s, and a lone coordinator killed
+and started again; either way every worker and the waiting client follow by themselves, the client
+exits 0 with the mp4, and the render equals `farm render --local` bit for bit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from coordinator.auth import load_or_create_token
+from farm_cli.client import FarmClient, FarmError
+from farm_cli.common import advanced_spec, render_spec
+from farm_cli.local import render_local
+from tests.farm.farm_harness import ROOT, assert_identical, farm_results, local_results, start_worker
+
+CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
+ARGS = ["-p", "a fox", "-H", "256", "-W", "384", "-f", "25", "--seed", "3", "--pack", "tiny"]
+
+
+def cli_spec() -> dict:
+    """The spec `farm submit ARGS` sends, built by the same functions."""
+    spec, _ = render_spec("a fox", 256, 384, 25, 24.0, 3, "tiny", None, False)
+    return spec | advanced_spec(None, 5, None, 0, "auto", None)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_packs, local_runner, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "ref.mp4"
+    path, outputs, blobs = render_local(cli_spec(), out, local_runner)
+    return path, local_results(outputs, blobs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_coordinator(redis_url: str, data: Path, port: int, name: str) -> subprocess.Popen:
+    cmd = [*CLI, "coordinator", "--redis-url", redis_url, "--data", str(data), "--port", str(port),
+           "--dashboard-port", "0"]
+    with open(data / f"{name}.log", "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def serving_after(address: str, token: str, start: float, timeout: float = 30) -> float:
+    """Seconds from `start` until the coordinator at `address` answers a farm RPC."""
+    with FarmClient(address, token, timeout=2) as farm:
+        while time.monotonic() - start < timeout:
+            try:
+                farm.list(1)
+                return time.monotonic() - start
+            except FarmError:
+                time.sleep(0.1)
+    raise AssertionError(f"{address} did not serve within {timeout} s")
+
+
+def submit_wait(addresses: str, token: str, out: Path) -> subprocess.Popen:
+    cmd = [*CLI, "submit", *ARGS, "--wait", "-o", str(out), "--coordinator", addresses, "--token", token]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def wait_for_lease(store, suffix: str, timeout: float = 120) -> str:
+    """The render id once its task `*{suffix}` is leased (the moment to pull the plug)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for render in store.list_renders(5):
+            for task in store.render_tasks(render["id"]):
+                if task["id"].endswith(suffix) and task["state"] in ("leased", "done"):
+                    return render["id"]
+        time.sleep(0.05)
+    raise AssertionError(f"no {suffix} lease within {timeout} s")
+
+
+def mp4_frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as container:
+        return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+
+
+def check_client_and_result(client: subprocess.Popen, out: Path, address: str, token: str, reference) -> str:
+    """The waiting client exited 0 with the mp4, said one line about the outage, and the result is
+    bit-identical to the local reference. Returns the client's stdout."""
+    try:
+        stdout, err = client.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        raise
+    assert client.returncode == 0, err[-3000:]
+    assert err.count("lost the coordinator") == 1, err[-3000:]
+    local_mp4, local_arrays = reference
+    assert all((a == b).all() for a, b in zip(mp4_frames(out), mp4_frames(local_mp4), strict=True))
+    with FarmClient(address, token, timeout=30) as farm:
+        render = farm.get(farm.list(1)[0]["id"])
+        assert_identical(farm_results(farm, render), local_arrays)
+    return stdout
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.timeout(420)
+def test_standby_takes_over_a_killed_leader_and_everyone_follows(store, redis_url, tmp_data, tiny_packs,
+                                                                  reference, tmp_path):
+    token = load_or_create_token(tmp_data)  # one data folder for both: token and blobs are shared
+    ports = free_port(), free_port()
+    leader, standby = (f"127.0.0.1:{p}" for p in ports)
+    procs = [start_coordinator(redis_url, tmp_data, ports[0], "coord-a")]
+    try:
+        serving_after(leader, token, time.monotonic())
+        procs.append(start_coordinator(redis_url, tmp_data, ports[1], "coord-b"))
+        both = f"{leader},{standby}"
+        procs += [start_worker(both, token, tiny_packs, f"w{i}", tmp_data) for i in (1, 2)]
+        out = tmp_path / "out.mp4"
+        client = submit_wait(both, token, out)
+        procs.append(client)
+        render_id = wait_for_lease(store, ".stage1")
+        time.sleep(0.3)  # into the denoising loop: a task is in flight across the failover
+        assert store.leader()["address"] == leader
+        killed = time.monotonic()
+        os.kill(procs[0].pid, signal.SIGKILL)
+        took = serving_after(standby, token, killed)
+        print(f"standby served {took:.2f} s after the leader's kill -9")
+        assert took < 10, took
+        assert store.leader()["address"] == standby
+        check_client_and_result(client, out, standby, token, reference)
+        tasks = store.render_tasks(render_id)
+        after = [t for t in tasks if int(t["done_ms"]) > int(store.leader()["since_ms"])]
+        assert {t["worker"] for t in after} & {"w1", "w2"}, "no worker followed the new leader"
+        assert all(t["state"] == "done" for t in tasks)
+    finally:
+        stop_all(procs)
+
+
+@pytest.mark.timeout(420)
+def test_wait_client_rides_through_a_coordinator_restart(store, redis_url, tmp_data, tiny_packs, reference,
+                                                         tmp_path):
+    token = load_or_create_token(tmp_data)
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    procs = [start_coordinator(redis_url, tmp_data, port, "coord-1")]
+    try:
+        serving_after(address, token, time.monotonic())
+        procs += [start_worker(address, token, tiny_packs, f"w{i}", tmp_data) for i in (1, 2)]
+        out = tmp_path / "out.mp4"
+        client = submit_wait(address, token, out)
+        procs.append(client)
+        wait_for_lease(store, ".stage2")
+        os.kill(procs[0].pid, signal.SIGKILL)
+        time.sleep(1.0)
+        procs[0] = start_coordinator(redis_url, tmp_data, port, "coord-2")  # waits out the dead one's lease
+        stdout = check_client_and_result(client, out, address, token, reference)
+        assert f"wrote {out}" in stdout
+    finally:
+        stop_all(procs)

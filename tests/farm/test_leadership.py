@@ -1,0 +1,82 @@
+"""The coordinators' leadership lease and its fence, on a real Redis: one leader at a time, a lapsed
+lease is taken with a new epoch, and the old leader's writes are refused from then on."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from coordinator.store import FarmStore, NotLeader
+from protos import farm_pb2, farm_pb2_grpc
+from protos.endpoints import Endpoints, leader_hint, parse_addresses, standby_details
+
+TASK = {"id": "r1.a", "kind": "k", "capability": "mlx"}
+
+
+def test_one_leader_renews_and_a_lapsed_lease_moves_with_a_new_epoch(redis_client):
+    a, b = FarmStore(redis_client), FarmStore(redis_client)
+    assert a.claim_leadership("A", "host-a:1", 300) == (True, 1, "host-a:1")
+    assert b.claim_leadership("B", "host-b:1", 300) == (False, 1, "host-a:1")
+    assert a.claim_leadership("A", "host-a:1", 300) == (True, 1, "host-a:1")  # a renewal keeps the epoch
+    time.sleep(0.4)  # A stops renewing: the lease lapses by Redis TIME
+    assert b.claim_leadership("B", "host-b:1", 300) == (True, 2, "host-b:1")
+    assert a.claim_leadership("A", "host-a:1", 300) == (False, 2, "host-b:1")
+    assert b.claim_leadership("B", "host-b:1", 0) == (False, 2, "")  # resign: free at once
+    assert a.claim_leadership("A", "host-a:1", 300) == (True, 3, "host-a:1")
+
+
+def test_the_old_leaders_writes_are_refused_once_another_leads(redis_client):
+    old, new = FarmStore(redis_client), FarmStore(redis_client)
+    _, epoch, _ = old.claim_leadership("A", "a:1", 200)
+    old.epoch = str(epoch)
+    old.create_render("r1", {}, [dict(TASK)])
+    time.sleep(0.3)
+    _, epoch2, _ = new.claim_leadership("B", "b:1", 5000)
+    new.epoch = str(epoch2)
+    with pytest.raises(NotLeader):
+        old.lease("w1", ["mlx"], 1000)
+    with pytest.raises(NotLeader):
+        old.cancel_render("r1")
+    assert new.get_render("r1")["state"] == "queued"
+    assert new.lease("w1", ["mlx"], 1000)["id"] == "r1.a"
+
+
+def test_address_lists_follow_the_named_leader_else_the_next():
+    assert parse_addresses(" a:1, b:2 ,a:1") == ["a:1", "b:2"]
+    with pytest.raises(ValueError):
+        parse_addresses(" , ")
+    ends = Endpoints("a:1,b:2,c:3")
+    assert ends.move("a:1") == "b:2"
+    assert ends.move("a:1") == "b:2"  # a stale failure (another thread moved on) changes nothing
+    assert ends.move("b:2", standby_details("c:3")) == "c:3"
+    assert ends.move("c:3", standby_details("d:4")) == "d:4" and ends.addresses[-1] == "d:4"
+    assert leader_hint(standby_details("")) is None and ends.move("d:4") == "a:1"
+
+
+@pytest.mark.timeout(60)
+def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(redis_url, tmp_data):
+    from coordinator.redis_server import connect
+    from coordinator.server import serve, stop
+
+    token = "t" * 16
+    lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=1000)
+    standby, standby_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=1000)
+    meta = (("authorization", f"Bearer {token}"),)
+    channel = grpc.insecure_channel(f"127.0.0.1:{standby_port}")
+    stub = farm_pb2_grpc.FarmClientStub(channel)
+    try:
+        assert lead.farm_leadership.leading and not standby.farm_leadership.leading
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ListRenders(farm_pb2.ListRendersRequest(), timeout=5, metadata=meta)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert leader_hint(err.value.details()) == f"127.0.0.1:{lead_port}"
+        stop(lead)  # hands the lease back: the standby leads at its next claim (lease_ms / 8)
+        deadline = time.monotonic() + 5
+        while not standby.farm_leadership.serving.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stub.ListRenders(farm_pb2.ListRendersRequest(), timeout=5, metadata=meta).renders == []
+    finally:
+        channel.close()
+        stop(standby)

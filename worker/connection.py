@@ -1,0 +1,72 @@
+"""The worker's way to its coordinators: one channel per address, and the address it uses now.
+
+A farm may run a standby coordinator next to the leader (`--coordinator a:1,b:2`). A call that finds
+no serving coordinator at the current address (UNAVAILABLE, or a deadline) moves the agent on: to the
+leader a standby named, else to the next address. Channels reconnect with a capped backoff
+(coordinator.auth.CHANNEL_OPTIONS), so a coordinator back after an outage is found within seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from coordinator.auth import CHANNEL_OPTIONS
+from protos import farm_pb2_grpc
+from protos.endpoints import Endpoints
+
+log = logging.getLogger("farm.worker")
+
+MOVE_ON = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class Coordinators:
+    """Channels and stubs per coordinator address; `follow` after a failed call."""
+
+    def __init__(self, addresses: str) -> None:
+        self.endpoints = Endpoints(addresses)
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, tuple[farm_pb2_grpc.FarmWorkerStub, farm_pb2_grpc.FarmBlobsStub]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return self.endpoints.current
+
+    def channel(self, address: str | None = None) -> grpc.Channel:
+        address = address or self.address
+        with self._lock:
+            if address not in self._channels:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                self._channels[address] = channel
+                self._stubs[address] = (farm_pb2_grpc.FarmWorkerStub(channel), farm_pb2_grpc.FarmBlobsStub(channel))
+            return self._channels[address]
+
+    def worker(self) -> farm_pb2_grpc.FarmWorkerStub:
+        address = self.address
+        self.channel(address)
+        return self._stubs[address][0]
+
+    def blobs(self) -> farm_pb2_grpc.FarmBlobsStub:
+        address = self.address
+        self.channel(address)
+        return self._stubs[address][1]
+
+    def follow(self, exc: grpc.RpcError, address: str) -> bool:
+        """After a call to `address` failed with exc: move on when no coordinator serves there.
+        True when exc means "try again (elsewhere)", False for a real refusal."""
+        if exc.code() not in MOVE_ON:
+            return False
+        moved = self.endpoints.move(address, exc.details())
+        if moved != address:
+            log.info("coordinator %s did not answer (%s); trying %s", address, exc.code().name, moved)
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+            self._stubs.clear()
