@@ -31,6 +31,7 @@ MANIFEST = ".farm-manifest.json"
 LIST_TIMEOUT_S = 3600.0   # the coordinator hashes a pack once: tens of GB can take minutes
 FILE_TIMEOUT_S = 6 * 3600.0
 POLL_EVERY_S = 2.0
+RETRY_FAILED_S = 60.0  # a copy that failed (a full disk) is tried again this much later, not every poll
 REPORT_EVERY_S = 0.5
 BLOCK_RETRIES = 3
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -135,6 +136,7 @@ class PackSync:
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self._last_poll = 0.0
+        self._failed: dict[str, float] = {}  # pack -> when its last copy failed
         self._last_report = 0.0
 
     # ------------------------------------------------------------------ what to copy
@@ -156,7 +158,8 @@ class PackSync:
             log.debug("wanted packs not asked: %s", exc.code())
             return
         for pack in reply.packs:
-            self.start(pack)
+            if time.monotonic() - self._failed.get(pack, -RETRY_FAILED_S) >= RETRY_FAILED_S:
+                self.start(pack)
 
     def start(self, pack: str) -> threading.Thread:
         with self._lock:
@@ -193,6 +196,7 @@ class PackSync:
         except (PackSyncError, OSError, grpc.RpcError) as exc:
             message = str(exc) if not isinstance(exc, grpc.RpcError) else f"{exc.code().name}: {exc.details()}"
             log.error("pack %s: copy stopped: %s", pack, message)
+            self._failed[pack] = time.monotonic()
             self._report(pack, state="failed", error=message.splitlines()[0] if message else "", force=True)
 
     # ------------------------------------------------------------------ the copy

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -28,13 +29,18 @@ BIG_BYTES = 256 << 20
 SPEC = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate": 24.0, "seed": 5}
 
 
-def start_worker(address: str, token: str, packs: Path, name: str, data: Path, *extra: str) -> subprocess.Popen:
+def start_worker(address: str, token: str, packs: Path, name: str, data: Path, *extra: str,
+                 max_file_bytes: int | None = None) -> subprocess.Popen:
     from farm_cli.services import worker_command
+
+    def full_disk() -> None:  # for real: a write past the limit fails with EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
 
     cmd = [*worker_command(address, token, packs, name, data / f"cache-{name}", wait_ms=500), *extra]
     log = open(data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            cwd=ROOT)
+                            cwd=ROOT, preexec_fn=full_disk if max_file_bytes else None)
 
 
 def end(proc: subprocess.Popen) -> None:
@@ -143,6 +149,34 @@ def test_killed_copy_resumes_refetches_a_corrupt_block_and_loads_nothing_early(
     assert "did not check" not in log  # the corrupt block was cut at resume, before any byte was streamed
     with FarmClient(address, token, timeout=30) as client:
         client.cancel(render_id)
+
+
+@pytest.mark.timeout(120)
+def test_copy_onto_a_full_disk_stops_with_one_line_and_loads_nothing(
+        store, coordinator, tiny_packs: Path, tmp_data: Path, tmp_path: Path):
+    from farm_cli.client import FarmClient
+
+    address, token, shelf_dir = coordinator
+    shutil.copytree(tiny_packs / "tiny", shelf_dir / "p", ignore=shutil.ignore_patterns(".*"))
+    packs = tmp_path / "worker-packs"
+    packs.mkdir()
+    with FarmClient(address, token, timeout=30) as client:
+        render_id = client.submit({**SPEC, "pack": "p"})
+    worker = start_worker(address, token, packs, "w3", tmp_data, max_file_bytes=2_000_000)  # vae_encoder: 5.6 MB
+    try:
+        sync = wait_for(lambda: worker_record(store, "w3").get("pack_sync", {}).get("p", {}).get("state") == "failed"
+                        and worker_record(store, "w3")["pack_sync"]["p"], 90, "the copy to fail", poll=0.2)
+        assert worker.poll() is None  # the worker stays up for its other packs
+    finally:
+        end(worker)
+        with FarmClient(address, token, timeout=30) as client:
+            client.cancel(render_id)
+    assert sync["error"].startswith("disk full writing") and "nothing partial is loaded" in sync["error"]
+    assert not (packs / "p").exists()
+    staged = packs / STAGING / "p"
+    for path in staged.rglob("*"):  # whole files under their names; the cut one only as .part
+        if path.is_file() and not path.name.startswith("."):
+            assert path.name.endswith(".part") or sha(path) == sha(shelf_dir / "p" / path.relative_to(staged)), path
 
 
 @pytest.mark.timeout(600)
