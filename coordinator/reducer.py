@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from coordinator.retry import Backoff, GaveUp, Outage, retry
+from coordinator.store import is_transient
 from ltx_engine import dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
 from protos.tensors import encode_tensor
@@ -88,7 +90,12 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
 
 
 class ReducerThread(threading.Thread):
-    """Leases `coordinator` tasks from the store and runs them next to the blob store."""
+    """Leases `coordinator` tasks from the store and runs them next to the blob store.
+
+    Redis or blob errors never end it: it waits them out (one log line per outage), and every result or
+    failure it owes the store is retried until it lands. Leases held under REDUCER_ID are reclaimed when
+    it starts and after an outage: it runs one task at a time, so between tasks any such lease is an
+    orphan (of a previous coordinator process, or a commit that a Redis restart lost)."""
 
     def __init__(self, store, blobs, scheduler, lease_ms: int = 60_000, idle_s: float = 0.25):
         super().__init__(name="farm-reducer", daemon=True)
@@ -100,30 +107,66 @@ class ReducerThread(threading.Thread):
         self.stopping.set()
 
     def run(self) -> None:
+        outage, backoff = Outage("reducer", log), Backoff()
+        self._reclaim()
         while not self.stopping.is_set():
             try:
                 task = self.store.lease(REDUCER_ID, [CAPABILITY], self.lease_ms)
-            except Exception:  # noqa: BLE001 - Redis away: try again shortly
-                log.exception("reducer lease failed")
-                task = None
+            except Exception as exc:  # noqa: BLE001 - Redis away (or worse): wait, never die
+                if not is_transient(exc):
+                    log.exception("reducer lease failed")
+                outage.failed(exc)
+                self.stopping.wait(backoff.delay())
+                continue
+            if outage.ok():
+                backoff.reset()
+                self._reclaim()
+                continue
             if task is None:
                 self.scheduler.wait_for_work(self.idle_s)
                 continue
             self._run_one(task)
 
+    def _reclaim(self) -> None:
+        try:
+            lost = self._landed(lambda: self.store.lose_leases(REDUCER_ID, reason="reclaimed by the coordinator"))
+        except GaveUp:
+            return
+        if lost:
+            log.info("reducer reclaimed its orphaned leases: %s", ", ".join(lost))
+            self.scheduler.wake()
+
+    def _landed(self, fn):
+        """fn() retried through transient errors until it lands (or the reducer stops)."""
+        return retry(fn, "reducer", transient=is_transient, log=log, stop=self.stopping)
+
+    def _compute(self, task: dict) -> dict[str, str]:
+        inputs = {name: self.blobs.read_tensor(sha) for name, sha in task["inputs"].items()}
+        outputs = run_reduce_task(task["kind"], task["params"], inputs)
+        return {name: self.blobs.put_bytes(encode_tensor(array)) for name, array in outputs.items()}
+
     def _run_one(self, task: dict) -> None:
         start = time.perf_counter()
         try:
-            inputs = {name: self.blobs.read_tensor(sha) for name, sha in task["inputs"].items()}
-            outputs = run_reduce_task(task["kind"], task["params"], inputs)
-            shas = {name: self.blobs.put_bytes(encode_tensor(array)) for name, array in outputs.items()}
+            shas = self._landed(lambda: self._compute(task))
+        except GaveUp:
+            return  # stopping: the lease is reclaimed by the next reducer
         except Exception as exc:  # noqa: BLE001 - reported on the task, the render fails with the text
             log.exception("reducer task %s failed", task["id"])
-            self.store.fail(task["id"], REDUCER_ID, int(task["fence"]), f"{type(exc).__name__}: {exc}", False)
-            self.scheduler.wake()
+            error = f"{type(exc).__name__}: {exc}"
+            self._report(lambda: self.store.fail(task["id"], REDUCER_ID, int(task["fence"]), error, False))
             return
         metrics = {"seconds": round(time.perf_counter() - start, 4)}
-        status = self.store.complete(task["id"], REDUCER_ID, int(task["fence"]), shas, metrics)
-        self.scheduler.wake()
+        status = self._report(lambda: self.store.complete(task["id"], REDUCER_ID, int(task["fence"]), shas, metrics))
         if status == "render_ready":
             self.scheduler.start_assembly(task["render"])
+
+    def _report(self, fn) -> str | None:
+        """A result or failure retried until it lands; a reply lost in a blip reads 'stale' on the retry,
+        and the scheduler's assembly sweep still finds a render that became ready."""
+        try:
+            status = self._landed(fn)
+        except GaveUp:
+            return None
+        self.scheduler.wake()
+        return status

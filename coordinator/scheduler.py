@@ -14,14 +14,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coordinator.blobstore import BlobError, BlobStore
+from coordinator.retry import Backoff, GaveUp, Outage, retry
+from coordinator.store import is_transient
 
 log = logging.getLogger(__name__)
 
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled", "canceled"})
+SWEEP_EVERY_S = 2.0  # how often the housekeeping loop looks for renders whose assembly is due
+
+
+@dataclass(frozen=True)
+class StuckLimits:
+    """When a running task is flagged stuck (soft) and when it is taken away and re-queued (hard):
+    max(floor, factor x the mean time of finished tasks of its kind). Floors are generous because the
+    first task of a kind has no mean yet, and a big stage 1 on a small Mac takes many minutes."""
+
+    soft_floor_s: float = 600.0
+    soft_factor: float = 3.0
+    hard_floor_s: float = 7200.0
+    hard_factor: float = 10.0
 
 
 def as_dict(value: Any) -> dict:
@@ -55,8 +71,10 @@ class Scheduler:
         lease_ms: int = 30_000,
         poll_s: float = 0.05,
         expiry_interval_s: float = 1.0,
+        stuck: StuckLimits | None = None,
     ) -> None:
         self.store = store
+        self.stuck = stuck or StuckLimits()
         self.blobs = blobs
         self.data_dir = Path(data_dir)
         self.lease_ms = lease_ms
@@ -75,7 +93,10 @@ class Scheduler:
         """Resume unfinished assemblies and expire leases; may run again after stop() (a coordinator
         that stood by and leads again)."""
         self._stop.clear()
-        self.resume_assemblies()
+        try:
+            self.resume_assemblies()
+        except Exception as exc:  # noqa: BLE001 - Redis away at start: the housekeeping sweep resumes them
+            log.warning("resuming assemblies at start: %s; the sweep will retry", exc)
         if self._expiry is None or not self._expiry.is_alive():
             self._expiry = threading.Thread(target=self._expiry_loop, name="lease-expiry", daemon=True)
             self._expiry.start()
@@ -89,15 +110,37 @@ class Scheduler:
             t.join(timeout)
 
     def _expiry_loop(self) -> None:
-        """Re-queue tasks whose worker stopped heartbeating (crash, sleep, network loss)."""
+        """Housekeeping: re-queue tasks whose worker stopped heartbeating (frozen, asleep, cut off), flag
+        or take back stuck tasks, and every few seconds resume assemblies a blip interrupted. No error
+        ends it; an outage is logged once when it starts and once when it ends."""
+        outage = Outage("lease expiry", log)
+        last_sweep = 0.0
         while not self._stop.wait(self.expiry_interval_s):
             try:
-                expired = self.store.expire_leases()
-                if expired:
-                    self.wake()
-                    log.info("expired leases: %s", ", ".join(map(str, expired)))
-            except Exception:  # keep the loop alive through a Redis blip
-                log.exception("lease expiry failed")
+                self._expire_and_check()
+                if time.monotonic() - last_sweep >= SWEEP_EVERY_S:
+                    self.resume_assemblies(full=False)
+                    last_sweep = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive through anything
+                if not is_transient(exc) and not outage.down:
+                    log.exception("lease expiry failed")
+                outage.failed(exc)
+                continue
+            outage.ok()
+
+    def _expire_and_check(self) -> None:
+        expired = self.store.expire_leases()
+        if expired:
+            log.info("expired leases: %s", ", ".join(map(str, expired)))
+        s = self.stuck
+        flagged, cancelled = self.store.check_stuck(int(s.soft_floor_s * 1000), s.soft_factor,
+                                                    int(s.hard_floor_s * 1000), s.hard_factor)
+        if flagged:
+            log.warning("tasks running far past their kind's time: %s", ", ".join(flagged))
+        if cancelled:
+            log.warning("stuck tasks taken back from their workers and queued again: %s", ", ".join(cancelled))
+        if expired or cancelled:
+            self.wake()
 
     # ------------------------------------------------------------------ leasing
 
@@ -180,15 +223,20 @@ class Scheduler:
 
     # ------------------------------------------------------------------ assembly
 
-    def resume_assemblies(self) -> list[str]:
-        """After a coordinator restart: renders whose every task is done but whose mp4 was never
-        finished (the old process died assembling, or before it began) are assembled again."""
+    def resume_assemblies(self, full: bool = True) -> list[str]:
+        """Renders whose every task is done but whose mp4 was never finished (a coordinator died
+        assembling, a blip broke the assembly, the reply of the last result was lost) are assembled
+        again. full: scan every render (at start); else only the store's to-assemble set (the sweep)."""
+        if full:
+            due = [str(r["id"]) for r in self.store.list_renders(limit=1000)
+                   if r.get("state") in ("running", "assembling") and int(r.get("remaining") or 0) == 0]
+        else:
+            due = self.store.renders_to_assemble()
         resumed = []
-        for render in self.store.list_renders(limit=1000):
-            if render.get("state") in ("running", "assembling") and int(render.get("remaining") or 0) == 0:
-                log.info("resuming assembly of %s", render["id"])
-                self.start_assembly(str(render["id"]))
-                resumed.append(str(render["id"]))
+        for render_id in due:
+            if self.start_assembly(render_id) is not None:
+                log.info("resuming assembly of %s", render_id)
+                resumed.append(render_id)
         return resumed
 
     def start_assembly(self, render_id: str) -> threading.Thread | None:
@@ -206,20 +254,40 @@ class Scheduler:
         return thread
 
     def _assemble_guarded(self, render_id: str) -> None:
+        """Assemble until it works or fails for a reason waiting cannot fix, then record the outcome,
+        retried until it lands. On stop the render stays due, and the next start resumes it."""
         try:
-            self.store.set_render_state(render_id, "assembling", stage="assemble")
-            path = self.assemble(render_id)
-            self.store.set_render_state(render_id, "done", output=str(path))
-        except Exception as exc:
-            log.exception("assembly of %s failed", render_id)
-            message = f"assembly failed: {type(exc).__name__}: {exc}".splitlines()[0]
-            try:
-                self.store.set_render_state(render_id, "failed", error=message)
-            except Exception:
-                log.exception("could not mark %s failed", render_id)
+            outcome = self._assemble_through_blips(render_id)
+            if outcome is not None:
+                state, fields = outcome
+                retry(lambda: self.store.set_render_state(render_id, state, **fields), f"marking {render_id} {state}",
+                      transient=is_transient, log=log, stop=self._stop)
+        except GaveUp:
+            log.info("assembly of %s interrupted by a stop; it resumes on the next start", render_id)
         finally:
             with self._lock:
                 self._assembling.discard(render_id)
+
+    def _assemble_through_blips(self, render_id: str) -> tuple[str, dict] | None:
+        """("done", {output}) or ("failed", {error}); None when stopping or the render already ended.
+        A transient error (Redis, blob I/O) starts the assembly over after a pause: it is a pure
+        function of the task outputs, so the file comes out the same."""
+        outage, backoff = Outage(f"assembly of {render_id}", log), Backoff(first_s=0.2, max_s=5.0)
+        while not self._stop.is_set():
+            try:
+                if not self.store.set_render_state(render_id, "assembling", stage="assemble"):
+                    return None  # cancelled or finished meanwhile
+                path = self.assemble(render_id)
+                outage.ok()
+                return "done", {"output": str(path)}
+            except Exception as exc:  # noqa: BLE001 - sorted below: wait it out, or fail the render
+                if is_transient(exc):
+                    outage.failed(exc)
+                    self._stop.wait(backoff.delay())
+                    continue
+                log.exception("assembly of %s failed", render_id)
+                return "failed", {"error": f"assembly failed: {type(exc).__name__}: {exc}".splitlines()[0]}
+        return None
 
     def task_outputs(self, render_id: str) -> tuple[dict[str, dict[str, str]], list[dict]]:
         """Each task's outputs by its name in the plan ("decode.t3"), and its run record for the metadata

@@ -28,7 +28,10 @@ from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership, lead, set_health, stand_by
 from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
+from coordinator.presence import Presence, TransientErrors
+from coordinator.retry import retry
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
+from coordinator.store import is_transient
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES
 
@@ -43,6 +46,7 @@ STATUS = {
     "failed": farm_pb2.FAILED,
 }
 MAX_WAIT_MS = 30_000
+WATCH_OUTAGE_S = 60.0  # a Watch waits this long for Redis before it ends UNAVAILABLE (clients reconnect)
 WATCH_BLOCK_MS = 1_000
 
 
@@ -83,6 +87,10 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
             "done_ms",
             "queued_ms",
             "max_attempts",
+            "failures",  # the failure policy's record: raised failures, on which workers, leases lost
+            "failed_on",
+            "lost",
+            "stuck_ms",
         )
         record["tasks"] = [{k: t.get(k) for k in keep if k in t} for t in tasks]
     return farm_pb2.RenderInfo(
@@ -167,16 +175,24 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         render_id = request.render_id
         self._render(render_id, context)
         last = request.after_event_id or "0"
+        gone = threading.Event()
+        context.add_callback(gone.set)
+
+        def landed(fn):  # a Redis blip pauses the relay (logged once); the watcher keeps its stream
+            return retry(fn, f"event relay of {render_id}", transient=is_transient, log=log, stop=gone,
+                         give_up_s=WATCH_OUTAGE_S)
+
         while context.is_active():
-            events = self.store.read_events(render_id, last_id=last, block_ms=WATCH_BLOCK_MS)
+            events = landed(lambda after=last: self.store.read_events(render_id, last_id=after,
+                                                                       block_ms=WATCH_BLOCK_MS))
             for event_id, event in events:
                 last = event_id
                 yield farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event))
             if events and not any(str(e.get("type", "")).startswith("render") for _, e in events):
                 continue  # only task events: the render cannot have ended in this batch
-            render = self.store.get_render(render_id)
+            render = landed(lambda: self.store.get_render(render_id))
             if render is None or render.get("state") in TERMINAL_STATES:
-                for event_id, event in self.store.read_events(render_id, last_id=last):
+                for event_id, event in landed(lambda after=last: self.store.read_events(render_id, last_id=after)):
                     yield farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event))
                 return
 
@@ -209,13 +225,25 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     def DrainWorker(self, request, context):
         return farm_pb2.DrainReply(found=self.store.drain_worker(request.worker_id))
 
+    def Requeue(self, request, context):
+        """Clear the render's blocklist; with a task id, also take that task from its worker."""
+        self._render(request.render_id, context)
+        requeued = bool(request.task_id) and self.store.requeue_task(request.task_id)
+        cleared = self.store.clear_blocklist(request.render_id)
+        self.scheduler.wake()
+        return farm_pb2.RequeueReply(cleared=cleared, requeued=requeued)
+
 
 class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
     """The worker protocol: register, lease (long poll), heartbeat, complete, fail."""
 
-    def __init__(self, store: Any, scheduler: Scheduler) -> None:
+    def __init__(self, store: Any, scheduler: Scheduler, presence: Presence | None = None) -> None:
         self.store = store
         self.scheduler = scheduler
+        self.presence = presence or Presence(store, scheduler.wake)
+
+    def Attach(self, request, context):
+        yield from self.presence.attach(request, context)
 
     def Register(self, request, context):
         if not request.worker_id:
@@ -225,7 +253,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         except ValueError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "capabilities_json is not a JSON object")
         info.setdefault("peer", context.peer())
-        self.store.register_worker(request.worker_id, info, resumed=request.resumed)
+        self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session)
         lease_ms = self.scheduler.lease_ms
         return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3))
 
@@ -239,6 +267,10 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             if self.store.worker_draining(request.worker_id):  # drained: the worker exits on this reply
                 self.store.worker_seen(request.worker_id, "drained", "")
                 return farm_pb2.LeaseReply(has_task=False, drain=True)
+            return farm_pb2.LeaseReply(has_task=False)
+        if not context.is_active():  # the worker left while its lease was granted: give it back now
+            self.store.lose_leases(request.worker_id, "", "the lease reply found no worker", str(task["id"]))
+            self.scheduler.wake()
             return farm_pb2.LeaseReply(has_task=False)
         return farm_pb2.LeaseReply(
             has_task=True,
@@ -328,7 +360,7 @@ def serve(
     token: str | None = None,
     *,
     lease_ms: int = 30_000,
-    max_workers: int = 64,
+    max_workers: int = 256,  # every worker holds a Lease long poll and an Attach stream
     expiry_interval_s: float = 1.0,
     packs_dir: Path | None = None,
     advertise: str | None = None,
@@ -345,14 +377,15 @@ def serve(
     leadership = Leadership(store, "", lambda: lead(server), lambda: stand_by(server), leader_lease_ms)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-rpc"),
-        interceptors=[TokenInterceptor(token), LeaderGate(leadership)],
+        interceptors=[TokenInterceptor(token), LeaderGate(leadership), TransientErrors()],
         options=SERVER_OPTIONS,
     )
     shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
     threading.Thread(target=shelf.warm, name="pack-hashes", daemon=True).start()
     farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(store, scheduler, shelf), server)
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
-    farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler), server)
+    presence = Presence(store, scheduler.wake, leadership.serving.is_set)
+    farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler, presence), server)
     farm_pb2_grpc.add_FarmBlobsServicer_to_server(FarmBlobsServicer(blobs), server)
     set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -363,6 +396,7 @@ def serve(
     server.farm_scheduler = scheduler  # type: ignore[attr-defined]
     server.farm_health = health_servicer  # type: ignore[attr-defined]
     server.farm_leadership = leadership  # type: ignore[attr-defined]
+    server.farm_presence = presence  # type: ignore[attr-defined]
     server.farm_reducer = None  # type: ignore[attr-defined]
     server.start()
     leadership.claim_once()  # a lone coordinator leads before serve() returns
@@ -374,6 +408,9 @@ def serve(
 def stop(server: grpc.Server, grace: float = 2.0) -> None:
     """Stop accepting RPCs, let in-flight ones finish, stop the loops, then hand the lease back so a
     standby takes over at once."""
+    presence = getattr(server, "farm_presence", None)
+    if presence is not None:
+        presence.stopping.set()  # streams our shutdown breaks blame no worker
     leadership = getattr(server, "farm_leadership", None)
     if leadership is not None:
         leadership.halt()
@@ -433,8 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--advertise", default=None, help="HOST:PORT a standby sends workers and clients to")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir,
-                           advertise=args.advertise)
+    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir, advertise=args.advertise)
 
 
 if __name__ == "__main__":

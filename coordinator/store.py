@@ -25,6 +25,12 @@ Keys under the prefix p (default "farm"):
   {p}:workers                 set   worker ids
   {p}:events:{render}         stream  field "e" = event JSON (with "ts"), MAXLEN ~ events_maxlen
   {p}:blob:{sha}              hash  path, size, created_ms
+  {p}:render:{id}:wfail       hash  worker -> tasks of this render that failed on it (blocklist at 3)
+  {p}:to_assemble             set   renders whose every task is done and that have not ended yet
+  {p}:kindtime:{kind}         hash  n, sum_ms: lease-to-done times of finished tasks (the stuck check)
+Render hashes also hold blocklist (workers, space-separated); task hashes failures (raised), failed_on
+(distinct workers, space-separated), lost (leases lost with a worker), stuck_ms, session (the holder
+process); worker hashes session and blocklisted (renders, space-separated).
   {p}:leader                  hash  node, address, epoch, deadline_ms, since_ms (the coordinators' lease)
 
 Task states: waiting (deps pending) -> queued -> leased -> done | failed | cancelled.
@@ -43,15 +49,26 @@ import redis
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
-           "set_priority", "requeue_task", "worker_pack_sync", "leadership", "drain_worker")
+           "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
 
 _TASK_JSON = ("params", "input_refs", "inputs", "deps", "outputs", "metrics", "progress")
-_TASK_INT = ("attempts", "max_attempts", "fence", "leased_ms", "deadline_ms", "queued_ms", "done_ms", "seq")
+_TASK_INT = ("attempts", "max_attempts", "fence", "leased_ms", "deadline_ms", "queued_ms", "done_ms", "seq",
+             "failures", "lost", "stuck_ms")
+# Redis errors that end when the server is back (restart, AOF load, a dropped socket): retried, never fatal.
+REDIS_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error the coordinator waits out: Redis away or loading, or a disk/blob I/O error (not a
+    missing file, which waiting does not bring back)."""
+    if isinstance(exc, REDIS_TRANSIENT):
+        return True
+    return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
 _RENDER_INT = ("created_ms", "started_ms", "finished_ms", "remaining", "total", "priority")
-_WORKER_INT = ("registered_ms", "last_seen_ms", "tasks_done", "failures", "busy_ms")
+_WORKER_INT = ("registered_ms", "last_seen_ms", "tasks_done", "failures", "busy_ms", "lost")
 
 
 @cache
@@ -244,10 +261,14 @@ class FarmStore:
         return dict(zip(caps, pipe.execute(), strict=True))
 
     def _render(self, render_id: str, raw: dict[str, str]) -> dict:
-        return {"id": render_id, **_decode(raw, ("spec",), _RENDER_INT)}
+        out = _decode(raw, ("spec",), _RENDER_INT)
+        out["blocklist"] = str(out.get("blocklist") or "").split()
+        return {"id": render_id, **out}
 
     def _task(self, raw: dict[str, str], task_id: str) -> dict:
-        return {"id": task_id, **_decode(raw, _TASK_JSON, _TASK_INT)}
+        out = _decode(raw, _TASK_JSON, _TASK_INT)
+        out["failed_on"] = str(out.get("failed_on") or "").split()
+        return {"id": task_id, **out}
 
     # ------------------------------------------------------------------ events
 
@@ -268,9 +289,31 @@ class FarmStore:
 
     # ------------------------------------------------------------------ workers
 
-    def register_worker(self, worker_id: str, info: dict, resumed: bool = False) -> None:
-        """Record a worker; a fresh start clears a drain mark, a resumed registration keeps it."""
-        self._run("register_worker", worker_id, json.dumps(info), "1" if resumed else "0")
+    def register_worker(self, worker_id: str, info: dict, resumed: bool = False, session: str = "") -> None:
+        """Record a worker; a fresh start clears a drain mark, a resumed registration keeps it. A new
+        session (a new agent process) returns the leases the worker's last process still held."""
+        self._run("register_worker", worker_id, json.dumps(info), "1" if resumed else "0", session)
+
+    def lose_leases(self, worker_id: str, session: str = "", reason: str = "", task_id: str = "") -> list[str]:
+        """Give back, at once and without spending an attempt, the leases of a worker that vanished (of
+        one session, or any; one task, or all). Marks the worker lost when that session is its current."""
+        reason = reason or f"{worker_id} went away"
+        return list(self._run("lose_leases", worker_id, session, reason, task_id))
+
+    def clear_blocklist(self, render_id: str) -> bool:
+        """Let the render's blocklisted workers lease its tasks again. False if nothing to clear."""
+        return bool(self._run("clear_blocklist", render_id))
+
+    def check_stuck(self, soft_floor_ms: int, soft_factor: float, hard_floor_ms: int,
+                    hard_factor: float) -> tuple[list[str], list[str]]:
+        """(flagged, cancelled): tasks past their kind's soft limit (flagged once), past the hard one."""
+        flagged, cancelled = self._run("check_stuck", int(soft_floor_ms), float(soft_factor),
+                                       int(hard_floor_ms), float(hard_factor))
+        return list(flagged), list(cancelled)
+
+    def renders_to_assemble(self) -> list[str]:
+        """Renders whose every task is done but that have not ended (their assembly is due)."""
+        return sorted(self.client.smembers(self.key("to_assemble")))
 
     def worker_seen(self, worker_id: str, state: str, current_task: str | None) -> None:
         self._run("worker_seen", worker_id, state, current_task or "")
@@ -296,13 +339,14 @@ class FarmStore:
     def worker_stats(self, worker_id: str) -> dict[str, float]:
         """Counters kept by the complete/fail/expiry scripts."""
         w = self._worker(worker_id, self.client.hgetall(self.key("worker", worker_id)))
-        return {"tasks_done": w["tasks_done"], "failures": w["failures"], "busy_s": w["busy_s"]}
+        return {"tasks_done": w["tasks_done"], "failures": w["failures"], "busy_s": w["busy_s"], "lost": w["lost"]}
 
     def _worker(self, worker_id: str, raw: dict[str, str]) -> dict:
         w = _decode(raw, ("info", "pack_sync"), _WORKER_INT)
-        for f in ("tasks_done", "failures", "busy_ms"):
+        for f in ("tasks_done", "failures", "busy_ms", "lost"):
             w.setdefault(f, 0)
         w["busy_s"] = w["busy_ms"] / 1000.0
+        w["blocklisted"] = str(w.get("blocklisted") or "").split()
         return {"id": worker_id, **w}
 
     # ------------------------------------------------------------------ leadership

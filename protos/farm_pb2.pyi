@@ -138,15 +138,29 @@ class DrainReply(_message.Message):
     found: bool
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
+class AttachRequest(_message.Message):
+    __slots__ = ("worker_id", "session")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    session: str
+    def __init__(self, worker_id: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
+
+class AttachReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "capabilities_json", "resumed")
+    __slots__ = ("worker_id", "capabilities_json", "resumed", "session")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_JSON_FIELD_NUMBER: _ClassVar[int]
     RESUMED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     capabilities_json: str
     resumed: bool
-    def __init__(self, worker_id: _Optional[str] = ..., capabilities_json: _Optional[str] = ..., resumed: _Optional[bool] = ...) -> None: ...
+    session: str
+    def __init__(self, worker_id: _Optional[str] = ..., capabilities_json: _Optional[str] = ..., resumed: _Optional[bool] = ..., session: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("lease_ms", "heartbeat_ms")
@@ -359,3 +373,19 @@ class PackSyncReport(_message.Message):
 class PackSyncAck(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class RequeueRequest(_message.Message):
+    __slots__ = ("render_id", "task_id")
+    RENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    render_id: str
+    task_id: str
+    def __init__(self, render_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class RequeueReply(_message.Message):
+    __slots__ = ("cleared", "requeued")
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    cleared: bool
+    requeued: bool
+    def __init__(self, cleared: _Optional[bool] = ..., requeued: _Optional[bool] = ...) -> None: ...

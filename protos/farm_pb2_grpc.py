@@ -78,6 +78,11 @@ class FarmClientStub:
                 request_serializer=farm__pb2.DrainRequest.SerializeToString,
                 response_deserializer=farm__pb2.DrainReply.FromString,
                 _registered_method=True)
+        self.Requeue = channel.unary_unary(
+                '/ltxfarm.v1.FarmClient/Requeue',
+                request_serializer=farm__pb2.RequeueRequest.SerializeToString,
+                response_deserializer=farm__pb2.RequeueReply.FromString,
+                _registered_method=True)
 
 
 class FarmClientServicer:
@@ -138,6 +143,14 @@ class FarmClientServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Requeue(self, request, context):
+        """`farm requeue`: the render's blocklisted workers may lease its tasks again; with a task id, a leased
+        task is also taken from its worker and queued again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +193,11 @@ def add_FarmClientServicer_to_server(servicer, server):
                     servicer.DrainWorker,
                     request_deserializer=farm__pb2.DrainRequest.FromString,
                     response_serializer=farm__pb2.DrainReply.SerializeToString,
+            ),
+            'Requeue': grpc.unary_unary_rpc_method_handler(
+                    servicer.Requeue,
+                    request_deserializer=farm__pb2.RequeueRequest.FromString,
+                    response_serializer=farm__pb2.RequeueReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -410,6 +428,33 @@ class FarmClient:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Requeue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmClient/Requeue',
+            farm__pb2.RequeueRequest.SerializeToString,
+            farm__pb2.RequeueReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class FarmWorkerStub:
     """---------------------------------------------------------------- FarmWorker (the worker protocol)
@@ -446,6 +491,11 @@ class FarmWorkerStub:
                 '/ltxfarm.v1.FarmWorker/Fail',
                 request_serializer=farm__pb2.FailRequest.SerializeToString,
                 response_deserializer=farm__pb2.StatusReply.FromString,
+                _registered_method=True)
+        self.Attach = channel.unary_stream(
+                '/ltxfarm.v1.FarmWorker/Attach',
+                request_serializer=farm__pb2.AttachRequest.SerializeToString,
+                response_deserializer=farm__pb2.AttachReply.FromString,
                 _registered_method=True)
 
 
@@ -485,6 +535,14 @@ class FarmWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Attach(self, request, context):
+        """Held open by a worker for its whole life: when the stream breaks (the process died, its machine
+        dropped off), the coordinator returns that worker's leases at once instead of at their deadline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmWorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -512,6 +570,11 @@ def add_FarmWorkerServicer_to_server(servicer, server):
                     servicer.Fail,
                     request_deserializer=farm__pb2.FailRequest.FromString,
                     response_serializer=farm__pb2.StatusReply.SerializeToString,
+            ),
+            'Attach': grpc.unary_stream_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=farm__pb2.AttachRequest.FromString,
+                    response_serializer=farm__pb2.AttachReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -651,6 +714,33 @@ class FarmWorker:
             '/ltxfarm.v1.FarmWorker/Fail',
             farm__pb2.FailRequest.SerializeToString,
             farm__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ltxfarm.v1.FarmWorker/Attach',
+            farm__pb2.AttachRequest.SerializeToString,
+            farm__pb2.AttachReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -27,11 +28,13 @@ import grpc
 import numpy as np
 
 from coordinator.auth import auth_metadata, read_token
+from coordinator.retry import GaveUp, retry
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, encode_tensor
 from worker.blobcache import BlobCache
 from worker.connection import Coordinators
 from worker.packsync import PackSync
+from worker.presence import Presence
 
 log = logging.getLogger("farm.worker")
 
@@ -40,8 +43,15 @@ RPC_TIMEOUT_S = 30.0
 TRANSFER_TIMEOUT_S = 1800.0
 RECONNECT_MAX_S = 2.0  # the agent's own retry backoff cap (grpc's reconnect backoff is capped alike)
 RESULT_RETRY_S = 60.0  # how long a finished result is offered (across a coordinator failover)
+UPLOAD_RETRY_S = 30.0  # how long a finished result's upload is retried before the task is reported failed
+UPLOAD_AGAIN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED)
 STOP_GRACE_S = 1.0  # on stop, how long an in-flight Lease reply may take to land
 DEFAULT_CAPABILITIES = ("mlx",)
+
+
+class TransferError(Exception):
+    """A result could not be uploaded within UPLOAD_RETRY_S: reported as the task's failure."""
 
 
 class StopRun(Exception):
@@ -122,12 +132,15 @@ class Agent:
         self.metadata = auth_metadata(token)
         self.wait_ms = wait_ms
         self.cache = BlobCache(cache_dir or Path.home() / ".cache" / "ltx-farm" / "blobs")
+        self.channel = self.coordinators.channel()
         self.stopping = threading.Event()
         self.draining = threading.Event()  # finish the current task, take no more, exit
         self._registered_once = False
         self.capabilities: dict = {}
         self.heartbeat_ms = 10_000
         self.tasks_done = 0
+        self.session = secrets.token_hex(8)  # this process: a new one tells the farm the last one is gone
+        self.presence = Presence(lambda: self.worker, self.worker_id, self.session, self.metadata)
         packs_dir = getattr(runner, "packs_dir", None)  # packs it lacks are copied here from the coordinator
         self.packsync = PackSync(self.coordinators.channel, self.metadata, self.worker_id, packs_dir,
                                  pack_max_bytes_per_s) if packs_dir else None
@@ -189,17 +202,21 @@ class Agent:
                 backoff = min(backoff * 2, RECONNECT_MAX_S)
         if self.draining.is_set():
             log.info("drained: exiting")
+        self.presence.stop()
         self.coordinators.close()
         return 0
 
     def register(self) -> None:
         self.capabilities = dict(self.runner.capabilities())
         request = farm_pb2.WorkerInfo(
-            worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities), resumed=self._registered_once
+            worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities), resumed=self._registered_once,
+            session=self.session,
         )
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
         self._registered_once = True
         self.heartbeat_ms = int(reply.heartbeat_ms) or max(1, int(reply.lease_ms) // 3)
+        if not self.presence.is_alive():
+            self.presence.start()  # the Attach stream: our death is noticed from it at once
         log.info("registered %s with %s (heartbeat %d ms)", self.worker_id, self.address, self.heartbeat_ms)
 
     def _packs_arrived(self) -> bool:
@@ -267,7 +284,7 @@ class Agent:
                 return self._report_fail(lease, self._stop_reason(beat), retryable=True)
             ran = time.perf_counter()
             encoded = {name: encode_tensor(np.asarray(arr)) for name, arr in outputs.items()}
-            shas = {name: self.put_blob(data) for name, data in encoded.items()}
+            shas = self._upload(encoded)
             metrics.update(  # what the task cost beyond its compute: moving its tensors
                 fetch_s=round(fetched - start, 4), upload_s=round(time.perf_counter() - ran, 4),
                 bytes_in=int(sum(a.nbytes for a in inputs.values())),
@@ -353,6 +370,24 @@ class Agent:
         if data[: len(MAGIC)] == MAGIC:
             return decode_tensor(data)
         return np.frombuffer(data, dtype=np.uint8)  # raw file inputs (e.g. a conditioning image)
+
+    def _upload(self, encoded: dict[str, bytes]) -> dict[str, str]:
+        """Each output uploaded, retried through an outage or a corrupted transfer for UPLOAD_RETRY_S;
+        then TransferError, which the task reports as its failure (not a silent lease expiry)."""
+
+        def again(exc: BaseException) -> bool:
+            if not isinstance(exc, grpc.RpcError):
+                return False
+            return self.coordinators.follow(exc, self.address) or exc.code() in UPLOAD_AGAIN
+
+        shas = {}
+        for name, data in encoded.items():
+            try:
+                shas[name] = retry(lambda d=data: self.put_blob(d), f"upload of output {name}", transient=again,
+                                   log=log, stop=self.stopping, give_up_s=UPLOAD_RETRY_S, max_delay_s=RECONNECT_MAX_S)
+            except GaveUp as exc:
+                raise TransferError(f"upload failed: {exc}") from exc
+        return shas
 
     def put_blob(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()

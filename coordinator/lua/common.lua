@@ -80,9 +80,42 @@ local function drop_queued(render)
   end
 end
 
+-- Space-separated word lists: a task's failed_on workers, a render's blocklist, a worker's blocklisted renders.
+local function has_word(s, w)
+  for x in string.gmatch(s or '', '%S+') do if x == w then return true end end
+  return false
+end
+
+local function add_word(s, w)
+  if has_word(s, w) then return s end
+  if not s or s == '' then return w end
+  return s .. ' ' .. w
+end
+
+local function drop_word(s, w)
+  local out = {}
+  for x in string.gmatch(s or '', '%S+') do if x ~= w then out[#out + 1] = x end end
+  return table.concat(out, ' ')
+end
+
+-- A render that ended (done, failed, cancelled) needs no assembly and blocklists no worker any more;
+-- its own record keeps the blocklist it ended with.
+local function unlist_blocklist(render)
+  for w in string.gmatch(redis.call('HGET', key('render', render), 'blocklist') or '', '%S+') do
+    local wk = key('worker', w)
+    redis.call('HSET', wk, 'blocklisted', drop_word(redis.call('HGET', wk, 'blocklisted'), render))
+  end
+end
+
+local function render_ended(render)
+  redis.call('SREM', key('to_assemble'), render)
+  unlist_blocklist(render)
+end
+
 local function fail_render(render, tid, err)
   redis.call('HSET', key('render', render), 'state', 'failed', 'error', err, 'finished_ms', NOW)
   drop_queued(render)
+  render_ended(render)
   emit(render, {type = 'render_failed', task = tid, error = err})
 end
 
@@ -147,7 +180,8 @@ local function insert_tasks(rid, tasks)
       'input_refs', t.input_refs, 'inputs', '{}', 'deps', t.deps_json, 'capability', t.capability,
       'state', 'waiting', 'attempts', 0, 'max_attempts', t.max_attempts, 'worker', '', 'fence', 0,
       'outputs', '{}', 'error', '', 'leased_ms', 0, 'deadline_ms', 0, 'queued_ms', 0, 'done_ms', 0,
-      'metrics', '{}', 'progress', '{}', 'seq', base + i - 1)
+      'metrics', '{}', 'progress', '{}', 'seq', base + i - 1,
+      'failures', 0, 'failed_on', '', 'lost', 0, 'stuck_ms', 0, 'session', '')
     redis.call('RPUSH', tl, t.id)
   end
   -- Wire deps once every hash exists (a dep may sit later in the same batch).
@@ -169,4 +203,113 @@ local function insert_tasks(rid, tasks)
   for _, tid in ipairs(ready) do
     if render_active(rid) then make_ready(tid, rid) end
   end
+end
+
+-- ---------------------------------------------------------------- failure policy (a render farm's)
+-- A task lost with its worker (crash, cut cable, sleep) spends no attempt; a task that raises spends one
+-- on that worker; a worker failing BLOCKLIST_AFTER tasks of a render leases none of it any more; a render
+-- fails when a task failed on max_attempts distinct workers, or when no live worker is left to run it.
+local BLOCKLIST_AFTER = 3
+local LIVE_MS = 90000  -- a worker unseen this long cannot be counted on (the dashboard's "lost")
+
+-- Back to the front of its queue with a new fence (the old holder is stale at once), no attempt spent.
+-- event: 'task_lost' (its connection broke) or 'task_expired' (its lease deadline passed).
+local function lose_task(tid, event, reason)
+  local tk = key('task', tid)
+  local t = redis.call('HMGET', tk, 'state', 'worker', 'render', 'leased_ms', 'attempts')
+  if t[1] ~= 'leased' then
+    redis.call('ZREM', key('leases'), tid)
+    return false
+  end
+  redis.call('HSET', tk, 'fence', redis.call('INCR', key('fence')))
+  release(tid, t[2], t[4], nil)
+  redis.call('HINCRBY', tk, 'lost', 1)
+  redis.call('HINCRBY', key('worker', t[2]), 'lost', 1)
+  if not render_active(t[3]) then
+    redis.call('HSET', tk, 'state', 'cancelled')
+    return true
+  end
+  redis.call('HSET', tk, 'state', 'queued', 'error', reason, 'queued_ms', NOW)
+  push_ready(tid, true)
+  emit(t[3], {type = event, task = tid, worker = t[2], attempt = tonumber(t[5]), reason = reason})
+  return true
+end
+
+local function blocklisted(render, worker)
+  return has_word(redis.call('HGET', key('render', render), 'blocklist'), worker)
+end
+
+-- Count a failure of `worker` on `render`; blocklist it for the render at BLOCKLIST_AFTER.
+local function note_worker_failure(render, worker)
+  local n = redis.call('HINCRBY', key('render', render, 'wfail'), worker, 1)
+  if n < BLOCKLIST_AFTER or blocklisted(render, worker) then return end
+  local rk, wk = key('render', render), key('worker', worker)
+  redis.call('HSET', rk, 'blocklist', add_word(redis.call('HGET', rk, 'blocklist'), worker))
+  redis.call('HSET', wk, 'blocklisted', add_word(redis.call('HGET', wk, 'blocklisted'), render))
+  emit(render, {type = 'worker_blocklisted', worker = worker, failures = n})
+end
+
+-- An operator gives the render's blocklisted workers another chance (farm requeue, the dashboard).
+local function clear_blocklist(render)
+  unlist_blocklist(render)
+  redis.call('HSET', key('render', render), 'blocklist', '')
+  redis.call('DEL', key('render', render, 'wfail'))
+  emit(render, {type = 'blocklist_cleared'})
+end
+
+-- Registered workers that are live and not blocklisted for the render.
+local function runnable_workers(render)
+  local out = {}
+  for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
+    local h = redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain')
+    local live = h[1] ~= 'lost' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS
+    if live and not blocklisted(render, w) then out[#out + 1] = w end
+  end
+  return out
+end
+
+-- Why the render must stop after this failure, or nil while it can go on.
+local function fatal_reason(tid, render, failed_on, max_attempts, retryable, err)
+  if not retryable then return err end
+  local n = 0
+  for _ in string.gmatch(failed_on, '%S+') do n = n + 1 end
+  if n >= max_attempts then
+    return 'task ' .. tid .. ' failed on ' .. n .. ' workers (' .. failed_on .. '): ' .. err
+  end
+  if redis.call('HGET', key('task', tid), 'capability') ~= 'coordinator' and #runnable_workers(render) == 0 then
+    local bl = redis.call('HGET', key('render', render), 'blocklist') or ''
+    return 'no worker left can run ' .. tid .. ' (blocklisted: ' .. (bl ~= '' and bl or 'none') ..
+      '): ' .. err
+  end
+  return nil
+end
+
+-- A leased task raised on `worker` (or its result was refused, or it ran stuck): spend an attempt.
+-- Returns 'requeued', 'failed' or 'stale' (its render already stopped).
+local function task_failed(tid, worker, err, retryable)
+  local tk = key('task', tid)
+  local t = redis.call('HMGET', tk, 'leased_ms', 'attempts', 'max_attempts', 'failed_on', 'render')
+  local render = t[5]
+  redis.call('HSET', tk, 'fence', redis.call('INCR', key('fence')))
+  release(tid, worker, t[1], 'failed')
+  if not render_active(render) then
+    redis.call('HSET', tk, 'state', 'cancelled', 'error', err)
+    return 'stale'
+  end
+  local failed_on = add_word(t[4], worker)
+  redis.call('HINCRBY', tk, 'failures', 1)
+  redis.call('HSET', tk, 'failed_on', failed_on)
+  note_worker_failure(render, worker)
+  local attempt = tonumber(t[2])
+  local why = fatal_reason(tid, render, failed_on, tonumber(t[3]), retryable, err)
+  if why then
+    redis.call('HSET', tk, 'state', 'failed', 'error', err, 'done_ms', NOW)
+    emit(render, {type = 'task_failed', task = tid, worker = worker, attempt = attempt, error = err})
+    fail_render(render, tid, why)
+    return 'failed'
+  end
+  redis.call('HSET', tk, 'state', 'queued', 'error', err, 'queued_ms', NOW)
+  push_ready(tid, true)  -- to the front: the rest of its step is waiting on it
+  emit(render, {type = 'task_retry', task = tid, worker = worker, attempt = attempt, error = err})
+  return 'requeued'
 end

@@ -22,5 +22,12 @@ for _, d in ipairs(redis.call('ZRANGE', key('task', tid, 'dependents'), 0, -1)) 
     make_ready(d, render)
   end
 end
-if remaining <= 0 and render_active(render) then return 'render_ready' end
+-- Each kind's mean lease-to-done time: what check_stuck.lua measures a running task against.
+local kt = key('kindtime', redis.call('HGET', tk, 'kind'))
+redis.call('HINCRBY', kt, 'n', 1)
+redis.call('HINCRBY', kt, 'sum_ms', math.max(0, NOW - (tonumber(t[1]) or NOW)))
+if remaining <= 0 and render_active(render) then
+  redis.call('SADD', key('to_assemble'), render)  -- until it ends: the sweep resumes a broken assembly
+  return 'render_ready'
+end
 return 'ok'

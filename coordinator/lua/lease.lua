@@ -3,33 +3,73 @@
 local worker = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
 if redis.call('HGET', key('worker', worker), 'drain') == '1' then return false end  -- draining: no more
+-- The components of each pack the worker holds ({pack: [component, ...]}, from its registration),
+-- or nil when it describes none (it may take any task).
+local function pack_holdings()
+  local ok, info = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'info') or '')
+  if not ok or type(info) ~= 'table' or type(info.pack_components) ~= 'table' then return nil end
+  return info.pack_components
+end
+local holdings = pack_holdings()
+
+-- Whether the worker's pack holds what the task loads (params.needs of params.pack).
+local function holds_needs(tid)
+  if not holdings then return true end
+  local params = cjson.decode(redis.call('HGET', key('task', tid), 'params') or '{}')
+  if type(params.needs) ~= 'table' then return true end
+  local held = holdings[params.pack]
+  if type(held) ~= 'table' then return false end
+  local have = {}
+  for _, c in ipairs(held) do have[c] = true end
+  for _, c in ipairs(params.needs) do
+    if not have[c] then return false end
+  end
+  return true
+end
+
+-- The first queued task, in queue order, of a render that has not blocklisted this worker and
+-- whose needs its packs hold.
+local function next_task(q)
+  local skipped = 0
+  while true do
+    local batch = redis.call('ZRANGE', q, skipped, skipped + 63)
+    if #batch == 0 then return nil end
+    for _, tid in ipairs(batch) do
+      local t = redis.call('HMGET', key('task', tid), 'state', 'render')
+      if t[1] == 'queued' and render_active(t[2]) and not blocklisted(t[2], worker) and holds_needs(tid) then
+        redis.call('ZREM', q, tid)
+        return tid
+      elseif t[1] == 'queued' and render_active(t[2]) then
+        skipped = skipped + 1  -- stays queued for the other workers
+      else
+        redis.call('ZREM', q, tid)
+        if t[1] == 'queued' then redis.call('HSET', key('task', tid), 'state', 'cancelled') end
+      end
+    end
+  end
+end
+
 for i = 5, #ARGV do
-  local q = key('ready', ARGV[i])
-  local popped = redis.call('ZPOPMIN', q)
-  while popped[1] do
-    local tid = popped[1]
+  local tid = next_task(key('ready', ARGV[i]))
+  if tid then
     local tk = key('task', tid)
     local t = redis.call('HMGET', tk, 'state', 'render', 'attempts')
-    if t[1] == 'queued' and render_active(t[2]) then
-      local fence = redis.call('INCR', key('fence'))
-      local attempt = tonumber(t[3]) + 1
-      local deadline = NOW + lease_ms
-      redis.call('HSET', tk, 'state', 'leased', 'worker', worker, 'fence', fence, 'attempts', attempt,
-        'leased_ms', NOW, 'deadline_ms', deadline, 'progress', '{}')
-      redis.call('ZADD', key('leases'), deadline, tid)
-      redis.call('HSET', key('worker', worker), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
-      local rk = key('render', t[2])
-      if redis.call('HGET', rk, 'state') == 'queued' then
-        redis.call('HSET', rk, 'state', 'running', 'started_ms', NOW)
-        emit(t[2], {type = 'render_state', state = 'running'})
-      end
-      emit(t[2], {type = 'task_leased', task = tid, worker = worker, attempt = attempt, fence = fence,
-        leased_ms = NOW, deadline_ms = deadline})
-      return {tid, redis.call('HGETALL', tk)}
-    elseif t[1] == 'queued' then
-      redis.call('HSET', tk, 'state', 'cancelled')
+    local fence = redis.call('INCR', key('fence'))
+    local attempt = tonumber(t[3]) + 1
+    local deadline = NOW + lease_ms
+    local session = redis.call('HGET', key('worker', worker), 'session') or ''
+    redis.call('HSET', tk, 'state', 'leased', 'worker', worker, 'fence', fence, 'attempts', attempt,
+      'leased_ms', NOW, 'deadline_ms', deadline, 'progress', '{}', 'session', session, 'stuck_ms', 0)
+    redis.call('ZADD', key('leases'), deadline, tid)
+    redis.call('HSET', key('worker', worker), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
+    local rk = key('render', t[2])
+    if redis.call('HGET', rk, 'state') == 'queued' then
+      redis.call('HSET', rk, 'state', 'running', 'started_ms', NOW)
+      emit(t[2], {type = 'render_state', state = 'running'})
     end
-    popped = redis.call('ZPOPMIN', q)
+    emit(t[2], {type = 'task_leased', task = tid, worker = worker, attempt = attempt, fence = fence,
+      leased_ms = NOW, deadline_ms = deadline})
+    return {tid, redis.call('HGETALL', tk)}
   end
 end
 return false

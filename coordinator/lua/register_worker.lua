@@ -1,8 +1,17 @@
 -- ARGV[3] worker id, ARGV[4] info JSON, ARGV[5] '1' when a running agent registers again after losing
--- its coordinator. Counters survive a re-registration; a drain mark survives only a resumed one.
+-- its coordinator, ARGV[6] the agent process's session id ('' when unknown). Counters survive a
+-- re-registration; a drain mark survives only a resumed one. A new session means the worker's last
+-- process is gone: the leases it still held go back at once, no attempt spent.
 local wk = key('worker', ARGV[3])
+local session = ARGV[6] or ''
+if session ~= '' then
+  for _, tid in ipairs(redis.call('ZRANGE', key('leases'), 0, -1)) do
+    local t = redis.call('HMGET', key('task', tid), 'worker', 'session')
+    if t[1] == ARGV[3] and t[2] ~= session then lose_task(tid, 'task_lost', ARGV[3] .. ' restarted') end
+  end
+end
 redis.call('HSET', wk, 'info', ARGV[4], 'registered_ms', NOW, 'last_seen_ms', NOW, 'state', 'idle',
-  'current_task', '')
+  'current_task', '', 'session', session)
 if ARGV[5] ~= '1' then redis.call('HSET', wk, 'drain', 0) end
 for _, f in ipairs({'tasks_done', 'failures', 'busy_ms'}) do redis.call('HSETNX', wk, f, 0) end
 redis.call('SADD', key('workers'), ARGV[3])

@@ -12,6 +12,7 @@ end
 if TERMINAL[state] then
   redis.call('HSET', rk, 'finished_ms', NOW)
   if state ~= 'done' then drop_queued(rid) end
+  render_ended(rid)
 end
 emit(rid, ev)
 return 1

@@ -55,7 +55,10 @@ def test_contract_shape() -> None:
         "Heartbeat",
         "Complete",
         "Fail",
+        "Attach",
     }
+    attach = services["FarmWorker"].methods_by_name["Attach"]
+    assert attach.server_streaming and not attach.client_streaming
     put = services["FarmBlobs"].methods_by_name["PutBlob"]
     assert put.client_streaming and not put.server_streaming
     assert services["FarmClient"].methods_by_name["Watch"].server_streaming
