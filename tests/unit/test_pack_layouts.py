@@ -162,3 +162,18 @@ def test_config_that_contradicts_the_weights_names_file_and_key(copy):
     (copy / "embedded_config.json").write_text(json.dumps(cfg))
     with pytest.raises(PackError, match=r"transformer-distilled\.safetensors: missing tensor 'transformer_blocks\.2\."):
         ModelRegistry().get(open_pack(copy), "transformer")
+
+
+def test_hf_cache_repo_in_the_packs_folder_serves_as_its_repo_id(tmp_path):
+    from huggingface_hub import snapshot_download
+
+    from worker.runner import Runner
+
+    snapshot = write_tiny_pack(tmp_path / "packs", layout="hf-cache")
+    # huggingface_hub itself resolves the layout, offline, to the same snapshot folder
+    assert snapshot_download("farm/tiny", cache_dir=tmp_path / "packs", local_files_only=True) == str(snapshot)
+    runner = Runner(tmp_path / "packs")
+    assert runner.pack_names() == ["farm/tiny"]
+    assert runner.pack("farm/tiny").root == snapshot
+    holdings, problems = runner.pack_holdings()
+    assert "transformer" in holdings["farm/tiny"] and problems == {}
