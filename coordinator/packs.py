@@ -16,7 +16,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -76,7 +76,7 @@ def hash_file(path: Path, block_bytes: int = BLOCK_BYTES) -> tuple[str, tuple[st
     return whole.hexdigest(), tuple(blocks)
 
 
-def _walk(folder: Path) -> list[tuple[str, Path]]:
+def pack_files(folder: Path) -> list[tuple[str, Path]]:
     """(relative path, path) of every servable file: hidden names, `.part` and `.incomplete` left out."""
     found: list[tuple[str, Path]] = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
@@ -119,7 +119,7 @@ class PackShelf:
         with lock:
             cache = self._read_cache(pack)
             out, fresh = [], {}
-            for rel, path in _walk(folder):
+            for rel, path in pack_files(folder):
                 st = path.stat()
                 known = cache.get(rel) or {}
                 if (known.get("size"), known.get("mtime_ns"), known.get("block_bytes")) != (
@@ -146,14 +146,14 @@ class PackShelf:
 
     def summary(self, pack: str) -> tuple[int, int]:
         """(files, bytes) without hashing."""
-        entries = _walk(self.folder(pack))
+        entries = pack_files(self.folder(pack))
         return len(entries), sum(p.stat().st_size for _, p in entries)
 
     def open_file(self, pack: str, path: str) -> Path:
         """The file at `path` inside the pack, only when it is one of the pack's listed files."""
         rel = check_relative(path)
         folder = self.folder(pack)
-        listed = dict(_walk(folder))
+        listed = dict(pack_files(folder))
         if rel not in listed:
             raise FileNotFoundError(f"pack {pack!r} has no file {rel!r}")
         return listed[rel]
@@ -273,7 +273,3 @@ class FarmPacksServicer(farm_pb2_grpc.FarmPacksServicer):
         self.store.worker_pack_sync(request.worker_id, progress)
         return farm_pb2.PackSyncAck()
 
-
-def info_dict(info: PackFileInfo) -> dict:
-    """A listed file as plain JSON (manifests)."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(info).items()}

@@ -48,9 +48,9 @@ def _warn_missing(names: list[str], components: list[str], source: str) -> None:
 
 
 def _local_listing(folder: Path) -> list[str]:
-    from coordinator.packs import _walk
+    from coordinator.packs import pack_files
 
-    return [rel for rel, _ in _walk(folder)]
+    return [rel for rel, _ in pack_files(folder)]
 
 
 def _copy_file(src: Path, dest: Path, bar) -> None:
