@@ -207,6 +207,8 @@ def format_rows(shelf: list[dict], rows: list[dict]) -> list[str]:
         what = ", ".join(row["components"]) if row["components"] else ""
         if row.get("copy"):
             c = row["copy"]
-            what = f"copying {c['bytes'] or 0}/{c['total'] or 0} bytes ({c['state']})" + (f": {c['error']}" if c.get("error") else "")
+            done, total = int(c.get("bytes") or 0), int(c.get("total") or 0)
+            what = f"{c['state']} {done / 1e9:.2f}/{total / 1e9:.2f} GB ({100 * done // max(1, total)}%)"
+            what += f": {c['error']}" if c.get("error") else ""
         lines.append(f"{row['worker']}  {row['pack']}  {what}")
     return lines or ["no packs on the coordinator or any worker"]
