@@ -39,7 +39,7 @@ class Supervisor(threading.Thread):
         self.commands, self.spawn, self.poll_s = commands, spawn, poll_s
         self.procs: list[subprocess.Popen] = [spawn(cmd, log) for _name, cmd, log in commands]
         self.restarts = [0] * len(commands)
-        self._started = [time.monotonic()] * len(commands)
+        self._began = [time.monotonic()] * len(commands)
         self._backoff = [FIRST_BACKOFF_S] * len(commands)
         self._due: list[float | None] = [None] * len(commands)  # when a dead worker starts again
         self._done = [False] * len(commands)  # exited cleanly: stays down
@@ -58,14 +58,14 @@ class Supervisor(threading.Thread):
             if time.monotonic() >= self._due[i]:
                 self._due[i] = None
                 self.procs[i] = self.spawn(cmd, log)
-                self._started[i] = time.monotonic()
+                self._began[i] = time.monotonic()
                 self.restarts[i] += 1
                 typer.echo(f"farm up: {name} started again (pid {self.procs[i].pid})", err=True)
             return
         code = self.procs[i].poll()
         if code is None:
             return
-        ran = time.monotonic() - self._started[i]
+        ran = time.monotonic() - self._began[i]
         if code == 0:
             self._done[i] = True
             typer.echo(f"farm up: {name} exited cleanly after {ran:.0f}s (drained or stopped); not restarting",

@@ -1,0 +1,66 @@
+"""`farm up` supervises its workers: a worker killed with SIGKILL is started again (after the first
+backoff step, 1 s), registers again, and the reason is printed. A real `farm up` process on the
+test's Redis, its real worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.farm.farm_harness import ROOT
+from tests.farm.test_failover import CLI, free_port
+
+
+def worker_children(pid: int) -> list[int]:
+    """Pids of the worker processes `farm up` (pid) started (pgrep: on Linux and macOS alike)."""
+    found = subprocess.run(["pgrep", "-P", str(pid), "-f", "worker.agent"], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"{what} within {timeout} s")
+
+
+@pytest.mark.timeout(180)
+def test_farm_up_restarts_a_killed_worker_and_says_why(store, redis_url, tmp_data, tiny_packs):
+    shutil.copytree(tiny_packs / "tiny", tmp_data / "packs" / "tiny")  # farm up finds its tiny pack
+    err_path = tmp_data / "up.err"
+    cmd = [*CLI, "up", "--workers", "1", "--data", str(tmp_data), "--redis-url", redis_url,
+           "--port", str(free_port()), "--dashboard-port", "0"]
+    with open(err_path, "wb") as err:
+        up = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        registered = lambda: {w["id"]: w["registered_ms"] for w in store.list_workers()}  # noqa: E731
+        first = wait_until(lambda: registered().get("worker-1"), 90, "worker-1 registered")
+        [child] = wait_until(lambda: worker_children(up.pid), 10, "one worker process")
+        os.kill(child, signal.SIGKILL)
+        wait_until(lambda: registered().get("worker-1", 0) > first, 90, "worker-1 registered again")
+        [again] = worker_children(up.pid)
+        assert again != child
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=30)
+    log = err_path.read_text()
+    assert f"worker-1 (pid {child}) killed by SIGKILL" in log and "restarting in 1s" in log, log
+    assert f"worker-1 started again (pid {again})" in log, log
+    assert up.returncode == 0 and wait_until(lambda: gone(again), 10, "the worker stopped with farm up")
