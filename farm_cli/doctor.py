@@ -2,12 +2,14 @@
 
 Each check returns (status, message) with status ok / warn / fail / skip; the command prints one line
 per check and exits 1 when any check fails, so install scripts and launchd wrappers can gate on it.
-Nothing here downloads or changes anything: a pack that is not in the local cache is reported missing.
+Nothing here downloads or changes anything: a pack that is not on this Mac passes only when the
+coordinator holds it (the worker copies it from there) and the disk has room for it.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 import urllib.request
@@ -68,9 +70,12 @@ def _local_pack_path(pack: str, packs_dir: Path) -> Path | None:
     return None
 
 
-def check_pack(pack: str, packs_dir: Path) -> Check:
+def check_pack(pack: str, packs_dir: Path, farm_packs: Callable[[], list[dict]] | None = None) -> Check:
+    """The pack complete on this Mac, or else held by the coordinator (`farm_packs`) with room to copy it."""
     path = _local_pack_path(pack, packs_dir)
     if path is None:
+        if farm_packs is not None:
+            return _pack_on_coordinator(pack, packs_dir, farm_packs)
         return "fail", f"pack {pack!r} not found in {packs_dir} or the Hugging Face cache"
     try:
         from ltx_engine.loader import PackError
@@ -79,8 +84,42 @@ def check_pack(pack: str, packs_dir: Path) -> Check:
         opened = Pack(path)
     except PackError as exc:
         return "fail", f"pack {pack!r} incomplete: {exc}"
+    from ltx_engine.components import missing_line, render_components
+
+    lacking = [c for c in render_components({"audio": True}) if not opened.has(c)]
+    if lacking:  # the pack opens, but a text-to-video render with audio would be refused
+        return "fail", missing_line(lacking[0], pack)
     size = sum(f.stat().st_size for f in opened.root.rglob("*") if f.is_file())
     return "ok", f"pack {pack!r} complete at {opened.root} ({size / 2**30:.2f} GiB)"
+
+
+def _pack_on_coordinator(pack: str, packs_dir: Path, farm_packs: Callable[[], list[dict]]) -> Check:
+    where = f"{packs_dir} or the Hugging Face cache"
+    try:
+        held = {p["name"]: p for p in farm_packs()}
+    except Exception as exc:  # noqa: BLE001 - the coordinator check reports why; here only the pack
+        return "fail", f"pack {pack!r} not found in {where} (coordinator not asked: {str(exc).splitlines()[0]})"
+    if pack not in held:
+        return "fail", f"pack {pack!r} not found in {where} nor on the coordinator (farm pack pull REPO there)"
+    need = int(held[pack]["bytes"])
+    folder = next(p for p in (packs_dir, *packs_dir.parents) if p.exists())
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        return "fail", (f"pack {pack!r} ({need / 1e9:.1f} GB) is on the coordinator but {folder} has only "
+                        f"{free / 1e9:.1f} GB free")
+    return "ok", (f"pack {pack!r} not here yet: the coordinator holds it ({need / 1e9:.1f} GB), the worker "
+                  f"copies it into {packs_dir} when a render needs it")
+
+
+def farm_packs(address: str, token: str | None) -> Callable[[], list[dict]]:
+    """The coordinator's packs, asked when called."""
+    from farm_cli.client import FarmClient
+
+    def ask() -> list[dict]:
+        with FarmClient(address, token or "", timeout=5.0) as farm:
+            return farm.packs()
+
+    return ask
 
 
 def check_coordinator(address: str, token: str | None) -> Check:
@@ -151,7 +190,7 @@ def register(app: typer.Typer) -> None:
             [
                 check_python,
                 check_mlx,
-                lambda: check_pack(pack, folder / "packs"),
+                lambda: check_pack(pack, folder / "packs", farm_packs(coordinator, token)),
                 lambda: check_coordinator(coordinator, token),
                 lambda: check_clock(url),
             ]

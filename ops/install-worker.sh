@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Put an LTX farm worker on this Mac: venv, pip install, pack into the Hugging Face cache, launchd agent, logs.
+# Put an LTX farm worker on this Mac: venv, pip install, launchd agent, logs. Packs come from the
+# coordinator when a render needs them (pulled once per farm); --pack REPO pulls one from the hub here.
 #
 #   ops/install-worker.sh --coordinator studio.local:8471 --token-file ~/Downloads/token
 #   ops/install-worker.sh --dry-run ...   # print every step, change nothing (also works on Linux)
 #
-# Re-running is safe: the venv is reused, the pack download resumes, the agent is reloaded.
+# Re-running is safe: the venv is reused, a pack pull resumes, the agent is reloaded.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SOURCE="$(cd "$SCRIPT_DIR/.." && pwd)"       # what pip installs: this checkout (or --source SPEC)
 FARM_HOME="${FARM_HOME:-$HOME/.ltx-farm}"
-PACK="dgrauet/ltx-2.3-mlx-q8"
+PACK="ltx-2.3-mlx-q8"
+KINDS="t2v,i2v"
 COORDINATOR=""
 TOKEN=""
 TOKEN_FILE=""
@@ -27,8 +29,10 @@ options:
   --coordinator HOST:PORT   the coordinator's gRPC address (required)
   --token-file PATH         the coordinator's token file (copied to $FARM_HOME/token, mode 600)
   --token TOKEN             or the token itself
-  --pack REPO_ID            pack to pre-download into the HF cache (default $PACK)
-  --skip-pack               do not download a pack
+  --pack NAME_OR_REPO_ID    the pack renders use (default $PACK, copied from the coordinator);
+                            a repo id (owner/name) is pulled from the hub into $FARM_HOME/packs instead
+  --kinds KINDS             with a repo id: the render kinds to fetch files for (default $KINDS)
+  --skip-pack               do not pull a pack from the hub
   --worker-id NAME          name shown on the dashboard (default: $WORKER_ID)
   --source PATH_OR_SPEC     what to pip install (default: $SOURCE)
   --home DIR                farm folder on this Mac (default: $FARM_HOME)
@@ -43,6 +47,7 @@ while [ $# -gt 0 ]; do
     --token) TOKEN="$2"; shift 2 ;;
     --token-file) TOKEN_FILE="$2"; shift 2 ;;
     --pack) PACK="$2"; shift 2 ;;
+    --kinds) KINDS="$2"; shift 2 ;;
     --skip-pack) SKIP_PACK=1; shift ;;
     --worker-id) WORKER_ID="$2"; shift 2 ;;
     --source) SOURCE="$2"; shift 2 ;;
@@ -93,10 +98,12 @@ else
   run install -m 600 "$TOKEN_FILE" "$FARM_HOME/token"
 fi
 
-if [ "$SKIP_PACK" = 0 ]; then
-  say "pack $PACK into the Hugging Face cache ($HF_HOME_DIR); resumes if interrupted"
-  run env HF_HOME="$HF_HOME_DIR" "$VENV/bin/python" -c \
-    "import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))" "$PACK"
+PACK_NAME="${PACK##*/}"
+if [ "$SKIP_PACK" = 0 ] && [ "$PACK" != "$PACK_NAME" ]; then
+  say "pack $PACK from the hub into $FARM_HOME/packs/$PACK_NAME, only what $KINDS renders load; resumes if interrupted"
+  run env HF_HOME="$HF_HOME_DIR" "$VENV/bin/farm" pack pull "$PACK" --kinds "$KINDS" --packs-dir "$FARM_HOME/packs"
+else
+  say "no pack download: this worker copies $PACK_NAME from the coordinator when a render needs it"
 fi
 
 say "launchd agent $PLIST"
@@ -126,9 +133,9 @@ run launchctl kickstart -k "$DOMAIN/$LABEL"
 
 say "checking this Mac"
 if [ "$DRY_RUN" = 1 ]; then
-  run "$VENV/bin/farm" doctor --coordinator "$COORDINATOR" --pack "$PACK" --data "$FARM_HOME"
+  run "$VENV/bin/farm" doctor --coordinator "$COORDINATOR" --pack "$PACK_NAME" --data "$FARM_HOME"
 else
-  "$VENV/bin/farm" doctor --coordinator "$COORDINATOR" --pack "$PACK" --data "$FARM_HOME" || \
+  "$VENV/bin/farm" doctor --coordinator "$COORDINATOR" --pack "$PACK_NAME" --data "$FARM_HOME" || \
     echo "install-worker: doctor reported problems (above); the agent keeps retrying meanwhile" >&2
 fi
 

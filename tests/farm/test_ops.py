@@ -52,7 +52,8 @@ def test_install_worker_dry_run_renders_a_valid_plist(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "pip install" in out and "snapshot_download" in out and "launchctl bootstrap" in out
+    assert "pip install" in out and "launchctl bootstrap" in out and "pack pull" not in out
+    assert "copies ltx-2.3-mlx-q8 from the coordinator" in out and "--pack ltx-2.3-mlx-q8" in out  # never the hub
     assert "nothing was changed" in out and not (tmp_path / "farm").exists()
     xml = "\n".join(line[4:] for line in out.splitlines() if line.startswith("    "))
     plist = plistlib.loads(xml.encode())
@@ -65,6 +66,10 @@ def test_install_worker_dry_run_renders_a_valid_plist(tmp_path: Path) -> None:
     ]
     assert args[args.index("--worker-id") + 1] == "mini-2" and "__" not in "".join(map(str, plist.values()))
     assert subprocess.run(["bash", str(script), "--bogus"], capture_output=True).returncode == 2
+    pulled = subprocess.run(["bash", str(script), "--dry-run", "--token", "t", "--home", str(tmp_path / "farm"),
+                             "--pack", "dgrauet/ltx-2.3-mlx-q8"], capture_output=True, text=True, timeout=60)
+    assert pulled.returncode == 0, pulled.stderr  # a Mac that must stand alone pulls only what renders load
+    assert f"pack pull dgrauet/ltx-2.3-mlx-q8 --kinds t2v\\,i2v --packs-dir {tmp_path / 'farm' / 'packs'}" in pulled.stdout
 
 
 def test_systemd_unit_parses() -> None:
@@ -134,6 +139,13 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
         status, message = doctor.check_clock(f"http://127.0.0.1:{dport}")
         assert status == "ok" and "clock skew" in message
         assert doctor.check_clock("http://127.0.0.1:9")[0] == "skip"
+        empty = tmp_data / "new-mac-packs"  # a worker that has no pack yet: the coordinator holds it
+        status, message = doctor.check_pack("tiny", empty, doctor.farm_packs(f"127.0.0.1:{port}", "right-token"))
+        assert status == "ok" and "the coordinator holds it" in message
+        status, message = doctor.check_pack("nope", empty, doctor.farm_packs(f"127.0.0.1:{port}", "right-token"))
+        assert status == "fail" and "nor on the coordinator" in message
+        status, message = doctor.check_pack("tiny", empty, doctor.farm_packs(f"127.0.0.1:{port}", "wrong"))
+        assert status == "fail" and "coordinator not asked" in message
         app = typer.Typer()
         app.command()(lambda: None)  # a second command keeps `doctor` a named subcommand
         doctor.register(app)
