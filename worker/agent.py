@@ -355,10 +355,23 @@ class Agent:
         data = self.cache.get(sha)
         if data is not None:
             return data
-        stream = self.blobs.GetBlob(
-            farm_pb2.BlobRequest(sha256=sha), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata
-        )
-        data = b"".join(chunk.data for chunk in stream)
+
+        used = [""]  # the address the last attempt went to
+
+        def get() -> bytes:
+            used[0] = self.address
+            stream = self.blobs.GetBlob(
+                farm_pb2.BlobRequest(sha256=sha), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata
+            )
+            return b"".join(chunk.data for chunk in stream)
+
+        def away(exc: BaseException) -> bool:
+            return isinstance(exc, grpc.RpcError) and self.coordinators.follow(exc, used[0])
+
+        # A coordinator that dies mid-fetch: fetch again from the leader (a standby taking over, or the
+        # same one restarted) while the heartbeat keeps the lease, instead of dropping the task.
+        data = retry(get, f"fetch of blob {sha[:12]}", transient=away, log=log, stop=self.stopping,
+                     give_up_s=RESULT_RETRY_S, max_delay_s=RECONNECT_MAX_S)
         try:
             self.cache.put(sha, data)  # verifies the sha256 (once) before keeping the bytes
         except ValueError:
