@@ -59,3 +59,28 @@ def test_drained_worker_finishes_its_task_takes_no_more_and_exits(store, tmp_dat
             and int(e.get("ts") or 0) > drain_ms + 1000]
     assert late == [], late
     assert cli_rows == dash_rows and cli_rows[drained] == "drained"
+
+
+@pytest.mark.timeout(60)
+def test_drain_from_the_cli_names_the_worker_or_says_it_is_unknown(store, tmp_data):
+    """`farm drain WORKER` and `farm worker --drain --worker-id ID` over real gRPC to a real coordinator."""
+    import subprocess
+    import sys
+
+    from coordinator.server import serve, stop
+    from tests.farm.farm_harness import ROOT
+
+    cli = [sys.executable, "-c", "from farm_cli.main import main; main()"]
+    server, port = serve(store, tmp_data, token="t" * 16)
+    try:
+        store.register_worker("mac-1", {})
+        address = f"127.0.0.1:{port}"
+        run = lambda *args: subprocess.run([*cli, *args, "--coordinator", address, "--token", "t" * 16],  # noqa: E731
+                                           capture_output=True, text=True, cwd=ROOT, timeout=30)
+        drained = run("drain", "mac-1")
+        assert drained.returncode == 0 and "mac-1 draining" in drained.stdout, drained.stderr
+        unknown = run("worker", "--drain", "--worker-id", "mac-2")
+        assert unknown.returncode == 1 and "mac-2 is not a registered worker" in unknown.stdout, unknown.stderr
+    finally:
+        stop(server)
+    assert store.worker_draining("mac-1") and metrics.list_workers(store)[0]["state"] == "draining"
