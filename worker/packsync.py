@@ -211,7 +211,9 @@ class PackSync:
         staging = self.packs_dir / STAGING / pack
         staging.mkdir(parents=True, exist_ok=True)
         total = sum(f.size for f in listing.files)
-        self.progress[pack] = {"state": "copying", "bytes": 0, "total": total, "received": 0, "files": len(listing.files)}
+        with self._lock:  # two packs may copy at once; progress is one JSON for both
+            self.progress[pack] = {"state": "copying", "bytes": 0, "total": total, "received": 0,
+                                   "files": len(listing.files)}
         throttle = _Throttle(self.max_bytes_per_s)
         for entry in listing.files:
             self._fetch_file(pack, staging, entry, int(listing.block_bytes), throttle)
@@ -290,12 +292,13 @@ class PackSync:
 
     def _report(self, pack: str, force: bool = False, **fields: object) -> None:
         """Tell the coordinator (at most every REPORT_EVERY_S): the dashboard shows bytes / total."""
-        state = self.progress.setdefault(pack, {"bytes": 0, "total": 0, "received": 0})
-        state.update(fields)
-        if not force and time.monotonic() - self._last_report < REPORT_EVERY_S:
-            return
-        self._last_report = time.monotonic()
-        request = farm_pb2.PackSyncReport(worker_id=self.worker_id, progress_json=json.dumps(self.progress))
+        with self._lock:
+            self.progress.setdefault(pack, {"bytes": 0, "total": 0, "received": 0}).update(fields)
+            if not force and time.monotonic() - self._last_report < REPORT_EVERY_S:
+                return
+            self._last_report = time.monotonic()
+            progress_json = json.dumps(self.progress)
+        request = farm_pb2.PackSyncReport(worker_id=self.worker_id, progress_json=progress_json)
         try:
             self.stub.ReportPackSync(request, timeout=10, metadata=self.metadata)
         except grpc.RpcError as exc:  # progress is best effort; the copy goes on
