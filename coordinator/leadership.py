@@ -85,6 +85,10 @@ class Leadership(threading.Thread):
             self.leading = True
         self.serving.set()
 
+    def is_serving(self) -> bool:
+        """Leading and surely still within our lease (a renewal stuck in a hung Redis call counts too)."""
+        return self.serving.is_set() and time.monotonic() < self._valid_until
+
     def _check_deadline(self) -> None:
         if self.serving.is_set() and time.monotonic() > self._valid_until:
             log.warning("leadership: lease not renewed in time; not serving until it is")
@@ -98,7 +102,10 @@ class Leadership(threading.Thread):
 
     def run(self) -> None:
         while not self._halted.wait(self.lease_ms / 8000):
-            self.claim_once()
+            try:
+                self.claim_once()
+            except Exception:  # noqa: BLE001 - starting or stopping the loops failed: claim again next tick
+                log.exception("leadership: changing role failed; trying again")
 
     def halt(self) -> None:
         """Stop claiming and answering (the lease is still ours until release() or it lapses)."""
@@ -126,7 +133,7 @@ class LeaderGate(grpc.ServerInterceptor):
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         method = handler_call_details.method or ""
-        if handler is None or not method.startswith(_GATED_PREFIX) or self.leadership.serving.is_set():
+        if handler is None or not method.startswith(_GATED_PREFIX) or self.leadership.is_serving():
             return handler
         leader = self.leadership.leader_address
         if leader == self.leadership.address:

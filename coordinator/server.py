@@ -384,7 +384,7 @@ def serve(
     threading.Thread(target=shelf.warm, name="pack-hashes", daemon=True).start()
     farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(store, scheduler, shelf), server)
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
-    presence = Presence(store, scheduler.wake, leadership.serving.is_set)
+    presence = Presence(store, scheduler.wake, leadership.is_serving)
     farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler, presence), server)
     farm_pb2_grpc.add_FarmBlobsServicer_to_server(FarmBlobsServicer(blobs), server)
     set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
