@@ -14,13 +14,17 @@ import time
 from pathlib import Path
 
 import av
+import grpc
 import numpy as np
 import pytest
 
 from coordinator.auth import load_or_create_token
+from coordinator.store import FarmStore, NotLeader
 from farm_cli.client import FarmClient, FarmError
 from farm_cli.common import advanced_spec, render_spec
 from farm_cli.local import render_local
+from protos import farm_pb2, farm_pb2_grpc
+from protos.endpoints import leader_hint
 from tests.farm.farm_harness import ROOT, assert_identical, farm_results, local_results, start_worker
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
@@ -172,4 +176,37 @@ def test_wait_client_rides_through_a_coordinator_restart(store, redis_url, tmp_d
         stdout = check_client_and_result(client, out, address, token, reference)
         assert f"wrote {out}" in stdout
     finally:
+        stop_all(procs)
+
+
+@pytest.mark.timeout(120)
+def test_a_paused_leader_wakes_up_as_a_standby_and_its_writes_are_refused(store, redis_url, tmp_data):
+    """SIGSTOP the leader past its lease: the standby takes over with a new epoch; the old leader, let
+    run again, answers UNAVAILABLE naming the new leader, and a write under its old epoch is refused."""
+    token = load_or_create_token(tmp_data)
+    ports = free_port(), free_port()
+    first, second = (f"127.0.0.1:{p}" for p in ports)
+    procs = [start_coordinator(redis_url, tmp_data, ports[0], "coord-a")]
+    try:
+        serving_after(first, token, time.monotonic())
+        procs.append(start_coordinator(redis_url, tmp_data, ports[1], "coord-b"))
+        old_epoch = store.leader()["epoch"]
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        serving_after(second, token, time.monotonic())
+        assert store.leader()["address"] == second and store.leader()["epoch"] != old_epoch
+        os.kill(procs[0].pid, signal.SIGCONT)
+        time.sleep(2)  # its next claims find the new holder
+        with grpc.insecure_channel(first) as channel, pytest.raises(grpc.RpcError) as refused:
+            farm_pb2_grpc.FarmClientStub(channel).ListRenders(
+                farm_pb2.ListRendersRequest(), timeout=5, metadata=(("authorization", f"Bearer {token}"),))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert leader_hint(refused.value.details()) == second, refused.value.details()
+        stale = FarmStore(store.client)
+        stale.epoch = old_epoch  # what the old leader's loops still send
+        with pytest.raises(NotLeader):
+            stale.register_worker("w1", {})
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
         stop_all(procs)
