@@ -37,6 +37,7 @@ SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.so_reuseport", 0),  # a second coordinator on a busy port fails to bind instead of sharing it
 ]
 
 

@@ -4,6 +4,7 @@
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -80,6 +81,39 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
         yield address, token, supervisor.procs
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_ports(host: str, port: int, dashboard_host: str, dashboard_port: int | None) -> None:
+    """One line, exit 1, when a port we are about to serve on is taken (often a `farm up` left running)."""
+    for what, flag, h, p in (("port", "--port", host, port), ("dashboard port", "--dashboard-port",
+                                                             dashboard_host, dashboard_port)):
+        if p and not _port_free(h, p):
+            fail(f"{what} {p} on {h} is in use (another `farm up` or coordinator?): stop it or pick {flag}", code=1)
+
+
+def enter_or_fail(stack: contextlib.ExitStack, services: contextlib.AbstractContextManager):
+    """Start services inside stack; a start that fails (Redis of this data folder already running, a port
+    taken meanwhile) is one line and exit 1, not a traceback."""
+    try:
+        return stack.enter_context(services)
+    except (OSError, RuntimeError) as exc:
+        fail(f"cannot start: {_startup_reason(exc)}", code=1)
+
+
+def _startup_reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()).split("; set GRPC_VERBOSITY")[0]
+    if "already answers" in text:
+        text += " (another `farm up` or coordinator uses this data folder)"
+    return text
+
+
 def _stop_processes(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -115,16 +149,42 @@ def register(app: typer.Typer) -> None:
         and one shared --data folder elect a leader; the others stand by and take over when it stops."""
         from coordinator.server import run_coordinator
 
-        raise typer.Exit(run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
-                                         dashboard_host=dashboard_host, dashboard_port=dashboard_port,
-                                         advertise=advertise))
+        check_ports(host, port, dashboard_host, dashboard_port)
+        try:
+            code = run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
+                                   dashboard_host=dashboard_host, dashboard_port=dashboard_port, advertise=advertise)
+        except (OSError, RuntimeError) as exc:
+            fail(f"cannot start: {_startup_reason(exc)}", code=1)
+        raise typer.Exit(code)
 
-    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def worker(ctx: typer.Context) -> None:
-        """Run a worker: farm worker --coordinator HOST:PORT [--token T] [--packs-dir DIR]."""
-        from worker.agent import main as worker_main
+    @app.command()
+    def worker(
+        coordinator: Annotated[str | None, typer.Option(
+            "--coordinator", envvar="FARM_COORDINATOR", help="HOST:PORT, or a list: leader + standbys.")] = None,
+        token: Annotated[str | None, typer.Option("--token", help="The farm token (prefer --token-file).")] = None,
+        token_file: Annotated[Path | None, typer.Option(
+            "--token-file", help="A copy of the coordinator's DATA/token (FARM_TOKEN also works).")] = None,
+        worker_id: Annotated[str | None, typer.Option("--worker-id", help="Default: this host's name.")] = None,
+        packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Where packs live on this Mac.")] = None,
+        cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Blob cache folder.")] = None,
+        wait_ms: Annotated[int, typer.Option("--wait-ms", help="Long-poll for a lease this long.")] = 10_000,
+        max_tasks: Annotated[int | None, typer.Option("--max-tasks", help="Exit after this many tasks.")] = None,
+        pack_max_mbps: Annotated[float | None, typer.Option(
+            "--pack-max-mbps", help="Cap copying packs from the coordinator at this many MB/s.")] = None,
+        drain: Annotated[bool, typer.Option(
+            "--drain", help="Ask the running worker with this id to finish its task, take no more and exit.")] = False,
+    ) -> None:
+        """Run this Mac's worker: lease tasks from the coordinator and run them until Ctrl-C."""
+        from worker.agent import run_worker, worker_token
 
-        raise typer.Exit(worker_main(list(ctx.args)))
+        if not coordinator:
+            fail("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
+        try:
+            resolved = worker_token(token, token_file)
+        except SystemExit as exc:
+            fail(str(exc).removeprefix("farm worker: "))
+        raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
+                                    pack_max_mbps, drain))
 
     @app.command()
     def up(workers: int = typer.Option(2, "--workers"), port: Port = common.DEFAULT_PORT, data: DataDir = None,
@@ -132,12 +192,14 @@ def register(app: typer.Typer) -> None:
            dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT) -> None:
         """Coordinator + N local workers (+ embedded Redis) in the foreground until Ctrl-C."""
         folder = common.data_dir(data)
+        check_ports("127.0.0.1", port, dashboard_host, dashboard_port)
         ensure_tiny_pack(folder)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        with local_farm(folder, workers, port, redis_url, dashboard_host=dashboard_host,
-                        dashboard_port=dashboard_port) as (address, _token, _procs):
+        with contextlib.ExitStack() as stack:
+            address, _token, _procs = enter_or_fail(stack, local_farm(
+                folder, workers, port, redis_url, dashboard_host=dashboard_host, dashboard_port=dashboard_port))
             typer.echo(f"farm up: coordinator {address}, {workers} workers; token in {folder / 'token'}")
             while not stop.wait(0.5):
                 pass
@@ -153,7 +215,8 @@ def register(app: typer.Typer) -> None:
         out = output or Path("demo.mp4")
         spec = {"prompt": "a red fox running through fresh snow at dawn", "height": 256, "width": 384,
                 "frames": 25, "frame_rate": 24.0, "seed": 1, "pack": "tiny", "audio": True}
-        with local_farm(folder, workers) as (address, token, _procs):
+        with contextlib.ExitStack() as stack:
+            address, token, _procs = enter_or_fail(stack, local_farm(folder, workers))
             render_id = submit_render(spec, None, address, token)
             typer.echo(f"submitted {render_id} to {address}", err=True)
             render = wait_for(render_id, address, token)

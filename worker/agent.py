@@ -433,14 +433,32 @@ def request_drain(coordinator: str, token: str, worker_id: str) -> int:
     return 0 if found else 1
 
 
-def _token(args: argparse.Namespace) -> str:
-    if args.token:
-        return args.token
-    if args.token_file:
-        return read_token(args.token_file)
+def worker_token(token: str | None, token_file: Path | None) -> str:
+    """--token, else --token-file, else FARM_TOKEN; one line naming all three when none is given."""
+    if token:
+        return token
+    if token_file:
+        return read_token(token_file)
     if os.environ.get("FARM_TOKEN"):
         return os.environ["FARM_TOKEN"]
-    raise SystemExit("farm worker: give --token, --token-file or FARM_TOKEN")
+    raise SystemExit("farm worker: give --token-file (the coordinator's DATA/token, e.g. ~/.ltx-farm/token), "
+                     "--token or FARM_TOKEN")
+
+
+def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, worker_id: str | None = None,
+               cache_dir: Path | None = None, wait_ms: int = 10_000, max_tasks: int | None = None,
+               pack_max_mbps: float | None = None, drain: bool = False) -> int:
+    """Run this Mac's worker until stopped (or, with drain, ask the running one to finish and exit): what
+    `farm worker` and `python -m worker.agent` both call."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if drain:
+        return request_drain(coordinator, token, worker_id or default_worker_id())
+    agent = Agent(coordinator, token, load_runner(packs_dir), worker_id=worker_id, cache_dir=cache_dir,
+                  wait_ms=wait_ms, pack_max_bytes_per_s=pack_max_mbps * 1e6 if pack_max_mbps else None)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop())
+    signal.signal(signal.SIGUSR1, lambda *_: agent.drain())
+    return agent.run(max_tasks=max_tasks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -461,22 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.coordinator:
         parser.error("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.drain:
-        return request_drain(args.coordinator, _token(args), args.worker_id or default_worker_id())
-    agent = Agent(
-        args.coordinator,
-        _token(args),
-        load_runner(args.packs_dir),
-        worker_id=args.worker_id,
-        cache_dir=args.cache_dir,
-        wait_ms=args.wait_ms,
-        pack_max_bytes_per_s=args.pack_max_mbps * 1e6 if args.pack_max_mbps else None,
-    )
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: agent.stop())
-    signal.signal(signal.SIGUSR1, lambda *_: agent.drain())
-    return agent.run(max_tasks=args.max_tasks)
+    return run_worker(args.coordinator, worker_token(args.token, args.token_file), args.packs_dir, args.worker_id,
+                      args.cache_dir, args.wait_ms, args.max_tasks, args.pack_max_mbps, args.drain)
 
 
 if __name__ == "__main__":
