@@ -44,7 +44,7 @@ def task(
     only to a worker whose pack holds them."""
     deps = sorted({r["task"] for r in inputs.values() if "task" in r})
     if capability == CAPABILITY and "pack" in params:
-        params = {**params, "needs": task_needs(kind)}
+        params = {**params, "needs": task_needs(kind, params)}
     return {
         "id": f"{render_id}.{name}",
         "kind": kind,

@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from ltx_engine import text_encoders
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES
 
@@ -206,6 +207,8 @@ def active_packs(store: Any) -> set[str]:
             spec = render.get("spec") or {}
             if isinstance(spec, dict) and spec.get("pack"):
                 packs.add(str(spec["pack"]))
+            if isinstance(spec, dict) and spec.get("text_encoder"):  # a separate encoder travels like a pack
+                packs.update(n for n in text_encoders.names(str(spec["text_encoder"])) if "/" not in n)
     return packs
 
 
@@ -216,8 +219,12 @@ def fleet_with_shelf(fleet: list[dict], shelf: PackShelf | None) -> list[dict]:
     if not held:
         return fleet
     components = {name: shelf.components(name) for name in held}
+    encoders = {name: text_encoders.weight_bytes(shelf.root / name) for name in held
+                if text_encoders.is_encoder(shelf.root / name)}
     return [{**w, "packs": sorted(set(w.get("packs") or []) | set(held)),
-             "pack_components": {**components, **(w.get("pack_components") or {})}} for w in fleet]
+             "pack_components": {**components, **(w.get("pack_components") or {})},
+             **({"text_encoders": {**encoders, **w["text_encoders"]}} if isinstance(w.get("text_encoders"), dict) else {})}
+            for w in fleet]
 
 
 class FarmPacksServicer(farm_pb2_grpc.FarmPacksServicer):

@@ -22,7 +22,8 @@ from coordinator.graph import (  # noqa: F401 - SpecError and the constants are 
 from coordinator.plan_decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan_dfr import check_dfr, dfr_rounds, output_frames, plan_dfr_rounds
 from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
-from ltx_engine.components import missing_line, render_components
+from ltx_engine import text_encoders
+from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
 from ltx_engine.sampling import DISTILLED_SIGMAS
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -45,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "temporal_upscalings": 0,  # DFR rounds (LTX-2.5 packs)
     "decode_tiles": "auto",    # "auto" | "off" | "F,H,W" pixel tile sizes
     "exr": None,               # a folder for EXR frames (on the machine that assembles)
+    "text_encoder": None,      # "pack" (its own tower), a repo id or a folder; validation records the choice
 }
 
 
@@ -60,6 +62,9 @@ def normalize_spec(raw: dict) -> dict:
         spec["frame_rate"] = float(spec["frame_rate"])
     except (TypeError, ValueError) as exc:
         raise SpecError(f"bad number in spec: {exc}") from exc
+    encoder = spec["text_encoder"]
+    if encoder is not None and (not isinstance(encoder, str) or not encoder.strip() or len(encoder) > 1024):
+        raise SpecError(f"text_encoder {str(encoder)[:80]!r} is not a repo id, a folder or 'pack'")
     return spec
 
 
@@ -96,6 +101,7 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
+    resolve_text_encoder(spec, fleet)
     _check_components(spec, fleet)
     check_dfr(spec, fleet)
     resolve_decode_tiles(spec, fleet)
@@ -116,6 +122,30 @@ def _check_fleet(spec: dict, fleet: list[dict]) -> None:
             f"{spec['width']}x{spec['height']}x{spec['frames']} needs ~{need / 2**30:.1f} GiB on one worker; "
             f"the largest holding {spec['pack']!r} has {largest / 2**30:.1f} GiB"
         )
+
+
+def resolve_text_encoder(spec: dict, fleet: list[dict]) -> None:
+    """Record the render's text encoder in the spec (the pack's own tower wins, as the live workers
+    describe the pack) and refuse, in one line with the command that fetches it, a separate encoder no
+    live worker holds. Workers that do not describe their encoders pass."""
+    pack = spec["pack"]
+    described = [w for w in fleet if pack in (w.get("pack_components") or {})]
+    has_tower = any(TEXT_ENCODER in w["pack_components"][pack] for w in described) if described else None
+    spec["text_encoder"] = ref = text_encoders.resolve(has_tower, spec.get("text_encoder"))
+    if ref in (None, text_encoders.PACK):
+        return
+    holders = [w["text_encoders"] for w in fleet if isinstance(w.get("text_encoders"), dict)]
+    if holders and not any(name in held for held in holders for name in text_encoders.names(ref)):
+        raise SpecError(text_encoders.refusal(ref, pack))
+
+
+def text_params(spec: dict) -> dict:
+    """The text task's encoder params: the choice, and the names a worker may hold a separate one under."""
+    ref = spec.get("text_encoder")
+    if ref is None:
+        return {}
+    return {"text_encoder": ref} if ref == text_encoders.PACK else {
+        "text_encoder": ref, "text_encoder_names": text_encoders.names(ref)}
 
 
 def _check_components(spec: dict, fleet: list[dict]) -> None:
@@ -142,7 +172,7 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
     h2, w2 = spec["height"] // 2, spec["width"] // 2
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
-    tasks = [task(rid, "text", "text_encode", {"pack": pack, "prompt": spec["prompt"],
+    tasks = [task(rid, "text", "text_encode", {"pack": pack, "prompt": spec["prompt"], **text_params(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     image = spec.get("image")
     cond1, cond2 = {}, {}

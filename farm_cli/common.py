@@ -22,6 +22,36 @@ def data_dir(given: Path | None = None) -> Path:
     return path
 
 
+CONFIG_FILE = "config.toml"
+
+
+def farm_config(data: Path | None = None) -> dict:
+    """The farm's config file (DATA/config.toml), {} when there is none; one line when it is broken."""
+    import tomllib
+
+    path = data_dir(data) / CONFIG_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        fail(f"{path}: not a readable TOML file ({exc})")
+
+
+def text_encoder_choice(pack: str, given: str | None, data: Path | None = None) -> str | None:
+    """`--text-encoder`, else the pack's default in the config file's [text_encoders] table (by the pack
+    as given, or its last path part), else None: the planner then takes the pack's own tower or the
+    MLX port's default. A folder on this machine travels as its absolute path."""
+    table = farm_config(data).get("text_encoders") or {}
+    if not isinstance(table, dict):
+        fail(f"{data_dir(data) / CONFIG_FILE}: [text_encoders] must be a table of pack = \"REPO_OR_PATH\"")
+    ref = given or table.get(pack) or table.get(pack.rstrip("/").split("/")[-1])
+    if ref is not None and not isinstance(ref, str):
+        fail(f"{data_dir(data) / CONFIG_FILE}: the text encoder of {pack!r} is not a string")
+    path = Path(ref).expanduser() if ref else None
+    return str(path.resolve()) if path is not None and ref != "pack" and path.is_dir() else ref
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """One clear line on stderr and an exit code; never a traceback for a user mistake."""
     typer.echo(f"farm: {message}", err=True)

@@ -17,6 +17,8 @@ from coordinator.graph import COORDINATOR
 from coordinator.plan_decode import resolve_decode_tiles
 from coordinator.planner import normalize_spec, plan_render, validate_spec
 from coordinator.reducer import run_reduce_task
+from ltx_engine import text_encoders
+from ltx_engine.components import TEXT_ENCODER
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
 from worker.runner import Runner, device_memory_bytes
 
@@ -71,6 +73,7 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
     spec = normalize_spec(spec)
     auto_decode = str(spec.get("decode_tiles") or "auto").strip().lower() == "auto"
     validate_spec(spec, [])
+    resolve_local_text_encoder(spec, runner)
     if auto_decode:  # this machine is the whole fleet: tile only if the decode would not fit its memory
         spec["decode_tiles"] = "auto"
         resolve_decode_tiles(spec, [{"packs": [spec["pack"]], "memory_bytes": device_memory_bytes()}])
@@ -90,6 +93,14 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()
     return out_path, outputs, blobs
+
+
+def resolve_local_text_encoder(spec: dict, runner: Runner) -> None:
+    """This machine is the whole fleet: the pack's own tower wins, else the encoder named (or the MLX
+    port's default) must be here; PackError's one line with the fetch command when it is not."""
+    pack = runner.pack(spec["pack"])
+    spec["text_encoder"] = text_encoders.resolve(TEXT_ENCODER in pack.components(), spec.get("text_encoder"))
+    runner.text_encoder_dir(pack, {"pack": spec["pack"], "text_encoder": spec["text_encoder"]})
 
 
 def _recording(runs: list[dict], on_event: Callable[[dict], None] | None) -> Callable[[dict], None]:

@@ -35,6 +35,9 @@ Stage2Sigmas = Annotated[str | None, typer.Option("--stage2-sigmas", help="Comma
 TemporalUpscalings = Annotated[int, typer.Option("--temporal-upscalings", help="DFR temporal rounds: 0, 1 or 2.")]
 DecodeTiles = Annotated[str, typer.Option("--decode-tiles", help="auto | off | F,H,W (pixels).")]
 Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames into this folder.")]
+TextEncoder = Annotated[str | None, typer.Option(
+    "--text-encoder", help="Gemma 3 (mlx-lm) repo id or folder for packs without their own "
+    "(default: the pack's entry in DATA/config.toml, else mlx-community/gemma-3-12b-it-4bit).")]
 
 
 @pack_app.command("tiny")
@@ -66,7 +69,7 @@ def render(
     stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,
     temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
-    data: DataDir = None,
+    data: DataDir = None, text_encoder: TextEncoder = None,
 ) -> None:
     """Render in this process with the farm's stage graph: the reference for every distributed run."""
     if not local:
@@ -79,6 +82,7 @@ def render(
 
     spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
     spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
+    spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"
     try:

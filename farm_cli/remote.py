@@ -147,6 +147,7 @@ def register(app: typer.Typer) -> None:
         Stage2Sigmas,
         Stage2Tiles,
         TemporalUpscalings,
+        TextEncoder,
         TileOverlap,
         Token,
         Width,
@@ -161,10 +162,11 @@ def register(app: typer.Typer) -> None:
                coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
                wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
                priority: int = typer.Option(0, "--priority", help="Higher renders lease first."),
-               as_json: Json = False) -> None:
+               text_encoder: TextEncoder = None, as_json: Json = False) -> None:
         """Queue a render on the farm."""
         spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
         spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
+        spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
         spec["priority"] = priority
         render_id = submit_render(spec, pixels, coordinator, token)
         typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)

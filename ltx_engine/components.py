@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ltx_engine import text_encoders
+
 FORGE = "mlx-forge convert ltx-2.3"
 
 
@@ -52,7 +54,7 @@ PARTS: dict[str, Part] = {
                            "diffusion_model", "ltx-2.3-22b-distilled-lora-384.safetensors", f"{FORGE} --variant dev"),
 }
 TEXT_ENCODER = "text_encoder"          # a folder (Gemma 3, mlx-lm format); not a weight file of the table
-TEXT_ENCODER_GET = "a Gemma 3 folder (mlx-lm format) as text_encoder/ in the pack"
+TEXT_ENCODER_GET = "a Gemma 3 folder (mlx-lm format) as text_encoder/ in the pack, or `--text-encoder REPO_OR_PATH`"
 
 # Files the farm knows and does not use: read by nobody, never a warning.
 METADATA = ("config.json", "embedded_config.json", "quantize_config.json", "split_model.json", "README.md",
@@ -173,7 +175,9 @@ def resolve_files(names: Iterable[str]) -> Layout:
 def render_components(spec: dict) -> tuple[str, ...]:
     """The components a render's graph loads: the base two-stage render, the image encoder when an
     image conditions it, the temporal upscaler for DFR rounds, the audio decoders unless audio is off."""
-    out = [TEXT_ENCODER, "connector", "transformer", "spatial_upscaler", "vae_decoder"]
+    own_tower = spec.get("text_encoder") in (None, text_encoders.PACK)  # else a separate encoder, matched apart
+    out = [TEXT_ENCODER] if own_tower else []
+    out += ["connector", "transformer", "spatial_upscaler", "vae_decoder"]
     if spec.get("image"):
         out.append("vae_encoder")
     if str(spec.get("temporal_upscalings") or 0) not in ("0", "0.0"):  # a bad value is refused elsewhere
@@ -183,9 +187,14 @@ def render_components(spec: dict) -> tuple[str, ...]:
     return tuple(out)
 
 
-def task_needs(kind: str) -> list[str]:
-    """The components a task of `kind` needs from its pack (what the scheduler matches to workers)."""
-    return list(KIND_COMPONENTS.get(kind, ()))
+def task_needs(kind: str, params: dict | None = None) -> list[str]:
+    """The components a task of `kind` needs from its pack (what the scheduler matches to workers); a
+    text task needs the pack's own tower only when the spec chose it (else a separate encoder, matched
+    by name, or one the worker resolves when no live worker described the pack at submit)."""
+    needs = list(KIND_COMPONENTS.get(kind, ()))
+    if kind == "text_encode" and (params or {}).get("text_encoder") != text_encoders.PACK:
+        needs.remove(TEXT_ENCODER)
+    return needs
 
 
 def get_line(component: str, pack: str) -> str:

@@ -19,16 +19,17 @@ depend on which process computed them. The sampler math lives in `ltx_engine.sam
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine import dfr
-from ltx_engine.components import KIND_COMPONENTS
+from ltx_engine import dfr, text_encoders
+from ltx_engine.components import KIND_COMPONENTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise
 from ltx_engine.media import image_to_pixels
 from ltx_engine.pack import Pack
-from ltx_engine.registry import ModelRegistry
+from ltx_engine.registry import EncoderFolder, ModelRegistry
 from ltx_engine.tokens import unpatchify_audio, unpatchify_video
 
 Progress = Callable[[int, int], None]
@@ -43,14 +44,23 @@ class Engine:
     def model(self, pack: Pack, component: str):
         return self.registry.get(pack, component)
 
-    def prepare(self, pack: Pack, kind: str) -> None:
-        """Make room for what `kind` needs (models it does not need are dropped first)."""
-        self.registry.retain((pack.key, c) for c in KIND_COMPONENTS.get(kind, ()))
+    def prepare(self, pack: Pack, kind: str, encoder_dir: Path | None = None) -> None:
+        """Make room for what `kind` needs (models it does not need are dropped first); a text encoder
+        not loaded yet counts with its weight files' size before it loads."""
+        needed = [(pack.key, c) for c in KIND_COMPONENTS.get(kind, ()) if c != TEXT_ENCODER]
+        incoming = 0
+        if encoder_dir is not None:
+            key = (EncoderFolder(encoder_dir).key, TEXT_ENCODER)
+            needed.append(key)
+            incoming = 0 if self.registry.has(key) else text_encoders.weight_bytes(encoder_dir)
+        self.registry.retain(needed, incoming)
 
-    def encode_prompt(self, pack: Pack, prompt: str) -> dict[str, np.ndarray]:
+    def encode_prompt(self, pack: Pack, prompt: str, encoder_dir: Path | None = None) -> dict[str, np.ndarray]:
+        """Prompt → contexts, with the Gemma folder given (a separate encoder) or the pack's own."""
         from ltx_engine.models.text_encoder import encode_prompt
 
-        return encode_prompt(self.model(pack, "text_encoder"), self.model(pack, "connector"), prompt)
+        encoder = self.registry.get(EncoderFolder(encoder_dir or pack.text_encoder_dir), TEXT_ENCODER)
+        return encode_prompt(encoder, self.model(pack, "connector"), prompt)
 
     def encode_image(self, pack: Pack, image: np.ndarray, height: int, width: int) -> np.ndarray:
         """uint8 (H, W, 3) → resized, centre-cropped → VAE encoder → latent (1, C, 1, h, w)."""

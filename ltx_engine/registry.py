@@ -10,6 +10,7 @@ import gc
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -33,6 +34,17 @@ def _model(component: str) -> Callable[[WeightPack], nn.Module]:
         return apply_weights(model, tensors, file=pack.file_label(component))
 
     return build
+
+
+class EncoderFolder:
+    """A text encoder folder as the registry keys it: one copy whichever pack's prompts it encodes."""
+
+    def __init__(self, folder: Path):
+        self.text_encoder_dir = Path(folder)
+
+    @property
+    def key(self) -> str:
+        return str(self.text_encoder_dir.resolve())
 
 
 def _text_encoder(pack: WeightPack):
@@ -73,12 +85,13 @@ class ModelRegistry:
         self._bytes[key] = model_bytes(model)
         return model
 
-    def retain(self, needed: Iterable[tuple[str, str]]) -> None:
-        """Drop least-recently-used models not in `needed` while over budget."""
+    def retain(self, needed: Iterable[tuple[str, str]], incoming_bytes: int = 0) -> None:
+        """Drop least-recently-used models not in `needed` while over budget, counting `incoming_bytes`
+        of a model about to load (a text encoder, sized from its files) as already there."""
         if self.budget_bytes is None:
             return
         keep = set(needed)
-        while sum(self._bytes.values()) > self.budget_bytes:
+        while sum(self._bytes.values()) + incoming_bytes > self.budget_bytes:
             victim = next((k for k in self._models if k not in keep), None)
             if victim is None:
                 break
@@ -86,6 +99,9 @@ class ModelRegistry:
             del self._bytes[victim]
             gc.collect()
             mx.clear_cache()
+
+    def has(self, key: tuple[str, str]) -> bool:
+        return key in self._models
 
     def loaded(self) -> list[str]:
         return [component for _, component in self._models]

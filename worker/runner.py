@@ -9,20 +9,24 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
+from ltx_engine import text_encoders
 from ltx_engine.checkpoint import is_checkpoint
-from ltx_engine.components import KIND_COMPONENTS, PARTS
+from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import Engine
+from ltx_engine.loader import PackError
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 
 Progress = Callable[[int, int], None]
+EMBEDDINGS_KEPT = 32
 
 
 class TaskCancelled(RuntimeError):
@@ -58,6 +62,7 @@ class Runner:
         # used models the next task does not need are dropped first.
         self.engine = engine or Engine(ModelRegistry(budget_bytes=int(device_memory_bytes() * 0.6)))
         self._packs: dict[str, WeightPack] = {}
+        self._embeddings: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()  # recent prompts
 
     def _local(self, ref: str) -> Path | None:
         """Where `ref` lives in the packs folder: a folder or file by name, or a repo id's HF cache folder."""
@@ -105,6 +110,21 @@ class Runner:
                 problems[name] = found
         return holdings, problems
 
+    def text_encoder_dir(self, pack: WeightPack, params: dict) -> Path:
+        """The Gemma folder a text task encodes with: the pack's own tower when the spec chose it (or
+        chose nothing and the pack has one), else the named encoder as this machine holds it; one line
+        with the command that fetches it when it is not here (nothing is downloaded in a task)."""
+        ref = params.get("text_encoder")
+        if ref == text_encoders.PACK or (ref is None and TEXT_ENCODER in pack.components()):
+            if TEXT_ENCODER not in pack.components():
+                raise PackError(pack.missing(TEXT_ENCODER))
+            return pack.text_encoder_dir
+        ref = ref or text_encoders.DEFAULT
+        folder = text_encoders.find_local(ref, self.packs_dir)
+        if folder is None:
+            raise PackError(text_encoders.refusal(ref, str(params["pack"]), "this machine does not hold"))
+        return folder
+
     def pack_features(self, ref: str) -> list[str]:
         """What a pack can do beyond the base two-stage render, so the planner can refuse early:
         `temporal_upscaler` (DFR rounds) and `keyframes` (an LTX-2.5 DiT with the keyframe marker)."""
@@ -129,6 +149,7 @@ class Runner:
             "pack_features": {name: self.pack_features(name) for name in self.pack_names()},
             "pack_components": holdings,
             "pack_problems": problems,
+            "text_encoders": text_encoders.held(self.packs_dir),
             "kinds": sorted(KIND_COMPONENTS),
         }
 
@@ -139,7 +160,7 @@ class Runner:
         if handler is None:
             raise ValueError(f"unknown task kind {kind!r}")
         pack = self.pack(params["pack"])
-        self.engine.prepare(pack, kind)
+        self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
         mx.reset_peak_memory()
         start = time.perf_counter()
 
@@ -155,7 +176,18 @@ class Runner:
         return {k: np.ascontiguousarray(v) for k, v in outputs.items()}, metrics
 
     def _run_text_encode(self, pack, params, inputs, step):
-        return self.engine.encode_prompt(pack, params["prompt"])
+        """Embeddings of the prompt, kept for the last few (pack, encoder, prompt, length) keys: a prompt
+        sweep encodes each prompt once per worker, and another encoder never reuses them."""
+        from ltx_engine.models.text_encoder import REFERENCE_MAX_LENGTH
+
+        folder = self.text_encoder_dir(pack, params)
+        key = (pack.key, str(folder.resolve()), params["prompt"], REFERENCE_MAX_LENGTH)
+        if key not in self._embeddings:
+            self._embeddings[key] = self.engine.encode_prompt(pack, params["prompt"], folder)
+            while len(self._embeddings) > EMBEDDINGS_KEPT:
+                self._embeddings.popitem(last=False)
+        self._embeddings.move_to_end(key)
+        return self._embeddings[key]
 
     def _run_image_encode(self, pack, params, inputs, step):
         return {"latent": self.engine.encode_image(pack, inputs["image"], params["height"], params["width"])}

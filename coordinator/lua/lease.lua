@@ -5,18 +5,31 @@ local lease_ms = tonumber(ARGV[4])
 if redis.call('HGET', key('worker', worker), 'drain') == '1' then return false end  -- draining: no more
 -- The components of each pack the worker holds ({pack: [component, ...]}, from its registration),
 -- or nil when it describes none (it may take any task).
-local function pack_holdings()
+-- Likewise the text encoders it holds ({name: bytes}), or nil when it describes none.
+local function worker_holdings()
   local ok, info = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'info') or '')
-  if not ok or type(info) ~= 'table' or type(info.pack_components) ~= 'table' then return nil end
-  return info.pack_components
+  if not ok or type(info) ~= 'table' then return nil, nil end
+  local packs = type(info.pack_components) == 'table' and info.pack_components or nil
+  local encoders = type(info.text_encoders) == 'table' and info.text_encoders or nil
+  return packs, encoders
 end
-local holdings = pack_holdings()
+local holdings, encoders = worker_holdings()
 
--- Whether the worker's pack holds what the task loads (params.needs of params.pack).
+-- Whether the worker holds the task's text encoder under one of the names it may have
+-- (params.text_encoder_names, set only when the encoder is not the pack's own).
+local function holds_encoder(params)
+  if type(params.text_encoder_names) ~= 'table' or not encoders then return true end
+  for _, name in ipairs(params.text_encoder_names) do
+    if encoders[name] then return true end
+  end
+  return false
+end
+
+-- Whether the worker holds what the task loads (params.needs of params.pack, and its text encoder).
 local function holds_needs(tid)
-  if not holdings then return true end
   local params = cjson.decode(redis.call('HGET', key('task', tid), 'params') or '{}')
-  if type(params.needs) ~= 'table' then return true end
+  if not holds_encoder(params) then return false end
+  if not holdings or type(params.needs) ~= 'table' then return true end
   local held = holdings[params.pack]
   if type(held) ~= 'table' then return false end
   local have = {}

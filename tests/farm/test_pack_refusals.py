@@ -20,7 +20,9 @@ SMALL = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rat
 REFUSED = [
     ("minimal", [], "pack 'minimal' has no spatial_upscaler (spatial_upscaler_x2_v1_1.safetensors): "
                     "get it with `mlx-forge convert ltx-2.3 --spatial-upscaler x2`"),
-    ("published", [], "pack 'published' has no text_encoder (text_encoder/)"),
+    ("published", [], "no live worker holds the text encoder 'mlx-community/gemma-3-12b-it-4bit' that pack "
+                      "'published' needs: fetch it with `farm pack pull mlx-community/gemma-3-12b-it-4bit`"),
+    ("published", ["--text-encoder", "pack"], "pack 'published' has no text_encoder (text_encoder/)"),
     ("devq8", [], "transformer-dev.safetensors: the dev DiT is quantized; fusing "
                   "ltx-2.3-22b-distilled-lora-384.safetensors needs bf16 dev weights"),
     ("truncated", [], "vae_decoder.safetensors: tensor 'vae_decoder."),
@@ -67,9 +69,11 @@ def _wait_registered(store, timeout: float = 90) -> dict:
 
 
 @pytest.mark.timeout(400)
-def test_missing_parts_refused_at_submit_and_broken_packs_fail_alone(store, tmp_data, packs, tmp_path):
+def test_missing_parts_refused_at_submit_and_broken_packs_fail_alone(store, tmp_data, packs, tmp_path, monkeypatch):
     import av
     import numpy as np
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # the worker's hub cache holds no Gemma
 
     image = tmp_path / "still.png"
     with av.open(str(image), "w") as out:  # a real PNG for --image

@@ -80,7 +80,7 @@ def _holder(components: list[str], problems: dict | None = None) -> dict:
 
 
 def test_tasks_name_the_components_they_need():
-    tasks = {t["id"].removeprefix("r."): t for t in _plan(pack="p", image={"blob": "ab" * 32})}
+    tasks = {t["id"].removeprefix("r."): t for t in _plan(pack="p", image={"blob": "ab" * 32}, text_encoder="pack")}
     assert tasks["text"]["params"]["needs"] == ["text_encoder", "connector"] and tasks["text"]["params"]["pack"] == "p"
     assert tasks["stage1"]["params"]["needs"] == ["transformer"]
     assert tasks["upsample"]["params"]["needs"] == ["spatial_upscaler", "vae_decoder"]
@@ -96,7 +96,7 @@ def test_tasks_name_the_components_they_need():
     ({"image": {"blob": "ab" * 32}}, "vae_encoder", r"has no vae_encoder \(vae_encoder\.safetensors\)"),
     ({"temporal_upscalings": 1, "frames": 49}, "temporal_upscaler",
      r"has no temporal_upscaler .*`mlx-forge convert ltx-2\.3 --temporal-upscaler x2`"),
-    ({"pack": "dgrauet/ltx-2.3-mlx-q8"}, "text_encoder", r"has no text_encoder \(text_encoder/\)"),
+    ({"pack": "dgrauet/ltx-2.3-mlx-q8", "text_encoder": "pack"}, "text_encoder", r"has no text_encoder \(text_encoder/\)"),
 ])
 def test_a_render_needing_a_missing_component_is_refused_in_one_line(changes, lacking, match):
     spec = normalize_spec({**SPEC, "pack": "p", **changes})
