@@ -157,7 +157,7 @@ def test_standby_takes_over_a_killed_leader_and_everyone_follows(store, redis_ur
 
 
 @pytest.mark.timeout(420)
-def test_wait_client_rides_through_a_coordinator_restart(store, redis_url, tmp_data, tiny_packs, reference,
+def test_wait_and_watch_clients_ride_through_a_coordinator_restart(store, redis_url, tmp_data, tiny_packs, reference,
                                                          tmp_path):
     token = load_or_create_token(tmp_data)
     port = free_port()
@@ -169,12 +169,20 @@ def test_wait_client_rides_through_a_coordinator_restart(store, redis_url, tmp_d
         out = tmp_path / "out.mp4"
         client = submit_wait(address, token, out)
         procs.append(client)
+        render_id = wait_for_lease(store, ".stage1")
+        watcher = subprocess.Popen([*CLI, "watch", render_id, "--coordinator", address, "--token", token],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+        procs.append(watcher)
         wait_for_lease(store, ".stage2")
         os.kill(procs[0].pid, signal.SIGKILL)
         time.sleep(1.0)
         procs[0] = start_coordinator(redis_url, tmp_data, port, "coord-2")  # waits out the dead one's lease
         stdout = check_client_and_result(client, out, address, token, reference)
         assert f"wrote {out}" in stdout
+        watched, err = watcher.communicate(timeout=60)  # `farm watch` rode through it too
+        assert watcher.returncode == 0 and f"{render_id} done" in watched, err[-2000:]
+        assert err.count("lost the coordinator") == 1, err[-2000:]
     finally:
         stop_all(procs)
 
