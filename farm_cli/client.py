@@ -217,6 +217,12 @@ class FarmClient:
         """Ask a worker to finish its task, take no more and exit. False when no worker has that id."""
         return self._call(self._client.DrainWorker, farm_pb2.DrainRequest(worker_id=worker_id)).found
 
+    def requeue(self, render_id: str, task_id: str = "") -> tuple[bool, bool]:
+        """(blocklist cleared, task requeued): the render's blocklisted workers get another chance; with a
+        task id, that task is also taken from its worker and queued again."""
+        reply = self._call(self._client.Requeue, farm_pb2.RequeueRequest(render_id=render_id, task_id=task_id))
+        return reply.cleared, reply.requeued
+
     def workers(self) -> list[dict]:
         reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())
         return [json.loads(w.json) for w in reply.workers]

@@ -242,6 +242,20 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{w.get('id')}  {w.get('state', '?'):<8} {w.get('chip', '')}{blocked}")
 
     @app.command()
+    def requeue(render_id: str, task: str = typer.Option("", "--task", help="Also take this leased task back."),
+                coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:
+        """Give the workers blocklisted for a render another chance (and requeue a leased task)."""
+        from farm_cli.client import FarmError
+
+        try:
+            with client(coordinator, token) as farm:
+                cleared, requeued = farm.requeue(render_id, task)
+        except FarmError as exc:
+            fail(str(exc), code=1)
+        typer.echo(f"{render_id}: blocklist {'cleared' if cleared else 'was empty'}"
+                   + (f"; {task} {'requeued' if requeued else 'not leased'}" if task else ""))
+
+    @app.command()
     def drain(worker_id: str, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:
         """Let a worker finish its current task, give it no more, and have it exit."""
         from farm_cli.client import FarmError
