@@ -438,10 +438,12 @@ def run_coordinator(
     from contextlib import ExitStack
 
     from coordinator import redis_server
+    from coordinator.logsetup import log_path, setup_logging
     from coordinator.store import FarmStore
 
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(log_path(data_dir, "coordinator"))  # named by `farm doctor`
     with ExitStack() as stack:
         if redis_url is None:
             redis_url = stack.enter_context(redis_server.EmbeddedRedis(data_dir / "redis")).url

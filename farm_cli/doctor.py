@@ -154,6 +154,16 @@ def check_clock(dashboard_url: str | None) -> Check:
     return status, f"clock skew vs coordinator {skew:+.3f} s (round trip {t1 - t0:.3f} s)"
 
 
+def check_logs(folder: Path) -> Check:
+    """Where this machine's farm logs are: coordinator.log (farm coordinator / farm up), worker.log."""
+    from coordinator.logsetup import log_path
+
+    found = [p for p in (log_path(folder, "coordinator"), log_path(folder, "worker")) if p.is_file()]
+    if not found:
+        return "skip", f"logs: none yet in {folder / 'logs'} (farm coordinator, farm up and farm worker write there)"
+    return "ok", "logs: " + ", ".join(f"{p} ({p.stat().st_size / 1024:.0f} KiB)" for p in found)
+
+
 def run_checks(checks: list[Callable[[], Check]], echo: Callable[[str], None] = typer.echo) -> int:
     """Run every check (a crash is a failed check), print one line each; 1 when any failed."""
     failed = False
@@ -193,6 +203,7 @@ def register(app: typer.Typer) -> None:
                 lambda: check_pack(pack, folder / "packs", farm_packs(coordinator, token)),
                 lambda: check_coordinator(coordinator, token),
                 lambda: check_clock(url),
+                lambda: check_logs(folder),
             ]
         )
         raise typer.Exit(code)

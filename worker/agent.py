@@ -447,10 +447,12 @@ def worker_token(token: str | None, token_file: Path | None) -> str:
 
 def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, worker_id: str | None = None,
                cache_dir: Path | None = None, wait_ms: int = 10_000, max_tasks: int | None = None,
-               pack_max_mbps: float | None = None, drain: bool = False) -> int:
+               pack_max_mbps: float | None = None, drain: bool = False, log_file: Path | None = None) -> int:
     """Run this Mac's worker until stopped (or, with drain, ask the running one to finish and exit): what
-    `farm worker` and `python -m worker.agent` both call."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    `farm worker` and `python -m worker.agent` both call. Logs go to stderr and log_file when given."""
+    from coordinator.logsetup import setup_logging
+
+    setup_logging(log_file)
     if drain:
         return request_drain(coordinator, token, worker_id or default_worker_id())
     agent = Agent(coordinator, token, load_runner(packs_dir), worker_id=worker_id, cache_dir=cache_dir,

@@ -1,0 +1,39 @@
+"""`farm coordinator` logs to DATA/logs/coordinator.log (not only stderr), and `farm doctor` names it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.redis_server import free_port
+from tests.farm.farm_harness import ROOT
+
+FARM = [sys.executable, "-c", "from farm_cli.main import main; main()"]
+
+
+@pytest.mark.timeout(120)
+def test_coordinator_writes_its_log_file_and_doctor_names_it(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = {**os.environ, "FARM_DATA": str(data), "PYTHONPATH": str(ROOT)}
+    port, dash = free_port(), free_port()
+    proc = subprocess.Popen([*FARM, "coordinator", "--port", str(port), "--dashboard-port", str(dash)], env=env,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = data / "logs" / "coordinator.log"
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.is_file() and "coordinator listening" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no coordinator.log line"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    doctor = subprocess.run([*FARM, "doctor", "--coordinator", f"127.0.0.1:{port}"], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    line = next(x for x in doctor.stdout.splitlines() if "logs:" in x)
+    assert str(log) in line
