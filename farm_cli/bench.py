@@ -98,5 +98,17 @@ def overhead(
         typer.echo(f"step {step}: {size / 2**20:.2f} MiB moved (tile inputs + outputs)")
 
 
+@bench_app.command("failover")
+def failover(
+    kills: Annotated[int, typer.Option("--kills", help="How many kill -9s (one render each).")] = 3,
+    workers: Annotated[int, typer.Option("--workers")] = 3,
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Seconds from a worker's kill -9 to its task's next lease, per kill and the median."""
+    from farm_cli.bench_failover import failover as run
+
+    run(kills, workers, data)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
