@@ -34,12 +34,19 @@ def components_for(kinds: str) -> list[str]:
     return sorted(wanted)
 
 
+def has_tower(names: list[str]) -> bool:
+    """The pack carries its own text encoder: a `text_encoder/` folder (Gemma 3) or 2.5's Gemma 4 file."""
+    from ltx_engine.components import TEXT_ENCODER
+
+    return any(n.startswith(f"{TEXT_ENCODER}/") or n == f"{TEXT_ENCODER}.safetensors" for n in names)
+
+
 def _warn_missing(names: list[str], components: list[str], source: str) -> None:
     """One line per component a kind needs that the source does not have (the pull goes on)."""
     from ltx_engine.components import TEXT_ENCODER, missing_line, resolve_files
 
     found = set(resolve_files(n for n in names if "/" not in n).found)
-    if any(n.startswith(f"{TEXT_ENCODER}/") for n in names):
+    if has_tower(names):
         found.add(TEXT_ENCODER)
     if "transformer" not in found and "transformer_dev" in found:
         found.add("transformer")  # a dev-only pack: dev + distilled LoRA stand in for it
@@ -96,17 +103,35 @@ def pull_hub(repo: str, files: list[str], target: Path | None, revision: str | N
     return Path(path)
 
 
-def pull(source: str, kinds: str, packs_dir: Path | None, name: str | None, revision: str | None) -> Path:
-    """Fetch what `kinds` need from a hub repo or a local folder; returns the pack folder."""
-    from ltx_engine.components import pull_files
+def pull(source: str, kinds: str, packs_dir: Path | None, name: str | None, revision: str | None,
+         text_encoder: str | None = None) -> list[tuple[str, Path]]:
+    """Fetch what `kinds` need from a hub repo or a local folder, and for a pack without its own text
+    encoder the Gemma checkpoint its prompts need (`text_encoder`, else the MLX port's default); a
+    source that is itself such a checkpoint is fetched alone. Returns (what, folder) pulled."""
+    from ltx_engine import text_encoders
+    from ltx_engine.components import TEXT_ENCODER, pull_files
 
     components = components_for(kinds)
     local = Path(source).expanduser()
     names = _local_listing(local) if local.is_dir() else hub_listing(source, revision)
+    if text_encoders.is_encoder_listing(names):  # `farm pack pull mlx-community/gemma-3-12b-it-4bit`
+        return [(f"text encoder {source}", _fetch(source, local, text_encoders.pull_files(names), packs_dir, name,
+                                                  revision))]
     files = pull_files(names, components)
+    encoder = None
+    if TEXT_ENCODER in components and not has_tower(names):
+        encoder = text_encoder or text_encoders.DEFAULT
+        components = [c for c in components if c != TEXT_ENCODER]
     _warn_missing(names, components, source)
     if not files:
         fail(f"{source}: no pack files to pull for {kinds}")
+    pulled = [(f"{source} ({kinds})", _fetch(source, local, files, packs_dir, name, revision))]
+    return pulled + ([] if encoder is None else pull(encoder, "t2v", packs_dir, None, None))
+
+
+def _fetch(source: str, local: Path, files: list[str], packs_dir: Path | None, name: str | None,
+           revision: str | None) -> Path:
+    """`files` of a hub repo or a local folder into packs_dir/NAME (staged), or into the HF cache."""
     if packs_dir is None and local.is_dir():
         fail("a local source needs --packs-dir (where the copy goes)")
     if packs_dir is None:
@@ -146,12 +171,16 @@ def register(pack_app: typer.Typer) -> None:
     def pack_pull(source: Annotated[str, typer.Argument(help="A Hugging Face repo id or a local pack folder.")],
                   kinds: Kinds = "t2v", packs_dir: PacksDir = None,
                   name: Annotated[str | None, typer.Option("--name", help="Pack name in --packs-dir.")] = None,
-                  revision: Annotated[str | None, typer.Option("--revision")] = None) -> None:
-        """Fetch only the files the chosen render kinds need; resumable; workers then copy it from the farm."""
+                  revision: Annotated[str | None, typer.Option("--revision")] = None,
+                  text_encoder: Annotated[str | None, typer.Option(
+                      "--text-encoder", help="Gemma 3 repo or folder to fetch with a pack that has none "
+                      "(default mlx-community/gemma-3-12b-it-4bit).")] = None) -> None:
+        """Fetch only the files the chosen render kinds need (and the text encoder a pack without its own
+        needs); resumable; workers then copy them from the farm."""
         from worker.packsync import disk_full_message
 
         try:
-            path = pull(source, kinds, packs_dir.expanduser() if packs_dir else None, name, revision)
+            pulled = pull(source, kinds, packs_dir.expanduser() if packs_dir else None, name, revision, text_encoder)
         except typer.Exit:
             raise
         except OSError as exc:
@@ -161,7 +190,8 @@ def register(pack_app: typer.Typer) -> None:
             fail(str(exc).splitlines()[0])
         except Exception as exc:  # noqa: BLE001 - hub errors (not found, gated, offline) as one line
             fail(f"pull of {source} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", code=1)
-        typer.echo(f"pulled {source} ({kinds}) into {path}")
+        for what, path in pulled:
+            typer.echo(f"pulled {what} into {path}")
 
     @pack_app.command("list")
     def pack_list(coordinator: Coordinator = "127.0.0.1:8471", token: Token = None, as_json: Json = False) -> None:

@@ -101,3 +101,38 @@ def serve_repo(root: Path, repo: str) -> Iterator[tuple[str, list[str]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Hubs(_Hub):
+    """Several repos on one endpoint: each request is answered by the repo its path names."""
+
+    repos: dict[str, Path]
+
+    def _pick(self) -> None:
+        path = urlparse(self.path).path
+        for repo, root in self.repos.items():
+            if path.startswith((f"/api/models/{repo}/", f"/{repo}/resolve/")):
+                self.repo, self.root = repo, Path(root)
+
+    def do_HEAD(self) -> None:
+        self._pick()
+        super().do_HEAD()
+
+    def do_GET(self) -> None:
+        self._pick()
+        super().do_GET()
+
+
+@contextmanager
+def serve_repos(repos: dict[str, Path]) -> Iterator[tuple[str, list[str]]]:
+    """(endpoint URL, files sent) for a hub serving each folder as its repo id."""
+    sent: list[str] = []
+    handler = type("Hubs", (_Hubs,), {"repos": dict(repos), "repo": "", "root": Path("."), "sent": sent})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", sent
+    finally:
+        server.shutdown()
+        server.server_close()
