@@ -104,6 +104,18 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
     )
 
 
+FARM_NOW_MS = "farm-now-ms"
+
+
+def _no_output(render_id: str, render: dict) -> str:
+    state = render.get("state")
+    if state == "cancelled":
+        return f"render {render_id} was cancelled: it has no output"
+    if state == "failed":
+        return f"render {render_id} failed: it has no output ({_one_line(str(render.get('error') or '?'))})"
+    return f"render {render_id} is {state}: no output yet (`farm watch {render_id}` follows it)"
+
+
 def live_fleet(store: Any) -> list[dict]:
     """Capabilities of the workers seen lately (a Mac that left long ago must not shape the plan)."""
     from coordinator.metrics import LOST_AFTER_MS, redis_now_ms
@@ -163,12 +175,19 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         return render
 
     def GetRender(self, request, context):
+        """The render with its tasks and the dashboard's summary (prompt, current stage, progress, ETA)."""
+        from coordinator.metrics import redis_now_ms, render_summary, task_view
+
         render = self._render(request.render_id, context)
-        return _render_info(render, self.store.render_tasks(request.render_id))
+        tasks = self.store.render_tasks(request.render_id)
+        summary = render_summary(render, [task_view(t) for t in tasks], redis_now_ms(self.store))
+        return _render_info(summary, tasks)
 
     def ListRenders(self, request, context):
-        renders = self.store.list_renders(request.limit or 50)
-        return farm_pb2.RenderList(renders=[_render_info(r) for r in renders])
+        """The newest renders as the dashboard's list rows, so `farm status` shows the same stage and ETA."""
+        from coordinator.metrics import list_summaries
+
+        return farm_pb2.RenderList(renders=[_render_info(r) for r in list_summaries(self.store, request.limit or 50)])
 
     def Watch(self, request, context) -> Iterator[farm_pb2.Event]:
         """Relay the render's event stream; end once the render is terminal and its events drained."""
@@ -204,9 +223,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         render = self._render(request.render_id, context)
         output = render.get("output")
         if render.get("state") != "done" or not output:
-            context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, f"render {request.render_id} is {render.get('state')}"
-            )
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, _no_output(request.render_id, render))
         path = Path(output)
         if not path.is_file():
             context.abort(grpc.StatusCode.NOT_FOUND, f"output file of {request.render_id} is gone")
@@ -215,9 +232,11 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 yield farm_pb2.Chunk(data=data)
 
     def ListWorkers(self, request, context):
-        """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says."""
-        from coordinator.metrics import list_workers
+        """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says; the
+        farm's clock (Redis TIME) rides in the trailing metadata for `farm doctor`'s skew check."""
+        from coordinator.metrics import list_workers, redis_now_ms
 
+        context.set_trailing_metadata(((FARM_NOW_MS, str(redis_now_ms(self.store))),))
         rows = [farm_pb2.WorkerStatus(worker_id=str(w["id"]), state=w["state"], current_task=w["current_task"],
                                       json=_json(w)) for w in list_workers(self.store)]
         return farm_pb2.WorkerList(workers=rows)
@@ -253,7 +272,8 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         except ValueError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "capabilities_json is not a JSON object")
         info.setdefault("peer", context.peer())
-        self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session)
+        self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session,
+                                   idle=request.idle)
         lease_ms = self.scheduler.lease_ms
         return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3))
 

@@ -53,8 +53,15 @@ def translate(exc: grpc.RpcError, address: str) -> FarmError:
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         why = "timed out" if code == grpc.StatusCode.DEADLINE_EXCEEDED else "unavailable"
         return CoordinatorUnreachable(f"coordinator at {address} is unreachable ({why})", code)
-    name = code.name if code is not None else "ERROR"
-    return FarmError(f"{name}: {details}" if details else name, code)
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return FarmError(f"the coordinator at {address} refused the farm token: the token is the file "
+                         "DATA/token on the coordinator's machine (~/.ltx-farm/token by default); copy it to "
+                         "~/.ltx-farm/token here, or give --token / FARM_TOKEN", code)
+    return FarmError(details or f"the coordinator refused the call ({_plain(code)})", code)
+
+
+def _plain(code: grpc.StatusCode | None) -> str:
+    return code.name.lower().replace("_", " ") if code is not None else "unknown error"
 
 
 def blob_chunks(data: bytes, sha: str) -> Iterator[farm_pb2.BlobChunk]:
@@ -226,3 +233,11 @@ class FarmClient:
     def workers(self) -> list[dict]:
         reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())
         return [json.loads(w.json) for w in reply.workers]
+
+    def clock_ms(self) -> int:
+        """The farm's clock (the coordinator's Redis TIME) in ms, from ListWorkers' trailing metadata."""
+        _reply, call = self._call(self._client.ListWorkers.with_call, farm_pb2.ListWorkersRequest())
+        found = dict(call.trailing_metadata() or ()).get("farm-now-ms")
+        if found is None:
+            raise FarmError("this coordinator does not report its clock (an older version)")
+        return int(found)

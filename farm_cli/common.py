@@ -87,13 +87,19 @@ def advanced_spec(stage2_tiles: str | None, tile_overlap: int, stage2_sigmas: st
                   temporal_upscalings: int, decode_tiles: str, exr: Path | None) -> dict:
     """The tiling and output flags as spec fields (validated by the planner, like everything else)."""
     spec: dict = {"stage2_tiles": stage2_tiles, "tile_overlap": tile_overlap,
-                  "temporal_upscalings": temporal_upscalings, "decode_tiles": decode_tiles, "exr": str(exr) if exr else None}
+                  "temporal_upscalings": temporal_upscalings, "decode_tiles": decode_tiles, "exr": _exr_folder(exr)}
     if stage2_sigmas:
         try:
             spec["stage2_sigmas"] = [float(x) for x in stage2_sigmas.split(",")]
         except ValueError:
             fail(f"--stage2-sigmas {stage2_sigmas!r} is not a comma-separated list of numbers")
     return spec
+
+
+def _exr_folder(exr: Path | None) -> str | None:
+    """--exr as an absolute folder, resolved here against the user's folder (a relative path sent as is
+    would land in the coordinator's data folder)."""
+    return str(Path(exr).expanduser().resolve()) if exr else None
 
 
 def save_latents(folder: Path, arrays: dict[str, np.ndarray]) -> None:

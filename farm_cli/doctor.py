@@ -154,6 +154,22 @@ def check_clock(dashboard_url: str | None) -> Check:
     return status, f"clock skew vs coordinator {skew:+.3f} s (round trip {t1 - t0:.3f} s)"
 
 
+def check_farm_clock(address: str, token: str | None) -> Check:
+    """Skew against the clock of the coordinator named by --coordinator (its Redis TIME, over gRPC)."""
+    from farm_cli.client import FarmClient, FarmError
+
+    try:
+        with FarmClient(address, token or "", timeout=5.0) as farm:
+            t0 = time.time()
+            server_ms = farm.clock_ms()
+            t1 = time.time()
+    except FarmError as exc:
+        return "skip", f"clock skew: coordinator {address} did not tell its clock ({exc})"
+    skew = server_ms / 1000.0 - (t0 + t1) / 2
+    status = "ok" if abs(skew) < SKEW_WARN_S else "warn"
+    return status, f"clock skew vs coordinator {skew:+.3f} s (round trip {t1 - t0:.3f} s)"
+
+
 def check_logs(folder: Path) -> Check:
     """Where this machine's farm logs are: coordinator.log (farm coordinator / farm up), worker.log."""
     from coordinator.logsetup import log_path
@@ -194,15 +210,13 @@ def register(app: typer.Typer) -> None:
         folder = common.data_dir(data)
         token_file = folder / "token"
         token = token or (token_file.read_text().strip() if token_file.is_file() else None)
-        host = coordinator.rsplit(":", 1)[0]
-        url = dashboard or f"http://{host}:{common.DEFAULT_DASHBOARD_PORT}"
         code = run_checks(
             [
                 check_python,
                 check_mlx,
                 lambda: check_pack(pack, folder / "packs", farm_packs(coordinator, token)),
                 lambda: check_coordinator(coordinator, token),
-                lambda: check_clock(url),
+                (lambda: check_clock(dashboard)) if dashboard else (lambda: check_farm_clock(coordinator, token)),
                 lambda: check_logs(folder),
             ]
         )

@@ -70,10 +70,24 @@ def render(
     temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
     data: DataDir = None, text_encoder: TextEncoder = None,
+    coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
 ) -> None:
-    """Render in this process with the farm's stage graph: the reference for every distributed run."""
+    """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
+    farm's stage graph (the reference for every distributed run)."""
     if not local:
-        fail("only --local rendering runs in-process; use `farm submit` for the farm")
+        from farm_cli.remote import fetch_results, submit_render, wait_for
+
+        spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
+        spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles,
+                                     exr)
+        spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
+        render_id = submit_render(spec, pixels, coordinator, token)
+        typer.echo(render_id)
+        render = wait_for(render_id, coordinator, token)
+        if render.get("state") != "done":
+            fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
+        fetch_results(render, output or Path("render.mp4"), save_latents, coordinator, token)
+        return
     from coordinator.planner import SpecError
     from farm_cli.local import render_local
     from farm_cli.remote import latents_from_outputs, progress_printer

@@ -21,8 +21,9 @@ def progress_printer() -> Callable[[dict], None]:
     def show(event: dict) -> None:
         kind = event.get("type", "")
         task = str(event.get("task", "")).split(".")[-1]
-        if kind == "task_progress":
-            typer.echo(f"  {task}: step {event.get('step')}/{event.get('steps')}", err=True)
+        progress = event.get("progress") if isinstance(event.get("progress"), dict) else {}
+        if kind == "task_progress" and progress.get("step") is not None:
+            typer.echo(f"  {task}: step {progress['step']}/{progress.get('total', '?')}", err=True)
         elif kind in ("task_done", "task_leased", "task_retry", "task_expired", "render_state", "render_failed"):
             extra = event.get("worker") or event.get("state") or event.get("error") or ""
             secs = f" {event['seconds']:.2f}s" if isinstance(event.get("seconds"), float) else ""
@@ -198,12 +199,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(data, indent=2))
             return
-        for r in [data] if render_id else data:
-            typer.echo(f"{r.get('id')}  {r.get('state'):<10} {r.get('stage') or '':<12} {r.get('error') or ''}")
-        for t in data.get("tasks", []) if render_id else []:
-            if t.get("error"):  # the failure text of a failed or retried task, and where it ran
-                typer.echo(f"  {t['id']}  {t.get('state')} on {t.get('worker') or '?'} "
-                           f"(attempt {t.get('attempts')}): {t['error']}")
+        from farm_cli.views import render_details, render_row
+
+        for line in render_details(data) if render_id else [render_row(r) for r in data]:
+            typer.echo(line)
 
     @app.command()
     def cancel(render_id: str, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None) -> None:
@@ -212,10 +211,12 @@ def register(app: typer.Typer) -> None:
 
         try:
             with client(coordinator, token) as farm:
-                ok = farm.cancel(render_id)
+                state = "now" if farm.cancel(render_id) else farm.get(render_id).get("state")
         except FarmError as exc:
             fail(str(exc), code=1)
-        typer.echo(f"{render_id} {'cancelled' if ok else 'not cancellable'}")
+        if state not in ("now", "cancelled"):
+            fail(f"render {render_id} is {state}: nothing to cancel", code=1)
+        typer.echo(f"{render_id} {'cancelled' if state == 'now' else 'already cancelled'}")
 
     @app.command()
     def fetch(render_id: str, output: Output = None, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",

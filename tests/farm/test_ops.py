@@ -135,7 +135,7 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
     try:
         assert doctor.check_coordinator(f"127.0.0.1:{port}", "right-token")[0] == "ok"
         status, message = doctor.check_coordinator(f"127.0.0.1:{port}", "wrong")
-        assert status == "fail" and "UNAUTHENTICATED" in message
+        assert status == "fail" and "refused the farm token" in message
         status, message = doctor.check_clock(f"http://127.0.0.1:{dport}")
         assert status == "ok" and "clock skew" in message
         assert doctor.check_clock("http://127.0.0.1:9")[0] == "skip"

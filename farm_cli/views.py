@@ -1,0 +1,79 @@
+"""How renders read in the terminal: one row per render (`farm status`, `farm ls`) and the details of
+one (`farm status ID`). The fields come from the coordinator's summaries (coordinator.metrics), so the
+stage, progress and ETA read as on the dashboard."""
+
+from __future__ import annotations
+
+import time
+
+from coordinator.metrics import STAGE_LABELS, stage_summaries, task_view
+
+
+def duration(seconds: float | None) -> str:
+    """1h02m, 3m05s, 12s, or '-' when unknown."""
+    if seconds is None or seconds < 0:
+        return "-"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def stage_label(render: dict) -> str:
+    """The stage a render is in (or waits for), as people read it; blank once it has ended."""
+    if render.get("state") in ("done", "failed", "cancelled"):
+        return ""
+    stage = str(render.get("current_stage") or "")
+    return render.get("current_stage_label") or STAGE_LABELS.get(stage, stage)
+
+
+def render_row(render: dict) -> str:
+    """id, state, stage, progress, ETA, age, submitter, prompt: one line of `farm status`."""
+    progress = f"{float(render.get('progress') or 0) * 100:3.0f}%"
+    eta = duration(render.get("eta_s")) if render.get("eta_s") is not None else "-"
+    return (f"{render.get('id')}  {render.get('state') or '':<10} {stage_label(render):<10} {progress:>4} "
+            f"{eta:>6} {duration(render.get('age_s')):>6}  {_clip(render.get('submitter') or '-', 16):<16} "
+            f"{_clip(render.get('prompt') or '', 40)}")
+
+
+def _when(ms: object) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(ms) / 1000)) if ms and int(ms) else "-"
+
+
+def render_details(render: dict) -> list[str]:
+    """What `farm status ID` prints: prompt, size, times, stage timings, output, failures."""
+    spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
+    created, started, finished = (int(render.get(k) or 0) for k in ("created_ms", "started_ms", "finished_ms"))
+    state = render.get("state")
+    lines = [
+        f"{render.get('id')}  {state}" + (f" ({stage_label(render)}, {float(render.get('progress') or 0):.0%})"
+                                          if stage_label(render) else ""),
+        f"  prompt     {spec.get('prompt', '')}",
+        f"  size       {spec.get('height')}x{spec.get('width')}, {spec.get('frames')} frames at "
+        f"{spec.get('frame_rate')} fps, seed {spec.get('seed')}, pack {spec.get('pack')}",
+        f"  submitted  {_when(created)}" + (f" by {render['submitter']}" if render.get("submitter") else ""),
+        f"  started    {_when(started)}" + (f" (queued {duration((started - created) / 1000)})"
+                                            if started and created else ""),
+    ]
+    if finished:
+        lines.append(f"  finished   {_when(finished)} (took {duration((finished - (started or created)) / 1000)})")
+    elif render.get("eta_s") is not None:
+        lines.append(f"  eta        {duration(render['eta_s'])}")
+    views = [task_view(t) for t in render.get("tasks") or []]
+    for stage in stage_summaries(render, views):
+        took = duration(stage["duration_s"]) if stage["duration_s"] is not None else stage["state"]
+        lines.append(f"    {stage['label']:<10} {stage['done']}/{stage['total']} {took}")
+    if render.get("output"):
+        lines.append(f"  output     {render['output']} (`farm fetch {render.get('id')} -o FILE`)")
+    if render.get("error"):
+        lines.append(f"  error      {render['error']}")
+    for t in render.get("tasks") or []:
+        if t.get("error"):  # the failure text of a failed or retried task, and where it ran
+            lines.append(f"  {t['id']}  {t.get('state')} on {t.get('worker') or '?'} "
+                         f"(attempt {t.get('attempts')}): {t['error']}")
+    return lines

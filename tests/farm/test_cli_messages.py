@@ -1,0 +1,87 @@
+"""What `farm` prints against a real coordinator (no workers): stage column, cancel twice, fetch of a
+cancelled render, no gRPC code names, where the token lives, `farm workers` chip and lost, doctor's clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.server import serve, stop
+from tests.farm.farm_harness import ROOT
+
+CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
+TOKEN = "t" * 24
+SPEC = ["-p", "a heron at dusk", "-H", "256", "-W", "384", "-f", "25"]
+
+
+@pytest.fixture
+def coordinator(store, tmp_data, tiny_packs):
+    (tmp_data / "packs").symlink_to(tiny_packs)
+    server, port = serve(store, tmp_data, token=TOKEN)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop(server)
+
+
+def farm(address: str, *args: str, token: str = TOKEN, data: Path | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "FARM_DATA": str(data or ROOT / "nonexistent-farm-data"), "HOME": "/nonexistent"}
+    extra = ["--coordinator", address] + (["--token", token] if token else [])
+    return subprocess.run([*CLI, *args, *extra], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.timeout(120)
+def test_status_cancel_and_fetch_say_what_happened(coordinator, tmp_path):
+    rid = farm(coordinator, "submit", *SPEC).stdout.strip()
+    listing = farm(coordinator, "status")
+    row = next(line for line in listing.stdout.splitlines() if line.startswith(rid))
+    assert "queued" in row and "Text" in row, listing.stdout  # the stage a queued render waits for
+    detail = farm(coordinator, "status", rid).stdout
+    assert "a heron at dusk" in detail and "256x384" in detail and "25 frames" in detail, detail
+    first = farm(coordinator, "cancel", rid)
+    assert first.returncode == 0 and f"{rid} cancelled" in first.stdout
+    again = farm(coordinator, "cancel", rid)
+    assert again.returncode == 0 and "already cancelled" in again.stdout, again.stdout + again.stderr
+    fetched = farm(coordinator, "fetch", rid, "-o", str(tmp_path / "x.mp4"))
+    line = one_line(fetched)
+    assert fetched.returncode == 1 and "cancelled" in line and "no output" in line, line
+    assert "FAILED_PRECONDITION" not in line and not (tmp_path / "x.mp4").exists()
+
+
+@pytest.mark.timeout(60)
+def test_messages_carry_no_grpc_code_names_and_say_where_the_token_lives(coordinator):
+    unknown = farm(coordinator, "status", "r-nope")
+    line = one_line(unknown)
+    assert unknown.returncode == 1 and "no render r-nope" in line and "NOT_FOUND" not in line, line
+    bad = farm(coordinator, "status", token="wrong")
+    line = one_line(bad)
+    assert bad.returncode == 1 and "UNAUTHENTICATED" not in line, line
+    assert "token" in line and "~/.ltx-farm/token" in line and "FARM_TOKEN" in line, line
+    refused = farm(coordinator, "submit", "-p", "fox", "-H", "250")
+    assert refused.returncode == 2 and "INVALID_ARGUMENT" not in refused.stderr, refused.stderr
+
+
+@pytest.mark.timeout(60)
+def test_workers_shows_chip_and_lost(coordinator, store):
+    store.register_worker("studio", {"chip": "Apple M2 Ultra", "memory_bytes": 192 << 30})
+    store.register_worker("laptop", {"chip": "Apple M3 Max"}, session="s1")
+    store.lose_leases("laptop", session="s1", reason="cable cut")
+    rows = {line.split()[0]: line for line in farm(coordinator, "workers").stdout.splitlines() if line.strip()}
+    assert "Apple M2 Ultra" in rows["studio"] and "idle" in rows["studio"], rows
+    assert "lost" in rows["laptop"] and "Apple M3 Max" in rows["laptop"], rows
+
+
+@pytest.mark.timeout(60)
+def test_doctor_reads_the_clock_of_the_coordinator_it_was_given(coordinator, tmp_data):
+    result = farm(coordinator, "doctor", data=tmp_data)
+    clock = next(line for line in result.stdout.splitlines() if "clock skew" in line)
+    assert " ok " in clock and "clock skew vs coordinator" in clock, result.stdout

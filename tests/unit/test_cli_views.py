@@ -1,0 +1,24 @@
+"""Terminal text of renders: piped progress lines and the one-line rows of `farm status`."""
+
+from __future__ import annotations
+
+from farm_cli.remote import progress_printer
+from farm_cli.views import duration, render_row
+
+
+def test_progress_lines_read_the_nested_progress_and_skip_empty_beats(capsys) -> None:
+    show = progress_printer()
+    show({"type": "task_progress", "task": "r1.decode", "progress": {}})  # a heartbeat before any step
+    show({"type": "task_progress", "task": "r1.stage1", "progress": {"step": 3, "total": 8}})
+    err = capsys.readouterr().err
+    assert err.strip() == "stage1: step 3/8" and "None" not in err
+
+
+def test_status_row_shows_stage_progress_eta_submitter_and_prompt() -> None:
+    row = render_row({"id": "r1", "state": "running", "current_stage": "stage2", "current_stage_label": "Stage 2",
+                      "progress": 0.5, "eta_s": 75, "age_s": 3700, "submitter": "ana@studio",
+                      "prompt": "a fox " * 20})
+    assert "Stage 2" in row and " 50%" in row and "1m15s" in row and "1h01m" in row and "ana@studio" in row
+    assert row.endswith("…") and duration(None) == "-"
+    done = render_row({"id": "r2", "state": "done", "current_stage": "mux", "progress": 1.0})
+    assert "Mux" not in done and "100%" in done
