@@ -279,6 +279,25 @@ def test_text_encoder_dir_from_argument_or_env(checkpoint, tmp_path, monkeypatch
     assert encoder.model.args.hidden_size == cfg["transformer"]["text_encoder_hidden_size"]
 
 
+def test_checkpoint_text_encoder_follows_the_one_rule(checkpoint, tmp_path, monkeypatch) -> None:
+    """LTX_GEMMA_DIR is the checkpoint's own tower (it wins); without it the render's named encoder, or
+    the MLX default with its fetch command when this machine lacks it."""
+    from ltx_engine.models.text_encoder import write_tiny_text_encoder
+    from worker.runner import Runner
+
+    gemma = write_tiny_text_encoder(tmp_path / "gemma", seed=0)
+    monkeypatch.delenv(GEMMA_ENV, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    runner = Runner(checkpoint[0])
+    pack = runner.pack(NAME)
+    with pytest.raises(PackError, match="fetch it with `farm pack pull mlx-community/gemma-3-12b-it-4bit`"):
+        runner.text_encoder_dir(pack, {"pack": NAME})
+    assert runner.text_encoder_dir(pack, {"pack": NAME, "text_encoder": str(gemma)}) == gemma
+    monkeypatch.setenv(GEMMA_ENV, str(gemma))
+    assert runner.text_encoder_dir(pack, {"pack": NAME}) == gemma
+    assert runner.text_encoder_dir(pack, {"pack": NAME, "text_encoder": "pack"}) == gemma
+
+
 def test_missing_tensor_names_key_and_file(checkpoint, tmp_path) -> None:
     _, cfg, _, tensors = checkpoint
     broken = {k: v for k, v in tensors.items() if k != "vae.decoder.conv_in.conv.weight"}
