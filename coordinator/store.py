@@ -289,10 +289,13 @@ class FarmStore:
 
     # ------------------------------------------------------------------ workers
 
-    def register_worker(self, worker_id: str, info: dict, resumed: bool = False, session: str = "") -> None:
+    def register_worker(self, worker_id: str, info: dict, resumed: bool = False, session: str = "",
+                        idle: bool = False) -> None:
         """Record a worker; a fresh start clears a drain mark, a resumed registration keeps it. A new
-        session (a new agent process) returns the leases the worker's last process still held."""
-        self._run("register_worker", worker_id, json.dumps(info), "1" if resumed else "0", session)
+        session (a new agent process) returns the leases the worker's last process still held; an idle
+        agent (it runs no task) returns every lease the farm still has for it (replies it never got)."""
+        self._run("register_worker", worker_id, json.dumps(info), "1" if resumed else "0", session,
+                  "1" if idle else "0")
 
     def lose_leases(self, worker_id: str, session: str = "", reason: str = "", task_id: str = "") -> list[str]:
         """Give back, at once and without spending an attempt, the leases of a worker that vanished (of

@@ -151,16 +151,18 @@ class AttachReply(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "capabilities_json", "resumed", "session")
+    __slots__ = ("worker_id", "capabilities_json", "resumed", "session", "idle")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_JSON_FIELD_NUMBER: _ClassVar[int]
     RESUMED_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     capabilities_json: str
     resumed: bool
     session: str
-    def __init__(self, worker_id: _Optional[str] = ..., capabilities_json: _Optional[str] = ..., resumed: _Optional[bool] = ..., session: _Optional[str] = ...) -> None: ...
+    idle: bool
+    def __init__(self, worker_id: _Optional[str] = ..., capabilities_json: _Optional[str] = ..., resumed: _Optional[bool] = ..., session: _Optional[str] = ..., idle: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("lease_ms", "heartbeat_ms")

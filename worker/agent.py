@@ -210,6 +210,7 @@ class Agent:
         self.capabilities = dict(self.runner.capabilities())
         request = farm_pb2.WorkerInfo(
             worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities), resumed=self._registered_once,
+            idle=True,  # registered between tasks only: a lease the farm has for us was never received
             session=self.session,
         )
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)

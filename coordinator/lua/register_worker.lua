@@ -10,6 +10,13 @@ if session ~= '' then
     if t[1] == ARGV[3] and t[2] ~= session then lose_task(tid, 'task_lost', ARGV[3] .. ' restarted') end
   end
 end
+if ARGV[7] == '1' then  -- ARGV[7] '1': the agent holds no task, so a lease of its is one it never got
+  for _, tid in ipairs(redis.call('ZRANGE', key('leases'), 0, -1)) do
+    if redis.call('HGET', key('task', tid), 'worker') == ARGV[3] then
+      lose_task(tid, 'task_lost', ARGV[3] .. ' never got its lease (the reply was lost)')
+    end
+  end
+end
 redis.call('HSET', wk, 'info', ARGV[4], 'registered_ms', NOW, 'last_seen_ms', NOW, 'state', 'idle',
   'current_task', '', 'session', session)
 if ARGV[5] ~= '1' then redis.call('HSET', wk, 'drain', 0) end

@@ -43,6 +43,20 @@ def test_the_old_leaders_writes_are_refused_once_another_leads(redis_client):
     assert new.lease("w1", ["mlx"], 1000)["id"] == "r1.a"
 
 
+def test_an_idle_agent_registering_gives_back_a_lease_whose_reply_it_never_got(store):
+    """A coordinator that dies between granting a lease and sending the reply strands the task until its
+    deadline, unless the agent, registering again with no task in hand, says so."""
+    store.register_worker("w1", {}, session="s")
+    store.create_render("r1", {}, [dict(TASK)])
+    store.lease("w1", ["mlx"], 60_000)  # granted in Redis; the reply died with its coordinator
+    store.register_worker("w1", {}, resumed=True, session="s")  # not idle: it may be running it
+    assert store.get_task("r1.a")["state"] == "leased"
+    store.register_worker("w1", {}, resumed=True, session="s", idle=True)
+    task = store.get_task("r1.a")
+    assert task["state"] == "queued" and task["lost"] == 1 and task["attempts"] == 1
+    assert any(e["type"] == "task_lost" and "never got its lease" in e["reason"] for _, e in store.read_events("r1"))
+
+
 def test_address_lists_follow_the_named_leader_else_the_next():
     assert parse_addresses(" a:1, b:2 ,a:1") == ["a:1", "b:2"]
     with pytest.raises(ValueError):
