@@ -213,8 +213,8 @@ def active_packs(store: Any) -> set[str]:
 
 
 def fleet_with_shelf(fleet: list[dict], shelf: PackShelf | None) -> list[dict]:
-    """The fleet as it will be once workers copied the coordinator's packs: a pack only the coordinator
-    holds is not refused at submit, since workers that need it fetch it."""
+    """The fleet as it will be once workers copied the coordinator's packs: a pack (or a text encoder
+    folder) only the coordinator holds is not refused at submit, since workers that need it fetch it."""
     held = shelf.names() if shelf is not None else []
     if not held:
         return fleet

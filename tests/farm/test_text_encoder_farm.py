@@ -39,7 +39,7 @@ def _registered(store, name: str, timeout: float = 120) -> dict:
     while time.monotonic() < deadline:
         for w in store.list_workers():
             info = w.get("info") or {}
-            if name in (info.get("text_encoders") or {}) or (name == "" and "text_encoders" in info):
+            if name in (info.get("text_encoders") or {}):
                 return info
         time.sleep(0.2)
     raise AssertionError(f"no worker advertised the text encoder {name!r}")
