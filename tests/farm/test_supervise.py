@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,29 @@ def test_farm_up_restarts_a_killed_worker_and_says_why(store, redis_url, tmp_dat
     assert f"worker-1 (pid {child}) killed by SIGKILL" in log and "restarting in 1s" in log, log
     assert f"worker-1 started again (pid {again})" in log, log
     assert up.returncode == 0 and wait_until(lambda: gone(again), 10, "the worker stopped with farm up")
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_that_keeps_dying_young_backs_off_and_a_clean_exit_stays_down(tmp_path, capsys):
+    """Real processes: one exits 3 at once, again and again (waits 1 s, then 2 s, ...); one exits 0."""
+    import sys
+
+    from farm_cli.supervise import Supervisor
+
+    def spawn(cmd: list[str], log: Path) -> subprocess.Popen:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    crash, clean = [sys.executable, "-c", "raise SystemExit(3)"], [sys.executable, "-c", "pass"]
+    sup = Supervisor([("bad", crash, tmp_path / "bad.log"), ("done", clean, tmp_path / "done.log")], spawn,
+                     poll_s=0.05)
+    sup.start()
+    try:
+        wait_until(lambda: sup.restarts[0] >= 2, 10, "two restarts of the crashing worker")
+        time.sleep(0.5)
+    finally:
+        sup.halt()
+        for proc in sup.procs:
+            proc.wait(timeout=5)
+    err = capsys.readouterr().err
+    assert "bad (pid" in err and "exit code 3" in err and "restarting in 1s" in err and "restarting in 2s" in err
+    assert "done exited cleanly" in err and sup.restarts[1] == 0
