@@ -86,6 +86,10 @@ def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(
             stub.ListRenders(farm_pb2.ListRendersRequest(), timeout=5, metadata=meta)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert leader_hint(err.value.details()) == f"127.0.0.1:{lead_port}"
+        from farm_cli.client import FarmClient
+
+        with FarmClient(f"127.0.0.1:{standby_port},127.0.0.1:{lead_port}", token) as farm:
+            assert farm.list() == [] and farm.address == f"127.0.0.1:{lead_port}"  # found by its health
         stop(lead)  # hands the lease back: the standby leads at its next claim (lease_ms / 8)
         deadline = time.monotonic() + 5
         while not standby.farm_leadership.serving.is_set() and time.monotonic() < deadline:
