@@ -82,7 +82,10 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
 
 
 def _port_free(host: str, port: int) -> bool:
+    """Whether our server could bind it: SO_REUSEADDR as gRPC's own listener, so the TIME_WAIT
+    connections a crashed coordinator leaves do not refuse its restart; a live listener still does."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

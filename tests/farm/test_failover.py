@@ -23,25 +23,29 @@ from coordinator.store import FarmStore, NotLeader
 from farm_cli.client import FarmClient, FarmError
 from farm_cli.common import advanced_spec, render_spec
 from farm_cli.local import render_local
+from farm_cli.remote import latents_from_outputs
 from protos import farm_pb2, farm_pb2_grpc
 from protos.endpoints import leader_hint
-from tests.farm.farm_harness import ROOT, assert_identical, farm_results, local_results, start_worker
+from protos.tensors import decode_tensor
+from tests.farm.farm_harness import ROOT, assert_identical, start_worker
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
-ARGS = ["-p", "a fox", "-H", "256", "-W", "384", "-f", "25", "--seed", "3", "--pack", "tiny"]
+# Tiled stage 2 (2x2: tile tasks on workers, blend + step tasks on the coordinator) and a tiled decode.
+ARGS = ["-p", "a fox", "-H", "256", "-W", "384", "-f", "25", "--seed", "3", "--pack", "tiny",
+        "--stage2-tiles", "2x2", "--tile-overlap", "5", "--decode-tiles", "32,256,256"]
 
 
 def cli_spec() -> dict:
     """The spec `farm submit ARGS` sends, built by the same functions."""
     spec, _ = render_spec("a fox", 256, 384, 25, 24.0, 3, "tiny", None, False)
-    return spec | advanced_spec(None, 5, None, 0, "auto", None)
+    return spec | advanced_spec("2x2", 5, None, 0, "32,256,256", None)
 
 
 @pytest.fixture(scope="module")
 def reference(tiny_packs, local_runner, tmp_path_factory):
     out = tmp_path_factory.mktemp("local") / "ref.mp4"
     path, outputs, blobs = render_local(cli_spec(), out, local_runner)
-    return path, local_results(outputs, blobs)
+    return path, latents_from_outputs(outputs, "local", blobs.get)
 
 
 def free_port() -> int:
@@ -94,8 +98,8 @@ def mp4_frames(path: Path) -> list[np.ndarray]:
 
 
 def check_client_and_result(client: subprocess.Popen, out: Path, address: str, token: str, reference) -> str:
-    """The waiting client exited 0 with the mp4, said one line about the outage, and the result is
-    bit-identical to the local reference. Returns the client's stdout."""
+    """The waiting client exited 0 with the mp4, said one line about the outage, and the result (mp4
+    frames, every stage latent) is bit-identical to the local reference. Returns the client's stdout."""
     try:
         stdout, err = client.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -107,7 +111,10 @@ def check_client_and_result(client: subprocess.Popen, out: Path, address: str, t
     assert all((a == b).all() for a, b in zip(mp4_frames(out), mp4_frames(local_mp4), strict=True))
     with FarmClient(address, token, timeout=30) as farm:
         render = farm.get(farm.list(1)[0]["id"])
-        assert_identical(farm_results(farm, render), local_arrays)
+        outputs = {t["id"]: t.get("outputs") or {} for t in render["tasks"]}
+        latents = latents_from_outputs(outputs, render["id"], lambda sha: decode_tensor(farm.get_blob(sha)))
+        assert len(latents) == 4
+        assert_identical(latents, local_arrays)
     return stdout
 
 
@@ -138,8 +145,7 @@ def test_standby_takes_over_a_killed_leader_and_everyone_follows(store, redis_ur
         out = tmp_path / "out.mp4"
         client = submit_wait(both, token, out)
         procs.append(client)
-        render_id = wait_for_lease(store, ".stage1")
-        time.sleep(0.3)  # into the denoising loop: a task is in flight across the failover
+        render_id = wait_for_lease(store, ".stage2.s0.t0")  # tiles in flight, the coordinator's step next
         assert store.leader()["address"] == leader
         killed = time.monotonic()
         os.kill(procs[0].pid, signal.SIGKILL)
@@ -174,7 +180,7 @@ def test_wait_and_watch_clients_ride_through_a_coordinator_restart(store, redis_
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
         procs.append(watcher)
-        wait_for_lease(store, ".stage2")
+        wait_for_lease(store, ".stage2.s1.t0")
         os.kill(procs[0].pid, signal.SIGKILL)
         time.sleep(1.0)
         procs[0] = start_coordinator(redis_url, tmp_data, port, "coord-2")  # waits out the dead one's lease
@@ -218,3 +224,27 @@ def test_a_paused_leader_wakes_up_as_a_standby_and_its_writes_are_refused(store,
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGCONT)
         stop_all(procs)
+
+
+@pytest.mark.timeout(30)
+def test_the_port_of_a_killed_coordinator_is_free_for_its_restart_but_a_live_one_is_not():
+    """kill -9 leaves the dead server's connections in TIME_WAIT for a minute: `farm coordinator`'s port
+    check must let the restart bind (as gRPC itself can), yet still refuse a port someone listens on."""
+    from farm_cli.services import _port_free
+
+    server = subprocess.Popen([sys.executable, "-c", "import socket, time\n"
+                               "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                               "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True)\n"
+                               "c, _ = s.accept(); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+    client = socket.create_connection(("127.0.0.1", port))
+    try:
+        assert not _port_free("127.0.0.1", port)  # listening
+        time.sleep(0.2)  # accepted
+        server.kill()
+        server.wait(timeout=10)
+        time.sleep(0.2)
+        assert _port_free("127.0.0.1", port)  # only TIME_WAIT left
+    finally:
+        client.close()
+        server.stdout.close()
