@@ -127,6 +127,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
             (rf"/api/renders/{_ID}", "render"),
             (rf"/api/renders/{_ID}/events", "render_events"),
             (rf"/api/renders/{_ID}/preview\.png", "preview"),
+            (rf"/api/renders/{_ID}/video\.mp4", "video"),
             (r"/api/events", "all_events"),
             (r"/api/workers", "workers"),
             (r"/api/metrics-summary", "summary"),
@@ -257,7 +258,33 @@ class DashboardHandler(BaseHTTPRequestHandler):
         stamp = int(found[1].stat().st_mtime * 1000) if found and found[0] == "path" else 0
         detail["preview"] = f"/api/renders/{render_id}/preview.png?v={stamp}" if found else None
         detail["actions"] = self.server.token is not None
+        output = detail["render"].get("output")
+        done = detail["render"].get("state") == "done" and output and Path(output).is_file()
+        detail["video"] = f"/api/renders/{render_id}/video.mp4" if done else None
         self._json(detail)
+
+    def get_video(self, render_id: str) -> None:
+        """The finished mp4 for the page's player and download link: only with the farm token (cookie or
+        Bearer), from the path the coordinator itself recorded; Range requests let the player seek."""
+        if not self._token_ok():
+            self._json({"error": "log in with the farm token to play or download videos"}, HTTPStatus.FORBIDDEN)
+            return
+        render = self.server.store.get_render(render_id) or {}
+        path = Path(render.get("output") or "")
+        if render.get("state") != "done" or not path.is_file():
+            self._json({"error": f"render {render_id} has no video"}, HTTPStatus.NOT_FOUND)
+            return
+        size = path.stat().st_size
+        match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", ""))
+        start, end = (int(match[1] or 0), min(int(match[2] or size - 1), size - 1)) if match else (0, size - 1)
+        status = HTTPStatus.PARTIAL_CONTENT if match else HTTPStatus.OK
+        headers = {"Accept-Ranges": "bytes", "Content-Range": f"bytes {start}-{end}/{size}"} if match else \
+            {"Accept-Ranges": "bytes"}
+        if self.query.get("download"):
+            headers["Content-Disposition"] = f'attachment; filename="{render_id}.mp4"'
+        with open(path, "rb") as f:
+            f.seek(start)
+            self._send(f.read(end - start + 1), "video/mp4", status, headers=headers)
 
     def get_preview(self, render_id: str) -> None:
         render = self.server.store.get_render(render_id)

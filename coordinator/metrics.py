@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
+from coordinator.progress import eta_from_speeds, task_label
+
 # Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
 STAGES: tuple[tuple[str, str], ...] = (
     ("text", "Text"),
@@ -76,8 +78,8 @@ def display_state(task: dict) -> str:
     progress = task.get("progress") if isinstance(task.get("progress"), dict) else {}
     if state == "queued" and int(task.get("attempts") or 0) > 0:
         return "retried"
-    if state == "leased":
-        return "running" if progress.get("step") is not None else "leased"
+    if state == "leased":  # leased: handed out, inputs still on the way; running: the worker computes it
+        return "running" if progress.get("step") is not None or progress.get("phase") == "run" else "leased"
     return state or "waiting"
 
 
@@ -95,6 +97,8 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
     return {
         "id": tid,
         "name": tid.rsplit(".", 1)[-1] if "." in tid else tid,
+        "label": task_label(str(task.get("kind", "")), params.get("step"), params.get("tile_index"),
+                            params.get("round")),
         "kind": task.get("kind", ""),
         "stage": stage_of(str(task.get("kind", "")), str(task.get("id", ""))),
         "state": task.get("state", ""),
@@ -178,7 +182,7 @@ def tile_grids(views: list[dict]) -> list[dict]:
                 f" step {step}" if step is not None else ""
             )
         else:
-            label = f"{label} · {tiles[0]['name']}"
+            label = f"{label} · {tiles[0]['label']}"
         done = sum(t["display"] == "done" for t in tiles)
         out.append(
             {
@@ -268,14 +272,42 @@ def _fraction(views: list[dict]) -> float:
     return total / len(views)
 
 
-def render_summary(render: dict, views: list[dict], now_ms: int) -> dict:
-    """List-row fields: progress, ETA (linear in elapsed time), age, submitter, current stage."""
+def kind_speeds(store: Any, kinds: set[str]) -> dict[str, float]:
+    """Mean lease-to-done seconds per task kind, measured by the farm (kinds never finished are left out)."""
+    kinds_list = sorted(kinds)
+    pipe = store.client.pipeline(transaction=False)
+    for kind in kinds_list:
+        pipe.hmget(store.key("kindtime", kind), "n", "sum_ms")
+    out = {}
+    for kind, (n, sum_ms) in zip(kinds_list, pipe.execute(), strict=True):
+        if n and int(n) > 0:
+            out[kind] = float(sum_ms or 0) / int(n) / 1000.0
+    return out
+
+
+def live_worker_count(store: Any, now_ms: int) -> int:
+    """Workers that can take a task now (not lost, draining or drained): the ETA's parallelism."""
+    return sum(worker_state(w, now_ms) in ("idle", "busy") for w in store.list_workers())
+
+
+def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict | None, workers: int) -> float | None:
+    """From measured per-kind speeds when every kind left has one, else linear in elapsed time."""
+    if render.get("state") in ("done", "failed", "cancelled"):
+        return None
+    if speeds is not None:
+        measured = eta_from_speeds(views, [s for s, _ in STAGES], speeds, workers, now_ms)
+        if measured is not None:
+            return measured
+    started = int(render.get("started_ms") or 0)
+    return (now_ms - started) / 1000.0 * (1 - frac) / frac if started and 0 < frac < 1 else None
+
+
+def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[str, float] | None = None,
+                   workers: int = 1) -> dict:
+    """List-row fields: progress, ETA (from measured kind speeds), age, submitter, current stage."""
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
     frac = 1.0 if render.get("state") == "done" else _fraction(views)
-    started = int(render.get("started_ms") or 0)
-    eta = None
-    if started and 0 < frac < 1 and render.get("state") not in ("done", "failed", "cancelled"):
-        eta = (now_ms - started) / 1000.0 * (1 - frac) / frac
+    eta = _eta(render, views, frac, now_ms, speeds, workers)
     current = next((v["stage"] for v in views if v["display"] not in ("done", "cancelled")), "")
     if render.get("state") == "assembling":
         current = "mux"
@@ -306,8 +338,10 @@ def render_detail(store: Any, render_id: str) -> dict | None:
     tasks = store.render_tasks(render_id)
     sizes = blob_sizes(store, {s for t in tasks for f in ("inputs", "outputs") for s in _shas(t.get(f))})
     views = [task_view(t, sizes) for t in tasks]
+    now = redis_now_ms(store)
+    speeds = kind_speeds(store, {v["kind"] for v in views})
     return {
-        "render": render_summary(render, views, redis_now_ms(store)),
+        "render": render_summary(render, views, now, speeds, live_worker_count(store, now)),
         "tasks": views,
         "stages": stage_summaries(render, views),
         "grids": tile_grids(views),
@@ -316,10 +350,10 @@ def render_detail(store: Any, render_id: str) -> dict | None:
 
 def list_summaries(store: Any, limit: int = 50) -> list[dict]:
     now = redis_now_ms(store)
-    return [
-        render_summary(r, [task_view(t) for t in store.render_tasks(r["id"])], now)
-        for r in store.list_renders(limit)
-    ]
+    views = {r["id"]: (r, [task_view(t) for t in store.render_tasks(r["id"])]) for r in store.list_renders(limit)}
+    speeds = kind_speeds(store, {v["kind"] for _, vs in views.values() for v in vs})
+    workers = live_worker_count(store, now)
+    return [render_summary(r, vs, now, speeds, workers) for r, vs in views.values()]
 
 
 def worker_state(worker: dict, now_ms: int) -> str:

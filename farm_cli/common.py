@@ -70,11 +70,23 @@ def read_image(path: Path) -> np.ndarray:
         fail(f"cannot read image {path}: {getattr(exc, 'strerror', None) or exc}")
 
 
+def submitter() -> str:
+    """Who submits, as `farm ls` and the dashboard show it: $FARM_USER, else user@host."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "someone"
+    return os.environ.get("FARM_USER") or f"{user}@{socket.gethostname().split('.')[0]}"
+
+
 def render_spec(prompt: str, height: int, width: int, frames: int, frame_rate: float, seed: int, pack: str,
                 image: tuple[Path, int, float] | None, no_audio: bool) -> tuple[dict, np.ndarray | None]:
     """The spec dict both `submit` and `render --local` send, plus the decoded image if any."""
     spec = {"prompt": prompt, "height": height, "width": width, "frames": frames, "frame_rate": frame_rate,
-            "seed": seed, "pack": pack, "audio": not no_audio}
+            "seed": seed, "pack": pack, "audio": not no_audio, "submitter": submitter()}
     pixels = None
     if image is not None and image[0] is not None:
         path, frame, strength = image

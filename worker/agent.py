@@ -278,6 +278,7 @@ class Agent:
             start = time.perf_counter()
             inputs = {name: self.fetch_input(sha) for name, sha in lease.inputs.items()}
             fetched = time.perf_counter()
+            beat.progress = {"phase": "run"}  # the next beat tells the dashboard: computing, not fetching
             outputs, metrics = self.runner.run(
                 lease.kind, json.loads(lease.params_json or "{}"), inputs, progress, cancelled
             )

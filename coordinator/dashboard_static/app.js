@@ -62,9 +62,10 @@ function drawRenders() {
   $("renders").tBodies[0].replaceChildren(...rows.map((r) => h("tr", {
     class: r.id === S.selected ? "selected" : "", title: r.prompt,
     onclick: () => { location.hash = "render=" + encodeURIComponent(r.id); },
-  }, h("td", {}, shortId(r.id)), h("td", {}, pill(r.state)), h("td", {}, r.current_stage_label || "–"),
+  }, h("td", {}, shortId(r.id)), h("td", { class: "prompt" }, r.prompt || "–"), h("td", {}, pill(r.state)),
+    h("td", {}, ["done", "failed", "cancelled"].includes(r.state) ? "–" : r.current_stage_label || "–"),
     h("td", {}, bar(r.progress, r.state === "failed" ? "failed" : ""), ), h("td", {}, dur(r.eta_s)),
-    h("td", {}, r.priority), h("td", {}, r.submitter || "–"), h("td", {}, dur(r.age_s)))));
+    h("td", {}, r.submitter || "–"), h("td", {}, dur(r.age_s)))));
 }
 
 // ---------------------------------------------------------------- one render
@@ -81,6 +82,7 @@ function drawRender() {
   $("render-meta").textContent = `${(100 * r.progress).toFixed(0)}% · ETA ${dur(r.eta_s)} · age ${dur(r.age_s)}`
     + ` · priority ${r.priority}` + (r.submitter ? ` · by ${r.submitter}` : "") + (r.error ? ` · ${r.error}` : "");
   drawActions(d);
+  drawVideo(d);
   $("preview").classList.toggle("hidden", !d.preview);
   if (d.preview && $("preview-img").getAttribute("src") !== d.preview) $("preview-img").src = d.preview;
   $("timeline").replaceChildren(...d.stages.map((s) => {
@@ -92,7 +94,7 @@ function drawRender() {
   }));
   const fails = d.tasks.filter((t) => t.error && (t.display === "failed" || t.display === "retried" || t.attempts > 1));
   $("failures").replaceChildren(...fails.map((t) => h("div", { class: "fail" },
-    `${t.display.toUpperCase()} ${t.name} on ${t.worker || "?"} (attempt ${t.attempts}/${t.max_attempts}): ${t.error}`,
+    `${t.display.toUpperCase()} ${t.label} on ${t.worker || "?"} (attempt ${t.attempts}/${t.max_attempts}): ${t.error}`,
     d.actions && t.display === "failed" ? [" ", h("button", { onclick: () => post(`/api/tasks/${t.id}/requeue`) }, "requeue")] : null)));
   $("legend").replaceChildren(...["queued", "leased", "running", "done", "failed", "retried"]
     .map((s) => h("span", { class: "tile-legend " + s, style: `background:var(--${s})` }, s)));
@@ -104,14 +106,27 @@ function drawActions(d) {
   if (!d.actions) { box.replaceChildren(h("span", { class: "sub" }, "read-only")); return; }
   const live = !["done", "failed", "cancelled"].includes(r.state);
   const prio = h("input", { type: "number", value: r.priority });
-  box.replaceChildren(
-    live ? h("button", { class: "danger", onclick: () => confirm("Cancel " + r.id + "?") && post(`/api/renders/${r.id}/cancel`) }, "cancel") : null,
-    h("span", { class: "sub" }, "priority"), prio,
-    h("button", { onclick: () => post(`/api/renders/${r.id}/priority`, { priority: Number(prio.value) }) }, "set"));
+  const cancel = h("button", { class: "danger", onclick: () => confirm("Cancel " + r.id + "?") && post(`/api/renders/${r.id}/cancel`) }, "cancel");
+  box.replaceChildren(...(live ? [cancel, h("span", { class: "sub" }, "priority"), prio,
+    h("button", { onclick: () => post(`/api/renders/${r.id}/priority`, { priority: Number(prio.value) }) }, "set")] : []));
+}
+
+// The finished mp4: played in the page and downloadable, for people logged in with the farm token.
+function drawVideo(d) {
+  const box = $("video");
+  if (!d.video) { box.replaceChildren(); return; }
+  if (!(S.session && S.session.logged_in)) {
+    box.replaceChildren(h("span", { class: "sub" }, "log in with the farm token to play or download the video"));
+    return;
+  }
+  const old = box.querySelector("video");
+  if (old && old.getAttribute("src") === d.video) return; // keep the player (and its position) across refreshes
+  box.replaceChildren(h("video", { controls: "", preload: "metadata", src: d.video }),
+    h("a", { href: d.video + "?download=1", download: d.render.id + ".mp4" }, "download mp4"));
 }
 
 function tileText(t) {
-  const lines = [`${t.name} (${t.kind}) — ${t.display}`, `worker: ${t.worker || "–"}`,
+  const lines = [`${t.label} — ${t.display}`, `worker: ${t.worker || "–"}`,
     `attempts: ${t.attempts}/${t.max_attempts}`];
   if (t.tile) lines.push(`frames ${t.tile.frames} · rows ${t.tile.height} · cols ${t.tile.width}`);
   if (t.progress && t.progress.total) lines.push(`step ${t.progress.step}/${t.progress.total}`);
@@ -174,10 +189,14 @@ function drawWorkers() {
 function drawStats() {
   const m = S.summary; if (!m) return;
   const q = Object.values(m.queue_depth).reduce((a, b) => a + b, 0);
-  const t = m.tasks_by_state;
-  $("farm-stats").replaceChildren(h("span", {}, "queue ", h("b", {}, q)),
-    h("span", {}, "running ", h("b", {}, (t.running || 0) + (t.leased || 0))), h("span", {}, "done ", h("b", {}, t.done || 0)),
-    h("span", {}, "failed ", h("b", {}, t.failed || 0)), h("span", {}, "workers ", h("b", {}, m.workers.length)),
+  const r = m.renders_by_state; const t = m.tasks_by_state;
+  const active = (r.running || 0) + (r.assembling || 0);
+  $("farm-stats").replaceChildren(h("span", {}, "renders queued ", h("b", {}, r.queued || 0)),
+    h("span", {}, "rendering ", h("b", {}, active)), h("span", {}, "done ", h("b", {}, r.done || 0)),
+    h("span", {}, "failed ", h("b", {}, r.failed || 0)),
+    h("span", {}, "tiles running ", h("b", {}, (t.running || 0) + (t.leased || 0)), " / queued ", h("b", {}, q)),
+    h("span", {}, "workers ", h("b", {}, m.workers.filter((w) => w.state === "idle" || w.state === "busy").length),
+      " / ", m.workers.length),
     h("span", {}, "moved ", h("b", {}, bytes(m.bytes_moved.in + m.bytes_moved.out))));
 }
 function drawSession() {

@@ -3,6 +3,9 @@ cancelled render, no gRPC code names, where the token lives, `farm workers` chip
 
 from __future__ import annotations
 
+import os
+import pwd
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +50,7 @@ def test_status_cancel_and_fetch_say_what_happened(coordinator, tmp_path):
     assert "queued" in row and "Text" in row, listing.stdout  # the stage a queued render waits for
     detail = farm(coordinator, "status", rid).stdout
     assert "a heron at dusk" in detail and "256x384" in detail and "25 frames" in detail, detail
+    assert f" by {pwd.getpwuid(os.getuid()).pw_name}@{socket.gethostname().split('.')[0]}" in detail, detail
     first = farm(coordinator, "cancel", rid)
     assert first.returncode == 0 and f"{rid} cancelled" in first.stdout
     again = farm(coordinator, "cancel", rid)

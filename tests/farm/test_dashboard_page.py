@@ -1,0 +1,93 @@
+"""The dashboard's fixes seen through real HTTP and headless Chromium: no `null` text, running vs leased
+tiles, renders (not tasks) in the header, a prompt column, people's names for tasks, the video route."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from coordinator import metrics
+from coordinator.dashboard import start_dashboard, stop_dashboard
+from coordinator.store import FarmStore
+from tests.farm.test_dashboard import ROOT, chromium, headless, new_render, run_to_the_end, step_once
+
+MP4 = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40
+
+
+@pytest.fixture
+def dash(store: FarmStore, tmp_data: Path):
+    server, port = start_dashboard(store, port=0, token="sekrit", data_dir=tmp_data)
+    yield f"http://127.0.0.1:{port}", server
+    stop_dashboard(server)
+
+
+def fetch(url: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def finished(store: FarmStore, tmp_path: Path, rid: str = "r20250101-120000-abc123") -> str:
+    new_render(store, rid)
+    run_to_the_end(store, rid)
+    video = tmp_path / "out.mp4"
+    video.write_bytes(MP4)
+    store.client.hset(store.key("render", rid), "output", str(video))  # where the assembler put it
+    return rid
+
+
+def test_video_is_served_only_with_the_token_and_seeks(store: FarmStore, dash, tmp_path: Path) -> None:
+    url, _ = dash
+    rid = finished(store, tmp_path)
+    video = f"{url}/api/renders/{rid}/video.mp4"
+    assert fetch(video)[0] == 403
+    assert fetch(video, {"Authorization": "Bearer wrong"})[0] == 403
+    status, headers, body = fetch(video, {"Authorization": "Bearer sekrit"})
+    assert status == 200 and body == MP4 and headers["Content-Type"] == "video/mp4"
+    status, headers, body = fetch(video, {"Authorization": "Bearer sekrit", "Range": "bytes=16-31"})
+    assert status == 206 and body == MP4[16:32] and headers["Content-Range"] == f"bytes 16-31/{len(MP4)}"
+    status, headers, _ = fetch(video + "?download=1", {"Authorization": "Bearer sekrit"})
+    assert f'filename="{rid}.mp4"' in headers["Content-Disposition"]
+    new_render(store, "r20250101-130000-def456")
+    assert fetch(f"{url}/api/renders/r20250101-130000-def456/video.mp4", {"Authorization": "Bearer sekrit"})[0] == 404
+
+
+def test_a_worker_computing_its_tile_reads_running(store: FarmStore) -> None:
+    rid = new_render(store)
+    task = store.lease("studio-1", ["mlx"], 60_000)
+    assert metrics.display_state(store.get_task(task["id"])) == "leased"  # handed out, inputs on the way
+    store.heartbeat(task["id"], "studio-1", task["fence"], 60_000, {"phase": "run"})
+    assert metrics.display_state(store.get_task(task["id"])) == "running"
+    assert rid
+
+
+@pytest.mark.timeout(300)
+def test_page_shows_people_words_and_no_null(store: FarmStore, dash, tmp_path: Path) -> None:
+    browser = chromium()
+    url, _ = dash
+    rid = finished(store, tmp_path)
+    live = new_render(store, "r20250101-121500-aaa111")
+    for _ in range(4):
+        step_once(store, "studio-2")
+    task = store.lease("studio-1", ["mlx"], 60_000)
+    store.heartbeat(task["id"], "studio-1", task["fence"], 60_000, {"phase": "run"})
+    done_dom = headless(browser, f"{url}/#render={rid}", "--dump-dom").stdout
+    actions = done_dom.split('id="render-actions"')[1].split("</div>")[0]
+    assert "null" not in actions and "cancel" not in actions, actions
+    assert "log in with the farm token to play" in done_dom  # the video is there, behind the token
+    header = done_dom.split('id="farm-stats"')[1].split("</div>")[0]
+    assert "renders queued" in header and "rendering <b>1</b>" in header and "done <b>1</b>" in header, header
+    live_dom = headless(browser, f"{url}/#render={live}", "--window-size=1400,1000", "--dump-dom").stdout
+    assert 'data-state="running"' in live_dom, live_dom[-3000:]
+    renders_table = live_dom.split('id="renders"')[1].split("</table>")[0]
+    assert "a red fox running through fresh snow" in renders_table and ">ana<" in renders_table
+    assert "· cut" not in live_dom and "(denoise_stage2_tile)" not in live_dom
+    shot = tmp_path / "dashboard-live.png"
+    headless(browser, f"{url}/#render={live}", f"--screenshot={shot}", "--window-size=1400,1000")
+    (ROOT / "test-artifacts").mkdir(exist_ok=True)
+    (ROOT / "test-artifacts" / "dashboard-1400.png").write_bytes(shot.read_bytes())
