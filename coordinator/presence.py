@@ -40,7 +40,8 @@ class Presence:
         if not request.worker_id or not request.session:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id and session are required")
         broken = threading.Event()
-        context.add_callback(broken.set)
+        if not context.add_callback(broken.set):  # it ended already
+            broken.set()
         yield farm_pb2.AttachReply()  # attached: the worker knows it is watched
         while not broken.wait(CHECK_S):
             if self.stopping.is_set() or not self.serving():
@@ -72,8 +73,11 @@ class TransientErrors(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
+        if handler is None or (handler.request_streaming and handler.response_streaming):
             return handler
+        if handler.request_streaming:  # PutBlob: the blob's ref goes to Redis once the bytes are in
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(handler.stream_unary), handler.request_deserializer, handler.response_serializer)
         if handler.response_streaming:
             return grpc.unary_stream_rpc_method_handler(
                 self._streaming(handler.unary_stream), handler.request_deserializer, handler.response_serializer)
