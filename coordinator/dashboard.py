@@ -145,6 +145,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
             (rf"/api/renders/{_ID}/cancel", "cancel"),
             (rf"/api/renders/{_ID}/priority", "priority"),
             (rf"/api/tasks/{_ID}/requeue", "requeue"),
+            (rf"/api/renders/{_ID}/requeue", "render_requeue"),
         )
     )
 
@@ -444,6 +445,11 @@ class DashboardHandler(BaseHTTPRequestHandler):
             return
         priority = int(self._body().get("priority", 0))
         self._json({"render": render_id, "priority": priority, "ok": bool(setter(render_id, priority))})
+
+    def post_render_requeue(self, render_id: str) -> None:
+        """Clear the render's blocklist (what `farm requeue RENDER` does)."""
+        if self._guard():
+            self._json({"render": render_id, "cleared": bool(self.server.store.clear_blocklist(render_id))})
 
     def post_requeue(self, task_id: str) -> None:
         """Needs FarmStore.requeue_task (one Lua script); answers 501 until the store has it."""

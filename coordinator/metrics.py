@@ -120,6 +120,11 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "bytes_in": sum(sizes.get(s, 0) for s in _shas(task.get("inputs"))),
         "bytes_out": sum(sizes.get(s, 0) for s in _shas(task.get("outputs"))),
         "peak_memory_bytes": metrics.get("peak_memory_bytes"),
+        # the failure policy: raised failures and where, leases lost with a worker, flagged as stuck
+        "failures": int(task.get("failures") or 0),
+        "failed_on": list(task.get("failed_on") or []),
+        "lost": int(task.get("lost") or 0),
+        "stuck": task.get("state") == "leased" and int(task.get("stuck_ms") or 0) > 0,
     }
 
 
@@ -393,6 +398,7 @@ def worker_view(worker: dict, now_ms: int) -> dict:
         "blocklisted_for": blocklisted_for(worker),
         "current_task": worker.get("current_task") or "",
         "packs": {p: (info.get("pack_components") or {}).get(p) for p in info.get("packs") or []},
+        "text_encoders": info.get("text_encoders") if isinstance(info.get("text_encoders"), dict) else {},
         "pack_sync": worker.get("pack_sync") if isinstance(worker.get("pack_sync"), dict) else {},
         "tasks_done": done,
         "failures": int(worker.get("failures") or 0),

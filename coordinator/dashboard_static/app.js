@@ -93,7 +93,10 @@ function drawRender() {
       h("div", { class: "dur" }, `${s.done}/${s.total} ${s.duration_s !== null ? dur(s.duration_s) : s.state}${prog}`));
   }));
   const fails = d.tasks.filter((t) => t.error && (t.display === "failed" || t.display === "retried" || t.attempts > 1));
-  $("failures").replaceChildren(...fails.map((t) => h("div", { class: "fail" },
+  const blocked = (d.render.blocklist || []).length ? [h("div", { class: "fail" },
+    `BLOCKLISTED for this render (3 failed tasks each): ${d.render.blocklist.join(", ")}`,
+    d.actions ? [" ", h("button", { onclick: () => post(`/api/renders/${d.render.id}/requeue`) }, "requeue")] : null)] : [];
+  $("failures").replaceChildren(...blocked, ...fails.map((t) => h("div", { class: "fail" },
     `${t.display.toUpperCase()} ${t.label} on ${t.worker || "?"} (attempt ${t.attempts}/${t.max_attempts}): ${t.error}`,
     d.actions && t.display === "failed" ? [" ", h("button", { onclick: () => post(`/api/tasks/${t.id}/requeue`) }, "requeue")] : null)));
   $("legend").replaceChildren(...["queued", "leased", "running", "done", "failed", "retried"]
@@ -128,6 +131,8 @@ function drawVideo(d) {
 function tileText(t) {
   const lines = [`${t.label} — ${t.display}`, `worker: ${t.worker || "–"}`,
     `attempts: ${t.attempts}/${t.max_attempts}`];
+  if (t.failures || t.lost) lines.push(`failed ${t.failures || 0}× (${(t.failed_on || []).join(", ") || "–"}) · lost with a worker ${t.lost || 0}×`);
+  if (t.stuck) lines.push("STUCK: running far past its kind's usual time");
   if (t.tile) lines.push(`frames ${t.tile.frames} · rows ${t.tile.height} · cols ${t.tile.width}`);
   if (t.progress && t.progress.total) lines.push(`step ${t.progress.step}/${t.progress.total}`);
   const fmt = (ms) => (ms ? new Date(ms).toLocaleTimeString() : "–");
@@ -150,7 +155,7 @@ function drawGrid(g, spec) {
         const p = (100 * t.progress.step / t.progress.total).toFixed(0);
         style += `;background:linear-gradient(90deg,var(--done) ${p}%,var(--running) ${p}%)`;
       }
-      const el = h("div", { class: `tile ${t.display}${t.attempts > 1 ? " reattempt" : ""}`, style,
+      const el = h("div", { class: `tile ${t.display}${t.attempts > 1 ? " reattempt" : ""}${t.stuck ? " stuck" : ""}`, style,
         "data-task": t.id, "data-state": t.display }, t.worker ? t.worker.replace(/^worker-/, "w") : "");
       el.addEventListener("mousemove", (e) => showTip(e, tileText(t)));
       el.addEventListener("mouseleave", hideTip);

@@ -142,3 +142,29 @@ def test_reducer_leases_are_reclaimed(store: FarmStore) -> None:
     assert store.lose_leases("coordinator", reason="reclaimed by the coordinator") == ["r.step"]
     t = store.get_task("r.step")
     assert t["state"] == "queued" and t["failures"] == 0
+
+
+def test_dashboard_requeue_clears_a_render_blocklist_and_shows_stuck_and_failures(store: FarmStore, tmp_data) -> None:
+    from coordinator.dashboard import start_dashboard, stop_dashboard
+    from coordinator.metrics import render_detail
+    from tests.farm.test_dashboard import post
+
+    _workers(store, "bad", "good")
+    store.create_render("r", {}, [task(f"r.{i}") for i in range(4)])
+    for _ in range(3):
+        t = store.lease("bad", ["mlx"], 60_000)
+        store.fail(t["id"], "bad", t["fence"], "boom")
+    store.lease("good", ["mlx"], 60_000)
+    store.check_stuck(0, 1.0, 60_000, 1.0)
+    detail = render_detail(store, "r")
+    assert detail["render"]["blocklist"] == ["bad"]
+    views = {v["id"]: v for v in detail["tasks"]}
+    assert sum(v["failures"] for v in views.values()) == 3 and any(v["stuck"] for v in views.values())
+    server, port = start_dashboard(store, port=0, token="sekrit", data_dir=tmp_data)
+    csrf = "c" * 32
+    headers = {"Authorization": "Bearer sekrit", "Cookie": f"farm_csrf={csrf}", "X-CSRF-Token": csrf}
+    try:
+        assert post(f"http://127.0.0.1:{port}/api/renders/r/requeue", headers) == (200, {"render": "r", "cleared": True})
+    finally:
+        stop_dashboard(server)
+    assert store.get_render("r")["blocklist"] == []
