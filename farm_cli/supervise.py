@@ -6,6 +6,7 @@ after 1 s. A worker that exits with code 0 meant to (drained, or stopped on purp
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import threading
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import typer
+log = logging.getLogger("farm.up")
 
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
@@ -37,7 +38,7 @@ class Supervisor(threading.Thread):
                  subprocess.Popen], poll_s: float = 0.2) -> None:
         super().__init__(name="farm-up-supervisor", daemon=True)
         self.commands, self.spawn, self.poll_s = commands, spawn, poll_s
-        self.procs: list[subprocess.Popen] = [spawn(cmd, log) for _name, cmd, log in commands]
+        self.procs: list[subprocess.Popen] = [spawn(cmd, path) for _name, cmd, path in commands]
         self.restarts = [0] * len(commands)
         self._began = [time.monotonic()] * len(commands)
         self._backoff = [FIRST_BACKOFF_S] * len(commands)
@@ -51,16 +52,16 @@ class Supervisor(threading.Thread):
                 self._check(i)
 
     def _check(self, i: int) -> None:
-        name, cmd, log = self.commands[i]
+        name, cmd, worker_log = self.commands[i]
         if self._done[i]:
             return
         if self._due[i] is not None:
             if time.monotonic() >= self._due[i]:
                 self._due[i] = None
-                self.procs[i] = self.spawn(cmd, log)
+                self.procs[i] = self.spawn(cmd, worker_log)
                 self._began[i] = time.monotonic()
                 self.restarts[i] += 1
-                typer.echo(f"farm up: {name} started again (pid {self.procs[i].pid})", err=True)
+                log.info("%s started again (pid %d)", name, self.procs[i].pid)
             return
         code = self.procs[i].poll()
         if code is None:
@@ -68,14 +69,13 @@ class Supervisor(threading.Thread):
         ran = time.monotonic() - self._began[i]
         if code == 0:
             self._done[i] = True
-            typer.echo(f"farm up: {name} exited cleanly after {ran:.0f}s (drained or stopped); not restarting",
-                       err=True)
+            log.info("%s exited cleanly after %.0fs (drained or stopped); not restarting", name, ran)
             return
         wait = FIRST_BACKOFF_S if ran >= HEALTHY_AFTER_S else self._backoff[i]
         self._backoff[i] = min(wait * 2, MAX_BACKOFF_S)
         self._due[i] = time.monotonic() + wait
-        typer.echo(f"farm up: {name} (pid {self.procs[i].pid}) {exit_reason(code)} after {ran:.0f}s; "
-                   f"restarting in {wait:.0f}s (log {log})", err=True)
+        log.warning("%s (pid %d) %s after %.0fs; restarting in %.0fs (its log: %s)", name, self.procs[i].pid,
+                    exit_reason(code), ran, wait, worker_log)
 
     def halt(self) -> None:
         """Stop restarting (before the workers are stopped on purpose)."""

@@ -1,5 +1,5 @@
 """`farm up` supervises its workers: a worker killed with SIGKILL is started again (after the first
-backoff step, 1 s), registers again, and the reason is printed. A real `farm up` process on the
+backoff step, 1 s), registers again, and the reason is logged. A real `farm up` process on the
 test's Redis, its real worker processes."""
 
 from __future__ import annotations
@@ -64,11 +64,12 @@ def test_farm_up_restarts_a_killed_worker_and_says_why(store, redis_url, tmp_dat
     log = err_path.read_text()
     assert f"worker-1 (pid {child}) killed by SIGKILL" in log and "restarting in 1s" in log, log
     assert f"worker-1 started again (pid {again})" in log, log
+    assert f"worker-1 (pid {child}) killed by SIGKILL" in (tmp_data / "logs" / "coordinator.log").read_text()
     assert up.returncode == 0 and wait_until(lambda: gone(again), 10, "the worker stopped with farm up")
 
 
 @pytest.mark.timeout(30)
-def test_a_worker_that_keeps_dying_young_backs_off_and_a_clean_exit_stays_down(tmp_path, capsys):
+def test_a_worker_that_keeps_dying_young_backs_off_and_a_clean_exit_stays_down(tmp_path, caplog):
     """Real processes: one exits 3 at once, again and again (waits 1 s, then 2 s, ...); one exits 0."""
     import sys
 
@@ -80,6 +81,7 @@ def test_a_worker_that_keeps_dying_young_backs_off_and_a_clean_exit_stays_down(t
     crash, clean = [sys.executable, "-c", "raise SystemExit(3)"], [sys.executable, "-c", "pass"]
     sup = Supervisor([("bad", crash, tmp_path / "bad.log"), ("done", clean, tmp_path / "done.log")], spawn,
                      poll_s=0.05)
+    caplog.set_level("INFO", logger="farm.up")
     sup.start()
     try:
         wait_until(lambda: sup.restarts[0] >= 2, 10, "two restarts of the crashing worker")
@@ -88,6 +90,6 @@ def test_a_worker_that_keeps_dying_young_backs_off_and_a_clean_exit_stays_down(t
         sup.halt()
         for proc in sup.procs:
             proc.wait(timeout=5)
-    err = capsys.readouterr().err
+    err = caplog.text
     assert "bad (pid" in err and "exit code 3" in err and "restarting in 1s" in err and "restarting in 2s" in err
     assert "done exited cleanly" in err and sup.restarts[1] == 0
