@@ -206,12 +206,14 @@ def register(pack_app: typer.Typer) -> None:
                 shelf, workers = farm.packs(), farm.workers()
         except FarmError as exc:
             fail(str(exc), code=1)
-        rows = pack_rows(shelf, workers)
+        rows, encoders = pack_rows(shelf, workers), encoder_rows(workers)
         if as_json:
-            typer.echo(json.dumps({"coordinator": shelf, "workers": rows}, indent=2))
+            typer.echo(json.dumps({"coordinator": shelf, "workers": rows, "text_encoders": encoders}, indent=2))
             return
         for line in format_rows(shelf, rows):
             typer.echo(line)
+        for row in encoders:
+            typer.echo(f"{row['worker']}  text encoder {row['text_encoder']}  {row['bytes'] / 1e9:.2f} GB")
 
 
 def pack_rows(shelf: list[dict], workers: list[dict]) -> list[dict]:
@@ -228,6 +230,21 @@ def pack_rows(shelf: list[dict], workers: list[dict]) -> list[dict]:
             if pack in sync and (sync[pack].get("state") != "done" or pack not in held):
                 row["copy"] = {k: sync[pack].get(k) for k in ("state", "bytes", "total", "error")}
             rows.append(row)
+    return rows
+
+
+def encoder_rows(workers: list[dict]) -> list[dict]:
+    """One row per (worker, text encoder name) with its weight bytes; a folder's absolute path is left
+    out where the worker also lists it by its name in the packs folder."""
+    rows = []
+    for w in workers:
+        held = w.get("text_encoders")
+        if not isinstance(held, dict):
+            held = (w.get("info") or {}).get("text_encoders") or {}
+        names = {n for n in held if not n.startswith("/")}
+        for name in sorted(held):
+            if not (name.startswith("/") and Path(name).name in names):
+                rows.append({"worker": w.get("id"), "text_encoder": name, "bytes": int(held[name] or 0)})
     return rows
 
 

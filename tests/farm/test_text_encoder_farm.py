@@ -7,6 +7,7 @@ it, exit 2, nothing queued."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def test_published_pack_renders_with_a_separate_encoder(store, tmp_data, tmp_pat
         assert (packs / "tiny-gemma" / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
         assert_identical(farm_results(client, render), folder_ref)
         assert procs["w1"].poll() is None
+        _registered(store, "tiny-gemma")  # registered again once the copy landed
+        listed = _cli("pack", "list", "--coordinator", client.address, f"--token={token}", "--json",
+                      env={"FARM_DATA": str(tmp_data)})
+        rows = {r["text_encoder"]: r["bytes"] for r in json.loads(listed.stdout)["text_encoders"] if r["worker"] == "w1"}
+        size = (folder / "model.safetensors").stat().st_size
+        assert rows == {"farm/cached-gemma": size, "tiny-gemma": size}, listed.stdout
 
 
 def _runner(packs):

@@ -163,3 +163,13 @@ def test_embeddings_are_kept_per_pack_encoder_and_prompt(tiny_packs, gemma, tmp_
     assert all(np.array_equal(first[k], own[k]) for k in first)
     changed, _ = runner.run("text_encode", {**params, "text_encoder": str(other)}, {})
     assert not np.array_equal(first["video_context"], changed["video_context"])
+
+
+def test_pack_list_shows_each_workers_encoders_once():
+    from farm_cli.packs import encoder_rows
+
+    workers = [{"id": "w1", "text_encoders": {"tiny-gemma": 10, "/p/packs/tiny-gemma": 10, "/opt/gemma": 5}},
+               {"id": "w2", "info": {"text_encoders": {"org/g": 7}}}]
+    assert encoder_rows(workers) == [{"worker": "w1", "text_encoder": "/opt/gemma", "bytes": 5},
+                                     {"worker": "w1", "text_encoder": "tiny-gemma", "bytes": 10},
+                                     {"worker": "w2", "text_encoder": "org/g", "bytes": 7}]
