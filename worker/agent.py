@@ -16,8 +16,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +30,7 @@ from coordinator.retry import GaveUp, retry
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, encode_tensor
 from worker.blobcache import BlobCache
-from worker.connection import Coordinators
+from worker.connection import Coordinators, default_worker_id, request_drain
 from worker.packsync import PackSync
 from worker.presence import Presence
 
@@ -415,24 +413,6 @@ class Agent:
 
         reply = self.blobs.PutBlob(chunks(), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata)
         return reply.sha256
-
-
-def default_worker_id() -> str:
-    return socket.gethostname().split(".")[0]
-
-
-def request_drain(coordinator: str, token: str, worker_id: str) -> int:
-    """`farm worker --drain`: mark this Mac's worker draining on the farm (the leader is followed)."""
-    from farm_cli.client import FarmClient, FarmError
-
-    try:
-        with FarmClient(coordinator, token) as farm:
-            found = farm.drain(worker_id)
-    except FarmError as exc:
-        print(f"farm: {exc}", file=sys.stderr)
-        return 1
-    print(f"{worker_id} {'draining' if found else 'is not a registered worker'}")
-    return 0 if found else 1
 
 
 def worker_token(token: str | None, token_file: Path | None) -> str:

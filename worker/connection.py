@@ -9,6 +9,8 @@ leader a standby named, else to the next address. Channels reconnect with a capp
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 import threading
 
 import grpc
@@ -70,3 +72,21 @@ class Coordinators:
                 channel.close()
             self._channels.clear()
             self._stubs.clear()
+
+
+def default_worker_id() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def request_drain(coordinator: str, token: str, worker_id: str) -> int:
+    """`farm worker --drain`: mark this Mac's worker draining on the farm (the leader is followed)."""
+    from farm_cli.client import FarmClient, FarmError
+
+    try:
+        with FarmClient(coordinator, token) as farm:
+            found = farm.drain(worker_id)
+    except FarmError as exc:
+        print(f"farm: {exc}", file=sys.stderr)
+        return 1
+    print(f"{worker_id} {'draining' if found else 'is not a registered worker'}")
+    return 0 if found else 1
