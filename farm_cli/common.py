@@ -70,8 +70,7 @@ def read_image(path: Path) -> np.ndarray:
         fail(f"cannot read image {path}: {getattr(exc, 'strerror', None) or exc}")
 
 
-def submitter() -> str:
-    """Who submits, as `farm ls` and the dashboard show it: $FARM_USER, else user@host."""
+def user_at_host() -> str:
     import getpass
     import socket
 
@@ -79,7 +78,14 @@ def submitter() -> str:
         user = getpass.getuser()
     except (OSError, KeyError):
         user = "someone"
-    return os.environ.get("FARM_USER") or f"{user}@{socket.gethostname().split('.')[0]}"
+    return f"{user}@{socket.gethostname().split('.')[0]}"
+
+
+def submitter() -> str:
+    """Who submits, as `farm ls` and the dashboard show it: $FARM_USER, the config's user, else user@host."""
+    from farm_cli.config import value
+
+    return value("user") or user_at_host()
 
 
 def render_spec(prompt: str, height: int, width: int, frames: int, frame_rate: float, seed: int, pack: str,

@@ -109,11 +109,16 @@ def render(
 
 
 def main() -> None:
-    from farm_cli import bench, doctor, packs, remote, services
+    from farm_cli import bench, config, doctor, packs, remote, services
 
     remote.register(app)
     services.register(app)
     doctor.register(app)
     bench.register(app)
     packs.register(pack_app)
-    app()
+    config.register(app)
+    try:  # DATA/config.toml and FARM_* settings become the commands' defaults
+        defaults = config.default_map(typer.main.get_command(app))
+    except typer.Exit as exc:  # a broken config file: its one line is printed
+        raise SystemExit(exc.exit_code) from None
+    app(default_map=defaults)

@@ -52,7 +52,10 @@ def client(coordinator: str, token: str | None):
 
 
 def _local_token() -> str:
-    path = common.data_dir() / "token"
+    """The token file the settings name (FARM_TOKEN_FILE, config token_file, else DATA/token)."""
+    from farm_cli.config import value
+
+    path = Path(value("token_file") or common.data_dir() / "token").expanduser()
     return path.read_text().strip() if path.is_file() else ""
 
 
@@ -222,7 +225,10 @@ def register(app: typer.Typer) -> None:
     def fetch(render_id: str, output: Output = None, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",
               token: Token = None) -> None:
         """Download a finished render's mp4."""
-        fetch_results({"id": render_id}, output or Path(f"{render_id}.mp4"), None, coordinator, token)
+        from farm_cli.config import value
+
+        folder = Path(value("output_dir") or ".").expanduser()
+        fetch_results({"id": render_id}, output or folder / f"{render_id}.mp4", None, coordinator, token)
 
     @app.command()
     def workers(coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,

@@ -1,0 +1,128 @@
+"""The farm's settings for people: DATA/config.toml (DATA = --data, $FARM_DATA or ~/.ltx-farm) and
+FARM_* variables, so a laptop names its coordinator, token, pack and output folder once.
+
+Precedence: a flag on the command line, then FARM_* in the environment, then the file, then the
+built-in default. `farm config` prints every value with where it came from. The file's
+[text_encoders] table (pack = encoder) is read by common.text_encoder_choice.
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm_cli import common
+
+# key: (environment variable, what it is). Top-level keys of config.toml.
+SETTINGS: dict[str, tuple[str, str]] = {
+    "coordinator": ("FARM_COORDINATOR", "HOST:PORT of the coordinator, or a comma-separated list"),
+    "token_file": ("FARM_TOKEN_FILE", "a copy of the coordinator's DATA/token"),
+    "pack": ("FARM_PACK", "the pack renders use unless --pack says otherwise"),
+    "output_dir": ("FARM_OUTPUT_DIR", "where `farm fetch` writes when -o is not given"),
+    "user": ("FARM_USER", "the submitter name renders carry (default user@host)"),
+    "redis_url": ("FARM_REDIS_URL", "an external Redis for `farm up` / `farm coordinator`"),
+}
+TABLES = {"text_encoders"}
+# Command parameters a setting is the default of (click's default_map; the flag and the env still win).
+PARAMS = {"coordinator": "coordinator", "pack": "pack", "redis_url": "redis_url"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved value and where it came from: env, file, found or default."""
+
+    key: str
+    value: str | None
+    source: str
+
+
+def data_from_argv(argv: list[str]) -> Path | None:
+    """--data DIR / --data=DIR on this command line, read before click parses it (it locates the file)."""
+    for i, arg in enumerate(argv):
+        if arg == "--data" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--data="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def folder_of(data: Path | None = None) -> Path:
+    """The data folder without creating it (reading settings must not change the machine)."""
+    return Path(data or os.environ.get("FARM_DATA") or Path.home() / ".ltx-farm").expanduser()
+
+
+def read_file(data: Path | None = None) -> tuple[Path, dict]:
+    """The config file's path and its top-level settings; unknown keys are one line and exit 2."""
+    path = folder_of(data) / common.CONFIG_FILE
+    values = common.farm_config(data) if path.is_file() else {}
+    unknown = sorted(set(values) - set(SETTINGS) - TABLES)
+    if unknown:
+        common.fail(f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)}, [text_encoders])")
+    return path, values
+
+
+def _default(key: str, data: Path) -> Setting:
+    if key == "coordinator":
+        return Setting(key, f"127.0.0.1:{common.DEFAULT_PORT}", "default")
+    if key == "token_file":
+        return Setting(key, str(data / "token"), "default")
+    if key == "pack":
+        pulled = sorted(p.name for p in (data / "packs").glob("*") if p.is_dir() and p.name not in ("tiny",)
+                        and not p.name.startswith("."))
+        return Setting(key, pulled[0], f"found in {data / 'packs'}") if pulled else Setting(key, "tiny", "default")
+    if key == "output_dir":
+        return Setting(key, ".", "default")
+    if key == "user":
+        return Setting(key, common.user_at_host(), "default")
+    return Setting(key, None, "default")
+
+
+def resolve(data: Path | None = None) -> list[Setting]:
+    """Every setting: env, else file, else default (a real pack once one is in DATA/packs, else tiny)."""
+    folder = folder_of(data)
+    path, values = read_file(data)
+    out = [Setting("data", str(folder), "--data" if data else "env FARM_DATA" if os.environ.get("FARM_DATA")
+                   else "default")]
+    for key, (env, _what) in SETTINGS.items():
+        if os.environ.get(env):
+            out.append(Setting(key, os.environ[env], f"env {env}"))
+        elif key in values:
+            out.append(Setting(key, str(values[key]), f"file {path}"))
+        else:
+            out.append(_default(key, folder))
+    return out
+
+
+def value(key: str, data: Path | None = None) -> str | None:
+    return next(s.value for s in resolve(data) if s.key == key)
+
+
+def default_map(command: Any, argv: list[str] | None = None) -> dict:
+    """click's default_map: each command parameter named in PARAMS defaults to the resolved setting."""
+    resolved = {s.key: s for s in resolve(data_from_argv(sys.argv[1:] if argv is None else argv))}
+    defaults = {key: resolved[key].value for key in PARAMS if resolved[key].source != "default"}
+
+    def walk(cmd: Any) -> dict:  # typer's click commands: groups have .commands, commands .params
+        if hasattr(cmd, "commands"):
+            return {name: walk(sub) for name, sub in cmd.commands.items()}
+        return {p.name: defaults[PARAMS[p.name]] for p in cmd.params
+                if p.name in PARAMS and PARAMS[p.name] in defaults}
+
+    return walk(command)
+
+
+def register(app) -> None:
+    """Add `farm config` to the app."""
+    from farm_cli.main import DataDir
+
+    @app.command("config")
+    def show(data: DataDir = None) -> None:
+        """Show every setting's value and where it came from (flag > FARM_* env > DATA/config.toml > default)."""
+        settings = resolve(data)
+        width = max(len(s.key) for s in settings)
+        for s in settings:
+            print(f"{s.key:<{width}}  {s.value if s.value is not None else '-'}  ({s.source})")
+        table = common.farm_config(data).get("text_encoders") if (folder_of(data) / common.CONFIG_FILE).is_file() else None
+        for pack, encoder in (table or {}).items():
+            print(f"text_encoders.{pack}  {encoder}  (file {folder_of(data) / common.CONFIG_FILE})")
