@@ -125,12 +125,16 @@ class ReducerThread(threading.Thread):
             if task is None:
                 self.scheduler.wait_for_work(self.idle_s)
                 continue
-            self._run_one(task)
+            try:
+                self._run_one(task)
+            except Exception:  # noqa: BLE001 - e.g. NotLeader while leadership moves: never die
+                log.exception("reducer task %s could not be reported", task["id"])
 
     def _reclaim(self) -> None:
         try:
             lost = self._landed(lambda: self.store.lose_leases(REDUCER_ID, reason="reclaimed by the coordinator"))
-        except GaveUp:
+        except Exception as exc:  # noqa: BLE001 - stopping, or not the leader any more: the next one reclaims
+            log.info("reducer: leases not reclaimed now (%s)", exc)
             return
         if lost:
             log.info("reducer reclaimed its orphaned leases: %s", ", ".join(lost))

@@ -20,7 +20,7 @@ from typing import Any
 
 from coordinator.blobstore import BlobError, BlobStore
 from coordinator.retry import Backoff, GaveUp, Outage, retry
-from coordinator.store import is_transient
+from coordinator.store import NotLeader, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class Scheduler:
                 state, fields = outcome
                 retry(lambda: self.store.set_render_state(render_id, state, **fields), f"marking {render_id} {state}",
                       transient=is_transient, log=log, stop=self._stop)
-        except GaveUp:
+        except (GaveUp, NotLeader):
             log.info("assembly of %s interrupted by a stop; it resumes on the next start", render_id)
         finally:
             with self._lock:
@@ -280,6 +280,8 @@ class Scheduler:
                 path = self.assemble(render_id)
                 outage.ok()
                 return "done", {"output": str(path)}
+            except NotLeader:
+                return None  # another coordinator leads now and resumes this assembly
             except Exception as exc:  # noqa: BLE001 - sorted below: wait it out, or fail the render
                 if is_transient(exc):
                     outage.failed(exc)
