@@ -84,13 +84,38 @@ def check_pack(pack: str, packs_dir: Path, farm_packs: Callable[[], list[dict]] 
         opened = Pack(path)
     except PackError as exc:
         return "fail", f"pack {pack!r} incomplete: {exc}"
-    from ltx_engine.components import missing_line, render_components
+    from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
 
-    lacking = [c for c in render_components({"audio": True}) if not opened.has(c)]
+    tower = "pack" if opened.has(TEXT_ENCODER) else "separate"  # a separate encoder: check_text_encoder
+    lacking = [c for c in render_components({"audio": True, "text_encoder": tower}) if not opened.has(c)]
     if lacking:  # the pack opens, but a text-to-video render with audio would be refused
         return "fail", missing_line(lacking[0], pack)
     size = sum(f.stat().st_size for f in opened.root.rglob("*") if f.is_file())
     return "ok", f"pack {pack!r} complete at {opened.root} ({size / 2**30:.2f} GiB)"
+
+
+def check_text_encoder(pack: str, packs_dir: Path, farm_packs: Callable[[], list[dict]] | None = None,
+                       data: Path | None = None) -> Check:
+    """The Gemma a pack without its own tower encodes prompts with (the config's entry for the pack, else
+    the MLX port's default) on this Mac, or on the coordinator, which copies it here when needed."""
+    from ltx_engine import text_encoders
+
+    path = _local_pack_path(pack, packs_dir)
+    if path is None:
+        return "skip", f"text encoder: checked once pack {pack!r} is here"
+    if (path / "text_encoder" / "config.json").is_file():
+        return "ok", f"text encoder: pack {pack!r} carries its own"
+    ref = common.text_encoder_choice(pack, None, data) or text_encoders.DEFAULT
+    found = text_encoders.find_local(ref, packs_dir)
+    if found is not None:
+        return "ok", f"text encoder {ref!r} at {found} ({text_encoders.weight_bytes(found) / 1e9:.2f} GB of weights)"
+    try:
+        shelf = {p["name"] for p in farm_packs()} if farm_packs is not None else set()
+    except Exception:  # noqa: BLE001 - the coordinator check reports why
+        shelf = set()
+    if shelf & set(text_encoders.names(ref)):
+        return "ok", f"text encoder {ref!r} not here yet: the coordinator holds it, the worker copies it when needed"
+    return "fail", f"text encoder {ref!r} for pack {pack!r} is not on this Mac: fetch it with `{text_encoders.fetch_line(ref)}`"
 
 
 def _pack_on_coordinator(pack: str, packs_dir: Path, farm_packs: Callable[[], list[dict]]) -> Check:
@@ -206,7 +231,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         data: DataDir = None,
     ) -> None:
-        """Check this machine for a worker: Python, MLX, pack, coordinator and token, clock skew."""
+        """Check this machine for a worker: Python, MLX, pack and its text encoder, coordinator and token, clock skew."""
         folder = common.data_dir(data)
         token_file = folder / "token"
         token = token or (token_file.read_text().strip() if token_file.is_file() else None)
@@ -215,6 +240,7 @@ def register(app: typer.Typer) -> None:
                 check_python,
                 check_mlx,
                 lambda: check_pack(pack, folder / "packs", farm_packs(coordinator, token)),
+                lambda: check_text_encoder(pack, folder / "packs", farm_packs(coordinator, token), data),
                 lambda: check_coordinator(coordinator, token),
                 (lambda: check_clock(dashboard)) if dashboard else (lambda: check_farm_clock(coordinator, token)),
                 lambda: check_logs(folder),

@@ -164,8 +164,10 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
             ],
         )
         lines = result.output.strip().splitlines()
-        assert len(lines) == 5 and result.exit_code == 1  # the pack lost its vocoder above
-        assert lines[3].startswith("✓ ok") and "answers with this token" in lines[3]
+        # python, mlx, pack, text encoder, coordinator, clock, logs; the pack lost its vocoder above
+        assert len(lines) == 7 and result.exit_code == 1, result.output
+        assert lines[3].startswith("✓ ok") and "carries its own" in lines[3]
+        assert lines[4].startswith("✓ ok") and "answers with this token" in lines[4]
     finally:
         stop_dashboard(dash)
         stop(server)

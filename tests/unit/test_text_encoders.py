@@ -173,3 +173,18 @@ def test_pack_list_shows_each_workers_encoders_once():
     assert encoder_rows(workers) == [{"worker": "w1", "text_encoder": "/opt/gemma", "bytes": 5},
                                      {"worker": "w1", "text_encoder": "tiny-gemma", "bytes": 10},
                                      {"worker": "w2", "text_encoder": "org/g", "bytes": 7}]
+
+
+def test_doctor_checks_the_encoder_a_published_pack_needs(gemma, hub, tmp_path):
+    from farm_cli import doctor
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    packs, data = tmp_path / "packs", tmp_path / "data"
+    write_tiny_pack(packs / "published", seed=0, layout="published-2.3")
+    assert doctor.check_pack("published", packs)[0] == "ok"  # no tower is no longer a missing part
+    status, message = doctor.check_text_encoder("published", packs, None, data)
+    assert status == "fail" and message.endswith("fetch it with `farm pack pull mlx-community/gemma-3-12b-it-4bit`")
+    assert doctor.check_text_encoder("published", packs, lambda: [{"name": "gemma-3-12b-it-4bit"}], data)[0] == "ok"
+    (data / "config.toml").write_text(f'[text_encoders]\npublished = "{gemma}"\n')
+    status, message = doctor.check_text_encoder("published", packs, None, data)
+    assert status == "ok" and str(gemma) in message
