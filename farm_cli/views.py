@@ -45,6 +45,13 @@ def _when(ms: object) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(ms) / 1000)) if ms and int(ms) else "-"
 
 
+def _encoder(ref: str | None) -> str:
+    """The text encoder the spec records, in words."""
+    if ref == "pack":
+        return "the pack's own"
+    return ref or "the worker's choice (no worker described the pack at submit)"
+
+
 def render_details(render: dict) -> list[str]:
     """What `farm status ID` prints: prompt, size, times, stage timings, output, failures."""
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
@@ -56,6 +63,7 @@ def render_details(render: dict) -> list[str]:
         f"  prompt     {spec.get('prompt', '')}",
         f"  size       {spec.get('height')}x{spec.get('width')}, {spec.get('frames')} frames at "
         f"{spec.get('frame_rate')} fps, seed {spec.get('seed')}, pack {spec.get('pack')}",
+        f"  encoder    {_encoder(spec.get('text_encoder'))}",
         f"  submitted  {_when(created)}" + (f" by {render['submitter']}" if render.get("submitter") else ""),
         f"  started    {_when(started)}" + (f" (queued {duration((started - created) / 1000)})"
                                             if started and created else ""),

@@ -188,3 +188,11 @@ def test_doctor_checks_the_encoder_a_published_pack_needs(gemma, hub, tmp_path):
     (data / "config.toml").write_text(f'[text_encoders]\npublished = "{gemma}"\n')
     status, message = doctor.check_text_encoder("published", packs, None, data)
     assert status == "ok" and str(gemma) in message
+
+
+def test_farm_status_shows_the_recorded_encoder():
+    from farm_cli.views import render_details
+
+    render = {"id": "r1", "state": "queued", "spec": {**SPEC, "pack": "ltx-2.3-mlx-q8", "text_encoder": text_encoders.DEFAULT}}
+    assert f"  encoder    {text_encoders.DEFAULT}" in render_details(render)
+    assert "  encoder    the pack's own" in render_details({**render, "spec": {**SPEC, "text_encoder": "pack"}})
