@@ -1,16 +1,18 @@
-"""DFR temporal rounds in the stage graph (LTX-2.5, `temporal_upscalings` 1 or 2). Pure.
+"""DFR in the stage graph (LTX-2.5, `temporal_upscalings` 1 or 2), as upstream's DFRPipeline. Pure.
 
+Stages 1-2 generate the padded canvas (frames - 1 up to whole 24/32-frame segments) with generated
+keyframe slots at every segment boundary; stage 1's slots are spatially upsampled into stage 2's.
 Per round r: one worker task upsamples the whole latent x2 in time; every tile of the round is its own
 worker task reading that latent and the keyframes carried into the round (never another tile's output),
 so a round's tiles run on several Macs at once; a coordinator task stitches the round's latent and the
-keyframes it carries on. The keyframes carried into round 1 are the stage-2 latent frames ending on
-the canvas slots (a coordinator task picks them). Audio stays stage 1's, frozen, in every tile.
+keyframes it carries on. Round 1's anchors are stage 2's slots. The tiles run video only (upstream
+passes no audio to the rounds); the shipped audio is stage 1's, cut to the trimmed clip.
 """
 
 from __future__ import annotations
 
 from coordinator.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, ref, task
-from ltx_engine.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params, resolve_canvas
+from ltx_engine.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params
 
 MAX_TILE_SECONDS = 20.0  # the DiT's temporal positional range (positional_embedding_max_pos[0])
 NEEDED_FEATURES = (
@@ -36,21 +38,10 @@ def spec_plan(spec: dict) -> DfrPlan:
     return plan_dfr(spec["frames"], spec["frame_rate"], dfr_rounds(spec), spec["seed"])
 
 
-def _whole_segment_frames(frames: int) -> tuple[int | None, int]:
-    """The nearest frame counts below and above `frames` whose canvas needs no padding."""
-    below = next((n for n in range(frames - 8, 8, -8) if resolve_canvas(n).frames == n), None)
-    above = next(n for n in range(frames + 8, frames + 8 * 64, 8) if resolve_canvas(n).frames == n)
-    return below, above
-
-
 def _check_canvas(spec: dict, plan: DfrPlan) -> None:
-    frames = spec["frames"]
-    if plan.canvas.frames != frames:
-        below, above = _whole_segment_frames(frames)
-        hint = f"{below} or {above}" if below else str(above)
-        raise SpecError(f"DFR canvas cannot hold {frames} frames as whole {plan.canvas.segment}-frame keyframe "
-                        f"segments (it would pad to {plan.canvas.frames}, which stages 1-2 here do not "
-                        f"generate): use {hint} frames")
+    if plan.canvas.frames / spec["frame_rate"] > MAX_TILE_SECONDS:
+        raise SpecError(f"DFR canvas of {plan.canvas.frames} frames (padded from {spec['frames']} to whole "
+                        f"{plan.canvas.segment}-frame segments) exceeds the model's {MAX_TILE_SECONDS:.0f} s range")
     for rnd in plan.rounds:
         longest = max(t.local_frames for t in rnd.tiles) / rnd.conditioning_fps
         if longest > MAX_TILE_SECONDS:
@@ -76,8 +67,9 @@ def check_dfr(spec: dict, fleet: list[dict]) -> None:
     spec["temporal_upscalings"] = dfr_rounds(spec)
     if spec["temporal_upscalings"] == 0:
         return
-    if spec.get("image"):
-        raise SpecError("DFR temporal rounds with an image condition are not supported yet")
+    if spec.get("stage2_tiles") not in (None, "1x1", "1x1x1"):
+        raise SpecError("DFR renders stage 2 untiled (its keyframe slots do not travel in tiled stage-2 "
+                        "forwards yet): drop --stage2-tiles")
     try:
         plan = spec_plan(spec)
     except ValueError as exc:
@@ -92,6 +84,33 @@ def output_frames(spec: dict) -> int:
     return (spec["frames"] - 1) * 2 ** dfr_rounds(spec) + 1
 
 
+def canvas_frames(spec: dict) -> int:
+    """Frames stages 1-2 generate: DFR's padded canvas (trimmed after the rounds), else the clip's."""
+    return spec_plan(spec).canvas.frames if dfr_rounds(spec) else spec["frames"]
+
+
+def slot_params(spec: dict) -> dict:
+    """Stage params for DFR's generated keyframe slots (upstream's canvas positions); none without DFR."""
+    return {"dfr_slots": list(spec_plan(spec).canvas.slots)} if dfr_rounds(spec) else {}
+
+
+def slot_expect(spec: dict, height: int, width: int) -> dict:
+    """The `slots` output a DFR stage gives: (1, C, K, h, w), one latent frame per slot."""
+    if not dfr_rounds(spec):
+        return {}
+    k = len(spec_plan(spec).canvas.slots)
+    return {"slots": expect("float32", 1, -1, k, height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)}
+
+
+def plan_slot_upsample(rid: str, spec: dict, slots: dict) -> list[dict]:
+    """Stage 1's slots through the spatial upsampler for stage 2 (as upstream upsamples them)."""
+    if not dfr_rounds(spec):
+        return []
+    return [task(rid, "upsample.slots", "upsample_spatial", {
+        "pack": spec["pack"], "expect": slot_expect(spec, spec["height"], spec["width"]) and {
+            "latent": slot_expect(spec, spec["height"], spec["width"])["slots"]}}, {"latent": slots})]
+
+
 def _tile_tasks(rid: str, spec: dict, rnd, shared: dict, inputs: dict) -> list[dict]:
     h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
     out = []
@@ -103,21 +122,21 @@ def _tile_tasks(rid: str, spec: dict, rnd, shared: dict, inputs: dict) -> list[d
     return out
 
 
-def plan_dfr_rounds(rid: str, spec: dict, latent: dict, audio: dict, ctx: dict) -> tuple[list[dict], dict]:
-    """The rounds' tasks after stage 2, and the reference to the final (trimmed) video latent."""
+def plan_dfr_rounds(rid: str, spec: dict, latent: dict, carry: dict, ctx: dict, image: dict,
+                    image_params: dict) -> tuple[list[dict], dict]:
+    """The rounds' tasks after stage 2, and the reference to the final (trimmed) video latent. Round 1's
+    anchors are stage 2's keyframe slots (`carry`); an image conditions the tiles whose window holds it."""
     plan = spec_plan(spec)
     dfr = plan_params(spec["frames"], spec["frame_rate"], len(plan.rounds), spec["seed"])
     h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
-    shared = {"pack": spec["pack"], "dfr": dfr, "source_seconds": spec["frames"] / spec["frame_rate"]}
-    tasks = [task(rid, "dfr.carry", "dfr_carry", {"dfr": dfr, "expect": {}}, {"latent": latent},
-                  capability=COORDINATOR)]
-    carry = ref(f"{rid}.dfr.carry", "keyframes")
+    shared = {"pack": spec["pack"], "dfr": dfr, **image_params}
+    tasks = []
     for rnd in plan.rounds:
         up = f"dfr.r{rnd.round}.up"
         tasks.append(task(rid, up, "upsample_temporal", {
             "pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, rnd.latent_frames, h, w)}},
             {"latent": latent}))
-        tile_in = {"latent": ref(f"{rid}.{up}", "latent"), "carry": carry, "audio_latent": audio, **ctx}
+        tile_in = {"latent": ref(f"{rid}.{up}", "latent"), "carry": carry, **image, **ctx}
         tiles = _tile_tasks(rid, spec, rnd, shared, tile_in)
         stitch_in = {"carry": carry}
         for t in tiles:

@@ -20,10 +20,20 @@ from coordinator.graph import (  # noqa: F401 - SpecError and the constants are 
     task,
 )
 from coordinator.plan_decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
-from coordinator.plan_dfr import check_dfr, dfr_rounds, output_frames, plan_dfr_rounds
+from coordinator.plan_dfr import (
+    canvas_frames,
+    check_dfr,
+    dfr_rounds,
+    output_frames,
+    plan_dfr_rounds,
+    plan_slot_upsample,
+    slot_expect,
+    slot_params,
+)
 from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
+from ltx_engine.generation import check_generation, stage1_sampler
 from ltx_engine.sampling import DISTILLED_SIGMAS
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -47,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "decode_tiles": "auto",    # "auto" | "off" | "F,H,W" pixel tile sizes
     "exr": None,               # a folder for EXR frames (on the machine that assembles)
     "text_encoder": None,      # "pack" (its own tower), a repo id or a folder; validation records the choice
+    "generation": None,        # the pack's LTX generation ("2.3" / "2.5"): resolved, never asked for
 }
 
 
@@ -62,6 +73,7 @@ def normalize_spec(raw: dict) -> dict:
         spec["frame_rate"] = float(spec["frame_rate"])
     except (TypeError, ValueError) as exc:
         raise SpecError(f"bad number in spec: {exc}") from exc
+    spec["generation"] = None  # resolved from the pack by validation (or the local runner), not taken from a request
     encoder = spec["text_encoder"]
     if encoder is not None and (not isinstance(encoder, str) or not encoder.strip() or len(encoder) > 1024):
         raise SpecError(f"text_encoder {str(encoder)[:80]!r} is not a repo id, a folder or 'pack'")
@@ -101,6 +113,7 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
+    resolve_generation(spec, fleet)
     resolve_text_encoder(spec, fleet)
     _check_components(spec, fleet)
     check_dfr(spec, fleet)
@@ -122,6 +135,19 @@ def _check_fleet(spec: dict, fleet: list[dict]) -> None:
             f"{spec['width']}x{spec['height']}x{spec['frames']} needs ~{need / 2**30:.1f} GiB on one worker; "
             f"the largest holding {spec['pack']!r} has {largest / 2**30:.1f} GiB"
         )
+
+
+def resolve_generation(spec: dict, fleet: list[dict]) -> None:
+    """Record the pack's LTX generation as the live workers report it (`pack_generation`), once per
+    render; holders that disagree refuse it. With no worker describing the pack a value already set (the
+    local runner's) stays, else None: each stage-1 task then reads it from its own pack."""
+    pack = spec["pack"]
+    seen = {w["pack_generation"][pack] for w in fleet if pack in (w.get("pack_generation") or {})}
+    if len(seen) > 1:
+        raise SpecError(f"workers disagree on the LTX generation of pack {pack!r} ({', '.join(sorted(seen))}): "
+                        "they hold different packs under one name")
+    if seen:
+        spec["generation"] = check_generation(seen.pop())
 
 
 def resolve_text_encoder(spec: dict, fleet: list[dict]) -> None:
@@ -167,8 +193,7 @@ def _check_components(spec: dict, fleet: list[dict]) -> None:
 def plan_render(spec: dict, render_id: str) -> list[dict]:
     """The distilled two-stage text/image-to-video graph with audio, in a topological order."""
     rid = render_id
-    pack, seed, fps = spec["pack"], spec["seed"], spec["frame_rate"]
-    f_lat = latent_frames(spec["frames"])
+    pack = spec["pack"]
     h2, w2 = spec["height"] // 2, spec["width"] // 2
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
@@ -185,29 +210,11 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
         cond1 = {"image_latent": ref(f"{rid}.image_s1", "latent")}
         cond2 = {"image_latent": ref(f"{rid}.image_s2", "latent")}
     image_params = {"image_frame": int(image.get("frame", 0)), "image_strength": float(image.get("strength", 1.0))} if image else {}
-    a_lat = audio_latent_frames(spec["frames"], fps)
-    shape1 = (1, -1, f_lat, h2 // SPATIAL_FACTOR, w2 // SPATIAL_FACTOR)
-    shape2 = (1, -1, f_lat, spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
-    tasks.append(task(rid, "stage1", "denoise_stage1", {
-        "pack": pack, "seed": seed, "frames": spec["frames"], "fps": fps, "height": h2, "width": w2,
-        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params,
-        "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1)}},
-        {**ctx, **cond1}))
+    tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params))
     s1 = f"{rid}.stage1"
-    tasks.append(task(rid, "upsample", "upsample_spatial", {
-        "pack": pack, "expect": {"latent": expect("float32", *shape2)}}, {"latent": ref(s1, "video_latent")}))
-    stage2_params = {"pack": pack, "seed": seed, "frames": spec["frames"], "fps": fps, "height": spec["height"],
-                     "width": spec["width"], "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
-                     "noise_stream": 1, **image_params}
-    stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
-    if spec.get("stage2_tiles") is None:
-        tasks.append(task(rid, "stage2", "denoise_stage2", {
-            **stage2_params, "expect": {"video_latent": expect("float32", *shape2)}}, {**ctx, **stage2_inputs}))
-    else:
-        tasks.extend(plan_tiled_stage2(rid, spec, stage2_params, stage2_inputs, ctx))
     final, decode_spec = ref(f"{rid}.stage2", "video_latent"), spec
     if dfr_rounds(spec):
-        dfr_tasks, final = plan_dfr_rounds(rid, spec, final, ref(s1, "audio_latent"), ctx)
+        dfr_tasks, final = plan_dfr_rounds(rid, spec, final, ref(f"{rid}.stage2", "slots"), ctx, cond2, image_params)
         tasks.extend(dfr_tasks)
         decode_spec = {**spec, "frames": output_frames(spec)}
     tasks.extend(plan_decode(rid, decode_spec, final))
@@ -216,6 +223,48 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    return tasks
+
+
+def _stage1_sampler(spec: dict) -> dict:
+    """Stage 1's sampler from the recorded generation; nothing when it is not known (the worker reads
+    its pack's)."""
+    generation = spec.get("generation")
+    return {"sampler": stage1_sampler(generation, bool(dfr_rounds(spec)))} if generation else {}
+
+
+def _plan_stages(rid: str, spec: dict, ctx: dict, cond1: dict, cond2: dict, image_params: dict) -> list[dict]:
+    """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots)."""
+    pack, seed, fps = spec["pack"], spec["seed"], spec["frame_rate"]
+    frames, slots = canvas_frames(spec), slot_params(spec)
+    f_lat, a_lat = latent_frames(frames), audio_latent_frames(frames, fps)
+    h2, w2 = spec["height"] // 2, spec["width"] // 2
+    shape1 = (1, -1, f_lat, h2 // SPATIAL_FACTOR, w2 // SPATIAL_FACTOR)
+    shape2 = (1, -1, f_lat, spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
+    s1 = f"{rid}.stage1"
+    tasks = [task(rid, "stage1", "denoise_stage1", {
+        "pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": h2, "width": w2,
+        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **_stage1_sampler(spec),
+        "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
+                   **slot_expect(spec, h2, w2)}},
+        {**ctx, **cond1})]
+    tasks.append(task(rid, "upsample", "upsample_spatial", {
+        "pack": pack, "expect": {"latent": expect("float32", *shape2)}}, {"latent": ref(s1, "video_latent")}))
+    tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
+    stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec["height"],
+                     "width": spec["width"], "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
+                     "noise_stream": 1, **image_params, **slots}
+    stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
+    if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
+        stage2_params["renoise_audio"] = True
+        stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
+    if spec.get("stage2_tiles") is None:
+        tasks.append(task(rid, "stage2", "denoise_stage2", {
+            **stage2_params, "expect": {"video_latent": expect("float32", *shape2),
+                                        **slot_expect(spec, spec["height"], spec["width"])}},
+            {**ctx, **stage2_inputs}))
+    else:
+        tasks.extend(plan_tiled_stage2(rid, spec, stage2_params, stage2_inputs, ctx))
     return tasks
 
 

@@ -38,14 +38,6 @@ def _tile_outputs(params: dict, latent: np.ndarray, mask: np.ndarray, positions:
     return out
 
 
-def dfr_carry(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Keyframes carried into DFR round 1: the stage-2 latent frame ending on each canvas slot
-    (slot p is pixel frame p = 8k, the last frame latent k encodes)."""
-    plan = dfr_layout.plan_from_params(params["dfr"])
-    index = [dfr_layout.pixel_to_latent(p) for p in plan.canvas.slots]
-    return {"keyframes": np.ascontiguousarray(inputs["latent"][:, :, index], dtype=np.float32)}
-
-
 def dfr_stitch(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A DFR round's latent from its tiles (tile order, lead-ins dropped) and the keyframes it carries
     on: the round's anchors plus every tile's new slots (the earlier tile's copy of a slot wins).
@@ -65,12 +57,12 @@ def dfr_stitch(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
-DFR_KINDS = {"dfr_carry": dfr_carry, "dfr_stitch": dfr_stitch}
+DFR_KINDS = {"dfr_stitch": dfr_stitch}
 
 
 def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Outputs of a coordinator task: `tdp_cut` (step 0's tile inputs), `tdp_step` (blend + step), or
-    the DFR kinds `dfr_carry` / `dfr_stitch`."""
+    the DFR kind `dfr_stitch`."""
     if kind in DFR_KINDS:
         return DFR_KINDS[kind](params, inputs)
     positions, mask = inputs["positions"], inputs["mask"]

@@ -72,6 +72,7 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
         spec["image"] = {**(spec.get("image") or {}), "blob": blobs.put(image)}
     spec = normalize_spec(spec)
     auto_decode = str(spec.get("decode_tiles") or "auto").strip().lower() == "auto"
+    spec["generation"] = runner.pack_generation(spec["pack"])  # this machine's pack is the whole fleet's
     validate_spec(spec, [])
     resolve_local_text_encoder(spec, runner)
     if auto_decode:  # this machine is the whole fleet: tile only if the decode would not fit its memory

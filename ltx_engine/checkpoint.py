@@ -19,6 +19,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from ltx_engine.generation import detect_generation
 from ltx_engine.loader import PackError, read_header, read_safetensors
 from ltx_engine.pack import model_class
 
@@ -125,6 +126,12 @@ class CheckpointPack:
     def config(self) -> dict:
         """The checkpoint's own config (the same dict an MLX pack keeps as `embedded_config.json`)."""
         return metadata_config(self.path)
+
+    @cached_property
+    def generation(self) -> str:
+        """The LTX generation from the file's `model_version` metadata (what upstream reads), else its keys."""
+        keys, meta = read_header(self.path)
+        return detect_generation([meta.get("model_version")], self.config.get("transformer", {}), keys)
 
     def has(self, component: str) -> bool:
         if component in UPSAMPLER_PATTERNS:

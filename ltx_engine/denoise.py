@@ -9,16 +9,27 @@ same step between tiled forwards.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mlx.core as mx
 import numpy as np
 
 from ltx_engine import sampling
 from ltx_engine.sampling import LatentState
-from ltx_engine.tokens import patchify_audio, patchify_video
+from ltx_engine.tokens import patchify_audio, patchify_video, unpatchify_video
 
 Forward = Callable[[LatentState, LatentState | None, float], tuple[np.ndarray, np.ndarray | None]]
+
+
+@dataclass(frozen=True)
+class Ancestral:
+    """Euler-ancestral stepping: eta, and the seed each step's re-noise is keyed by (stream, step)."""
+
+    eta: float
+    seed: int
+
+    def fresh(self, shape: tuple[int, ...], stream: int, step: int) -> np.ndarray:
+        return sampling.noise(shape, self.seed, sampling.stream_id(stream, step))
 
 
 @dataclass
@@ -41,7 +52,19 @@ class StageInputs:
     image_frame: int = 0
     image_strength: float = 1.0
     noise_stream: int = 0
+    sampler: str = sampling.EULER                # EULER_ANCESTRAL: LTX-2.5's stage 1 outside DFR
+    slots: tuple[int, ...] = ()                  # DFR: generated keyframe slots at these pixel frames
+    slot_latent: np.ndarray | None = None        # (1, C, K, h, w) the slots start from (stage 2)
+    renoise_audio: bool = False                  # DFR stage 2: stage 1's audio re-noised and denoised along
     extra: dict = field(default_factory=dict)
+
+    def ancestral(self) -> Ancestral | None:
+        """The stage's ancestral stepping, or None for plain Euler."""
+        if self.sampler == sampling.EULER:
+            return None
+        if self.sampler != sampling.EULER_ANCESTRAL:
+            raise ValueError(f"unknown sampler {self.sampler!r}")
+        return Ancestral(sampling.STAGE1_ANCESTRAL_ETA, self.seed + sampling.ANCESTRAL_NOISE_SEED_OFFSET)
 
     @property
     def latent_grid(self) -> tuple[int, int, int]:
@@ -73,8 +96,52 @@ def _condition_on_image(video: LatentState, inputs: StageInputs, vpos: np.ndarra
     return video.append_tokens(tokens, pos, inputs.image_strength)
 
 
+def _append_slots(video: LatentState, inputs: StageInputs) -> LatentState:
+    """Generated keyframe slots (upstream VideoGeneratedKeyframeSlots): one latent frame of tokens per
+    slot at a single pixel frame [p, p + 1), mask 1, clean 0, starting from `slot_latent` (or 0)."""
+    from ltx_engine import patchify
+
+    _, h, w = inputs.latent_grid
+    channels = video.latent.shape[2]
+    if inputs.slot_latent is not None and inputs.slot_latent.shape[2] != len(inputs.slots):
+        raise ValueError(f"slot latent K={inputs.slot_latent.shape[2]} != {len(inputs.slots)} slots")
+    for k, frame in enumerate(inputs.slots):
+        init = (np.zeros((1, h * w, channels), np.float32) if inputs.slot_latent is None
+                else patchify_video(inputs.slot_latent[:, :, k : k + 1].astype(np.float32)))
+        pos = np.array(patchify.keyframe_positions(1, frame, h, w, inputs.fps), dtype=np.float32)
+        video = video.append_tokens(init, pos, 0.0)  # mask 1: generated, not given
+        video = replace(video, clean_latent=np.concatenate([video.clean_latent[:, : -h * w], 0 * init], axis=1))
+    return video
+
+
+def stage_marker(inputs: StageInputs, num_tokens: int) -> np.ndarray:
+    """(1, T, 1) keyframe marker: the first latent frame (one pixel frame, as upstream marks every
+    video state's) and the slots; a DiT without LTX-2.5's keyframe embedding ignores it."""
+    _, h, w = inputs.latent_grid
+    marker = np.zeros((1, num_tokens, 1), np.float32)
+    marker[:, : h * w] = 1.0
+    if inputs.slots:
+        marker[:, num_tokens - len(inputs.slots) * h * w :] = 1.0
+    return marker
+
+
+def stage_slots(inputs: StageInputs, video: LatentState) -> np.ndarray:
+    """The slots' latent (1, C, K, h, w) from a stage's final state (they are its last tokens)."""
+    _, h, w = inputs.latent_grid
+    tokens = video.latent[:, video.num_tokens - len(inputs.slots) * h * w :]
+    return unpatchify_video(tokens, (len(inputs.slots), h, w))
+
+
+def _audio_state(inputs: StageInputs, apos: np.ndarray, sigma0: float) -> LatentState:
+    audio = LatentState.initial(patchify_audio(inputs.initial_audio.astype(np.float32)), apos)
+    if not inputs.renoise_audio:  # frozen: clean context, never denoised (mask 0)
+        return LatentState(audio.latent, np.zeros_like(audio.denoise_mask), audio.clean_latent, audio.positions)
+    noise = sampling.noise(audio.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_AUDIO, inputs.noise_stream))
+    return audio.with_latent(sampling.lerp_noise(audio.latent, audio.clean_latent, noise, sigma0, audio.denoise_mask))
+
+
 def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[LatentState, LatentState]:
-    """Initial (noised) video and audio states of a stage, with image conditioning applied."""
+    """Initial (noised) video and audio states of a stage, with image conditioning and slots applied."""
     vpos, apos = _positions(inputs)
     if inputs.initial_video is not None:
         video_clean = patchify_video(inputs.initial_video.astype(np.float32))
@@ -85,11 +152,14 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
         video = _condition_on_image(video, inputs, vpos)
     sigma0 = float(inputs.sigmas[0])
     noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
-    video = video.noised(noise, sigma0)
-    if inputs.initial_audio is not None:  # frozen: clean context, never denoised (mask 0)
-        audio_clean = patchify_audio(inputs.initial_audio.astype(np.float32))
-        audio = LatentState.initial(audio_clean, apos)
-        return video, LatentState(audio.latent, np.zeros_like(audio.denoise_mask), audio.clean_latent, audio.positions)
+    if inputs.slots:  # DFR stages follow upstream's noiser, which starts each token from its own latent
+        video = _append_slots(video, inputs)
+        noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
+        video = video.with_latent(sampling.lerp_noise(video.latent, video.clean_latent, noise, sigma0, video.denoise_mask))
+    else:
+        video = video.noised(noise, sigma0)
+    if inputs.initial_audio is not None:
+        return video, _audio_state(inputs, apos, sigma0)
     audio_clean = np.zeros((1, inputs.audio_frames, inputs.audio_channels * inputs.mel_bins), np.float32)
     audio = LatentState.initial(audio_clean, apos)
     anoise = sampling.noise(audio.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_AUDIO, inputs.noise_stream))
@@ -144,34 +214,44 @@ def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts:
 
 
 def model_forward(model, video: LatentState, audio: LatentState | None, sigma: float,
-                  contexts: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
-    """Velocities of one forward, as float32 numpy."""
+                  contexts: dict[str, np.ndarray], marker: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Velocities of one forward, as float32 numpy; `marker` (1, T, 1) flags single-pixel-frame tokens."""
     mask = contexts.get("context_mask")
     v_mod = state_modality(video, sigma, contexts["video_context"], mask)
+    if marker is not None:
+        v_mod.keyframes_mask = mx.array(marker)
     a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
     return _run_model(model, v_mod, a_mod)
 
 
-def step_states(video: LatentState, audio: LatentState | None, velocities: tuple, sigmas: list[float],
-                step: int) -> tuple[LatentState, LatentState | None]:
-    """One Euler step of both modalities from their velocities (the step the coordinator also runs)."""
+def _step(state: LatentState, velocity: np.ndarray, sigmas: list[float], step: int, ancestral: Ancestral | None,
+          stream: int) -> LatentState:
     sigma = float(sigmas[step])
+    x0 = sampling.x0_from_velocity(state.latent, velocity, sampling.timesteps_from_mask(state.denoise_mask, sigma))
+    if ancestral is None:
+        return sampling.denoise_step(state, x0, sigmas, step)
+    fresh = ancestral.fresh(state.latent.shape, stream, step) if float(sigmas[step + 1]) != 0 else None
+    return sampling.ancestral_denoise_step(state, x0, sigmas, step, ancestral.eta, fresh)
+
+
+def step_states(video: LatentState, audio: LatentState | None, velocities: tuple, sigmas: list[float],
+                step: int, ancestral: Ancestral | None = None) -> tuple[LatentState, LatentState | None]:
+    """One Euler (or Euler-ancestral) step of both modalities from their velocities."""
     v_vel, a_vel = velocities
-    x0 = sampling.x0_from_velocity(video.latent, v_vel, sampling.timesteps_from_mask(video.denoise_mask, sigma))
-    video = sampling.denoise_step(video, x0, sigmas, step)
+    video = _step(video, v_vel, sigmas, step, ancestral, sampling.STREAM_VIDEO_ANCESTRAL)
     if audio is not None and a_vel is not None:
-        a_x0 = sampling.x0_from_velocity(audio.latent, a_vel, sampling.timesteps_from_mask(audio.denoise_mask, sigma))
-        audio = sampling.denoise_step(audio, a_x0, sigmas, step)
+        audio = _step(audio, a_vel, sigmas, step, ancestral, sampling.STREAM_AUDIO_ANCESTRAL)
     return video, audio
 
 
 def run_denoise(video: LatentState, audio: LatentState | None, sigmas: list[float], forward: Forward,
-                progress: Callable[[int, int], None] | None = None) -> tuple[LatentState, LatentState | None]:
-    """The Euler loop over `sigmas`; `progress(step, steps)` after each step."""
+                progress: Callable[[int, int], None] | None = None,
+                ancestral: Ancestral | None = None) -> tuple[LatentState, LatentState | None]:
+    """The Euler loop over `sigmas` (ancestral when given); `progress(step, steps)` after each step."""
     steps = len(sigmas) - 1
     for step in range(steps):
         velocities = forward(video, audio, float(sigmas[step]))
-        video, audio = step_states(video, audio, velocities, sigmas, step)
+        video, audio = step_states(video, audio, velocities, sigmas, step, ancestral)
         if progress is not None:
             progress(step + 1, steps)
     return video, audio

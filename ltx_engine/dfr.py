@@ -1,11 +1,11 @@
-"""One DFR temporal tile on a worker: its latent state (anchors, new keyframe slots, frozen audio) and
+"""One DFR temporal tile on a worker: its latent state (image guide, anchors, new keyframe slots) and
 its Euler-ancestral loop. The layout (which frames, anchors, slots, seeds) comes from `dfr_layout`.
 
 A tile is denoised as its own short clip: its first latent frame is a single pixel frame (marked for
 LTX-2.5's keyframe embedding, as the reference marks every state's first frame), carried keyframes
 inside the window are appended as single-frame conditioning tokens at strength 0.95, and new slots at
 the segment midpoints are appended as generated single-frame tokens (marked, seeded from the nearest
-latent frame). Stage 1's audio rides along frozen, resampled onto the tile's time window. Everything
+latent frame). As upstream, the tile runs video only (no audio stream). Everything
 here is numpy float32 except the transformer call, and every draw of noise is keyed by the tile's own
 seed, so a tile computes the same bytes on any worker and in `farm render --local`.
 """
@@ -20,24 +20,24 @@ import numpy as np
 
 from ltx_engine import patchify, sampling
 from ltx_engine.dfr_layout import TEMPORAL_SCALE, DfrTile, RoundPlan
-from ltx_engine.sampling import F32, LatentState
-from ltx_engine.tokens import patchify_audio, patchify_video, unpatchify_video
-
-AUDIO_LATENTS_PER_SECOND = 25.0  # 16 kHz / hop 160 / latent downsample 4
+from ltx_engine.sampling import F32, LatentState, lerp_noise
+from ltx_engine.tokens import patchify_video, unpatchify_video
 
 
 @dataclass
 class DfrTileInputs:
     """What a DFR tile reads: the round's whole upsampled latent, the keyframes carried into the round
-    (one per seam of `plan`, in seam order), stage 1's audio and the text contexts; all numpy."""
+    (one per seam of `plan`, in seam order), the text contexts and the render's image latent (full
+    resolution, placed at `image_frame`); all numpy."""
 
     latent: np.ndarray
     carry: np.ndarray
-    audio_latent: np.ndarray
     contexts: dict[str, np.ndarray]
     plan: RoundPlan
     tile: DfrTile
-    source_seconds: float  # duration of stage 1's clip (its audio's time base)
+    image_latent: np.ndarray | None = None
+    image_frame: int = 0
+    image_strength: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -76,17 +76,6 @@ class TileTokens:
         return (*tokens, np.concatenate(self.positions, axis=2), np.concatenate(self.marked, axis=1))
 
 
-def lerp_noise(init: np.ndarray, clean: np.ndarray, noise: np.ndarray, scale: float, mask: np.ndarray) -> np.ndarray:
-    """The LTX-2.5 reference noiser: lerp(clean, lerp(init, noise, scale), mask).
-
-    Unlike the 2.3 noiser it starts from the token's own latent, not its clean value: a slot seeded
-    with a latent frame keeps (1 - scale) of that seed, an anchor (latent 0) keeps 1 - mask of itself.
-    """
-    s = F32(scale)
-    noised = init + s * (noise - init)
-    return (clean + mask * (noised - clean)).astype(F32)
-
-
 def _slot_seeds(tile_video: np.ndarray, local_slots: Sequence[int]) -> np.ndarray:
     """The latent frame nearest each slot's pixel frame, (1, C, K, H, W): the slots' starting content."""
     last = tile_video.shape[2] - 1
@@ -98,9 +87,36 @@ def _frame_positions(frame: int, h: int, w: int, fps: float) -> np.ndarray:
     return np.array(patchify.keyframe_positions(1, frame, h, w, fps), dtype=F32)
 
 
+def tile_image_frame(tile: DfrTile, frame: int) -> int | None:
+    """Where an image at `frame` conditions a tile, tile-local, as upstream re-attaches images per tile:
+    every image on the first tile (its window starts at frame 0), else only one inside the window."""
+    if tile.pixel_start == 0:
+        return frame
+    return frame - tile.pixel_start if tile.pixel_start <= frame <= tile.pixel_end else None
+
+
+def _condition_on_image(tokens: TileTokens, image: tuple[np.ndarray, int, float], tile: DfrTile,
+                        hw: tuple[int, int], fps: float) -> None:
+    """Image guidance in a tile (upstream's combined_image_conditionings): at local frame 0 it replaces
+    the window's first latent frame (mask 1 - strength), elsewhere it is an unmarked appended guide."""
+    latent, frame, strength = image
+    local = tile_image_frame(tile, frame)
+    if local is None:
+        return
+    h, w = hw
+    kf = patchify_video(np.asarray(latent, F32))
+    if local == 0:
+        tokens.init[0][:, : h * w] = kf
+        tokens.clean[0][:, : h * w] = kf
+        tokens.mask[0][:, : h * w] = F32(1.0) - F32(strength)
+        return
+    tokens.add(np.zeros_like(kf), kf, 1.0 - strength, _frame_positions(local, h, w, fps), False)
+
+
 def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
-                     carry_positions: Sequence[int]) -> tuple[TileTokens, tuple[int, int, int]]:
-    """The tile's tokens before noising: generated window, then anchors, then new slots."""
+                     carry_positions: Sequence[int], image: tuple[np.ndarray, int, float] | None = None,
+                     ) -> tuple[TileTokens, tuple[int, int, int]]:
+    """The tile's tokens before noising: generated window, the image guide, anchors, then new slots."""
     tile_video = np.asarray(latent[:, :, tile.latent_start : tile.latent_end], F32)
     grid = tuple(int(n) for n in tile_video.shape[2:])
     f, h, w = grid
@@ -110,6 +126,8 @@ def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: 
     first_frame = np.zeros((1, video.shape[1], 1), F32)
     first_frame[:, : h * w] = 1.0  # the tile's first latent frame encodes one pixel frame
     tokens.add(video, video, 1.0, np.array(patchify.video_positions(1, f, h, w, fps), F32), first_frame)
+    if image is not None:
+        _condition_on_image(tokens, image, tile, (h, w), fps)
     index = {int(p): i for i, p in enumerate(carry_positions)}
     for global_p, local_p in zip(tile.anchors, tile.local_anchors, strict=True):
         if global_p not in index:
@@ -124,9 +142,10 @@ def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: 
 
 
 def noised_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
-                      carry_positions: Sequence[int]) -> TileState:
+                      carry_positions: Sequence[int], image: tuple[np.ndarray, int, float] | None = None,
+                      ) -> TileState:
     """The tile's state noised to the first temporal sigma with noise keyed by the tile's seed."""
-    tokens, grid = build_tile_state(latent, tile, plan, carry, carry_positions)
+    tokens, grid = build_tile_state(latent, tile, plan, carry, carry_positions, image)
     init, clean, mask, positions, marked = tokens.joined()
     noise = sampling.noise(init.shape, tile.noise_seed, sampling.stream_id(sampling.STREAM_VIDEO))
     state = LatentState(lerp_noise(init, clean, noise, plan.sigmas[0], mask), mask, clean, positions)
@@ -135,48 +154,17 @@ def noised_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry:
     return TileState(state, marked, grid, slot_start, n_slots)
 
 
-def resample_audio_time(audio: np.ndarray, src_start: float, src_end: float, out_frames: int) -> np.ndarray:
-    """Linear resampling of (B, C, T, mel) along T over latent cells [src_start, src_end)."""
-    if out_frames < 1 or src_end <= src_start or audio.shape[2] < 1:
-        raise ValueError(f"cannot resample audio [{src_start}, {src_end}) of T={audio.shape[2]} to {out_frames}")
-    last = audio.shape[2] - 1
-    step = F32((src_end - src_start) / out_frames)
-    pos = np.clip(F32(src_start) + step * np.arange(out_frames, dtype=F32), 0, last).astype(F32)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, last)
-    weight = (pos - lo.astype(F32)).reshape(1, 1, -1, 1)
-    a = np.asarray(audio, F32)
-    return (a[:, :, lo] * (F32(1.0) - weight) + a[:, :, hi] * weight).astype(F32)
+Forward = Callable[[LatentState, np.ndarray, float], np.ndarray]
 
 
-def audio_for_tile(audio: np.ndarray, tile: DfrTile, plan: RoundPlan, source_seconds: float) -> np.ndarray:
-    """Stage 1's audio under the tile's playback window, at the token count of its conditioning fps."""
-    full = audio.shape[2]
-    start = tile.pixel_start / plan.fps / source_seconds * full
-    end = (tile.pixel_start + tile.local_frames) / plan.fps / source_seconds * full
-    out = round(tile.local_frames / plan.conditioning_fps * AUDIO_LATENTS_PER_SECOND)
-    return resample_audio_time(audio, start, end, out)
-
-
-def frozen_audio_state(audio_latent: np.ndarray) -> LatentState:
-    """A frozen audio stream: clean context, mask 0 (never denoised)."""
-    tokens = patchify_audio(np.asarray(audio_latent, F32))
-    positions = np.array(patchify.audio_positions(1, tokens.shape[1]), F32)
-    zeros = np.zeros((*tokens.shape[:2], 1), F32)
-    return LatentState(tokens, zeros, tokens.copy(), positions)
-
-
-Forward = Callable[[LatentState, np.ndarray, LatentState, float], np.ndarray]
-
-
-def run_tile_loop(tile_state: TileState, audio: LatentState, plan: RoundPlan, seed: int, forward: Forward,
+def run_tile_loop(tile_state: TileState, plan: RoundPlan, seed: int, forward: Forward,
                   progress: Callable[[int, int], None] | None = None) -> LatentState:
     """Euler-ancestral over the temporal sigmas; the re-noise of step i is keyed (seed, step i)."""
     state, sigmas = tile_state.state, [float(s) for s in plan.sigmas]
     steps = len(sigmas) - 1
     for step in range(steps):
         sigma = sigmas[step]
-        velocity = forward(state, tile_state.keyframes_mask, audio, sigma)
+        velocity = forward(state, tile_state.keyframes_mask, sigma)
         x0 = sampling.x0_from_velocity(state.latent, velocity, sampling.timesteps_from_mask(state.denoise_mask, sigma))
         stream = sampling.stream_id(sampling.STREAM_VIDEO_ANCESTRAL, step)
         fresh = sampling.noise(state.latent.shape, seed, stream) if sigmas[step + 1] != 0 else None
@@ -196,22 +184,19 @@ def tile_outputs(final: LatentState, tile_state: TileState) -> dict[str, np.ndar
 
 
 def model_forward(model, contexts: dict[str, np.ndarray]) -> Forward:
-    """A Forward over an LTX model: video at sigma with its keyframe marker, audio frozen at sigma 0."""
+    """A Forward over an LTX model: video only at sigma with its keyframe marker (upstream runs the
+    temporal rounds with no audio stream)."""
     from ltx_engine.models.transformer import Modality
 
     mask = contexts.get("context_mask")
     ctx_mask = None if mask is None else mx.array(mask)
 
-    def forward(video: LatentState, marker: np.ndarray, audio: LatentState, sigma: float) -> np.ndarray:
+    def forward(video: LatentState, marker: np.ndarray, sigma: float) -> np.ndarray:
         v = Modality(latent=mx.array(video.latent), sigma=mx.array(np.full((1,), sigma, F32)),
                      timesteps=mx.array(sampling.timesteps_from_mask(video.denoise_mask, sigma)[..., 0]),
                      positions=mx.array(video.positions), context=mx.array(contexts["video_context"]),
                      context_mask=ctx_mask, keyframes_mask=mx.array(marker))
-        a = Modality(latent=mx.array(audio.latent), sigma=mx.array(np.zeros((1,), F32)),
-                     timesteps=mx.array(np.zeros(audio.latent.shape[:2], F32)),
-                     positions=mx.array(audio.positions), context=mx.array(contexts["audio_context"]),
-                     context_mask=ctx_mask)
-        v_out, _ = model(v, a)
+        v_out, _ = model(v, None)
         return np.array(v_out.astype(mx.float32))
 
     return forward

@@ -26,7 +26,7 @@ import numpy as np
 
 from ltx_engine import dfr, text_encoders
 from ltx_engine.components import KIND_COMPONENTS, TEXT_ENCODER
-from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise
+from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise, stage_marker, stage_slots
 from ltx_engine.media import image_to_pixels
 from ltx_engine.pack import Pack
 from ltx_engine.registry import EncoderFolder, ModelRegistry
@@ -70,16 +70,20 @@ class Engine:
 
     def denoise_stage1(self, pack: Pack, inputs: StageInputs, progress: Progress | None = None) -> dict:
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
-        video, audio = run_denoise(video, audio, inputs.sigmas, self._forward_fn(pack, inputs), progress)
-        return {
+        forward = self._forward_fn(pack, inputs, video.num_tokens)
+        video, audio = run_denoise(video, audio, inputs.sigmas, forward, progress, inputs.ancestral())
+        out = {
             "video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid),
             "audio_latent": unpatchify_audio(audio.latent, inputs.audio_channels),
         }
+        return out | ({"slots": stage_slots(inputs, video)} if inputs.slots else {})
 
     def denoise_stage2(self, pack: Pack, inputs: StageInputs, progress: Progress | None = None) -> dict:
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
-        video, _ = run_denoise(video, audio, inputs.sigmas, self._forward_fn(pack, inputs), progress)
-        return {"video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid)}
+        forward = self._forward_fn(pack, inputs, video.num_tokens)
+        video, _ = run_denoise(video, audio, inputs.sigmas, forward, progress, inputs.ancestral())
+        out = {"video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid)}
+        return out | ({"slots": stage_slots(inputs, video)} if inputs.slots else {})
 
     def prepare_stage(self, pack: Pack, inputs: StageInputs) -> dict[str, np.ndarray]:
         """The initial (noised) state of a stage as token arrays, for a stage run as tiled steps."""
@@ -95,11 +99,13 @@ class Engine:
 
         return forward_tokens(self.model(pack, "transformer"), tokens, sigma, contexts)
 
-    def _forward_fn(self, pack: Pack, inputs: StageInputs):
+    def _forward_fn(self, pack: Pack, inputs: StageInputs, num_tokens: int):
+        """The stage's forward; the keyframe marker only reaches a DiT that has the LTX-2.5 embedding."""
         model = self.model(pack, "transformer")
         from ltx_engine.denoise import model_forward
 
-        return lambda video, audio, sigma: model_forward(model, video, audio, sigma, inputs.contexts)
+        marker = stage_marker(inputs, num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
+        return lambda video, audio, sigma: model_forward(model, video, audio, sigma, inputs.contexts, marker)
 
     def _latent_channels(self, pack: Pack) -> int:
         return int(pack.config.get("transformer", {}).get("in_channels", 128))
@@ -126,10 +132,10 @@ class Engine:
         if not model.config.use_keyframes_abs_pos_embedding:
             raise ValueError(f"{pack.root}: the transformer has no keyframe position embedding (not an LTX-2.5 "
                              "pack); DFR temporal rounds need one")
-        state = dfr.noised_tile_state(tile.latent, tile.tile, tile.plan, tile.carry, tile.plan.seams)
-        audio = dfr.frozen_audio_state(dfr.audio_for_tile(tile.audio_latent, tile.tile, tile.plan, tile.source_seconds))
+        image = None if tile.image_latent is None else (tile.image_latent, tile.image_frame, tile.image_strength)
+        state = dfr.noised_tile_state(tile.latent, tile.tile, tile.plan, tile.carry, tile.plan.seams, image)
         forward = dfr.model_forward(model, tile.contexts)
-        final = dfr.run_tile_loop(state, audio, tile.plan, tile.tile.noise_seed, forward, progress)
+        final = dfr.run_tile_loop(state, tile.plan, tile.tile.noise_seed, forward, progress)
         return dfr.tile_outputs(final, state)
 
     def decode_video(self, pack: Pack, latent: np.ndarray) -> np.ndarray:

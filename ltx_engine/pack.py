@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import mlx.core as mx
 
 from ltx_engine.components import PARTS, TEXT_ENCODER, Found, Layout, get_line, missing_line, resolve_files
+from ltx_engine.generation import detect_generation
 from ltx_engine.loader import PackError, check_safetensors, read_header, read_safetensors, strip_prefix
 from ltx_engine.lora import fuse_lora
 
@@ -66,6 +67,9 @@ class WeightPack(Protocol):
 
     @property
     def text_encoder_dir(self) -> Path: ...
+
+    @property
+    def generation(self) -> str: ...
 
     def has(self, component: str) -> bool: ...
 
@@ -165,6 +169,15 @@ class Pack:
     def config(self) -> dict:
         """The reference checkpoint's own config (`embedded_config.json`): every model size comes from here."""
         return self._json("embedded_config.json")
+
+    @cached_property
+    def generation(self) -> str:
+        """The LTX generation ("2.3" / "2.5"): mlx-forge's recorded `model_version`, else the DiT's keys."""
+        versions = [self._json(n).get("model_version") for n in ("config.json", "split_model.json")
+                    if (self.root / n).is_file()]
+        dit = self.layout.found.get("transformer") or self.layout.found.get("transformer_dev")
+        keys = [k for name in (dit.files if dit else ()) for k in read_header(self.root / name)[0]]
+        return detect_generation(versions, self.config.get("transformer", {}), keys)
 
     @cached_property
     def quantization(self) -> dict | None:

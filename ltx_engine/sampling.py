@@ -15,6 +15,11 @@ import numpy as np
 DISTILLED_SIGMAS: tuple[float, ...] = (1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875, 0.0)
 STAGE_2_DISTILLED_SIGMAS: tuple[float, ...] = (0.909375, 0.725, 0.421875, 0.0)
 TDP_STAGE_2_SIGMAS: tuple[float, ...] = (0.625, 0.4, 0.0)
+# LTX-2.5 uses these same tables (upstream's constants have no per-generation sigmas); what changes is
+# stage 1's sampler in the distilled pipeline: ancestral Euler, eta 1, its re-noise keyed by seed + offset.
+EULER, EULER_ANCESTRAL = "euler", "euler_ancestral"
+STAGE1_ANCESTRAL_ETA = 1.0
+ANCESTRAL_NOISE_SEED_OFFSET = 10000
 
 # Named noise streams: distinct Philox keys so video, audio and per-tile noise never collide.
 STREAM_VIDEO = 0
@@ -112,6 +117,18 @@ def noise_latent(clean: np.ndarray, noise: np.ndarray, sigma: float, denoise_mas
     """GaussianNoiser: x = noise * (sigma*mask) + clean * (1 - sigma*mask); mask broadcasts (B,T,1)."""
     scaled = _f32(denoise_mask) * F32(sigma)
     return (_f32(noise) * scaled + _f32(clean) * (F32(1.0) - scaled)).astype(F32)
+
+
+def lerp_noise(init: np.ndarray, clean: np.ndarray, noise: np.ndarray, scale: float, mask: np.ndarray) -> np.ndarray:
+    """Upstream's current GaussianNoiser: lerp(clean, lerp(init, noise, scale), mask).
+
+    Unlike `noise_latent` it starts from the token's own latent, not its clean value: a keyframe slot
+    seeded with a latent keeps (1 - scale) of that seed, a guide (latent 0) keeps 1 - mask of itself.
+    Where init equals clean the two agree up to float rounding; DFR states (slots, anchors) use this one.
+    """
+    s = F32(scale)
+    noised = _f32(init) + s * (_f32(noise) - _f32(init))
+    return (_f32(clean) + _f32(mask) * (noised - _f32(clean))).astype(F32)
 
 
 def apply_clean(x0: np.ndarray, clean: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -135,10 +135,12 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     for component, ucfg in up_cfgs.items():
         (folder / f"{standard_stem(component)}_config.json").write_text(json.dumps(ucfg, indent=2))
     (folder / "embedded_config.json").write_text(json.dumps(cfg, indent=2))
+    version = f"{variant}.0"  # mlx-forge records the checkpoint's model_version in both files
     (folder / "config.json").write_text(json.dumps(
-        {"model_type": f"ltx-{variant}", "variant": "tiny", "seed": seed}, indent=2))
+        {"model_type": f"ltx-{variant}", "model_version": version, "variant": "tiny", "seed": seed}, indent=2))
     (folder / "split_model.json").write_text(json.dumps(
-        {"source": "farm pack tiny", "variant": "distilled", "components": list(TINY_COMPONENTS)}, indent=2))
+        {"source": "farm pack tiny", "model_version": version, "variant": "distilled",
+         "components": list(TINY_COMPONENTS)}, indent=2))
     if bits:
         (folder / "quantize_config.json").write_text(json.dumps(
             {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))

@@ -21,9 +21,11 @@ from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import Engine
+from ltx_engine.generation import stage1_sampler
 from ltx_engine.loader import PackError
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
+from ltx_engine.sampling import EULER
 
 Progress = Callable[[int, int], None]
 EMBEDDINGS_KEPT = 32
@@ -137,6 +139,13 @@ class Runner:
         except Exception:  # noqa: BLE001 - a broken pack reports nothing; its tasks fail with the reason
             return []
 
+    def pack_generation(self, ref: str) -> str | None:
+        """The pack's LTX generation (`ltx_engine.generation`), which the planner records in each render."""
+        try:
+            return self.pack(ref).generation
+        except Exception:  # noqa: BLE001 - a broken pack reports nothing; its tasks fail with the reason
+            return None
+
     def capabilities(self) -> dict:
         holdings, problems = self.pack_holdings()
         return {
@@ -147,6 +156,7 @@ class Runner:
             "mlx_version": mx.__version__,
             "packs": self.pack_names(),
             "pack_features": {name: self.pack_features(name) for name in self.pack_names()},
+            "pack_generation": {name: g for name in self.pack_names() if (g := self.pack_generation(name))},
             "pack_components": holdings,
             "pack_problems": problems,
             "text_encoders": text_encoders.held(self.packs_dir),
@@ -202,9 +212,15 @@ class Runner:
             initial_video=inputs.get("latent"), initial_audio=inputs.get("audio_latent"),
             image_latent=inputs.get("image_latent"), image_frame=int(params.get("image_frame", 0)),
             image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
+            sampler=params.get("sampler") or EULER, slots=tuple(int(p) for p in params.get("dfr_slots") or ()),
+            slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
+        """Stage 1 with the sampler the planner recorded, or (no generation known at submit) the one this
+        worker's pack calls for."""
+        if not params.get("sampler"):
+            params = {**params, "sampler": stage1_sampler(pack.generation, bool(params.get("dfr_slots")))}
         return self.engine.denoise_stage1(pack, self._stage(pack, params, inputs), step)
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
@@ -230,9 +246,10 @@ class Runner:
         from ltx_engine.dfr_layout import plan_from_params
 
         plan = plan_from_params(params["dfr"]).rounds[int(params["round"]) - 1]
-        tile = DfrTileInputs(latent=inputs["latent"], carry=inputs["carry"], audio_latent=inputs["audio_latent"],
-                             contexts=_contexts(inputs), plan=plan, tile=plan.tiles[int(params["tile_index"])],
-                             source_seconds=float(params["source_seconds"]))
+        tile = DfrTileInputs(latent=inputs["latent"], carry=inputs["carry"], contexts=_contexts(inputs), plan=plan,
+                             tile=plan.tiles[int(params["tile_index"])], image_latent=inputs.get("image_latent"),
+                             image_frame=int(params.get("image_frame", 0)),
+                             image_strength=float(params.get("image_strength", 1.0)))
         return self.engine.dfr_tile(pack, tile, step)
 
     def _run_decode_video(self, pack, params, inputs, step):

@@ -1,7 +1,8 @@
-"""DFR temporal rounds across real workers equal `farm render --local` bit for bit (every task output,
-the mp4's frames), ship (frames - 1) * 2**R + 1 frames at frame_rate * 2**R fps, run the tiles of a
-round on several workers at once (whenever workers are free: with two workers the audio decode may hold
-one through round 1), and bad DFR specs are refused before anything queues."""
+"""DFR as upstream runs it (padded canvas, keyframe slots from stage 1 through the rounds, an image
+guide per tile) across real workers equals `farm render --local` bit for bit (every task output, the
+mp4's frames), ships (frames - 1) * 2**R + 1 frames at frame_rate * 2**R fps, runs the tiles of a round
+on several workers at once (whenever workers are free: with two workers the audio decode may hold one
+through round 1), and bad DFR specs are refused before anything queues."""
 
 from __future__ import annotations
 
@@ -13,14 +14,19 @@ import pytest
 
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
+from protos.tensors import encode_tensor
 from tests.farm.farm_harness import farm, wait_done
 
-BASE = {"prompt": "a fox", "height": 128, "width": 192, "frames": 49, "frame_rate": 24.0, "seed": 5,
+# 41 frames pad to a 49-frame canvas (24-frame segments, slots at 24 and 48) and are trimmed back.
+BASE = {"prompt": "a fox", "height": 128, "width": 192, "frames": 41, "frame_rate": 24.0, "seed": 5,
         "pack": "tiny25", "decode_tiles": "off"}
+IMAGE = (np.arange(96 * 128 * 3) % 251).astype(np.uint8).reshape(96, 128, 3)
 CASES = {
     "r1": {**BASE, "temporal_upscalings": 1},
     "r2": {**BASE, "temporal_upscalings": 2, "audio": False},
-    "r1_tiled_decode": {**BASE, "temporal_upscalings": 1, "decode_tiles": "48,128,128"},
+    "r1_image_tiled_decode": {**BASE, "temporal_upscalings": 1, "decode_tiles": "48,128,128",
+                              "image": {"frame": 16, "strength": 0.8}},
+    "r2_image": {**BASE, "temporal_upscalings": 2, "audio": False, "image": {"frame": 0, "strength": 1.0}},
 }
 
 
@@ -42,7 +48,7 @@ def references(packs25, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
 
     runner, folder, out = Runner(packs25), tmp_path_factory.mktemp("dfr-local"), {}
     for name, spec in CASES.items():
-        path, outputs, _ = render_local(dict(spec), folder / f"{name}.mp4", runner)
+        path, outputs, _ = render_local(dict(spec), folder / f"{name}.mp4", runner, IMAGE if "image" in spec else None)
         out[name] = (path, {tid.removeprefix("local."): shas for tid, shas in outputs.items()})
     return out
 
@@ -85,7 +91,10 @@ def _overlapping(runs: list[tuple[float, float, str]]) -> bool:
 @pytest.mark.parametrize("workers", [2, 3])
 def test_dfr_rounds_on_the_farm_equal_local(workers, store, tmp_data, packs25, references, tmp_path):
     with farm(store, tmp_data, packs25, workers=workers) as (client, _procs):
+        sha = client.put_blob(encode_tensor(IMAGE))
         for name, spec in CASES.items():  # one at a time, so a round's tiles only compete with each other
+            if "image" in spec:
+                spec = {**spec, "image": {**spec["image"], "blob": sha}}
             render_id = client.submit(dict(spec))
             render = wait_done(client, render_id, timeout=600)
             events = list(client.watch(render_id))
@@ -109,7 +118,7 @@ def test_dfr_rounds_on_the_farm_equal_local(workers, store, tmp_data, packs25, r
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"frames": 41}, "DFR canvas cannot hold 41 frames"),
+    ({"stage2_tiles": "2x2"}, "DFR renders stage 2 untiled"),
     ({"pack": "tiny"}, "is not an LTX-2.5 pack"),
     ({"temporal_upscalings": 3}, "must be 0, 1 or 2"),
 ])
@@ -130,7 +139,7 @@ def test_pack_without_temporal_upsampler_is_refused(store, tmp_data, packs25, tm
     (folder / "tiny25" / "temporal_upscaler_x2_v1_0.safetensors").unlink()
     with farm(store, tmp_data, folder, workers=1) as (client, _procs):
         _wait_registered(client)
-        with pytest.raises(FarmError, match="no temporal upsampler"):
+        with pytest.raises(FarmError, match="has no temporal_upscaler .temporal_upscaler_x2_v1_0.safetensors."):
             client.submit(dict(CASES["r1"]))
 
 
@@ -139,7 +148,7 @@ def _wait_registered(client, timeout: float = 60.0) -> None:
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(w.get("info", {}).get("pack_features") or w.get("pack_features") for w in client.workers()):
+        if any((w.get("packs") or {}).get("tiny25") for w in client.workers()):  # its components, described
             return
         time.sleep(0.2)
     raise AssertionError("no worker registered its packs")

@@ -1,5 +1,6 @@
-"""DFR temporal tiles: the tile's token layout, the 2.5 noiser, frozen audio, the stitch and carry, the
-planner's graph and refusals, and a real tile on the tiny LTX-2.5 pack (no fakes)."""
+"""DFR temporal tiles: the tile's token layout, the 2.5 noiser, image guides per tile, the stitch and carry,
+the planner's graph (padded canvas, slots from stage 1 to the rounds) and refusals, and a real tile on
+the tiny LTX-2.5 pack (no fakes)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,9 @@ from coordinator.graph import SpecError
 from coordinator.planner import normalize_spec, plan_render, validate_spec
 from coordinator.reducer import run_reduce_task
 from ltx_engine import patchify
-from ltx_engine.dfr import (
-    audio_for_tile,
-    build_tile_state,
-    lerp_noise,
-    noised_tile_state,
-    resample_audio_time,
-)
+from ltx_engine.dfr import build_tile_state, noised_tile_state, tile_image_frame
 from ltx_engine.dfr_layout import plan_dfr, plan_params
+from ltx_engine.sampling import lerp_noise
 from ltx_engine.tokens import patchify_video
 
 C, H, W = 128, 2, 3
@@ -90,22 +86,37 @@ def test_tile_state_is_keyed_by_the_tile_seed_and_refuses_a_missing_anchor():
         noised_tile_state(latent, rnd.tiles[0], rnd, carry, (1, 2, 3))
 
 
-def test_audio_resampling():
-    audio = _rand((1, 8, 20, 16), 3)
-    np.testing.assert_allclose(resample_audio_time(audio, 0.0, 20.0, 20), audio, atol=0)
-    half = resample_audio_time(audio, 0.0, 10.0, 20)
-    np.testing.assert_allclose(half[:, :, 1], 0.5 * (audio[:, :, 0] + audio[:, :, 1]), atol=1e-6)
-    _, rnd = _round(49)
-    out = audio_for_tile(_rand((1, 8, 51, 16), 4), rnd.tiles[0], rnd, source_seconds=49 / 24)
-    assert out.shape == (1, 8, round(rnd.tiles[0].local_frames / 60.0 * 25), 16)
+def test_an_image_conditions_the_tiles_whose_window_holds_it():
+    _, rnd = _round()  # round 1 of 97 frames: windows [0, 128] and [64, 192]
+    first, second = rnd.tiles
+    assert tile_image_frame(first, 0) == 0 and tile_image_frame(first, 150) == 150  # the first tile keeps all
+    assert tile_image_frame(second, 0) is None and tile_image_frame(second, 80) == 16
+    latent = _rand((1, C, rnd.latent_frames, H, W), 5)
+    carry = _rand((1, C, len(rnd.seams), H, W), 6)
+    image = _rand((1, C, 1, H, W), 7)
+    per = H * W
+    tokens, _ = build_tile_state(latent, first, rnd, carry, rnd.seams, (image, 0, 0.8))
+    init, clean, mask, _, marked = tokens.joined()
+    plain, _ = build_tile_state(latent, first, rnd, carry, rnd.seams)
+    assert init.shape == plain.joined()[0].shape  # frame 0 replaces the window's first latent frame
+    np.testing.assert_array_equal(init[:, :per], patchify_video(image))
+    np.testing.assert_array_equal(clean[:, :per], patchify_video(image))
+    np.testing.assert_allclose(mask[:, :per], 0.2, rtol=1e-6)
+    tokens, _ = build_tile_state(latent, second, rnd, carry, rnd.seams, (image, 80, 0.8))
+    init, clean, mask, positions, marked = tokens.joined()
+    n_gen = second.latent_frames * per
+    guide = slice(n_gen, n_gen + per)  # an unmarked guide right after the window, before the anchors
+    plain, _ = build_tile_state(latent, second, rnd, carry, rnd.seams)
+    assert init.shape[1] == plain.joined()[0].shape[1] + per and not init[:, guide].any()
+    np.testing.assert_array_equal(clean[:, guide], patchify_video(image))
+    assert not marked[:, guide].any() and np.allclose(mask[:, guide], 0.2)
+    np.testing.assert_allclose(positions[0, 0, n_gen, :], [16 / 60.0, 17 / 60.0])
 
 
 def test_stitch_carries_anchors_and_the_earlier_tiles_slots():
     params = plan_params(97, 24.0, 2, 3)
     plan = plan_dfr(97, 24.0, 2, 3)
-    stage2 = _rand((1, C, 13, H, W), 1)
-    carry = run_reduce_task("dfr_carry", {"dfr": params}, {"latent": stage2})["keyframes"]
-    np.testing.assert_array_equal(carry, stage2[:, :, [4, 8, 12]])  # slots 32, 64, 96
+    carry = _rand((1, C, 3, H, W), 1)  # stage 2's slots at 32, 64, 96: round 1's anchors at 64, 128, 192
     rnd = plan.rounds[0]
     inputs = {"carry": carry}
     for t in rnd.tiles:
@@ -128,6 +139,25 @@ def _dfr_spec(**kw) -> dict:
     return normalize_spec({"prompt": "a fox", "frames": 49, "pack": "p", "temporal_upscalings": 2, **kw})
 
 
+def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
+    spec = _dfr_spec(frames=41, image={"blob": "ab", "frame": 0, "strength": 0.9})  # 41 -> canvas 49, S 24
+    validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
+    assert (spec["output_frames"], spec["output_fps"]) == ((41 - 1) * 4 + 1, 96.0)
+    tasks = {t["id"]: t for t in plan_render(spec, "r")}
+    s1, s2 = tasks["r.stage1"]["params"], tasks["r.stage2"]["params"]
+    assert s1["frames"] == s2["frames"] == 49 and s1["dfr_slots"] == s2["dfr_slots"] == [24, 48]
+    assert s1["audio_frames"] == round(49 / 24 * 25) and s2["renoise_audio"] is True
+    assert s1["expect"]["slots"]["shape"] == [1, -1, 2, 4, 6] and s2["expect"]["slots"]["shape"] == [1, -1, 2, 8, 12]
+    assert tasks["r.upsample.slots"]["inputs"]["latent"] == {"task": "r.stage1", "output": "slots"}
+    assert tasks["r.stage2"]["inputs"]["slots"] == {"task": "r.upsample.slots", "output": "latent"}
+    tile = tasks["r.dfr.r1.t0"]
+    assert tile["inputs"]["carry"] == {"task": "r.stage2", "output": "slots"} and "audio_latent" not in tile["inputs"]
+    assert tile["inputs"]["image_latent"] == {"task": "r.image_s2", "output": "latent"}
+    assert tile["params"]["image_strength"] == 0.9
+    assert tasks["r.dfr.r2.t0"]["inputs"]["carry"] == {"task": "r.dfr.r1", "output": "keyframes"}
+    assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][0] == 161
+
+
 def test_planner_graph_output_and_independent_tiles():
     spec = _dfr_spec()
     validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
@@ -146,12 +176,12 @@ def test_planner_graph_output_and_independent_tiles():
 
 
 @pytest.mark.parametrize(("changes", "fleet", "match"), [
-    ({"frames": 41}, [], "canvas cannot hold 41 frames.*use 33 or 49"),
-    ({"frames": 9}, [], "canvas cannot hold 9 frames"),
+    ({"frames": 1}, [], "must be >= 2 for a DFR canvas"),
     ({"temporal_upscalings": 3}, [], "must be 0, 1 or 2"),
     ({}, _fleet(["keyframes"]), "no temporal upsampler"),
     ({}, _fleet(["temporal_upscaler"]), "not an LTX-2.5 pack"),
-    ({"image": {"blob": "ab", "frame": 0}}, [], "image condition"),
+    ({"stage2_tiles": "2x2"}, [], "DFR renders stage 2 untiled"),
+    ({"frames": 473, "frame_rate": 24.0}, [], "exceeds the model's 20 s range"),
 ])
 def test_bad_dfr_specs_are_refused_in_one_line(changes, fleet, match):
     with pytest.raises(SpecError, match=match) as info:
@@ -174,9 +204,8 @@ def _tile_task(runner, pack: str, tile_index: int = 1):
     text, _ = runner.run("text_encode", {"pack": pack, "prompt": "a fox"}, {})
     _, rnd = _round(49)
     inputs = {**text, "latent": _rand((1, C, rnd.latent_frames, 4, 6), 1),
-              "carry": _rand((1, C, len(rnd.seams), 4, 6), 2), "audio_latent": _rand((1, 8, 51, 16), 3)}
-    params = {"pack": pack, "dfr": plan_params(49, 24.0, 1, 7), "round": 1, "tile_index": tile_index,
-              "source_seconds": 49 / 24}
+              "carry": _rand((1, C, len(rnd.seams), 4, 6), 2)}
+    params = {"pack": pack, "dfr": plan_params(49, 24.0, 1, 7), "round": 1, "tile_index": tile_index}
     return params, inputs
 
 

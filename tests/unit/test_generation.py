@@ -1,0 +1,112 @@
+"""Which LTX generation a pack holds, recorded once per render, and the stage-1 sampler it selects
+(upstream's `should_use_ancestral_sampler`): real tiny packs, a real Runner, the real planner."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from coordinator.graph import SpecError
+from coordinator.planner import normalize_spec, plan_render, validate_spec
+from ltx_engine import sampling
+from ltx_engine.generation import detect_generation, parse_version, stage1_sampler
+from ltx_engine.pack import Pack
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("2.5.0", (2, 5, 0)), ("2.4-rc2", (2, 4)), ("v2.3", (2, 3)), ("2.3.rc1", (2, 3)), ("", ()), (None, ()),
+    ("unknown", ()),
+])
+def test_versions_parse_as_upstream_compares_them(text, parsed):
+    assert parse_version(text) == parsed
+
+
+def test_recorded_version_wins_then_the_dits_keyframe_marker():
+    assert detect_generation(["2.5.0"], {}, []) == "2.5"
+    assert detect_generation(["2.6"], {}, []) == "2.5"  # newer generations inherit the closest known one
+    assert detect_generation(["2.3.0"], {"use_keyframes_abs_pos_embedding": True}, []) == "2.3"
+    assert detect_generation([None, "unknown"], {}, ["keyframes_abs_pos_embedding"]) == "2.5"
+    assert detect_generation([], {"use_keyframes_abs_pos_embedding": True}, []) == "2.5"
+    assert detect_generation([], {}, ["transformer_blocks.0.attn1.to_q.weight"]) == "2.3"
+
+
+def test_ltx25_samples_stage_1_ancestrally_except_under_dfr():
+    assert stage1_sampler("2.5", dfr=False) == sampling.EULER_ANCESTRAL
+    assert stage1_sampler("2.5", dfr=True) == sampling.EULER
+    assert stage1_sampler("2.3", dfr=False) == sampling.EULER
+    with pytest.raises(ValueError, match="unknown LTX generation"):
+        stage1_sampler("3.0", dfr=False)
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory):
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    folder = tmp_path_factory.mktemp("gen-packs")
+    write_tiny_pack(folder / "tiny23", seed=0)
+    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
+    write_tiny_pack(folder / "bare25", seed=0, variant="2.5")
+    for name in ("config.json", "split_model.json"):  # a pack that records no version: read from its DiT
+        path = folder / "bare25" / name
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "model_version"}))
+    cfg = folder / "bare25" / "embedded_config.json"
+    embedded = json.loads(cfg.read_text())
+    embedded["transformer"].pop("use_keyframes_abs_pos_embedding")
+    cfg.write_text(json.dumps(embedded))
+    return folder
+
+
+def test_packs_and_workers_report_their_generation(packs):
+    from worker.runner import Runner
+
+    assert Pack(packs / "tiny23").generation == "2.3"
+    assert Pack(packs / "tiny25").generation == "2.5"
+    assert Pack(packs / "bare25").generation == "2.5"  # the keyframe marker's weight key alone
+    caps = Runner(packs).capabilities()
+    assert caps["pack_generation"] == {"bare25": "2.5", "tiny23": "2.3", "tiny25": "2.5"}
+
+
+def _fleet(generations: list[str]) -> list[dict]:
+    return [{"packs": ["p"], "pack_generation": {"p": g}, "memory_bytes": 2**40} for g in generations]
+
+
+def test_the_planner_records_the_generation_once_and_picks_stage_1s_sampler():
+    spec = normalize_spec({"prompt": "a fox", "pack": "p", "generation": "2.5"})
+    assert spec["generation"] is None  # resolved, never taken from a request
+    validate_spec(spec, _fleet(["2.5", "2.5"]))
+    assert spec["generation"] == "2.5"
+    stage1 = next(t for t in plan_render(spec, "r") if t["kind"] == "denoise_stage1")
+    assert stage1["params"]["sampler"] == sampling.EULER_ANCESTRAL
+    old = normalize_spec({"prompt": "a fox", "pack": "p"})
+    validate_spec(old, _fleet(["2.3"]))
+    assert next(t for t in plan_render(old, "r") if t["kind"] == "denoise_stage1")["params"]["sampler"] == "euler"
+    unknown = normalize_spec({"prompt": "a fox", "pack": "p"})
+    validate_spec(unknown, [])
+    assert unknown["generation"] is None
+    assert "sampler" not in next(t for t in plan_render(unknown, "r") if t["kind"] == "denoise_stage1")["params"]
+    with pytest.raises(SpecError, match="workers disagree on the LTX generation of pack 'p'"):
+        validate_spec(normalize_spec({"prompt": "a fox", "pack": "p"}), _fleet(["2.3", "2.5"]))
+
+
+@pytest.mark.timeout(300)
+def test_ancestral_stage_1_is_seeded_apart_and_deterministic(packs):
+    """Stage 1 on the tiny 2.5 pack: ancestral differs from Euler and repeats bit for bit; its re-noise
+    is keyed by seed + ANCESTRAL_NOISE_SEED_OFFSET (10000, upstream's), eta 1."""
+    from ltx_engine.denoise import StageInputs
+    from worker.runner import Runner
+
+    stepping = StageInputs(9, 64, 64, 24.0, 3, [1.0, 0.0], {}, sampler=sampling.EULER_ANCESTRAL).ancestral()
+    assert (stepping.seed, stepping.eta) == (10003, 1.0)
+
+    runner = Runner(packs)
+    text, _ = runner.run("text_encode", {"pack": "tiny25", "prompt": "a fox"}, {})
+    params = {"pack": "tiny25", "seed": 3, "frames": 9, "fps": 24.0, "height": 64, "width": 64,
+              "sigmas": list(sampling.DISTILLED_SIGMAS), "audio_frames": 9}
+    euler, _ = runner.run("denoise_stage1", {**params, "sampler": "euler"}, text)
+    ancestral, _ = runner.run("denoise_stage1", {**params, "sampler": "euler_ancestral"}, text)
+    again, _ = runner.run("denoise_stage1", params, text)  # no sampler recorded: the pack's generation picks
+    assert not np.array_equal(euler["video_latent"], ancestral["video_latent"])
+    for name in ancestral:
+        np.testing.assert_array_equal(ancestral[name], again[name])
