@@ -63,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
 
 def normalize_spec(raw: dict) -> dict:
     """The spec with defaults filled in and numbers typed; unknown keys are refused."""
-    unknown = sorted(set(raw) - set(DEFAULTS) - {"submitter", "priority"})
+    unknown = sorted(set(raw) - set(DEFAULTS) - {"submitter", "priority", "group", "notify"})
     if unknown:
         raise SpecError(f"unknown spec field {unknown[0]!r}")
     spec = {**DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}

@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import secrets
+import shutil
 import signal
 import socket
 import threading
@@ -238,6 +239,20 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         with open(path, "rb") as f:
             while data := f.read(CHUNK_BYTES):
                 yield farm_pb2.Chunk(data=data)
+
+    def DeleteRender(self, request, context):
+        """Forget a finished render and remove what the coordinator wrote for it (its renders/ folder and
+        preview); the id is one of ours (it exists in Redis), so the paths stay inside the data folder."""
+        self._render(request.render_id, context)
+        result = self.store.delete_render(request.render_id)
+        if result != "deleted":
+            return farm_pb2.DeleteReply(deleted=False, state=result)
+        data = Path(self.scheduler.data_dir)
+        folder = data / "renders" / request.render_id
+        if folder.resolve().parent == (data / "renders").resolve():
+            shutil.rmtree(folder, ignore_errors=True)
+            (data / "previews" / f"{request.render_id}.png").unlink(missing_ok=True)
+        return farm_pb2.DeleteReply(deleted=True, state="deleted")
 
     def ListWorkers(self, request, context):
         """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says; the

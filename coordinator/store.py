@@ -49,7 +49,8 @@ import redis
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
-           "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker")
+           "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker",
+           "delete_render")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -211,6 +212,10 @@ class FarmStore:
     def cancel_render(self, render_id: str) -> bool:
         """Stop a render: queued tasks leave the queues, running ones hear 'cancel' on heartbeat."""
         return bool(self._run("cancel_render", render_id))
+
+    def delete_render(self, render_id: str) -> str:
+        """Forget a finished render (hash, tasks, events): 'deleted', 'missing', or its live state."""
+        return str(self._run("delete_render", render_id))
 
     def set_priority(self, render_id: str, priority: int) -> bool:
         """Record a live render's priority (shown on the dashboard). False if finished/missing."""

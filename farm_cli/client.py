@@ -230,6 +230,11 @@ class FarmClient:
         reply = self._call(self._client.Requeue, farm_pb2.RequeueRequest(render_id=render_id, task_id=task_id))
         return reply.cleared, reply.requeued
 
+    def delete(self, render_id: str) -> tuple[bool, str]:
+        """(deleted, state): a live render is not deleted and its state says why."""
+        reply = self._call(self._client.DeleteRender, farm_pb2.RenderRequest(render_id=render_id))
+        return reply.deleted, reply.state
+
     def workers(self) -> list[dict]:
         reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())
         return [json.loads(w.json) for w in reply.workers]

@@ -5,6 +5,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -166,12 +167,22 @@ def register(app: typer.Typer) -> None:
                coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
                wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
                priority: int = typer.Option(0, "--priority", help="Higher renders lease first."),
-               text_encoder: TextEncoder = None, as_json: Json = False) -> None:
-        """Queue a render on the farm."""
+               text_encoder: TextEncoder = None, as_json: Json = False,
+               seeds: Annotated[str | None, typer.Option(
+                   "--seeds", help="A batch: one render per seed (1-8, 1,3,5).")] = None,
+               prompts_file: Annotated[Path | None, typer.Option(
+                   "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
+               ) -> None:
+        """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
         spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
         spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
         spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
         spec["priority"] = priority
+        if seeds or prompts_file:
+            from farm_cli.manage import batch_specs, submit_batch
+
+            submit_batch(batch_specs(spec, seeds, prompts_file), pixels, coordinator, token, wait, output, as_json)
+            return
         render_id = submit_render(spec, pixels, coordinator, token)
         typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)
         if not (wait or output or save_latents):
@@ -224,10 +235,15 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def fetch(render_id: str, output: Output = None, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",
               token: Token = None) -> None:
-        """Download a finished render's mp4."""
+        """Download a finished render's mp4, or every finished render of a batch (GROUP id) into -o DIR."""
         from farm_cli.config import value
 
         folder = Path(value("output_dir") or ".").expanduser()
+        if render_id.startswith("g"):
+            from farm_cli.manage import fetch_group
+
+            fetch_group(render_id, output or folder / render_id, coordinator, token)
+            return
         fetch_results({"id": render_id}, output or folder / f"{render_id}.mp4", None, coordinator, token)
 
     @app.command()

@@ -391,3 +391,11 @@ class RequeueReply(_message.Message):
     cleared: bool
     requeued: bool
     def __init__(self, cleared: _Optional[bool] = ..., requeued: _Optional[bool] = ...) -> None: ...
+
+class DeleteReply(_message.Message):
+    __slots__ = ("deleted", "state")
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    state: str
+    def __init__(self, deleted: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...

@@ -83,6 +83,11 @@ class FarmClientStub:
                 request_serializer=farm__pb2.RequeueRequest.SerializeToString,
                 response_deserializer=farm__pb2.RequeueReply.FromString,
                 _registered_method=True)
+        self.DeleteRender = channel.unary_unary(
+                '/ltxfarm.v1.FarmClient/DeleteRender',
+                request_serializer=farm__pb2.RenderRequest.SerializeToString,
+                response_deserializer=farm__pb2.DeleteReply.FromString,
+                _registered_method=True)
 
 
 class FarmClientServicer:
@@ -151,6 +156,13 @@ class FarmClientServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRender(self, request, context):
+        """Forget a finished render: its record, tasks, events and output file. A live one is refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -198,6 +210,11 @@ def add_FarmClientServicer_to_server(servicer, server):
                     servicer.Requeue,
                     request_deserializer=farm__pb2.RequeueRequest.FromString,
                     response_serializer=farm__pb2.RequeueReply.SerializeToString,
+            ),
+            'DeleteRender': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRender,
+                    request_deserializer=farm__pb2.RenderRequest.FromString,
+                    response_serializer=farm__pb2.DeleteReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +462,33 @@ class FarmClient:
             '/ltxfarm.v1.FarmClient/Requeue',
             farm__pb2.RequeueRequest.SerializeToString,
             farm__pb2.RequeueReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRender(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmClient/DeleteRender',
+            farm__pb2.RenderRequest.SerializeToString,
+            farm__pb2.DeleteReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,6 +33,7 @@ from worker.blobcache import BlobCache
 from worker.connection import Coordinators, default_worker_id, request_drain
 from worker.packsync import PackSync
 from worker.presence import Presence
+from worker.tasklog import TaskLog
 
 log = logging.getLogger("farm.worker")
 
@@ -260,6 +261,7 @@ class Agent:
 
     def run_task(self, lease: farm_pb2.LeaseReply) -> str:
         """Run one leased task to a reported end. Returns the coordinator's final status name."""
+        tasklog = TaskLog.start()  # this task's log lines travel with its result (`farm logs`)
         log.info("task %s (%s) of %s, attempt %d", lease.task_id, lease.kind, lease.render_id, lease.attempts)
         beat = _Heartbeat(self, lease, self.heartbeat_ms / 1000.0)
         beat.start()
@@ -288,7 +290,7 @@ class Agent:
             metrics.update(  # what the task cost beyond its compute: moving its tensors
                 fetch_s=round(fetched - start, 4), upload_s=round(time.perf_counter() - ran, 4),
                 bytes_in=int(sum(a.nbytes for a in inputs.values())),
-                bytes_out=int(sum(len(d) for d in encoded.values())),
+                bytes_out=int(sum(len(d) for d in encoded.values())), log=tasklog.lines(),
             )
             request = farm_pb2.CompleteRequest(
                 task_id=lease.task_id,
@@ -315,6 +317,7 @@ class Agent:
             return self._report_fail(lease, error, retryable=bool(getattr(exc, "retryable", True)))
         finally:
             beat.finish()
+            tasklog.stop()
 
     def _stop_reason(self, beat: _Heartbeat) -> str:
         return beat.stop_reason or "worker shutting down"

@@ -22,3 +22,19 @@ def test_status_row_shows_stage_progress_eta_submitter_and_prompt() -> None:
     assert row.endswith("…") and duration(None) == "-"
     done = render_row({"id": "r2", "state": "done", "current_stage": "mux", "progress": 1.0})
     assert "Mux" not in done and "100%" in done
+
+
+def test_batches_are_prompts_times_seeds_in_one_group(tmp_path) -> None:
+    import pytest
+    import typer
+
+    from farm_cli.manage import batch_specs, parse_seeds
+
+    assert parse_seeds("1-3,7") == [1, 2, 3, 7]
+    with pytest.raises(typer.Exit):
+        parse_seeds("3-1")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a fox\n# skipped\n\na heron\n")
+    specs = batch_specs({"prompt": "", "seed": 1, "pack": "tiny"}, "5-6", prompts)
+    assert [(s["prompt"], s["seed"]) for s in specs] == [("a fox", 5), ("a fox", 6), ("a heron", 5), ("a heron", 6)]
+    assert len({s["group"] for s in specs}) == 1 and specs[0]["group"].startswith("g")

@@ -1,0 +1,17 @@
+-- ARGV[3] render id. Forget a finished render: its hash, task graph, events and blocklist.
+-- Returns 'deleted', 'missing', or the state of a render still running (cancel it first).
+local rid = ARGV[3]
+local rk = key('render', rid)
+local state = redis.call('HGET', rk, 'state')
+if not state then return 'missing' end
+if not TERMINAL[state] then return state end
+local caps = redis.call('SMEMBERS', key('capabilities'))
+for _, tid in ipairs(redis.call('LRANGE', key('render', rid, 'tasks'), 0, -1)) do
+  redis.call('DEL', key('task', tid), key('task', tid, 'dependents'), key('task', tid, 'pending'))
+  redis.call('ZREM', key('leases'), tid)
+  for _, cap in ipairs(caps) do redis.call('ZREM', key('ready', cap), tid) end
+end
+redis.call('DEL', rk, key('render', rid, 'tasks'), key('events', rid), key('render', rid, 'wfail'))
+redis.call('ZREM', key('renders'), rid)
+redis.call('SREM', key('to_assemble'), rid)
+return 'deleted'

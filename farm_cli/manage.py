@@ -1,0 +1,219 @@
+"""Renders as people manage them: farm ls (filters, columns), retry, delete, logs, and batches (a group
+of renders from --seeds / --prompts-file, fetched together with `farm fetch GROUP -o DIR`)."""
+
+import json
+import re
+import secrets
+import time
+from pathlib import Path
+
+import typer
+
+from farm_cli import common
+from farm_cli.common import fail
+from farm_cli.views import duration, stage_label
+
+COLUMNS = ("id", "state", "stage", "progress", "eta", "age", "by", "group", "prompt", "output")
+DEFAULT_COLUMNS = "id,state,stage,progress,eta,age,by,prompt"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'1-8' / '1,3,5' / '2-4,9' as seeds; one line when it is not that."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not match or (match[2] and int(match[2]) < int(match[1])):
+            fail(f"--seeds {text!r}: give seeds as 1-8, 1,3,5 or a mix")
+        seeds += list(range(int(match[1]), int(match[2] or match[1]) + 1))
+    if len(seeds) > 1000:
+        fail(f"--seeds {text!r} makes {len(seeds)} renders; 1000 at most")
+    return seeds
+
+
+def read_prompts(path: Path) -> list[str]:
+    """One prompt per non-empty line (lines starting with # are comments)."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read --prompts-file {path}: {getattr(exc, 'strerror', None) or exc}")
+    prompts = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not prompts:
+        fail(f"--prompts-file {path} holds no prompt")
+    return prompts
+
+
+def batch_specs(spec: dict, seeds: str | None, prompts_file: Path | None) -> list[dict]:
+    """The specs of a batch (prompts x seeds), all carrying one new group id; [spec] when no batch."""
+    if not seeds and not prompts_file:
+        return [spec]
+    prompts = read_prompts(prompts_file) if prompts_file else [spec["prompt"]]
+    group = f"g{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    return [{**spec, "prompt": p, "seed": s, "group": group}
+            for p in prompts for s in (parse_seeds(seeds) if seeds else [spec["seed"]])]
+
+
+def since_seconds(text: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if not match:
+        fail(f"--since {text!r}: give an age like 30m, 2h or 1d")
+    return float(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+
+
+def cell(render: dict, column: str) -> str:
+    spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
+    return {
+        "id": render.get("id") or "",
+        "state": render.get("state") or "",
+        "stage": stage_label(render) or "-",
+        "progress": f"{float(render.get('progress') or 0):.0%}",
+        "eta": duration(render.get("eta_s")),
+        "age": duration(render.get("age_s")),
+        "by": render.get("submitter") or "-",
+        "group": spec.get("group") or "-",
+        "prompt": " ".join(str(render.get("prompt") or "").split()),
+        "output": render.get("output") or "-",
+    }[column]
+
+
+def table(renders: list[dict], columns: list[str]) -> list[str]:
+    """Aligned rows with a header; the prompt (last) column is never padded."""
+    rows = [[c.upper() for c in columns]] + [[cell(r, c) for c in columns] for r in renders]
+    widths = [min(60, max(len(row[i]) for row in rows)) for i in range(len(columns))]
+    return ["  ".join(v[:w].ljust(w) if i < len(columns) - 1 else v for i, (v, w) in enumerate(zip(row, widths,
+                                                                                                   strict=True)))
+            .rstrip() for row in rows]
+
+
+def matches(render: dict, state: str | None, by: str | None, since_s: float | None, group: str | None) -> bool:
+    spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
+    return ((not state or render.get("state") in state.split(","))
+            and (not by or by.lower() in str(render.get("submitter") or "").lower())
+            and (since_s is None or float(render.get("age_s") or 0) <= since_s)
+            and (not group or spec.get("group") == group))
+
+
+def group_renders(farm, group: str, limit: int = 500) -> list[dict]:
+    """The renders of one batch (newest first), from the coordinator's list."""
+    return [r for r in farm.list(limit) if (r.get("spec") or {}).get("group") == group]
+
+
+def print_logs(render: dict, task: str | None) -> None:
+    """Each task's worker, outcome and the log lines its worker sent with the result."""
+    tasks = [t for t in render.get("tasks") or [] if not task or t["id"] == task or t["id"].endswith("." + task)]
+    if task and not tasks:
+        fail(f"render {render.get('id')} has no task {task}", code=1)
+    for t in tasks:
+        metrics = t.get("metrics") if isinstance(t.get("metrics"), dict) else {}
+        secs = f" {metrics['seconds']:.2f}s" if isinstance(metrics.get("seconds"), (int, float)) else ""
+        typer.echo(f"== {t['id']}  {t.get('state')} on {t.get('worker') or '-'}{secs}")
+        for line in metrics.get("log") or []:
+            typer.echo(f"   {line}")
+        if t.get("error"):
+            typer.echo(f"   error: {t['error']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ls, retry, delete and logs to the `farm` app."""
+    from farm_cli.main import Coordinator, Json, Token
+    from farm_cli.remote import client
+
+    default = f"127.0.0.1:{common.DEFAULT_PORT}"
+
+    def call(coordinator: str, token: str | None, fn):
+        from farm_cli.client import FarmError
+
+        try:
+            with client(coordinator, token) as farm:
+                return fn(farm)
+        except FarmError as exc:
+            fail(str(exc), code=1)
+
+    @app.command("ls")
+    def ls(state: str = typer.Option(None, "--state", help="done, failed, running, ... (comma-separated)."),
+           by: str = typer.Option(None, "--by", help="Submitter (part of user@host)."),
+           since: str = typer.Option(None, "--since", help="Younger than this: 30m, 2h, 1d."),
+           group: str = typer.Option(None, "--group", help="One batch's renders."),
+           columns: str = typer.Option(DEFAULT_COLUMNS, "--columns", help=f"Any of {','.join(COLUMNS)}."),
+           limit: int = typer.Option(50, "--limit"), coordinator: Coordinator = default, token: Token = None,
+           as_json: Json = False) -> None:
+        """The newest renders, filtered, one row each."""
+        chosen = [c.strip() for c in columns.split(",") if c.strip()]
+        if not chosen or set(chosen) - set(COLUMNS):
+            fail(f"--columns {columns!r}: choose from {', '.join(COLUMNS)}")
+        since_s = since_seconds(since) if since else None
+        renders = [r for r in call(coordinator, token, lambda farm: farm.list(limit))
+                   if matches(r, state, by, since_s, group)]
+        if as_json:
+            typer.echo(json.dumps(renders, indent=2))
+            return
+        for line in table(renders, chosen):
+            typer.echo(line)
+
+    @app.command()
+    def retry(render_id: str, coordinator: Coordinator = default, token: Token = None) -> None:
+        """Render a failed or cancelled render again: the same spec under a new id (printed)."""
+        def again(farm) -> str:
+            render = farm.get(render_id)
+            if render.get("state") not in ("failed", "cancelled"):
+                fail(f"render {render_id} is {render.get('state')}: only failed or cancelled renders are retried",
+                     code=1)
+            return farm.submit({**render["spec"], "submitter": common.submitter()})
+
+        typer.echo(call(coordinator, token, again))
+
+    @app.command()
+    def delete(render_ids: list[str], coordinator: Coordinator = default, token: Token = None) -> None:
+        """Forget finished renders (record, tasks, events, the coordinator's mp4); a running one is refused."""
+        for render_id in render_ids:
+            deleted, state = call(coordinator, token, lambda farm, rid=render_id: farm.delete(rid))
+            if not deleted:
+                fail(f"render {render_id} is {state}: cancel it first (`farm cancel {render_id}`)", code=1)
+            typer.echo(f"{render_id} deleted")
+
+    @app.command()
+    def logs(render_id: str, task: str = typer.Argument(None, help="One task (its id or its last part)."),
+             coordinator: Coordinator = default, token: Token = None) -> None:
+        """What each task of a render logged on its worker, with its worker, time and error."""
+        print_logs(call(coordinator, token, lambda farm: farm.get(render_id)), task)
+
+
+def submit_batch(specs: list[dict], pixels, coordinator: str, token: str | None, wait: bool,
+                 output: Path | None, as_json: bool) -> None:
+    """Queue a batch's renders; print the group id, then each render id. With --wait, follow them all
+    and (with -o DIR) fetch each mp4 into DIR; exit 1 when any did not end done."""
+    from farm_cli.remote import submit_render, wait_for
+
+    group = specs[0]["group"]
+    ids = [submit_render(dict(spec), pixels, coordinator, token) for spec in specs]
+    typer.echo(json.dumps({"group": group, "render_ids": ids}) if as_json else "\n".join([group, *ids]))
+    if not (wait or output):
+        return
+    states = {rid: wait_for(rid, coordinator, token, quiet=True).get("state") for rid in ids}
+    if output:
+        fetch_group(group, output, coordinator, token)
+    bad = [f"{rid} {state}" for rid, state in states.items() if state != "done"]
+    if bad:
+        fail(f"group {group}: {len(bad)} of {len(ids)} renders did not finish: {', '.join(bad)}", code=1)
+
+
+def fetch_group(group: str, folder: Path, coordinator: str, token: str | None) -> None:
+    """Every finished render of the group into folder/ID.mp4; one line for those without output."""
+    from farm_cli.client import FarmError
+    from farm_cli.follow import Outage, ride
+    from farm_cli.remote import client
+
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with client(coordinator, token) as farm:
+            renders = group_renders(farm, group)
+            if not renders:
+                fail(f"no renders in group {group}", code=1)
+            for r in sorted(renders, key=lambda r: r["id"]):
+                if r.get("state") != "done":
+                    typer.echo(f"{r['id']} {r.get('state')}: no output", err=True)
+                    continue
+                path = folder / f"{r['id']}.mp4"
+                ride(lambda rid=r["id"], path=path: farm.fetch_output(rid, path), Outage())
+                typer.echo(f"wrote {path}")
+    except FarmError as exc:
+        fail(str(exc), code=1)
