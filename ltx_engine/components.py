@@ -42,8 +42,9 @@ PARTS: dict[str, Part] = {
     "transformer_dev": Part((rf"transformer-dev-{_V}", "transformer-dev"), "transformer",
                             "transformer-dev.safetensors", f"{FORGE} --variant dev"),
     "connector": Part(("connector",), "connector", "connector.safetensors", FORGE),
-    "vae_decoder": Part(("vae_decoder",), "vae_decoder", "vae_decoder.safetensors", FORGE),
-    "vae_encoder": Part(("vae_encoder",), "vae_encoder", "vae_encoder.safetensors", FORGE),
+    # LTX-2.5 packs name their conv VAE `vae_*_conv` (prefix = stem), beside a diffusion decoder `vae_decoder_av`
+    "vae_decoder": Part(("vae_decoder", "vae_decoder_conv"), None, "vae_decoder.safetensors", FORGE),
+    "vae_encoder": Part(("vae_encoder", "vae_encoder_conv"), None, "vae_encoder.safetensors", FORGE),
     "audio_vae": Part(("audio_vae",), "audio_vae", "audio_vae.safetensors", FORGE),
     "vocoder": Part(("vocoder",), "vocoder", "vocoder.safetensors", FORGE),
     "spatial_upscaler": Part((rf"spatial_upscaler_x2_v{_V}",), None, "spatial_upscaler_x2_v1_1.safetensors",
@@ -62,7 +63,7 @@ METADATA = ("config.json", "embedded_config.json", "quantize_config.json", "spli
 KNOWN_UNUSED = (
     r"spatial_upscaler_x1_5_v\d+_\d+",          # 1.5x spatial upscaler: no farm render uses it
     r"text_encoder", r"duration_head",            # LTX-2.5 Gemma 4 tower and auto-duration head
-    r"vae_decoder_conv", r"vae_encoder_conv", r"vae_decoder_av",  # LTX-2.5 conv / diffusion VAEs
+    r"vae_decoder_av",                            # LTX-2.5 diffusion video decoder
     r".*lora.*",                                  # LoRA files beside the pack (task LoRAs)
 )
 

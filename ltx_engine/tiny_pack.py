@@ -145,4 +145,16 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
         (folder / "quantize_config.json").write_text(json.dumps(
             {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))
     write_tiny_text_encoder(folder / "text_encoder", seed)
+    if variant == "2.5":
+        _ltx25_names(folder)
     return LAYOUTS[layout](folder, seed)
+
+
+def _ltx25_names(folder: Path) -> None:
+    """The file names a 2.5 pack gives its conv VAE (`vae_decoder_conv` / `vae_encoder_conv`, keys under
+    the same prefix), in place of 2.3's `vae_decoder` / `vae_encoder`."""
+    from ltx_engine.tiny_layouts import _reprefix
+
+    for stem in ("vae_decoder", "vae_encoder"):
+        _reprefix(folder, stem, f"{stem}_conv")
+        (folder / f"{stem}.safetensors").unlink()

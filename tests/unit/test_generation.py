@@ -110,3 +110,20 @@ def test_ancestral_stage_1_is_seeded_apart_and_deterministic(packs):
     assert not np.array_equal(euler["video_latent"], ancestral["video_latent"])
     for name in ancestral:
         np.testing.assert_array_equal(ancestral[name], again[name])
+
+
+def test_a_25_pack_serves_its_vae_from_the_conv_files(packs):
+    """2.5 packs name the conv VAE `vae_decoder_conv` / `vae_encoder_conv` (keys under that prefix)."""
+    from ltx_engine.components import pull_files, resolve_files
+
+    pack = Pack(packs / "tiny25")
+    assert not (pack.root / "vae_decoder.safetensors").exists()
+    assert pack.layout.found["vae_decoder"].files == ("vae_decoder_conv.safetensors",)
+    assert pack.layout.found["vae_encoder"].prefix == "vae_encoder_conv"
+    assert {"vae_decoder", "vae_encoder"} <= set(pack.components())
+    decoder = pack.tensors("vae_decoder")
+    assert decoder and not any(k.startswith("vae_decoder") for k in decoder)  # the prefix is stripped
+    names = [p.name for p in pack.root.iterdir()]
+    assert "vae_encoder_conv.safetensors" in pull_files(names, ["vae_encoder"])
+    both = resolve_files(["vae_decoder.safetensors", "vae_decoder_conv.safetensors"])
+    assert both.found["vae_decoder"].stem == "vae_decoder"  # 2.3's name wins where a pack has both
