@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
+from coordinator import placement
 from coordinator.progress import eta_from_speeds, task_label
 
 # Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
@@ -117,9 +118,14 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "tile_index": params.get("tile_index"),
         "tile": params.get("tile"),
         "grid": params.get("grid"),
+        "cost_s": params.get("cost_s"),  # the cost model's reference seconds (coordinator.costs)
+        "min_memory_bytes": params.get("min_memory_bytes"),
+        "deps": list(task.get("deps") or []),
+        "capability": task.get("capability"),
         "bytes_in": sum(sizes.get(s, 0) for s in _shas(task.get("inputs"))),
         "bytes_out": sum(sizes.get(s, 0) for s in _shas(task.get("outputs"))),
         "peak_memory_bytes": metrics.get("peak_memory_bytes"),
+        "log": metrics.get("log") if isinstance(metrics.get("log"), list) else [],  # the worker's lines
         # the failure policy: raised failures and where, leases lost with a worker, flagged as stuck
         "failures": int(task.get("failures") or 0),
         "failed_on": list(task.get("failed_on") or []),
@@ -290,15 +296,28 @@ def kind_speeds(store: Any, kinds: set[str]) -> dict[str, float]:
     return out
 
 
+def live_slots(store: Any, now_ms: int) -> tuple:
+    """The live fleet the ETA simulates (coordinator.fleet)."""
+    from coordinator.fleet import live_slots as read
+
+    return read(store, now_ms)
+
+
 def live_worker_count(store: Any, now_ms: int) -> int:
     """Workers that can take a task now (not lost, draining or drained): the ETA's parallelism."""
     return sum(worker_state(w, now_ms) in ("idle", "busy") for w in store.list_workers())
 
 
-def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict | None, workers: int) -> float | None:
-    """From measured per-kind speeds when every kind left has one, else linear in elapsed time."""
+def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict | None, workers: int,
+         fleet: tuple | None = None) -> float | None:
+    """From the cost model on the live fleet (`fleet`: slots and the coordinator's), else measured
+    per-kind speeds when every kind left has one, else linear in elapsed time."""
     if render.get("state") in ("done", "failed", "cancelled"):
         return None
+    if fleet is not None:
+        modelled = placement.eta_seconds(views, fleet[0], now_ms, fleet[1])
+        if modelled is not None:
+            return modelled
     if speeds is not None:
         measured = eta_from_speeds(views, [s for s, _ in STAGES], speeds, workers, now_ms)
         if measured is not None:
@@ -308,11 +327,11 @@ def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict
 
 
 def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[str, float] | None = None,
-                   workers: int = 1) -> dict:
-    """List-row fields: progress, ETA (from measured kind speeds), age, submitter, current stage."""
+                   workers: int = 1, fleet: tuple | None = None) -> dict:
+    """List-row fields: progress, ETA (the cost model on `fleet`, fleet.live_slots), age, submitter, stage."""
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
     frac = 1.0 if render.get("state") == "done" else _fraction(views)
-    eta = _eta(render, views, frac, now_ms, speeds, workers)
+    eta = _eta(render, views, frac, now_ms, speeds, workers, fleet)
     current = next((v["stage"] for v in views if v["display"] not in ("done", "cancelled")), "")
     if render.get("state") == "assembling":
         current = "mux"
@@ -346,7 +365,7 @@ def render_detail(store: Any, render_id: str) -> dict | None:
     now = redis_now_ms(store)
     speeds = kind_speeds(store, {v["kind"] for v in views})
     return {
-        "render": render_summary(render, views, now, speeds, live_worker_count(store, now)),
+        "render": render_summary(render, views, now, speeds, live_worker_count(store, now), live_slots(store, now)),
         "tasks": views,
         "stages": stage_summaries(render, views),
         "grids": tile_grids(views),
@@ -357,8 +376,8 @@ def list_summaries(store: Any, limit: int = 50) -> list[dict]:
     now = redis_now_ms(store)
     views = {r["id"]: (r, [task_view(t) for t in store.render_tasks(r["id"])]) for r in store.list_renders(limit)}
     speeds = kind_speeds(store, {v["kind"] for _, vs in views.values() for v in vs})
-    workers = live_worker_count(store, now)
-    return [render_summary(r, vs, now, speeds, workers) for r, vs in views.values()]
+    workers, fleet = live_worker_count(store, now), live_slots(store, now)
+    return [render_summary(r, vs, now, speeds, workers, fleet) for r, vs in views.values()]
 
 
 def worker_state(worker: dict, now_ms: int) -> str:

@@ -127,6 +127,16 @@ class Runner:
             raise PackError(text_encoders.refusal(ref, str(params["pack"]), "this machine does not hold"))
         return folder
 
+    def pack_bytes(self, ref: str) -> int:
+        """The pack's weight bytes (its safetensors files, HF cache links followed): the cost model
+        scales its predicted peaks by them, so a reduced pack is not placed like a full-size one."""
+        path = self._local(ref)
+        if path is None:
+            return 0
+        if path.is_file():
+            return path.stat().st_size
+        return sum(f.stat().st_size for f in path.rglob("*.safetensors") if f.is_file())
+
     def pack_features(self, ref: str) -> list[str]:
         """What a pack can do beyond the base two-stage render, so the planner can refuse early:
         `temporal_upscaler` (DFR rounds) and `keyframes` (an LTX-2.5 DiT with the keyframe marker)."""
@@ -158,6 +168,7 @@ class Runner:
             "pack_features": {name: self.pack_features(name) for name in self.pack_names()},
             "pack_generation": {name: g for name in self.pack_names() if (g := self.pack_generation(name))},
             "pack_components": holdings,
+            "pack_bytes": {name: self.pack_bytes(name) for name in self.pack_names()},
             "pack_problems": problems,
             "text_encoders": text_encoders.held(self.packs_dir),
             "kinds": sorted(KIND_COMPONENTS),
@@ -251,6 +262,10 @@ class Runner:
                              image_frame=int(params.get("image_frame", 0)),
                              image_strength=float(params.get("image_strength", 1.0)))
         return self.engine.dfr_tile(pack, tile, step)
+
+    def _run_predict_duration(self, pack, params, inputs, step):
+        seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]))
+        return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
 
     def _run_decode_video(self, pack, params, inputs, step):
         return {"frames": self.engine.decode_video(pack, inputs["latent"])}

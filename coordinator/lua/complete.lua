@@ -26,6 +26,18 @@ end
 local kt = key('kindtime', redis.call('HGET', tk, 'kind'))
 redis.call('HINCRBY', kt, 'n', 1)
 redis.call('HINCRBY', kt, 'sum_ms', math.max(0, NOW - (tonumber(t[1]) or NOW)))
+-- The cost model's running estimate (coordinator/costs.py): lease-to-done over the task's reference
+-- seconds (params.cost_s), an EWMA per worker and kind, and fleet-wide per kind.
+local ok, params = pcall(cjson.decode, redis.call('HGET', tk, 'params') or '')
+local cost = ok and type(params) == 'table' and tonumber(params.cost_s) or nil
+if cost and cost > 0 then
+  local kind = redis.call('HGET', tk, 'kind')
+  local ratio = math.max(0, NOW - (tonumber(t[1]) or NOW)) / 1000 / cost
+  for _, hk in ipairs({key('costratio', worker), key('costratio_fleet')}) do
+    local old = tonumber(redis.call('HGET', hk, kind))
+    redis.call('HSET', hk, kind, string.format('%.6g', old and (0.6 * old + 0.4 * ratio) or ratio))
+  end
+end
 if remaining <= 0 and render_active(render) then
   redis.call('SADD', key('to_assemble'), render)  -- until it ends: the sweep resumes a broken assembly
   return 'render_ready'

@@ -8,12 +8,12 @@ if redis.call('HGET', key('worker', worker), 'drain') == '1' then return false e
 -- Likewise the text encoders it holds ({name: bytes}), or nil when it describes none.
 local function worker_holdings()
   local ok, info = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'info') or '')
-  if not ok or type(info) ~= 'table' then return nil, nil end
+  if not ok or type(info) ~= 'table' then return nil, nil, nil end
   local packs = type(info.pack_components) == 'table' and info.pack_components or nil
   local encoders = type(info.text_encoders) == 'table' and info.text_encoders or nil
-  return packs, encoders
+  return packs, encoders, tonumber(info.memory_bytes)
 end
-local holdings, encoders = worker_holdings()
+local holdings, encoders, memory = worker_holdings()
 
 -- Whether the worker holds the task's text encoder under one of the names it may have
 -- (params.text_encoder_names, set only when the encoder is not the pack's own).
@@ -29,6 +29,8 @@ end
 local function holds_needs(tid)
   local params = cjson.decode(redis.call('HGET', key('task', tid), 'params') or '{}')
   if not holds_encoder(params) then return false end
+  -- The cost model's predicted peak (coordinator/costs.py) must fit this worker's usable memory.
+  if memory and tonumber(params.min_memory_bytes) and tonumber(params.min_memory_bytes) > memory then return false end
   if not holdings or type(params.needs) ~= 'table' then return true end
   local held = holdings[params.pack]
   if type(held) ~= 'table' then return false end

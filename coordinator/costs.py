@@ -1,0 +1,166 @@
+"""What a task costs: seconds on a reference Mac and peak memory, per task kind, from its params. Pure.
+
+Why: placement (which Mac may hold a task), `farm plan` and every ETA read one model. Seconds are
+*reference seconds*: the time on an M4 Pro (20-core GPU) with a full-size q8 LTX pack, float32
+compute, as the MLX port measured it (seed 003). A worker's time is reference seconds × its ratio
+for the kind: measured online (complete.lua keeps an EWMA of lease-to-done / reference seconds per
+worker and kind, and fleet-wide per kind), else 1 / its chip's speed from CHIP_SPEED.
+
+Calibration (seed 003, M4 Pro 48 GB, 2.5 q8, `--distilled`, float32):
+- DiT forward: 4,992 stage-2 tokens 29.25 s/step, 9,600 tokens 63.6 s/step; stage 1 1,248 tokens
+  7.23 s/step, 2,400 tokens 13.71 s/step. `a·N + b·N²` through the stage-2 points: a = 5.03e-3,
+  b = 1.662e-7 (attention equals the linear part at ~30k tokens); +0.6 s per forward for the audio
+  stream and AdaLN fits the stage-1 points within 3 %.
+- M1 Max (32-core): 139 s per stage-2 step at 17,856 tokens where the model says 143 s → 1.03.
+- M2 Pro: no step time in the seed; conv decode 384×576×25 in 2.6 s (→ DECODE_S_PER_VOXEL with the
+  chip's assumed 0.75, its GPU-core × clock ratio to the M4 Pro).
+- Text: +5.5 s to encode one more prompt on the 2.5 pack (M4 Pro) → 6 s per text task.
+- Memory: the DiT's peak grows ~0.9 MB per token (53.2 GB at 32,640 tokens, 39.8 GB at 17,856, M1 Max),
+  over ~21 GB of q8 transformer weights and runtime; Gemma 3 12B 4-bit maps 7.5 GB.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+GB = 2**30
+MB = 2**20
+
+# Relative speed to the reference M4 Pro; the first name found in a worker's chip string wins.
+CHIP_SPEED: dict[str, float] = {
+    "M4 Max": 1.9, "M3 Ultra": 2.6, "M2 Ultra": 2.1, "M4 Pro": 1.0, "M3 Max": 1.6, "M2 Max": 1.2,
+    "M1 Ultra": 1.9, "M1 Max": 1.03, "M3 Pro": 0.8, "M2 Pro": 0.75, "M1 Pro": 0.5, "M4": 0.5, "M3": 0.4,
+    "M2": 0.35, "M1": 0.3,
+}
+MEASURED_CHIPS = ("M4 Pro", "M1 Max")  # the others are GPU-core × clock ratios, not seed figures
+USABLE_FRACTION = 0.75  # of unified memory a task may use (Metal's recommended working set)
+
+DIT_LINEAR_S = 5.03e-3      # reference seconds per token per forward
+DIT_ATTENTION_S = 1.662e-7  # reference seconds per token² per forward
+DIT_FORWARD_S = 0.6         # audio stream, AdaLN, per forward
+DECODE_S_PER_VOXEL = 3.5e-7  # conv VAE decode, reference seconds per output pixel·frame
+UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
+FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
+           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05}
+
+REF_PACK_BYTES = 26 * GB     # a full-size q8 pack: activations scale from it for reduced (test) packs
+REAL_PACK_BYTES = 4 * GB     # any real LTX pack (q4 included) has the full width: activations unscaled
+WEIGHTS = {"transformer": 21 * GB, "text_encoder": int(9.5 * GB), "connector": int(1.5 * GB),
+           "spatial_upscaler": GB, "temporal_upscaler": GB, "vae_decoder": GB, "vae_encoder": GB,
+           "audio_vae": GB // 2, "vocoder": GB // 2}
+DIT_BYTES_PER_TOKEN = int(0.9 * MB)
+DECODE_BYTES_PER_VOXEL = 3 * 4 * 24  # the decode working set per output pixel (plan_decode's factor)
+DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
+KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("vae_encoder",),
+                "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
+                "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
+                "decode_audio": ("audio_vae", "vocoder"), "stage_prepare": ("vae_encoder",),
+                **{k: ("transformer",) for k in DIT_KINDS}}
+
+
+def chip_speed(chip: str | None) -> float:
+    """A chip's speed relative to the reference M4 Pro (1.0 for chips the table does not name)."""
+    text = str(chip or "")
+    return next((speed for name, speed in CHIP_SPEED.items() if name in text), 1.0)
+
+
+def _cells(params: Mapping) -> int:
+    """Latent cells of a task's video: its tile or window, else the (height, width, frames) it samples."""
+    tile = params.get("tile") or params.get("latent")
+    if isinstance(tile, Mapping) and tile:
+        return math.prod(max(0, int(e) - int(s)) for s, e in tile.values())
+    shape = ((params.get("expect") or {}).get("latent") or {}).get("shape") or []
+    if len(shape) == 5 and all(d > 0 for d in shape[2:]):  # a DFR tile: its window of the canvas
+        return math.prod(shape[2:])
+    h, w, f = params.get("height"), params.get("width"), params.get("frames")
+    if not (h and w and f):
+        return 0
+    return ((int(f) - 1) // 8 + 1) * (int(h) // 32) * (int(w) // 32)
+
+
+def dit_forward_s(tokens: int) -> float:
+    """Reference seconds of one DiT forward over `tokens` video tokens (linear + attention term)."""
+    return DIT_LINEAR_S * tokens + DIT_ATTENTION_S * tokens * tokens + DIT_FORWARD_S
+
+
+def _forwards(kind: str, params: Mapping) -> int:
+    if kind == "transformer_forward":
+        return 1
+    sigmas = params.get("sigmas") or ()
+    return max(1, len(sigmas) - 1) if kind != "dfr_tile" or sigmas else 4
+
+
+def reference_seconds(kind: str, params: Mapping) -> float:
+    """Seconds the task takes on the reference Mac (see the module's calibration)."""
+    if kind in DIT_KINDS:
+        return _forwards(kind, params) * dit_forward_s(_cells(params))
+    if kind in ("decode_video", "decode_tile"):
+        return DECODE_S_PER_VOXEL * _decode_voxels(params) + 0.2
+    if kind in ("upsample_spatial", "upsample_temporal"):
+        shape = ((params.get("expect") or {}).get("latent") or {}).get("shape") or []
+        cells = math.prod(d for d in shape[2:] if d > 0) if len(shape) == 5 else 0
+        return UPSAMPLE_S_PER_CELL * cells + 0.3
+    return FIXED_S.get(kind, 0.5)
+
+
+def _decode_voxels(params: Mapping) -> int:
+    """Output pixels × frames of a decode task, from its expected output shape."""
+    out = (params.get("expect") or {}).get("pixels") or (params.get("expect") or {}).get("frames") or {}
+    return math.prod(d for d in (out.get("shape") or []) if d > 0) // 3  # RGB: per pixel·frame
+
+
+def activation_scale(pack_bytes: int | None) -> float:
+    """How a pack's activations compare with a full-size one's: 1 for every real pack; reduced packs
+    (the tiny test pack) by their weight bytes."""
+    if not pack_bytes or pack_bytes >= REAL_PACK_BYTES:
+        return 1.0
+    return pack_bytes / REF_PACK_BYTES
+
+
+def peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None) -> int:
+    """A task's predicted peak memory: the weights it loads plus its activations. `pack_bytes`: the
+    pack's safetensors bytes as its holders report them (None: a full-size q8 pack)."""
+    scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
+    weights = sum(WEIGHTS.get(c, 0) for c in KIND_WEIGHTS.get(kind, ())) * scale
+    act = activation_scale(pack_bytes)
+    if kind in DIT_KINDS:
+        act *= DIT_BYTES_PER_TOKEN * _cells(params)
+    elif kind in ("decode_video", "decode_tile"):
+        act *= DECODE_BYTES_PER_VOXEL * _decode_voxels(params)
+    else:
+        act *= 256 * MB
+    return int(weights + act)
+
+
+def min_memory_bytes(peak: int) -> int:
+    """The smallest unified memory whose usable part holds `peak`."""
+    return math.ceil(peak / USABLE_FRACTION)
+
+
+def annotate(tasks: list[dict], pack_bytes: int | None) -> None:
+    """Write each task's reference seconds (`cost_s`) and, for worker tasks when the fleet described
+    the pack's size, its peak (`peak_bytes`) and the memory a worker needs to be leased it
+    (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`)."""
+    for t in tasks:
+        params = t["params"]
+        params["cost_s"] = round(reference_seconds(t["kind"], params), 4)
+        if pack_bytes and t.get("capability") == "mlx":
+            params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
+            params["min_memory_bytes"] = min_memory_bytes(peak)
+
+
+def worker_seconds(cost_s: float, kind: str, ratios: Mapping[str, float], chip: str | None = None) -> float:
+    """Predicted seconds of a task on one worker: its measured ratio for the kind, else the median of
+    its other kinds' ratios, else its chip's speed."""
+    if kind in ratios:
+        return cost_s * ratios[kind]
+    if ratios:
+        return cost_s * median(list(ratios.values()))
+    return cost_s / chip_speed(chip)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -1,0 +1,142 @@
+"""Where a render's tasks would run and when they would end, from the cost model. Pure.
+
+Why: `farm plan`, the ETA in `farm ls` / `farm status` / the dashboard and the submit refusal of a
+render no worker can hold all read one simulation of the farm's pull scheduling: tasks in plan order
+(the ready queues' order), each starting when its inputs are done and a worker that can hold it is
+free (the first free one takes it, as a pulling worker does), taking the cost model's seconds on that
+worker. Coordinator tasks (blend, cut) run on the coordinator, one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from coordinator import costs
+from coordinator.graph import CAPABILITY, SpecError
+
+COORDINATOR_SLOT = "coordinator"
+
+
+@dataclass
+class Slot:
+    """One worker as the simulation sees it: its memory, chip and measured ratios per kind."""
+
+    name: str
+    chip: str = ""
+    memory_bytes: int = 0
+    ratios: dict[str, float] = field(default_factory=dict)
+    free_at: float = 0.0
+    count: int = 1  # a fleet file's "count": that many Macs of this class
+
+    def seconds(self, task: Mapping) -> float:
+        """The cost model's seconds for `task` (a planned task or a task view) on this worker."""
+        cost = float(_params(task).get("cost_s") or task.get("cost_s") or 0.0)
+        return costs.worker_seconds(cost, str(task.get("kind", "")), self.ratios, self.chip)
+
+    def holds(self, task: Mapping) -> bool:
+        need = int(_params(task).get("min_memory_bytes") or task.get("min_memory_bytes") or 0)
+        return not need or not self.memory_bytes or need <= self.memory_bytes
+
+
+def _params(task: Mapping) -> Mapping:
+    params = task.get("params")
+    return params if isinstance(params, Mapping) else {}
+
+
+@dataclass
+class Placed:
+    """A task's simulated run: on which slot, from when to when (seconds from the simulation's start)."""
+
+    task: str
+    kind: str
+    slot: str
+    start: float
+    end: float
+
+
+def fleet_pack_bytes(pack: str, fleet: Iterable[Mapping]) -> int | None:
+    """The pack's weight bytes as its holders report them (`pack_bytes`), or None when none does."""
+    sizes = [int((w.get("pack_bytes") or {}).get(pack) or 0) for w in fleet]
+    return max(sizes) if any(sizes) else None
+
+
+def refuse_oversize(spec: Mapping, tasks: list[dict], holders: list[Mapping]) -> None:
+    """Refuse, with the numbers, a render with a task no worker holding its pack can hold."""
+    largest = max((int(w.get("memory_bytes") or 0) for w in holders), default=0)
+    if not largest:
+        return
+    worst = max((t for t in tasks if t.get("capability") == CAPABILITY),
+                key=lambda t: int(t["params"].get("peak_bytes") or 0), default=None)
+    if worst is None or int(worst["params"].get("min_memory_bytes") or 0) <= largest:
+        return
+    peak = int(worst["params"]["peak_bytes"])
+    raise SpecError(
+        f"{spec['width']}x{spec['height']}x{spec['frames']}: task {worst['id'].split('.', 1)[-1]} "
+        f"({worst['kind']}) needs ~{peak / 2**30:.1f} GiB at its peak; the largest worker holding "
+        f"{spec['pack']!r} can use {largest * costs.USABLE_FRACTION / 2**30:.1f} of its {largest / 2**30:.1f} GiB")
+
+
+def _pick(slots: list[Slot], task: Mapping, ready: float) -> Slot | None:
+    """The slot a pulling worker would be: free first (then faster) among those that can hold it."""
+    able = [s for s in slots if s.holds(task)]
+    return min(able, key=lambda s: (max(s.free_at, ready), s.seconds(task)), default=None)
+
+
+def simulate(tasks: list[Mapping], slots: list[Slot], done: Mapping[str, float] | None = None,
+             running: Mapping[str, tuple[str, float]] | None = None, coordinator: Slot | None = None,
+             ) -> list[Placed]:
+    """Place `tasks` (plan order, with deps) on `slots`. `done`: finished task ids (end 0); `running`:
+    task id → (slot name, seconds left), occupying that slot first. Tasks no slot holds are left out."""
+    ends: dict[str, float] = dict(done or {})
+    by_name = {s.name: s for s in slots}
+    coordinator = coordinator or Slot(COORDINATOR_SLOT)
+    out = []
+    for tid, (slot_name, left) in (running or {}).items():
+        slot = by_name.get(slot_name)
+        if slot is not None:
+            slot.free_at = max(slot.free_at, left)
+        ends[tid] = left
+    for t in tasks:
+        tid = str(t["id"])
+        if tid in ends:
+            continue
+        ready = max((ends.get(d, 0.0) for d in t.get("deps") or ()), default=0.0)
+        slot = coordinator if t.get("capability") not in (None, CAPABILITY) else _pick(slots, t, ready)
+        if slot is None:
+            continue
+        start = max(slot.free_at, ready)
+        slot.free_at = ends[tid] = start + slot.seconds(t)
+        out.append(Placed(tid, str(t.get("kind", "")), slot.name, start, ends[tid]))
+    return out
+
+
+def expand(slots: Iterable[Slot]) -> list[Slot]:
+    """A fleet file's classes as one slot per Mac (`count` of each)."""
+    return [Slot(f"{s.name}#{i + 1}" if s.count > 1 else s.name, s.chip, s.memory_bytes, dict(s.ratios))
+            for s in slots for i in range(max(1, s.count))]
+
+
+def _left(view: Mapping, slot: Slot, now_ms: int) -> float:
+    """Seconds a running task has left: from its step progress when it reports one, else predicted."""
+    ran = max(0.0, (now_ms - int(view.get("leased_ms") or now_ms)) / 1000.0)
+    progress = view.get("progress") if isinstance(view.get("progress"), Mapping) else {}
+    step, total = progress.get("step"), progress.get("total")
+    if isinstance(step, int) and isinstance(total, int) and 0 < step <= total:
+        return ran * (total - step) / step
+    return max(0.0, slot.seconds(view) - ran)
+
+
+def eta_seconds(views: list[Mapping], slots: list[Slot], now_ms: int, coordinator: Slot | None = None,
+                ) -> float | None:
+    """Seconds until a render's tasks are done on these workers (task views carrying `cost_s` and
+    `deps`), running tasks first; None when the plan has no costs (planned before the cost model)."""
+    if not slots or not any(v.get("cost_s") for v in views):
+        return None
+    by_name = {s.name: s for s in slots}
+    done = {str(v["id"]): 0.0 for v in views if v.get("display") in ("done", "cancelled")}
+    running = {str(v["id"]): (str(v["worker"]), _left(v, by_name[str(v["worker"])], now_ms)) for v in views
+               if v.get("display") in ("leased", "running") and str(v.get("worker")) in by_name}
+    rest = [v for v in views if str(v["id"]) not in done and str(v["id"]) not in running]
+    placed = simulate(rest, slots, done, running, coordinator)
+    return max([p.end for p in placed] + [left for _, left in running.values()], default=0.0)

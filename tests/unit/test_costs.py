@@ -1,0 +1,96 @@
+"""The cost model and the placement simulation (pure): calibration against the seed's Mac figures,
+per-task seconds and peaks in a plan, the submit refusal with numbers, pull scheduling and the ETA."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator import costs, placement
+from coordinator.graph import SpecError
+from coordinator.planner import normalize_spec, plan_render, validate_spec
+
+GB = 2**30
+
+
+@pytest.mark.parametrize(("tokens", "seconds"), [(1248, 7.23), (2400, 13.71), (4992, 29.25), (9600, 63.6)])
+def test_forward_matches_the_m4_pro_steps(tokens: int, seconds: float) -> None:
+    """Seed 003, M4 Pro, 2.5 q8, --distilled float32: stage-1 and stage-2 seconds per step."""
+    assert costs.dit_forward_s(tokens) == pytest.approx(seconds, rel=0.03)
+
+
+def test_m1_max_step_from_its_speed() -> None:
+    """M1 Max: 139 s per stage-2 step at 17,856 tokens (float32)."""
+    assert costs.dit_forward_s(17_856) / costs.chip_speed("Apple M1 Max") == pytest.approx(139, rel=0.03)
+    assert costs.chip_speed("x86_64") == 1.0 and costs.chip_speed("Apple M4 Pro") == 1.0
+
+
+def test_attention_term_makes_tiles_cheaper_than_their_share() -> None:
+    whole = costs.dit_forward_s(32_640)
+    assert 4 * costs.dit_forward_s(32_640 // 4) < 0.8 * whole
+
+
+def _plan(pack_bytes: int | None, **spec: object) -> list[dict]:
+    s = normalize_spec({"prompt": "fox", "height": 512, "width": 768, "frames": 97, **spec})
+    s["decode_tiles"] = "off"
+    s["pack_bytes"] = pack_bytes
+    return plan_render(s, "r")
+
+
+def test_every_task_carries_its_seconds_and_worker_tasks_their_peak() -> None:
+    tasks = _plan(26 * GB)
+    by_kind = {t["kind"]: t["params"] for t in tasks}
+    assert all(t["params"]["cost_s"] > 0 for t in tasks)
+    assert by_kind["denoise_stage2"]["cost_s"] == pytest.approx(3 * costs.dit_forward_s(13 * 16 * 24), rel=1e-3)
+    assert by_kind["denoise_stage1"]["cost_s"] == pytest.approx(8 * costs.dit_forward_s(13 * 8 * 12), rel=1e-3)
+    assert 21 * GB < by_kind["denoise_stage2"]["peak_bytes"] < 30 * GB
+    assert by_kind["denoise_stage2"]["min_memory_bytes"] > by_kind["denoise_stage2"]["peak_bytes"]
+    tiny = {t["kind"]: t["params"] for t in _plan(2_000_000)}
+    assert tiny["denoise_stage2"]["peak_bytes"] < 0.1 * GB  # a reduced pack is placed by its own size
+    assert "peak_bytes" not in {k for t in _plan(None) for k in t["params"]}  # nobody described the pack
+
+
+def test_tiles_cost_their_own_tokens() -> None:
+    tasks = _plan(26 * GB, stage2_tiles="2x2")
+    tiles = [t for t in tasks if t["kind"] == "transformer_forward"]
+    whole = costs.dit_forward_s(13 * 16 * 24)
+    assert len(tiles) == 4 * 2 and all(whole / 4 < t["params"]["cost_s"] < whole / 2 for t in tiles)
+
+
+def _fleet(memory_gb: float) -> list[dict]:
+    return [{"packs": ["tiny"], "pack_bytes": {"tiny": 26 * GB}, "memory_bytes": int(memory_gb * GB)}]
+
+
+def test_a_render_no_worker_can_hold_is_refused_with_the_numbers() -> None:
+    spec = normalize_spec({"prompt": "fox", "height": 1088, "width": 1920, "frames": 121})
+    with pytest.raises(SpecError) as refused:
+        validate_spec(spec, _fleet(32))
+    line = str(refused.value)
+    assert "GiB" in line and "stage2" in line and "24.0 of its 32.0 GiB" in line
+    validate_spec(normalize_spec({"prompt": "fox", "height": 1088, "width": 1920, "frames": 121}), _fleet(192))
+
+
+def test_pull_scheduling_gives_the_next_task_to_the_first_free_worker() -> None:
+    fast, slow = placement.Slot("fast", ratios={"t": 1.0}), placement.Slot("slow", ratios={"t": 4.0})
+    tasks = [{"id": f"x{i}", "kind": "t", "params": {"cost_s": 1.0}, "deps": [], "capability": "mlx"}
+             for i in range(5)]
+    placed = placement.simulate(tasks, [fast, slow])
+    assert [p.slot for p in placed] == ["fast", "slow", "fast", "fast", "fast"]
+    assert max(p.end for p in placed) == 4.0
+
+
+def test_memory_keeps_a_task_off_a_small_worker() -> None:
+    small = placement.Slot("small", memory_bytes=16 * GB, ratios={"t": 0.1})
+    big = placement.Slot("big", memory_bytes=64 * GB, ratios={"t": 1.0})
+    task = {"id": "x", "kind": "t", "params": {"cost_s": 1.0, "min_memory_bytes": 40 * GB}, "deps": []}
+    assert [p.slot for p in placement.simulate([task], [small, big])] == ["big"]
+    assert placement.simulate([task], [small]) == []
+
+
+def test_eta_runs_what_is_left_after_the_running_task() -> None:
+    slots = [placement.Slot("w", ratios={"a": 2.0, "b": 1.0})]
+    views = [{"id": "r.a", "kind": "a", "cost_s": 10.0, "deps": [], "display": "done"},
+             {"id": "r.b", "kind": "b", "cost_s": 10.0, "deps": ["r.a"], "display": "running", "worker": "w",
+              "leased_ms": 4_000, "progress": {"step": 1, "total": 3}},  # 6 s for a third: 12 s left
+             {"id": "r.c", "kind": "a", "cost_s": 5.0, "deps": ["r.b"], "display": "waiting"}]
+    assert placement.eta_seconds(views, slots, 10_000) == pytest.approx(12 + 10)
+    assert placement.eta_seconds([{**v, "cost_s": None} for v in views], slots, 10_000) is None
