@@ -25,6 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from coordinator.auth import abort_handler
+from coordinator.notify import Notifier
 from coordinator.reducer import ReducerThread
 from protos.endpoints import standby_details
 
@@ -153,6 +154,9 @@ def lead(server: grpc.Server) -> None:
     reducer = ReducerThread(scheduler.store, scheduler.blobs, scheduler)
     reducer.start()
     server.farm_reducer = reducer  # type: ignore[attr-defined]
+    leading = server.farm_leadership.is_serving  # type: ignore[attr-defined]
+    server.farm_notifier = Notifier(scheduler.store, leading)  # type: ignore[attr-defined]
+    server.farm_notifier.start()  # type: ignore[attr-defined]
     set_health(server.farm_health, health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
 
 
@@ -162,4 +166,7 @@ def stand_by(server: grpc.Server) -> None:
     reducer = getattr(server, "farm_reducer", None)
     if reducer is not None:
         reducer.stop()
+    notifier = getattr(server, "farm_notifier", None)
+    if notifier is not None:
+        notifier.stop()
     server.farm_scheduler.stop()  # type: ignore[attr-defined]

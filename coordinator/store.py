@@ -50,7 +50,7 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
            "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker",
-           "delete_render")
+           "delete_render", "claim_notify")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -216,6 +216,10 @@ class FarmStore:
     def delete_render(self, render_id: str) -> str:
         """Forget a finished render (hash, tasks, events): 'deleted', 'missing', or its live state."""
         return str(self._run("delete_render", render_id))
+
+    def claim_notify(self, render_id: str) -> bool:
+        """True once per finished render: the caller sends its webhook (at most once)."""
+        return bool(self._run("claim_notify", render_id))
 
     def set_priority(self, render_id: str, priority: int) -> bool:
         """Record a live render's priority (shown on the dashboard). False if finished/missing."""

@@ -172,12 +172,18 @@ def register(app: typer.Typer) -> None:
                    "--seeds", help="A batch: one render per seed (1-8, 1,3,5).")] = None,
                prompts_file: Annotated[Path | None, typer.Option(
                    "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
+               notify: Annotated[str | None, typer.Option(
+                   "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
                ) -> None:
         """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
         spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
         spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
         spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
         spec["priority"] = priority
+        if notify:
+            if not notify.startswith(("http://", "https://")):
+                fail(f"--notify {notify!r}: give an http:// or https:// URL")
+            spec["notify"] = notify
         if seeds or prompts_file:
             from farm_cli.manage import batch_specs, submit_batch
 

@@ -141,6 +141,7 @@ function tileText(t) {
   lines.push(`bytes in ${bytes(t.bytes_in)} · out ${bytes(t.bytes_out)}`);
   if (t.peak_memory_bytes) lines.push(`peak memory ${bytes(t.peak_memory_bytes)}`);
   if (t.error) lines.push(`error: ${t.error}`);
+  if (t.log && t.log.length) lines.push("— worker log —", ...t.log.slice(-12)); // `farm logs ID` has them all
   return lines.join("\n");
 }
 

@@ -91,3 +91,16 @@ def test_page_shows_people_words_and_no_null(store: FarmStore, dash, tmp_path: P
     headless(browser, f"{url}/#render={live}", f"--screenshot={shot}", "--window-size=1400,1000")
     (ROOT / "test-artifacts").mkdir(exist_ok=True)
     (ROOT / "test-artifacts" / "dashboard-1400.png").write_bytes(shot.read_bytes())
+
+
+def test_task_log_lines_reach_the_page_data(store: FarmStore, dash) -> None:
+    import json
+
+    url, _ = dash
+    rid = new_render(store)
+    task = store.lease("studio-1", ["mlx"], 60_000)
+    store.complete(task["id"], "studio-1", task["fence"], {"out": "0" * 64},
+                   {"seconds": 1.0, "log": ["12:00:01 INFO farm.worker: task started", "12:00:02 INFO done"]})
+    status, _, body = fetch(f"{url}/api/renders/{rid}")
+    view = next(t for t in json.loads(body)["tasks"] if t["id"] == task["id"])
+    assert status == 200 and view["log"][-1] == "12:00:02 INFO done" and view["label"] == "text encoding"
