@@ -34,18 +34,19 @@ from coordinator.plan_dfr import (
 from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
-from ltx_engine.generation import check_generation, stage1_sampler
+from ltx_engine.generation import LTX_25, check_generation, stage1_sampler
 from ltx_engine.sampling import DISTILLED_SIGMAS
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
 MAX_SECONDS = 20.0       # the reference's temporal positional range (seconds)
 MAX_FRAMES = 1 + 8 * 64
+DEFAULT_FRAMES = 25
 
 DEFAULTS: dict[str, Any] = {
     "prompt": "",
     "height": 256,
     "width": 384,
-    "frames": 25,
+    "frames": None,            # None: a 2.5 pack's DurationHead picks it (`--local`), else DEFAULT_FRAMES
     "frame_rate": 24.0,
     "seed": 1,
     "pack": "tiny",
@@ -59,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "exr": None,               # a folder for EXR frames (on the machine that assembles)
     "text_encoder": None,      # "pack" (its own tower), a repo id or a folder; validation records the choice
     "generation": None,        # the pack's LTX generation ("2.3" / "2.5"): resolved, never asked for
+    "predicted_seconds": None,  # what a 2.5 DurationHead predicted when it picked `frames` (`--local`)
 }
 
 
@@ -70,11 +72,11 @@ def normalize_spec(raw: dict) -> dict:
     spec = {**DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
     try:
         for key in ("height", "width", "frames", "seed"):
-            spec[key] = int(spec[key])
+            spec[key] = None if key == "frames" and spec[key] is None else int(spec[key])
         spec["frame_rate"] = float(spec["frame_rate"])
     except (TypeError, ValueError) as exc:
         raise SpecError(f"bad number in spec: {exc}") from exc
-    spec["generation"] = None  # resolved from the pack by validation (or the local runner), not taken from a request
+    spec["generation"] = spec["predicted_seconds"] = None  # resolved here or by the local runner, never asked for
     encoder = spec["text_encoder"]
     if encoder is not None and (not isinstance(encoder, str) or not encoder.strip() or len(encoder) > 1024):
         raise SpecError(f"text_encoder {str(encoder)[:80]!r} is not a repo id, a folder or 'pack'")
@@ -91,6 +93,8 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
     """Refuse what cannot render, with one line that says why. `fleet`: registered workers' capabilities."""
     if not str(spec.get("prompt", "")).strip():
         raise SpecError("prompt is empty: give one with -p/--prompt")
+    resolve_generation(spec, fleet)
+    _resolve_frames(spec)
     for key in ("height", "width"):
         value = spec[key]
         if value <= 0 or value % 64:
@@ -114,7 +118,6 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
-    resolve_generation(spec, fleet)
     resolve_text_encoder(spec, fleet)
     _check_components(spec, fleet)
     check_dfr(spec, fleet)
@@ -153,6 +156,18 @@ def resolve_generation(spec: dict, fleet: list[dict]) -> None:
                         "they hold different packs under one name")
     if seen:
         spec["generation"] = check_generation(seen.pop())
+
+
+def _resolve_frames(spec: dict) -> None:
+    """A left-out length: on a 2.5 pack its DurationHead picks it from the encoded prompt, which
+    `farm render --local` does before it plans; the farm plans a render whole at submit, so there a 2.5
+    render needs -f. Other packs take DEFAULT_FRAMES, as always."""
+    if spec["frames"] is not None:
+        return
+    if spec.get("generation") == LTX_25:
+        raise SpecError(f"pack {spec['pack']!r} is LTX-2.5: give -f/--frames (the farm plans a render whole at "
+                        "submit; `farm render --local` predicts the length with the pack's DurationHead)")
+    spec["frames"] = DEFAULT_FRAMES
 
 
 def resolve_text_encoder(spec: dict, fleet: list[dict]) -> None:

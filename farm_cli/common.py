@@ -88,7 +88,7 @@ def submitter() -> str:
     return value("user") or user_at_host()
 
 
-def render_spec(prompt: str, height: int, width: int, frames: int, frame_rate: float, seed: int, pack: str,
+def render_spec(prompt: str, height: int, width: int, frames: int | None, frame_rate: float, seed: int, pack: str,
                 image: tuple[Path, int, float] | None, no_audio: bool) -> tuple[dict, np.ndarray | None]:
     """The spec dict both `submit` and `render --local` send, plus the decoded image if any."""
     spec = {"prompt": prompt, "height": height, "width": width, "frames": frames, "frame_rate": frame_rate,

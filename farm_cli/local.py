@@ -6,6 +6,7 @@ go through the same tensor codec as the farm's blobs, so both see byte-identical
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,10 +16,11 @@ import numpy as np
 from coordinator.assembler import assemble_streaming
 from coordinator.graph import COORDINATOR
 from coordinator.plan_decode import resolve_decode_tiles
-from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.planner import normalize_spec, plan_render, text_params, validate_spec
 from coordinator.reducer import run_reduce_task
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER
+from ltx_engine.generation import LTX_25
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
 from worker.runner import Runner, device_memory_bytes
 
@@ -73,6 +75,8 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
     spec = normalize_spec(spec)
     auto_decode = str(spec.get("decode_tiles") or "auto").strip().lower() == "auto"
     spec["generation"] = runner.pack_generation(spec["pack"])  # this machine's pack is the whole fleet's
+    if spec["frames"] is None and spec["generation"] == LTX_25 and runner.pack(spec["pack"]).has("duration_head"):
+        predict_frames(spec, runner)
     validate_spec(spec, [])
     resolve_local_text_encoder(spec, runner)
     if auto_decode:  # this machine is the whole fleet: tile only if the decode would not fit its memory
@@ -94,6 +98,19 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()
     return out_path, outputs, blobs
+
+
+def predict_frames(spec: dict, runner: Runner) -> None:
+    """-f left out on a 2.5 pack: encode the prompt (the render's text task reuses it) and let the pack's
+    DurationHead pick the length, recorded in the spec with the seconds it predicted; shown on stderr
+    before stage 1 starts."""
+    resolve_local_text_encoder(spec, runner)
+    params = {"pack": spec["pack"], "prompt": spec["prompt"], **text_params(spec)}
+    contexts, _ = runner.run("text_encode", params, {})
+    out, _ = runner.run("predict_duration", {"pack": spec["pack"], "fps": spec["frame_rate"]}, contexts)
+    spec["frames"], spec["predicted_seconds"] = int(out["frames"][0]), round(float(out["seconds"][0]), 4)
+    print(f"duration head: {spec['predicted_seconds']:.2f} s predicted -> {spec['frames']} frames "
+          f"at {spec['frame_rate']:g} fps", file=sys.stderr)
 
 
 def resolve_local_text_encoder(spec: dict, runner: Runner) -> None:

@@ -16,7 +16,8 @@ app.add_typer(pack_app, name="pack")
 Prompt = Annotated[str, typer.Option("-p", "--prompt", help="What to render.")]
 Height = Annotated[int, typer.Option("-H", "--height", help="Pixels, multiple of 64.")]
 Width = Annotated[int, typer.Option("-W", "--width", help="Pixels, multiple of 64.")]
-Frames = Annotated[int, typer.Option("-f", "--frames", help="8k+1 frames.")]
+Frames = Annotated[int | None, typer.Option(
+    "-f", "--frames", help="8k+1 frames (default 25; on an LTX-2.5 pack `render --local` predicts it).")]
 FrameRate = Annotated[float, typer.Option("--frame-rate")]
 Seed = Annotated[int, typer.Option("--seed")]
 PackRef = Annotated[str, typer.Option("--pack", help="Pack name in the packs folder, a path, or a HF repo id.")]
@@ -63,7 +64,7 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
 
 @app.command()
 def render(
-    prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+    prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = None,
     frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
     output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
     stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,

@@ -51,6 +51,8 @@ PARTS: dict[str, Part] = {
                              f"{FORGE} --spatial-upscaler x2", config=True),
     "temporal_upscaler": Part((rf"temporal_upscaler_x2_v{_V}",), None, "temporal_upscaler_x2_v1_0.safetensors",
                               f"{FORGE} --temporal-upscaler x2", config=True),
+    "duration_head": Part(("duration_head",), "duration_head", "duration_head.safetensors",
+                          "hf download dgrauet/ltx-2.5-mlx-q8 duration_head.safetensors"),
     "distilled_lora": Part((rf"ltx-[\d.]+-\d+b-distilled-lora-\d+-{_V}", r"ltx-[\d.]+-\d+b-distilled-lora-\d+"),
                            "diffusion_model", "ltx-2.3-22b-distilled-lora-384.safetensors", f"{FORGE} --variant dev"),
 }
@@ -62,7 +64,7 @@ METADATA = ("config.json", "embedded_config.json", "quantize_config.json", "spli
             ".gitattributes")
 KNOWN_UNUSED = (
     r"spatial_upscaler_x1_5_v\d+_\d+",          # 1.5x spatial upscaler: no farm render uses it
-    r"text_encoder", r"duration_head",            # LTX-2.5 Gemma 4 tower and auto-duration head
+    r"text_encoder",                              # LTX-2.5 Gemma 4 tower
     r"vae_decoder_av",                            # LTX-2.5 diffusion video decoder
     r".*lora.*",                                  # LoRA files beside the pack (task LoRAs)
 )
@@ -81,6 +83,7 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "decode_video": ("vae_decoder",),
     "decode_tile": ("vae_decoder",),
     "decode_audio": ("audio_vae", "vocoder"),
+    "predict_duration": ("duration_head",),
 }
 
 # Render kinds a user pulls a pack for (`farm pack pull --kinds`): the components their graphs load.

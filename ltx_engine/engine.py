@@ -8,6 +8,7 @@
     forward           one transformer forward on a token set (what a stage-2 tile runs)
     upsample_temporal latent → latent with 2(N-1)+1 pixel frames (a DFR round's first task)
     dfr_tile          one DFR temporal tile: anchors + new slots, Euler-ancestral → window + slot latents
+    predict_duration  LTX-2.5: text contexts → the clip length the prompt implies (DurationHead)
     decode_video      latent (or a latent slice) → pixels in [0, 1], (F, H, W, 3)
     decode_video_tile one decode tile of a latent → raw decoder pixels (1, 3, f, h, w), blended later
     decode_audio      audio latent → waveform (channels, samples) and its sample rate
@@ -137,6 +138,14 @@ class Engine:
         forward = dfr.model_forward(model, tile.contexts)
         final = dfr.run_tile_loop(state, tile.plan, tile.tile.noise_seed, forward, progress)
         return dfr.tile_outputs(final, state)
+
+    def predict_duration(self, pack: Pack, contexts: dict[str, np.ndarray], fps: float) -> tuple[float, int]:
+        """LTX-2.5's DurationHead on the prompt's connector outputs: (seconds, clip frames 8k + 1)."""
+        from ltx_engine.models.duration_head import frames_for
+
+        head = self.model(pack, "duration_head")
+        seconds = float(np.array(head(mx.array(contexts["video_context"]), mx.array(contexts["audio_context"])))[0])
+        return seconds, frames_for(seconds, fps)
 
     def decode_video(self, pack: Pack, latent: np.ndarray) -> np.ndarray:
         pixels = self.model(pack, "vae_decoder")(mx.array(latent))

@@ -42,6 +42,7 @@ MODELS: dict[str, str] = {
     "vocoder": "vocoder:Vocoder",
     "spatial_upscaler": "upsampler:LatentUpsampler",
     "temporal_upscaler": "upsampler:LatentUpsampler",
+    "duration_head": "duration_head:DurationHead",
 }
 COMPONENTS = tuple(MODELS)
 DISTILLED_LORA_STRENGTH = 1.0  # the distilled LoRA at full strength turns the dev DiT into the distilled one

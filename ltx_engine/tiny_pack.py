@@ -29,6 +29,7 @@ VARIANTS = ("2.3", "2.5")
 # What an LTX-2.5 transformer config changes against 2.3 (the reference configurator's keys): no video
 # FF biases and the learned keyframe marker that generated keyframe slots (DFR) need.
 LTX25_TRANSFORMER = {"ff_bias": False, "audio_ff_bias": True, "use_keyframes_abs_pos_embedding": True}
+TINY_DURATION_HEAD = {"pooler_hidden_dim": 32, "num_queries": 1, "num_pooler_heads": 4, "mlp_hidden": 32}
 
 
 def tiny_embedded_config(variant: str = "2.3") -> dict:
@@ -41,6 +42,7 @@ def tiny_embedded_config(variant: str = "2.3") -> dict:
     cfg: dict = {"transformer": transformer.tiny_config(), "vae": video_vae.tiny_config()}
     if variant == "2.5":
         cfg["transformer"].update(LTX25_TRANSFORMER)
+        cfg["duration_head"] = dict(TINY_DURATION_HEAD)
     cfg.update(audio_vae.tiny_config())
     cfg.update(vocoder.tiny_config())
     gemma = tiny_gemma_config()
@@ -123,7 +125,8 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     folder.mkdir(parents=True)
     cfg = tiny_embedded_config(variant)
     up_cfgs = {"spatial_upscaler": upsampler.tiny_spatial_config(), "temporal_upscaler": upsampler.tiny_temporal_config()}
-    for index, component in enumerate(TINY_COMPONENTS):
+    components = TINY_COMPONENTS + (("duration_head",) if variant == "2.5" else ())
+    for index, component in enumerate(components):
         model, to_pack = _build(component, cfg, up_cfgs.get(component))
         model.update(tree_unflatten(list(_seeded_like(dict(tree_flatten(model.parameters())), seed * 100 + index).items())))
         if component == "transformer" and bits:
@@ -140,7 +143,7 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
         {"model_type": f"ltx-{variant}", "model_version": version, "variant": "tiny", "seed": seed}, indent=2))
     (folder / "split_model.json").write_text(json.dumps(
         {"source": "farm pack tiny", "model_version": version, "variant": "distilled",
-         "components": list(TINY_COMPONENTS)}, indent=2))
+         "components": list(components)}, indent=2))
     if bits:
         (folder / "quantize_config.json").write_text(json.dumps(
             {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))

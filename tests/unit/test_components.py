@@ -28,7 +28,8 @@ def test_newest_version_and_known_extras():
     assert layout.found["spatial_upscaler"].prefix == "spatial_upscaler_x2_v1_1"
     assert layout.found["transformer_dev"].prefix == "transformer"
     assert layout.unknown == ["notes.bin"]
-    assert "duration_head.safetensors" in layout.unused and "README.md" in layout.unused
+    assert "vae_decoder_av.safetensors" in layout.unused and "README.md" in layout.unused
+    assert layout.found["duration_head"].files == ("duration_head.safetensors",)  # LTX-2.5's length head
 
 
 def test_shards_and_legacy_names():

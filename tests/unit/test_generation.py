@@ -51,6 +51,7 @@ def packs(tmp_path_factory):
     for name in ("config.json", "split_model.json"):  # a pack that records no version: read from its DiT
         path = folder / "bare25" / name
         path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "model_version"}))
+    (folder / "bare25" / "duration_head.safetensors").unlink()  # and no length head
     cfg = folder / "bare25" / "embedded_config.json"
     embedded = json.loads(cfg.read_text())
     embedded["transformer"].pop("use_keyframes_abs_pos_embedding")
@@ -73,7 +74,7 @@ def _fleet(generations: list[str]) -> list[dict]:
 
 
 def test_the_planner_records_the_generation_once_and_picks_stage_1s_sampler():
-    spec = normalize_spec({"prompt": "a fox", "pack": "p", "generation": "2.5"})
+    spec = normalize_spec({"prompt": "a fox", "pack": "p", "frames": 25, "generation": "2.5"})
     assert spec["generation"] is None  # resolved, never taken from a request
     validate_spec(spec, _fleet(["2.5", "2.5"]))
     assert spec["generation"] == "2.5"
@@ -87,7 +88,7 @@ def test_the_planner_records_the_generation_once_and_picks_stage_1s_sampler():
     assert unknown["generation"] is None
     assert "sampler" not in next(t for t in plan_render(unknown, "r") if t["kind"] == "denoise_stage1")["params"]
     with pytest.raises(SpecError, match="workers disagree on the LTX generation of pack 'p'"):
-        validate_spec(normalize_spec({"prompt": "a fox", "pack": "p"}), _fleet(["2.3", "2.5"]))
+        validate_spec(normalize_spec({"prompt": "a fox", "pack": "p", "frames": 25}), _fleet(["2.3", "2.5"]))
 
 
 @pytest.mark.timeout(300)
@@ -127,3 +128,38 @@ def test_a_25_pack_serves_its_vae_from_the_conv_files(packs):
     assert "vae_encoder_conv.safetensors" in pull_files(names, ["vae_encoder"])
     both = resolve_files(["vae_decoder.safetensors", "vae_decoder_conv.safetensors"])
     assert both.found["vae_decoder"].stem == "vae_decoder"  # 2.3's name wins where a pack has both
+
+
+def test_a_left_out_length_is_refused_on_the_farm_for_25_and_defaults_for_23():
+    spec = normalize_spec({"prompt": "a fox", "pack": "p"})
+    assert spec["frames"] is None
+    with pytest.raises(SpecError, match="pack 'p' is LTX-2.5: give -f/--frames .*farm render --local"):
+        validate_spec(spec, _fleet(["2.5"]))
+    old = normalize_spec({"prompt": "a fox", "pack": "p"})
+    validate_spec(old, _fleet(["2.3"]))
+    assert old["frames"] == 25
+
+
+@pytest.mark.timeout(300)
+def test_a_25_render_without_frames_takes_the_duration_heads_length(packs, tmp_path):
+    """`farm render --local` without -f on the tiny 2.5 pack: the head's seconds become an 8k+1 length in
+    the clamp, recorded in the render's metadata, and the clip has that many frames."""
+    import av
+
+    from farm_cli.local import render_local
+    from ltx_engine.models.duration_head import frames_for
+    from worker.runner import Runner
+
+    runner = Runner(packs)
+    spec = {"prompt": "a fox", "height": 64, "width": 64, "pack": "tiny25", "frame_rate": 24.0, "decode_tiles": "off"}
+    out, outputs, _ = render_local(dict(spec), tmp_path / "auto.mp4", runner)
+    meta = json.loads(out.with_suffix(".json").read_text())
+    frames, seconds = meta["spec"]["frames"], meta["spec"]["predicted_seconds"]
+    assert frames == frames_for(seconds, 24.0) and 25 <= frames <= 481 and (frames - 1) % 8 == 0
+    text, _ = runner.run("text_encode", {"pack": "tiny25", "prompt": "a fox"}, {})
+    again, _ = runner.run("predict_duration", {"pack": "tiny25", "fps": 24.0}, text)
+    assert int(again["frames"][0]) == frames and round(float(again["seconds"][0]), 4) == seconds
+    with av.open(str(out)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == frames
+    with pytest.raises(SpecError, match="LTX-2.5: give -f"):
+        render_local({**spec, "pack": "bare25"}, tmp_path / "no-head.mp4", runner)  # no duration_head file
