@@ -418,6 +418,8 @@ def worker_view(worker: dict, now_ms: int) -> dict:
         "current_task": worker.get("current_task") or "",
         "packs": {p: (info.get("pack_components") or {}).get(p) for p in info.get("packs") or []},
         "text_encoders": info.get("text_encoders") if isinstance(info.get("text_encoders"), dict) else {},
+        "pack_bytes": info.get("pack_bytes") if isinstance(info.get("pack_bytes"), dict) else {},
+        "pack_generation": info.get("pack_generation") if isinstance(info.get("pack_generation"), dict) else {},
         "pack_sync": worker.get("pack_sync") if isinstance(worker.get("pack_sync"), dict) else {},
         "tasks_done": done,
         "failures": int(worker.get("failures") or 0),
@@ -429,8 +431,13 @@ def worker_view(worker: dict, now_ms: int) -> dict:
 
 
 def list_workers(store: Any) -> list[dict]:
+    """Worker rows with the cost model's measured ratios per kind (`cost_ratios`, what `farm plan` reads)."""
+    from coordinator.fleet import cost_ratios
+
     now = redis_now_ms(store)
-    return [worker_view(w, now) for w in store.list_workers()]
+    workers = store.list_workers()
+    ratios, _fleet = cost_ratios(store, [str(w["id"]) for w in workers])
+    return [{**worker_view(w, now), "cost_ratios": ratios[str(w["id"])]} for w in workers]
 
 
 def farm_snapshot(store: Any, render_limit: int = 100) -> dict:

@@ -110,7 +110,7 @@ def render(
 
 
 def main() -> None:
-    from farm_cli import bench, config, doctor, manage, packs, remote, services
+    from farm_cli import bench, config, doctor, manage, packs, plan, remote, services
 
     remote.register(app)
     services.register(app)
@@ -119,6 +119,7 @@ def main() -> None:
     packs.register(pack_app)
     config.register(app)
     manage.register(app)
+    plan.register(app)
     try:  # DATA/config.toml and FARM_* settings become the commands' defaults
         defaults = config.default_map(typer.main.get_command(app))
     except typer.Exit as exc:  # a broken config file: its one line is printed

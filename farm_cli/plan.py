@@ -1,0 +1,105 @@
+"""`farm plan`: what a render would do and cost on the live fleet or a described one, before queuing.
+
+Why: a person sizing a render (or a Mac purchase) sees the stage graph, tiles, which Mac takes what,
+the predicted seconds per stage and the peak per task from the farm's own planner and cost model.
+"""
+
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from farm_cli import common
+from farm_cli.common import fail
+
+FleetFile = Annotated[Path | None, typer.Option(
+    "--fleet", help="A described fleet (JSON/TOML: workers with name, chip, memory_gb, count) instead of the live one.")]
+
+
+def _fleet(fleet_file: Path | None, pack: str, coordinator: str, token: str | None) -> tuple[list, list]:
+    from coordinator.forecast import described_fleet, live_fleet, read_fleet
+
+    if fleet_file is not None:
+        return described_fleet(read_fleet(fleet_file), pack)
+    from farm_cli.client import FarmError
+    from farm_cli.remote import client
+
+    try:
+        with client(coordinator, token) as farm:
+            return live_fleet(farm.workers())
+    except FarmError as exc:
+        fail(f"{exc} (or plan for a described fleet with --fleet FILE)", code=1)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n else "-"
+
+
+def print_plan(plan: dict) -> None:
+    """The plan in rows people read: one line per stage, then the total."""
+    spec = plan["spec"]
+    typer.echo(f"{spec['width']}x{spec['height']}x{spec['frames']} on {len(plan['workers'])} worker(s): "
+               f"stage-2 tiles {plan['tiles']['stage2'] or 'none'}, decode tiles {plan['tiles']['decode']}")
+    typer.echo(f"{'stage':<10} {'tasks':<34} {'start':>8} {'end':>8}  {'peak/task':>10}  workers")
+    for row in plan["stages"]:
+        kinds = ", ".join(f"{n} {k}" for k, n in row["kinds"].items())
+        workers = ", ".join(f"{w}×{n}" for w, n in row["workers"].items())
+        typer.echo(f"{row['label']:<10} {kinds:<34} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
+                   f"{_gib(row['peak_bytes']):>10}  {workers}")
+    typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/costs.py; "
+               "a worker's measured speeds where it has run tasks, else its chip's)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `farm plan` to the app, with submit's own option definitions."""
+    from farm_cli.main import (
+        Coordinator,
+        DecodeTiles,
+        FrameRate,
+        Frames,
+        Height,
+        Image,
+        Json,
+        NoAudio,
+        PackRef,
+        Prompt,
+        Seed,
+        Stage2Sigmas,
+        Stage2Tiles,
+        TemporalUpscalings,
+        TextEncoder,
+        TileOverlap,
+        Token,
+        Width,
+    )
+
+    @app.command()
+    def plan(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+             frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
+             no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5,
+             stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = 0,
+             decode_tiles: DecodeTiles = "auto", text_encoder: TextEncoder = None, fleet: FleetFile = None,
+             coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
+             as_json: Json = False) -> None:
+        """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
+        from coordinator.forecast import forecast
+        from coordinator.graph import SpecError
+
+        spec, _pixels = common.render_spec(prompt or "plan", height, width, frames, frame_rate, seed, pack, None,
+                                           no_audio)
+        if image is not None:
+            spec["image"] = {"blob": "plan", "frame": int(image[1]), "strength": float(image[2])}
+        spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles,
+                                     None)
+        spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
+        try:
+            caps, slots = _fleet(fleet, pack, coordinator, token)
+            result = forecast(spec, caps, slots)
+        except SpecError as exc:
+            fail(str(exc))
+        if as_json:
+            typer.echo(json.dumps(result, indent=2, default=str))
+        else:
+            print_plan(result)
