@@ -4,8 +4,10 @@ A dev-only pack (only `transformer-dev.safetensors`) renders the distilled graph
 LoRA that mlx-forge bundles beside it (`ltx-2.3-22b-distilled-lora-384[-1.1].safetensors`, synced
 as-is from Lightricks). Its keys keep the reference names, `diffusion_model.<module>.lora_A.weight`
 (rank, in) and `.lora_B.weight` (out, rank); the transformer's own `sanitize` (the renames mlx-forge
-applies: `to_out.0` -> `to_out`, `ff.net.*` -> `ff.proj_*`, `linear_1` -> `linear1`) names the target. Only bf16/float weights are fused; a quantized target is
-refused, because dequantize-fuse-requantize loses most of a small LoRA's update.
+applies: `to_out.0` -> `to_out`, `ff.net.*` -> `ff.proj_*`, `linear_1` -> `linear1`) names the target. bf16/float weights are fused in place; a quantized target is
+dequantized, updated in float32 and requantized at the pack's own bits and group size (read from the
+packed shapes), as the MLX port fuses LoRAs into q8 / q4 packs; the requantization costs part of a small
+LoRA's update (the error is of the order of one quantization step per group).
 """
 
 from __future__ import annotations
@@ -57,12 +59,38 @@ def fuse_lora(weights: dict[str, mx.array], lora: dict[str, mx.array], strength:
         if target not in weights:
             raise PackError(f"{lora_file}: key {key!r} targets {target!r}, which {file} does not have")
         base = target.removesuffix(".weight")
-        if f"{base}.scales" in weights:
-            raise PackError(f"{file}: tensor {target!r} is quantized; fusing {lora_file} needs bf16 dev weights")
-        w = weights[target]
+        quantized = f"{base}.scales" in weights
+        w = _dequantized(weights, base, a.shape[-1]) if quantized else weights[target].astype(mx.float32)
         if a.ndim != 2 or b.ndim != 2 or b.shape[1] != a.shape[0] or (b.shape[0], a.shape[1]) != tuple(w.shape):
             raise PackError(f"{lora_file}: key {key!r} has factors {tuple(b.shape)} @ {tuple(a.shape)}, "
                             f"target {target!r} is {tuple(w.shape)}")
-        delta = strength * (b.astype(mx.float32) @ a.astype(mx.float32))
-        out[target] = (w.astype(mx.float32) + delta).astype(w.dtype)
+        fused = w + strength * (b.astype(mx.float32) @ a.astype(mx.float32))
+        if quantized:
+            out.update(_requantized(fused, weights, base))
+        else:
+            out[target] = fused.astype(weights[target].dtype)
     return out
+
+
+def quantization_of(packed: mx.array, scales: mx.array, in_features: int) -> tuple[int, int]:
+    """(bits, group size) of an MLX-quantized Linear from its shapes: (O, I*bits/32) uint32, (O, I/group)."""
+    bits, group = packed.shape[-1] * 32 // in_features, in_features // scales.shape[-1]
+    if bits not in (2, 3, 4, 5, 6, 8) or group * scales.shape[-1] != in_features:
+        raise PackError(f"weight {tuple(packed.shape)} with scales {tuple(scales.shape)} is not an MLX quantization "
+                        f"of {in_features} inputs")
+    return bits, group
+
+
+def _dequantized(weights: dict[str, mx.array], base: str, in_features: int) -> mx.array:
+    packed, scales, biases = weights[f"{base}.weight"], weights[f"{base}.scales"], weights[f"{base}.biases"]
+    bits, group = quantization_of(packed, scales, in_features)
+    return mx.dequantize(packed, scales, biases, group_size=group, bits=bits).astype(mx.float32)
+
+
+def _requantized(fused: mx.array, weights: dict[str, mx.array], base: str) -> dict[str, mx.array]:
+    """The fused float32 weight quantized back at the target's own bits and group size."""
+    scales = weights[f"{base}.scales"]
+    bits, group = quantization_of(weights[f"{base}.weight"], scales, fused.shape[-1])
+    packed, new_scales, biases = mx.quantize(fused, group_size=group, bits=bits)
+    return {f"{base}.weight": packed, f"{base}.scales": new_scales.astype(scales.dtype),
+            f"{base}.biases": biases.astype(weights[f"{base}.biases"].dtype)}

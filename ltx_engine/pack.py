@@ -195,10 +195,7 @@ class Pack:
         if not self._usable("distilled_lora"):
             return (f"{self.root / dev.files[0]} is a dev DiT and the pack has no distilled LoRA "
                     f"({PARTS['distilled_lora'].example}) to fuse into it")
-        if any(k.endswith(".scales") for name in dev.files for k in read_header(self.root / name)[0]):
-            return (f"{self.root / dev.files[0]}: the dev DiT is quantized; fusing "
-                    f"{self.layout.found['distilled_lora'].files[0]} needs bf16 dev weights")
-        return None
+        return None  # a quantized dev DiT fuses too: dequantize, add, requantize (`ltx_engine.lora`)
 
     @cached_property
     def _fused_dev(self) -> bool:

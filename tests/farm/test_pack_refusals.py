@@ -23,8 +23,6 @@ REFUSED = [
     ("published", [], "no live worker holds the text encoder 'mlx-community/gemma-3-12b-it-4bit' that pack "
                       "'published' needs: fetch it with `farm pack pull mlx-community/gemma-3-12b-it-4bit`"),
     ("published", ["--text-encoder", "pack"], "pack 'published' has no text_encoder (text_encoder/)"),
-    ("devq8", [], "transformer-dev.safetensors: the dev DiT is quantized; fusing "
-                  "ltx-2.3-22b-distilled-lora-384.safetensors needs bf16 dev weights"),
     ("truncated", [], "vae_decoder.safetensors: tensor 'vae_decoder."),
     ("noencoder", ["--image", "IMAGE", "0", "1.0"], "pack 'noencoder' has no vae_encoder (vae_encoder.safetensors)"),
 ]
@@ -37,7 +35,6 @@ def packs(tmp_path, tiny_packs):
     shutil.copytree(tiny_packs / "tiny", folder / "tiny")
     write_tiny_pack(folder / "minimal", layout="minimal")
     write_tiny_pack(folder / "published", layout="published-2.3")
-    write_tiny_pack(folder / "devq8", layout="dev-only", bits=8)
     shutil.copytree(tiny_packs / "tiny", folder / "noencoder")
     (folder / "noencoder" / "vae_encoder.safetensors").unlink()
     shutil.copytree(tiny_packs / "tiny", folder / "truncated")
