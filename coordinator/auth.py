@@ -1,8 +1,9 @@
-"""Shared-secret auth for the farm's gRPC services.
+"""The coordinator's side of the join token: the token file and the check on every call.
 
-The coordinator creates one token on first start (data_dir/token, mode 0600); clients and workers
-send it as `authorization: Bearer <token>` on every call. Health checks stay open so launchd /
-load balancers can probe without the secret.
+The coordinator creates its CA (coordinator/tls.py) and a secret on first start; DATA/token (mode
+0600) holds the join token, CA fingerprint + secret (protos/auth.py). Clients send the secret as
+`authorization: Bearer <secret>` over TLS on every call. Health checks stay open so launchd / load
+balancers can probe without the secret.
 """
 
 from __future__ import annotations
@@ -15,21 +16,19 @@ from pathlib import Path
 
 import grpc
 
+from coordinator.tls import load_or_create_tls
+from protos.auth import (  # noqa: F401 - re-exported: older imports of coordinator.auth keep working
+    CHANNEL_OPTIONS,
+    MAX_MESSAGE_BYTES,
+    TOKEN_PREFIX,
+    JoinToken,
+    auth_metadata,
+    read_token,
+)
+
 TOKEN_FILE = "token"
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
 
-# ~1 MiB blob chunks plus message framing; nothing on this wire needs more.
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 0),
-    # Reconnect within ~2 s of a coordinator coming back (gRPC's default backoff grows to 120 s).
-    ("grpc.initial_reconnect_backoff_ms", 500),
-    ("grpc.min_reconnect_backoff_ms", 500),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
-]
 # Let clients' 30 s keepalive pings through during quiet long polls / watches (the server default
 # of 5 minutes would answer them with GOAWAY "too_many_pings").
 SERVER_OPTIONS = [
@@ -42,31 +41,36 @@ SERVER_OPTIONS = [
 
 
 def load_or_create_token(data_dir: Path) -> str:
-    """Read data_dir/token, creating it atomically with mode 0600 on first start."""
+    """The farm's join token (CA fingerprint + secret), kept in data_dir/token (mode 0600): the CA
+    (DATA/tls) and the secret are created on first start; a bare secret from before TLS is kept and
+    rewritten as a join token."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    fingerprint = load_or_create_tls(data_dir).fingerprint
     path = data_dir / TOKEN_FILE
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        token = path.read_text().strip()
-        if not token:
+        text = path.read_text().strip()
+        if not text:
             raise ValueError(f"{path} is empty; delete it to create a new token") from None
-        return token
-    token = secrets.token_hex(32)  # hex: never starts with "-", so `--token VALUE` always parses
+        token = JoinToken(fingerprint, JoinToken.parse(text).secret)
+        if str(token) != text:
+            write_token(path, token)
+        return str(token)
+    token = JoinToken(fingerprint, secrets.token_hex(32))  # hex: a token never starts with "-"
     with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
+        f.write(f"{token}\n")
+    return str(token)
 
 
-def read_token(path: Path) -> str:
-    """A token file copied from the coordinator (for workers / clients on other Macs)."""
-    return Path(path).read_text().strip()
-
-
-def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
-    """Call metadata carrying the bearer token."""
-    return (("authorization", f"Bearer {token}"),)
+def write_token(path: Path, token: JoinToken) -> None:
+    """Replace a token file atomically, mode 0600 (a reader sees the old or the new token, whole)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{token}\n")
+    os.replace(tmp, path)
 
 
 def _abort_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -89,13 +93,19 @@ def abort_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, details
     return grpc.unary_unary_rpc_method_handler(deny)
 
 
+def _bearer_secret(value: bytes) -> bytes:
+    """`Bearer <secret>` as sent; a whole join token as bearer is reduced to its secret."""
+    prefix = b"Bearer "
+    if value.startswith(prefix + TOKEN_PREFIX.encode() + b"."):
+        return prefix + value[len(prefix):].split(b".", 2)[-1]
+    return value
+
+
 class TokenInterceptor(grpc.ServerInterceptor):
     """Checks the bearer token (constant-time) on every RPC except health."""
 
     def __init__(self, token: str) -> None:
-        if not token:
-            raise ValueError("empty farm token")
-        self._expected = f"Bearer {token}".encode()
+        self._expected = f"Bearer {JoinToken.parse(token).secret}".encode()
 
     def intercept_service(
         self,
@@ -108,7 +118,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
         presented = b""
         for key, value in handler_call_details.invocation_metadata or ():
             if key == "authorization":
-                presented = value.encode() if isinstance(value, str) else bytes(value)
+                presented = _bearer_secret(value.encode() if isinstance(value, str) else bytes(value))
                 break
         handler = continuation(handler_call_details)
         if hmac.compare_digest(presented, self._expected):

@@ -16,8 +16,9 @@ from typing import Any
 
 import grpc
 
-from coordinator.auth import CHANNEL_OPTIONS, auth_metadata
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import NOT_THIS_FARM, TokenError, auth_metadata, farm_channel
+from protos.blobwire import BlobStub, WireError, receive_into_buffer
 from protos.endpoints import Endpoints, leader_hint
 from protos.tensors import CHUNK_BYTES
 
@@ -50,6 +51,8 @@ def translate(exc: grpc.RpcError, address: str) -> FarmError:
     """Map a gRPC error to the CLI's exceptions with a one-line message."""
     code = exc.code() if hasattr(exc, "code") else None
     details = _one_line(exc.details() if hasattr(exc, "details") else str(exc))
+    if NOT_THIS_FARM in details:  # the pinned CA refused the server: say so, not "unreachable"
+        return FarmError(details, code)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         why = "timed out" if code == grpc.StatusCode.DEADLINE_EXCEEDED else "unavailable"
         return CoordinatorUnreachable(f"coordinator at {address} is unreachable ({why})", code)
@@ -92,7 +95,11 @@ class FarmClient:
     def __init__(self, address: str, token: str, timeout: float = 10.0) -> None:
         self.endpoints = Endpoints(address)
         self.timeout = timeout
-        self._metadata = auth_metadata(token)
+        try:
+            self._metadata = auth_metadata(token)
+        except TokenError as exc:
+            raise FarmError(str(exc)) from None
+        self._token = token
         self._channels: dict[str, grpc.Channel] = {}
         self._probe = len(self.endpoints.addresses) > 1  # find the leader before the first call
 
@@ -107,8 +114,14 @@ class FarmClient:
             self._find_leader()
         address = self.address
         if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = self._open(address)
         return self._channels[address]
+
+    def _open(self, address: str) -> grpc.Channel:
+        try:
+            return farm_channel(address, self._token)
+        except TokenError as exc:
+            raise FarmError(str(exc)) from None
 
     @property
     def _client(self) -> farm_pb2_grpc.FarmClientStub:
@@ -125,7 +138,7 @@ class FarmClient:
         start = self.endpoints.addresses.index(self.address)
         order = self.endpoints.addresses[start:] + self.endpoints.addresses[:start]
         for address in order:
-            channel = self._channels.setdefault(address, grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+            channel = self._channels.get(address) or self._channels.setdefault(address, self._open(address))
             request = health_pb2.HealthCheckRequest(service="ltxfarm.v1.FarmClient")
             try:
                 reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=min(self.timeout, 3.0))
@@ -207,13 +220,20 @@ class FarmClient:
             tmp.unlink(missing_ok=True)
         return path
 
-    def put_blob(self, data: bytes, timeout: float = TRANSFER_TIMEOUT_S) -> str:
-        sha = hashlib.sha256(data).hexdigest()
-        reply = self._call(self._blobs.PutBlob, blob_chunks(data, sha), timeout=timeout)
-        return reply.sha256
+    def put_blob(self, data: bytes | bytearray | memoryview, timeout: float = TRANSFER_TIMEOUT_S) -> str:
+        """Streamed as views, hashed on the way (protos.blobwire); the sha256 both ends agree on."""
+        try:
+            return self._call(lambda _, **kw: BlobStub(self._channel).put(data, **kw), None, timeout=timeout)
+        except WireError as exc:
+            raise BlobCorrupt(str(exc)) from None
 
     def get_blob(self, sha: str, timeout: float = TRANSFER_TIMEOUT_S) -> bytes:
-        return receive_blob(self._stream(self._blobs.GetBlob, farm_pb2.BlobRequest(sha256=sha), timeout), sha)
+        """The blob, verified as it streams in."""
+        chunks = self._stream(lambda _, **kw: BlobStub(self._channel).get(sha, **kw), None, timeout)
+        try:
+            return bytes(receive_into_buffer(chunks, sha))
+        except WireError as exc:
+            raise BlobCorrupt(str(exc)) from None
 
     def packs(self) -> list[dict]:
         """The packs the coordinator serves to workers: name, files, bytes."""

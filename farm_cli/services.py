@@ -31,10 +31,11 @@ def ensure_tiny_pack(data: Path) -> Path:
     return folder
 
 
-def worker_command(address: str, token: str, packs_dir: Path, worker_id: str, cache_dir: Path,
+def worker_command(address: str, token_file: Path, packs_dir: Path, worker_id: str, cache_dir: Path,
                    wait_ms: int = 2000) -> list[str]:
-    """How a local worker process is started (farm up, demo, and the tests' farms)."""
-    return [sys.executable, "-m", "worker.agent", "--coordinator", address, f"--token={token}",
+    """How a local worker process is started (farm up, demo, and the tests' farms). The token goes by
+    its file (mode 0600), never on the command line, where `ps` would show it to every local user."""
+    return [sys.executable, "-m", "worker.agent", "--coordinator", address, "--token-file", str(token_file),
             "--packs-dir", str(packs_dir), "--worker-id", worker_id, "--cache-dir", str(cache_dir),
             "--wait-ms", str(wait_ms)]
 
@@ -71,7 +72,7 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
             with open(log_path, "ab") as log:  # the child keeps its own descriptor
                 return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
-        commands = [(f"worker-{i + 1}", worker_command(address, token, data / "packs", f"worker-{i + 1}",
+        commands = [(f"worker-{i + 1}", worker_command(address, data / "token", data / "packs", f"worker-{i + 1}",
                                                        data / f"cache-{i + 1}"), log_dir / f"worker-{i + 1}.log")
                     for i in range(workers)]
         supervisor = Supervisor(commands, spawn)  # restarts a worker that dies, with backoff
@@ -176,6 +177,8 @@ def register(app: typer.Typer) -> None:
             "--pack-max-mbps", help="Cap copying packs from the coordinator at this many MB/s.")] = None,
         drain: Annotated[bool, typer.Option(
             "--drain", help="Ask the running worker with this id to finish its task, take no more and exit.")] = False,
+        throttle: Annotated[float, typer.Option(
+            "--throttle", help="Run each task FACTOR times as long as its compute (>= 1): share this Mac.")] = 1.0,
     ) -> None:
         """Run this Mac's worker: lease tasks from the coordinator and run them until Ctrl-C."""
         from worker.agent import run_worker, worker_token
@@ -190,7 +193,7 @@ def register(app: typer.Typer) -> None:
 
         log_file = None if drain else log_path(common.data_dir(), "worker")  # named by `farm doctor`
         raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
-                                    pack_max_mbps, drain, log_file=log_file))
+                                    pack_max_mbps, drain, log_file=log_file, throttle=throttle))
 
     @app.command()
     def up(workers: int = typer.Option(2, "--workers"), port: Port = common.DEFAULT_PORT, data: DataDir = None,

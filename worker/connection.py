@@ -3,7 +3,8 @@
 A farm may run a standby coordinator next to the leader (`--coordinator a:1,b:2`). A call that finds
 no serving coordinator at the current address (UNAVAILABLE, or a deadline) moves the agent on: to the
 leader a standby named, else to the next address. Channels reconnect with a capped backoff
-(coordinator.auth.CHANNEL_OPTIONS), so a coordinator back after an outage is found within seconds.
+(protos.auth.CHANNEL_OPTIONS), so a coordinator back after an outage is found within seconds. Every
+channel is TLS, its CA pinned by the join token's fingerprint.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import threading
 
 import grpc
 
-from coordinator.auth import CHANNEL_OPTIONS
 from protos import farm_pb2_grpc
+from protos.auth import farm_channel
 from protos.endpoints import Endpoints
 
 log = logging.getLogger("farm.worker")
@@ -27,8 +28,9 @@ MOVE_ON = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 class Coordinators:
     """Channels and stubs per coordinator address; `follow` after a failed call."""
 
-    def __init__(self, addresses: str) -> None:
+    def __init__(self, addresses: str, token: str) -> None:
         self.endpoints = Endpoints(addresses)
+        self._token = token  # its CA fingerprint pins every coordinator's certificate
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, tuple[farm_pb2_grpc.FarmWorkerStub, farm_pb2_grpc.FarmBlobsStub]] = {}
         self._lock = threading.Lock()
@@ -41,7 +43,7 @@ class Coordinators:
         address = address or self.address
         with self._lock:
             if address not in self._channels:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = farm_channel(address, self._token)
                 self._channels[address] = channel
                 self._stubs[address] = (farm_pb2_grpc.FarmWorkerStub(channel), farm_pb2_grpc.FarmBlobsStub(channel))
             return self._channels[address]

@@ -21,10 +21,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_worker(address: str, token: str, packs: Path, name: str, data: Path) -> subprocess.Popen:
-    cmd = worker_command(address, token, packs, name, data / f"cache-{name}", wait_ms=500)
+    cmd = worker_command(address, token_file(data, name, token), packs, name, data / f"cache-{name}", wait_ms=500)
     log = open(data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+
+def join_token(data: Path, secret: str) -> str:
+    """The join token of the farm whose data folder is `data`, with `secret` (serve(token=secret))."""
+    from coordinator.tls import load_or_create_tls
+    from protos.auth import JoinToken
+
+    return str(JoinToken(load_or_create_tls(data).fingerprint, secret))
+
+
+def token_file(data: Path, name: str, token: str) -> Path:
+    """A 0600 file holding `token` for a worker process (workers take tokens from files, not argv)."""
+    path = data / f"{name}.token"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    return path
 
 
 @contextlib.contextmanager

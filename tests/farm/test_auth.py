@@ -1,4 +1,5 @@
-"""The shared-secret token: created once with mode 0600, required on every RPC except health."""
+"""The join token: created once with mode 0600, required on every RPC except health; every channel is
+TLS, its CA pinned by the token's fingerprint before the secret is sent."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from coordinator.auth import auth_metadata, load_or_create_token
 from coordinator.server import serve, stop
 from farm_cli.client import FarmClient, FarmError
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import JoinToken, farm_channel
 
 
 @pytest.fixture
@@ -28,8 +30,10 @@ def test_token_created_once_with_private_mode(tmp_path: Path) -> None:
     token = load_or_create_token(tmp_path / "data")
     path = tmp_path / "data" / "token"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert len(token) >= 32
+    assert len(JoinToken.parse(token).secret) >= 32 and len(JoinToken.parse(token).fingerprint) == 64
     assert load_or_create_token(tmp_path / "data") == token
+    for key in ("ca.key", "server.key"):
+        assert stat.S_IMODE((tmp_path / "data" / "tls" / key).stat().st_mode) == 0o600
 
 
 def _calls(channel: grpc.Channel, metadata) -> dict[str, object]:
@@ -48,8 +52,8 @@ def _calls(channel: grpc.Channel, metadata) -> dict[str, object]:
 
 @pytest.mark.parametrize("metadata", [None, auth_metadata("wrong-token"), (("authorization", "wrong"),)])
 def test_missing_or_wrong_token_is_unauthenticated(coordinator, metadata) -> None:
-    address, _ = coordinator
-    with grpc.insecure_channel(address) as channel:
+    address, token = coordinator
+    with farm_channel(address, token) as channel:
         for name, call in _calls(channel, metadata).items():
             with pytest.raises(grpc.RpcError) as info:
                 call()
@@ -57,8 +61,8 @@ def test_missing_or_wrong_token_is_unauthenticated(coordinator, metadata) -> Non
 
 
 def test_unknown_method_without_token_is_unauthenticated(coordinator) -> None:
-    address, _ = coordinator
-    with grpc.insecure_channel(address) as channel:
+    address, token = coordinator
+    with farm_channel(address, token) as channel:
         call = channel.unary_unary("/ltxfarm.v1.FarmClient/NoSuchMethod")
         with pytest.raises(grpc.RpcError) as info:
             call(b"", timeout=5)
@@ -66,8 +70,8 @@ def test_unknown_method_without_token_is_unauthenticated(coordinator) -> None:
 
 
 def test_health_works_without_token(coordinator) -> None:
-    address, _ = coordinator
-    with grpc.insecure_channel(address) as channel:
+    address, token = coordinator
+    with farm_channel(address, token) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         for service in ("", "ltxfarm.v1.FarmWorker"):
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)

@@ -17,16 +17,18 @@ from coordinator.blobstore import BlobError, BlobMismatch, BlobStore
 from coordinator.server import serve, stop
 from farm_cli.client import BlobCorrupt, FarmClient, FarmError, blob_chunks, receive_blob
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import farm_channel
 from protos.tensors import CHUNK_BYTES, encode_tensor
+from tests.farm.farm_harness import join_token
 from worker.blobcache import BlobCache
 
 TOKEN = "test-token-blobs"
 
 
 @pytest.fixture
-def coordinator(store, tmp_data: Path) -> Iterator[str]:
+def coordinator(store, tmp_data: Path) -> Iterator[tuple[str, str]]:
     server, port = serve(store, tmp_data, token=TOKEN)
-    yield f"127.0.0.1:{port}"
+    yield f"127.0.0.1:{port}", join_token(tmp_data, TOKEN)
     stop(server, grace=0)
 
 
@@ -34,16 +36,17 @@ def _stored_files(data_dir: Path) -> list[Path]:
     return [p for p in (data_dir / "blobs").rglob("*") if p.is_file()]
 
 
-def test_five_mib_blob_round_trips_in_chunks(coordinator: str, store, tmp_data: Path) -> None:
+def test_five_mib_blob_round_trips_in_chunks(coordinator: tuple[str, str], store, tmp_data: Path) -> None:
+    coordinator, token = coordinator
     data = os.urandom(5 * CHUNK_BYTES + 12345)
     sha = hashlib.sha256(data).hexdigest()
-    with FarmClient(coordinator, TOKEN, timeout=30) as client:
+    with FarmClient(coordinator, token, timeout=30) as client:
         assert client.put_blob(data) == sha
         assert client.get_blob(sha) == data
     path = tmp_data / "blobs" / sha[:2] / sha[2:]
     assert path.read_bytes() == data
     assert store.get_blob_ref(sha)["size"] == len(data)
-    with grpc.insecure_channel(coordinator) as channel:
+    with farm_channel(coordinator, token) as channel:
         chunks = list(
             farm_pb2_grpc.FarmBlobsStub(channel).GetBlob(
                 farm_pb2.BlobRequest(sha256=sha), timeout=30, metadata=auth_metadata(TOKEN)
@@ -54,10 +57,11 @@ def test_five_mib_blob_round_trips_in_chunks(coordinator: str, store, tmp_data: 
     assert chunks[0].sha256 == sha
 
 
-def test_wrong_sha256_is_refused_and_nothing_kept(coordinator: str, store, tmp_data: Path) -> None:
+def test_wrong_sha256_is_refused_and_nothing_kept(coordinator: tuple[str, str], store, tmp_data: Path) -> None:
+    coordinator, token = coordinator
     data = os.urandom(2 * CHUNK_BYTES + 7)
     lie = hashlib.sha256(b"something else").hexdigest()
-    with grpc.insecure_channel(coordinator) as channel:
+    with farm_channel(coordinator, token) as channel:
         stub = farm_pb2_grpc.FarmBlobsStub(channel)
         with pytest.raises(grpc.RpcError) as info:
             stub.PutBlob(blob_chunks(data, lie), timeout=30, metadata=auth_metadata(TOKEN))
@@ -67,8 +71,9 @@ def test_wrong_sha256_is_refused_and_nothing_kept(coordinator: str, store, tmp_d
     assert store.get_blob_ref(hashlib.sha256(data).hexdigest()) is None
 
 
-def test_bad_names_and_missing_blobs(coordinator: str) -> None:
-    with grpc.insecure_channel(coordinator) as channel:
+def test_bad_names_and_missing_blobs(coordinator: tuple[str, str]) -> None:
+    coordinator, token = coordinator
+    with farm_channel(coordinator, token) as channel:
         stub = farm_pb2_grpc.FarmBlobsStub(channel)
         with pytest.raises(grpc.RpcError) as info:
             stub.PutBlob(
@@ -77,7 +82,7 @@ def test_bad_names_and_missing_blobs(coordinator: str) -> None:
                 metadata=auth_metadata(TOKEN),
             )
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    with FarmClient(coordinator, TOKEN, timeout=5) as client, pytest.raises(FarmError) as missing:
+    with FarmClient(coordinator, token, timeout=5) as client, pytest.raises(FarmError) as missing:
         client.get_blob("ab" * 32)
     assert missing.value.code == grpc.StatusCode.NOT_FOUND
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.server import serve, stop
-from tests.farm.farm_harness import ROOT
+from tests.farm.farm_harness import ROOT, join_token
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 TOKEN = "t" * 24
+JOIN: dict[str, str] = {}
 SPEC = ["-p", "a heron at dusk", "-H", "256", "-W", "384", "-f", "25"]
 
 
@@ -24,13 +25,15 @@ SPEC = ["-p", "a heron at dusk", "-H", "256", "-W", "384", "-f", "25"]
 def coordinator(store, tmp_data, tiny_packs):
     (tmp_data / "packs").symlink_to(tiny_packs)
     server, port = serve(store, tmp_data, token=TOKEN)
+    JOIN[f"127.0.0.1:{port}"] = join_token(tmp_data, TOKEN)  # TLS: clients pin this farm's CA
     try:
         yield f"127.0.0.1:{port}"
     finally:
         stop(server)
 
 
-def farm(address: str, *args: str, token: str = TOKEN, data: Path | None = None) -> subprocess.CompletedProcess:
+def farm(address: str, *args: str, token: str = "", data: Path | None = None) -> subprocess.CompletedProcess:
+    token = token or JOIN[address]
     env = {"PATH": "/usr/bin:/bin", "FARM_DATA": str(data or ROOT / "nonexistent-farm-data"), "HOME": "/nonexistent"}
     extra = ["--coordinator", address] + (["--token", token] if token else [])
     return subprocess.run([*CLI, *args, *extra], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)

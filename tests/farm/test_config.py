@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.server import serve, stop
-from tests.farm.farm_harness import ROOT
+from tests.farm.farm_harness import ROOT, join_token
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 
@@ -62,7 +62,7 @@ def test_commands_take_coordinator_token_file_and_pack_from_the_file(store, tmp_
     server, port = serve(store, tmp_data, token="s" * 24)
     laptop = tmp_path / "laptop"
     laptop.mkdir()
-    (laptop / "farm-token").write_text("s" * 24 + "\n")
+    (laptop / "farm-token").write_text(join_token(tmp_data, "s" * 24) + "\n")
     (laptop / "config.toml").write_text(f'coordinator = "127.0.0.1:{port}"\ntoken_file = "{laptop / "farm-token"}"\n'
                                         'pack = "studio-pack"\nuser = "ana@laptop"\n')
     try:

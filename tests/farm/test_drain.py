@@ -68,14 +68,15 @@ def test_drain_from_the_cli_names_the_worker_or_says_it_is_unknown(store, tmp_da
     import sys
 
     from coordinator.server import serve, stop
-    from tests.farm.farm_harness import ROOT
+    from tests.farm.farm_harness import ROOT, join_token
 
     cli = [sys.executable, "-c", "from farm_cli.main import main; main()"]
     server, port = serve(store, tmp_data, token="t" * 16)
+    token = join_token(tmp_data, "t" * 16)
     try:
         store.register_worker("mac-1", {})
         address = f"127.0.0.1:{port}"
-        run = lambda *args: subprocess.run([*cli, *args, "--coordinator", address, "--token", "t" * 16],  # noqa: E731
+        run = lambda *args: subprocess.run([*cli, *args, "--coordinator", address, "--token", token],  # noqa: E731
                                            capture_output=True, text=True, cwd=ROOT, timeout=30)
         drained = run("drain", "mac-1")
         assert drained.returncode == 0 and "mac-1 draining" in drained.stdout, drained.stderr

@@ -25,6 +25,7 @@ from farm_cli.common import advanced_spec, render_spec
 from farm_cli.local import render_local
 from farm_cli.remote import latents_from_outputs
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import farm_channel
 from protos.endpoints import leader_hint
 from protos.tensors import decode_tensor
 from tests.farm.farm_harness import ROOT, assert_identical, start_worker
@@ -210,7 +211,7 @@ def test_a_paused_leader_wakes_up_as_a_standby_and_its_writes_are_refused(store,
         assert store.leader()["address"] == second and store.leader()["epoch"] != old_epoch
         os.kill(procs[0].pid, signal.SIGCONT)
         time.sleep(2)  # its next claims find the new holder
-        with grpc.insecure_channel(first) as channel, pytest.raises(grpc.RpcError) as refused:
+        with farm_channel(first, token) as channel, pytest.raises(grpc.RpcError) as refused:
             farm_pb2_grpc.FarmClientStub(channel).ListRenders(
                 farm_pb2.ListRendersRequest(), timeout=5, metadata=(("authorization", f"Bearer {token}"),))
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE

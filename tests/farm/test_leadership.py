@@ -10,7 +10,9 @@ import pytest
 
 from coordinator.store import FarmStore, NotLeader
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import farm_channel
 from protos.endpoints import Endpoints, leader_hint, parse_addresses, standby_details
+from tests.farm.farm_harness import join_token
 
 TASK = {"id": "r1.a", "kind": "k", "capability": "mlx"}
 
@@ -78,7 +80,8 @@ def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(
     lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=1000)
     standby, standby_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=1000)
     meta = (("authorization", f"Bearer {token}"),)
-    channel = grpc.insecure_channel(f"127.0.0.1:{standby_port}")
+    token = join_token(tmp_data, token)
+    channel = farm_channel(f"127.0.0.1:{standby_port}", token)
     stub = farm_pb2_grpc.FarmClientStub(channel)
     try:
         assert lead.farm_leadership.leading and not standby.farm_leadership.leading

@@ -120,6 +120,7 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
     from coordinator.dashboard import start_dashboard, stop_dashboard
     from coordinator.server import serve, stop
     from ltx_engine.tiny_pack import write_tiny_pack
+    from tests.farm.farm_harness import join_token
 
     packs = tmp_data / "packs"
     write_tiny_pack(packs / "tiny", seed=0)
@@ -131,20 +132,21 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
     status, message = doctor.check_pack("tiny", packs)
     assert status == "fail" and "vocoder" in message
     server, port = serve(store, tmp_data, "127.0.0.1", 0, "right-token")
+    right = join_token(tmp_data, "right-token")  # the farm's CA pinned, its secret
     dash, dport = start_dashboard(store, port=0)
     try:
-        assert doctor.check_coordinator(f"127.0.0.1:{port}", "right-token")[0] == "ok"
-        status, message = doctor.check_coordinator(f"127.0.0.1:{port}", "wrong")
+        assert doctor.check_coordinator(f"127.0.0.1:{port}", right)[0] == "ok"
+        status, message = doctor.check_coordinator(f"127.0.0.1:{port}", right[:-1])
         assert status == "fail" and "refused the farm token" in message
         status, message = doctor.check_clock(f"http://127.0.0.1:{dport}")
         assert status == "ok" and "clock skew" in message
         assert doctor.check_clock("http://127.0.0.1:9")[0] == "skip"
         empty = tmp_data / "new-mac-packs"  # a worker that has no pack yet: the coordinator holds it
-        status, message = doctor.check_pack("tiny", empty, doctor.farm_packs(f"127.0.0.1:{port}", "right-token"))
+        status, message = doctor.check_pack("tiny", empty, doctor.farm_packs(f"127.0.0.1:{port}", right))
         assert status == "ok" and "the coordinator holds it" in message
-        status, message = doctor.check_pack("nope", empty, doctor.farm_packs(f"127.0.0.1:{port}", "right-token"))
+        status, message = doctor.check_pack("nope", empty, doctor.farm_packs(f"127.0.0.1:{port}", right))
         assert status == "fail" and "nor on the coordinator" in message
-        status, message = doctor.check_pack("tiny", empty, doctor.farm_packs(f"127.0.0.1:{port}", "wrong"))
+        status, message = doctor.check_pack("tiny", empty, doctor.farm_packs(f"127.0.0.1:{port}", right[:-1]))
         assert status == "fail" and "coordinator not asked" in message
         app = typer.Typer()
         app.command()(lambda: None)  # a second command keeps `doctor` a named subcommand
@@ -156,7 +158,7 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
                 "--coordinator",
                 f"127.0.0.1:{port}",
                 "--token",
-                "right-token",
+                right,
                 "--data",
                 str(tmp_data),
                 "--dashboard",

@@ -18,6 +18,7 @@ import pytest
 
 from coordinator.packs import STAGING, PackShelf
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import farm_channel
 from tests.farm.hub_server import serve_repo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +124,7 @@ def test_shelf_serves_only_files_of_its_packs(store, tmp_data: Path, tiny_packs:
     assert shelf.files("tiny") == first  # from the cache (size and mtime unchanged)
     token = load_or_create_token(tmp_data)
     server, port = serve(store, tmp_data, "127.0.0.1", 0, token, packs_dir=tiny_packs)
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    channel = farm_channel(f"127.0.0.1:{port}", token)
     stub, meta = farm_pb2_grpc.FarmPacksStub(channel), auth_metadata(token)
     try:
         names = [p.name for p in stub.ListPacks(farm_pb2.ListPacksRequest(), metadata=meta, timeout=10).packs]

@@ -32,12 +32,14 @@ SPEC = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate
 def start_worker(address: str, token: str, packs: Path, name: str, data: Path, *extra: str,
                  max_file_bytes: int | None = None) -> subprocess.Popen:
     from farm_cli.services import worker_command
+    from tests.farm.farm_harness import token_file
 
     def full_disk() -> None:  # for real: a write past the limit fails with EFBIG
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
 
-    cmd = [*worker_command(address, token, packs, name, data / f"cache-{name}", wait_ms=500), *extra]
+    cmd = [*worker_command(address, token_file(data, name, token), packs, name, data / f"cache-{name}", wait_ms=500),
+           *extra]
     log = open(data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             cwd=ROOT, preexec_fn=full_disk if max_file_bytes else None)

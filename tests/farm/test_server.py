@@ -18,21 +18,23 @@ from coordinator.redis_server import free_port
 from coordinator.server import serve, stop
 from farm_cli.client import CoordinatorUnreachable, FarmClient, FarmError
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import farm_channel
 from protos.tensors import encode_tensor
+from tests.farm.farm_harness import join_token
 
 TOKEN = "test-token-server"
 CAP = "test-cap"
 
 
 @pytest.fixture
-def farm(store, tmp_data: Path) -> Iterator[tuple[str, object]]:
+def farm(store, tmp_data: Path) -> Iterator[tuple[str, object, str]]:
     server, port = serve(store, tmp_data, token=TOKEN, lease_ms=1500, expiry_interval_s=0.1)
-    yield f"127.0.0.1:{port}", store
+    yield f"127.0.0.1:{port}", store, join_token(tmp_data, TOKEN)
     stop(server, grace=0)
 
 
-def _worker_stub(address: str) -> tuple[grpc.Channel, farm_pb2_grpc.FarmWorkerStub]:
-    channel = grpc.insecure_channel(address)
+def _worker_stub(address: str, token: str) -> tuple[grpc.Channel, farm_pb2_grpc.FarmWorkerStub]:
+    channel = farm_channel(address, token)
     return channel, farm_pb2_grpc.FarmWorkerStub(channel)
 
 
@@ -52,9 +54,9 @@ def _task(task_id: str, kind: str, expect: dict, **extra) -> dict:
 
 
 def test_stale_fence_is_refused_over_grpc(farm) -> None:
-    address, store = farm
+    address, store, token = farm
     store.create_render("r1", {"frame_rate": 24}, [_task("r1.a", "x", {}), _task("r1.b", "x", {})])
-    channel, stub = _worker_stub(address)
+    channel, stub = _worker_stub(address, token)
     md = auth_metadata(TOKEN)
     with channel:
         first = _lease(stub, "w-old")
@@ -80,12 +82,12 @@ def test_stale_fence_is_refused_over_grpc(farm) -> None:
 
 
 def test_result_with_wrong_dtype_or_shape_is_refused_and_requeued(farm) -> None:
-    address, store = farm
+    address, store, token = farm
     expect = {"out": {"dtype": "float32", "shape": [2, -1]}}
     store.create_render("r2", {"frame_rate": 24}, [_task("r2.a", "x", expect), _task("r2.b", "x", {})])
     md = auth_metadata(TOKEN)
-    channel, stub = _worker_stub(address)
-    with channel, FarmClient(address, TOKEN, timeout=10) as client:
+    channel, stub = _worker_stub(address, token)
+    with channel, FarmClient(address, token, timeout=10) as client:
         bad_results = [
             ({"out": client.put_blob(encode_tensor(np.zeros((2, 3), np.float64)))}, "dtype float64"),
             ({"out": client.put_blob(encode_tensor(np.zeros((3, 3), np.float32)))}, "shape [3, 3]"),
@@ -111,11 +113,11 @@ def test_result_with_wrong_dtype_or_shape_is_refused_and_requeued(farm) -> None:
 
 
 def test_good_result_commits(farm) -> None:
-    address, store = farm
+    address, store, token = farm
     expect = {"out": {"dtype": "float32", "shape": [2, -1]}, "ctx": {"dtype": "float32", "shape": []}}
     store.create_render("r3", {}, [_task("r3.a", "x", expect), _task("r3.b", "x", {})])
-    channel, stub = _worker_stub(address)
-    with channel, FarmClient(address, TOKEN, timeout=10) as client:
+    channel, stub = _worker_stub(address, token)
+    with channel, FarmClient(address, token, timeout=10) as client:
         sha = client.put_blob(encode_tensor(np.ones((2, 5), np.float32)))
         ctx = client.put_blob(encode_tensor(np.ones((1, 7, 3), np.float32)))  # [] = dtype only
         lease = _lease(stub, "w1")
@@ -126,10 +128,10 @@ def test_good_result_commits(farm) -> None:
     assert store.get_task("r3.a")["outputs"] == {"out": sha, "ctx": ctx}
 
 
-def test_unreachable_coordinator_is_one_line() -> None:
+def test_unreachable_coordinator_is_one_line(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"
     start = time.monotonic()
-    with FarmClient(address, TOKEN, timeout=1.0) as client, pytest.raises(CoordinatorUnreachable) as info:
+    with FarmClient(address, join_token(tmp_path, TOKEN), timeout=1.0) as client, pytest.raises(CoordinatorUnreachable) as info:
         client.list()
     assert time.monotonic() - start < 10
     message = str(info.value)
@@ -138,8 +140,8 @@ def test_unreachable_coordinator_is_one_line() -> None:
 
 def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) -> None:
     pytest.importorskip("coordinator.planner")
-    address, store = farm
-    with FarmClient(address, TOKEN, timeout=10) as client:
+    address, store, token = farm
+    with FarmClient(address, token, timeout=10) as client:
         with pytest.raises(FarmError) as info:
             client.submit({"prompt": "a cat", "no_such_field": 1})
         assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in str(info.value)

@@ -54,6 +54,9 @@ def test_farm_up_restarts_a_killed_worker_and_says_why(store, redis_url, tmp_dat
         registered = lambda: {w["id"]: w["registered_ms"] for w in store.list_workers()}  # noqa: E731
         first = wait_until(lambda: registered().get("worker-1"), 90, "worker-1 registered")
         [child] = wait_until(lambda: worker_children(up.pid), 10, "one worker process")
+        secret = (tmp_data / "token").read_text().strip().rsplit(".", 1)[-1]  # the join token's secret part
+        shown = subprocess.run(["ps", "-o", "args=", "-p", f"{up.pid},{child}"], capture_output=True, text=True).stdout
+        assert "worker.agent" in shown and secret not in shown, shown  # `ps` shows no token
         os.kill(child, signal.SIGKILL)
         wait_until(lambda: registered().get("worker-1", 0) > first, 90, "worker-1 registered again")
         [again] = worker_children(up.pid)

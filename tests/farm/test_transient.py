@@ -14,6 +14,7 @@ from coordinator.redis_server import EmbeddedRedis, connect, free_port
 from coordinator.server import serve, stop
 from coordinator.store import FarmStore
 from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import farm_channel
 
 
 def _put(blobs, data: bytes, md) -> str:
@@ -28,7 +29,7 @@ def test_rpcs_during_a_redis_outage_answer_unavailable_and_log_once(tmp_path, ca
     store = FarmStore(connect(redis.url))
     token = load_or_create_token(tmp_path / "data")
     server, port = serve(store, tmp_path / "data", "127.0.0.1", 0, token, expiry_interval_s=0.2)
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    channel = farm_channel(f"127.0.0.1:{port}", token)
     md = auth_metadata(token)
     blobs, worker = farm_pb2_grpc.FarmBlobsStub(channel), farm_pb2_grpc.FarmWorkerStub(channel)
     try:
