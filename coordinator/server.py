@@ -35,7 +35,6 @@ from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from coordinator.store import is_transient
 from coordinator.tls import load_or_create_tls
 from protos import farm_pb2, farm_pb2_grpc
-from protos.blobwire import Chunk, WireError, add_blob_service
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
@@ -94,7 +93,6 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
             "failed_on",
             "lost",
             "stuck_ms",
-            "deps",  # the ETA's simulation (farm watch) follows the graph
         )
         record["tasks"] = [{k: t.get(k) for k in keep if k in t} for t in tasks]
     return farm_pb2.RenderInfo(
@@ -360,31 +358,43 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         return farm_pb2.StatusReply(status=STATUS[status])
 
 
-class FarmBlobsServicer:
-    """Content-addressed blob upload/download, verified on arrival; served with protos.blobwire's codec
-    (chunks as views, hashed while they stream)."""
+class FarmBlobsServicer(farm_pb2_grpc.FarmBlobsServicer):
+    """Content-addressed blob upload/download, verified on arrival."""
 
     def __init__(self, blobs: BlobStore) -> None:
         self.blobs = blobs
 
-    def PutBlob(self, chunks: Iterator[Chunk], context) -> tuple[str, int]:
+    def PutBlob(self, request_iterator, context):
+        first = next(request_iterator, None)
+        if first is None or not first.sha256:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first chunk must carry the sha256")
+
+        def chunks() -> Iterator[bytes]:
+            yield first.data
+            for chunk in request_iterator:
+                yield chunk.data
+
         try:
-            return self.blobs.put_chunks(chunks)
+            sha, size = self.blobs.put_stream(first.sha256, chunks())
         except BlobMismatch as exc:
             context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
         except BlobTooLarge as exc:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        except (BlobError, WireError) as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-
-    def GetBlob(self, sha: str, context) -> Iterator[Chunk]:
-        try:
-            chunks = self.blobs.wire_chunks(sha)
-        except BlobNotFound:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no blob {sha}")
         except BlobError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        yield from chunks
+        return farm_pb2.PutReply(sha256=sha, size=size)
+
+    def GetBlob(self, request, context) -> Iterator[farm_pb2.BlobChunk]:
+        try:
+            chunks = self.blobs.iter_chunks(request.sha256)
+            first = next(chunks, b"")
+        except BlobNotFound:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no blob {request.sha256}")
+        except BlobError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        yield farm_pb2.BlobChunk(sha256=request.sha256, data=first)
+        for data in chunks:
+            yield farm_pb2.BlobChunk(data=data)
 
 
 def serve(
@@ -421,8 +431,7 @@ def serve(
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
     presence = Presence(store, scheduler.wake, leadership.is_serving)
     farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler, presence), server)
-    blob_servicer = FarmBlobsServicer(blobs)
-    add_blob_service(server, blob_servicer.PutBlob, blob_servicer.GetBlob)
+    farm_pb2_grpc.add_FarmBlobsServicer_to_server(FarmBlobsServicer(blobs), server)
     set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = _bind(server, data_dir, host, port)

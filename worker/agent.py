@@ -10,6 +10,7 @@ backs off and re-registers; SIGTERM/SIGINT stop it cleanly (a running task is ha
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -17,18 +18,17 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
 
-from protos.auth import auth_metadata, read_token
 from coordinator.retry import GaveUp, retry
 from protos import farm_pb2, farm_pb2_grpc
-from protos.blobwire import BlobStub, WireError, receive_into_buffer
-from protos.tensors import MAGIC, decode_tensor, encode_tensor
+from protos.auth import auth_metadata, read_token
+from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, encode_tensor
 from worker.blobcache import BlobCache
 from worker.connection import Coordinators, default_worker_id, request_drain
 from worker.packsync import PackSync
@@ -65,11 +65,11 @@ def lease_capabilities(caps: dict) -> list[str]:
     return list(DEFAULT_CAPABILITIES)
 
 
-def load_runner(packs_dir: Path | None, throttle: float = 1.0) -> Any:
+def load_runner(packs_dir: Path | None) -> Any:
     """The real worker.runner.Runner over packs_dir (imported late: it loads MLX)."""
     from worker.runner import Runner
 
-    return Runner(packs_dir, throttle=throttle)
+    return Runner(packs_dir)
 
 
 class _Heartbeat(threading.Thread):
@@ -353,31 +353,33 @@ class Agent:
 
     # ------------------------------------------------------------------ blobs
 
-    def fetch_blob(self, sha: str) -> bytes | bytearray:
-        """From the local cache, else streamed from the coordinator: hashed and written to the cache
-        as it arrives, kept only when it verifies."""
+    def fetch_blob(self, sha: str) -> bytes:
+        """From the local cache, else streamed from the coordinator and verified."""
         data = self.cache.get(sha)
         if data is not None:
             return data
 
         used = [""]  # the address the last attempt went to
 
-        def get() -> bytearray:
+        def get() -> bytes:
             used[0] = self.address
-            stub = BlobStub(self.coordinators.channel(used[0]))
-            with self.cache.writer(sha) as keep:
-                return receive_into_buffer(stub.get(sha, TRANSFER_TIMEOUT_S, self.metadata), sha, keep)
+            stream = self.blobs.GetBlob(
+                farm_pb2.BlobRequest(sha256=sha), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata
+            )
+            return b"".join(chunk.data for chunk in stream)
 
         def away(exc: BaseException) -> bool:
             return isinstance(exc, grpc.RpcError) and self.coordinators.follow(exc, used[0])
 
         # A coordinator that dies mid-fetch: fetch again from the leader (a standby taking over, or the
         # same one restarted) while the heartbeat keeps the lease, instead of dropping the task.
+        data = retry(get, f"fetch of blob {sha[:12]}", transient=away, log=log, stop=self.stopping,
+                     give_up_s=RESULT_RETRY_S, max_delay_s=RECONNECT_MAX_S)
         try:
-            return retry(get, f"fetch of blob {sha[:12]}", transient=away, log=log, stop=self.stopping,
-                         give_up_s=RESULT_RETRY_S, max_delay_s=RECONNECT_MAX_S)
-        except WireError as exc:
-            raise OSError(str(exc)) from None
+            self.cache.put(sha, data)  # verifies the sha256 (once) before keeping the bytes
+        except ValueError:
+            raise OSError(f"blob {sha[:12]} arrived corrupt") from None
+        return data
 
     def fetch_input(self, sha: str) -> np.ndarray:
         data = self.fetch_blob(sha)
@@ -403,9 +405,17 @@ class Agent:
                 raise TransferError(f"upload failed: {exc}") from exc
         return shas
 
-    def put_blob(self, data: bytes | bytearray | memoryview) -> str:
-        """Streamed as views of data, hashed on the way; the coordinator verifies before keeping it."""
-        return BlobStub(self.coordinators.channel(self.address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)
+    def put_blob(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+
+        def chunks() -> Iterator[farm_pb2.BlobChunk]:
+            view = memoryview(data)
+            yield farm_pb2.BlobChunk(sha256=sha, data=bytes(view[:CHUNK_BYTES]))
+            for i in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+                yield farm_pb2.BlobChunk(data=bytes(view[i : i + CHUNK_BYTES]))
+
+        reply = self.blobs.PutBlob(chunks(), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata)
+        return reply.sha256
 
 
 def worker_token(token: str | None, token_file: Path | None) -> str:
@@ -422,8 +432,7 @@ def worker_token(token: str | None, token_file: Path | None) -> str:
 
 def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, worker_id: str | None = None,
                cache_dir: Path | None = None, wait_ms: int = 10_000, max_tasks: int | None = None,
-               pack_max_mbps: float | None = None, drain: bool = False, log_file: Path | None = None,
-               throttle: float = 1.0) -> int:
+               pack_max_mbps: float | None = None, drain: bool = False, log_file: Path | None = None) -> int:
     """Run this Mac's worker until stopped (or, with drain, ask the running one to finish and exit): what
     `farm worker` and `python -m worker.agent` both call. Logs go to stderr and log_file when given."""
     from coordinator.logsetup import setup_logging
@@ -431,7 +440,7 @@ def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, work
     setup_logging(log_file)
     if drain:
         return request_drain(coordinator, token, worker_id or default_worker_id())
-    agent = Agent(coordinator, token, load_runner(packs_dir, throttle), worker_id=worker_id, cache_dir=cache_dir,
+    agent = Agent(coordinator, token, load_runner(packs_dir), worker_id=worker_id, cache_dir=cache_dir,
                   wait_ms=wait_ms, pack_max_bytes_per_s=pack_max_mbps * 1e6 if pack_max_mbps else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
@@ -452,16 +461,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tasks", type=int, default=None)
     parser.add_argument("--pack-max-mbps", type=float, default=None,
                         help="cap copying packs from the coordinator at this many MB/s (default: no cap)")
-    parser.add_argument("--throttle", type=float, default=1.0,
-                        help="run each task FACTOR times as long as its compute (>= 1): share this Mac with people")
     parser.add_argument("--drain", action="store_true",
                         help="ask the running worker with this id to finish its task, take no more and exit")
     args = parser.parse_args(argv)
     if not args.coordinator:
         parser.error("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
     return run_worker(args.coordinator, worker_token(args.token, args.token_file), args.packs_dir, args.worker_id,
-                      args.cache_dir, args.wait_ms, args.max_tasks, args.pack_max_mbps, args.drain,
-                      throttle=args.throttle)
+                      args.cache_dir, args.wait_ms, args.max_tasks, args.pack_max_mbps, args.drain)
 
 
 if __name__ == "__main__":
