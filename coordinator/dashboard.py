@@ -145,6 +145,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
             (rf"/api/renders/{_ID}/cancel", "cancel"),
             (rf"/api/renders/{_ID}/priority", "priority"),
             (rf"/api/tasks/{_ID}/requeue", "requeue"),
+            (rf"/api/workers/{_ID}/drain", "drain"),
             (rf"/api/renders/{_ID}/requeue", "render_requeue"),
         )
     )
@@ -432,6 +433,11 @@ class DashboardHandler(BaseHTTPRequestHandler):
     def post_cancel(self, render_id: str) -> None:
         if self._guard():
             self._json({"render": render_id, "cancelled": bool(self.server.store.cancel_render(render_id))})
+
+    def post_drain(self, worker_id: str) -> None:
+        """The workers table's drain button: the worker finishes its task, takes no other, and exits."""
+        if self._guard():
+            self._json({"worker": worker_id, "draining": bool(self.server.store.drain_worker(worker_id))})
 
     def post_priority(self, render_id: str) -> None:
         """Needs FarmStore.set_priority (one Lua script); answers 501 until the store has it."""

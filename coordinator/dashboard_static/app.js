@@ -190,7 +190,10 @@ function drawWorkers() {
     h("td", { title: w.current_task }, (w.current_task || "–").replace(/^r\d{8}-[^.]*\./, "")),
     h("td", {}, w.tasks_done), h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"),
     h("td", {}, w.failures), h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) : "–"),
-    h("td", { class: "packs" }, packsCell(w)))));
+    h("td", { class: "packs" }, packsCell(w)),
+    h("td", {}, S.session && S.session.logged_in && ["idle", "busy"].includes(w.state)
+      ? h("button", { class: "drain", onclick: () => confirm(`Drain ${w.id}? It finishes its task, then exits.`)
+        && post(`/api/workers/${encodeURIComponent(w.id)}/drain`) }, "drain") : ""))));
 }
 function drawStats() {
   const m = S.summary; if (!m) return;
