@@ -92,6 +92,14 @@ def matches(render: dict, state: str | None, by: str | None, since_s: float | No
             and (not group or spec.get("group") == group))
 
 
+def asked_for(spec: dict) -> dict:
+    """The fields a submit may carry, out of a recorded spec (which also holds what validation derived,
+    e.g. the fleet's pack sizes): what `farm retry` sends again."""
+    from coordinator.planner import DEFAULTS
+
+    return {k: v for k, v in spec.items() if k in DEFAULTS or k in ("priority", "group", "notify")}
+
+
 def group_renders(farm, group: str, limit: int = 500) -> list[dict]:
     """The renders of one batch (newest first), from the coordinator's list."""
     return [r for r in farm.list(limit) if (r.get("spec") or {}).get("group") == group]
@@ -157,7 +165,7 @@ def register(app: typer.Typer) -> None:
             if render.get("state") not in ("failed", "cancelled"):
                 fail(f"render {render_id} is {render.get('state')}: only failed or cancelled renders are retried",
                      code=1)
-            return farm.submit({**render["spec"], "submitter": common.submitter()})
+            return farm.submit({**asked_for(render["spec"]), "submitter": common.submitter()})
 
         typer.echo(call(coordinator, token, again))
 
