@@ -57,7 +57,7 @@ async function post(path, body) {
 // ---------------------------------------------------------------- renders list
 function drawRenders() {
   const q = S.filter.toLowerCase();
-  const rows = S.renders.filter((r) => !q || [r.id, r.state, r.current_stage_label, r.prompt, r.submitter]
+  const rows = S.renders.filter((r) => !q || [r.id, r.state, r.current_stage_label, r.prompt, r.submitter, r.spec.group]
     .join(" ").toLowerCase().includes(q));
   $("renders").tBodies[0].replaceChildren(...rows.map((r) => h("tr", {
     class: r.id === S.selected ? "selected" : "", title: r.prompt,
@@ -80,7 +80,8 @@ function drawRender() {
     r.spec.width ? `  ${r.spec.width}×${r.spec.height}, ${r.spec.frames} frames` : "");
   $("render-bar").style.width = (100 * r.progress).toFixed(1) + "%";
   $("render-meta").textContent = `${(100 * r.progress).toFixed(0)}% · ETA ${dur(r.eta_s)} · age ${dur(r.age_s)}`
-    + ` · priority ${r.priority}` + (r.submitter ? ` · by ${r.submitter}` : "") + (r.error ? ` · ${r.error}` : "");
+    + ` · priority ${r.priority}` + (r.submitter ? ` · by ${r.submitter}` : "")
+    + (r.spec.group ? ` · batch ${r.spec.group}` : "") + (r.error ? ` · ${r.error}` : "");
   drawActions(d);
   drawVideo(d);
   $("preview").classList.toggle("hidden", !d.preview);
