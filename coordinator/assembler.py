@@ -148,8 +148,10 @@ def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], d
 
 
 def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[dict] | None = None,
-                       preview: Path | None = None) -> Path:
-    """Write render.mp4 (+ EXR frames when spec["exr"]) and render.json next to each; returns the mp4.
+                       preview: Path | None = None, exr_dir: Path | None = None) -> Path:
+    """Write render.mp4 (+ EXR frames into exr_dir when given) and render.json next to each; returns the
+    mp4. The caller names exr_dir: the coordinator its render folder's exr/, `--local` the user's folder;
+    spec["exr"] is never opened as a path here (on the farm it came from a client).
 
     get: task outputs by (task name, output name); runs: per-task records (name, kind, worker,
     start_ms, end_ms, seconds) for the metadata's per-stage timings; preview: where the dashboard's
@@ -159,7 +161,9 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    exr_dir = _exr_dir(spec, out_dir)
+    if exr_dir is not None:
+        exr_dir = Path(exr_dir)
+        exr_dir.mkdir(parents=True, exist_ok=True)
     height, width = spec["height"], spec["width"]
     fps = float(spec.get("output_fps") or spec["frame_rate"])
     waveform, rate = get("audio", "waveform"), get("audio", "sample_rate")
@@ -196,13 +200,3 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
     if exr_dir is not None:
         write_metadata(exr_dir / "render.json", meta)
     return writer.path
-
-
-def _exr_dir(spec: dict, out_dir: Path) -> Path | None:
-    """spec["exr"] as a folder on this machine; a relative one is inside the render's folder."""
-    if not spec.get("exr"):
-        return None
-    folder = Path(str(spec["exr"])).expanduser()
-    folder = folder if folder.is_absolute() else out_dir / folder
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder

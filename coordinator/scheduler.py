@@ -322,4 +322,6 @@ class Scheduler:
             return None if sha is None else self.blobs.read_tensor(sha)
 
         preview = self.data_dir / "previews" / f"{render_id}.png"
-        return Path(assembler.assemble_streaming(as_dict(render.get("spec")), get, out_dir, runs, preview))
+        spec = as_dict(render.get("spec"))
+        exr_dir = out_dir / "exr" if spec.get("exr") else None  # clients fetch them (FetchOutput file=)
+        return Path(assembler.assemble_streaming(spec, get, out_dir, runs, preview, exr_dir))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import secrets
 import shutil
 import signal
@@ -48,6 +49,7 @@ STATUS = {
     "failed": farm_pb2.FAILED,
 }
 MAX_WAIT_MS = 30_000
+OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json")
 WATCH_OUTAGE_S = 60.0  # a Watch waits this long for Redis before it ends UNAVAILABLE (clients reconnect)
 WATCH_BLOCK_MS = 1_000
 
@@ -231,13 +233,19 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         return farm_pb2.CancelReply(cancelled=bool(self.store.cancel_render(request.render_id)))
 
     def FetchOutput(self, request, context) -> Iterator[farm_pb2.Chunk]:
+        """A file of a finished render's folder, named by one of the coordinator's own names (the mp4,
+        its metadata, EXR frames): nothing in the request becomes a path."""
         render = self._render(request.render_id, context)
         output = render.get("output")
+        name = request.file or "render.mp4"
+        if not OUTPUT_FILE.fullmatch(name):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name[:80]!r} is not a render output "
+                          "(render.mp4, render.json, exr/frame_NNNNN.exr, exr/render.json)")
         if render.get("state") != "done" or not output:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, _no_output(request.render_id, render))
-        path = Path(output)
+        path = Path(output) if name == "render.mp4" else Path(output).parent / name
         if not path.is_file():
-            context.abort(grpc.StatusCode.NOT_FOUND, f"output file of {request.render_id} is gone")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"render {request.render_id} has no {name} (any more)")
         with open(path, "rb") as f:
             while data := f.read(CHUNK_BYTES):
                 yield farm_pb2.Chunk(data=data)

@@ -205,19 +205,32 @@ class FarmClient:
     def cancel(self, render_id: str) -> bool:
         return self._call(self._client.Cancel, farm_pb2.RenderRequest(render_id=render_id)).cancelled
 
-    def fetch_output(self, render_id: str, path: Path, timeout: float = TRANSFER_TIMEOUT_S) -> Path:
-        """Download the render's mp4 to path (written to a temp name, then renamed)."""
+    def fetch_output(self, render_id: str, path: Path, timeout: float = TRANSFER_TIMEOUT_S, file: str = "") -> Path:
+        """Download the render's mp4 (or another of its files: render.json, exr/frame_00000.exr) to path,
+        written to a temp name, then renamed."""
         path = Path(path)
         tmp = path.with_name(path.name + ".part")
         try:
             with open(tmp, "wb") as f:
-                request = farm_pb2.RenderRequest(render_id=render_id)
+                request = farm_pb2.RenderRequest(render_id=render_id, file=file)
                 for chunk in self._stream(self._client.FetchOutput, request, timeout):
                     f.write(chunk.data)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         return path
+
+    def fetch_exr(self, render_id: str, folder: Path, timeout: float = TRANSFER_TIMEOUT_S) -> int:
+        """The render's EXR frames and their render.json into folder (on this machine: the coordinator
+        writes them only into its own render folder). Returns the number of frames."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = self.fetch_output(render_id, folder / "render.json", timeout, file="exr/render.json")
+        frames = int(json.loads(meta.read_text()).get("outputs", {}).get("exr_frames") or 0)
+        for index in range(frames):
+            name = f"frame_{index:05d}.exr"
+            self.fetch_output(render_id, folder / name, timeout, file=f"exr/{name}")
+        return frames
 
     def put_blob(self, data: bytes, timeout: float = TRANSFER_TIMEOUT_S) -> str:
         sha = hashlib.sha256(data).hexdigest()

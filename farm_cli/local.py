@@ -82,8 +82,9 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
     if auto_decode:  # this machine is the whole fleet: tile only if the decode would not fit its memory
         spec["decode_tiles"] = "auto"
         resolve_decode_tiles(spec, [{"packs": [spec["pack"]], "memory_bytes": device_memory_bytes()}])
-    if spec.get("exr"):
-        spec["exr"] = str(Path(str(spec["exr"])).expanduser().resolve())
+    exr_dir = Path(str(spec["exr"])).expanduser().resolve() if spec.get("exr") else None
+    if exr_dir is not None:
+        spec["exr"] = str(exr_dir)
     tasks = plan_render(spec, "local")
     runs: list[dict] = []
     outputs = run_plan(tasks, runner, blobs, _recording(runs, on_event))
@@ -93,7 +94,7 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
         sha = outputs.get(f"local.{name}", {}).get(output)
         return None if sha is None else blobs.get(sha)
 
-    written = assemble_streaming(spec, get, out_path.parent / (out_path.stem + ".parts"), runs)
+    written = assemble_streaming(spec, get, out_path.parent / (out_path.stem + ".parts"), runs, exr_dir=exr_dir)
     written.replace(out_path)
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()

@@ -114,7 +114,9 @@ def watch_live(render_id: str, coordinator: str, token: str | None) -> dict:
 
 
 def fetch_results(render: dict, output: Path | None, save_latents: Path | None, coordinator: str,
-                  token: str | None) -> None:
+                  token: str | None, exr: Path | None = None) -> None:
+    """The render's files onto this machine: the mp4 to output, its EXR frames to exr (default: the
+    folder its spec asked for, which this CLI resolved here at submit), latents to save_latents."""
     from farm_cli.client import FarmError
     from farm_cli.follow import Outage, ride
     from protos.tensors import decode_tensor
@@ -124,6 +126,10 @@ def fetch_results(render: dict, output: Path | None, save_latents: Path | None, 
             if output:
                 ride(lambda: farm.fetch_output(render["id"], output), Outage())
                 typer.echo(f"wrote {output}")
+            exr = exr or ((render.get("spec") or {}).get("exr") if isinstance(render.get("spec"), dict) else None)
+            if exr:
+                count = ride(lambda: farm.fetch_exr(render["id"], Path(exr)), Outage())
+                typer.echo(f"wrote {count} EXR frames to {exr}")
             if save_latents:
                 outputs = {t["id"]: t.get("outputs") or {} for t in render.get("tasks", [])}
                 arrays = latents_from_outputs(outputs, render["id"], lambda sha: decode_tensor(farm.get_blob(sha)))
@@ -240,7 +246,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def fetch(render_id: str, output: Output = None, coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",
-              token: Token = None) -> None:
+              token: Token = None, exr: Exr = None) -> None:
         """Download a finished render's mp4, or every finished render of a batch (GROUP id) into -o DIR."""
         from farm_cli.config import value
 
@@ -250,7 +256,7 @@ def register(app: typer.Typer) -> None:
 
             fetch_group(render_id, output or folder / render_id, coordinator, token)
             return
-        fetch_results({"id": render_id}, output or folder / f"{render_id}.mp4", None, coordinator, token)
+        fetch_results({"id": render_id}, output or folder / f"{render_id}.mp4", None, coordinator, token, exr)
 
     @app.command()
     def workers(coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,

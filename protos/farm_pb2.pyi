@@ -39,10 +39,12 @@ class SubmitReply(_message.Message):
     def __init__(self, render_id: _Optional[str] = ...) -> None: ...
 
 class RenderRequest(_message.Message):
-    __slots__ = ("render_id",)
+    __slots__ = ("render_id", "file")
     RENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
     render_id: str
-    def __init__(self, render_id: _Optional[str] = ...) -> None: ...
+    file: str
+    def __init__(self, render_id: _Optional[str] = ..., file: _Optional[str] = ...) -> None: ...
 
 class RenderInfo(_message.Message):
     __slots__ = ("render_id", "state", "stage", "error", "output", "created_ms", "json")

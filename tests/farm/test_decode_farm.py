@@ -91,6 +91,7 @@ def test_tiled_decode_matches_local_and_runs_in_parallel(workers, store, tmp_dat
         outputs = {t["id"]: t.get("outputs") or {} for t in render["tasks"]}
         arrays = _arrays(outputs, render_id, lambda sha: decode_tensor(client.get_blob(sha)), tiles)
         mp4 = client.fetch_output(render_id, tmp_path / "farm.mp4")
+        assert client.fetch_exr(render_id, tmp_path / "exr") == 49  # the client's folder: fetched, not written there
     assert_identical(arrays, reference["arrays"])
     farm_frames = _mp4_frames(mp4)
     assert len(farm_frames) == 49 and all(np.array_equal(a, b) for a, b in zip(farm_frames, reference["mp4"],

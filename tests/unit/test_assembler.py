@@ -109,7 +109,8 @@ def test_assemble_streaming_writes_mp4_exr_and_metadata(tmp_path) -> None:
              "seconds": 1.9}] + [{"name": tile_task_name(i), "kind": "decode_tile", "worker": f"w{i % 2 + 1}",
                                   "start_ms": 3000 + 10 * i, "end_ms": 4000 + 10 * i, "seconds": 0.9}
                                  for i in range(len(tiles))]
-    mp4 = assemble_streaming(spec, lambda name, out: outputs.get(name, {}).get(out), tmp_path, runs)
+    mp4 = assemble_streaming(spec, lambda name, out: outputs.get(name, {}).get(out), tmp_path, runs,
+                             exr_dir=tmp_path / "exr")
     expected = [frame for frame in tile_frames(tiles, lambda i: pixels[i])]
     exr_files = sorted((tmp_path / "exr").glob("frame_*.exr"))
     assert [p.name for p in exr_files[:2]] == ["frame_00000.exr", "frame_00001.exr"] and len(exr_files) == 49
