@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from protos.blobwire import Chunk, Receiver, file_chunks
 from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, tensor_header
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -74,28 +75,32 @@ class BlobStore:
             raise BlobNotFound(sha)
         return p.stat().st_size
 
-    def put_stream(self, declared_sha: str, chunks: Iterable[bytes]) -> tuple[str, int]:
+    def put_stream(self, declared_sha: str, chunks: Iterable[bytes | memoryview]) -> tuple[str, int]:
         """Write chunks to a temp file, verify the sha256, then rename into place.
 
         Nothing is kept when the hash differs or the blob is too large.
         """
         check_sha(declared_sha)
-        hasher = hashlib.sha256()
-        size = 0
+        return self.put_chunks((Chunk(memoryview(c)) for c in chunks), declared_sha)
+
+    def put_chunks(self, chunks: Iterable[Chunk], expected: str = "") -> tuple[str, int]:
+        """One pass: each chunk hashed and written as it arrives, the name (given, or declared by the
+        stream's first or last chunk) checked at the end, then the file renamed into place."""
+        rx = Receiver(expected)
         fd, tmp_name = tempfile.mkstemp(dir=self._tmp, prefix="put-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                for data in chunks:
-                    size += len(data)
-                    if size > self.max_bytes:
+            with os.fdopen(fd, "wb", buffering=0) as f:
+                for chunk in chunks:
+                    data = rx.take(chunk)
+                    if rx.received > self.max_bytes:
                         raise BlobTooLarge(f"blob exceeds {self.max_bytes} bytes")
-                    hasher.update(data)
-                    f.write(data)
-                f.flush()
+                    if rx.declared:
+                        check_sha(rx.declared)  # a bad name ends the stream before its bytes land
+                    _write_all(f, data)
                 os.fsync(f.fileno())
-            actual = hasher.hexdigest()
-            if actual != declared_sha:
-                raise BlobMismatch(f"sha256 mismatch: declared {declared_sha}, received {actual}")
+            declared, actual = check_sha(rx.declared), rx.actual()
+            if actual != declared:
+                raise BlobMismatch(f"sha256 mismatch: declared {declared}, received {actual}")
             target = self.path(actual)
             target.parent.mkdir(exist_ok=True)
             os.replace(tmp_name, target)
@@ -103,8 +108,8 @@ class BlobStore:
             Path(tmp_name).unlink(missing_ok=True)
             raise
         if self.store is not None:
-            self.store.put_blob_ref(actual, str(target), size)
-        return actual, size
+            self.store.put_blob_ref(actual, str(target), rx.received)
+        return actual, rx.received
 
     def put_bytes(self, data: bytes) -> str:
         """Store in-process bytes (the coordinator's own products, tests)."""
@@ -112,6 +117,13 @@ class BlobStore:
         view = memoryview(data)
         self.put_stream(sha, (view[i : i + CHUNK_BYTES] for i in range(0, max(len(data), 1), CHUNK_BYTES)))
         return sha
+
+    def wire_chunks(self, sha: str) -> Iterator[Chunk]:
+        """The blob as wire chunks (views of its memory map, the first naming it and its size)."""
+        p = self.path(sha)
+        if not p.is_file():
+            raise BlobNotFound(sha)
+        return file_chunks(p, sha)
 
     def iter_chunks(self, sha: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         p = self.path(sha)
@@ -157,3 +169,9 @@ class BlobStore:
         if p.stat().st_size != len(head) + expected:
             raise BlobError(f"blob {sha[:12]} payload size does not match {dtype}{list(shape)}")
         return dtype, shape, expected
+
+
+def _write_all(f, data: memoryview) -> None:
+    """An unbuffered write may take part of a view; write the rest."""
+    while len(data):
+        data = data[f.write(data) :]

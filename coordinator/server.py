@@ -36,6 +36,7 @@ from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from coordinator.store import is_transient
 from coordinator.tls import load_or_create_tls
 from protos import farm_pb2, farm_pb2_grpc
+from protos.blobwire import Chunk, WireError, add_blob_service
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
@@ -366,43 +367,31 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         return farm_pb2.StatusReply(status=STATUS[status])
 
 
-class FarmBlobsServicer(farm_pb2_grpc.FarmBlobsServicer):
-    """Content-addressed blob upload/download, verified on arrival."""
+class FarmBlobsServicer:
+    """Content-addressed blob upload/download, verified on arrival; served with protos.blobwire's codec
+    (chunks as views, hashed while they stream)."""
 
     def __init__(self, blobs: BlobStore) -> None:
         self.blobs = blobs
 
-    def PutBlob(self, request_iterator, context):
-        first = next(request_iterator, None)
-        if first is None or not first.sha256:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first chunk must carry the sha256")
-
-        def chunks() -> Iterator[bytes]:
-            yield first.data
-            for chunk in request_iterator:
-                yield chunk.data
-
+    def PutBlob(self, chunks: Iterator[Chunk], context) -> tuple[str, int]:
         try:
-            sha, size = self.blobs.put_stream(first.sha256, chunks())
+            return self.blobs.put_chunks(chunks)
         except BlobMismatch as exc:
             context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
         except BlobTooLarge as exc:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        except BlobError as exc:
+        except (BlobError, WireError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return farm_pb2.PutReply(sha256=sha, size=size)
 
-    def GetBlob(self, request, context) -> Iterator[farm_pb2.BlobChunk]:
+    def GetBlob(self, sha: str, context) -> Iterator[Chunk]:
         try:
-            chunks = self.blobs.iter_chunks(request.sha256)
-            first = next(chunks, b"")
+            chunks = self.blobs.wire_chunks(sha)
         except BlobNotFound:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no blob {request.sha256}")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no blob {sha}")
         except BlobError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        yield farm_pb2.BlobChunk(sha256=request.sha256, data=first)
-        for data in chunks:
-            yield farm_pb2.BlobChunk(data=data)
+        yield from chunks
 
 
 def serve(
@@ -439,7 +428,8 @@ def serve(
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
     presence = Presence(store, scheduler.wake, leadership.is_serving)
     farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler, presence), server)
-    farm_pb2_grpc.add_FarmBlobsServicer_to_server(FarmBlobsServicer(blobs), server)
+    blob_servicer = FarmBlobsServicer(blobs)
+    add_blob_service(server, blob_servicer.PutBlob, blob_servicer.GetBlob)
     set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = _bind(server, data_dir, host, port)

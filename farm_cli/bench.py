@@ -110,5 +110,18 @@ def failover(
     run(kills, workers, data)
 
 
+@bench_app.command("transfer")
+@bench_app.command("blobs", hidden=True)
+def transfer(
+    mib: Annotated[int, typer.Option("--mib", help="Blob size in MiB.")] = 256,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved put/raw/get/raw rounds.")] = 5,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's temp data.")] = None,
+) -> None:
+    """Blob put/get GB/s through a real coordinator vs raw TCP loopback: paired median and spread."""
+    from farm_cli.bench_transfer import transfer as run
+
+    run(mib, pairs, data)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")

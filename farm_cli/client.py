@@ -18,6 +18,7 @@ import grpc
 
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import NOT_THIS_FARM, TokenError, auth_metadata, farm_channel
+from protos.blobwire import BlobStub, WireError, receive_into_buffer
 from protos.endpoints import Endpoints, leader_hint
 from protos.tensors import CHUNK_BYTES
 
@@ -232,13 +233,20 @@ class FarmClient:
             self.fetch_output(render_id, folder / name, timeout, file=f"exr/{name}")
         return frames
 
-    def put_blob(self, data: bytes, timeout: float = TRANSFER_TIMEOUT_S) -> str:
-        sha = hashlib.sha256(data).hexdigest()
-        reply = self._call(self._blobs.PutBlob, blob_chunks(data, sha), timeout=timeout)
-        return reply.sha256
+    def put_blob(self, data: bytes | bytearray | memoryview, timeout: float = TRANSFER_TIMEOUT_S) -> str:
+        """Streamed as views, hashed on the way (protos.blobwire); the sha256 both ends agree on."""
+        try:
+            return self._call(lambda _, **kw: BlobStub(self._channel).put(data, **kw), None, timeout=timeout)
+        except WireError as exc:
+            raise BlobCorrupt(str(exc)) from None
 
     def get_blob(self, sha: str, timeout: float = TRANSFER_TIMEOUT_S) -> bytes:
-        return receive_blob(self._stream(self._blobs.GetBlob, farm_pb2.BlobRequest(sha256=sha), timeout), sha)
+        """The blob, verified as it streams in."""
+        chunks = self._stream(lambda _, **kw: BlobStub(self._channel).get(sha, **kw), None, timeout)
+        try:
+            return bytes(receive_into_buffer(chunks, sha))
+        except WireError as exc:
+            raise BlobCorrupt(str(exc)) from None
 
     def packs(self) -> list[dict]:
         """The packs the coordinator serves to workers: name, files, bytes."""

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nfarm.proto\x12\nltxfarm.v1\"\"\n\rSubmitRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\" \n\x0bSubmitReply\x12\x11\n\trender_id\x18\x01 \x01(\t\"0\n\rRenderRequest\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\"~\n\nRenderInfo\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06output\x18\x05 \x01(\t\x12\x12\n\ncreated_ms\x18\x06 \x01(\x03\x12\x0c\n\x04json\x18\x07 \x01(\t\"#\n\x12ListRendersRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\"5\n\nRenderList\x12\'\n\x07renders\x18\x01 \x03(\x0b\x32\x16.ltxfarm.v1.RenderInfo\"9\n\x0cWatchRequest\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\t\"4\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\trender_id\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t\" \n\x0b\x43\x61ncelReply\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"\x15\n\x05\x43hunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x14\n\x12ListWorkersRequest\"T\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x14\n\x0c\x63urrent_task\x18\x03 \x01(\t\x12\x0c\n\x04json\x18\x04 \x01(\t\"7\n\nWorkerList\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.ltxfarm.v1.WorkerStatus\"!\n\x0c\x44rainRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"\x1b\n\nDrainReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"3\n\rAttachRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\"\r\n\x0b\x41ttachReply\"j\n\nWorkerInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x19\n\x11\x63\x61pabilities_json\x18\x02 \x01(\t\x12\x0f\n\x07resumed\x18\x03 \x01(\x08\x12\x0f\n\x07session\x18\x04 \x01(\t\x12\x0c\n\x04idle\x18\x05 \x01(\x08\"7\n\rRegisterReply\x12\x10\n\x08lease_ms\x18\x01 \x01(\x03\x12\x14\n\x0cheartbeat_ms\x18\x02 \x01(\x03\"H\n\x0cLeaseRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x03(\t\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x03\"\x8a\x02\n\nLeaseReply\x12\x10\n\x08has_task\x18\x01 \x01(\x08\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\trender_id\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x13\n\x0bparams_json\x18\x05 \x01(\t\x12\x32\n\x06inputs\x18\x06 \x03(\x0b\x32\".ltxfarm.v1.LeaseReply.InputsEntry\x12\r\n\x05\x66\x65nce\x18\x07 \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x08 \x01(\x05\x12\x10\n\x08lease_ms\x18\t \x01(\x03\x12\r\n\x05\x64rain\x18\n \x01(\x08\x1a-\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\\\n\x10HeartbeatRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x03\x12\x15\n\rprogress_json\x18\x04 \x01(\t\"\xc5\x01\n\x0f\x43ompleteRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x03\x12\x39\n\x07outputs\x18\x04 \x03(\x0b\x32(.ltxfarm.v1.CompleteRequest.OutputsEntry\x12\x14\n\x0cmetrics_json\x18\x05 \x01(\t\x1a.\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"b\n\x0b\x46\x61ilRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x03\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\"U\n\x0bStatusReply\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.ltxfarm.v1.TaskStatus\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x64rain\x18\x03 \x01(\x08\")\n\tBlobChunk\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"(\n\x08PutReply\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\"\x1d\n\x0b\x42lobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\"\x12\n\x10ListPacksRequest\"9\n\x0bPackSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66iles\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"2\n\x08PackList\x12&\n\x05packs\x18\x01 \x03(\x0b\x32\x17.ltxfarm.v1.PackSummary\"\x1b\n\x0bPackRequest\x12\x0c\n\x04pack\x18\x01 \x01(\t\"L\n\x08PackFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x14\n\x0c\x62lock_sha256\x18\x04 \x03(\t\"S\n\tPackFiles\x12\x0c\n\x04pack\x18\x01 \x01(\t\x12\x13\n\x0b\x62lock_bytes\x18\x02 \x01(\x03\x12#\n\x05\x66iles\x18\x03 \x03(\x0b\x32\x14.ltxfarm.v1.PackFile\"=\n\x0fPackFileRequest\x12\x0c\n\x04pack\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"5\n\x12WantedPacksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04have\x18\x02 \x03(\t\"!\n\x10WantedPacksReply\x12\r\n\x05packs\x18\x01 \x03(\t\":\n\x0ePackSyncReport\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rprogress_json\x18\x02 \x01(\t\"\r\n\x0bPackSyncAck\"4\n\x0eRequeueRequest\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"1\n\x0cRequeueReply\x12\x0f\n\x07\x63leared\x18\x01 \x01(\x08\x12\x10\n\x08requeued\x18\x02 \x01(\x08\"-\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t*t\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\t\n\x05STALE\x10\x02\x12\n\n\x06\x43\x41NCEL\x10\x03\x12\x10\n\x0cRENDER_READY\x10\x04\x12\x0c\n\x08REQUEUED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\x32\x93\x05\n\nFarmClient\x12<\n\x06Submit\x12\x19.ltxfarm.v1.SubmitRequest\x1a\x17.ltxfarm.v1.SubmitReply\x12>\n\tGetRender\x12\x19.ltxfarm.v1.RenderRequest\x1a\x16.ltxfarm.v1.RenderInfo\x12\x45\n\x0bListRenders\x12\x1e.ltxfarm.v1.ListRendersRequest\x1a\x16.ltxfarm.v1.RenderList\x12\x36\n\x05Watch\x12\x18.ltxfarm.v1.WatchRequest\x1a\x11.ltxfarm.v1.Event0\x01\x12<\n\x06\x43\x61ncel\x12\x19.ltxfarm.v1.RenderRequest\x1a\x17.ltxfarm.v1.CancelReply\x12=\n\x0b\x46\x65tchOutput\x12\x19.ltxfarm.v1.RenderRequest\x1a\x11.ltxfarm.v1.Chunk0\x01\x12\x45\n\x0bListWorkers\x12\x1e.ltxfarm.v1.ListWorkersRequest\x1a\x16.ltxfarm.v1.WorkerList\x12?\n\x0b\x44rainWorker\x12\x18.ltxfarm.v1.DrainRequest\x1a\x16.ltxfarm.v1.DrainReply\x12?\n\x07Requeue\x12\x1a.ltxfarm.v1.RequeueRequest\x1a\x18.ltxfarm.v1.RequeueReply\x12\x42\n\x0c\x44\x65leteRender\x12\x19.ltxfarm.v1.RenderRequest\x1a\x17.ltxfarm.v1.DeleteReply2\x86\x03\n\nFarmWorker\x12=\n\x08Register\x12\x16.ltxfarm.v1.WorkerInfo\x1a\x19.ltxfarm.v1.RegisterReply\x12\x39\n\x05Lease\x12\x18.ltxfarm.v1.LeaseRequest\x1a\x16.ltxfarm.v1.LeaseReply\x12\x42\n\tHeartbeat\x12\x1c.ltxfarm.v1.HeartbeatRequest\x1a\x17.ltxfarm.v1.StatusReply\x12@\n\x08\x43omplete\x12\x1b.ltxfarm.v1.CompleteRequest\x1a\x17.ltxfarm.v1.StatusReply\x12\x38\n\x04\x46\x61il\x12\x17.ltxfarm.v1.FailRequest\x1a\x17.ltxfarm.v1.StatusReply\x12>\n\x06\x41ttach\x12\x19.ltxfarm.v1.AttachRequest\x1a\x17.ltxfarm.v1.AttachReply0\x01\x32\x82\x01\n\tFarmBlobs\x12\x38\n\x07PutBlob\x12\x15.ltxfarm.v1.BlobChunk\x1a\x14.ltxfarm.v1.PutReply(\x01\x12;\n\x07GetBlob\x12\x17.ltxfarm.v1.BlobRequest\x1a\x15.ltxfarm.v1.BlobChunk0\x01\x32\xe2\x02\n\tFarmPacks\x12?\n\tListPacks\x12\x1c.ltxfarm.v1.ListPacksRequest\x1a\x14.ltxfarm.v1.PackList\x12?\n\rListPackFiles\x12\x17.ltxfarm.v1.PackRequest\x1a\x15.ltxfarm.v1.PackFiles\x12?\n\x0bGetPackFile\x12\x1b.ltxfarm.v1.PackFileRequest\x1a\x11.ltxfarm.v1.Chunk0\x01\x12K\n\x0bWantedPacks\x12\x1e.ltxfarm.v1.WantedPacksRequest\x1a\x1c.ltxfarm.v1.WantedPacksReply\x12\x45\n\x0eReportPackSync\x12\x1a.ltxfarm.v1.PackSyncReport\x1a\x17.ltxfarm.v1.PackSyncAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nfarm.proto\x12\nltxfarm.v1\"\"\n\rSubmitRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\" \n\x0bSubmitReply\x12\x11\n\trender_id\x18\x01 \x01(\t\"0\n\rRenderRequest\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\"~\n\nRenderInfo\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06output\x18\x05 \x01(\t\x12\x12\n\ncreated_ms\x18\x06 \x01(\x03\x12\x0c\n\x04json\x18\x07 \x01(\t\"#\n\x12ListRendersRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\"5\n\nRenderList\x12\'\n\x07renders\x18\x01 \x03(\x0b\x32\x16.ltxfarm.v1.RenderInfo\"9\n\x0cWatchRequest\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\t\"4\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\trender_id\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t\" \n\x0b\x43\x61ncelReply\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"\x15\n\x05\x43hunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x14\n\x12ListWorkersRequest\"T\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x14\n\x0c\x63urrent_task\x18\x03 \x01(\t\x12\x0c\n\x04json\x18\x04 \x01(\t\"7\n\nWorkerList\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.ltxfarm.v1.WorkerStatus\"!\n\x0c\x44rainRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"\x1b\n\nDrainReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"3\n\rAttachRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\"\r\n\x0b\x41ttachReply\"j\n\nWorkerInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x19\n\x11\x63\x61pabilities_json\x18\x02 \x01(\t\x12\x0f\n\x07resumed\x18\x03 \x01(\x08\x12\x0f\n\x07session\x18\x04 \x01(\t\x12\x0c\n\x04idle\x18\x05 \x01(\x08\"7\n\rRegisterReply\x12\x10\n\x08lease_ms\x18\x01 \x01(\x03\x12\x14\n\x0cheartbeat_ms\x18\x02 \x01(\x03\"H\n\x0cLeaseRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x03(\t\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x03\"\x8a\x02\n\nLeaseReply\x12\x10\n\x08has_task\x18\x01 \x01(\x08\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\trender_id\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x13\n\x0bparams_json\x18\x05 \x01(\t\x12\x32\n\x06inputs\x18\x06 \x03(\x0b\x32\".ltxfarm.v1.LeaseReply.InputsEntry\x12\r\n\x05\x66\x65nce\x18\x07 \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x08 \x01(\x05\x12\x10\n\x08lease_ms\x18\t \x01(\x03\x12\r\n\x05\x64rain\x18\n \x01(\x08\x1a-\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\\\n\x10HeartbeatRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x03\x12\x15\n\rprogress_json\x18\x04 \x01(\t\"\xc5\x01\n\x0f\x43ompleteRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x03\x12\x39\n\x07outputs\x18\x04 \x03(\x0b\x32(.ltxfarm.v1.CompleteRequest.OutputsEntry\x12\x14\n\x0cmetrics_json\x18\x05 \x01(\t\x1a.\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"b\n\x0b\x46\x61ilRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x03\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\"U\n\x0bStatusReply\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.ltxfarm.v1.TaskStatus\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x64rain\x18\x03 \x01(\x08\"7\n\tBlobChunk\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04size\x18\x03 \x01(\x03\"(\n\x08PutReply\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\"\x1d\n\x0b\x42lobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\"\x12\n\x10ListPacksRequest\"9\n\x0bPackSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66iles\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"2\n\x08PackList\x12&\n\x05packs\x18\x01 \x03(\x0b\x32\x17.ltxfarm.v1.PackSummary\"\x1b\n\x0bPackRequest\x12\x0c\n\x04pack\x18\x01 \x01(\t\"L\n\x08PackFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x14\n\x0c\x62lock_sha256\x18\x04 \x03(\t\"S\n\tPackFiles\x12\x0c\n\x04pack\x18\x01 \x01(\t\x12\x13\n\x0b\x62lock_bytes\x18\x02 \x01(\x03\x12#\n\x05\x66iles\x18\x03 \x03(\x0b\x32\x14.ltxfarm.v1.PackFile\"=\n\x0fPackFileRequest\x12\x0c\n\x04pack\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"5\n\x12WantedPacksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04have\x18\x02 \x03(\t\"!\n\x10WantedPacksReply\x12\r\n\x05packs\x18\x01 \x03(\t\":\n\x0ePackSyncReport\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rprogress_json\x18\x02 \x01(\t\"\r\n\x0bPackSyncAck\"4\n\x0eRequeueRequest\x12\x11\n\trender_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"1\n\x0cRequeueReply\x12\x0f\n\x07\x63leared\x18\x01 \x01(\x08\x12\x10\n\x08requeued\x18\x02 \x01(\x08\"-\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t*t\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\t\n\x05STALE\x10\x02\x12\n\n\x06\x43\x41NCEL\x10\x03\x12\x10\n\x0cRENDER_READY\x10\x04\x12\x0c\n\x08REQUEUED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\x32\x93\x05\n\nFarmClient\x12<\n\x06Submit\x12\x19.ltxfarm.v1.SubmitRequest\x1a\x17.ltxfarm.v1.SubmitReply\x12>\n\tGetRender\x12\x19.ltxfarm.v1.RenderRequest\x1a\x16.ltxfarm.v1.RenderInfo\x12\x45\n\x0bListRenders\x12\x1e.ltxfarm.v1.ListRendersRequest\x1a\x16.ltxfarm.v1.RenderList\x12\x36\n\x05Watch\x12\x18.ltxfarm.v1.WatchRequest\x1a\x11.ltxfarm.v1.Event0\x01\x12<\n\x06\x43\x61ncel\x12\x19.ltxfarm.v1.RenderRequest\x1a\x17.ltxfarm.v1.CancelReply\x12=\n\x0b\x46\x65tchOutput\x12\x19.ltxfarm.v1.RenderRequest\x1a\x11.ltxfarm.v1.Chunk0\x01\x12\x45\n\x0bListWorkers\x12\x1e.ltxfarm.v1.ListWorkersRequest\x1a\x16.ltxfarm.v1.WorkerList\x12?\n\x0b\x44rainWorker\x12\x18.ltxfarm.v1.DrainRequest\x1a\x16.ltxfarm.v1.DrainReply\x12?\n\x07Requeue\x12\x1a.ltxfarm.v1.RequeueRequest\x1a\x18.ltxfarm.v1.RequeueReply\x12\x42\n\x0c\x44\x65leteRender\x12\x19.ltxfarm.v1.RenderRequest\x1a\x17.ltxfarm.v1.DeleteReply2\x86\x03\n\nFarmWorker\x12=\n\x08Register\x12\x16.ltxfarm.v1.WorkerInfo\x1a\x19.ltxfarm.v1.RegisterReply\x12\x39\n\x05Lease\x12\x18.ltxfarm.v1.LeaseRequest\x1a\x16.ltxfarm.v1.LeaseReply\x12\x42\n\tHeartbeat\x12\x1c.ltxfarm.v1.HeartbeatRequest\x1a\x17.ltxfarm.v1.StatusReply\x12@\n\x08\x43omplete\x12\x1b.ltxfarm.v1.CompleteRequest\x1a\x17.ltxfarm.v1.StatusReply\x12\x38\n\x04\x46\x61il\x12\x17.ltxfarm.v1.FailRequest\x1a\x17.ltxfarm.v1.StatusReply\x12>\n\x06\x41ttach\x12\x19.ltxfarm.v1.AttachRequest\x1a\x17.ltxfarm.v1.AttachReply0\x01\x32\x82\x01\n\tFarmBlobs\x12\x38\n\x07PutBlob\x12\x15.ltxfarm.v1.BlobChunk\x1a\x14.ltxfarm.v1.PutReply(\x01\x12;\n\x07GetBlob\x12\x17.ltxfarm.v1.BlobRequest\x1a\x15.ltxfarm.v1.BlobChunk0\x01\x32\xe2\x02\n\tFarmPacks\x12?\n\tListPacks\x12\x1c.ltxfarm.v1.ListPacksRequest\x1a\x14.ltxfarm.v1.PackList\x12?\n\rListPackFiles\x12\x17.ltxfarm.v1.PackRequest\x1a\x15.ltxfarm.v1.PackFiles\x12?\n\x0bGetPackFile\x12\x1b.ltxfarm.v1.PackFileRequest\x1a\x11.ltxfarm.v1.Chunk0\x01\x12K\n\x0bWantedPacks\x12\x1e.ltxfarm.v1.WantedPacksRequest\x1a\x1c.ltxfarm.v1.WantedPacksReply\x12\x45\n\x0eReportPackSync\x12\x1a.ltxfarm.v1.PackSyncReport\x1a\x17.ltxfarm.v1.PackSyncAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,8 +37,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEASEREPLY_INPUTSENTRY']._serialized_options = b'8\001'
   _globals['_COMPLETEREQUEST_OUTPUTSENTRY']._loaded_options = None
   _globals['_COMPLETEREQUEST_OUTPUTSENTRY']._serialized_options = b'8\001'
-  _globals['_TASKSTATUS']._serialized_start=2641
-  _globals['_TASKSTATUS']._serialized_end=2757
+  _globals['_TASKSTATUS']._serialized_start=2655
+  _globals['_TASKSTATUS']._serialized_end=2771
   _globals['_SUBMITREQUEST']._serialized_start=26
   _globals['_SUBMITREQUEST']._serialized_end=60
   _globals['_SUBMITREPLY']._serialized_start=62
@@ -94,45 +94,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREPLY']._serialized_start=1735
   _globals['_STATUSREPLY']._serialized_end=1820
   _globals['_BLOBCHUNK']._serialized_start=1822
-  _globals['_BLOBCHUNK']._serialized_end=1863
-  _globals['_PUTREPLY']._serialized_start=1865
-  _globals['_PUTREPLY']._serialized_end=1905
-  _globals['_BLOBREQUEST']._serialized_start=1907
-  _globals['_BLOBREQUEST']._serialized_end=1936
-  _globals['_LISTPACKSREQUEST']._serialized_start=1938
-  _globals['_LISTPACKSREQUEST']._serialized_end=1956
-  _globals['_PACKSUMMARY']._serialized_start=1958
-  _globals['_PACKSUMMARY']._serialized_end=2015
-  _globals['_PACKLIST']._serialized_start=2017
-  _globals['_PACKLIST']._serialized_end=2067
-  _globals['_PACKREQUEST']._serialized_start=2069
-  _globals['_PACKREQUEST']._serialized_end=2096
-  _globals['_PACKFILE']._serialized_start=2098
-  _globals['_PACKFILE']._serialized_end=2174
-  _globals['_PACKFILES']._serialized_start=2176
-  _globals['_PACKFILES']._serialized_end=2259
-  _globals['_PACKFILEREQUEST']._serialized_start=2261
-  _globals['_PACKFILEREQUEST']._serialized_end=2322
-  _globals['_WANTEDPACKSREQUEST']._serialized_start=2324
-  _globals['_WANTEDPACKSREQUEST']._serialized_end=2377
-  _globals['_WANTEDPACKSREPLY']._serialized_start=2379
-  _globals['_WANTEDPACKSREPLY']._serialized_end=2412
-  _globals['_PACKSYNCREPORT']._serialized_start=2414
-  _globals['_PACKSYNCREPORT']._serialized_end=2472
-  _globals['_PACKSYNCACK']._serialized_start=2474
-  _globals['_PACKSYNCACK']._serialized_end=2487
-  _globals['_REQUEUEREQUEST']._serialized_start=2489
-  _globals['_REQUEUEREQUEST']._serialized_end=2541
-  _globals['_REQUEUEREPLY']._serialized_start=2543
-  _globals['_REQUEUEREPLY']._serialized_end=2592
-  _globals['_DELETEREPLY']._serialized_start=2594
-  _globals['_DELETEREPLY']._serialized_end=2639
-  _globals['_FARMCLIENT']._serialized_start=2760
-  _globals['_FARMCLIENT']._serialized_end=3419
-  _globals['_FARMWORKER']._serialized_start=3422
-  _globals['_FARMWORKER']._serialized_end=3812
-  _globals['_FARMBLOBS']._serialized_start=3815
-  _globals['_FARMBLOBS']._serialized_end=3945
-  _globals['_FARMPACKS']._serialized_start=3948
-  _globals['_FARMPACKS']._serialized_end=4302
+  _globals['_BLOBCHUNK']._serialized_end=1877
+  _globals['_PUTREPLY']._serialized_start=1879
+  _globals['_PUTREPLY']._serialized_end=1919
+  _globals['_BLOBREQUEST']._serialized_start=1921
+  _globals['_BLOBREQUEST']._serialized_end=1950
+  _globals['_LISTPACKSREQUEST']._serialized_start=1952
+  _globals['_LISTPACKSREQUEST']._serialized_end=1970
+  _globals['_PACKSUMMARY']._serialized_start=1972
+  _globals['_PACKSUMMARY']._serialized_end=2029
+  _globals['_PACKLIST']._serialized_start=2031
+  _globals['_PACKLIST']._serialized_end=2081
+  _globals['_PACKREQUEST']._serialized_start=2083
+  _globals['_PACKREQUEST']._serialized_end=2110
+  _globals['_PACKFILE']._serialized_start=2112
+  _globals['_PACKFILE']._serialized_end=2188
+  _globals['_PACKFILES']._serialized_start=2190
+  _globals['_PACKFILES']._serialized_end=2273
+  _globals['_PACKFILEREQUEST']._serialized_start=2275
+  _globals['_PACKFILEREQUEST']._serialized_end=2336
+  _globals['_WANTEDPACKSREQUEST']._serialized_start=2338
+  _globals['_WANTEDPACKSREQUEST']._serialized_end=2391
+  _globals['_WANTEDPACKSREPLY']._serialized_start=2393
+  _globals['_WANTEDPACKSREPLY']._serialized_end=2426
+  _globals['_PACKSYNCREPORT']._serialized_start=2428
+  _globals['_PACKSYNCREPORT']._serialized_end=2486
+  _globals['_PACKSYNCACK']._serialized_start=2488
+  _globals['_PACKSYNCACK']._serialized_end=2501
+  _globals['_REQUEUEREQUEST']._serialized_start=2503
+  _globals['_REQUEUEREQUEST']._serialized_end=2555
+  _globals['_REQUEUEREPLY']._serialized_start=2557
+  _globals['_REQUEUEREPLY']._serialized_end=2606
+  _globals['_DELETEREPLY']._serialized_start=2608
+  _globals['_DELETEREPLY']._serialized_end=2653
+  _globals['_FARMCLIENT']._serialized_start=2774
+  _globals['_FARMCLIENT']._serialized_end=3433
+  _globals['_FARMWORKER']._serialized_start=3436
+  _globals['_FARMWORKER']._serialized_end=3826
+  _globals['_FARMBLOBS']._serialized_start=3829
+  _globals['_FARMBLOBS']._serialized_end=3959
+  _globals['_FARMPACKS']._serialized_start=3962
+  _globals['_FARMPACKS']._serialized_end=4316
 # @@protoc_insertion_point(module_scope)

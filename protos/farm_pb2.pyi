@@ -273,12 +273,14 @@ class StatusReply(_message.Message):
     def __init__(self, status: _Optional[_Union[TaskStatus, str]] = ..., message: _Optional[str] = ..., drain: _Optional[bool] = ...) -> None: ...
 
 class BlobChunk(_message.Message):
-    __slots__ = ("sha256", "data")
+    __slots__ = ("sha256", "data", "size")
     SHA256_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
     sha256: str
     data: bytes
-    def __init__(self, sha256: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+    size: int
+    def __init__(self, sha256: _Optional[str] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
 
 class PutReply(_message.Message):
     __slots__ = ("sha256", "size")

@@ -825,7 +825,7 @@ class FarmBlobsServicer:
     """
 
     def PutBlob(self, request_iterator, context):
-        """Client streams the blob; the first chunk carries the expected sha256.
+        """Client streams the blob; its first or last chunk carries the expected sha256.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -10,7 +10,6 @@ backs off and re-registers; SIGTERM/SIGINT stop it cleanly (a running task is ha
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ import numpy as np
 from coordinator.retry import GaveUp, retry
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import auth_metadata, read_token
-from protos.tensors import CHUNK_BYTES, MAGIC, decode_tensor, encode_tensor
+from protos.blobwire import BlobStub, WireError, receive_into_buffer
+from protos.tensors import MAGIC, decode_tensor, encode_tensor
 from worker.blobcache import BlobCache
 from worker.connection import Coordinators, default_worker_id, request_drain
 from worker.packsync import PackSync
@@ -353,33 +353,31 @@ class Agent:
 
     # ------------------------------------------------------------------ blobs
 
-    def fetch_blob(self, sha: str) -> bytes:
-        """From the local cache, else streamed from the coordinator and verified."""
+    def fetch_blob(self, sha: str) -> bytes | bytearray:
+        """From the local cache, else streamed from the coordinator: hashed and written to the cache
+        as it arrives, kept only when it verifies."""
         data = self.cache.get(sha)
         if data is not None:
             return data
 
         used = [""]  # the address the last attempt went to
 
-        def get() -> bytes:
+        def get() -> bytearray:
             used[0] = self.address
-            stream = self.blobs.GetBlob(
-                farm_pb2.BlobRequest(sha256=sha), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata
-            )
-            return b"".join(chunk.data for chunk in stream)
+            stub = BlobStub(self.coordinators.channel(used[0]))
+            with self.cache.writer(sha) as keep:
+                return receive_into_buffer(stub.get(sha, TRANSFER_TIMEOUT_S, self.metadata), sha, keep)
 
         def away(exc: BaseException) -> bool:
             return isinstance(exc, grpc.RpcError) and self.coordinators.follow(exc, used[0])
 
         # A coordinator that dies mid-fetch: fetch again from the leader (a standby taking over, or the
         # same one restarted) while the heartbeat keeps the lease, instead of dropping the task.
-        data = retry(get, f"fetch of blob {sha[:12]}", transient=away, log=log, stop=self.stopping,
-                     give_up_s=RESULT_RETRY_S, max_delay_s=RECONNECT_MAX_S)
         try:
-            self.cache.put(sha, data)  # verifies the sha256 (once) before keeping the bytes
-        except ValueError:
-            raise OSError(f"blob {sha[:12]} arrived corrupt") from None
-        return data
+            return retry(get, f"fetch of blob {sha[:12]}", transient=away, log=log, stop=self.stopping,
+                         give_up_s=RESULT_RETRY_S, max_delay_s=RECONNECT_MAX_S)
+        except WireError as exc:
+            raise OSError(str(exc)) from None
 
     def fetch_input(self, sha: str) -> np.ndarray:
         data = self.fetch_blob(sha)
@@ -405,17 +403,9 @@ class Agent:
                 raise TransferError(f"upload failed: {exc}") from exc
         return shas
 
-    def put_blob(self, data: bytes) -> str:
-        sha = hashlib.sha256(data).hexdigest()
-
-        def chunks() -> Iterator[farm_pb2.BlobChunk]:
-            view = memoryview(data)
-            yield farm_pb2.BlobChunk(sha256=sha, data=bytes(view[:CHUNK_BYTES]))
-            for i in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
-                yield farm_pb2.BlobChunk(data=bytes(view[i : i + CHUNK_BYTES]))
-
-        reply = self.blobs.PutBlob(chunks(), timeout=TRANSFER_TIMEOUT_S, metadata=self.metadata)
-        return reply.sha256
+    def put_blob(self, data: bytes | bytearray | memoryview) -> str:
+        """Streamed as views of data, hashed on the way; the coordinator verifies before keeping it."""
+        return BlobStub(self.coordinators.channel(self.address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)
 
 
 def worker_token(token: str | None, token_file: Path | None) -> str:

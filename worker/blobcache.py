@@ -12,10 +12,16 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_MAX_BYTES = 8 * 1024**3
+
+
+class _TooBig(Exception):
+    """A blob larger than the whole cache: used, never kept."""
 
 
 class BlobCache:
@@ -78,8 +84,40 @@ class BlobCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self._kept(len(data))
+
+    @contextmanager
+    def writer(self, sha: str) -> Iterator[Callable[[memoryview], None]]:
+        """A sink for a blob as it arrives: written to a temp file, renamed into place when the block
+        ends cleanly (the caller verified the sha256 on the way), dropped when it raises."""
+        path = self._path(sha)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        size = 0
+        try:
+            with os.fdopen(fd, "wb", buffering=0) as f:
+
+                def write(data: memoryview) -> None:
+                    nonlocal size
+                    size += len(data)
+                    while len(data):
+                        data = data[f.write(data) :]
+
+                yield write
+            if size > self.max_bytes:
+                raise _TooBig
+            os.replace(tmp, path)
+        except _TooBig:
+            Path(tmp).unlink(missing_ok=True)
+            return
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._kept(size)
+
+    def _kept(self, size: int) -> None:
         with self._lock:
-            self._bytes += len(data)
+            self._bytes += size
         if self._bytes > self.max_bytes:  # scan the folder only when the cache is really over
             self.evict()
 

@@ -18,6 +18,7 @@ from coordinator.server import serve, stop
 from farm_cli.client import BlobCorrupt, FarmClient, FarmError, blob_chunks, receive_blob
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
+from protos.blobwire import WIRE_CHUNK_BYTES
 from protos.tensors import CHUNK_BYTES, encode_tensor
 from tests.farm.farm_harness import join_token
 from worker.blobcache import BlobCache
@@ -52,8 +53,8 @@ def test_five_mib_blob_round_trips_in_chunks(coordinator: tuple[str, str], store
                 farm_pb2.BlobRequest(sha256=sha), timeout=30, metadata=auth_metadata(TOKEN)
             )
         )
-    assert len(chunks) == 6
-    assert all(len(c.data) <= CHUNK_BYTES for c in chunks)
+    assert len(chunks) == -(-len(data) // WIRE_CHUNK_BYTES)
+    assert all(len(c.data) <= WIRE_CHUNK_BYTES for c in chunks)
     assert chunks[0].sha256 == sha
 
 
