@@ -66,7 +66,10 @@ def check_dfr(spec: dict, fleet: list[dict]) -> None:
     the spec (`output_frames`, `output_fps`: the decode and the assembler read them)."""
     spec["temporal_upscalings"] = dfr_rounds(spec)
     if spec["temporal_upscalings"] == 0:
+        if spec.get("detailing_lora"):
+            raise SpecError("a detailing LoRA details DFR's stage 2: give --temporal-upscalings 1 or 2 with it")
         return
+    _check_detailing(spec)
     if spec.get("stage2_tiles") not in (None, "1x1", "1x1x1"):
         raise SpecError("DFR renders stage 2 untiled (its keyframe slots do not travel in tiled stage-2 "
                         "forwards yet): drop --stage2-tiles")
@@ -82,6 +85,28 @@ def check_dfr(spec: dict, fleet: list[dict]) -> None:
 def output_frames(spec: dict) -> int:
     """Frames the render ships: (frames - 1) * 2**R + 1."""
     return (spec["frames"] - 1) * 2 ** dfr_rounds(spec) + 1
+
+
+def _check_detailing(spec: dict) -> None:
+    """The detailing IC-LoRA is a file in the pack folder (a plain name) with a strength in [0, 2]."""
+    name = spec.get("detailing_lora")
+    if name is None:
+        return
+    if not isinstance(name, str) or not name.endswith(".safetensors") or "/" in name or "\\" in name or name.startswith("."):
+        raise SpecError(f"detailing LoRA {str(name)[:80]!r} is not a .safetensors file name in the pack folder")
+    try:
+        strength = float(spec.get("detailing_strength", 0.5))
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"detailing strength {spec.get('detailing_strength')!r} is not a number") from exc
+    if not 0.0 <= strength <= 2.0:
+        raise SpecError(f"detailing strength {strength} is outside [0, 2]")
+    spec["detailing_strength"] = strength
+
+
+def detailing_params(spec: dict) -> dict:
+    """Stage 2's detailing IC-LoRA params (DFR only); none without one."""
+    name = spec.get("detailing_lora")
+    return {"detailing_lora": name, "detailing_strength": float(spec["detailing_strength"])} if name else {}
 
 
 def canvas_frames(spec: dict) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from coordinator.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
 from ltx_engine import tdp
+from ltx_engine.generation import LTX_25
 from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
 
 
@@ -47,6 +48,7 @@ def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dic
         "counts": list(counts),
         "overlap": int(spec["tile_overlap"]),
         "sigmas": params["sigmas"],
+        **({"marker": True} if spec.get("generation") == LTX_25 else {}),  # the DiT reads a keyframe marker
     }
     prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
     state = ("latent", "clean", "mask", "positions")
@@ -67,6 +69,8 @@ def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dic
     for step in range(steps):
         for tile in tiles:
             tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
+            if geometry.get("marker"):
+                tile_in["keyframes"] = ref(source, f"t{tile.index}_keyframes")
             info = {
                 "step": step,
                 "tile_index": tile.index,

@@ -24,6 +24,7 @@ from coordinator.plan_decode import decode_peak_bytes, plan_decode, resolve_deco
 from coordinator.plan_dfr import (
     canvas_frames,
     check_dfr,
+    detailing_params,
     dfr_rounds,
     output_frames,
     plan_dfr_rounds,
@@ -61,6 +62,8 @@ DEFAULTS: dict[str, Any] = {
     "text_encoder": None,      # "pack" (its own tower), a repo id or a folder; validation records the choice
     "generation": None,        # the pack's LTX generation ("2.3" / "2.5"): resolved, never asked for
     "predicted_seconds": None,  # what a 2.5 DurationHead predicted when it picked `frames` (`--local`)
+    "detailing_lora": None,    # DFR: an IC-LoRA file in the pack, fused into stage 2's DiT (upstream --detailing-lora)
+    "detailing_strength": 0.5,
 }
 
 
@@ -279,6 +282,9 @@ def _plan_stages(rid: str, spec: dict, ctx: dict, cond1: dict, cond2: dict, imag
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         stage2_params["renoise_audio"] = True
         stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
+        stage2_params |= detailing_params(spec)
+        if spec.get("detailing_lora"):  # the IC-LoRA's reference: stage 1's half-resolution video
+            stage2_inputs["reference_latent"] = ref(s1, "video_latent")
     if spec.get("stage2_tiles") is None:
         tasks.append(task(rid, "stage2", "denoise_stage2", {
             **stage2_params, "expect": {"video_latent": expect("float32", *shape2),

@@ -31,8 +31,9 @@ def _sets(params: dict, positions: np.ndarray):
 
 def _tile_outputs(params: dict, latent: np.ndarray, mask: np.ndarray, positions: np.ndarray, sigma: float,
                   sets) -> dict[str, np.ndarray]:
+    marker = tdp.first_frame_marker(tuple(params["grid"]), latent.shape[1]) if params.get("marker") else None
     out = {}
-    for i, arrays in enumerate(tdp.step_tile_inputs(latent, mask, positions, sigma, sets)):
+    for i, arrays in enumerate(tdp.step_tile_inputs(latent, mask, positions, sigma, sets, marker)):
         for name, array in arrays.items():
             out[f"t{i}_{name}"] = array
     return out

@@ -56,6 +56,8 @@ class StageInputs:
     slots: tuple[int, ...] = ()                  # DFR: generated keyframe slots at these pixel frames
     slot_latent: np.ndarray | None = None        # (1, C, K, h, w) the slots start from (stage 2)
     renoise_audio: bool = False                  # DFR stage 2: stage 1's audio re-noised and denoised along
+    reference_latent: np.ndarray | None = None   # IC-LoRA reference (DFR detailing: stage 1's half-res video)
+    reference_downscale: int = 1                 # target / reference spatial ratio (the LoRA's metadata)
     extra: dict = field(default_factory=dict)
 
     def ancestral(self) -> Ancestral | None:
@@ -74,6 +76,11 @@ class StageInputs:
     def video_tokens(self) -> int:
         f, h, w = self.latent_grid
         return f * h * w
+
+    @property
+    def reference_tokens(self) -> int:
+        """Tokens the IC-LoRA reference appends last (after the slots)."""
+        return 0 if self.reference_latent is None else int(np.prod(self.reference_latent.shape[2:]))
 
 
 def _positions(inputs: StageInputs) -> tuple[np.ndarray, np.ndarray]:
@@ -121,15 +128,32 @@ def stage_marker(inputs: StageInputs, num_tokens: int) -> np.ndarray:
     marker = np.zeros((1, num_tokens, 1), np.float32)
     marker[:, : h * w] = 1.0
     if inputs.slots:
-        marker[:, num_tokens - len(inputs.slots) * h * w :] = 1.0
+        end = num_tokens - inputs.reference_tokens
+        marker[:, end - len(inputs.slots) * h * w : end] = 1.0
     return marker
 
 
 def stage_slots(inputs: StageInputs, video: LatentState) -> np.ndarray:
-    """The slots' latent (1, C, K, h, w) from a stage's final state (they are its last tokens)."""
+    """The slots' latent (1, C, K, h, w) from a stage's final state (appended last but the reference)."""
     _, h, w = inputs.latent_grid
-    tokens = video.latent[:, video.num_tokens - len(inputs.slots) * h * w :]
+    end = video.num_tokens - inputs.reference_tokens
+    tokens = video.latent[:, end - len(inputs.slots) * h * w : end]
     return unpatchify_video(tokens, (len(inputs.slots), h, w))
+
+
+def append_reference(video: LatentState, inputs: StageInputs, strength: float = 1.0) -> LatentState:
+    """IC-LoRA reference tokens (upstream VideoConditionByReferenceLatent): clean = the reference, latent
+    0, mask 1 - strength, positions of its own grid (causal fix, seconds at the stage's fps) with height
+    and width scaled by the downscale factor into the target's pixels; never marked."""
+    from ltx_engine import patchify
+
+    ref = inputs.reference_latent.astype(np.float32)
+    f, h, w = ref.shape[2:]
+    positions = np.array(patchify.video_positions(1, f, h, w, inputs.fps), dtype=np.float32)
+    positions[:, 1:] *= np.float32(inputs.reference_downscale)
+    tokens = patchify_video(ref)
+    video = video.append_tokens(tokens, positions, strength)
+    return video.with_latent(np.concatenate([video.latent[:, : -tokens.shape[1]], 0 * tokens], axis=1))
 
 
 def _audio_state(inputs: StageInputs, apos: np.ndarray, sigma0: float) -> LatentState:
@@ -154,6 +178,8 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
     noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
     if inputs.slots:  # DFR stages follow upstream's noiser, which starts each token from its own latent
         video = _append_slots(video, inputs)
+        if inputs.reference_latent is not None:
+            video = append_reference(video, inputs)
         noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
         video = video.with_latent(sampling.lerp_noise(video.latent, video.clean_latent, noise, sigma0, video.denoise_mask))
     else:
@@ -206,6 +232,8 @@ def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts:
     untiled audio tokens as context (their output is not needed: stage-2 audio is frozen)."""
     mask = contexts.get("context_mask")
     v_mod = modality(tokens["latent"], tokens["timesteps"], tokens["positions"], sigma, contexts["video_context"], mask)
+    if "keyframes" in tokens:  # LTX-2.5: the tile's share of the state's keyframe marker
+        v_mod.keyframes_mask = mx.array(tokens["keyframes"])
     a_mod = None
     if "audio_latent" in tokens:
         a_t = sampling.timesteps_from_mask(tokens["audio_mask"], sigma)[..., 0]

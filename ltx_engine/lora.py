@@ -13,10 +13,11 @@ LoRA's update (the error is of the order of one quantization step per group).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import mlx.core as mx
 
-from ltx_engine.loader import PackError
+from ltx_engine.loader import PackError, read_header
 
 LORA_PREFIX = "diffusion_model."
 _A, _B = ".lora_A.weight", ".lora_B.weight"
@@ -94,3 +95,33 @@ def _requantized(fused: mx.array, weights: dict[str, mx.array], base: str) -> di
     packed, new_scales, biases = mx.quantize(fused, group_size=group, bits=bits)
     return {f"{base}.weight": packed, f"{base}.scales": new_scales.astype(scales.dtype),
             f"{base}.biases": biases.astype(weights[f"{base}.biases"].dtype)}
+
+
+DEFAULT_REFERENCE_DOWNSCALE = 2  # upstream DFR's default for its x2 detailing IC-LoRA
+
+
+def reference_downscale(path: str | Path) -> int:
+    """The IC-LoRA's target / reference spatial ratio from its metadata (`reference_downscale_factor`),
+    else 2, as upstream's DFR reads its detailing LoRA."""
+    metadata = read_header(path)[1]
+    if "reference_downscale_factor" in metadata:
+        return int(metadata["reference_downscale_factor"])
+    return DEFAULT_REFERENCE_DOWNSCALE
+
+
+class WithLoras:
+    """A pack seen with LoRAs fused into its DiT, under its own registry key: a worker pays the fusion
+    once and keeps the fused DiT warm beside the plain one (DFR's stage 2 vs its temporal rounds)."""
+
+    def __init__(self, pack, loras: tuple[tuple[str, float], ...]):
+        self.pack, self.loras = pack, tuple((str(n), float(s)) for n, s in loras)
+
+    def __getattr__(self, name: str):
+        return getattr(self.pack, name)
+
+    @property
+    def key(self) -> str:
+        return self.pack.key + "|" + ",".join(f"{name}@{strength:g}" for name, strength in self.loras)
+
+    def tensors(self, component: str) -> dict[str, mx.array]:
+        return self.pack.tensors(component, loras=self.loras)

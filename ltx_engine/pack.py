@@ -251,17 +251,25 @@ class Pack:
             out.update(strip_prefix(read_safetensors(self.root / name), found.prefix, file=str(self.root / name)))
         return out
 
-    def tensors(self, component: str) -> dict[str, mx.array]:
+    def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict[str, mx.array]:
         """A component's tensors in its model's keys and layout: prefix stripped (shards merged), the
-        distilled LoRA fused for a dev-only pack, then the model's `pack_to_model` where the file's
-        names differ from the model's."""
+        distilled LoRA fused for a dev-only pack, then `loras` (file names in the pack, strengths; the DiT
+        only, e.g. DFR's detailing IC-LoRA), then the model's `pack_to_model` where the file's names
+        differ from the model's."""
+        sanitize = model_class("transformer").sanitize
         if component == "transformer" and self._fused_dev:
             lora_name = self.layout.found["distilled_lora"].files[0]
             out = fuse_lora(self._read("transformer_dev"), read_safetensors(self.root / lora_name),
-                            DISTILLED_LORA_STRENGTH, model_class("transformer").sanitize,
+                            DISTILLED_LORA_STRENGTH, sanitize,
                             file=self.file_label("transformer"), lora_file=str(self.root / lora_name))
         else:
             out = self._read(component)
+        for name, strength in loras if component == "transformer" else ():
+            path = self.root / name
+            if not path.is_file():
+                raise PackError(f"{path}: no such LoRA file in pack {self.root.name!r}")
+            out = fuse_lora(out, read_safetensors(path), strength, sanitize, file=self.file_label(component),
+                            lora_file=str(path))
         to_model = getattr(model_class(component), "pack_to_model", None)
         return to_model(out) if to_model is not None else out
 

@@ -58,14 +58,25 @@ def token_sets(grid: tuple[int, int, int], counts: tuple[int, int, int], overlap
     return tile_token_sets(plan(grid, counts, overlap), positions[:, :, :num_gen], positions[:, :, num_gen:], grid)
 
 
+def first_frame_marker(grid: tuple[int, int, int], num_tokens: int) -> np.ndarray:
+    """(1, T, 1) LTX-2.5 keyframe marker of a stage-2 state: its first latent frame (one pixel frame),
+    as upstream marks every video state's; appended conditioning tokens are unmarked."""
+    marker = np.zeros((1, num_tokens, 1), F32)
+    marker[:, : grid[1] * grid[2]] = 1.0
+    return marker
+
+
 def step_tile_inputs(latent: np.ndarray, mask: np.ndarray, positions: np.ndarray, sigma: float,
-                     sets: list[TileTokens]) -> list[dict[str, np.ndarray]]:
-    """What each tile forward of a step reads: its tokens, per-token timesteps, normalised positions."""
+                     sets: list[TileTokens], marker: np.ndarray | None = None) -> list[dict[str, np.ndarray]]:
+    """What each tile forward of a step reads: its tokens, per-token timesteps, normalised positions,
+    and (LTX-2.5) its tokens' keyframe marker, cut as upstream's modality tiling cuts it."""
     timesteps = sampling.timesteps_from_mask(mask, sigma)[..., 0]
     out = []
     for tokens in sets:
         cut = cut_tile_inputs(latent, timesteps, positions, tokens)
         out.append({"latent": cut.latent, "timesteps": cut.timesteps, "positions": cut.positions.astype(F32)})
+        if marker is not None:
+            out[-1]["keyframes"] = np.ascontiguousarray(marker[:, tokens.keep_indices], dtype=F32)
     return out
 
 

@@ -150,7 +150,27 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     write_tiny_text_encoder(folder / "text_encoder", seed)
     if variant == "2.5":
         _ltx25_names(folder)
+        write_detailing_lora(folder / DETAILING_LORA, cfg["transformer"], seed)
     return LAYOUTS[layout](folder, seed)
+
+
+DETAILING_LORA = "ltx-2.5-22b-ic-lora-pixel-spatial-upscaler.safetensors"
+
+
+def write_detailing_lora(path: Path, tcfg: dict, seed: int, rank: int = 4) -> None:
+    """A tiny x2 detailing IC-LoRA in the reference's layout: `diffusion_model.<module>.lora_A/B.weight`
+    on every block's video self-attention projections, `reference_downscale_factor` 2 in its metadata."""
+    rng = np.random.default_rng(seed + 4242)
+    dim = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
+    tensors = {}
+    for block in range(tcfg["num_layers"]):
+        for module in ("to_q", "to_k", "to_v", "to_out.0"):
+            key = f"diffusion_model.transformer_blocks.{block}.attn1.{module}"
+            tensors[f"{key}.lora_A.weight"] = mx.array((rng.standard_normal((rank, dim)) / np.sqrt(dim)).astype(np.float32))
+            tensors[f"{key}.lora_B.weight"] = mx.array((0.5 * rng.standard_normal((dim, rank))).astype(np.float32))
+    tensors = {k: v.astype(mx.bfloat16) for k, v in tensors.items()}
+    mx.eval(tensors)
+    mx.save_safetensors(str(path), tensors, metadata={"reference_downscale_factor": "2"})
 
 
 def _ltx25_names(folder: Path) -> None:

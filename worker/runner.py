@@ -23,6 +23,7 @@ from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import Engine
 from ltx_engine.generation import stage1_sampler
 from ltx_engine.loader import PackError
+from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import EULER
@@ -225,6 +226,7 @@ class Runner:
             image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
             sampler=params.get("sampler") or EULER, slots=tuple(int(p) for p in params.get("dfr_slots") or ()),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
+            reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
@@ -235,6 +237,14 @@ class Runner:
         return self.engine.denoise_stage1(pack, self._stage(pack, params, inputs), step)
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
+        """Stage 2; DFR's detailing IC-LoRA fused into a DiT of its own (kept warm beside the plain one
+        the rounds use), with stage 1's video as its reference at the LoRA's downscale factor."""
+        lora = params.get("detailing_lora")
+        if lora:
+            if Path(lora).name != lora or not (pack.root / lora).is_file():
+                raise PackError(f"pack {params['pack']!r} has no detailing LoRA file {lora!r} (put it in the pack folder)")
+            params = {**params, "reference_downscale": reference_downscale(pack.root / lora)}
+            pack = WithLoras(pack, ((lora, float(params["detailing_strength"])),))
         return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
 
     def _run_stage_prepare(self, pack, params, inputs, step):

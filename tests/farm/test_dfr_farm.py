@@ -1,5 +1,5 @@
 """DFR as upstream runs it (padded canvas, keyframe slots from stage 1 through the rounds, an image
-guide per tile) across real workers equals `farm render --local` bit for bit (every task output, the
+guide per tile, the detailing IC-LoRA in stage 2) across real workers equals `farm render --local` bit for bit (every task output, the
 mp4's frames), ships (frames - 1) * 2**R + 1 frames at frame_rate * 2**R fps, runs the tiles of a round
 on several workers at once (whenever workers are free: with two workers the audio decode may hold one
 through round 1), and bad DFR specs are refused before anything queues."""
@@ -14,6 +14,7 @@ import pytest
 
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
+from ltx_engine.tiny_pack import DETAILING_LORA
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import farm, wait_done
 
@@ -27,6 +28,7 @@ CASES = {
     "r1_image_tiled_decode": {**BASE, "temporal_upscalings": 1, "decode_tiles": "48,128,128",
                               "image": {"frame": 16, "strength": 0.8}},
     "r2_image": {**BASE, "temporal_upscalings": 2, "audio": False, "image": {"frame": 0, "strength": 1.0}},
+    "r1_detailing": {**BASE, "temporal_upscalings": 1, "audio": False, "detailing_lora": DETAILING_LORA},
 }
 
 

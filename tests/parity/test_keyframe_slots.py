@@ -76,3 +76,31 @@ def test_slot_state_matches_reference(stage2):
     assert rel <= 1e-6
     np.testing.assert_array_equal(stage_slots(inputs, video), video.latent[:, -2 * H * W :].reshape(1, 2, H, W, C)
                                   .transpose(0, 4, 1, 2, 3))
+
+
+def test_reference_tokens_follow_the_slots_as_the_reference_appends_them():
+    """DFR's detailing stage 2: the IC-LoRA reference (stage 1's half-res video, downscale 2) appended
+    after the slots; its tokens against ltx-core 1.0.0's VideoConditionByReferenceLatent, which is the
+    reference for them (no temporal scale), and the slots still read out in front of it."""
+    from ltx_core.conditioning.types import VideoConditionByReferenceLatent
+
+    rng = np.random.default_rng(5)
+    initial = rng.standard_normal((1, C, F, H, W)).astype(np.float32)
+    reference = rng.standard_normal((1, C, F, 1, 2)).astype(np.float32)
+    inputs = StageInputs(frames=(F - 1) * 8 + 1, height=H * 32, width=W * 32, fps=FPS, seed=11,
+                         sigmas=[0.909375, 0.725, 0.421875, 0.0], contexts={}, audio_frames=4, initial_video=initial,
+                         slots=(24, 48), slot_latent=rng.standard_normal((1, C, 2, H, W)).astype(np.float32),
+                         reference_latent=reference, reference_downscale=2)
+    video, _ = build_stage_states(inputs, C)
+    tools = VideoLatentTools(VideoLatentPatchifier(1), VideoLatentShape(1, C, F, H, W), fps=FPS)
+    state = tools.create_initial_state("cpu", torch.float32, torch.from_numpy(initial))
+    ref = VideoConditionByReferenceLatent(torch.from_numpy(reference), downscale_factor=2).apply_to(state, tools)
+    n_ref, n = reference[0, 0].size, F * H * W
+    np.testing.assert_array_equal(video.clean_latent[:, -n_ref:], ref.clean_latent[:, n:].numpy())
+    np.testing.assert_array_equal(video.denoise_mask[:, -n_ref:], ref.denoise_mask[:, n:].numpy())
+    np.testing.assert_allclose(video.positions[:, :, -n_ref:], ref.positions[:, :, n:].numpy(), rtol=1e-7, atol=0)
+    np.testing.assert_array_equal(video.latent[:, -n_ref:], video.clean_latent[:, -n_ref:])  # mask 0: kept clean
+    marker = stage_marker(inputs, video.num_tokens)
+    assert not marker[:, -n_ref:].any() and marker[:, n : n + 2 * H * W].all()
+    np.testing.assert_array_equal(stage_slots(inputs, video), video.latent[:, n : n + 2 * H * W]
+                                  .reshape(1, 2, H, W, C).transpose(0, 4, 1, 2, 3))

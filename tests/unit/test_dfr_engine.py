@@ -267,3 +267,47 @@ def test_pack_tiny_cli_writes_the_25_variant(tmp_path: Path):
     assert cfg["use_keyframes_abs_pos_embedding"] and cfg["ff_bias"] is False
     bad = CliRunner().invoke(app, ["pack", "tiny", str(tmp_path / "q"), "--variant", "3.0"])
     assert bad.exit_code != 0 and "--variant" in bad.output
+
+
+def test_detailing_lora_conditions_stage_2_on_stage_1s_video():
+    spec = _dfr_spec(detailing_lora="detail.safetensors")
+    validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
+    tasks = {t["id"]: t for t in plan_render(spec, "r")}
+    s2 = tasks["r.stage2"]
+    assert (s2["params"]["detailing_lora"], s2["params"]["detailing_strength"]) == ("detail.safetensors", 0.5)
+    assert s2["inputs"]["reference_latent"] == {"task": "r.stage1", "output": "video_latent"}
+    assert "detailing_lora" not in tasks["r.dfr.r1.t0"]["params"]  # detached for the rounds
+    for bad, match in [({"temporal_upscalings": 0}, "details DFR's stage 2"),
+                       ({"detailing_lora": "../x.safetensors"}, "not a .safetensors file name"),
+                       ({"detailing_strength": 3}, "outside")]:
+        with pytest.raises(SpecError, match=match):
+            validate_spec(_dfr_spec(**{"detailing_lora": "detail.safetensors", **bad}), [])
+
+
+@pytest.mark.timeout(300)
+def test_a_detailing_lora_is_fused_once_into_a_dit_of_its_own(runner25, tmp_path):
+    """Stage 2 with the tiny pack's detailing IC-LoRA (bf16 here; q8/q4 fusion has its parity
+    test): differs from plain stage 2, repeats bit for bit without building the fused DiT again, and
+    leaves the plain DiT (the rounds') as it was."""
+    from ltx_engine.tiny_pack import DETAILING_LORA
+
+    text, _ = runner25.run("text_encode", {"pack": "tiny25", "prompt": "a fox"}, {})
+    params = {"pack": "tiny25", "seed": 3, "frames": 49, "fps": 24.0, "height": 64, "width": 64, "audio_frames": 51,
+              "sigmas": [0.909375, 0.725, 0.421875, 0.0], "noise_stream": 1, "dfr_slots": [24, 48], "renoise_audio": True}
+    inputs = {**text, "latent": _rand((1, C, 7, 2, 2), 1), "audio_latent": _rand((1, 8, 51, 16), 2),
+              "slots": _rand((1, C, 2, 2, 2), 3), "reference_latent": _rand((1, C, 7, 1, 1), 4)}
+    plain, _ = runner25.run("denoise_stage2", params, inputs)
+    detailed, _ = runner25.run("denoise_stage2", {**params, "detailing_lora": DETAILING_LORA,
+                                                  "detailing_strength": 0.5}, inputs)
+    loaded = runner25.engine.registry.load_seconds
+    again, _ = runner25.run("denoise_stage2", {**params, "detailing_lora": DETAILING_LORA,
+                                               "detailing_strength": 0.5}, inputs)
+    assert runner25.engine.registry.load_seconds == loaded  # the fused DiT stayed warm
+    assert not np.array_equal(plain["video_latent"], detailed["video_latent"])
+    for name in detailed:
+        np.testing.assert_array_equal(detailed[name], again[name])
+    unchanged, _ = runner25.run("denoise_stage2", params, inputs)
+    np.testing.assert_array_equal(unchanged["video_latent"], plain["video_latent"])
+    with pytest.raises(Exception, match="has no detailing LoRA file 'missing.safetensors'"):
+        runner25.run("denoise_stage2", {**params, "detailing_lora": "missing.safetensors",
+                                        "detailing_strength": 0.5}, inputs)

@@ -163,3 +163,24 @@ def test_a_25_render_without_frames_takes_the_duration_heads_length(packs, tmp_p
         assert sum(1 for _ in container.decode(video=0)) == frames
     with pytest.raises(SpecError, match="LTX-2.5: give -f"):
         render_local({**spec, "pack": "bare25"}, tmp_path / "no-head.mp4", runner)  # no duration_head file
+
+
+@pytest.mark.timeout(300)
+def test_tiled_stage_2_on_a_25_pack_carries_the_keyframe_marker(packs, tmp_path):
+    """One tile without overlap equals the untiled stage 2 exactly on the 2.5 pack too: each tile forward
+    reads its share of the first-frame keyframe marker (upstream's modality tiling slices it likewise)."""
+    from coordinator.reducer import run_reduce_task
+    from farm_cli.local import render_local
+    from worker.runner import Runner
+
+    runner = Runner(packs)
+    spec = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "pack": "tiny25", "decode_tiles": "off",
+            "audio": False, "stage2_sigmas": list(sampling.STAGE_2_DISTILLED_SIGMAS)}
+    _, untiled, _ = render_local(dict(spec), tmp_path / "untiled.mp4", runner)
+    _, tiled, blobs = render_local({**spec, "stage2_tiles": "1x1", "tile_overlap": 0}, tmp_path / "tiled.mp4", runner)
+    assert tiled["local.stage2"]["video_latent"] == untiled["local.stage2"]["video_latent"]
+    marker = blobs.get(tiled["local.stage2.cut"]["t0_keyframes"])
+    assert marker.shape == (1, 2 * 4 * 4, 1) and marker[0, :16].all() and not marker[0, 16:].any()
+    params = {"grid": [2, 4, 4], "counts": [1, 1, 1], "overlap": 0, "sigmas": [0.9, 0.0]}
+    inputs = {k: blobs.get(tiled["local.stage2.prep"][k]) for k in ("latent", "mask", "positions")}
+    assert "t0_keyframes" not in run_reduce_task("tdp_cut", params, inputs)  # a 2.3 render's tiles carry none
