@@ -27,12 +27,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.auth import SERVER_OPTIONS, TokenInterceptor, load_or_create_token
 from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
 from coordinator.dashboard import start_dashboard, stop_dashboard
+from coordinator.graph import SpecError
+from coordinator.guard import Guard
 from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership, lead, set_health, stand_by
 from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
 from coordinator.presence import Presence, TransientErrors
 from coordinator.retry import retry
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
+from coordinator.schema import check_capabilities, check_small_object, parse_object
 from coordinator.store import is_transient
 from coordinator.tls import load_or_create_tls
 from protos import farm_pb2, farm_pb2_grpc
@@ -142,11 +145,9 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         from coordinator import planner
 
         try:
-            spec = json.loads(request.spec_json)
-            if not isinstance(spec, dict):
-                raise ValueError("spec must be a JSON object")
-        except ValueError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec is not valid JSON: {exc}".splitlines()[0])
+            spec = parse_object(request.spec_json, "spec")  # bounded size and depth: no RecursionError
+        except SpecError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         render_id = new_render_id()
         try:
             spec = planner.normalize_spec(spec) if hasattr(planner, "normalize_spec") else spec
@@ -302,9 +303,9 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         if not request.worker_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id is required")
         try:
-            info = as_dict(request.capabilities_json)
-        except ValueError:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "capabilities_json is not a JSON object")
+            info = check_capabilities(request.capabilities_json)  # typed where the planner reads it
+        except SpecError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         info.setdefault("peer", context.peer())
         self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session,
                                    idle=request.idle)
@@ -339,7 +340,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         )
 
     def Heartbeat(self, request, context):
-        progress = as_dict(request.progress_json) if request.progress_json else None
+        progress = check_small_object(request.progress_json, "progress_json") if request.progress_json else None
         status = self.store.heartbeat(
             request.task_id, request.worker_id, request.fence, self.scheduler.lease_ms, progress
         )
@@ -347,7 +348,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         return farm_pb2.StatusReply(status=STATUS[status], drain=self.store.worker_draining(request.worker_id))
 
     def Complete(self, request, context):
-        metrics = as_dict(request.metrics_json) if request.metrics_json else {}
+        metrics = check_small_object(request.metrics_json, "metrics_json") if request.metrics_json else {}
         status, message = self.scheduler.complete(
             request.task_id, request.worker_id, request.fence, dict(request.outputs), metrics
         )
@@ -419,7 +420,7 @@ def serve(
     leadership = Leadership(store, "", lambda: lead(server), lambda: stand_by(server), leader_lease_ms)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-rpc"),
-        interceptors=[TokenInterceptor(token), LeaderGate(leadership), TransientErrors()],
+        interceptors=[TokenInterceptor(token), LeaderGate(leadership), Guard(), TransientErrors()],
         options=SERVER_OPTIONS,
     )
     shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
