@@ -33,6 +33,7 @@ from coordinator.plan_dfr import (
     slot_params,
 )
 from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
+from coordinator.schema import check_spec
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
 from ltx_engine.generation import LTX_25, check_generation, stage1_sampler
@@ -69,9 +70,7 @@ DEFAULTS: dict[str, Any] = {
 
 def normalize_spec(raw: dict) -> dict:
     """The spec with defaults filled in and numbers typed; unknown keys are refused."""
-    unknown = sorted(set(raw) - set(DEFAULTS) - {"submitter", "priority", "group", "notify"})
-    if unknown:
-        raise SpecError(f"unknown spec field {unknown[0]!r}")
+    raw = check_spec(raw, set(DEFAULTS) | {"submitter", "priority", "group", "notify"})  # types, ranges
     spec = {**DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
     try:
         for key in ("height", "width", "frames", "seed"):
