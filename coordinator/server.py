@@ -136,10 +136,15 @@ def live_fleet(store: Any) -> list[dict]:
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     """What `farm submit / status / watch / cancel / fetch` talk to."""
 
-    def __init__(self, store: Any, scheduler: Scheduler, shelf: PackShelf | None = None) -> None:
+    def __init__(self, store: Any, scheduler: Scheduler, shelf: PackShelf | None = None,
+                 watch_limit: int = 64) -> None:
         self.store = store
         self.scheduler = scheduler
         self.shelf = shelf
+        # Each Watch holds one of the server's threads for its life: past this many, a watcher is told
+        # RESOURCE_EXHAUSTED (and polls), so Lease / Heartbeat / Complete always find a thread.
+        self.watch_limit = watch_limit
+        self._watch_slots = threading.BoundedSemaphore(watch_limit)
 
     def Submit(self, request, context):
         from coordinator import planner
@@ -205,9 +210,19 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         return farm_pb2.RenderList(renders=[_render_info(r) for r in list_summaries(self.store, request.limit or 50)])
 
     def Watch(self, request, context) -> Iterator[farm_pb2.Event]:
-        """Relay the render's event stream; end once the render is terminal and its events drained."""
+        """Relay the render's event stream; end once the render is terminal and its events drained. At
+        most watch_limit at once: beyond, RESOURCE_EXHAUSTED, and the client polls GetRender instead."""
+        self._render(request.render_id, context)
+        if not self._watch_slots.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the coordinator relays {self.watch_limit} watchers already; poll the render, or retry")
+        try:
+            yield from self._relay(request, context)
+        finally:
+            self._watch_slots.release()
+
+    def _relay(self, request, context) -> Iterator[farm_pb2.Event]:
         render_id = request.render_id
-        self._render(render_id, context)
         last = request.after_event_id or "0"
         gone = threading.Event()
         context.add_callback(gone.set)
@@ -425,7 +440,8 @@ def serve(
     )
     shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
     threading.Thread(target=shelf.warm, name="pack-hashes", daemon=True).start()
-    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(store, scheduler, shelf), server)
+    farm_pb2_grpc.add_FarmClientServicer_to_server(
+        FarmClientServicer(store, scheduler, shelf, watch_limit=max(1, max_workers // 4)), server)
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
     presence = Presence(store, scheduler.wake, leadership.is_serving)
     farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler, presence), server)

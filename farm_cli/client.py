@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from protos.endpoints import Endpoints, leader_hint
 from protos.tensors import CHUNK_BYTES
 
 WATCH_TIMEOUT_S = 24 * 3600.0
+WATCH_POLL_S = 1.0  # while the coordinator relays its limit of watchers
+ENDED = ("done", "failed", "cancelled")
 TRANSFER_TIMEOUT_S = 3600.0
 
 
@@ -196,12 +199,25 @@ class FarmClient:
         return [json.loads(r.json) for r in reply.renders]
 
     def watch(self, render_id: str, after: str = "0", timeout: float = WATCH_TIMEOUT_S) -> Iterator[dict]:
-        """Events as dicts (with "_id" = stream id) until the render is terminal."""
-        request = farm_pb2.WatchRequest(render_id=render_id, after_event_id=after)
-        for event in self._stream(self._client.Watch, request, timeout):
-            payload = json.loads(event.json) if event.json else {}
-            payload.setdefault("_id", event.id)
-            yield payload
+        """Events as dicts (with "_id" = stream id) until the render is terminal. A coordinator that
+        relays its limit of watchers says RESOURCE_EXHAUSTED: then poll the render until it ends or a
+        relay frees up (resuming after the last event seen)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            request = farm_pb2.WatchRequest(render_id=render_id, after_event_id=after)
+            try:
+                for event in self._stream(self._client.Watch, request, timeout):
+                    payload = json.loads(event.json) if event.json else {}
+                    payload.setdefault("_id", event.id)
+                    after = str(payload["_id"])
+                    yield payload
+                return
+            except FarmError as exc:
+                if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+            if self.get(render_id).get("state") in ENDED or time.monotonic() > deadline:
+                return
+            time.sleep(WATCH_POLL_S)
 
     def cancel(self, render_id: str) -> bool:
         return self._call(self._client.Cancel, farm_pb2.RenderRequest(render_id=render_id)).cancelled
