@@ -101,6 +101,11 @@ def render_spec(prompt: str, height: int, width: int, frames: int | None, frame_
     return spec, pixels
 
 
+def detailing_spec(lora: str | None, strength: float) -> dict:
+    """DFR's detailing IC-LoRA as spec fields (only when one is named)."""
+    return {"detailing_lora": lora, "detailing_strength": strength} if lora else {}
+
+
 def advanced_spec(stage2_tiles: str | None, tile_overlap: int, stage2_sigmas: str | None,
                   temporal_upscalings: int, decode_tiles: str, exr: Path | None) -> dict:
     """The tiling and output flags as spec fields (validated by the planner, like everything else)."""

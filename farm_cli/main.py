@@ -36,6 +36,9 @@ Stage2Sigmas = Annotated[str | None, typer.Option("--stage2-sigmas", help="Comma
 TemporalUpscalings = Annotated[int, typer.Option("--temporal-upscalings", help="DFR temporal rounds: 0, 1 or 2.")]
 DecodeTiles = Annotated[str, typer.Option("--decode-tiles", help="auto | off | F,H,W (pixels).")]
 Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames into this folder.")]
+DetailingLora = Annotated[str | None, typer.Option(
+    "--detailing-lora", help="DFR: an IC-LoRA .safetensors in the pack folder, fused into stage 2.")]
+DetailingStrength = Annotated[float, typer.Option("--detailing-strength", help="The detailing LoRA's strength.")]
 TextEncoder = Annotated[str | None, typer.Option(
     "--text-encoder", help="Gemma 3 (mlx-lm) repo id or folder for packs without their own "
     "(default: the pack's entry in DATA/config.toml, else mlx-community/gemma-3-12b-it-4bit).")]
@@ -72,6 +75,7 @@ def render(
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
     data: DataDir = None, text_encoder: TextEncoder = None,
     coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
+    detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = 0.5,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
@@ -81,6 +85,7 @@ def render(
         spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
         spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles,
                                      exr)
+        spec |= common.detailing_spec(detailing_lora, detailing_strength)
         spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
         render_id = submit_render(spec, pixels, coordinator, token)
         typer.echo(render_id)
@@ -97,6 +102,7 @@ def render(
 
     spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
     spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
+    spec |= common.detailing_spec(detailing_lora, detailing_strength)
     spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"

@@ -143,6 +143,8 @@ def register(app: typer.Typer) -> None:
     from farm_cli.main import (
         Coordinator,
         DecodeTiles,
+        DetailingLora,
+        DetailingStrength,
         Exr,
         FrameRate,
         Frames,
@@ -180,10 +182,12 @@ def register(app: typer.Typer) -> None:
                    "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
                notify: Annotated[str | None, typer.Option(
                    "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
+               detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = 0.5,
                ) -> None:
         """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
         spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
         spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
+        spec |= common.detailing_spec(detailing_lora, detailing_strength)
         spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
         spec["priority"] = priority
         if notify:

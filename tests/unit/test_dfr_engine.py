@@ -311,3 +311,14 @@ def test_a_detailing_lora_is_fused_once_into_a_dit_of_its_own(runner25, tmp_path
     with pytest.raises(Exception, match="has no detailing LoRA file 'missing.safetensors'"):
         runner25.run("denoise_stage2", {**params, "detailing_lora": "missing.safetensors",
                                         "detailing_strength": 0.5}, inputs)
+
+
+def test_the_cli_passes_the_detailing_lora_to_the_planner(runner25):
+    from typer.testing import CliRunner
+
+    from farm_cli.main import app
+
+    pack = str(runner25.packs_dir / "tiny25")
+    result = CliRunner().invoke(app, ["render", "--local", "-p", "a fox", "-H", "64", "-W", "64", "-f", "9", "--pack",
+                                      pack, "--detailing-lora", "x.safetensors", "--detailing-strength", "0.7"])
+    assert result.exit_code == 2 and "details DFR's stage 2: give --temporal-upscalings 1 or 2" in result.output
