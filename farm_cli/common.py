@@ -102,8 +102,32 @@ def render_spec(prompt: str, height: int, width: int, frames: int | None, frame_
 
 
 def detailing_spec(lora: str | None, strength: float) -> dict:
-    """DFR's detailing IC-LoRA as spec fields (only when one is named)."""
+    """DFR's detailing IC-LoRA as spec fields (only when one is named). A Hugging Face repo id is checked
+    here, before anything is queued: a gated repo whose licence this user has not accepted fails in one
+    line naming the licence page (workers read the LoRA from the pack folder, so a repo is not fetched)."""
+    if lora and lora.count("/") == 1 and not lora.endswith(".safetensors"):
+        check_lora_repo(lora)
     return {"detailing_lora": lora, "detailing_strength": strength} if lora else {}
+
+
+def check_lora_repo(repo: str) -> None:
+    """One line, exit 2, for a LoRA repo: gated and not accepted, missing, or (accessible) how to place it."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    page = f"{(endpoint or 'https://huggingface.co').rstrip('/')}/{repo}"
+    try:
+        HfApi(endpoint=endpoint).auth_check(repo)
+    except GatedRepoError:
+        fail(f"detailing LoRA repo {repo!r} is gated: accept its licence at {page} (logged in with `hf auth "
+             "login`), then put its .safetensors in the pack folder and pass the file name")
+    except RepositoryNotFoundError:
+        fail(f"detailing LoRA repo {repo!r} not found on the hub (or not visible to this token)")
+    except Exception as exc:  # noqa: BLE001 - offline, proxy: one line
+        fail(f"detailing LoRA repo {repo!r}: the hub could not be asked ({type(exc).__name__})")
+    fail(f"detailing LoRA {repo!r} is a repo: `hf download {repo} --local-dir PACK_FOLDER` on the coordinator's "
+         "packs, then pass the .safetensors file name")
 
 
 def advanced_spec(stage2_tiles: str | None, tile_overlap: int, stage2_sigmas: str | None,

@@ -4,6 +4,9 @@ the tiny LTX-2.5 pack (no fakes)."""
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import mlx.core as mx
@@ -322,3 +325,43 @@ def test_the_cli_passes_the_detailing_lora_to_the_planner(runner25):
     result = CliRunner().invoke(app, ["render", "--local", "-p", "a fox", "-H", "64", "-W", "64", "-f", "9", "--pack",
                                       pack, "--detailing-lora", "x.safetensors", "--detailing-strength", "0.7"])
     assert result.exit_code == 2 and "details DFR's stage 2: give --temporal-upscalings 1 or 2" in result.output
+
+
+class _GatedHub(BaseHTTPRequestHandler):
+    """The hub's auth-check answer for a gated repo whose licence this user has not accepted."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        gated = self.path.startswith("/api/models/Lightricks/gated-lora/auth-check")
+        self.send_response(403 if gated else 404)
+        self.send_header("X-Error-Code", "GatedRepo" if gated else "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        body = json.dumps({"error": "gated" if gated else "not found"}).encode()
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_gated_lora_repo_is_refused_before_anything_queues(runner25, monkeypatch):
+    """--detailing-lora REPO against a real HTTP hub endpoint (HF_ENDPOINT) that says the repo is gated:
+    one line naming the licence page, exit 2, before the pack is even opened."""
+    from typer.testing import CliRunner
+
+    from farm_cli.main import app
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _GatedHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    try:
+        args = ["render", "--local", "-p", "a fox", "-H", "64", "-W", "64", "-f", "9", "--temporal-upscalings", "1",
+                "--pack", "no-such-pack"]
+        result = CliRunner().invoke(app, [*args, "--detailing-lora", "Lightricks/gated-lora"])
+        assert result.exit_code == 2 and f"is gated: accept its licence at {endpoint}/Lightricks/gated-lora" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+        missing = CliRunner().invoke(app, [*args, "--detailing-lora", "Lightricks/nothing-here"])
+        assert missing.exit_code == 2 and "not found on the hub" in missing.output
+    finally:
+        server.shutdown()
