@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import re
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +43,20 @@ KEEPALIVE_S = 10.0  # an SSE comment this often keeps proxies and browsers from 
 ALL_EVENTS_RENDERS = 50  # /api/events follows the newest this many renders
 CSRF_COOKIE, TOKEN_COOKIE, CSRF_HEADER = "farm_csrf", "farm_token", "X-CSRF-Token"
 _ID = r"([A-Za-z0-9][A-Za-z0-9._:-]{0,200})"
+MAX_BODY = 64 * 1024
+REQUEST_TIMEOUT_S = 15.0
+
+
+def host_allowed(host: str, bound: str = "") -> bool:
+    """IP literals (no DNS, so nothing to rebind), localhost, this machine's names, the bound name."""
+    host = host.lower().rstrip(".")
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = socket.gethostname().lower()
+    return host in {"localhost", name, name.split(".")[0], name.split(".")[0] + ".local", bound.lower()}
 BlobReader = Callable[[str], bytes | None]
 
 
@@ -117,6 +133,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
 
     server: DashboardServer
     server_version = "ltx-farm-dashboard"
+    timeout = REQUEST_TIMEOUT_S  # a request line, headers or body that stalls ends the connection
 
     GET_ROUTES: tuple[tuple[re.Pattern, str], ...] = tuple(
         (re.compile(p + "$"), name)
@@ -165,26 +182,48 @@ class DashboardHandler(BaseHTTPRequestHandler):
                     getattr(self, f"{prefix}_{name}")(*match.groups())
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the browser left (closed tab, SSE reconnect)
-                except Exception as exc:  # one JSON error, never a hung connection
+                except (ValueError, KeyError, TypeError) as exc:  # the request was wrong: 400, one line
+                    with contextlib.suppress(OSError):
+                        self._json({"error": f"bad request: {str(exc).splitlines()[0][:200] if str(exc) else ''}"},
+                                   HTTPStatus.BAD_REQUEST)
+                except Exception:  # one JSON error, never a hung connection, never a traceback to the client
                     if self.server.stopping.is_set():
                         return  # shutting down: Redis may already be gone under an SSE loop
                     log.exception("dashboard %s %s failed", self.command, url.path)
                     with contextlib.suppress(OSError):
-                        self._json(
-                            {"error": f"{type(exc).__name__}: {exc}"}, HTTPStatus.INTERNAL_SERVER_ERROR
-                        )
+                        self._json({"error": "internal error; the coordinator's log has the details"},
+                                   HTTPStatus.INTERNAL_SERVER_ERROR)
                 return
         self._json({"error": f"no such page {url.path}"}, HTTPStatus.NOT_FOUND)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._dispatch(self.GET_ROUTES, "get")
+        if self._host_ok():
+            self._dispatch(self.GET_ROUTES, "get")
 
     def do_POST(self) -> None:  # noqa: N802
-        length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
-        self._raw_body = (
-            self.rfile.read(length) if length > 0 else b""
-        )  # read first: a refusal must not reset
-        self._dispatch(self.POST_ROUTES, "post")
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit() or int(length) > MAX_BODY:
+            self.close_connection = True  # the unread body must not be taken for the next request
+            self._json({"error": f"request body must be 0..{MAX_BODY} bytes with a Content-Length"},
+                       HTTPStatus.REQUEST_ENTITY_TOO_LARGE if length.isdigit() else HTTPStatus.BAD_REQUEST)
+            return
+        try:  # read first: a refusal must not reset; a stalled body times out (timeout below)
+            self._raw_body = self.rfile.read(int(length)) if int(length) > 0 else b""
+        except TimeoutError:
+            self.close_connection = True
+            return
+        if self._host_ok():
+            self._dispatch(self.POST_ROUTES, "post")
+
+    def _host_ok(self) -> bool:
+        """DNS rebinding: a page served from another name must not read or act here. Accept IP literals,
+        localhost and this machine's names; anything else is 421 (Misdirected Request)."""
+        host = urlsplit(f"//{self.headers.get('Host', '')}").hostname or ""
+        if host_allowed(host, self.server.server_address[0]):
+            return True
+        self.close_connection = True
+        self._json({"error": f"Host {host[:80]!r} is not this dashboard's name"}, HTTPStatus.MISDIRECTED_REQUEST)
+        return False
 
     def _send(
         self,

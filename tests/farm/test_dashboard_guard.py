@@ -1,0 +1,72 @@
+"""The dashboard against a careless or hostile client, over real sockets: a foreign Host (DNS
+rebinding) is refused, bad requests are 4xx without tracebacks, a stalled body times out and the
+server keeps answering."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+
+import pytest
+
+from coordinator.dashboard import DashboardHandler, start_dashboard, stop_dashboard
+
+
+def _request(port: int, method: str, path: str, body: bytes = b"", headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        reply = conn.getresponse()
+        return reply.status, reply.read().decode()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def dashboard(store, tmp_data, monkeypatch):
+    monkeypatch.setattr(DashboardHandler, "timeout", 1.0)  # the stall limit, short for the test
+    server, port = start_dashboard(store, port=0, token="sekrit", data_dir=tmp_data)
+    yield port
+    stop_dashboard(server)
+
+
+@pytest.mark.timeout(60)
+def test_a_foreign_host_is_refused_and_local_names_are_served(dashboard) -> None:
+    for host in ("evil.example", "evil.example:80", "127.0.0.1.evil.example"):
+        status, body = _request(dashboard, "GET", "/api/renders", headers={"Host": host})
+        assert status == 421 and "Traceback" not in body, host
+    status, _ = _request(dashboard, "POST", "/api/login", b"token=sekrit", {"Host": "evil.example"})
+    assert status == 421
+    for host in (f"127.0.0.1:{dashboard}", f"localhost:{dashboard}", socket.gethostname()):
+        assert _request(dashboard, "GET", "/healthz", headers={"Host": host})[0] == 200, host
+
+
+@pytest.mark.timeout(60)
+def test_bad_requests_are_4xx_in_one_line(dashboard) -> None:
+    cases = [
+        ("POST", "/api/login", b"{not json", {"Content-Type": "application/json"}),
+        ("POST", "/api/login", b"x" * (70 * 1024), {}),
+        ("GET", "/api/renders/../../etc/passwd", b"", {}),
+        ("GET", "/api/renders/nope", b"", {}),
+    ]
+    for method, path, body, headers in cases:
+        status, text = _request(dashboard, method, path, body, headers)
+        assert 400 <= status < 500 and "Traceback" not in text and "\n" not in text.strip(), (path, status, text)
+    with socket.create_connection(("127.0.0.1", dashboard), timeout=5) as raw:
+        raw.sendall(b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n")
+        assert raw.recv(200).split(b" ")[1] == b"400"
+
+
+@pytest.mark.timeout(60)
+def test_a_stalled_body_times_out_and_the_dashboard_keeps_answering(dashboard) -> None:
+    stalled = socket.create_connection(("127.0.0.1", dashboard), timeout=10)
+    stalled.sendall(b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\ntoken=")
+    start = time.monotonic()
+    assert stalled.recv(100) == b""  # the server gave up on the body and closed
+    assert time.monotonic() - start < 8
+    stalled.close()
+    status, body = _request(dashboard, "GET", "/healthz")
+    assert status == 200, body
+    assert json.loads(body) is not None
