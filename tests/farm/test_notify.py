@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from coordinator.server import serve, stop
-from tests.farm.farm_harness import ROOT
+from tests.farm.farm_harness import ROOT, join_token
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 
@@ -48,7 +48,8 @@ def test_webhook_posts_once_when_a_render_ends(store, tmp_data, tiny_packs, rece
     url, got = receiver
     (tmp_data / "packs").symlink_to(tiny_packs)
     server, port = serve(store, tmp_data, token="n" * 24)
-    farm = lambda *a: subprocess.run([*CLI, *a, "--coordinator", f"127.0.0.1:{port}", "--token", "n" * 24],  # noqa: E731
+    token = join_token(tmp_data, "n" * 24)  # TLS: the client pins this farm's CA
+    farm = lambda *a: subprocess.run([*CLI, *a, "--coordinator", f"127.0.0.1:{port}", "--token", token],  # noqa: E731
                                      capture_output=True, text=True, cwd=ROOT, timeout=60)
     try:
         bad = farm("submit", "-p", "a fox", "--notify", "file:///etc/passwd")
