@@ -50,6 +50,8 @@ WEIGHTS = {"transformer": 21 * GB, "text_encoder": int(9.5 * GB), "connector": i
            "spatial_upscaler": GB, "temporal_upscaler": GB, "vae_decoder": GB, "vae_encoder": GB,
            "audio_vae": GB // 2, "vocoder": GB // 2}
 DIT_BYTES_PER_TOKEN = int(0.9 * MB)
+MUX_S, MUX_S_PER_VOXEL = 0.5, 1e-8  # assembly: ~100 M pixel·frames per second through H.264
+LOAD_BYTES_PER_S = 2 * GB  # a cold model: weights read from the SSD into unified memory
 DECODE_BYTES_PER_VOXEL = 3 * 4 * 24  # the decode working set per output pixel (plan_decode's factor)
 DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
 KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("vae_encoder",),
@@ -133,18 +135,34 @@ def peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None) -> int
     return int(weights + act)
 
 
+def load_seconds(kind: str, pack_bytes: int | None = None) -> float:
+    """Seconds to load a kind's models cold, before any worker measured it (then its own EWMA wins)."""
+    scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
+    return sum(WEIGHTS.get(c, 0) for c in KIND_WEIGHTS.get(kind, ())) * scale / LOAD_BYTES_PER_S
+
+
 def min_memory_bytes(peak: int) -> int:
     """The smallest unified memory whose usable part holds `peak`."""
     return math.ceil(peak / USABLE_FRACTION)
 
 
-def annotate(tasks: list[dict], pack_bytes: int | None) -> None:
-    """Write each task's reference seconds (`cost_s`) and, for worker tasks when the fleet described
-    the pack's size, its peak (`peak_bytes`) and the memory a worker needs to be leased it
-    (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`)."""
+def assemble_seconds(spec: Mapping) -> float:
+    """Reference seconds of the coordinator's assembly (blend, H.264 + AAC mux) after the last task."""
+    frames = int(spec.get("output_frames") or spec.get("frames") or 0)
+    return MUX_S + MUX_S_PER_VOXEL * frames * int(spec.get("height") or 0) * int(spec.get("width") or 0)
+
+
+def annotate(tasks: list[dict], spec: dict) -> None:
+    """Write each task's reference seconds (`cost_s`, `load_s`) and, for worker tasks when the fleet
+    described the pack's size, its peak (`peak_bytes`) and the memory a worker needs to be leased it
+    (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`); the spec gets the
+    assembly's (`assemble_s`, which set_render_state.lua measures against)."""
+    pack_bytes = spec.get("pack_bytes")
+    spec["assemble_s"] = round(assemble_seconds(spec), 4)
     for t in tasks:
         params = t["params"]
         params["cost_s"] = round(reference_seconds(t["kind"], params), 4)
+        params["load_s"] = round(load_seconds(t["kind"], pack_bytes), 4)
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
@@ -164,3 +182,24 @@ def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def fill_ratios(measured: Mapping[str, Mapping[str, float]], rounds: int = 20) -> dict[str, dict[str, float]]:
+    """Each worker's ratio for every kind any worker measured: its own where it has one, else the
+    kind's baseline × the worker's speed factor, fitted as ratio ≈ factor(worker) × baseline(kind) in
+    log space (factors' geometric mean 1), so a slow Mac stays slow on a kind it never ran."""
+    logs = {w: {k: math.log(v) for k, v in r.items() if v > 0} for w, r in measured.items()}
+    kinds = {k for r in logs.values() for k in r}
+    factor = {w: 0.0 for w in logs}
+    base = {k: 0.0 for k in kinds}
+    for _ in range(rounds):
+        base = {k: _mean([r[k] - factor[w] for w, r in logs.items() if k in r]) for k in kinds}
+        factor = {w: _mean([v - base[k] for k, v in r.items()]) for w, r in logs.items()}
+        shift = _mean([f for w, f in factor.items() if logs[w]])
+        factor = {w: (f - shift) if logs[w] else 0.0 for w, f in factor.items()}
+        base = {k: b + shift for k, b in base.items()}
+    return {w: {**{k: math.exp(base[k] + factor[w]) for k in kinds}, **r} for w, r in measured.items()}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

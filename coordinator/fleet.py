@@ -7,8 +7,10 @@ fleet simulate the same workers. Plain reads; the ratios are written by complete
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from coordinator.costs import fill_ratios
 from coordinator.placement import COORDINATOR_SLOT, Slot
 
 LIVE = ("idle", "busy")
@@ -24,23 +26,34 @@ def _ratios(raw: dict) -> dict[str, float]:
     return out
 
 
-def cost_ratios(store: Any, worker_ids: list[str]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Each worker's measured ratio per kind, and the fleet-wide one."""
+def cost_ratios(store: Any, worker_ids: list[str], what: str = "costratio",
+                ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Each worker's measured ratio per kind (what="costload": cold-start seconds), and the fleet's."""
     pipe = store.client.pipeline(transaction=False)
     for wid in worker_ids:
-        pipe.hgetall(store.key("costratio", wid))
-    pipe.hgetall(store.key("costratio_fleet"))
+        pipe.hgetall(store.key(what, wid))
+    pipe.hgetall(store.key(f"{what}_fleet"))
     *each, fleet = pipe.execute()
     return {wid: _ratios(raw) for wid, raw in zip(worker_ids, each, strict=True)}, _ratios(fleet)
 
 
-def slots(workers: list[dict], ratios: dict[str, dict[str, float]], fleet: dict[str, float]) -> list[Slot]:
-    """One slot per worker: its own ratios over the fleet's (a kind it never ran reads the fleet's)."""
-    out = []
+def _warm(worker: dict) -> list[str]:
+    try:
+        models = json.loads(worker.get("models") or "[]")
+    except ValueError:
+        return []
+    return [str(m) for m in models] if isinstance(models, list) else []
+
+
+def slots(workers: list[dict], ratios: tuple[dict, dict], loads: tuple[dict, dict]) -> list[Slot]:
+    """One slot per worker: its own ratios and loads, a kind it never ran from the others' scaled to its
+    speed (costs.fill_ratios; the fleet's EWMA when no worker measured it), and its warm models."""
+    out, filled = [], fill_ratios({str(w["id"]): ratios[0].get(str(w["id"]), {}) for w in workers})
     for w in workers:
-        info = w.get("info") if isinstance(w.get("info"), dict) else {}
-        out.append(Slot(str(w["id"]), str(info.get("chip") or ""), int(info.get("memory_bytes") or 0),
-                        {**fleet, **ratios.get(str(w["id"]), {})}))
+        info, wid = (w.get("info") if isinstance(w.get("info"), dict) else {}), str(w["id"])
+        out.append(Slot(wid, str(info.get("chip") or ""), int(info.get("memory_bytes") or 0),
+                        {**ratios[1], **filled[wid]}, warm=_warm(w),
+                        loads={**loads[1], **loads[0].get(wid, {})}))
     return out
 
 
@@ -49,6 +62,7 @@ def live_slots(store: Any, now_ms: int) -> tuple[list[Slot], Slot]:
     from coordinator.metrics import worker_state
 
     workers = [w for w in store.list_workers() if worker_state(w, now_ms) in LIVE]
-    ratios, fleet = cost_ratios(store, [str(w["id"]) for w in workers] + [COORDINATOR_SLOT])
-    coordinator = Slot(COORDINATOR_SLOT, ratios={**fleet, **ratios.get(COORDINATOR_SLOT, {})})
-    return slots(workers, ratios, fleet), coordinator
+    ids = [str(w["id"]) for w in workers] + [COORDINATOR_SLOT]
+    ratios, loads = cost_ratios(store, ids), cost_ratios(store, ids, "costload")
+    coordinator = Slot(COORDINATOR_SLOT, ratios={**ratios[1], **ratios[0].get(COORDINATOR_SLOT, {})})
+    return slots(workers, ratios, loads), coordinator

@@ -120,6 +120,8 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "grid": params.get("grid"),
         "cost_s": params.get("cost_s"),  # the cost model's reference seconds (coordinator.costs)
         "min_memory_bytes": params.get("min_memory_bytes"),
+        "load_s": params.get("load_s"),
+        "needs": list(params.get("needs") or []),
         "deps": list(task.get("deps") or []),
         "capability": task.get("capability"),
         "bytes_in": sum(sizes.get(s, 0) for s in _shas(task.get("inputs"))),
@@ -315,9 +317,13 @@ def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict
     if render.get("state") in ("done", "failed", "cancelled"):
         return None
     if fleet is not None:
+        spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
+        mux = fleet[1].seconds({"kind": "assemble", "cost_s": float(spec.get("assemble_s") or 0.0)})
+        if render.get("state") == "assembling":
+            return max(0.0, mux - (now_ms - int(render.get("assembling_ms") or now_ms)) / 1000.0)
         modelled = placement.eta_seconds(views, fleet[0], now_ms, fleet[1])
         if modelled is not None:
-            return modelled
+            return modelled + mux
     if speeds is not None:
         measured = eta_from_speeds(views, [s for s, _ in STAGES], speeds, workers, now_ms)
         if measured is not None:
@@ -344,6 +350,7 @@ def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[st
         "priority": int(render.get("priority") or 0),
         "progress": round(frac, 4),
         "eta_s": eta,
+        **({"fleet": placement.fleet_json(fleet)} if fleet is not None else {}),  # farm watch re-runs the ETA
         "age_s": (now_ms - int(render.get("created_ms") or now_ms)) / 1000.0,
         "current_stage": current,
         "current_stage_label": STAGE_LABELS.get(current, current),

@@ -10,7 +10,7 @@ worker. Coordinator tasks (blend, cut) run on the coordinator, one at a time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from coordinator import costs
 from coordinator.graph import CAPABILITY, SpecError
@@ -28,15 +28,32 @@ class Slot:
     ratios: dict[str, float] = field(default_factory=dict)
     free_at: float = 0.0
     count: int = 1  # a fleet file's "count": that many Macs of this class
+    warm: list[str] = field(default_factory=list)  # components loaded (the worker's last report)
+    loads: dict[str, float] = field(default_factory=dict)  # measured cold-start seconds per kind
 
     def seconds(self, task: Mapping) -> float:
-        """The cost model's seconds for `task` (a planned task or a task view) on this worker."""
+        """The cost model's seconds for `task` (a planned task or a task view) on this worker: its
+        compute, plus loading its models when they are not warm here."""
         cost = float(_params(task).get("cost_s") or task.get("cost_s") or 0.0)
-        return costs.worker_seconds(cost, str(task.get("kind", "")), self.ratios, self.chip)
+        kind = str(task.get("kind", ""))
+        run = costs.worker_seconds(cost, kind, self.ratios, self.chip)
+        if not set(_needs(task)) <= set(self.warm):
+            run += self.loads.get(kind, float(_params(task).get("load_s") or task.get("load_s") or 0.0))
+        return run
+
+    def run(self, task: Mapping, start: float) -> float:
+        """Take `task` from `start`: its end; its models are warm here afterwards."""
+        self.free_at = start + self.seconds(task)
+        self.warm = sorted(set(self.warm) | set(_needs(task)))
+        return self.free_at
 
     def holds(self, task: Mapping) -> bool:
         need = int(_params(task).get("min_memory_bytes") or task.get("min_memory_bytes") or 0)
         return not need or not self.memory_bytes or need <= self.memory_bytes
+
+
+def _needs(task: Mapping) -> list[str]:
+    return list(_params(task).get("needs") or task.get("needs") or [])
 
 
 def _params(task: Mapping) -> Mapping:
@@ -106,15 +123,15 @@ def simulate(tasks: list[Mapping], slots: list[Slot], done: Mapping[str, float] 
         if slot is None:
             continue
         start = max(slot.free_at, ready)
-        slot.free_at = ends[tid] = start + slot.seconds(t)
+        ends[tid] = slot.run(t, start)
         out.append(Placed(tid, str(t.get("kind", "")), slot.name, start, ends[tid]))
     return out
 
 
 def expand(slots: Iterable[Slot]) -> list[Slot]:
     """A fleet file's classes as one slot per Mac (`count` of each)."""
-    return [Slot(f"{s.name}#{i + 1}" if s.count > 1 else s.name, s.chip, s.memory_bytes, dict(s.ratios))
-            for s in slots for i in range(max(1, s.count))]
+    return [Slot(f"{s.name}#{i + 1}" if s.count > 1 else s.name, s.chip, s.memory_bytes, dict(s.ratios),
+                 loads=dict(s.loads)) for s in slots for i in range(max(1, s.count))]
 
 
 def _left(view: Mapping, slot: Slot, now_ms: int) -> float:
@@ -124,7 +141,8 @@ def _left(view: Mapping, slot: Slot, now_ms: int) -> float:
     step, total = progress.get("step"), progress.get("total")
     if isinstance(step, int) and isinstance(total, int) and 0 < step <= total:
         return ran * (total - step) / step
-    return max(0.0, slot.seconds(view) - ran)
+    predicted = slot.seconds(view)
+    return max(predicted - ran, 0.1 * predicted)  # past its prediction: not done yet
 
 
 def eta_seconds(views: list[Mapping], slots: list[Slot], now_ms: int, coordinator: Slot | None = None,
@@ -137,6 +155,25 @@ def eta_seconds(views: list[Mapping], slots: list[Slot], now_ms: int, coordinato
     done = {str(v["id"]): 0.0 for v in views if v.get("display") in ("done", "cancelled")}
     running = {str(v["id"]): (str(v["worker"]), _left(v, by_name[str(v["worker"])], now_ms)) for v in views
                if v.get("display") in ("leased", "running") and str(v.get("worker")) in by_name}
+    for v in views:
+        if str(v["id"]) in running:  # its models are warm there once it ends
+            slot = by_name[str(v["worker"])]
+            slot.warm = sorted(set(slot.warm) | set(_needs(v)))
     rest = [v for v in views if str(v["id"]) not in done and str(v["id"]) not in running]
     placed = simulate(rest, slots, done, running, coordinator)
     return max([p.end for p in placed] + [left for _, left in running.values()], default=0.0)
+
+
+def fleet_json(fleet: tuple[list[Slot], Slot]) -> dict:
+    """The fleet an ETA was computed on, as JSON a client (`farm watch`) re-runs the ETA with."""
+    return {"slots": [asdict(s) for s in fleet[0]], "coordinator": asdict(fleet[1])}
+
+
+def fleet_from(data: object) -> tuple[list[Slot], Slot] | None:
+    """`fleet_json`'s inverse; None for anything else (a render read from an older coordinator)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("slots"), list):
+        return None
+    try:
+        return [Slot(**s) for s in data["slots"]], Slot(**(data.get("coordinator") or {"name": COORDINATOR_SLOT}))
+    except TypeError:
+        return None

@@ -245,7 +245,7 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
-    costs.annotate(tasks, spec.get("pack_bytes"))
+    costs.annotate(tasks, spec)
     return tasks
 
 

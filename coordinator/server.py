@@ -99,6 +99,7 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
             "failed_on",
             "lost",
             "stuck_ms",
+            "deps",  # the ETA's simulation (farm watch) follows the graph
         )
         record["tasks"] = [{k: t.get(k) for k in keep if k in t} for t in tasks]
     return farm_pb2.RenderInfo(

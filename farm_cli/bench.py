@@ -110,6 +110,25 @@ def failover(
     run(kills, workers, data)
 
 
+@bench_app.command("eta")
+def eta(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 25,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+    throttles: Annotated[str, typer.Option("--throttles", help="One worker per factor (1 = full speed).")] = "1,2,4",
+    renders: Annotated[int, typer.Option("--renders", help="Measured renders after the warm-up.")] = 2,
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """ETA vs the real remaining time on a throttled fleet, from 25 % progress on (goal: within 20 %)."""
+    from farm_cli.bench_eta import run
+
+    spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
+            "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 5}
+    run(spec, [float(t) for t in throttles.split(",")], renders, data)
+
+
 @bench_app.command("transfer")
 @bench_app.command("blobs", hidden=True)
 def transfer(

@@ -177,6 +177,8 @@ def register(app: typer.Typer) -> None:
             "--pack-max-mbps", help="Cap copying packs from the coordinator at this many MB/s.")] = None,
         drain: Annotated[bool, typer.Option(
             "--drain", help="Ask the running worker with this id to finish its task, take no more and exit.")] = False,
+        throttle: Annotated[float, typer.Option(
+            "--throttle", help="Run each task FACTOR times as long as its compute (>= 1): share this Mac.")] = 1.0,
     ) -> None:
         """Run this Mac's worker: lease tasks from the coordinator and run them until Ctrl-C."""
         from worker.agent import run_worker, worker_token
@@ -191,7 +193,7 @@ def register(app: typer.Typer) -> None:
 
         log_file = None if drain else log_path(common.data_dir(), "worker")  # named by `farm doctor`
         raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
-                                    pack_max_mbps, drain, log_file=log_file))
+                                    pack_max_mbps, drain, log_file=log_file, throttle=throttle))
 
     @app.command()
     def up(workers: int = typer.Option(2, "--workers"), port: Port = common.DEFAULT_PORT, data: DataDir = None,

@@ -17,7 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator import metrics
+from coordinator import metrics, placement
 
 GLYPHS = {
     "done": ("█", "green"),
@@ -173,7 +173,8 @@ def grid_text(grid: dict) -> Text:
 def render_view(state: WatchState) -> Group:
     """The whole screen for the current state."""
     views = state.views()
-    summary = metrics.render_summary(state.render, views, state.now_ms)
+    fleet = placement.fleet_from(state.render.get("fleet"))  # the cost model's ETA, as tasks finish
+    summary = metrics.render_summary(state.render, views, state.now_ms, fleet=fleet)
     stages = metrics.stage_summaries(state.render, views)
     head = Text(f"render {summary['id']}  ", style="bold")
     head.append(str(summary.get("state")), style=STATE_STYLE.get(str(summary.get("state")), "blue"))

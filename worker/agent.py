@@ -65,11 +65,11 @@ def lease_capabilities(caps: dict) -> list[str]:
     return list(DEFAULT_CAPABILITIES)
 
 
-def load_runner(packs_dir: Path | None) -> Any:
+def load_runner(packs_dir: Path | None, throttle: float = 1.0) -> Any:
     """The real worker.runner.Runner over packs_dir (imported late: it loads MLX)."""
     from worker.runner import Runner
 
-    return Runner(packs_dir)
+    return Runner(packs_dir, throttle=throttle)
 
 
 class _Heartbeat(threading.Thread):
@@ -422,7 +422,8 @@ def worker_token(token: str | None, token_file: Path | None) -> str:
 
 def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, worker_id: str | None = None,
                cache_dir: Path | None = None, wait_ms: int = 10_000, max_tasks: int | None = None,
-               pack_max_mbps: float | None = None, drain: bool = False, log_file: Path | None = None) -> int:
+               pack_max_mbps: float | None = None, drain: bool = False, log_file: Path | None = None,
+               throttle: float = 1.0) -> int:
     """Run this Mac's worker until stopped (or, with drain, ask the running one to finish and exit): what
     `farm worker` and `python -m worker.agent` both call. Logs go to stderr and log_file when given."""
     from coordinator.logsetup import setup_logging
@@ -430,7 +431,7 @@ def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, work
     setup_logging(log_file)
     if drain:
         return request_drain(coordinator, token, worker_id or default_worker_id())
-    agent = Agent(coordinator, token, load_runner(packs_dir), worker_id=worker_id, cache_dir=cache_dir,
+    agent = Agent(coordinator, token, load_runner(packs_dir, throttle), worker_id=worker_id, cache_dir=cache_dir,
                   wait_ms=wait_ms, pack_max_bytes_per_s=pack_max_mbps * 1e6 if pack_max_mbps else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
@@ -451,13 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tasks", type=int, default=None)
     parser.add_argument("--pack-max-mbps", type=float, default=None,
                         help="cap copying packs from the coordinator at this many MB/s (default: no cap)")
+    parser.add_argument("--throttle", type=float, default=1.0,
+                        help="run each task FACTOR times as long as its compute (>= 1): share this Mac with people")
     parser.add_argument("--drain", action="store_true",
                         help="ask the running worker with this id to finish its task, take no more and exit")
     args = parser.parse_args(argv)
     if not args.coordinator:
         parser.error("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
     return run_worker(args.coordinator, worker_token(args.token, args.token_file), args.packs_dir, args.worker_id,
-                      args.cache_dir, args.wait_ms, args.max_tasks, args.pack_max_mbps, args.drain)
+                      args.cache_dir, args.wait_ms, args.max_tasks, args.pack_max_mbps, args.drain,
+                      throttle=args.throttle)
 
 
 if __name__ == "__main__":

@@ -59,8 +59,9 @@ def _contexts(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 class Runner:
     """Runs one task at a time on this process's engine."""
 
-    def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None):
+    def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None, throttle: float = 1.0):
         self.packs_dir = Path(packs_dir) if packs_dir else None
+        self.throttle = max(1.0, float(throttle))  # `--throttle`: each task takes this many times its compute
         # Keep models warm between tasks, but within ~60% of the machine's memory: the least recently
         # used models the next task does not need are dropped first.
         self.engine = engine or Engine(ModelRegistry(budget_bytes=int(device_memory_bytes() * 0.6)))
@@ -185,17 +186,30 @@ class Runner:
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
         mx.reset_peak_memory()
         start = time.perf_counter()
+        loads = self.engine.registry.load_seconds
+        last = [start, loads]  # the last step's time and load seconds: loading is not throttled
 
         def step(i: int, n: int) -> None:
+            self._throttle(last)
             if cancelled is not None and cancelled():
                 raise TaskCancelled(f"render cancelled at step {i} of {n}")
             if progress is not None:
                 progress(i, n)
 
         outputs = handler(pack, params, inputs, step)
+        self._throttle(last)
         metrics = {"seconds": round(time.perf_counter() - start, 4), "peak_memory_bytes": int(mx.get_peak_memory()),
-                   "models": self.engine.registry.loaded()}
+                   "models": self.engine.registry.loaded(),  # warm after this task: the scheduler's affinity
+                   "load_s": round(self.engine.registry.load_seconds - loads, 4)}  # the cost model's cold start
         return {k: np.ascontiguousarray(v) for k, v in outputs.items()}, metrics
+
+    def _throttle(self, last: list[float]) -> None:
+        """Sleep (throttle - 1) × the compute since the last step (model loading left out), so progress and
+        the task's time both stretch by the factor (a Mac shared with people; a slower Mac played by a fast one)."""
+        loads = self.engine.registry.load_seconds
+        if self.throttle > 1.0:
+            time.sleep((self.throttle - 1.0) * max(0.0, time.perf_counter() - last[0] - (loads - last[1])))
+        last[0], last[1] = time.perf_counter(), loads
 
     def _run_text_encode(self, pack, params, inputs, step):
         """Embeddings of the prompt, kept for the last few (pack, encoder, prompt, length) keys: a prompt

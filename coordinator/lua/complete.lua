@@ -26,17 +26,30 @@ end
 local kt = key('kindtime', redis.call('HGET', tk, 'kind'))
 redis.call('HINCRBY', kt, 'n', 1)
 redis.call('HINCRBY', kt, 'sum_ms', math.max(0, NOW - (tonumber(t[1]) or NOW)))
--- The cost model's running estimate (coordinator/costs.py): lease-to-done over the task's reference
--- seconds (params.cost_s), an EWMA per worker and kind, and fleet-wide per kind.
+-- The cost model's running estimates (coordinator/costs.py), EWMAs per worker and kind and fleet-wide
+-- per kind: lease-to-done less model loading over the task's reference seconds (params.cost_s), and
+-- the loading seconds of a cold start; the worker's warm models (what placement's affinity reads).
+local function ewma(hk, field, value)
+  local old = tonumber(redis.call('HGET', hk, field))
+  redis.call('HSET', hk, field, string.format('%.6g', old and (0.6 * old + 0.4 * value) or value))
+end
 local ok, params = pcall(cjson.decode, redis.call('HGET', tk, 'params') or '')
+local okm, measured = pcall(cjson.decode, ARGV[7])
+measured = okm and type(measured) == 'table' and measured or {}
 local cost = ok and type(params) == 'table' and tonumber(params.cost_s) or nil
 if cost and cost > 0 then
   local kind = redis.call('HGET', tk, 'kind')
-  local ratio = math.max(0, NOW - (tonumber(t[1]) or NOW)) / 1000 / cost
-  for _, hk in ipairs({key('costratio', worker), key('costratio_fleet')}) do
-    local old = tonumber(redis.call('HGET', hk, kind))
-    redis.call('HSET', hk, kind, string.format('%.6g', old and (0.6 * old + 0.4 * ratio) or ratio))
+  local load = math.max(0, tonumber(measured.load_s) or 0)
+  local ratio = math.max(0, (NOW - (tonumber(t[1]) or NOW)) / 1000 - load) / cost
+  ewma(key('costratio', worker), kind, ratio)
+  ewma(key('costratio_fleet'), kind, ratio)
+  if load > 0 then
+    ewma(key('costload', worker), kind, load)
+    ewma(key('costload_fleet'), kind, load)
   end
+end
+if type(measured.models) == 'table' then
+  redis.call('HSET', key('worker', worker), 'models', cjson.encode(measured.models))
 end
 if remaining <= 0 and render_active(render) then
   redis.call('SADD', key('to_assemble'), render)  -- until it ends: the sweep resumes a broken assembly

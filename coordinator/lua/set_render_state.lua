@@ -9,6 +9,16 @@ for f, v in pairs(cjson.decode(ARGV[5])) do
   redis.call('HSET', rk, f, v)
   ev[f] = v
 end
+if state == 'assembling' then redis.call('HSET', rk, 'assembling_ms', NOW) end
+-- The cost model's assembly ratio (coordinator/costs.py assemble_seconds): measured / reference seconds.
+local since = tonumber(redis.call('HGET', rk, 'assembling_ms'))
+local ok, spec = pcall(cjson.decode, redis.call('HGET', rk, 'spec') or '')
+local ref = ok and type(spec) == 'table' and tonumber(spec.assemble_s) or nil
+if state == 'done' and since and ref and ref > 0 then
+  local hk, ratio = key('costratio', 'coordinator'), (NOW - since) / 1000 / ref
+  local old = tonumber(redis.call('HGET', hk, 'assemble'))
+  redis.call('HSET', hk, 'assemble', string.format('%.6g', old and (0.6 * old + 0.4 * ratio) or ratio))
+end
 if TERMINAL[state] then
   redis.call('HSET', rk, 'finished_ms', NOW)
   if state ~= 'done' then drop_queued(rid) end

@@ -94,3 +94,9 @@ def test_eta_runs_what_is_left_after_the_running_task() -> None:
              {"id": "r.c", "kind": "a", "cost_s": 5.0, "deps": ["r.b"], "display": "waiting"}]
     assert placement.eta_seconds(views, slots, 10_000) == pytest.approx(12 + 10)
     assert placement.eta_seconds([{**v, "cost_s": None} for v in views], slots, 10_000) is None
+
+
+def test_a_slow_worker_stays_slow_on_a_kind_it_never_ran() -> None:
+    filled = costs.fill_ratios({"fast": {"a": 1.0, "b": 2.0}, "slow": {"a": 4.0}, "new": {}})
+    assert filled["slow"]["b"] == pytest.approx(8.0) and filled["fast"]["b"] == 2.0
+    assert filled["new"]["a"] == pytest.approx(2.0)  # the median worker's speed
