@@ -11,7 +11,6 @@ import json
 import logging
 import re
 import secrets
-import shutil
 import signal
 import socket
 import threading
@@ -33,6 +32,7 @@ from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership, lead, set_health, stand_by
 from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
 from coordinator.presence import Presence, TransientErrors
+from coordinator.retention import forget_render, start_sweeper
 from coordinator.retry import retry
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object, parse_object
@@ -272,15 +272,8 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         """Forget a finished render and remove what the coordinator wrote for it (its renders/ folder and
         preview); the id is one of ours (it exists in Redis), so the paths stay inside the data folder."""
         self._render(request.render_id, context)
-        result = self.store.delete_render(request.render_id)
-        if result != "deleted":
-            return farm_pb2.DeleteReply(deleted=False, state=result)
-        data = Path(self.scheduler.data_dir)
-        folder = data / "renders" / request.render_id
-        if folder.resolve().parent == (data / "renders").resolve():
-            shutil.rmtree(folder, ignore_errors=True)
-            (data / "previews" / f"{request.render_id}.png").unlink(missing_ok=True)
-        return farm_pb2.DeleteReply(deleted=True, state="deleted")
+        result = forget_render(self.store, Path(self.scheduler.data_dir), request.render_id)
+        return farm_pb2.DeleteReply(deleted=result == "deleted", state=result)
 
     def ListWorkers(self, request, context):
         """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says; the
@@ -462,8 +455,16 @@ def serve(
     server.start()
     leadership.claim_once()  # a lone coordinator leads before serve() returns
     leadership.start()
+    server.farm_retention_stop = threading.Event()  # type: ignore[attr-defined]
+    start_sweeper(store, data_dir, leadership.is_serving, lambda: _redis_now_ms(store), server.farm_retention_stop)
     log.info("coordinator listening on %s:%d (%s)", host, bound, "leading" if leadership.leading else "standby")
     return server, bound
+
+
+def _redis_now_ms(store: Any) -> int:
+    from coordinator.metrics import redis_now_ms
+
+    return redis_now_ms(store)
 
 
 def _bind(server: grpc.Server, data_dir: Path, host: str, port: int) -> int:
@@ -489,6 +490,9 @@ def stop(server: grpc.Server, grace: float = 2.0) -> None:
     reducer = getattr(server, "farm_reducer", None)
     if reducer is not None:
         reducer.stop()
+    retention_stop = getattr(server, "farm_retention_stop", None)
+    if retention_stop is not None:
+        retention_stop.set()
     scheduler = getattr(server, "farm_scheduler", None)
     if scheduler is not None:
         scheduler.stop()

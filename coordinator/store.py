@@ -50,7 +50,7 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
            "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker",
-           "delete_render", "claim_notify")
+           "delete_render", "claim_notify", "forget_blob")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -376,6 +376,17 @@ class FarmStore:
 
     def put_blob_ref(self, sha: str, path: str, size: int) -> None:
         self._run("put_blob_ref", sha, str(path), int(size))
+
+    def blob_shas(self) -> list[str]:
+        """Every blob the farm has a record of (a SCAN: retention's sweep, not a hot path)."""
+        start = len(self.key("blob", ""))
+        return [k[start:] for k in self.client.scan_iter(match=self.key("blob", "*"), count=1000)
+                if len(k) - start == 64]
+
+    def forget_blob(self, sha: str, created_before_ms: int) -> str | None:
+        """Drop a blob's record if it was created before the cutoff; returns its file path to delete."""
+        path = self._run("forget_blob", sha, int(created_before_ms))
+        return str(path) if path else None
 
     def get_blob_ref(self, sha: str) -> dict | None:
         raw = self.client.hgetall(self.key("blob", sha))

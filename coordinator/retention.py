@@ -1,0 +1,120 @@
+"""Retention: finished renders are forgotten after a while, and blobs no render references are
+collected, so a farm's Redis and data folder do not grow forever.
+
+A render that ended more than `older_than_s` ago loses its Redis keys (delete_render.lua), its
+folder under DATA/renders and its preview. Then every blob that no remaining render names (task
+inputs, outputs, the spec's image) and that is older than a grace period (an image uploaded for a
+submit still on its way) is removed, record (forget_blob.lua) and file. The leading coordinator runs
+`prune` every hour with the configured retention (FARM_RETENTION_DAYS, default 14).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETENTION_DAYS = 14.0
+BLOB_GRACE_S = 3600.0
+SWEEP_EVERY_S = 3600.0
+TERMINAL = ("done", "failed", "cancelled")
+
+
+@dataclass
+class Pruned:
+    renders: list[str] = field(default_factory=list)
+    blobs: int = 0
+    blob_bytes: int = 0
+
+
+def retention_days() -> float:
+    """FARM_RETENTION_DAYS, else 14; a value that is not a positive number keeps the default."""
+    try:
+        days = float(os.environ.get("FARM_RETENTION_DAYS", DEFAULT_RETENTION_DAYS))
+    except ValueError:
+        return DEFAULT_RETENTION_DAYS
+    return days if days > 0 else DEFAULT_RETENTION_DAYS
+
+
+def forget_render(store: Any, data_dir: Path, render_id: str) -> str:
+    """Delete a finished render's keys, folder and preview: 'deleted', 'missing' or its live state.
+    The id is one of ours (it exists in Redis), so the paths stay inside the data folder."""
+    result = store.delete_render(render_id)
+    if result == "deleted":
+        data = Path(data_dir)
+        folder = data / "renders" / render_id
+        if folder.resolve().parent == (data / "renders").resolve():
+            shutil.rmtree(folder, ignore_errors=True)
+            (data / "previews" / f"{render_id}.png").unlink(missing_ok=True)
+    return result
+
+
+def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[str]:
+    """Every sha a render still needs: task inputs ({"blob": sha}), outputs ({name: sha}), its image."""
+    found: set[str] = set()
+    for render, tasks in tasks_by_render:
+        image = (render.get("spec") or {}).get("image") if isinstance(render.get("spec"), dict) else None
+        if isinstance(image, dict) and isinstance(image.get("blob"), str):
+            found.add(image["blob"])
+        for task in tasks:
+            for ref in (task.get("inputs") or {}).values():
+                if isinstance(ref, dict) and isinstance(ref.get("blob"), str):
+                    found.add(ref["blob"])
+            found.update(v for v in (task.get("outputs") or {}).values() if isinstance(v, str))
+    return found
+
+
+def prune(store: Any, data_dir: Path, older_than_s: float, now_ms: int, blob_grace_s: float = BLOB_GRACE_S) -> Pruned:
+    """Forget renders that ended before now - older_than_s, then collect unreferenced blobs."""
+    done = Pruned()
+    cutoff = now_ms - older_than_s * 1000
+    remaining: list[tuple[dict, list[dict]]] = []
+    for render in store.list_renders(limit=1 << 30):
+        ended = int(render.get("finished_ms") or render.get("created_ms") or 0)
+        if render.get("state") in TERMINAL and ended <= cutoff:
+            if forget_render(store, data_dir, str(render["id"])) == "deleted":
+                done.renders.append(str(render["id"]))
+                continue
+        remaining.append((render, store.render_tasks(str(render["id"]))))
+    keep = referenced_blobs(remaining)
+    blob_cutoff = int(now_ms - blob_grace_s * 1000)
+    for sha in store.blob_shas():
+        if sha in keep:
+            continue
+        path = store.forget_blob(sha, blob_cutoff)
+        if path:
+            done.blobs += 1
+            with contextlib.suppress(OSError):  # a file already gone is fine: its record was the truth
+                done.blob_bytes += Path(path).stat().st_size
+                Path(path).unlink()
+    return done
+
+
+def start_sweeper(store: Any, data_dir: Path, leading: Callable[[], bool], now_ms: Callable[[], int],
+                  stop: threading.Event, every_s: float = SWEEP_EVERY_S) -> threading.Thread:
+    """Prune every `every_s` while this coordinator leads; a failure is logged and tried next time."""
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            if not leading():
+                continue
+            try:
+                result = prune(store, data_dir, retention_days() * 86400, now_ms())
+            except Exception:  # noqa: BLE001 - retention waits for the next sweep, the farm goes on
+                log.exception("retention sweep failed; trying again in %.0f s", every_s)
+                continue
+            if result.renders or result.blobs:
+                log.info("retention: forgot %d renders, %d blobs (%.1f MB)", len(result.renders), result.blobs,
+                         result.blob_bytes / 1e6)
+
+    thread = threading.Thread(target=loop, name="retention", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,44 @@
+"""Retention on a real farm: finished renders past the cutoff leave no Redis keys, no render folder and
+no blobs; a live render and a fresh upload are kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.metrics import redis_now_ms
+from coordinator.retention import prune
+from tests.farm.farm_harness import farm, wait_done
+
+SPEC = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate": 24.0, "seed": 5}
+
+
+def _keys_of(store, render_id: str) -> list[str]:
+    return [k for k in store.client.scan_iter(match=f"{store.prefix}:*", count=1000) if render_id in k]
+
+
+def _blob_files(data) -> list:
+    return [p for p in (data / "blobs").rglob("*") if p.is_file()] if (data / "blobs").is_dir() else []
+
+
+@pytest.mark.timeout(300)
+def test_prune_forgets_finished_renders_and_their_blobs_and_keeps_live_ones(store, tmp_data, tiny_packs) -> None:
+    with farm(store, tmp_data, tiny_packs, workers=1) as (client, procs):
+        finished = [client.submit({**SPEC, "seed": s}) for s in (1, 2)]
+        for render_id in finished:
+            wait_done(client, render_id)
+        assert _blob_files(tmp_data) and all((tmp_data / "renders" / r).is_dir() for r in finished)
+        procs["w1"].terminate()
+        procs["w1"].wait(timeout=30)
+        live = client.submit({**SPEC, "seed": 3})  # queued: no worker left to run it
+        fresh = client.put_blob(b"an image on its way to a submit")
+        kept = prune(store, tmp_data, older_than_s=0, now_ms=redis_now_ms(store) + 1)
+        assert sorted(kept.renders) == sorted(finished)
+        assert kept.blobs == 0 and store.get_blob_ref(fresh) is not None  # every blob is inside the grace period
+        for render_id in finished:
+            assert _keys_of(store, render_id) == [], render_id
+            assert not (tmp_data / "renders" / render_id).exists()
+        assert store.get_render(live)["state"] == "queued" and _keys_of(store, live)
+        later = prune(store, tmp_data, older_than_s=0, now_ms=redis_now_ms(store) + 1, blob_grace_s=0)
+        assert later.renders == [] and later.blobs >= 2 and _blob_files(tmp_data) == []
+        assert not list(store.client.scan_iter(match=f"{store.prefix}:blob:*"))
+        assert store.get_render(live) is not None
