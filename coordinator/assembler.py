@@ -1,9 +1,10 @@
 """The assembler: a finished render's task outputs become render.mp4 (+ EXR frames) and render.json.
 
 The farm's scheduler and `farm render --local` both call `assemble_streaming` with a getter for task
-outputs, so both write the same frames. A tiled decode is blended here (FrameBlender, strict tile
-order) and every finished frame goes straight to the encoder, so assembly holds one temporal window
-of frames, not the clip. Encoder settings are fixed so the same outputs always give the same file.
+outputs, so both write the same frames. A tiled decode is blended here (blend_frames, strict tile
+order) one frame at a time from frame slices of the tiles, and every finished frame goes straight to
+the encoder, so assembly holds one frame and its sums, not a window (the coordinator's getter hands
+out decode tiles as blob-backed readers). Encoder settings are fixed so the same outputs always give the same file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import OpenEXR
 
 from coordinator.plan_decode import DECODE, decode_tile_plan, tile_task_name
 from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
-from ltx_engine.decode_tiling import FrameBlender, blend_window
+from ltx_engine.decode_tiling import TileFrames, blend_frames, frame_bytes
 
 VIDEO_CODEC = "libx264"
 AUDIO_CODEC = "aac"
@@ -113,38 +114,29 @@ def fit_audio(waveform: np.ndarray, sample_rate: int, frames: int, fps: float) -
     return np.concatenate([wave, np.zeros((wave.shape[0], want - wave.shape[1]), np.float32)], axis=1)
 
 
-def tile_frames(tiles: list, get_pixels: Callable[[int], np.ndarray]) -> Iterator[np.ndarray]:
+def tile_frames(tiles: list, get_pixels: Callable[[int], TileFrames | None]) -> Iterator[np.ndarray]:
     """Blend decode tiles strictly in tile order; yield each finished frame (H, W, 3) in [0, 1].
 
     Tiles carry raw decoder pixels (1, 3, f, h, w); the [0, 1] mapping follows the blend, as the
-    reference's tiled decode does. Frames are computed as they are taken: one window plus one tile.
+    reference's tiled decode does. Each frame is built from frame slices of the tiles that cover it
+    (blend_frames): a blob-backed tile is read a frame at a time, never whole.
     """
-    blender = FrameBlender(tiles, 1, 3)
-
-    def pixels(index: int) -> np.ndarray:
-        found = get_pixels(index)
-        if found is None:
-            raise RuntimeError(f"decode tile {index} has no pixels")
-        return found
-
-    for tile in tiles:  # the blender holds the only reference to a tile's pixels, and drops it once added
-        for _, frame in blender.stream(tile.index, pixels(tile.index)):
-            yield np.clip((frame[0] + F32(1.0)) / F32(2.0), F32(0.0), F32(1.0)).transpose(1, 2, 0)
-    if not blender.done:
-        raise RuntimeError("the decode tiles did not cover every frame")
+    for _, frame in blend_frames(tiles, get_pixels, 1, 3):
+        yield np.clip((frame[0] + F32(1.0)) / F32(2.0), F32(0.0), F32(1.0)).transpose(1, 2, 0)
 
 
 def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], dict]:
-    """The render's frames in order (streamed when tiled) and what the metadata says about the decode."""
+    """The render's frames in order (streamed when tiled) and what the metadata says about the decode:
+    window_bytes counts everything the blend holds at once (accumulator, weights, tile slices)."""
     tiles = decode_tile_plan(spec)
     if tiles is None:
         video = get(DECODE, "frames")
         if video is None:
             raise RuntimeError("the render has no decoded frames")
-        return (video[i] for i in range(video.shape[0])), {"decode_tiles": 1, "window_frames": int(video.shape[0])}
-    window = blend_window(tiles)
+        return (video[i] for i in range(video.shape[0])), {"decode_tiles": 1, "window_frames": int(video.shape[0]),
+                                                           "window_bytes": int(video.nbytes)}
     frames = tile_frames(tiles, lambda i: get(tile_task_name(i), "pixels"))
-    return frames, {"decode_tiles": len(tiles), "window_frames": int(window)}
+    return frames, {"decode_tiles": len(tiles), "window_frames": 1, "window_bytes": frame_bytes(tiles)}
 
 
 def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[dict] | None = None,
@@ -188,7 +180,7 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
             if thumbs is not None:
                 thumbs.close()
     assembly = {"seconds": round(time.perf_counter() - started, 3), "peak_traced_bytes": memory.peak,
-                "window_bytes": decode_info["window_frames"] * height * width * 3 * 4,
+                "window_bytes": decode_info["window_bytes"],
                 "clip_bytes": writer.frames_written * height * width * 3 * 4, **decode_info}
     audio = None if waveform is None else {"sample_rate": rate, "samples": int(waveform.shape[-1]),
                                            "seconds": round(waveform.shape[-1] / rate, 4)}

@@ -147,6 +147,12 @@ class BlobStore:
     def read_tensor(self, sha: str) -> np.ndarray:
         return decode_tensor(self.read(sha))
 
+    def tensor_frames(self, sha: str) -> TensorFrames:
+        """A stored (..., F, h, w)-style tensor read a slice at a time, never whole (decode tiles)."""
+        dtype, shape, payload = self.header(sha)
+        path = self.path(sha)
+        return TensorFrames(path, np.dtype(dtype), shape, path.stat().st_size - payload)
+
     def header(self, sha: str) -> tuple[str, tuple[int, ...], int]:
         """(dtype, shape, payload bytes the header promises) read from the file's first bytes only."""
         p = self.path(sha)
@@ -169,6 +175,33 @@ class BlobStore:
         if p.stat().st_size != len(head) + expected:
             raise BlobError(f"blob {sha[:12]} payload size does not match {dtype}{list(shape)}")
         return dtype, shape, expected
+
+
+class TensorFrames:
+    """A 5-D tensor blob (B, C, F, h, w) on disk: `t[:, :, k]` reads frame k alone (B*C reads into
+    one array), so a 287 MiB decode tile costs one frame of memory, not the tile."""
+
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> None:
+        if len(shape) != 5:
+            raise BlobError(f"expected a (B, C, F, h, w) tensor, not {list(shape)}")
+        self.path, self.dtype, self.shape, self.offset = path, dtype.newbyteorder("<"), tuple(shape), offset
+
+    def __getitem__(self, key: tuple) -> np.ndarray:
+        if len(key) != 3 or key[:2] != (slice(None), slice(None)) or not isinstance(key[2], int):
+            raise TypeError("TensorFrames supports [:, :, k] only")
+        b, c, frames, h, w = self.shape
+        k = key[2]
+        if not 0 <= k < frames:
+            raise IndexError(f"frame {k} of {frames}")
+        out = np.empty((b, c, h, w), self.dtype)
+        plane = h * w * self.dtype.itemsize
+        with open(self.path, "rb", buffering=0) as f:
+            for i in range(b * c):
+                f.seek(self.offset + (i * frames + k) * plane)
+                view = memoryview(out.reshape(b * c, h * w)[i]).cast("B")
+                if f.readinto(view) != plane:
+                    raise BlobError(f"{self.path.name[:12]} is shorter than its header says")
+        return out.astype(self.dtype.newbyteorder("="), copy=False)
 
 
 def _write_all(f, data: memoryview) -> None:

@@ -319,7 +319,10 @@ class Scheduler:
 
         def get(name: str, output: str) -> Any:
             sha = outputs.get(name, {}).get(output)
-            return None if sha is None else self.blobs.read_tensor(sha)
+            if sha is None:
+                return None
+            # decode tiles (up to ~300 MiB each) are read a frame at a time by the blend, never whole
+            return self.blobs.tensor_frames(sha) if output == "pixels" else self.blobs.read_tensor(sha)
 
         preview = self.data_dir / "previews" / f"{render_id}.png"
         spec = as_dict(render.get("spec"))

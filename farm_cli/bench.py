@@ -142,5 +142,20 @@ def transfer(
     run(mib, pairs, data)
 
 
+@bench_app.command("assembly")
+def assembly(
+    height: Annotated[int, typer.Option("-H", "--height")] = 1088,
+    width: Annotated[int, typer.Option("-W", "--width")] = 1920,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 121,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved before/now rounds.")] = 2,
+    encode: Annotated[bool, typer.Option("--encode/--no-encode", help="Also encode the mp4.")] = False,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the synthetic tile blobs.")] = None,
+) -> None:
+    """Coordinator peak RSS of a tiled decode assembly (synthetic tiles of the real sizes), before vs now."""
+    from farm_cli.bench_assembly import assembly as run
+
+    run(height, width, frames, pairs, encode, data)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")

@@ -1,15 +1,18 @@
 """Tiled video VAE decode: latent tile plan, pixel blend masks, and a streaming frame blender.
 
-Pure numpy. Workers decode tiles independently; the coordinator blends with FrameBlender, which
-applies tiles strictly in tile order (so the result never depends on arrival order) and emits
-finished frames as soon as no later tile can touch them. Layout facts follow the reference
+Pure numpy. Workers decode tiles independently; tiles are applied strictly in tile order (so the
+result never depends on arrival order). FrameBlender takes whole tiles as they come and emits
+finished frames as soon as no later tile can touch them (one temporal window held); blend_frames,
+which the coordinator's assembly uses once every tile is in, builds one frame at a time from frame
+slices of the tiles, with the same float32 sums. Layout facts follow the reference
 (ltx-core video_vae tiling: symmetric overlaps, causal temporal split, the x8 / x32 mappings).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -269,6 +272,59 @@ class FrameBlender:
             self._acc[:, :, max(0, used - cut) : used] = 0.0
             self._wsum[max(0, used - cut) : used] = 0.0
             self._emitted = ready
+
+
+class TileFrames(Protocol):
+    """A decoded tile (B, C, f, h, w) that hands out one frame at a time: `tile[:, :, k]`. A numpy
+    array is one; the coordinator's blob-backed reader is another (it reads that frame only)."""
+
+    shape: tuple[int, ...]
+
+    def __getitem__(self, key: tuple) -> np.ndarray: ...
+
+
+def frame_bytes(tiles: Sequence[DecodeTile], batch: int = 1, channels: int = 3) -> int:
+    """What blend_frames holds: one frame's float32 accumulator and weight sum, plus the largest
+    tile frame it reads (as float32) and its weighted copy."""
+    h, w = max(t.pixel[1][1] for t in tiles), max(t.pixel[2][1] for t in tiles)
+    tile = max(t.pixel_shape[1] * t.pixel_shape[2] for t in tiles)
+    return batch * channels * h * w * 4 + h * w * 4 + 2 * batch * channels * tile * 4
+
+
+def blend_frames(tiles: Sequence[DecodeTile], sources: Callable[[int], TileFrames], batch: int = 1,
+                 channels: int = 3) -> Iterator[tuple[int, np.ndarray]]:
+    """Every frame in order, each summed from the tiles that cover it in tile order: the same float32
+    sums as FrameBlender, so bit-identical, while holding one frame's accumulator and weight sum
+    instead of a temporal window's, and reading tiles a frame at a time. Needs every tile available
+    (the assembly of a finished render); sources(i) gives tile i, taken once and kept."""
+    if not tiles or [t.index for t in tiles] != list(range(len(tiles))):
+        raise ValueError("tiles must be a non-empty plan numbered 0..n-1")
+    height, width = max(t.pixel[1][1] for t in tiles), max(t.pixel[2][1] for t in tiles)
+    acc = np.zeros((batch, channels, height, width), dtype=F32)
+    wsum = np.zeros((height, width), dtype=F32)
+    opened: dict[int, TileFrames] = {}
+    for fr in range(max(t.pixel[0][1] for t in tiles)):
+        acc.fill(0.0)
+        wsum.fill(0.0)
+        for tile in tiles:
+            (t0, t1), (h0, h1), (w0, w1) = tile.pixel
+            if t0 <= fr < t1:
+                if tile.index not in opened:
+                    opened[tile.index] = _checked(tile, sources(tile.index), batch, channels)
+                mf, mh, mw = tile.masks_1d
+                plane = (mf[fr - t0] * mh[:, None]) * mw[None, :]
+                acc[:, :, h0:h1, w0:w1] += opened[tile.index][:, :, fr - t0].astype(F32, copy=False) * plane[None, None]
+                wsum[h0:h1, w0:w1] += plane
+        yield fr, acc / np.maximum(wsum, F32(1e-8))[None, None]
+
+
+def _checked(tile: DecodeTile, source: TileFrames | None, batch: int, channels: int) -> TileFrames:
+    want = (batch, channels, *tile.pixel_shape)
+    if source is None:
+        raise RuntimeError(f"decode tile {tile.index} has no pixels")
+    if tuple(source.shape) != want:
+        raise ValueError(f"tile {tile.index} pixels {tuple(source.shape)} != expected {want}")
+    return source
 
 
 def blend_decoded(
