@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import re
 import secrets
 import signal
@@ -32,7 +33,7 @@ from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership, lead, set_health, stand_by
 from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
 from coordinator.presence import Presence, TransientErrors
-from coordinator.retention import forget_render, start_sweeper
+from coordinator.retention import BLOB_GRACE_S, forget_render, prune, start_sweeper
 from coordinator.retry import retry
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object, parse_object
@@ -274,6 +275,19 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         self._render(request.render_id, context)
         result = forget_render(self.store, Path(self.scheduler.data_dir), request.render_id)
         return farm_pb2.DeleteReply(deleted=result == "deleted", state=result)
+
+    def Prune(self, request, context):
+        """`farm prune --older-than DAYS`: what the hourly sweep does, now and with the operator's cutoff
+        (blobs younger than the cutoff, or an hour, stay: an upload may be on its way to a submit)."""
+        from coordinator.metrics import redis_now_ms
+
+        days = request.older_than_days
+        if not math.isfinite(days) or days < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"older than {days} days is not a length of time")
+        seconds = days * 86400
+        done = prune(self.store, Path(self.scheduler.data_dir), seconds, redis_now_ms(self.store),
+                     blob_grace_s=min(BLOB_GRACE_S, seconds))
+        return farm_pb2.PruneReply(render_ids=done.renders, blobs=done.blobs, blob_bytes=done.blob_bytes)
 
     def ListWorkers(self, request, context):
         """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says; the

@@ -284,6 +284,11 @@ class FarmClient:
         reply = self._call(self._client.DeleteRender, farm_pb2.RenderRequest(render_id=render_id))
         return reply.deleted, reply.state
 
+    def prune(self, older_than_days: float) -> dict:
+        """Forget renders that ended more than older_than_days ago and the blobs nothing names."""
+        reply = self._call(self._client.Prune, farm_pb2.PruneRequest(older_than_days=older_than_days))
+        return {"render_ids": list(reply.render_ids), "blobs": reply.blobs, "blob_bytes": reply.blob_bytes}
+
     def workers(self) -> list[dict]:
         reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())
         return [json.loads(w.json) for w in reply.workers]

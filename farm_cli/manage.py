@@ -179,6 +179,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{render_id} deleted")
 
     @app.command()
+    def prune(older_than: float = typer.Option(..., "--older-than", help="Days since a render ended (0: all)."),
+              coordinator: Coordinator = default, token: Token = None) -> None:
+        """Forget finished renders older than that (record, tasks, events, folder) and unreferenced blobs."""
+        done = call(coordinator, token, lambda farm: farm.prune(older_than))
+        typer.echo(f"forgot {len(done['render_ids'])} renders and {done['blobs']} blobs "
+                   f"({done['blob_bytes'] / 1e6:.1f} MB)")
+
+    @app.command()
     def logs(render_id: str, task: str = typer.Argument(None, help="One task (its id or its last part)."),
              coordinator: Coordinator = default, token: Token = None) -> None:
         """What each task of a render logged on its worker, with its worker, time and error."""

@@ -403,3 +403,19 @@ class DeleteReply(_message.Message):
     deleted: bool
     state: str
     def __init__(self, deleted: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
+
+class PruneRequest(_message.Message):
+    __slots__ = ("older_than_days",)
+    OLDER_THAN_DAYS_FIELD_NUMBER: _ClassVar[int]
+    older_than_days: float
+    def __init__(self, older_than_days: _Optional[float] = ...) -> None: ...
+
+class PruneReply(_message.Message):
+    __slots__ = ("render_ids", "blobs", "blob_bytes")
+    RENDER_IDS_FIELD_NUMBER: _ClassVar[int]
+    BLOBS_FIELD_NUMBER: _ClassVar[int]
+    BLOB_BYTES_FIELD_NUMBER: _ClassVar[int]
+    render_ids: _containers.RepeatedScalarFieldContainer[str]
+    blobs: int
+    blob_bytes: int
+    def __init__(self, render_ids: _Optional[_Iterable[str]] = ..., blobs: _Optional[int] = ..., blob_bytes: _Optional[int] = ...) -> None: ...

@@ -88,6 +88,11 @@ class FarmClientStub:
                 request_serializer=farm__pb2.RenderRequest.SerializeToString,
                 response_deserializer=farm__pb2.DeleteReply.FromString,
                 _registered_method=True)
+        self.Prune = channel.unary_unary(
+                '/ltxfarm.v1.FarmClient/Prune',
+                request_serializer=farm__pb2.PruneRequest.SerializeToString,
+                response_deserializer=farm__pb2.PruneReply.FromString,
+                _registered_method=True)
 
 
 class FarmClientServicer:
@@ -163,6 +168,13 @@ class FarmClientServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prune(self, request, context):
+        """Forget every render that ended more than older_than_days ago, then the blobs no render names.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -215,6 +227,11 @@ def add_FarmClientServicer_to_server(servicer, server):
                     servicer.DeleteRender,
                     request_deserializer=farm__pb2.RenderRequest.FromString,
                     response_serializer=farm__pb2.DeleteReply.SerializeToString,
+            ),
+            'Prune': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prune,
+                    request_deserializer=farm__pb2.PruneRequest.FromString,
+                    response_serializer=farm__pb2.PruneReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -489,6 +506,33 @@ class FarmClient:
             '/ltxfarm.v1.FarmClient/DeleteRender',
             farm__pb2.RenderRequest.SerializeToString,
             farm__pb2.DeleteReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmClient/Prune',
+            farm__pb2.PruneRequest.SerializeToString,
+            farm__pb2.PruneReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,11 +3,14 @@ no blobs; a live render and a fresh upload are kept."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from coordinator.metrics import redis_now_ms
 from coordinator.retention import prune
-from tests.farm.farm_harness import farm, wait_done
+from tests.farm.farm_harness import ROOT, farm, wait_done
 
 SPEC = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate": 24.0, "seed": 5}
 
@@ -38,7 +41,11 @@ def test_prune_forgets_finished_renders_and_their_blobs_and_keeps_live_ones(stor
             assert _keys_of(store, render_id) == [], render_id
             assert not (tmp_data / "renders" / render_id).exists()
         assert store.get_render(live)["state"] == "queued" and _keys_of(store, live)
-        later = prune(store, tmp_data, older_than_s=0, now_ms=redis_now_ms(store) + 1, blob_grace_s=0)
-        assert later.renders == [] and later.blobs >= 2 and _blob_files(tmp_data) == []
+        later = client.prune(0)  # the operator's `farm prune --older-than 0`: no grace for blobs either
+        assert later["render_ids"] == [] and later["blobs"] >= 2 and _blob_files(tmp_data) == []
+        cli = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "prune", "--older-than",
+                              "0", "--coordinator", client.address, "--token", (tmp_data / "token").read_text().strip()],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert cli.returncode == 0 and "forgot 0 renders and 0 blobs" in cli.stdout, cli.stderr
         assert not list(store.client.scan_iter(match=f"{store.prefix}:blob:*"))
         assert store.get_render(live) is not None
