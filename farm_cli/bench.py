@@ -129,6 +129,21 @@ def eta(
     run(spec, [float(t) for t in throttles.split(",")], renders, data)
 
 
+@bench_app.command("model")
+def model(
+    macs: Annotated[int, typer.Option("--macs")] = 4,
+    chip: Annotated[str, typer.Option("--chip", help="A chip of coordinator/costs.py's table.")] = "M1 Max",
+    memory_gb: Annotated[float, typer.Option("--memory-gb")] = 96.0,
+    queue: Annotated[int, typer.Option("--queue", help="Renders in the throughput case.")] = 8,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+) -> None:
+    """Modelled speedup of N Macs over one for a 1088x1920x121 render and a queue of them (cost model)."""
+    from farm_cli.bench_model import model as run
+
+    for line in run(macs, chip, memory_gb, queue, tiles):
+        typer.echo(line)
+
+
 @bench_app.command("transfer")
 @bench_app.command("blobs", hidden=True)
 def transfer(

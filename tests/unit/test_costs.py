@@ -100,3 +100,12 @@ def test_a_slow_worker_stays_slow_on_a_kind_it_never_ran() -> None:
     filled = costs.fill_ratios({"fast": {"a": 1.0, "b": 2.0}, "slow": {"a": 4.0}, "new": {}})
     assert filled["slow"]["b"] == pytest.approx(8.0) and filled["fast"]["b"] == 2.0
     assert filled["new"]["a"] == pytest.approx(2.0)  # the median worker's speed
+
+
+def test_bench_model_prints_speedups_and_assumptions() -> None:
+    from farm_cli.bench_model import model
+
+    lines = model(4, "M1 Max", 96, 2, "2x2")
+    one, queue = (float(lines[i].split()[-1].rstrip("x")) for i in (2, 3))
+    assert 1.5 < one < 4 and 1.5 < queue < 4  # four Macs help, never more than four times
+    assert "assumptions:" in lines and any("redundancy" in line for line in lines)
