@@ -182,5 +182,19 @@ def assembly(
     run(height, width, frames, pairs, encode, data)
 
 
+@bench_app.command("transitions")
+@bench_app.command("scheduler", hidden=True)
+def transitions(
+    workers: Annotated[int, typer.Option("--workers", help="Simulated workers (threads).")] = 50,
+    tasks: Annotated[int, typer.Option("--tasks", help="Tasks per side per pair.")] = 2000,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved store/gRPC rounds.")] = 3,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's Redis and data.")] = None,
+) -> None:
+    """Lease→complete transitions/s with N simulated workers: the store's Lua alone vs over gRPC, paired."""
+    from farm_cli.bench_transitions import transitions as run
+
+    run(workers, tasks, pairs, data)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")

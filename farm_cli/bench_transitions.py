@@ -1,0 +1,139 @@
+"""`farm bench transitions` (alias `scheduler`): lease→complete transitions per second, N simulated
+workers, through the store's Lua alone and end to end over gRPC, on a real Redis and coordinator.
+
+Store side: N threads in this process call FarmStore.lease / complete directly (the Lua scripts and
+Redis round trips, nothing else). gRPC side: this process is the coordinator (`serve()`); a child
+process runs N worker threads that Register, then Lease and Complete over the TLS channel, as agents
+do (no blobs: the tasks expect no outputs). Sides alternate for several pairs; medians, spreads and
+the goal are printed. A held task of another capability keeps each bench render from finishing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+GOAL_PER_S = 2000.0
+CAPABILITY = "bench"
+
+
+def _tasks(render_id: str, count: int) -> list[dict]:
+    tasks = [{"id": f"{render_id}.t{i}", "kind": "bench", "params": {}, "inputs": {}, "deps": [],
+              "capability": CAPABILITY} for i in range(count)]
+    return tasks + [{"id": f"{render_id}.hold", "kind": "bench", "params": {}, "inputs": {}, "deps": [],
+                     "capability": "bench-hold"}]
+
+
+def _drive(workers: int, one: Callable[[int], int]) -> float:
+    """Run `one(worker_index)` (which loops until the queue is empty, returning its count) on N threads;
+    transitions (lease + complete pairs) per second."""
+    counts = [0] * workers
+    barrier = threading.Barrier(workers + 1)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        counts[i] = one(i)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(workers)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def store_side(store, workers: int, count: int, render_id: str) -> float:
+    store.create_render(render_id, {}, _tasks(render_id, count))
+
+    def one(i: int) -> int:
+        done, wid = 0, f"bench-w{i}"
+        while (task := store.lease(wid, [CAPABILITY], 30_000)) is not None:
+            store.complete(str(task["id"]), wid, int(task["fence"]), {}, {})
+            done += 1
+        return done
+
+    return _drive(workers, one)
+
+
+def child_main(address: str, token: str, workers: str) -> None:
+    """The gRPC side's workers: one line per command ("go"), one line back (transitions/s)."""
+    from protos import farm_pb2, farm_pb2_grpc
+    from protos.auth import auth_metadata, farm_channel
+
+    channel, metadata = farm_channel(address, token), auth_metadata(token)
+    stub = farm_pb2_grpc.FarmWorkerStub(channel)
+    n = int(workers)
+    for i in range(n):
+        stub.Register(farm_pb2.WorkerInfo(worker_id=f"bench-g{i}", capabilities_json="{}"), timeout=30,
+                      metadata=metadata)
+
+    def one(i: int) -> int:
+        done, wid = 0, f"bench-g{i}"
+        while True:
+            reply = stub.Lease(farm_pb2.LeaseRequest(worker_id=wid, capabilities=[CAPABILITY], wait_ms=0),
+                               timeout=30, metadata=metadata)
+            if not reply.has_task:
+                return done
+            stub.Complete(farm_pb2.CompleteRequest(task_id=reply.task_id, worker_id=wid, fence=reply.fence),
+                          timeout=30, metadata=metadata)
+            done += 1
+
+    for _ in sys.stdin:
+        print(json.dumps({"rate": _drive(n, one)}), flush=True)
+
+
+def run_pairs(workers: int, count: int, pairs: int, data: Path) -> dict[str, list[float]]:
+    from coordinator import redis_server
+    from coordinator.auth import load_or_create_token
+    from coordinator.server import serve, stop
+    from coordinator.store import FarmStore
+
+    rates: dict[str, list[float]] = {"store": [], "grpc": []}
+    with redis_server.EmbeddedRedis(data / "redis") as redis:
+        store = FarmStore(redis_server.connect(redis.url), "bench")
+        token = load_or_create_token(data)
+        server, port = serve(store, data, "127.0.0.1", 0, token)
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        code = "import sys; from farm_cli.bench_transitions import child_main; child_main(*sys.argv[1:])"
+        child = subprocess.Popen([sys.executable, "-c", code, f"127.0.0.1:{port}", token, str(workers)], env=env,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            for pair in range(pairs):
+                rates["store"].append(store_side(store, workers, count, f"bench-s{pair}"))
+                store.create_render(f"bench-g{pair}", {}, _tasks(f"bench-g{pair}", count))
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                rates["grpc"].append(json.loads(child.stdout.readline())["rate"])
+        finally:
+            child.stdin.close()
+            child.wait(30)
+            stop(server, grace=0)
+    return rates
+
+
+def transitions(workers: int, count: int, pairs: int, data: Path | None) -> None:
+    """Print transitions/s for both sides (median, spread), the per-pair ratio and the goal."""
+    with tempfile.TemporaryDirectory(prefix="farm-bench-transitions-", dir=data) as tmp:
+        rates = run_pairs(workers, count, pairs, Path(tmp))
+    med = statistics.median
+    typer.echo(f"lease→complete, {workers} workers, {count} tasks per side, {pairs} interleaved pairs, "
+               f"{os.cpu_count()} cores")
+    for side, label in (("store", "store Lua alone"), ("grpc", "end to end over gRPC")):
+        r = rates[side]
+        typer.echo(f"{label:22} {med(r):8.0f}/s (spread {min(r):.0f}-{max(r):.0f})")
+    ratios = [g / s for g, s in zip(rates["grpc"], rates["store"], strict=True)]
+    typer.echo(f"ratio gRPC / store {med(ratios):.2f} (spread {min(ratios):.2f}-{max(ratios):.2f}); goal end to end "
+               f">= {GOAL_PER_S:.0f}/s: {'met' if med(rates['grpc']) >= GOAL_PER_S else 'NOT met'}")
