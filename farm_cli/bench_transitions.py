@@ -4,7 +4,8 @@ workers, through the store's Lua alone and end to end over gRPC, on a real Redis
 Store side: N threads in this process call FarmStore.lease / complete directly (the Lua scripts and
 Redis round trips, nothing else). gRPC side: this process is the coordinator (`serve()`); a child
 process runs N worker threads that Register, then Lease and Complete over the TLS channel, as agents
-do (no blobs: the tasks expect no outputs). Sides alternate for several pairs; medians, spreads and
+do (no blobs: the tasks expect no outputs); the same threads also time two no-op RPCs (health checks
+through the same server and interceptors) per "transition": the ceiling gRPC alone allows. Sides alternate for several pairs; medians, spreads and
 the goal are printed. A held task of another capability keeps each bench render from finishing.
 """
 
@@ -69,6 +70,8 @@ def store_side(store, workers: int, count: int, render_id: str) -> float:
 
 def child_main(address: str, token: str, workers: str) -> None:
     """The gRPC side's workers: one line per command ("go"), one line back (transitions/s)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     from protos import farm_pb2, farm_pb2_grpc
     from protos.auth import auth_metadata, farm_channel
 
@@ -90,8 +93,16 @@ def child_main(address: str, token: str, workers: str) -> None:
                           timeout=30, metadata=metadata)
             done += 1
 
-    for _ in sys.stdin:
-        print(json.dumps({"rate": _drive(n, one)}), flush=True)
+    health = health_pb2_grpc.HealthStub(channel)
+
+    def noop(i: int) -> int:  # two no-op RPCs through the same server and interceptors = one transition
+        for _ in range(count := 40):
+            health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30, metadata=metadata)
+            health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30, metadata=metadata)
+        return count
+
+    for line in sys.stdin:
+        print(json.dumps({"rate": _drive(n, noop if line.strip() == "noop" else one)}), flush=True)
 
 
 def run_pairs(workers: int, count: int, pairs: int, data: Path) -> dict[str, list[float]]:
@@ -100,7 +111,7 @@ def run_pairs(workers: int, count: int, pairs: int, data: Path) -> dict[str, lis
     from coordinator.server import serve, stop
     from coordinator.store import FarmStore
 
-    rates: dict[str, list[float]] = {"store": [], "grpc": []}
+    rates: dict[str, list[float]] = {"store": [], "grpc": [], "noop": []}
     with redis_server.EmbeddedRedis(data / "redis") as redis:
         store = FarmStore(redis_server.connect(redis.url), "bench")
         token = load_or_create_token(data)
@@ -117,6 +128,9 @@ def run_pairs(workers: int, count: int, pairs: int, data: Path) -> dict[str, lis
                 child.stdin.write("go\n")
                 child.stdin.flush()
                 rates["grpc"].append(json.loads(child.stdout.readline())["rate"])
+                child.stdin.write("noop\n")
+                child.stdin.flush()
+                rates["noop"].append(json.loads(child.stdout.readline())["rate"])
         finally:
             child.stdin.close()
             child.wait(30)
@@ -131,7 +145,8 @@ def transitions(workers: int, count: int, pairs: int, data: Path | None) -> None
     med = statistics.median
     typer.echo(f"lease→complete, {workers} workers, {count} tasks per side, {pairs} interleaved pairs, "
                f"{os.cpu_count()} cores")
-    for side, label in (("store", "store Lua alone"), ("grpc", "end to end over gRPC")):
+    for side, label in (("store", "store Lua alone"), ("grpc", "end to end over gRPC"),
+                        ("noop", "2 no-op RPCs (ceiling)")):
         r = rates[side]
         typer.echo(f"{label:22} {med(r):8.0f}/s (spread {min(r):.0f}-{max(r):.0f})")
     ratios = [g / s for g, s in zip(rates["grpc"], rates["store"], strict=True)]
