@@ -113,6 +113,18 @@ def watch_live(render_id: str, coordinator: str, token: str | None) -> dict:
         fail(str(exc), code=1)
 
 
+def desktop_notice(render: dict) -> None:
+    """On a Mac, a Notification Center banner when `submit --wait` ends (people switch windows)."""
+    import shutil
+    import subprocess
+
+    if sys.platform != "darwin" or not shutil.which("osascript"):
+        return
+    text = json.dumps(f"{render.get('id')} {render.get('state')}")  # a quoted AppleScript string
+    subprocess.run(["osascript", "-e", f'display notification {text} with title "LTX farm"'],
+                   capture_output=True, timeout=10, check=False)
+
+
 def fetch_results(render: dict, output: Path | None, save_latents: Path | None, coordinator: str,
                   token: str | None, exr: Path | None = None) -> None:
     """The render's files onto this machine: the mp4 to output, its EXR frames to exr (default: the
@@ -204,6 +216,7 @@ def register(app: typer.Typer) -> None:
         if not (wait or output or save_latents):
             return
         render = wait_for(render_id, coordinator, token, quiet=as_json)
+        desktop_notice(render)
         if render.get("state") != "done":
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
         fetch_results(render, output, save_latents, coordinator, token)
