@@ -42,8 +42,44 @@ local function holds_needs(tid)
   return true
 end
 
+-- Warm-model affinity: the models the worker's last task left loaded (complete.lua records them).
+-- A worker whose first eligible task would load models prefers, among the next AFFINITY_LOOKAHEAD
+-- queued tasks of the same render priority, one whose models it holds warm, unless the first has
+-- waited AFFINITY_WAIT_MS already (no task starves behind warmer ones).
+local AFFINITY_LOOKAHEAD, AFFINITY_WAIT_MS = 8, 5000
+local warm = {}
+do
+  local ok, models = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'models') or '[]')
+  if ok and type(models) == 'table' then
+    for _, m in ipairs(models) do warm[m] = true end
+  end
+end
+local function is_warm(tid)
+  local params = cjson.decode(redis.call('HGET', key('task', tid), 'params') or '{}')
+  if type(params.needs) ~= 'table' or #params.needs == 0 then return true end
+  for _, c in ipairs(params.needs) do
+    if not warm[c] then return false end
+  end
+  return true
+end
+local function warmer_task(q, first, render)
+  if next(warm) == nil or is_warm(first) then return nil end
+  local waited = NOW - (tonumber(redis.call('HGET', key('task', first), 'queued_ms')) or NOW)
+  if waited > AFFINITY_WAIT_MS then return nil end
+  local priority = redis.call('HGET', key('render', render), 'priority')
+  local rank = redis.call('ZRANK', q, first)
+  for _, tid in ipairs(redis.call('ZRANGE', q, rank + 1, rank + AFFINITY_LOOKAHEAD)) do
+    local t = redis.call('HMGET', key('task', tid), 'state', 'render')
+    if t[1] == 'queued' and render_active(t[2]) and redis.call('HGET', key('render', t[2]), 'priority') == priority
+        and not blocklisted(t[2], worker) and holds_needs(tid) and is_warm(tid) then
+      return tid
+    end
+  end
+  return nil
+end
+
 -- The first queued task, in queue order, of a render that has not blocklisted this worker and
--- whose needs its packs hold.
+-- whose needs its packs hold (or a warmer one just behind it, above).
 local function next_task(q)
   local skipped = 0
   while true do
@@ -52,6 +88,7 @@ local function next_task(q)
     for _, tid in ipairs(batch) do
       local t = redis.call('HMGET', key('task', tid), 'state', 'render')
       if t[1] == 'queued' and render_active(t[2]) and not blocklisted(t[2], worker) and holds_needs(tid) then
+        tid = warmer_task(q, tid, t[2]) or tid
         redis.call('ZREM', q, tid)
         return tid
       elseif t[1] == 'queued' and render_active(t[2]) then

@@ -39,3 +39,22 @@ def test_complete_keeps_a_running_ratio_per_worker_and_kind(store: FarmStore) ->
     per_worker, fleet = cost_ratios(store, ["w", "other"])
     assert per_worker["w"]["denoise_stage2"] >= 2.0 and per_worker["other"] == {}
     assert fleet["denoise_stage2"] == per_worker["w"]["denoise_stage2"]
+
+
+def _needing(tid: str, needs: list[str]) -> dict:
+    return {"id": tid, "kind": "k", "params": {"pack": "p", "needs": needs}, "inputs": {}, "deps": [],
+            "capability": "mlx"}
+
+
+def test_a_worker_prefers_a_task_whose_models_are_warm_in_it(store: FarmStore) -> None:
+    store.register_worker("dit", {})
+    store.register_worker("cold", {})
+    store.create_render("a", {"prompt": "fox"}, [_needing("a.text", ["text_encoder"]),
+                                                 _needing("a.dec", ["vae_decoder"]), _needing("a.s2", ["transformer"])])
+    warmed = store.lease("dit", ["mlx"], 10_000)
+    assert warmed is not None and warmed["id"] == "a.text"  # nothing warm yet: queue order
+    store.complete("a.text", "dit", int(warmed["fence"]), {}, {"models": ["transformer"]})
+    leased = store.lease("dit", ["mlx"], 10_000)
+    assert leased is not None and leased["id"] == "a.s2"  # its DiT is loaded: the DiT task, not the decode first
+    first = store.lease("cold", ["mlx"], 10_000)  # nothing warm: the queue's first
+    assert first is not None and first["id"] == "a.dec"
