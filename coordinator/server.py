@@ -10,8 +10,10 @@ import argparse
 import json
 import logging
 import math
+import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import threading
@@ -57,6 +59,16 @@ MAX_WAIT_MS = 30_000
 OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json")
 WATCH_OUTAGE_S = 60.0  # a Watch waits this long for Redis before it ends UNAVAILABLE (clients reconnect)
 WATCH_BLOCK_MS = 1_000
+DEFAULT_MIN_FREE_GB = 1.0
+
+
+def min_free_bytes() -> int:
+    """FARM_MIN_FREE_GB (default 1) in bytes; a value that is not a number keeps the default."""
+    try:
+        gigabytes = float(os.environ.get("FARM_MIN_FREE_GB", DEFAULT_MIN_FREE_GB))
+    except ValueError:
+        gigabytes = DEFAULT_MIN_FREE_GB
+    return int(max(0.0, gigabytes) * 1e9) if math.isfinite(gigabytes) else int(DEFAULT_MIN_FREE_GB * 1e9)
 
 
 def new_render_id() -> str:
@@ -155,6 +167,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             spec = parse_object(request.spec_json, "spec")  # bounded size and depth: no RecursionError
         except SpecError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        self._check_disk(context)
         render_id = new_render_id()
         try:
             spec = planner.normalize_spec(spec) if hasattr(planner, "normalize_spec") else spec
@@ -172,6 +185,16 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         self.scheduler.wake()
         log.info("render %s queued with %d tasks", render_id, len(tasks))
         return farm_pb2.SubmitReply(render_id=render_id)
+
+    def _check_disk(self, context) -> None:
+        """Below the free-space floor of the data folder (FARM_MIN_FREE_GB, default 1) nothing is queued:
+        a render that cannot write its blobs and mp4 would fail late, and take the farm's Redis along."""
+        floor = min_free_bytes()
+        free = shutil.disk_usage(self.scheduler.data_dir).free
+        if free < floor:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the coordinator's data folder has {free / 1e9:.1f} GB free, below its floor of "
+                          f"{floor / 1e9:.1f} GB (FARM_MIN_FREE_GB): `farm prune` or free space, then submit again")
 
     def _missing_blobs(self, tasks: list[dict]) -> str | None:
         """The first {"blob": sha} input that is not in the blob store (so it fails at submit, not on a Mac)."""

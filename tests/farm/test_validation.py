@@ -110,3 +110,16 @@ def test_a_registration_of_the_wrong_shape_is_refused_and_submits_go_on(coordina
     assert store.list_workers() == []
     with FarmClient(address, token, timeout=10) as client:
         assert client.submit(GOOD)
+
+
+@pytest.mark.timeout(60)
+def test_a_submit_below_the_disk_floor_is_refused_and_nothing_is_queued(coordinator, store, monkeypatch) -> None:
+    address, token = coordinator
+    monkeypatch.setenv("FARM_MIN_FREE_GB", "1e12")  # a floor no test machine's disk reaches
+    with FarmClient(address, token, timeout=10) as client:
+        with pytest.raises(FarmError) as refused:
+            client.submit(GOOD)
+        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "FARM_MIN_FREE_GB" in str(refused.value)
+        assert client.list() == []
+        monkeypatch.setenv("FARM_MIN_FREE_GB", "0")
+        assert client.submit(GOOD)
