@@ -4,7 +4,8 @@ collected, so a farm's Redis and data folder do not grow forever.
 A render that ended more than `older_than_s` ago loses its Redis keys (delete_render.lua), its
 folder under DATA/renders and its preview. Then every blob that no remaining render names (task
 inputs, outputs, the spec's image) and that is older than a grace period (an image uploaded for a
-submit still on its way) is removed, record (forget_blob.lua) and file. The leading coordinator runs
+submit still on its way) is removed, record (forget_blob.lua) and file; workers unseen for a day that
+hold no lease are forgotten (forget_workers.lua). The leading coordinator runs
 `prune` every hour with the configured retention (FARM_RETENTION_DAYS, default 14).
 """
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_DAYS = 14.0
 BLOB_GRACE_S = 3600.0
+WORKER_GONE_S = 86400.0  # a worker record unseen this long (and holding no lease) is removed
 SWEEP_EVERY_S = 3600.0
 TERMINAL = ("done", "failed", "cancelled")
 
@@ -33,6 +35,7 @@ class Pruned:
     renders: list[str] = field(default_factory=list)
     blobs: int = 0
     blob_bytes: int = 0
+    workers: list[str] = field(default_factory=list)
 
 
 def retention_days() -> float:
@@ -84,6 +87,7 @@ def prune(store: Any, data_dir: Path, older_than_s: float, now_ms: int, blob_gra
                 done.renders.append(str(render["id"]))
                 continue
         remaining.append((render, store.render_tasks(str(render["id"]))))
+    done.workers = store.forget_workers(int(now_ms - WORKER_GONE_S * 1000))
     keep = referenced_blobs(remaining)
     blob_cutoff = int(now_ms - blob_grace_s * 1000)
     for sha in store.blob_shas():

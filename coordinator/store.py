@@ -50,7 +50,7 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
            "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker",
-           "delete_render", "claim_notify", "forget_blob")
+           "delete_render", "claim_notify", "forget_blob", "forget_workers")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -382,6 +382,10 @@ class FarmStore:
         start = len(self.key("blob", ""))
         return [k[start:] for k in self.client.scan_iter(match=self.key("blob", "*"), count=1000)
                 if len(k) - start == 64]
+
+    def forget_workers(self, seen_before_ms: int) -> list[str]:
+        """Drop the records of workers not seen since the cutoff that hold no lease; their ids."""
+        return [str(w) for w in self._run("forget_workers", int(seen_before_ms)) or []]
 
     def forget_blob(self, sha: str, created_before_ms: int) -> str | None:
         """Drop a blob's record if it was created before the cutoff; returns its file path to delete."""

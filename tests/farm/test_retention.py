@@ -49,3 +49,17 @@ def test_prune_forgets_finished_renders_and_their_blobs_and_keeps_live_ones(stor
         assert cli.returncode == 0 and "forgot 0 renders and 0 blobs" in cli.stdout, cli.stderr
         assert not list(store.client.scan_iter(match=f"{store.prefix}:blob:*"))
         assert store.get_render(live) is not None
+
+
+@pytest.mark.timeout(60)
+def test_workers_unseen_for_a_day_are_forgotten_unless_they_hold_a_lease(store, tmp_data) -> None:
+    store.register_worker("old-mac", {"packs": ["tiny"]})
+    store.register_worker("busy-mac", {"packs": ["tiny"]})
+    store.create_render("r1", {"frame_rate": 24}, [{"id": "r1.a", "kind": "x", "capability": "cap", "params": {},
+                                                    "inputs": {}}])
+    assert store.lease("busy-mac", ["cap"], 60_000)["id"] == "r1.a"
+    day_later = redis_now_ms(store) + 86_400_000 + 1000
+    done = prune(store, tmp_data, older_than_s=1e9, now_ms=day_later)
+    assert done.workers == ["old-mac"] and done.renders == []
+    assert [w["id"] for w in store.list_workers()] == ["busy-mac"]
+    assert not store.client.exists(store.key("worker", "old-mac"))
