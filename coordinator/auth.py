@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,9 +59,21 @@ def load_or_create_token(data_dir: Path) -> str:
         if str(token) != text:
             write_token(path, token)
         return str(token)
-    token = JoinToken(fingerprint, secrets.token_hex(32))  # hex: a token never starts with "-"
+    token = JoinToken(fingerprint, new_secret())
     with os.fdopen(fd, "w") as f:
         f.write(f"{token}\n")
+    return str(token)
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)  # hex: a token never starts with "-"
+
+
+def rotate_token(data_dir: Path) -> str:
+    """A new secret for the farm, same CA: written to DATA/token, which the running coordinator and
+    the workers reading that file follow within seconds; copies on other Macs need the new file."""
+    token = JoinToken(load_or_create_tls(data_dir).fingerprint, new_secret())
+    write_token(Path(data_dir) / TOKEN_FILE, token)
     return str(token)
 
 
@@ -102,10 +115,31 @@ def _bearer_secret(value: bytes) -> bytes:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Checks the bearer token (constant-time) on every RPC except health."""
+    """Checks the bearer token (constant-time) on every RPC except health. Given the token file it came
+    from, it follows that file (`farm token rotate` writes a new secret there; checked once a second)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, token_file: Path | None = None) -> None:
         self._expected = f"Bearer {JoinToken.parse(token).secret}".encode()
+        self._file, self._stamp, self._checked = token_file, self._mtime(token_file), time.monotonic()
+
+    @staticmethod
+    def _mtime(path: Path | None) -> float:
+        try:
+            return path.stat().st_mtime if path is not None else 0.0
+        except OSError:
+            return 0.0
+
+    def _follow(self) -> None:
+        if self._file is None or time.monotonic() - self._checked < 1.0:
+            return
+        self._checked = time.monotonic()
+        stamp = self._mtime(self._file)
+        if stamp != self._stamp:
+            try:
+                self._expected = f"Bearer {JoinToken.parse(read_token(self._file)).secret}".encode()
+                self._stamp = stamp
+            except (OSError, ValueError):
+                pass  # a half-written or unreadable file: keep the last good secret
 
     def intercept_service(
         self,
@@ -115,6 +149,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
         method = handler_call_details.method or ""
         if method.startswith(_OPEN_PREFIXES):
             return continuation(handler_call_details)
+        self._follow()
         presented = b""
         for key, value in handler_call_details.invocation_metadata or ():
             if key == "authorization":

@@ -26,7 +26,14 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.auth import SERVER_OPTIONS, TokenInterceptor, load_or_create_token
+from coordinator.auth import (
+    SERVER_OPTIONS,
+    TOKEN_FILE,
+    JoinToken,
+    TokenInterceptor,
+    load_or_create_token,
+    read_token,
+)
 from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.graph import SpecError
@@ -466,7 +473,8 @@ def serve(
     leadership = Leadership(store, "", lambda: lead(server), lambda: stand_by(server), leader_lease_ms)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-rpc"),
-        interceptors=[TokenInterceptor(token), LeaderGate(leadership), Guard(), TransientErrors()],
+        interceptors=[TokenInterceptor(token, _token_file(data_dir, token)), LeaderGate(leadership), Guard(),
+                      TransientErrors()],
         options=SERVER_OPTIONS,
     )
     shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
@@ -496,6 +504,15 @@ def serve(
     start_sweeper(store, data_dir, leadership.is_serving, lambda: _redis_now_ms(store), server.farm_retention_stop)
     log.info("coordinator listening on %s:%d (%s)", host, bound, "leading" if leadership.leading else "standby")
     return server, bound
+
+
+def _token_file(data_dir: Path, token: str) -> Path | None:
+    """DATA/token when it is where this token came from: the server follows it (`farm token rotate`)."""
+    path = data_dir / TOKEN_FILE
+    try:
+        return path if JoinToken.parse(read_token(path)).secret == JoinToken.parse(token).secret else None
+    except (OSError, ValueError):
+        return None
 
 
 def _redis_now_ms(store: Any) -> int:

@@ -122,7 +122,7 @@ def print_logs(render: dict, task: str | None) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ls, retry, delete and logs to the `farm` app."""
-    from farm_cli.main import Coordinator, Json, Token
+    from farm_cli.main import Coordinator, DataDir, Json, Token
     from farm_cli.remote import client
 
     default = f"127.0.0.1:{common.DEFAULT_PORT}"
@@ -177,6 +177,21 @@ def register(app: typer.Typer) -> None:
             if not deleted:
                 fail(f"render {render_id} is {state}: cancel it first (`farm cancel {render_id}`)", code=1)
             typer.echo(f"{render_id} deleted")
+
+    token_app = typer.Typer(help="The farm's join token.", no_args_is_help=True)
+    app.add_typer(token_app, name="token")
+
+    @token_app.command("rotate")
+    def token_rotate(data: DataDir = None) -> None:
+        """A new secret (same CA) in DATA/token: the coordinator and workers reading that file follow it
+        within seconds; copy the file again to other Macs and laptops."""
+        from coordinator.auth import rotate_token
+
+        folder = common.data_dir(data)
+        if not (folder / "token").is_file():
+            fail(f"no farm token in {folder} (this is not the coordinator's data folder)", code=1)
+        rotate_token(folder)
+        typer.echo(f"new farm token in {folder / 'token'}; copy it to each Mac's token file")
 
     @app.command()
     def prune(older_than: float = typer.Option(..., "--older-than", help="Days since a render ended (0: all)."),

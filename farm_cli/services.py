@@ -193,7 +193,8 @@ def register(app: typer.Typer) -> None:
 
         log_file = None if drain else log_path(common.data_dir(), "worker")  # named by `farm doctor`
         raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
-                                    pack_max_mbps, drain, log_file=log_file, throttle=throttle))
+                                    pack_max_mbps, drain, log_file=log_file, throttle=throttle,
+                                    token_file=None if token else token_file))
 
     @app.command()
     def up(workers: int = typer.Option(2, "--workers"), port: Port = common.DEFAULT_PORT, data: DataDir = None,

@@ -124,11 +124,13 @@ class Agent:
         cache_dir: Path | None = None,
         wait_ms: int = 10_000,
         pack_max_bytes_per_s: float | None = None,
+        token_file: Path | None = None,
     ) -> None:
         self.coordinators = Coordinators(address, token)  # "host:port[,host:port...]": the leader is followed
         self.runner = runner
         self.worker_id = worker_id or default_worker_id()
-        self.metadata = auth_metadata(token)
+        self.metadata = list(auth_metadata(token))  # one list: Presence and PackSync see a new token too
+        self.token_file = token_file  # read again when the coordinator refuses us (`farm token rotate`)
         self.wait_ms = wait_ms
         self.cache = BlobCache(cache_dir or Path.home() / ".cache" / "ltx-farm" / "blobs")
         self.channel = self.coordinators.channel()
@@ -156,6 +158,21 @@ class Agent:
     @property
     def blobs(self) -> farm_pb2_grpc.FarmBlobsStub:
         return self.coordinators.blobs()
+
+    def _reload_token(self) -> bool:
+        """After a refusal: a token file that now holds another token (`farm token rotate`, a fresh
+        copy) is used at once, by every stub of the agent (they share self.metadata)."""
+        if self.token_file is None:
+            return False
+        try:
+            fresh = list(auth_metadata(read_token(self.token_file)))
+        except (OSError, ValueError):
+            return False
+        if fresh == self.metadata:
+            return False
+        self.metadata[:] = fresh
+        log.info("the token in %s changed: using it", self.token_file)
+        return True
 
     def stop(self) -> None:
         self.stopping.set()
@@ -189,6 +206,9 @@ class Agent:
                     registered = False  # register again: the new pack is in our capabilities
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    if self._reload_token():
+                        registered = False
+                        continue
                     log.error("coordinator refused our token; check --token / --token-file")
                     return 2
                 if exc.code() not in RETRY_CODES and exc.code() != grpc.StatusCode.CANCELLED:
@@ -423,7 +443,7 @@ def worker_token(token: str | None, token_file: Path | None) -> str:
 def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, worker_id: str | None = None,
                cache_dir: Path | None = None, wait_ms: int = 10_000, max_tasks: int | None = None,
                pack_max_mbps: float | None = None, drain: bool = False, log_file: Path | None = None,
-               throttle: float = 1.0) -> int:
+               throttle: float = 1.0, token_file: Path | None = None) -> int:
     """Run this Mac's worker until stopped (or, with drain, ask the running one to finish and exit): what
     `farm worker` and `python -m worker.agent` both call. Logs go to stderr and log_file when given."""
     from coordinator.logsetup import setup_logging
@@ -432,7 +452,8 @@ def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, work
     if drain:
         return request_drain(coordinator, token, worker_id or default_worker_id())
     agent = Agent(coordinator, token, load_runner(packs_dir, throttle), worker_id=worker_id, cache_dir=cache_dir,
-                  wait_ms=wait_ms, pack_max_bytes_per_s=pack_max_mbps * 1e6 if pack_max_mbps else None)
+                  wait_ms=wait_ms, pack_max_bytes_per_s=pack_max_mbps * 1e6 if pack_max_mbps else None,
+                  token_file=token_file)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
     signal.signal(signal.SIGUSR1, lambda *_: agent.drain())
@@ -461,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
     return run_worker(args.coordinator, worker_token(args.token, args.token_file), args.packs_dir, args.worker_id,
                       args.cache_dir, args.wait_ms, args.max_tasks, args.pack_max_mbps, args.drain,
-                      throttle=args.throttle)
+                      throttle=args.throttle, token_file=None if args.token else args.token_file)
 
 
 if __name__ == "__main__":

@@ -150,3 +150,39 @@ def test_a_worker_given_only_the_join_token_joins(store, coordinator, tiny_packs
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.mark.timeout(240)
+def test_token_rotate_takes_effect_without_restarting_the_worker(store, tmp_data: Path, tiny_packs: Path) -> None:
+    """`farm token rotate`: the old secret is refused within seconds, the worker reading DATA/token keeps
+    working (it reads the file again when refused), a render submitted with the new token finishes."""
+    from farm_cli.services import worker_command
+    from tests.farm.farm_harness import wait_done
+
+    old = load_or_create_token(tmp_data)
+    server, port = serve(store, tmp_data, token=old, lease_ms=3000)
+    address = f"127.0.0.1:{port}"
+    cmd = worker_command(address, tmp_data / "token", tiny_packs, "w1", tmp_data / "cache", wait_ms=500)
+    worker = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not store.list_workers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        rotated = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "token", "rotate",
+                                  "--data", str(tmp_data)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert rotated.returncode == 0, rotated.stderr
+        new = (tmp_data / "token").read_text().strip()
+        assert new != old and JoinToken.parse(new).fingerprint == JoinToken.parse(old).fingerprint
+        time.sleep(1.5)  # the coordinator looks at the file once a second
+        with FarmClient(address, old, timeout=5) as client, pytest.raises(FarmError) as refused:
+            client.list()
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+        with FarmClient(address, new, timeout=30) as client:
+            render_id = client.submit({"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "seed": 5})
+            wait_done(client, render_id, timeout=180)
+        assert worker.poll() is None  # the same process, never restarted
+    finally:
+        worker.terminate()
+        worker.wait(timeout=20)
+        stop(server, grace=0)
