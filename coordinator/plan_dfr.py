@@ -70,9 +70,6 @@ def check_dfr(spec: dict, fleet: list[dict]) -> None:
             raise SpecError("a detailing LoRA details DFR's stage 2: give --temporal-upscalings 1 or 2 with it")
         return
     _check_detailing(spec)
-    if spec.get("stage2_tiles") not in (None, "1x1", "1x1x1"):
-        raise SpecError("DFR renders stage 2 untiled (its keyframe slots do not travel in tiled stage-2 "
-                        "forwards yet): drop --stage2-tiles")
     try:
         plan = spec_plan(spec)
     except ValueError as exc:

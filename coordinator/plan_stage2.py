@@ -4,6 +4,7 @@ blend + sampler step by the coordinator's reducer. Pure."""
 from __future__ import annotations
 
 from coordinator.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
+from coordinator.plan_dfr import canvas_frames
 from ltx_engine import tdp
 from ltx_engine.generation import LTX_25
 from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
@@ -17,7 +18,7 @@ def check_tiling(spec: dict, fleet: list[dict]) -> None:
     try:
         counts = tdp.parse_tile_counts(str(spec["stage2_tiles"]), len(holders))
         grid = (
-            latent_frames(spec["frames"]),
+            latent_frames(canvas_frames(spec)),
             spec["height"] // SPATIAL_FACTOR,
             spec["width"] // SPATIAL_FACTOR,
         )
@@ -38,9 +39,23 @@ def stage2_sigmas(spec: dict) -> list[float]:
     return list(TDP_STAGE_2_SIGMAS if tiled else STAGE_2_DISTILLED_SIGMAS)
 
 
+def _marker_params(spec: dict, params: dict, grid: tuple[int, int, int]) -> dict:
+    """A 2.5 render's tiles read a keyframe marker (the first latent frame, and DFR's slots, whose token
+    range — after an appended image guide, before the IC-LoRA reference — the step also reads them out of)."""
+    if spec.get("generation") != LTX_25:
+        return {}
+    slots = params.get("dfr_slots") or []
+    if not slots:
+        return {"marker": True}
+    hw = grid[1] * grid[2]
+    guide = hw if "image_strength" in params and int(params.get("image_frame", 0)) != 0 else 0
+    start = grid[0] * hw + guide
+    return {"marker": True, "slot_range": [start, start + len(slots) * hw]}
+
+
 def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dict) -> list[dict]:
     """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator)."""
-    grid = (latent_frames(spec["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
+    grid = (latent_frames(params["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
     counts = tdp.parse_tile_counts(spec["stage2_tiles"])
     tiles = tdp.plan(grid, counts, int(spec["tile_overlap"]))
     geometry = {
@@ -48,8 +63,9 @@ def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dic
         "counts": list(counts),
         "overlap": int(spec["tile_overlap"]),
         "sigmas": params["sigmas"],
-        **({"marker": True} if spec.get("generation") == LTX_25 else {}),  # the DiT reads a keyframe marker
+        **_marker_params(spec, params, grid),
     }
+    detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
     prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
     state = ("latent", "clean", "mask", "positions")
     audio = {k: ref(prep, k) for k in ("audio_latent", "audio_mask", "audio_positions")}
@@ -89,6 +105,7 @@ def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dic
                         "pack": params["pack"],
                         "sigma": float(params["sigmas"][step]),
                         **info,
+                        **detailing,
                         "expect": {"velocity": expect("float32", 1, -1, -1)},
                     },
                     {**tile_in, **audio, **ctx},

@@ -31,7 +31,9 @@ def _sets(params: dict, positions: np.ndarray):
 
 def _tile_outputs(params: dict, latent: np.ndarray, mask: np.ndarray, positions: np.ndarray, sigma: float,
                   sets) -> dict[str, np.ndarray]:
-    marker = tdp.first_frame_marker(tuple(params["grid"]), latent.shape[1]) if params.get("marker") else None
+    slots = params.get("slot_range")
+    marker = (tdp.first_frame_marker(tuple(params["grid"]), latent.shape[1], tuple(slots) if slots else None)
+              if params.get("marker") else None)
     out = {}
     for i, arrays in enumerate(tdp.step_tile_inputs(latent, mask, positions, sigma, sets, marker)):
         for name, array in arrays.items():
@@ -78,7 +80,11 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
     latent = tdp.reduce_step(inputs["latent"], inputs["clean"], mask, positions, velocities, sets, sigmas, step)
     if step + 1 == len(sigmas) - 1:
         grid = tuple(params["grid"])
-        return {"video_latent": unpatchify_video(latent[:, : int(np.prod(grid))], grid)}
+        out = {"video_latent": unpatchify_video(latent[:, : int(np.prod(grid))], grid)}
+        if params.get("slot_range"):  # DFR's slots, read out as the untiled stage gives them
+            start, end = params["slot_range"]
+            out["slots"] = unpatchify_video(latent[:, start:end], ((end - start) // (grid[1] * grid[2]), *grid[1:]))
+        return out
     return {"latent": latent, **_tile_outputs(params, latent, mask, positions, sigmas[step + 1], sets)}
 
 

@@ -58,11 +58,14 @@ def token_sets(grid: tuple[int, int, int], counts: tuple[int, int, int], overlap
     return tile_token_sets(plan(grid, counts, overlap), positions[:, :, :num_gen], positions[:, :, num_gen:], grid)
 
 
-def first_frame_marker(grid: tuple[int, int, int], num_tokens: int) -> np.ndarray:
+def first_frame_marker(grid: tuple[int, int, int], num_tokens: int,
+                       slot_range: tuple[int, int] | None = None) -> np.ndarray:
     """(1, T, 1) LTX-2.5 keyframe marker of a stage-2 state: its first latent frame (one pixel frame),
-    as upstream marks every video state's; appended conditioning tokens are unmarked."""
+    as upstream marks every video state's, and DFR's generated slots; other appended tokens unmarked."""
     marker = np.zeros((1, num_tokens, 1), F32)
     marker[:, : grid[1] * grid[2]] = 1.0
+    if slot_range is not None:
+        marker[:, slot_range[0] : slot_range[1]] = 1.0
     return marker
 
 

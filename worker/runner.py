@@ -250,21 +250,28 @@ class Runner:
             params = {**params, "sampler": stage1_sampler(pack.generation, bool(params.get("dfr_slots")))}
         return self.engine.denoise_stage1(pack, self._stage(pack, params, inputs), step)
 
-    def _run_denoise_stage2(self, pack, params, inputs, step):
-        """Stage 2; DFR's detailing IC-LoRA fused into a DiT of its own (kept warm beside the plain one
-        the rounds use), with stage 1's video as its reference at the LoRA's downscale factor."""
+    def _detailing(self, pack, params):
+        """DFR's detailing IC-LoRA: the pack seen with it fused into a DiT of its own (kept warm beside the
+        plain one the rounds use), and its reference downscale factor in the params."""
         lora = params.get("detailing_lora")
-        if lora:
-            if Path(lora).name != lora or not (pack.root / lora).is_file():
-                raise PackError(f"pack {params['pack']!r} has no detailing LoRA file {lora!r} (put it in the pack folder)")
-            params = {**params, "reference_downscale": reference_downscale(pack.root / lora)}
-            pack = WithLoras(pack, ((lora, float(params["detailing_strength"])),))
+        if not lora:
+            return pack, params
+        if Path(lora).name != lora or not (pack.root / lora).is_file():
+            raise PackError(f"pack {params['pack']!r} has no detailing LoRA file {lora!r} (put it in the pack folder)")
+        params = {**params, "reference_downscale": reference_downscale(pack.root / lora)}
+        return WithLoras(pack, ((lora, float(params["detailing_strength"])),)), params
+
+    def _run_denoise_stage2(self, pack, params, inputs, step):
+        """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named)."""
+        pack, params = self._detailing(pack, params)
         return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
 
     def _run_stage_prepare(self, pack, params, inputs, step):
+        pack, params = self._detailing(pack, params)
         return self.engine.prepare_stage(pack, self._stage(pack, params, inputs))
 
     def _run_transformer_forward(self, pack, params, inputs, step):
+        pack, params = self._detailing(pack, params)
         tokens = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
         velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs))
         step(1, 1)

@@ -1,5 +1,5 @@
 """DFR as upstream runs it (padded canvas, keyframe slots from stage 1 through the rounds, an image
-guide per tile, the detailing IC-LoRA in stage 2) across real workers equals `farm render --local` bit for bit (every task output, the
+guide per tile, the detailing IC-LoRA in stage 2, stage 2 untiled or tiled) across real workers equals `farm render --local` bit for bit (every task output, the
 mp4's frames), ships (frames - 1) * 2**R + 1 frames at frame_rate * 2**R fps, runs the tiles of a round
 on several workers at once (whenever workers are free: with two workers the audio decode may hold one
 through round 1), and bad DFR specs are refused before anything queues."""
@@ -29,6 +29,8 @@ CASES = {
                               "image": {"frame": 16, "strength": 0.8}},
     "r2_image": {**BASE, "temporal_upscalings": 2, "audio": False, "image": {"frame": 0, "strength": 1.0}},
     "r1_detailing": {**BASE, "temporal_upscalings": 1, "audio": False, "detailing_lora": DETAILING_LORA},
+    "r1_detailing_tiled_stage2": {**BASE, "temporal_upscalings": 1, "audio": False, "detailing_lora": DETAILING_LORA,
+                                  "stage2_tiles": "2x2", "tile_overlap": 1},
 }
 
 
@@ -120,7 +122,6 @@ def test_dfr_rounds_on_the_farm_equal_local(workers, store, tmp_data, packs25, r
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"stage2_tiles": "2x2"}, "DFR renders stage 2 untiled"),
     ({"pack": "tiny"}, "is not an LTX-2.5 pack"),
     ({"temporal_upscalings": 3}, "must be 0, 1 or 2"),
 ])

@@ -143,7 +143,7 @@ def _dfr_spec(**kw) -> dict:
 
 
 def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
-    spec = _dfr_spec(frames=41, image={"blob": "ab", "frame": 0, "strength": 0.9})  # 41 -> canvas 49, S 24
+    spec = _dfr_spec(frames=41, image={"blob": "ab" * 32, "frame": 0, "strength": 0.9})  # 41 -> canvas 49, S 24
     validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
     assert (spec["output_frames"], spec["output_fps"]) == ((41 - 1) * 4 + 1, 96.0)
     tasks = {t["id"]: t for t in plan_render(spec, "r")}
@@ -183,7 +183,6 @@ def test_planner_graph_output_and_independent_tiles():
     ({"temporal_upscalings": 3}, [], "must be 0, 1 or 2"),
     ({}, _fleet(["keyframes"]), "no temporal upsampler"),
     ({}, _fleet(["temporal_upscaler"]), "not an LTX-2.5 pack"),
-    ({"stage2_tiles": "2x2"}, [], "DFR renders stage 2 untiled"),
     ({"frames": 473, "frame_rate": 24.0}, [], "exceeds the model's 20 s range"),
 ])
 def test_bad_dfr_specs_are_refused_in_one_line(changes, fleet, match):
@@ -270,6 +269,20 @@ def test_pack_tiny_cli_writes_the_25_variant(tmp_path: Path):
     assert cfg["use_keyframes_abs_pos_embedding"] and cfg["ff_bias"] is False
     bad = CliRunner().invoke(app, ["pack", "tiny", str(tmp_path / "q"), "--variant", "3.0"])
     assert bad.exit_code != 0 and "--variant" in bad.output
+
+
+def test_tiled_dfr_stage_2_marks_and_reads_out_the_slots():
+    spec = _dfr_spec(frames=41, stage2_tiles="2x2", tile_overlap=1, detailing_lora="detail.safetensors",
+                     image={"blob": "ab" * 32, "frame": 16, "strength": 0.9})
+    validate_spec(spec, [{**_fleet(["temporal_upscaler", "keyframes"])[0], "pack_generation": {"p": "2.5"}}])
+    tasks = {t["id"]: t for t in plan_render(spec, "r")}
+    final = tasks["r.stage2"]  # the last blend + step: 8x12 latent cells, 7 frames, a guide before the slots
+    assert final["kind"] == "tdp_step" and final["params"]["grid"] == [7, 8, 12]
+    assert final["params"]["slot_range"] == [7 * 96 + 96, 7 * 96 + 96 + 2 * 96] and final["params"]["marker"]
+    tile = tasks["r.stage2.s0.t0"]
+    assert tile["params"]["detailing_lora"] == "detail.safetensors" and "keyframes" in tile["inputs"]
+    assert tasks["r.stage2.prep"]["params"]["renoise_audio"] is False  # tiled: stage 1's audio frozen, as TDP's
+    assert tasks["r.dfr.r1.t0"]["inputs"]["carry"] == {"task": "r.stage2", "output": "slots"}
 
 
 def test_detailing_lora_conditions_stage_2_on_stage_1s_video():
