@@ -320,7 +320,7 @@ def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict
         spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
         mux = fleet[1].seconds({"kind": "assemble", "cost_s": float(spec.get("assemble_s") or 0.0)})
         if render.get("state") == "assembling":
-            return max(0.0, mux - (now_ms - int(render.get("assembling_ms") or now_ms)) / 1000.0)
+            return max(0.1 * mux, mux - (now_ms - int(render.get("assembling_ms") or now_ms)) / 1000.0)
         modelled = placement.eta_seconds(views, fleet[0], now_ms, fleet[1])
         if modelled is not None:
             return modelled + mux

@@ -128,6 +128,7 @@ def eta(
     tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
     throttles: Annotated[str, typer.Option("--throttles", help="One worker per factor (1 = full speed).")] = "1,2,4",
     renders: Annotated[int, typer.Option("--renders", help="Measured renders after the warm-up.")] = 2,
+    warmups: Annotated[int, typer.Option("--warmups", help="Renders the farm learns its speeds from first.")] = 2,
     pack: Annotated[str, typer.Option("--pack")] = "tiny",
     data: Annotated[Path | None, typer.Option("--data")] = None,
 ) -> None:
@@ -136,7 +137,7 @@ def eta(
 
     spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
             "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 5}
-    run(spec, [float(t) for t in throttles.split(",")], renders, data)
+    run(spec, [float(t) for t in throttles.split(",")], renders, data, warmups)
 
 
 @bench_app.command("model")

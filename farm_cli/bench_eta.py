@@ -53,8 +53,8 @@ def _errors(samples: list[tuple[float, float, float]], end_s: float) -> list[flo
             if progress >= 0.25 and end_s - t > 0.5]
 
 
-def run(spec: dict, throttles: list[float], renders: int, data: Path | None) -> None:
-    """Start the throttled farm, warm it up, measure `renders` renders and print the errors."""
+def run(spec: dict, throttles: list[float], renders: int, data: Path | None, warmups: int = 2) -> None:
+    """Start the throttled farm, warm it up (`warmups` renders), measure `renders` renders, print the errors."""
     from farm_cli.client import FarmClient
     from farm_cli.services import _stop_processes, ensure_tiny_pack, local_farm
 
@@ -69,9 +69,10 @@ def run(spec: dict, throttles: list[float], renders: int, data: Path | None) -> 
             procs = _spawn_workers(address, run_data, throttles)
             try:
                 with FarmClient(address, token, timeout=60) as farm:
-                    _, _, state = _samples(farm, farm.submit({**spec, "seed": 1}))  # the model learns speeds
-                    if state != "done":
-                        common.fail(f"warm-up render {state}", code=1)
+                    for seed in range(1, warmups + 1):  # the model learns each worker's speeds
+                        _, _, state = _samples(farm, farm.submit({**spec, "seed": seed}))
+                        if state != "done":
+                            common.fail(f"warm-up render {state}", code=1)
                     rows = [_measure(farm, spec, i) for i in range(renders)]
             finally:
                 _stop_processes(procs)
