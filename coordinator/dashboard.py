@@ -204,8 +204,9 @@ class DashboardHandler(BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length") or "0"
         if not length.isdigit() or int(length) > MAX_BODY:
             self.close_connection = True  # the unread body must not be taken for the next request
-            self._json({"error": f"request body must be 0..{MAX_BODY} bytes with a Content-Length"},
-                       HTTPStatus.REQUEST_ENTITY_TOO_LARGE if length.isdigit() else HTTPStatus.BAD_REQUEST)
+            with contextlib.suppress(OSError):  # a client still sending may reset before it reads this
+                self._json({"error": f"request body must be 0..{MAX_BODY} bytes with a Content-Length"},
+                           HTTPStatus.REQUEST_ENTITY_TOO_LARGE if length.isdigit() else HTTPStatus.BAD_REQUEST)
             return
         try:  # read first: a refusal must not reset; a stalled body times out (timeout below)
             self._raw_body = self.rfile.read(int(length)) if int(length) > 0 else b""

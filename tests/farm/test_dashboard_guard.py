@@ -47,16 +47,16 @@ def test_a_foreign_host_is_refused_and_local_names_are_served(dashboard) -> None
 def test_bad_requests_are_4xx_in_one_line(dashboard) -> None:
     cases = [
         ("POST", "/api/login", b"{not json", {"Content-Type": "application/json"}),
-        ("POST", "/api/login", b"x" * (70 * 1024), {}),
         ("GET", "/api/renders/../../etc/passwd", b"", {}),
         ("GET", "/api/renders/nope", b"", {}),
     ]
     for method, path, body, headers in cases:
         status, text = _request(dashboard, method, path, body, headers)
         assert 400 <= status < 500 and "Traceback" not in text and "\n" not in text.strip(), (path, status, text)
-    with socket.create_connection(("127.0.0.1", dashboard), timeout=5) as raw:
-        raw.sendall(b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n")
-        assert raw.recv(200).split(b" ")[1] == b"400"
+    for length, code in ((b"-5", b"400"), (b"abc", b"400"), (b"71680", b"413")):  # the body is never sent
+        with socket.create_connection(("127.0.0.1", dashboard), timeout=5) as raw:
+            raw.sendall(b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + length + b"\r\n\r\n")
+            assert raw.recv(200).split(b" ")[1] == code, length
 
 
 @pytest.mark.timeout(60)
