@@ -114,6 +114,7 @@ def test_long_tiled_decode_memory_audio_and_exr(store, tmp_data, tiny_packs, tmp
     with farm(store, tmp_data, tiny_packs, workers=2) as (client, _procs):
         render_id = client.submit({**LONG, "exr": str(tmp_path / "exr")})
         wait_done(client, render_id, timeout=400)
+        assert client.fetch_exr(render_id, tmp_path / "exr") == 97  # fetched to the client's folder
     out = tmp_data / "renders" / render_id
     meta = json.loads((out / "render.json").read_text())
     assembly = meta["assembly"]
