@@ -1,23 +1,11 @@
-"""A test never changes the machine: system tools the suite drives are provisioned by `.ci/run`."""
+"""System tools the suite drives are provisioned by `.ci/run` (which also refuses a test that runs a
+package manager); the README says so and its test command is the one CI runs."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-INSTALLERS = re.compile(r"""["'](apt-get|apt|dpkg|brew|dnf|yum|apk|snap)["']|pip["']?,\s*["']install""")
-
-
-def test_no_test_runs_a_package_manager() -> None:
-    offenders = [
-        f"{path.relative_to(ROOT)}:{n}"
-        for path in sorted((ROOT / "tests").rglob("*.py"))
-        if path.name != Path(__file__).name
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if INSTALLERS.search(line)
-    ]
-    assert offenders == [], f"tests that run a package manager: {offenders}"
 
 
 def test_ci_provisions_the_tools_tests_skip_without() -> None:
