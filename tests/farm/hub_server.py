@@ -89,18 +89,25 @@ class _Hub(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve_repo(root: Path, repo: str) -> Iterator[tuple[str, list[str]]]:
-    """(endpoint URL, list of files sent) for a hub serving `root` as `repo`, until the block ends."""
-    sent: list[str] = []
-    handler = type("Hub", (_Hub,), {"root": Path(root), "repo": repo, "sent": sent})
+def _serving(handler: type) -> Iterator[str]:
+    """The endpoint URL of a threaded HTTP server on 127.0.0.1 running `handler`, until the block ends."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", sent
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serve_repo(root: Path, repo: str) -> Iterator[tuple[str, list[str]]]:
+    """(endpoint URL, list of files sent) for a hub serving `root` as `repo`, until the block ends."""
+    sent: list[str] = []
+    handler = type("Hub", (_Hub,), {"root": Path(root), "repo": repo, "sent": sent})
+    with _serving(handler) as url:
+        yield url, sent
 
 
 class _Hubs(_Hub):
@@ -128,11 +135,5 @@ def serve_repos(repos: dict[str, Path]) -> Iterator[tuple[str, list[str]]]:
     """(endpoint URL, files sent) for a hub serving each folder as its repo id."""
     sent: list[str] = []
     handler = type("Hubs", (_Hubs,), {"repos": dict(repos), "repo": "", "root": Path("."), "sent": sent})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", sent
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(handler) as url:
+        yield url, sent
