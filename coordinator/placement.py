@@ -9,6 +9,7 @@ worker. Coordinator tasks (blend, cut) run on the coordinator, one at a time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -94,9 +95,32 @@ def refuse_oversize(spec: Mapping, tasks: list[dict], holders: list[Mapping]) ->
         f"{spec['pack']!r} can use {largest * costs.USABLE_FRACTION / 2**30:.1f} of its {largest / 2**30:.1f} GiB")
 
 
+DEAL_MARGIN = 0.9  # a peer must finish a tile this much sooner than the asker for it to wait (lease.lua)
+
+
+def peer_tiles_before(own_s: float, free_in_s: float, seconds: float, margin: float = DEAL_MARGIN) -> int:
+    """Tiles a peer free in `free_in_s`, taking `seconds` each, ends before margin x `own_s` (when the
+    asking worker would end one it took now)."""
+    limit = own_s * margin
+    if seconds <= 0 or free_in_s + seconds >= limit:
+        return 0
+    return math.ceil((limit - free_in_s) / seconds) - 1
+
+
+def deal_takes(queued: int, own_s: float, peers: Iterable[tuple[float, float]], margin: float = DEAL_MARGIN) -> bool:
+    """Speed-aware dealing, the rule lease.lua applies: a worker asking for one of a step's `queued`
+    tiles takes one now unless its faster peers ((seconds until free, seconds per tile) each) would end
+    all of them before it ended one; dealing each tile to whoever ends it soonest, it gets none."""
+    before = sum(peer_tiles_before(own_s, free, seconds, margin) for free, seconds in peers)
+    return before == 0 or before < queued
+
+
 def _pick(slots: list[Slot], task: Mapping, ready: float) -> Slot | None:
-    """The slot a pulling worker would be: free first (then faster) among those that can hold it."""
+    """The slot a pulling worker would be: free first (then faster) among those that can hold it; a
+    stage-2 tile goes to the slot that ends it soonest (speed-aware dealing)."""
     able = [s for s in slots if s.holds(task)]
+    if _params(task).get("tile_index") is not None or task.get("tile_index") is not None:
+        return min(able, key=lambda s: (max(s.free_at, ready) + s.seconds(task), s.free_at), default=None)
     return min(able, key=lambda s: (max(s.free_at, ready), s.seconds(task)), default=None)
 
 

@@ -50,7 +50,7 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
            "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker",
-           "delete_render", "claim_notify", "forget_blob", "forget_workers")
+           "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -200,6 +200,11 @@ class FarmStore:
     def complete(self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict) -> str:
         """Commit a result under the lease's fence: 'ok', 'render_ready' (last task) or 'stale'."""
         return self._run("complete", task_id, worker_id, int(fence), json.dumps(outputs), json.dumps(metrics))
+
+    def set_policy(self, **fields: str) -> dict[str, str]:
+        """Set scheduling policy fields lease.lua reads (dealing, affinity: '0'/'1'; weight:<submitter>);
+        '' restores a field's default. Returns the whole policy."""
+        return _pairs(self._run("set_policy", *(x for kv in fields.items() for x in kv)))
 
     def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True) -> str:
         """'requeued' while attempts remain, else 'failed' (and the render with it); 'stale' if not held."""

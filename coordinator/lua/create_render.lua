@@ -7,6 +7,9 @@ local err = check_new_tasks(rid, tasks)
 if err then return redis.error_reply(err) end
 redis.call('HSET', rk, 'spec', ARGV[4], 'state', 'queued', 'stage', '', 'error', '', 'output', '',
   'created_ms', NOW, 'started_ms', 0, 'finished_ms', 0, 'remaining', 0, 'total', 0, 'priority', ARGV[5])
+local ok, spec = pcall(cjson.decode, ARGV[4])  -- whose share of the fleet its tasks count against (lease.lua)
+local submitter = ok and type(spec) == 'table' and spec.submitter
+redis.call('HSET', rk, 'submitter', type(submitter) == 'string' and submitter or '')
 redis.call('ZADD', key('renders'), NOW, rid)
 emit(rid, {type = 'render_queued', tasks = #tasks, priority = tonumber(ARGV[5])})
 insert_tasks(rid, tasks)

@@ -42,13 +42,21 @@ local function holds_needs(tid)
   return true
 end
 
+-- Scheduling policy (set_policy.lua; `farm bench dealing|affinity` turn parts off to measure them):
+-- dealing / affinity '0' = off; weight:<submitter> = that submitter's fair-share weight (default 1).
+local POLICY = {}
+do
+  local flat = redis.call('HGETALL', key('policy'))
+  for i = 1, #flat, 2 do POLICY[flat[i]] = flat[i + 1] end
+end
+
 -- Warm-model affinity: the models the worker's last task left loaded (complete.lua records them).
 -- A worker whose first eligible task would load models prefers, among the next AFFINITY_LOOKAHEAD
--- queued tasks of the same render priority, one whose models it holds warm, unless the first has
--- waited AFFINITY_WAIT_MS already (no task starves behind warmer ones).
+-- queued tasks of the same render priority and submitter, one whose models it holds warm, unless the
+-- first has waited AFFINITY_WAIT_MS already (no task starves behind warmer ones).
 local AFFINITY_LOOKAHEAD, AFFINITY_WAIT_MS = 8, 5000
 local warm = {}
-do
+if POLICY.affinity ~= '0' then
   local ok, models = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'models') or '[]')
   if ok and type(models) == 'table' then
     for _, m in ipairs(models) do warm[m] = true end
@@ -62,43 +70,152 @@ local function is_warm(tid)
   end
   return true
 end
+
+-- Each render's active flag, priority and submitter (create_render.lua records it from the spec), read
+-- once per call.
+local renders = {}
+local function render_info(render)
+  if not renders[render] then
+    local r = redis.call('HMGET', key('render', render), 'priority', 'submitter')
+    renders[render] = {active = render_active(render), priority = r[1], submitter = r[2] or ''}
+  end
+  return renders[render]
+end
+local function submitter_of(render)
+  return render_info(render).submitter
+end
+
+-- Speed-aware dealing (coordinator/placement.py deal_takes is this rule in Python, held against it by
+-- tests/farm/test_dealing.py). A step ends when its slowest tile does, so a worker asking for a tile
+-- (params.tile_index) of a step takes one only when dealing the step's queued tiles one by one to
+-- whoever finishes each soonest (when it is free + its seconds for the tile: the cost model's ratios
+-- complete.lua learns per worker and kind) gives it one now; else the tile waits for faster peers.
+-- A peer must beat the asker by DEAL_MARGIN, and a tile that has waited as long as the asker would
+-- take it goes to the asker anyway (a peer that is not coming cannot hold a step up).
+local DEAL_MARGIN = 0.9
+local function ratio(w, kind)
+  return tonumber(redis.call('HGET', key('costratio', w), kind))
+end
+-- Seconds until peer `w` (fields state, last_seen_ms, drain, current_task, info) is free, or nil when
+-- it cannot be counted on (lost, draining, unseen, too small for the task).
+local function free_in(w, h, need)
+  if h[1] == 'lost' or h[3] == '1' or NOW - (tonumber(h[2]) or 0) > LIVE_MS then return nil end
+  local ok, info = pcall(cjson.decode, h[5] or '')
+  if need and ok and type(info) == 'table' and tonumber(info.memory_bytes) and tonumber(info.memory_bytes) < need then
+    return nil
+  end
+  if h[1] ~= 'busy' or not h[4] or h[4] == '' then return 0 end
+  local t = redis.call('HMGET', key('task', h[4]), 'kind', 'params', 'leased_ms')
+  local okp, params = pcall(cjson.decode, t[2] or '')
+  local cost = okp and type(params) == 'table' and tonumber(params.cost_s) or 0
+  local left = (tonumber(t[3]) or NOW) / 1000 + cost * (ratio(w, t[1] or '') or 1) - NOW / 1000
+  return math.max(0, left)
+end
+-- Queued tiles of the task's step, from it on in queue order.
+local function step_queued(q, tid, render, step)
+  local n = 0
+  local rank = redis.call('ZRANK', q, tid)
+  for _, other in ipairs(redis.call('ZRANGE', q, rank, rank + 63)) do
+    local t = redis.call('HMGET', key('task', other), 'state', 'render', 'params')
+    local ok, params = pcall(cjson.decode, t[3] or '')
+    if t[2] ~= render or not ok or params.step ~= step or params.tile_index == nil then break end
+    if t[1] == 'queued' then n = n + 1 end
+  end
+  return n
+end
+local function deal_declines(q, tid, render)
+  if POLICY.dealing == '0' then return false end
+  local t = redis.call('HMGET', key('task', tid), 'kind', 'params', 'queued_ms')
+  local params = cjson.decode(t[2] or '{}')
+  local cost, own_ratio = tonumber(params.cost_s), ratio(worker, t[1])
+  if params.tile_index == nil or not cost or not own_ratio then return false end
+  local own = cost * own_ratio
+  if NOW - (tonumber(t[3]) or NOW) >= own * 1000 then return false end
+  local limit, before = own * DEAL_MARGIN, 0
+  for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
+    local r = w ~= worker and ratio(w, t[1])
+    if r and not blocklisted(render, w) then
+      local free = free_in(w, redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'current_task',
+        'info'), tonumber(params.min_memory_bytes))
+      if free and free + cost * r < limit then
+        before = before + math.ceil((limit - free) / (cost * r)) - 1
+      end
+    end
+  end
+  return before > 0 and before >= step_queued(q, tid, render, params.step)
+end
+
 local function warmer_task(q, first, render)
   if next(warm) == nil or is_warm(first) then return nil end
   local waited = NOW - (tonumber(redis.call('HGET', key('task', first), 'queued_ms')) or NOW)
   if waited > AFFINITY_WAIT_MS then return nil end
-  local priority = redis.call('HGET', key('render', render), 'priority')
+  local priority = render_info(render).priority
   local rank = redis.call('ZRANK', q, first)
   for _, tid in ipairs(redis.call('ZRANGE', q, rank + 1, rank + AFFINITY_LOOKAHEAD)) do
     local t = redis.call('HMGET', key('task', tid), 'state', 'render')
-    if t[1] == 'queued' and render_active(t[2]) and redis.call('HGET', key('render', t[2]), 'priority') == priority
-        and not blocklisted(t[2], worker) and holds_needs(tid) and is_warm(tid) then
+    local r = t[2] and render_info(t[2])
+    if t[1] == 'queued' and r and r.active and r.priority == priority and r.submitter == submitter_of(render)
+        and not blocklisted(t[2], worker) and holds_needs(tid) and is_warm(tid) and not deal_declines(q, tid, t[2]) then
       return tid
     end
   end
   return nil
 end
 
--- The first queued task, in queue order, of a render that has not blocklisted this worker and
--- whose needs its packs hold (or a warmer one just behind it, above).
+-- Fair share: among the first eligible task of each submitter in the top priority band, the one whose
+-- submitter holds the fewest leases per unit of weight (ties: queue order). FAIR_LOOKAHEAD bounds the scan.
+local FAIR_LOOKAHEAD = 64  -- queued tasks looked at past the first eligible one
+local function shares()
+  local held = {}
+  for _, tid in ipairs(redis.call('ZRANGE', key('leases'), 0, -1)) do
+    local s = submitter_of(redis.call('HGET', key('task', tid), 'render') or '')
+    held[s] = (held[s] or 0) + 1
+  end
+  return function(s)
+    return (held[s] or 0) / math.max(tonumber(POLICY['weight:' .. s]) or 1, 1e-6)
+  end
+end
+local function fairest(firsts)
+  if #firsts == 1 then return firsts[1] end
+  local share, best = shares(), firsts[1]
+  for _, f in ipairs(firsts) do
+    if share(f.submitter) < share(best.submitter) then best = f end
+  end
+  return best
+end
+
+-- The task this worker takes from queue q: queue order among tasks of active renders that have not
+-- blocklisted it, whose needs it holds and that dealing leaves it, by fair share between submitters
+-- (or a warmer one just behind it, above). Entries of stopped renders leave the queue on the way.
 local function next_task(q)
-  local skipped = 0
-  while true do
-    local batch = redis.call('ZRANGE', q, skipped, skipped + 63)
-    if #batch == 0 then return nil end
+  local pos, after, firsts, seen, band = 0, 0, {}, {}, nil
+  while after < FAIR_LOOKAHEAD do
+    local batch = redis.call('ZRANGE', q, pos, pos + 63)
+    if #batch == 0 then break end
     for _, tid in ipairs(batch) do
       local t = redis.call('HMGET', key('task', tid), 'state', 'render')
-      if t[1] == 'queued' and render_active(t[2]) and not blocklisted(t[2], worker) and holds_needs(tid) then
-        tid = warmer_task(q, tid, t[2]) or tid
-        redis.call('ZREM', q, tid)
-        return tid
-      elseif t[1] == 'queued' and render_active(t[2]) then
-        skipped = skipped + 1  -- stays queued for the other workers
+      local r = t[2] and render_info(t[2])
+      if t[1] == 'queued' and r and r.active then
+        pos = pos + 1
+        if band then after = after + 1 end
+        if band and r.priority ~= band then after = FAIR_LOOKAHEAD end
+        if after >= FAIR_LOOKAHEAD then break end
+        if not seen[r.submitter] and not blocklisted(t[2], worker) and holds_needs(tid)
+            and not deal_declines(q, tid, t[2]) then
+          seen[r.submitter], band = true, r.priority
+          firsts[#firsts + 1] = {tid = tid, render = t[2], submitter = r.submitter}
+        end
       else
         redis.call('ZREM', q, tid)
         if t[1] == 'queued' then redis.call('HSET', key('task', tid), 'state', 'cancelled') end
       end
     end
   end
+  if #firsts == 0 then return nil end
+  local pick = fairest(firsts)
+  local tid = warmer_task(q, pick.tid, pick.render) or pick.tid
+  redis.call('ZREM', q, tid)
+  return tid
 end
 
 for i = 5, #ARGV do

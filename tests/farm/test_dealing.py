@@ -1,0 +1,116 @@
+"""Speed-aware dealing and fair share in the lease script (real Redis): a slow worker leaves a step's
+tile for faster peers exactly when placement.deal_takes says so, and submitters share the fleet."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from coordinator import placement
+from coordinator.store import FarmStore
+
+KIND = "transformer_forward"
+RATIOS = {"fast": 1.0, "med": 2.0, "slow": 4.0}  # seconds per reference second: 1x, 0.5x, 0.25x
+
+
+def _tiles(rid: str, n: int, cost_s: float, step: int = 0) -> list[dict]:
+    return [{"id": f"{rid}.s{step}.t{i}", "kind": KIND, "params": {"step": step, "tile_index": i, "cost_s": cost_s},
+             "inputs": {}, "deps": [], "capability": "mlx"} for i in range(n)]
+
+
+def _fleet(store: FarmStore, ratios: dict[str, float]) -> None:
+    for name, ratio in ratios.items():
+        store.register_worker(name, {})
+        store.worker_seen(name, "idle", "")
+        store.client.hset(store.key("costratio", name), KIND, ratio)  # what complete.lua has learned
+
+
+def _peers(store: FarmStore, asker: str, cost_s: float) -> list[tuple[float, float]]:
+    """(seconds until free, seconds per tile) of the asker's peers, from the store as lease.lua reads it."""
+    now = store.client.time()
+    now_s = now[0] + now[1] / 1e6
+    out = []
+    for name, ratio in RATIOS.items():
+        if name == asker:
+            continue
+        current = store.client.hget(store.key("worker", name), "current_task") or ""
+        free = 0.0
+        if current:
+            task = store.get_task(current)
+            free = max(0.0, task["leased_ms"] / 1000 + task["params"]["cost_s"] * ratio - now_s)
+        out.append((free, cost_s * ratio))
+    return out
+
+
+def _queued(store: FarmStore, rid: str) -> int:
+    return sum(t["state"] == "queued" for t in store.render_tasks(rid))
+
+
+@pytest.mark.parametrize("order", [("slow", "med", "fast", "slow", "med", "fast"), ("fast", "slow", "med", "slow")])
+def test_lease_deals_tiles_as_deal_takes_says(store: FarmStore, order: tuple[str, ...]) -> None:
+    _fleet(store, RATIOS)
+    store.create_render("r", {"prompt": "fox"}, _tiles("r", 4, cost_s=30.0))
+    took = []
+    for asker in order:
+        queued = _queued(store, "r")
+        expect = queued > 0 and placement.deal_takes(queued, 30.0 * RATIOS[asker], _peers(store, asker, 30.0))
+        leased = store.lease(asker, ["mlx"], 60_000)
+        assert (leased is not None) == expect, (asker, queued, took)
+        if leased:
+            took.append(asker)
+    assert "slow" not in took and "fast" in took  # the 0.25x worker leaves every tile to faster peers
+
+
+def test_equal_workers_never_decline_and_dealing_can_be_turned_off(store: FarmStore) -> None:
+    _fleet(store, {"a": 1.0, "b": 1.0, "slow": 4.0})
+    store.create_render("r", {"prompt": "fox"}, _tiles("r", 3, cost_s=30.0))
+    assert store.lease("slow", ["mlx"], 60_000) is None
+    assert store.get_task("r.s0.t0")["state"] == "queued"  # left for a faster peer, not dropped
+    assert store.lease("a", ["mlx"], 60_000) is not None and store.lease("b", ["mlx"], 60_000) is not None
+    store.set_policy(dealing="0")
+    assert store.lease("slow", ["mlx"], 60_000) is not None  # even dealing: the next tile to whoever asks
+
+
+def test_a_tile_that_waited_as_long_as_the_asker_takes_goes_to_it(store: FarmStore) -> None:
+    _fleet(store, RATIOS)
+    store.create_render("r", {"prompt": "fox"}, _tiles("r", 2, cost_s=0.1))  # 0.4 s on the slow worker
+    assert store.lease("slow", ["mlx"], 60_000) is None
+    time.sleep(0.5)  # the fast peers never came: the step must not wait on them
+    assert store.lease("slow", ["mlx"], 60_000) is not None
+
+
+def test_a_lost_or_too_small_peer_does_not_hold_a_tile_back(store: FarmStore) -> None:
+    _fleet(store, RATIOS)
+    store.register_worker("fast", {"memory_bytes": 8 * 2**30})
+    store.worker_seen("fast", "idle", "")
+    store.worker_seen("med", "lost", "")
+    tiles = _tiles("r", 2, cost_s=30.0)
+    for t in tiles:
+        t["params"]["min_memory_bytes"] = 16 * 2**30
+    store.create_render("r", {"prompt": "fox"}, tiles)
+    assert store.lease("slow", ["mlx"], 60_000) is not None
+
+
+def _render(store: FarmStore, rid: str, who: str, n: int) -> None:
+    tasks = [{"id": f"{rid}.k{i}", "kind": "decode_audio", "params": {}, "inputs": {}, "deps": [],
+              "capability": "mlx"} for i in range(n)]
+    store.create_render(rid, {"prompt": "fox", "submitter": who}, tasks)
+
+
+def test_submitters_share_the_fleet_by_weight_priority_first(store: FarmStore) -> None:
+    workers = [f"w{i}" for i in range(1, 7)]
+    for w in workers:
+        store.register_worker(w, {})
+    _render(store, "a1", "ann", 8)  # ann queued first: FIFO alone would give her every worker
+    _render(store, "b1", "bob", 8)
+    got = [store.lease(w, ["mlx"], 60_000)["render"] for w in ("w1", "w2", "w3", "w4")]
+    assert got == ["a1", "b1", "a1", "b1"]
+    store.set_policy(**{"weight:bob": "3"})
+    for t in ("a1.k0", "a1.k1", "b1.k0", "b1.k1"):
+        store.complete(t, store.get_task(t)["worker"], store.get_task(t)["fence"], {}, {})
+    _render(store, "c1", "cat", 2)
+    store.set_priority("c1", 5)
+    got = [store.lease(w, ["mlx"], 60_000)["render"] for w in workers]
+    assert got[:2] == ["c1", "c1"]  # priority first
+    assert got[2:] == ["a1", "b1", "b1", "b1"]  # then by weight: bob (3) gets three workers to ann's (1) one
