@@ -17,43 +17,22 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from ltx_engine import text_encoders
 from protos import farm_pb2, farm_pb2_grpc
+from protos.packpaths import PackRefused, check_pack_name, check_relative
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
 
 BLOCK_BYTES = 16 << 20  # one sha256 per 16 MiB: a corrupt block costs at most this much to refetch
 HASH_CACHE = ".farm-sha256"
-STAGING = ".farm-staging"
 PACK_MARKERS = ("embedded_config.json", "config.json")
 ACTIVE_RENDERS_SCANNED = 200
-
-
-class PackRefused(ValueError):
-    """A pack name or file path that the shelf will not serve."""
-
-
-def check_pack_name(name: str) -> str:
-    """A pack is one folder name: no separators, no `..`, nothing hidden."""
-    if not name or "/" in name or "\\" in name or "\0" in name or name.startswith("."):
-        raise PackRefused(f"not a pack name: {name!r:.80}")
-    return name
-
-
-def check_relative(path: str) -> str:
-    """A file inside a pack: relative, forward slashes, no `..`, no hidden parts (shared with workers)."""
-    if not path or "\\" in path or "\0" in path or path.startswith("/"):
-        raise PackRefused(f"not a pack file path: {path!r:.120}")
-    parts = PurePosixPath(path).parts
-    if not parts or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-        raise PackRefused(f"not a pack file path: {path!r:.120}")
-    return "/".join(parts)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from typing import Any
 
 import grpc
 
-from coordinator.retry import GaveUp, Outage, describe, retry
 from coordinator.store import is_transient
 from protos import farm_pb2
+from protos.retry import GaveUp, Outage, describe, retry
 
 log = logging.getLogger(__name__)
 

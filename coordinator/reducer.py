@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from coordinator.retry import Backoff, GaveUp, Outage, retry
 from coordinator.store import is_transient
 from ltx_engine import dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
+from protos.retry import Backoff, GaveUp, Outage, retry
 from protos.tensors import encode_tensor
 
 log = logging.getLogger(__name__)

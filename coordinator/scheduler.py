@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.blobstore import BlobError, BlobStore
-from coordinator.retry import Backoff, GaveUp, Outage, retry
 from coordinator.store import NotLeader, is_transient
+from protos.retry import Backoff, GaveUp, Outage, retry
 
 log = logging.getLogger(__name__)
 

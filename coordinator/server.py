@@ -43,13 +43,13 @@ from coordinator.leadership import LeaderGate, Leadership, lead, set_health, sta
 from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
 from coordinator.presence import Presence, TransientErrors
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune, start_sweeper
-from coordinator.retry import retry
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object, parse_object
 from coordinator.store import is_transient
 from coordinator.tls import load_or_create_tls
 from protos import farm_pb2, farm_pb2_grpc
 from protos.blobwire import Chunk, WireError, add_blob_service
+from protos.retry import retry
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
@@ -564,8 +564,8 @@ def run_coordinator(
     from contextlib import ExitStack
 
     from coordinator import redis_server
-    from coordinator.logsetup import log_path, setup_logging
     from coordinator.store import FarmStore
+    from protos.logsetup import log_path, setup_logging
 
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)

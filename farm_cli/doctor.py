@@ -197,7 +197,7 @@ def check_farm_clock(address: str, token: str | None) -> Check:
 
 def check_logs(folder: Path) -> Check:
     """Where this machine's farm logs are: coordinator.log (farm coordinator / farm up), worker.log."""
-    from coordinator.logsetup import log_path
+    from protos.logsetup import log_path
 
     found = [p for p in (log_path(folder, "coordinator"), log_path(folder, "worker")) if p.is_file()]
     if not found:

@@ -144,7 +144,7 @@ def _fetch(source: str, local: Path, files: list[str], packs_dir: Path | None, n
 
 def _pull_into(packs_dir: Path, name: str, fetch) -> Path:
     """Into an existing pack folder directly (each file lands whole); a new pack is staged, then renamed."""
-    from coordinator.packs import STAGING, check_pack_name
+    from protos.packpaths import STAGING, check_pack_name
 
     final = packs_dir / check_pack_name(name)
     if final.is_dir():

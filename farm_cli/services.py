@@ -189,7 +189,7 @@ def register(app: typer.Typer) -> None:
             resolved = worker_token(token, token_file)
         except SystemExit as exc:
             fail(str(exc).removeprefix("farm worker: "))
-        from coordinator.logsetup import log_path
+        from protos.logsetup import log_path
 
         log_file = None if drain else log_path(common.data_dir(), "worker")  # named by `farm doctor`
         raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
@@ -203,7 +203,7 @@ def register(app: typer.Typer) -> None:
         """Coordinator + N local workers (+ embedded Redis) in the foreground until Ctrl-C."""
         folder = common.data_dir(data)
         check_ports("127.0.0.1", port, dashboard_host, dashboard_port)
-        from coordinator.logsetup import log_path, setup_logging
+        from protos.logsetup import log_path, setup_logging
 
         setup_logging(log_path(folder, "coordinator"))  # the coordinator runs in this process
         ensure_tiny_pack(folder)

@@ -24,10 +24,10 @@ from typing import Any
 import grpc
 import numpy as np
 
-from coordinator.retry import GaveUp, retry
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import auth_metadata, read_token
 from protos.blobwire import BlobStub, WireError, receive_into_buffer
+from protos.retry import GaveUp, retry
 from protos.tensors import MAGIC, decode_tensor, encode_tensor
 from worker.blobcache import BlobCache
 from worker.connection import Coordinators, default_worker_id, request_drain
@@ -446,7 +446,7 @@ def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, work
                throttle: float = 1.0, token_file: Path | None = None) -> int:
     """Run this Mac's worker until stopped (or, with drain, ask the running one to finish and exit): what
     `farm worker` and `python -m worker.agent` both call. Logs go to stderr and log_file when given."""
-    from coordinator.logsetup import setup_logging
+    from protos.logsetup import setup_logging
 
     setup_logging(log_file)
     if drain:

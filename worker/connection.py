@@ -16,8 +16,8 @@ import threading
 
 import grpc
 
-from protos import farm_pb2_grpc
-from protos.auth import farm_channel
+from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import auth_metadata, farm_channel
 from protos.endpoints import Endpoints
 
 log = logging.getLogger("farm.worker")
@@ -81,14 +81,24 @@ def default_worker_id() -> str:
 
 
 def request_drain(coordinator: str, token: str, worker_id: str) -> int:
-    """`farm worker --drain`: mark this Mac's worker draining on the farm (the leader is followed)."""
-    from farm_cli.client import FarmClient, FarmError
-
-    try:
-        with FarmClient(coordinator, token) as farm:
-            found = farm.drain(worker_id)
-    except FarmError as exc:
-        print(f"farm: {exc}", file=sys.stderr)
-        return 1
-    print(f"{worker_id} {'draining' if found else 'is not a registered worker'}")
-    return 0 if found else 1
+    """`farm worker --drain`: mark this Mac's worker draining on the farm, through the contract alone (a
+    worker imports no client code). A standby's refusal names the leader, which is asked next."""
+    request = farm_pb2.DrainRequest(worker_id=worker_id)
+    endpoints, tried, errors = Endpoints(coordinator), set(), []
+    address = endpoints.current
+    while address not in tried:
+        tried.add(address)
+        channel = farm_channel(address, token)
+        try:
+            reply = farm_pb2_grpc.FarmClientStub(channel).DrainWorker(request, timeout=10,
+                                                                      metadata=auth_metadata(token))
+        except grpc.RpcError as exc:
+            errors.append(f"{address}: {exc.details() or exc.code().name.lower()}")
+            address = endpoints.move(address, exc.details())  # a standby names its leader
+            continue
+        finally:
+            channel.close()
+        print(f"{worker_id} {'draining' if reply.found else 'is not a registered worker'}")
+        return 0 if reply.found else 1
+    print(f"farm: no coordinator took the drain ({'; '.join(errors)})", file=sys.stderr)
+    return 1

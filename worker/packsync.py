@@ -22,8 +22,8 @@ from pathlib import Path
 
 import grpc
 
-from coordinator.packs import STAGING, check_pack_name, check_relative
 from protos import farm_pb2, farm_pb2_grpc
+from protos.packpaths import STAGING, check_pack_name, check_relative
 
 log = logging.getLogger("farm.packsync")
 

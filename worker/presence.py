@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import grpc
 
-from coordinator.retry import Backoff, Outage
 from protos import farm_pb2, farm_pb2_grpc
+from protos.retry import Backoff, Outage
 
 log = logging.getLogger("farm.worker")
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.packs import STAGING, PackShelf
+from coordinator.packs import PackShelf
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
+from protos.packpaths import STAGING
 from tests.farm.hub_server import serve_repo
 
 ROOT = Path(__file__).resolve().parents[2]

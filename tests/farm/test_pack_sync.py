@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.packs import BLOCK_BYTES, STAGING, PackShelf
+from coordinator.packs import BLOCK_BYTES, PackShelf
 from farm_cli.local import render_local
+from protos.packpaths import STAGING
 from tests.farm.farm_harness import ROOT, assert_identical, farm_results, local_results, wait_done
 
 BIG = "synthetic_large.bin"
