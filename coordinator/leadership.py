@@ -151,7 +151,7 @@ def lead(server: grpc.Server) -> None:
     """This coordinator took the lease: resume what a restarted coordinator resumes, then serve."""
     scheduler = server.farm_scheduler  # type: ignore[attr-defined]
     scheduler.start()
-    reducer = ReducerThread(scheduler.store, scheduler.blobs, scheduler)
+    reducer = ReducerThread(scheduler.store, scheduler.blobs, scheduler, fleet=getattr(server, "farm_fleet", None))
     reducer.start()
     server.farm_reducer = reducer  # type: ignore[attr-defined]
     leading = server.farm_leadership.is_serving  # type: ignore[attr-defined]

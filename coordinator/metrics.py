@@ -18,6 +18,7 @@ from coordinator.progress import eta_from_speeds, task_label
 # Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
 STAGES: tuple[tuple[str, str], ...] = (
     ("text", "Text"),
+    ("length", "Length"),  # an LTX-2.5 render's DurationHead picking its length (plan_length)
     ("image", "Image"),
     ("stage1", "Stage 1"),
     ("upsample", "Upsample"),

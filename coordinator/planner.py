@@ -32,11 +32,12 @@ from coordinator.plan_dfr import (
     slot_expect,
     slot_params,
 )
+from coordinator.plan_length import length_pending, plan_length_phase, probe_spec, settle
 from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from coordinator.schema import check_spec
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
-from ltx_engine.generation import LTX_25, check_generation, stage1_sampler
+from ltx_engine.generation import check_generation, stage1_sampler
 from ltx_engine.sampling import DISTILLED_SIGMAS
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -48,7 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "prompt": "",
     "height": 256,
     "width": 384,
-    "frames": None,            # None: a 2.5 pack's DurationHead picks it (`--local`), else DEFAULT_FRAMES
+    "frames": None,            # None: a 2.5 pack's DurationHead picks it (plan_length), else DEFAULT_FRAMES
     "frame_rate": 24.0,
     "seed": 1,
     "pack": "tiny",
@@ -62,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "exr": None,               # a folder for EXR frames (on the machine that assembles)
     "text_encoder": None,      # "pack" (its own tower), a repo id or a folder; validation records the choice
     "generation": None,        # the pack's LTX generation ("2.3" / "2.5"): resolved, never asked for
-    "predicted_seconds": None,  # what a 2.5 DurationHead predicted when it picked `frames` (`--local`)
+    "predicted_seconds": None,  # what a 2.5 DurationHead predicted when it picked `frames`
     "detailing_lora": None,    # DFR: an IC-LoRA file in the pack, fused into stage 2's DiT (upstream --detailing-lora)
     "detailing_strength": 0.5,
 }
@@ -96,7 +97,17 @@ def validate_spec(spec: dict, fleet: list[dict]) -> None:
     if not str(spec.get("prompt", "")).strip():
         raise SpecError("prompt is empty: give one with -p/--prompt")
     resolve_generation(spec, fleet)
+    if length_pending(spec):  # the head picks the length on the farm: check the rest at the shortest it can pick
+        probe = probe_spec(spec, fleet)
+        _validate_sized(probe, fleet)
+        settle(spec, probe)
+        return
     _resolve_frames(spec)
+    _validate_sized(spec, fleet)
+
+
+def _validate_sized(spec: dict, fleet: list[dict]) -> None:
+    """The checks of a render whose length is known."""
     for key in ("height", "width"):
         value = spec[key]
         if value <= 0 or value % 64:
@@ -161,15 +172,17 @@ def resolve_generation(spec: dict, fleet: list[dict]) -> None:
 
 
 def _resolve_frames(spec: dict) -> None:
-    """A left-out length: on a 2.5 pack its DurationHead picks it from the encoded prompt, which
-    `farm render --local` does before it plans; the farm plans a render whole at submit, so there a 2.5
-    render needs -f. Other packs take DEFAULT_FRAMES, as always."""
-    if spec["frames"] is not None:
-        return
-    if spec.get("generation") == LTX_25:
-        raise SpecError(f"pack {spec['pack']!r} is LTX-2.5: give -f/--frames (the farm plans a render whole at "
-                        "submit; `farm render --local` predicts the length with the pack's DurationHead)")
-    spec["frames"] = DEFAULT_FRAMES
+    """A left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always."""
+    if spec["frames"] is None:
+        spec["frames"] = DEFAULT_FRAMES
+
+
+def continue_render(spec: dict, frames: int, seconds: float, render_id: str, fleet: list[dict]) -> tuple[dict, list[dict]]:
+    """Phase 2 of a render whose DurationHead picked its length: the spec recorded at submit with that
+    length, checked again, and its whole graph (the text task is already there)."""
+    spec = {**spec, "frames": frames, "predicted_seconds": seconds}
+    validate_spec(spec, fleet)
+    return spec, plan_render(spec, render_id)
 
 
 def resolve_text_encoder(spec: dict, fleet: list[dict]) -> None:
@@ -221,6 +234,8 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
     tasks = [task(rid, "text", "text_encode", {"pack": pack, "prompt": spec["prompt"], **text_params(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
+    if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
+        return plan_length_phase(rid, spec, tasks[0])
     image = spec.get("image")
     cond1, cond2 = {}, {}
     if image:

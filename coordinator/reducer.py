@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.plan_length import PLAN_KIND, picked
 from coordinator.store import is_transient
 from ltx_engine import dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
@@ -94,11 +96,14 @@ class ReducerThread(threading.Thread):
     Redis or blob errors never end it: it waits them out (one log line per outage), and every result or
     failure it owes the store is retried until it lands. Leases held under REDUCER_ID are reclaimed when
     it starts and after an outage: it runs one task at a time, so between tasks any such lease is an
-    orphan (of a previous coordinator process, or a commit that a Redis restart lost)."""
+    orphan (of a previous coordinator process, or a commit that a Redis restart lost). It also plans the
+    rest of a render whose length a DurationHead picked (`plan_length`), checked against `fleet()`."""
 
-    def __init__(self, store, blobs, scheduler, lease_ms: int = 60_000, idle_s: float = 0.25):
+    def __init__(self, store, blobs, scheduler, lease_ms: int = 60_000, idle_s: float = 0.25,
+                 fleet: Callable[[], list[dict]] | None = None):
         super().__init__(name="farm-reducer", daemon=True)
         self.store, self.blobs, self.scheduler = store, blobs, scheduler
+        self.fleet = fleet or list
         self.lease_ms, self.idle_s = lease_ms, idle_s
         self.stopping = threading.Event()
 
@@ -145,8 +150,21 @@ class ReducerThread(threading.Thread):
 
     def _compute(self, task: dict) -> dict[str, str]:
         inputs = {name: self.blobs.read_tensor(sha) for name, sha in task["inputs"].items()}
+        if task["kind"] == PLAN_KIND:
+            return self._plan_length(task, inputs)
         outputs = run_reduce_task(task["kind"], task["params"], inputs)
         return {name: self.blobs.put_bytes(encode_tensor(array)) for name, array in outputs.items()}
+
+    def _plan_length(self, task: dict, inputs: dict[str, np.ndarray]) -> dict[str, str]:
+        """The DurationHead picked the length: the rest of the graph is queued (with the spec that records
+        the length) before this task is done, so the render never looks finished in between. A length
+        the render cannot take fails it, in one line."""
+        from coordinator.planner import continue_render
+
+        frames, seconds = picked(inputs)
+        spec, tasks = continue_render(task["params"]["spec"], frames, seconds, task["render"], self.fleet())
+        self.store.set_length(task["render"], task["id"], REDUCER_ID, int(task["fence"]), spec, tasks)
+        return {"frames": self.blobs.put_bytes(encode_tensor(inputs["frames"]))}
 
     def _run_one(self, task: dict) -> None:
         start = time.perf_counter()

@@ -497,6 +497,7 @@ def serve(
     server.farm_leadership = leadership  # type: ignore[attr-defined]
     server.farm_presence = presence  # type: ignore[attr-defined]
     server.farm_reducer = None  # type: ignore[attr-defined]
+    server.farm_fleet = lambda: fleet_with_shelf(live_fleet(store), shelf)  # type: ignore[attr-defined]
     server.start()
     leadership.claim_once()  # a lone coordinator leads before serve() returns
     leadership.start()

@@ -47,7 +47,7 @@ from typing import Any
 import redis
 
 LUA_DIR = Path(__file__).with_name("lua")
-SCRIPTS = ("create_render", "add_tasks", "lease", "heartbeat", "complete", "fail", "expire_leases",
+SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
            "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker",
            "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy")
@@ -183,6 +183,14 @@ class FarmStore:
         if not tasks:
             return False
         return bool(self._run("add_tasks", render_id, _tasks_arg(tasks)))
+
+    def set_length(self, render_id: str, task_id: str, holder: str, fence: int, spec: dict,
+                   tasks: list[dict]) -> str:
+        """A 2.5 render's picked length: its spec with it and the rest of its graph, added by the plan
+        task's holder. 'ok', or 'stale' when that lease is not the holder's any more."""
+        status = self._run("set_length", render_id, task_id, holder, int(fence), json.dumps(spec),
+                           int(spec["frames"]), float(spec["predicted_seconds"]), _tasks_arg(tasks))
+        return "stale" if status == "stale" else "ok"
 
     def lease(self, worker_id: str, capabilities: list[str], lease_ms: int) -> dict | None:
         """Pop the first ready task of the listed capabilities (in that order) and lease it."""

@@ -16,6 +16,7 @@ import numpy as np
 from coordinator.assembler import assemble_streaming
 from coordinator.graph import COORDINATOR
 from coordinator.plan_decode import resolve_decode_tiles
+from coordinator.plan_length import length_line, no_head, picked
 from coordinator.planner import normalize_spec, plan_render, text_params, validate_spec
 from coordinator.reducer import run_reduce_task
 from ltx_engine import text_encoders
@@ -75,7 +76,9 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
     spec = normalize_spec(spec)
     auto_decode = str(spec.get("decode_tiles") or "auto").strip().lower() == "auto"
     spec["generation"] = runner.pack_generation(spec["pack"])  # this machine's pack is the whole fleet's
-    if spec["frames"] is None and spec["generation"] == LTX_25 and runner.pack(spec["pack"]).has("duration_head"):
+    if spec["frames"] is None and spec["generation"] == LTX_25:
+        if not runner.pack(spec["pack"]).has("duration_head"):
+            raise no_head(spec["pack"])
         predict_frames(spec, runner)
     validate_spec(spec, [])
     resolve_local_text_encoder(spec, runner)
@@ -109,9 +112,8 @@ def predict_frames(spec: dict, runner: Runner) -> None:
     params = {"pack": spec["pack"], "prompt": spec["prompt"], **text_params(spec)}
     contexts, _ = runner.run("text_encode", params, {})
     out, _ = runner.run("predict_duration", {"pack": spec["pack"], "fps": spec["frame_rate"]}, contexts)
-    spec["frames"], spec["predicted_seconds"] = int(out["frames"][0]), round(float(out["seconds"][0]), 4)
-    print(f"duration head: {spec['predicted_seconds']:.2f} s predicted -> {spec['frames']} frames "
-          f"at {spec['frame_rate']:g} fps", file=sys.stderr)
+    spec["frames"], spec["predicted_seconds"] = picked(out)
+    print(length_line(spec["frames"], spec["predicted_seconds"], spec["frame_rate"]), file=sys.stderr)
 
 
 def resolve_local_text_encoder(spec: dict, runner: Runner) -> None:

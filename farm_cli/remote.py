@@ -18,6 +18,7 @@ TERMINAL = {"done", "failed", "cancelled"}
 
 def progress_printer() -> Callable[[dict], None]:
     """A compact one-line-per-event printer for long waits (stderr, so --json stdout stays clean)."""
+    from coordinator.plan_length import length_line
 
     def show(event: dict) -> None:
         kind = event.get("type", "")
@@ -25,6 +26,9 @@ def progress_printer() -> Callable[[dict], None]:
         progress = event.get("progress") if isinstance(event.get("progress"), dict) else {}
         if kind == "task_progress" and progress.get("step") is not None:
             typer.echo(f"  {task}: step {progress['step']}/{progress.get('total', '?')}", err=True)
+        elif kind == "length_chosen":  # an LTX-2.5 render's DurationHead picked its length
+            line = length_line(int(event["frames"]), float(event["seconds"]), float(event["frame_rate"]))
+            typer.echo(f"  {line}", err=True)
         elif kind in ("task_done", "task_leased", "task_retry", "task_expired", "render_state", "render_failed"):
             extra = event.get("worker") or event.get("state") or event.get("error") or ""
             secs = f" {event['seconds']:.2f}s" if isinstance(event.get("seconds"), float) else ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from coordinator.metrics import STAGE_LABELS, stage_summaries, task_view
+from coordinator.plan_length import length_line
 
 
 def duration(seconds: float | None) -> str:
@@ -52,6 +53,15 @@ def _encoder(ref: str | None) -> str:
     return ref or "the worker's choice (no worker described the pack at submit)"
 
 
+def length_note(spec: dict) -> str | None:
+    """How a render's length was chosen, when a DurationHead chose (or is choosing) it."""
+    if spec.get("predicted_seconds") is not None:
+        return length_line(int(spec["frames"]), float(spec["predicted_seconds"]), float(spec["frame_rate"]))
+    if spec.get("frames") is None and spec.get("generation"):
+        return "duration head: picking the length (before stage 1)"
+    return None
+
+
 def render_details(render: dict) -> list[str]:
     """What `farm status ID` prints: prompt, size, times, stage timings, output, failures."""
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
@@ -64,6 +74,7 @@ def render_details(render: dict) -> list[str]:
         f"  size       {spec.get('height')}x{spec.get('width')}, {spec.get('frames')} frames at "
         f"{spec.get('frame_rate')} fps, seed {spec.get('seed')}, pack {spec.get('pack')}",
         f"  encoder    {_encoder(spec.get('text_encoder'))}",
+        *([f"  length     {length_note(spec)}"] if length_note(spec) else []),
         f"  submitted  {_when(created)}" + (f" by {render['submitter']}" if render.get("submitter") else ""),
         f"  started    {_when(started)}" + (f" (queued {duration((started - created) / 1000)})"
                                             if started and created else ""),

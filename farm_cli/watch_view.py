@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator import metrics, placement
+from farm_cli.views import length_note
 
 GLYPHS = {
     "done": ("█", "green"),
@@ -183,6 +184,9 @@ def render_view(state: WatchState) -> Group:
         f"{summary['current_stage_label'] or '–'}"
     )
     parts: list = [head, _stage_table(stages, views)]
+    note = length_note(state.render.get("spec") if isinstance(state.render.get("spec"), dict) else {})
+    if note:
+        parts.insert(1, Text(note, style="grey62"))
     grid = current_grid(metrics.tile_grids(views))
     if grid is not None:
         parts.append(grid_text(grid))

@@ -141,7 +141,7 @@ class Engine:
 
     def predict_duration(self, pack: Pack, contexts: dict[str, np.ndarray], fps: float) -> tuple[float, int]:
         """LTX-2.5's DurationHead on the prompt's connector outputs: (seconds, clip frames 8k + 1)."""
-        from ltx_engine.models.duration_head import frames_for
+        from ltx_engine.duration import frames_for
 
         head = self.model(pack, "duration_head")
         seconds = float(np.array(head(mx.array(contexts["video_context"]), mx.array(contexts["audio_context"])))[0])

@@ -172,6 +172,15 @@ local function check_new_tasks(rid, tasks)
   return nil
 end
 
+-- Of tasks to add to a render, those it does not have yet (a repeated add is a no-op for the rest).
+local function fresh_tasks(rid, tasks)
+  local fresh = {}
+  for _, t in ipairs(tasks) do
+    if redis.call('HGET', key('task', t.id), 'render') ~= rid then fresh[#fresh + 1] = t end
+  end
+  return fresh
+end
+
 local function insert_tasks(rid, tasks)
   local tl = key('render', rid, 'tasks')
   local base = redis.call('LLEN', tl)

@@ -3,9 +3,9 @@
 Follows upstream `ltx_core.duration_head` (ltx-core 1.0.0 predates it): each modality's connector
 tokens are projected to the pooler width and tagged with a learned modality embedding, one attention
 pooler (learned queries over every token, PyTorch `nn.MultiheadAttention` weights) pools them, and a
-tanh-GELU MLP gives a log-duration in seconds. `frames_for` turns seconds into a clip length the way
-upstream's DurationPredictor does (clamp to [1 s, 20 s] in frames, floor to 8k + 1, up again when
-that undershoots the minimum). Pack keys are the reference's (`duration_head.` stripped).
+tanh-GELU MLP gives a log-duration in seconds. `ltx_engine.duration.frames_for` turns seconds into a
+clip length the way upstream's DurationPredictor does (clamp to [1 s, 20 s] in frames, floor to
+8k + 1, up again when that undershoots the minimum). Pack keys are the reference's (`duration_head.` stripped).
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ import math
 
 import mlx.core as mx
 import mlx.nn as nn
-
-MIN_SECONDS, MAX_SECONDS = 1.0, 20.0   # upstream AutoDuration defaults
-TEMPORAL_SCALE = 8
 
 
 class AttentionPooler(nn.Module):
@@ -92,15 +89,3 @@ class DurationHead(nn.Module):
         pooled = self.attention_pooler(mx.concatenate(groups, axis=1))
         hidden = nn.gelu_approx(self.mlp_hidden(pooled.reshape(pooled.shape[0], -1)))
         return mx.exp(self.mlp_out(hidden)[..., 0])
-
-
-def frames_for(seconds: float, frame_rate: float, min_seconds: float = MIN_SECONDS,
-               max_seconds: float = MAX_SECONDS) -> int:
-    """Upstream's seconds_to_clamped_num_frames: clamp round(s * fps) to the frame range, floor to
-    8k + 1, and when that falls below the minimum take the next grid point up (capped at the maximum)."""
-    low, high = round(min_seconds * frame_rate), round(max_seconds * frame_rate)
-    raw = max(low, min(round(seconds * frame_rate), high))
-    frames = ((raw - 1) // TEMPORAL_SCALE) * TEMPORAL_SCALE + 1
-    if frames < low:
-        frames = min(-(-(low - 1) // TEMPORAL_SCALE) * TEMPORAL_SCALE + 1, high)
-    return frames

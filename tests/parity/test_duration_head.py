@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from ltx_engine.models.duration_head import DurationHead, frames_for
+from ltx_engine.duration import frames_for
+from ltx_engine.models.duration_head import DurationHead
 
 VIDEO, AUDIO, HIDDEN, QUERIES, HEADS, MLP = 48, 24, 32, 2, 4, 40
 

@@ -130,11 +130,31 @@ def test_a_25_pack_serves_its_vae_from_the_conv_files(packs):
     assert both.found["vae_decoder"].stem == "vae_decoder"  # 2.3's name wins where a pack has both
 
 
-def test_a_left_out_length_is_refused_on_the_farm_for_25_and_defaults_for_23():
+def test_a_left_out_length_on_25_plans_the_duration_head_first_and_defaults_for_23():
+    """2.5 without -f: phase 1 is the text task, the DurationHead task on its outputs and the coordinator
+    task that plans the rest; a fleet whose pack has no head refuses it in one line; 2.3 takes 25."""
+    from coordinator.planner import continue_render
+
     spec = normalize_spec({"prompt": "a fox", "pack": "p"})
     assert spec["frames"] is None
-    with pytest.raises(SpecError, match="pack 'p' is LTX-2.5: give -f/--frames .*farm render --local"):
-        validate_spec(spec, _fleet(["2.5"]))
+    validate_spec(spec, _fleet(["2.5"]))
+    assert spec["frames"] is None and spec["generation"] == "2.5"
+    tasks = plan_render(spec, "r")
+    assert [(t["id"], t["kind"], t["capability"]) for t in tasks] == [
+        ("r.text", "text_encode", "mlx"), ("r.length.head", "predict_duration", "mlx"),
+        ("r.length.plan", "plan_length", "coordinator")]
+    assert tasks[1]["inputs"]["video_context"] == {"task": "r.text", "output": "video_context"}
+    assert tasks[2]["params"]["spec"]["frames"] is None
+    full_spec, full = continue_render(tasks[2]["params"]["spec"], 49, 2.01, "r", _fleet(["2.5"]))
+    assert full_spec["frames"] == 49 and full_spec["predicted_seconds"] == 2.01
+    assert full[0] == {**tasks[0], "params": {**tasks[0]["params"], "cost_s": full[0]["params"]["cost_s"]}}
+    stage1 = next(t for t in full if t["kind"] == "denoise_stage1")
+    assert stage1["params"]["frames"] == 49
+    with pytest.raises(SpecError, match="frames 50 is not of the form 8k"):
+        continue_render(tasks[2]["params"]["spec"], 50, 2.0, "r", _fleet(["2.5"]))
+    headless = [{**w, "pack_components": {"p": ["transformer", "connector"]}} for w in _fleet(["2.5"])]
+    with pytest.raises(SpecError, match="pack 'p' has no duration_head .* or give -f/--frames"):
+        validate_spec(normalize_spec({"prompt": "a fox", "pack": "p"}), headless)
     old = normalize_spec({"prompt": "a fox", "pack": "p"})
     validate_spec(old, _fleet(["2.3"]))
     assert old["frames"] == 25
@@ -147,7 +167,7 @@ def test_a_25_render_without_frames_takes_the_duration_heads_length(packs, tmp_p
     import av
 
     from farm_cli.local import render_local
-    from ltx_engine.models.duration_head import frames_for
+    from ltx_engine.duration import frames_for
     from worker.runner import Runner
 
     runner = Runner(packs)
@@ -161,7 +181,7 @@ def test_a_25_render_without_frames_takes_the_duration_heads_length(packs, tmp_p
     assert int(again["frames"][0]) == frames and round(float(again["seconds"][0]), 4) == seconds
     with av.open(str(out)) as container:
         assert sum(1 for _ in container.decode(video=0)) == frames
-    with pytest.raises(SpecError, match="LTX-2.5: give -f"):
+    with pytest.raises(SpecError, match="pack 'bare25' has no duration_head .* or give -f/--frames"):
         render_local({**spec, "pack": "bare25"}, tmp_path / "no-head.mp4", runner)  # no duration_head file
 
 

@@ -1,0 +1,73 @@
+"""A 2.5 render without -f: its length is picked on the farm before the stage graph is planned. Pure.
+
+Upstream's pipelines predict `num_frames` from the prompt's connector tokens (DurationPredictor) before
+any stage runs. The farm plans a render in two phases: at submit, only the text task, the DurationHead
+task (a model, so a worker runs it) and a coordinator task that waits for its answer; that task then
+plans the rest with the picked length (`planner.continue_render`) and records it, the spec and the new
+tasks in one Redis script (`set_length.lua`), before stage 1 can start. The rest is exactly the graph
+`farm render --local` plans once it has predicted the same length from the same text outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coordinator import costs
+from coordinator.graph import COORDINATOR, SpecError, expect, ref, task
+from ltx_engine.components import missing_line
+from ltx_engine.duration import shortest_frames
+from ltx_engine.generation import LTX_25
+
+PLAN_KIND = "plan_length"     # the coordinator task that plans the rest of the graph
+DURATION_HEAD = "duration_head"
+SETTLED = ("generation", "text_encoder", "pack_bytes")  # what submit resolves that phase 2 keeps
+
+
+def length_pending(spec: dict) -> bool:
+    """-f left out on a pack known to be LTX-2.5: its DurationHead picks the length on the farm."""
+    return spec.get("frames") is None and spec.get("generation") == LTX_25
+
+
+def probe_spec(spec: dict, fleet: list[dict]) -> dict:
+    """The spec at the shortest length the head can pick, for the checks that need a length at submit
+    (the picked length is checked again before the rest is queued). A fleet that describes the pack
+    without a DurationHead refuses the render here, in one line."""
+    described = [w for w in fleet if spec["pack"] in (w.get("pack_components") or {})]
+    if described and not any(DURATION_HEAD in w["pack_components"][spec["pack"]] for w in described):
+        raise no_head(spec["pack"])
+    return {**spec, "frames": shortest_frames(spec["frame_rate"])}
+
+
+def no_head(pack: str) -> SpecError:
+    """The one line for a left-out length on an LTX-2.5 pack without its DurationHead."""
+    return SpecError(f"{missing_line(DURATION_HEAD, pack)} (LTX-2.5 picks a left-out length with it), "
+                     "or give -f/--frames")
+
+
+def settle(spec: dict, probe: dict) -> None:
+    """Keep on the spec what validating the probe resolved and does not depend on the length."""
+    spec.update({k: probe[k] for k in SETTLED if k in probe})
+
+
+def plan_length_phase(rid: str, spec: dict, text: dict) -> list[dict]:
+    """Phase 1: the text task, the DurationHead on its outputs, and the coordinator task that plans the
+    rest from the spec as it stands now (before any length-dependent resolution)."""
+    ctx = {k: ref(text["id"], k) for k in ("video_context", "audio_context")}
+    head = task(rid, "length.head", "predict_duration", {
+        "pack": spec["pack"], "fps": spec["frame_rate"],
+        "expect": {"seconds": expect("float32", 1), "frames": expect("int32", 1)}}, ctx)
+    plan = task(rid, "length.plan", PLAN_KIND, {"spec": dict(spec), "expect": {"frames": expect("int32", 1)}},
+                {k: ref(head["id"], k) for k in ("seconds", "frames")}, capability=COORDINATOR)
+    tasks = [text, head, plan]
+    costs.annotate(tasks, {**spec, "frames": shortest_frames(spec["frame_rate"])})  # their costs need no length
+    return tasks
+
+
+def picked(outputs: dict[str, np.ndarray]) -> tuple[int, float]:
+    """(frames, seconds) from a DurationHead task's outputs, seconds as the render records them."""
+    return int(outputs["frames"][0]), round(float(outputs["seconds"][0]), 4)
+
+
+def length_line(frames: int, seconds: float, frame_rate: float) -> str:
+    """The line `farm render --local`, `submit --wait` and `farm watch` show once the length is picked."""
+    return f"duration head: {seconds:.2f} s predicted -> {frames} frames at {frame_rate:g} fps"
