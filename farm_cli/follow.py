@@ -16,6 +16,7 @@ import grpc
 import typer
 
 from farm_cli.client import CoordinatorUnreachable, FarmClient, FarmError
+from protos.retry import Backoff
 
 T = TypeVar("T")
 RECONNECT_MAX_S = 2.0
@@ -31,12 +32,12 @@ def transient(exc: FarmError) -> bool:
 
 
 class Outage:
-    """Backoff and the one line a client prints per outage."""
+    """Backoff (the farm's one Backoff) and the one line a client prints per outage."""
 
     def __init__(self, limit_s: float = RIDE_THROUGH_S) -> None:
         self.limit_s = limit_s
         self.since: float | None = None
-        self.delay = 0.25
+        self.backoff = Backoff(first_s=0.25, max_s=RECONNECT_MAX_S)
 
     def away(self, exc: FarmError) -> None:
         """Note a failed attempt and sleep before the next; re-raise once the outage is too long."""
@@ -46,11 +47,11 @@ class Outage:
             typer.echo(f"farm: lost the coordinator ({exc}); reconnecting…", err=True)
         elif now - self.since > self.limit_s:
             raise exc
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, RECONNECT_MAX_S)
+        time.sleep(self.backoff.delay())
 
     def back(self) -> None:
-        self.since, self.delay = None, 0.25
+        self.since = None
+        self.backoff.reset()
 
 
 def ride(op: Callable[[], T], outage: Outage) -> T:
