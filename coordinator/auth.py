@@ -114,12 +114,13 @@ def _bearer_secret(value: bytes) -> bytes:
     return value
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Checks the bearer token (constant-time) on every RPC except health. Given the token file it came
-    from, it follows that file (`farm token rotate` writes a new secret there; checked once a second)."""
+class FollowedSecret:
+    """The farm secret, re-read from the token file it came from when that file changes (`farm token
+    rotate` writes a new one there; its mtime is checked at most once a second). The gRPC interceptor
+    and the dashboard share it, so both follow a rotation the same way."""
 
     def __init__(self, token: str, token_file: Path | None = None) -> None:
-        self._expected = f"Bearer {JoinToken.parse(token).secret}".encode()
+        self._secret = JoinToken.parse(token).secret
         self._file, self._stamp, self._checked = token_file, self._mtime(token_file), time.monotonic()
 
     @staticmethod
@@ -129,17 +130,26 @@ class TokenInterceptor(grpc.ServerInterceptor):
         except OSError:
             return 0.0
 
-    def _follow(self) -> None:
-        if self._file is None or time.monotonic() - self._checked < 1.0:
-            return
-        self._checked = time.monotonic()
-        stamp = self._mtime(self._file)
-        if stamp != self._stamp:
-            try:
-                self._expected = f"Bearer {JoinToken.parse(read_token(self._file)).secret}".encode()
-                self._stamp = stamp
-            except (OSError, ValueError):
-                pass  # a half-written or unreadable file: keep the last good secret
+    def get(self) -> str:
+        """The current secret."""
+        if self._file is not None and time.monotonic() - self._checked >= 1.0:
+            self._checked = time.monotonic()
+            stamp = self._mtime(self._file)
+            if stamp != self._stamp:
+                try:
+                    self._secret = JoinToken.parse(read_token(self._file)).secret
+                    self._stamp = stamp
+                except (OSError, ValueError):
+                    pass  # a half-written or unreadable file: keep the last good secret
+        return self._secret
+
+
+class TokenInterceptor(grpc.ServerInterceptor):
+    """Checks the bearer token (constant-time) on every RPC except health. Given the token file it came
+    from, it follows that file (FollowedSecret)."""
+
+    def __init__(self, token: str, token_file: Path | None = None) -> None:
+        self._secret = FollowedSecret(token, token_file)
 
     def intercept_service(
         self,
@@ -149,14 +159,14 @@ class TokenInterceptor(grpc.ServerInterceptor):
         method = handler_call_details.method or ""
         if method.startswith(_OPEN_PREFIXES):
             return continuation(handler_call_details)
-        self._follow()
+        expected = f"Bearer {self._secret.get()}".encode()
         presented = b""
         for key, value in handler_call_details.invocation_metadata or ():
             if key == "authorization":
                 presented = _bearer_secret(value.encode() if isinstance(value, str) else bytes(value))
                 break
         handler = continuation(handler_call_details)
-        if hmac.compare_digest(presented, self._expected):
+        if hmac.compare_digest(presented, expected):
             return handler
         if handler is None:  # unknown method: still say UNAUTHENTICATED, reveal nothing
             return grpc.unary_unary_rpc_method_handler(

@@ -40,7 +40,7 @@ function bar(frac, cls) {
 async function api(path, opts) {
   const res = await fetch(path, Object.assign({ credentials: "same-origin" }, opts || {}));
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error(body.error || res.statusText);
+  if (!res.ok) throw Object.assign(new Error(body.error || res.statusText), { status: res.status });
   return body;
 }
 function csrf() {
@@ -209,18 +209,31 @@ function drawStats() {
       " / ", m.workers.length),
     h("span", {}, "moved ", h("b", {}, bytes(m.bytes_moved.in + m.bytes_moved.out))));
 }
+// Every read needs the farm token when the farm has one: until this browser logs in, only the form shows.
+const canRead = () => !!S.session && (!S.session.token_required || S.session.logged_in);
 function drawSession() {
   const s = S.session; if (!s) return;
   $("login").classList.toggle("hidden", !s.actions_enabled || s.logged_in);
-  $("session").textContent = !s.actions_enabled ? "read-only" : s.logged_in ? "operator" : "";
+  $("session").textContent = !s.actions_enabled ? "read-only" : s.logged_in ? "operator" : "log in to see the farm";
+  document.body.classList.toggle("locked", !canRead());
+}
+async function login(token) {
+  if (await post("/api/login", { token })) { S.session = await api("/api/session"); drawSession(); connect(); }
 }
 
 // ---------------------------------------------------------------- data flow
 async function refresh() {
+  if (!canRead()) return;
   const sel = S.selected;
-  const [renders, workers, summary, detail] = await Promise.all([
-    api("/api/renders"), api("/api/workers"), api("/api/metrics-summary"),
-    sel ? api("/api/renders/" + encodeURIComponent(sel)).catch(() => null) : null]);
+  let renders, workers, summary, detail;
+  try {
+    [renders, workers, summary, detail] = await Promise.all([
+      api("/api/renders"), api("/api/workers"), api("/api/metrics-summary"),
+      sel ? api("/api/renders/" + encodeURIComponent(sel)).catch(() => null) : null]);
+  } catch (e) {
+    if (e.status === 401) { S.session = await api("/api/session"); drawSession(); return; } // token rotated
+    throw e;
+  }
   S.renders = renders.renders; S.workers = workers.workers; S.summary = summary;
   if (sel === S.selected) S.detail = detail;
   drawRenders(); drawRender(); drawWorkers(); drawStats();
@@ -238,22 +251,32 @@ function route() {
 // Headless snapshots (chromium --virtual-time-budget) wait for every open request, so an SSE stream would
 // hold their clock forever: they, and "#live=0", poll instead.
 const POLL_ONLY = /(?:^|[#&])live=0/.test(location.hash) || /HeadlessChrome/.test(navigator.userAgent);
+let stream = null;
 function connect() {
-  if (POLL_ONLY) { setInterval(scheduleRefresh, 1000); return; }
-  const es = new EventSource("/api/events");
-  es.onopen = () => $("live").classList.remove("off");
-  es.onmessage = () => scheduleRefresh();
-  es.onerror = () => $("live").classList.add("off");
+  if (!canRead() || stream) return;
+  if (POLL_ONLY) { stream = setInterval(scheduleRefresh, 1000); return; }
+  stream = new EventSource("/api/events");
+  stream.onopen = () => $("live").classList.remove("off");
+  stream.onmessage = () => scheduleRefresh();
+  stream.onerror = () => $("live").classList.add("off");
+}
+
+// A link may carry the token in its fragment (#token=…, never sent to the server): log in with it once
+// and drop it from the address bar.
+function tokenFromHash() {
+  const m = location.hash.match(/(?:^#|&)token=([^&]+)/);
+  if (!m) return null;
+  history.replaceState(null, "", location.pathname + location.hash.replace(/(^#|&)token=[^&]+&?/, "$1").replace(/&$/, ""));
+  return decodeURIComponent(m[1]);
 }
 
 async function init() {
   $("filter").addEventListener("input", (e) => { S.filter = e.target.value; drawRenders(); });
-  $("login").addEventListener("submit", async (e) => {
-    e.preventDefault();
-    if (await post("/api/login", { token: $("login-token").value })) { S.session = await api("/api/session"); drawSession(); }
-  });
+  $("login").addEventListener("submit", async (e) => { e.preventDefault(); await login($("login-token").value); });
   window.addEventListener("hashchange", route);
+  const token = tokenFromHash();
   S.session = await api("/api/session"); drawSession();
+  if (token && S.session.token_required && !S.session.logged_in) await login(token);
   route();
   await refresh();
   connect();

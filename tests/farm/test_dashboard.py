@@ -180,8 +180,13 @@ def dash(store: FarmStore, tmp_data: Path):
     stop_dashboard(server)
 
 
-def get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+AUTH = {"Authorization": "Bearer sekrit"}  # the token the `dash` fixtures start with
+
+
+def get_json(url: str, headers: dict | None = None) -> dict:
+    """GET with the farm token (every read needs it)."""
+    with urllib.request.urlopen(urllib.request.Request(url, headers=AUTH if headers is None else headers),
+                                timeout=10) as resp:
         return json.loads(resp.read())
 
 
@@ -250,12 +255,14 @@ def test_failed_tile_and_preview(store: FarmStore, dash, tmp_data: Path) -> None
     assert detail["render"]["state"] == "failed"
     assert detail["render"]["failures"][0]["worker"] == "studio-2"
     assert "NaN in tile output" in detail["render"]["failures"][0]["error"]
-    with pytest.raises(urllib.error.HTTPError):
-        urllib.request.urlopen(f"{url}/api/renders/{rid}/preview.png", timeout=5)
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(urllib.request.Request(f"{url}/api/renders/{rid}/preview.png", headers=AUTH), timeout=5)
+    assert missing.value.code == 404
     (tmp_data / "previews").mkdir()
     (tmp_data / "previews" / f"{rid}.png").write_bytes(png_bytes())
     assert get_json(f"{url}/api/renders/{rid}")["preview"].startswith(f"/api/renders/{rid}/preview.png")
-    with urllib.request.urlopen(f"{url}/api/renders/{rid}/preview.png", timeout=5) as resp:
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/api/renders/{rid}/preview.png", headers=AUTH),
+                                timeout=5) as resp:
         assert resp.headers["Content-Type"] == "image/png" and resp.read().startswith(b"\x89PNG")
 
 
@@ -265,9 +272,9 @@ def test_sse_delivers_events_emitted_after_connecting(store: FarmStore, dash) ->
     host, port = url[len("http://") :].split(":")
     for path in (f"/api/renders/{rid}/events", "/api/events"):
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        conn.request("GET", path)
+        conn.request("GET", path, headers=AUTH)
         resp = conn.getresponse()
-        assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         while resp.readline().strip() != b": connected":
             pass
         store.emit(rid, {"type": "probe", "path": path})
@@ -306,8 +313,8 @@ def test_actions_need_token_and_csrf(store: FarmStore, dash) -> None:
     req = urllib.request.Request(f"{url}/api/login", data=b"token=sekrit", method="POST", headers=both_csrf)
     with urllib.request.urlopen(req, timeout=10) as resp:
         cookie = resp.headers["Set-Cookie"]
-    assert cookie.startswith("farm_token=sekrit") and "HttpOnly" in cookie
-    session = {"Cookie": f"farm_csrf={csrf}; farm_token=sekrit", "X-CSRF-Token": csrf}
+    assert cookie.startswith("farm_session=") and "HttpOnly" in cookie and "sekrit" not in cookie
+    session = {"Cookie": f"farm_csrf={csrf}; {cookie.split(';')[0]}", "X-CSRF-Token": csrf}
     assert post(target, session) == (200, {"render": rid, "cancelled": True})
     assert store.get_render(rid)["state"] == "cancelled"
 
@@ -327,7 +334,7 @@ def test_read_only_without_token(store: FarmStore) -> None:
 
 
 def scrape(url: str) -> dict[tuple, float]:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/metrics", headers=AUTH), timeout=10) as resp:
         text = resp.read().decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -388,7 +395,7 @@ def test_browser_screenshot(store: FarmStore, dash, tmp_data: Path, tmp_path: Pa
     )
     (tmp_data / "previews").mkdir()
     (tmp_data / "previews" / f"{rid}.png").write_bytes(png_bytes())
-    page = f"{url}/#render={rid}"
+    page = f"{url}/#render={rid}&token=sekrit"  # the page logs in with a token in its fragment
     dom = headless(browser, page, "--dump-dom").stdout
     assert 'data-state="done"' in dom and 'data-state="running"' in dom and "studio-1" in dom
     assert "insufficient memory" in dom and "city timelapse" not in dom.split("<tbody>")[0]

@@ -51,11 +51,14 @@ def test_dashboard_in_a_real_browser(store, tmp_data, tiny_packs, tmp_path):
     browser = Browser(binary)
     try:
         browser.goto(url)
-        assert browser.wait_for("document.querySelectorAll('#renders tbody tr').length") == 2
-        assert "a lighthouse in fog" in browser.js("document.getElementById('renders').textContent")
+        browser.wait_for("document.getElementById('session').textContent === 'log in to see the farm'")
+        assert "a lighthouse in fog" not in browser.js("document.body.textContent")  # nothing before login
+        browser.screenshot(shots / "browser-login.png")
         browser.js("document.getElementById('login-token').value = 'sekrit';"
                    "document.getElementById('login').requestSubmit(); true")
         browser.wait_for("document.getElementById('session').textContent === 'operator'")
+        assert browser.wait_for("document.querySelectorAll('#renders tbody tr').length") == 2
+        assert "a lighthouse in fog" in browser.js("document.getElementById('renders').textContent")
         browser.screenshot(shots / "browser-list.png")
 
         browser.js(f"location.hash = 'render={live}'; true")

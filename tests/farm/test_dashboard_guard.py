@@ -1,6 +1,6 @@
 """The dashboard against a careless or hostile client, over real sockets: a foreign Host (DNS
-rebinding) is refused, bad requests are 4xx without tracebacks, a stalled body times out and the
-server keeps answering."""
+rebinding) is refused, bad requests are 4xx without tracebacks, a stalled body or request head times
+out and the server keeps answering."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from coordinator.dashboard import DashboardHandler, start_dashboard, stop_dashboard
+from coordinator.dashboard import start_dashboard, stop_dashboard
 
 
 def _request(port: int, method: str, path: str, body: bytes = b"", headers: dict | None = None):
@@ -25,9 +25,9 @@ def _request(port: int, method: str, path: str, body: bytes = b"", headers: dict
 
 
 @pytest.fixture
-def dashboard(store, tmp_data, monkeypatch):
-    monkeypatch.setattr(DashboardHandler, "timeout", 1.0)  # the stall limit, short for the test
-    server, port = start_dashboard(store, port=0, token="sekrit", data_dir=tmp_data)
+def dashboard(store, tmp_data):
+    # the stall limit, short for the test
+    server, port = start_dashboard(store, port=0, token="sekrit", data_dir=tmp_data, request_timeout_s=1.0)
     yield port
     stop_dashboard(server)
 
@@ -63,10 +63,22 @@ def test_bad_requests_are_4xx_in_one_line(dashboard) -> None:
 def test_a_stalled_body_times_out_and_the_dashboard_keeps_answering(dashboard) -> None:
     stalled = socket.create_connection(("127.0.0.1", dashboard), timeout=10)
     stalled.sendall(b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\ntoken=")
+    head = socket.create_connection(("127.0.0.1", dashboard), timeout=10)
+    head.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0")  # a request head that never ends
     start = time.monotonic()
-    assert stalled.recv(100) == b""  # the server gave up on the body and closed
+    answer = _until_closed(stalled)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"Traceback" not in answer, answer
+    assert _until_closed(head) == b""  # the server gave up on the head and closed
     assert time.monotonic() - start < 8
     stalled.close()
+    head.close()
     status, body = _request(dashboard, "GET", "/healthz")
     assert status == 200, body
     assert json.loads(body) is not None
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data

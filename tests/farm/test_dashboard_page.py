@@ -6,13 +6,14 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coordinator import metrics
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.store import FarmStore
-from tests.farm.test_dashboard import ROOT, chromium, headless, new_render, run_to_the_end, step_once
+from tests.farm.test_dashboard import AUTH, ROOT, chromium, headless, new_render, run_to_the_end, step_once
 
 MP4 = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40
 
@@ -24,12 +25,12 @@ def dash(store: FarmStore, tmp_data: Path):
     stop_dashboard(server)
 
 
-def fetch(url: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+def fetch(url: str, headers: dict | None = None) -> tuple[int, Any, bytes]:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as resp:
-            return resp.status, dict(resp.headers), resp.read()
+            return resp.status, resp.headers, resp.read()  # headers: any case, as HTTP says
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return exc.code, exc.headers, exc.read()
 
 
 def finished(store: FarmStore, tmp_path: Path, rid: str = "r20250101-120000-abc123") -> str:
@@ -76,19 +77,21 @@ def test_page_shows_people_words_and_no_null(store: FarmStore, dash, tmp_path: P
         step_once(store, "studio-2")
     task = store.lease("studio-1", ["mlx"], 60_000)
     store.heartbeat(task["id"], "studio-1", task["fence"], 60_000, {"phase": "run"})
-    done_dom = headless(browser, f"{url}/#render={rid}", "--dump-dom").stdout
+    locked = headless(browser, f"{url}/#render={rid}", "--dump-dom").stdout  # no token: the login form only
+    assert "a red fox" not in locked and "log in to see the farm" in locked, locked[-2000:]
+    done_dom = headless(browser, f"{url}/#render={rid}&token=sekrit", "--dump-dom").stdout
     actions = done_dom.split('id="render-actions"')[1].split("</div>")[0]
     assert "null" not in actions and "cancel" not in actions, actions
-    assert "log in with the farm token to play" in done_dom  # the video is there, behind the token
+    assert f'src="/api/renders/{rid}/video.mp4"' in done_dom  # logged in: the player is there
     header = done_dom.split('id="farm-stats"')[1].split("</div>")[0]
     assert "renders queued" in header and "rendering <b>1</b>" in header and "done <b>1</b>" in header, header
-    live_dom = headless(browser, f"{url}/#render={live}", "--window-size=1400,1000", "--dump-dom").stdout
+    live_dom = headless(browser, f"{url}/#render={live}&token=sekrit", "--window-size=1400,1000", "--dump-dom").stdout
     assert 'data-state="running"' in live_dom, live_dom[-3000:]
     renders_table = live_dom.split('id="renders"')[1].split("</table>")[0]
     assert "a red fox running through fresh snow" in renders_table and ">ana<" in renders_table
     assert "· cut" not in live_dom and "(denoise_stage2_tile)" not in live_dom
     shot = tmp_path / "dashboard-live.png"
-    headless(browser, f"{url}/#render={live}", f"--screenshot={shot}", "--window-size=1400,1000")
+    headless(browser, f"{url}/#render={live}&token=sekrit", f"--screenshot={shot}", "--window-size=1400,1000")
     (ROOT / "test-artifacts").mkdir(exist_ok=True)
     (ROOT / "test-artifacts" / "dashboard-1400.png").write_bytes(shot.read_bytes())
 
@@ -101,6 +104,7 @@ def test_task_log_lines_reach_the_page_data(store: FarmStore, dash) -> None:
     task = store.lease("studio-1", ["mlx"], 60_000)
     store.complete(task["id"], "studio-1", task["fence"], {"out": "0" * 64},
                    {"seconds": 1.0, "log": ["12:00:01 INFO farm.worker: task started", "12:00:02 INFO done"]})
-    status, _, body = fetch(f"{url}/api/renders/{rid}")
+    assert fetch(f"{url}/api/renders/{rid}")[0] == 401  # every read needs the token
+    status, _, body = fetch(f"{url}/api/renders/{rid}", AUTH)
     view = next(t for t in json.loads(body)["tasks"] if t["id"] == task["id"])
     assert status == 200 and view["log"][-1] == "12:00:02 INFO done" and view["label"] == "text encoding"

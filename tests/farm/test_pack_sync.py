@@ -207,7 +207,8 @@ def test_second_worker_receives_the_pack_and_renders_identical(
             arrays = farm_results(client, render)
         wait_for(lambda: "tiny" in (worker_record(store, "w2").get("info") or {}).get("packs", []), 60, "re-register")
         listed = pack_list(address, token)
-        with urllib.request.urlopen(f"http://127.0.0.1:{dash_port}/api/workers", timeout=10) as reply:
+        with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{dash_port}/api/workers",
+                                    headers={"Authorization": f"Bearer {token}"}), timeout=10) as reply:
             api = json.loads(reply.read())
     finally:
         end(worker)

@@ -1,0 +1,101 @@
+"""Live Server-Sent Events for the page: one render's events, or those of the newest renders.
+
+Why polling: each stream reads Redis with a non-blocking XREAD every POLL_S in a worker thread, so an
+open page holds no thread between reads (a blocking XREAD would pin one thread of the shared pool per
+browser tab, and forty tabs would starve every other view). The page only re-fetches on an event,
+so half a second of delay is not seen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from coordinator.dashboard.app import Farm, checked_id, error, farm_of
+from coordinator.dashboard.security import cookies_of
+
+POLL_S = 0.5  # also how fast a stream notices shutdown
+KEEPALIVE_S = 10.0  # an SSE comment this often keeps proxies and browsers from timing out
+ALL_EVENTS_RENDERS = 50  # /api/events follows the newest this many renders
+Refresh = Callable[[dict[str, str]], None]
+
+
+def _stream(request: Request, streams: Callable[[], dict[str, str]], refresh: Refresh | None) -> Response:
+    farm = farm_of(request)
+    if not farm.gate.may_read(request.headers, cookies_of(request.headers.get("cookie", ""))):
+        return error(401, "log in with the farm token")
+    return StreamingResponse(_relay(farm, streams, refresh), media_type="text/event-stream",
+                             headers={"X-Accel-Buffering": "no"})
+
+
+async def _relay(farm: Farm, start: Callable[[], dict[str, str]], refresh: Refresh | None) -> AsyncIterator[str]:
+    """Events as SSE frames until the client leaves (Starlette cancels us) or the dashboard stops."""
+    client, prefix = farm.store.client, farm.store.key("events", "")
+    streams = await anyio.to_thread.run_sync(start)
+    yield "retry: 2000\n: connected\n\n"
+    quiet_since = time.monotonic()
+
+    def read() -> list:
+        if refresh is not None:
+            refresh(streams)
+        resp = client.xread(streams, count=200) if streams else None
+        return list(resp.items()) if isinstance(resp, dict) else (resp or [])
+
+    while not farm.stopping.is_set():
+        out = []
+        for stream, items in await anyio.to_thread.run_sync(read):
+            for eid, fields in items:
+                streams[stream] = eid
+                event = {"render": stream[len(prefix):], "id": eid, **json.loads(fields["e"])}
+                out.append(f"id: {eid}\ndata: {json.dumps(event, default=str)}\n\n")
+        if out:
+            quiet_since = time.monotonic()
+            yield "".join(out)
+        elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+            quiet_since = time.monotonic()
+            yield ": keepalive\n\n"
+        else:
+            await anyio.sleep(POLL_S)
+
+
+def _newest(farm: Farm, stream: str) -> str:
+    newest = farm.store.client.xrevrange(stream, count=1)
+    return newest[0][0] if newest else "0"
+
+
+async def render_events(request: Request) -> Response:
+    """One render's events: from ?after=ID or Last-Event-ID, else only those emitted from now on."""
+    farm = farm_of(request)
+    stream = farm.store.key("events", checked_id(request, "render_id"))
+    after = request.query_params.get("after") or request.headers.get("last-event-id")
+    if after is not None and not _valid_id(after):
+        return error(400, "after / Last-Event-ID must be a stream id like 1700000000000-0")
+    return _stream(request, lambda: {stream: after or _newest(farm, stream)}, None)
+
+
+def _valid_id(value: str) -> bool:
+    head, _, tail = value.partition("-")
+    return head.isdigit() and (not tail or tail.isdigit()) and len(value) < 45
+
+
+async def all_events(request: Request) -> Response:
+    """Events of the newest renders; a render that appears later is followed from its first event."""
+    farm = farm_of(request)
+    store = farm.store
+
+    def newest_renders() -> list[str]:
+        return store.client.zrevrange(store.key("renders"), 0, ALL_EVENTS_RENDERS - 1)
+
+    def start() -> dict[str, str]:
+        return {store.key("events", rid): _newest(farm, store.key("events", rid)) for rid in newest_renders()}
+
+    def refresh(streams: dict[str, str]) -> None:
+        for rid in newest_renders():
+            streams.setdefault(store.key("events", rid), "0")
+
+    return _stream(request, start, refresh)
