@@ -577,7 +577,8 @@ def run_coordinator(
         store = FarmStore(redis_server.connect(redis_url), prefix)
         token = load_or_create_token(data_dir)
         server, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir, advertise=advertise)
-        dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir)
+        dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir,
+                                               token_file=_token_file(data_dir, token))  # follows a rotate
         stack.callback(stop_dashboard, dashboard)
         print(f"coordinator on {host}:{bound}; dashboard http://{dashboard_host}:{dash_port}/; "
               f"token in {data_dir / 'token'}", flush=True)

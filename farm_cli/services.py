@@ -59,7 +59,8 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
         server, bound = serve(store, data, "127.0.0.1", port, token)
         stack.callback(stop, server)
         if dashboard_port is not None:
-            dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data)
+            dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data,
+                                                   token_file=data / "token")  # follows `farm token rotate`
             stack.callback(stop_dashboard, dashboard)
             typer.echo(f"dashboard http://{dashboard_host}:{dash_port}/", err=True)
         address = f"127.0.0.1:{bound}"

@@ -82,3 +82,44 @@ def _until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(4096):
         data += chunk
     return data
+
+
+@pytest.mark.timeout(60)
+def test_token_rotate_ends_old_sessions_and_the_new_token_works(store, tmp_data) -> None:
+    """`farm token rotate` rewrites DATA/token: the dashboard follows the file, so the old token and the
+    login cookie made from it are refused and the new token logs in."""
+    from coordinator.auth import rotate_token, write_token
+    from protos.auth import JoinToken
+
+    old = str(JoinToken("", "old-secret"))
+    write_token(tmp_data / "token", JoinToken.parse(old))
+    server, port = start_dashboard(store, port=0, token=old, data_dir=tmp_data, token_file=tmp_data / "token")
+    try:
+        csrf = "c" * 32
+        cookie = _login(port, "old-secret", csrf)
+        assert _request(port, "GET", "/api/renders", headers={"Cookie": cookie})[0] == 200
+        new = JoinToken.parse(rotate_token(tmp_data)).secret
+        time.sleep(1.2)  # the file is looked at once a second
+        assert _request(port, "GET", "/api/renders", headers={"Cookie": cookie})[0] == 401
+        assert _request(port, "GET", "/api/renders", headers={"Authorization": "Bearer old-secret"})[0] == 401
+        assert _request(port, "GET", "/api/workers", headers={"Authorization": f"Bearer {new}"})[0] == 200
+        with pytest.raises(AssertionError):
+            _login(port, "old-secret", csrf)
+        fresh = _login(port, new, csrf)
+        assert fresh != cookie and _request(port, "GET", "/metrics", headers={"Cookie": fresh})[0] == 200
+    finally:
+        stop_dashboard(server)
+
+
+def _login(port: int, token: str, csrf: str) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/api/login", body=f"token={token}",
+                     headers={"Cookie": f"farm_csrf={csrf}", "X-CSRF-Token": csrf,
+                              "Content-Type": "application/x-www-form-urlencoded"})
+        reply = conn.getresponse()
+        reply.read()
+        assert reply.status == 200, reply.status
+        return f"farm_csrf={csrf}; " + reply.getheader("Set-Cookie").split(";")[0]
+    finally:
+        conn.close()
