@@ -221,21 +221,34 @@ end
 local BLOCKLIST_AFTER = 3
 local LIVE_MS = 90000  -- a worker unseen this long cannot be counted on (the dashboard's "lost")
 
+-- A task whose worker vanishes this many times is taken to be what kills them (a poison task: out of
+-- memory, a crash in the model): its render fails with that line instead of taking down every Mac in
+-- turn forever. Generous, because a Mac that sleeps or drops off the network loses leases too.
+local LOST_LIMIT = 8
+
 -- Back to the front of its queue with a new fence (the old holder is stale at once), no attempt spent.
 -- event: 'task_lost' (its connection broke) or 'task_expired' (its lease deadline passed).
 local function lose_task(tid, event, reason)
   local tk = key('task', tid)
-  local t = redis.call('HMGET', tk, 'state', 'worker', 'render', 'leased_ms', 'attempts')
+  local t = redis.call('HMGET', tk, 'state', 'worker', 'render', 'leased_ms', 'attempts', 'capability')
   if t[1] ~= 'leased' then
     redis.call('ZREM', key('leases'), tid)
     return false
   end
   redis.call('HSET', tk, 'fence', redis.call('INCR', key('fence')))
   release(tid, t[2], t[4], nil)
-  redis.call('HINCRBY', tk, 'lost', 1)
+  local lost = redis.call('HINCRBY', tk, 'lost', 1)
   redis.call('HINCRBY', key('worker', t[2]), 'lost', 1)
   if not render_active(t[3]) then
     redis.call('HSET', tk, 'state', 'cancelled')
+    return true
+  end
+  if lost >= LOST_LIMIT and t[6] ~= 'coordinator' then  -- the coordinator's own reclaims are not the task's fault
+    local why = 'task ' .. tid .. ' lost its worker ' .. lost .. ' times (last: ' .. reason ..
+      '); it may be what crashes them'
+    redis.call('HSET', tk, 'state', 'failed', 'error', reason, 'done_ms', NOW)
+    emit(t[3], {type = event, task = tid, worker = t[2], attempt = tonumber(t[5]), reason = reason})
+    fail_render(t[3], tid, why)
     return true
   end
   redis.call('HSET', tk, 'state', 'queued', 'error', reason, 'queued_ms', NOW)

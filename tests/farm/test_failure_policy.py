@@ -171,3 +171,32 @@ def test_dashboard_requeue_clears_a_render_blocklist_and_shows_stuck_and_failure
     finally:
         stop_dashboard(server)
     assert store.get_render("r")["blocklist"] == []
+
+
+def test_a_task_that_keeps_losing_its_workers_fails_its_render_instead_of_looping(store: FarmStore) -> None:
+    """Each loss costs no attempt (the machine's fault), but a task whose worker vanishes LOST_LIMIT (8)
+    times is taken to be what kills them: the render fails with one line saying so, and stops."""
+    store.register_worker("w1", {}, session="s")
+    store.create_render("r", {}, [task("r.poison"), task("r.other")])
+    for n in range(1, 8):
+        t = store.lease("w1", ["mlx"], 60_000)
+        assert t["id"] == "r.poison"  # lost leases go back to the front
+        assert store.lose_leases("w1", "", f"connection broke ({n})") == ["r.poison"]
+        assert store.get_task("r.poison")["state"] == "queued" and store.get_render("r")["state"] == "running"
+    t = store.lease("w1", ["mlx"], 60_000)
+    assert store.lose_leases("w1", "", "connection broke (8)") == ["r.poison"]
+    render, poison = store.get_render("r"), store.get_task("r.poison")
+    assert render["state"] == "failed" and poison["state"] == "failed" and poison["lost"] == 8
+    assert render["error"] == ("task r.poison lost its worker 8 times (last: connection broke (8)); "
+                               "it may be what crashes them")
+    assert store.lease("w1", ["mlx"], 60_000) is None  # nothing of it is left queued
+    assert "render_failed" in types(store, "r")
+
+
+def test_the_coordinators_own_reclaimed_leases_never_count_as_a_poison_task(store: FarmStore) -> None:
+    store.register_worker("reducer", {}, session="s")
+    store.create_render("r", {}, [task("r.blend", cap="coordinator")])
+    for _ in range(9):
+        store.lease("reducer", ["coordinator"], 60_000)
+        assert store.lose_leases("reducer", "", "coordinator restarted") == ["r.blend"]
+    assert store.get_task("r.blend")["state"] == "queued" and store.get_render("r")["state"] != "failed"
