@@ -12,12 +12,14 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_MAX_BYTES = 8 * 1024**3
+PARTIAL_WRITE_MAX_AGE_S = 600.0  # a `.tmp-` file untouched this long was left by a killed worker
 
 
 class _TooBig(Exception):
@@ -32,7 +34,19 @@ class BlobCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._drop_partial_writes()
         self._bytes = sum(size for _, size, _ in self._files())  # kept current by put/evict
+
+    def _drop_partial_writes(self, older_than_s: float = PARTIAL_WRITE_MAX_AGE_S) -> None:
+        """Half-written `.tmp-` files of a worker killed mid-fetch would sit uncounted forever; one
+        untouched this long has no writer left (a live fetch touches its file with every chunk)."""
+        cutoff = time.time() - older_than_s
+        for p in self.root.glob("??/.tmp-*"):
+            try:
+                if p.stat().st_mtime < cutoff:
+                    p.unlink()
+            except FileNotFoundError:
+                continue
 
     def _files(self) -> list[tuple[float, int, Path]]:
         """(mtime, size, path) of every cached blob: one folder scan, done only to evict."""

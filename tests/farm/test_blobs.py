@@ -127,3 +127,17 @@ def test_worker_cache_verifies_and_evicts(tmp_path: Path) -> None:
         cache.put(sha, data)
     kept = [sha for sha in shas if cache.get(sha) is not None]
     assert len(kept) == 2 and shas[-1] in kept
+
+
+def test_worker_cache_drops_partial_writes_a_killed_worker_left(tmp_path: Path) -> None:
+    """A `.tmp-` file untouched for 10 minutes has no writer left (kill -9 mid-fetch): the next worker on
+    that cache removes it; a fresh one (a fetch in flight in another process) is left alone."""
+    folder = tmp_path / "cache" / "ab"
+    folder.mkdir(parents=True)
+    stale, fresh = folder / ".tmp-stale", folder / ".tmp-fresh"
+    stale.write_bytes(os.urandom(1000))
+    fresh.write_bytes(os.urandom(1000))
+    old = time.time() - 601
+    os.utime(stale, (old, old))
+    BlobCache(tmp_path / "cache")
+    assert not stale.exists() and fresh.exists()
