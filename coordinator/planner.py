@@ -7,6 +7,8 @@ and shape (-1 = not known here) so the scheduler can refuse a malformed result.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from coordinator import costs, placement
@@ -209,6 +211,14 @@ def text_params(spec: dict) -> dict:
         "text_encoder": ref, "text_encoder_names": text_encoders.names(ref)}
 
 
+def text_key(spec: dict) -> str:
+    """The prompt-embedding cache's key: what a text task's outputs depend on (pack as the fleet holds
+    it, prompt, encoder choice). Equal keys reuse one encoding (lease.lua, complete.lua): a seed sweep
+    or a retry does not encode its prompt again."""
+    parts = [spec["pack"], spec.get("generation"), spec.get("pack_bytes"), spec.get("text_encoder"), spec["prompt"]]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
 def _check_components(spec: dict, fleet: list[dict]) -> None:
     """Refuse a render whose pack lacks a component it needs on every worker holding it, with the
     one line that names the missing file and how to get it (or why the worker cannot serve it).
@@ -233,6 +243,7 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
     tasks = [task(rid, "text", "text_encode", {"pack": pack, "prompt": spec["prompt"], **text_params(spec),
+                                               "text_key": text_key(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
         return plan_length_phase(rid, spec, tasks[0])

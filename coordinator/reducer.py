@@ -66,8 +66,11 @@ DFR_KINDS = {"dfr_stitch": dfr_stitch}
 
 
 def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs of a coordinator task: `tdp_cut` (step 0's tile inputs), `tdp_step` (blend + step), or
-    the DFR kind `dfr_stitch`."""
+    """Outputs of a coordinator task: `tdp_cut` (step 0's tile inputs), `tdp_step` (blend + step), the
+    DFR kind `dfr_stitch`, or a `text_encode` the prompt-embedding cache answers (lease.lua moved it here
+    with the embeddings an earlier text task of the same key left as its inputs): those embeddings."""
+    if kind == "text_encode":
+        return dict(inputs)
     if kind in DFR_KINDS:
         return DFR_KINDS[kind](params, inputs)
     positions, mask = inputs["positions"], inputs["mask"]

@@ -37,6 +37,13 @@ local ok, params = pcall(cjson.decode, redis.call('HGET', tk, 'params') or '')
 local okm, measured = pcall(cjson.decode, ARGV[7])
 measured = okm and type(measured) == 'table' and measured or {}
 local cost = ok and type(params) == 'table' and tonumber(params.cost_s) or nil
+-- The prompt-embedding cache (lease.lua's text_shortcut): a text task's outputs under its key. One the
+-- coordinator handed on from the cache encoded nothing, so it teaches the cost model nothing either.
+local text_key = ok and type(params) == 'table' and type(params.text_key) == 'string' and params.text_key
+if text_key then
+  redis.call('HSET', key('textcache'), text_key, ARGV[6])
+  if redis.call('HGET', tk, 'capability') == 'coordinator' then cost = nil end
+end
 if cost and cost > 0 then
   local kind = redis.call('HGET', tk, 'kind')
   local load = math.max(0, tonumber(measured.load_s) or 0)

@@ -85,6 +85,42 @@ local function submitter_of(render)
   return render_info(render).submitter
 end
 
+-- The prompt-embedding cache: a queued text task whose embeddings (same pack, prompt and encoder: its
+-- params.text_key) a finished text task left (complete.lua keeps them) is not encoded again: it moves to
+-- the coordinator's queue with those blobs as its inputs, and the reducer hands them on as its outputs.
+-- While a text task with the same key runs, the others wait for it. Returns 'moved', 'wait' or nil.
+local function text_shortcut(q, tid)
+  local t = redis.call('HMGET', key('task', tid), 'kind', 'params')
+  if t[1] ~= 'text_encode' or q == key('ready', 'coordinator') then return nil end
+  local ok, params = pcall(cjson.decode, t[2] or '')
+  local k = ok and type(params) == 'table' and params.text_key
+  if type(k) ~= 'string' then return nil end
+  local cached = redis.call('HGET', key('textcache'), k)
+  if cached then
+    for _, sha in pairs(cjson.decode(cached)) do
+      if redis.call('EXISTS', key('blob', sha)) == 0 then cached = nil end  -- collected since: encode again
+    end
+  end
+  if cached then
+    redis.call('ZREM', q, tid)
+    redis.call('HSET', key('task', tid), 'capability', 'coordinator', 'inputs', cached)
+    push_ready(tid, false)
+    return 'moved'
+  end
+  redis.call('HDEL', key('textcache'), k)
+  local holder = redis.call('HGET', key('textholder'), k)
+  if holder and holder ~= tid and redis.call('HGET', key('task', holder), 'state') == 'leased' then return 'wait' end
+  return nil
+end
+-- The text task a worker takes is the one that encodes its key; the others wait for its result.
+local function claim_text(tid)
+  local t = redis.call('HMGET', key('task', tid), 'kind', 'params')
+  local ok, params = pcall(cjson.decode, t[2] or '')
+  if t[1] == 'text_encode' and ok and type(params) == 'table' and type(params.text_key) == 'string' then
+    redis.call('HSET', key('textholder'), params.text_key, tid)
+  end
+end
+
 -- Speed-aware dealing (coordinator/placement.py deal_takes is this rule in Python, held against it by
 -- tests/farm/test_dealing.py). A step ends when its slowest tile does, so a worker asking for a tile
 -- (params.tile_index) of a step takes one only when dealing the step's queued tiles one by one to
@@ -155,7 +191,8 @@ local function warmer_task(q, first, render)
     local t = redis.call('HMGET', key('task', tid), 'state', 'render')
     local r = t[2] and render_info(t[2])
     if t[1] == 'queued' and r and r.active and r.priority == priority and r.submitter == submitter_of(render)
-        and not blocklisted(t[2], worker) and holds_needs(tid) and is_warm(tid) and not deal_declines(q, tid, t[2]) then
+        and not blocklisted(t[2], worker) and holds_needs(tid) and is_warm(tid) and not deal_declines(q, tid, t[2])
+        and not text_shortcut(q, tid) then
       return tid
     end
   end
@@ -195,12 +232,15 @@ local function next_task(q)
     for _, tid in ipairs(batch) do
       local t = redis.call('HMGET', key('task', tid), 'state', 'render')
       local r = t[2] and render_info(t[2])
-      if t[1] == 'queued' and r and r.active then
+      local shortcut = t[1] == 'queued' and r and r.active and text_shortcut(q, tid)
+      if shortcut == 'moved' then
+        shortcut = nil  -- left this queue: the next entry now sits at pos
+      elseif t[1] == 'queued' and r and r.active then
         pos = pos + 1
         if band then after = after + 1 end
         if band and r.priority ~= band then after = FAIR_LOOKAHEAD end
         if after >= FAIR_LOOKAHEAD then break end
-        if not seen[r.submitter] and not blocklisted(t[2], worker) and holds_needs(tid)
+        if shortcut ~= 'wait' and not seen[r.submitter] and not blocklisted(t[2], worker) and holds_needs(tid)
             and not deal_declines(q, tid, t[2]) then
           seen[r.submitter], band = true, r.priority
           firsts[#firsts + 1] = {tid = tid, render = t[2], submitter = r.submitter}
@@ -215,6 +255,7 @@ local function next_task(q)
   local pick = fairest(firsts)
   local tid = warmer_task(q, pick.tid, pick.render) or pick.tid
   redis.call('ZREM', q, tid)
+  claim_text(tid)
   return tid
 end
 
