@@ -155,6 +155,29 @@ def model(
         typer.echo(line)
 
 
+@bench_app.command("dealing")
+def dealing(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 17,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x5",
+    steps: Annotated[int, typer.Option("--steps", help="Stage-2 steps (sigmas evenly from 0.909375 to 0).")] = 3,
+    throttles: Annotated[str, typer.Option("--throttles", help="One worker per factor (1 = full speed).")] = "1,2,4",
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved speed-aware/even pairs.")] = 3,
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Stage-2 step time with speed-aware vs even tile dealing on a throttled fleet (goals: beats even,
+    within 15 % of the ideal speed-weighted split)."""
+    from farm_cli.bench_dealing import run
+
+    sigmas = [round(0.909375 * (1 - i / steps), 6) for i in range(steps)] + [0.0]
+    spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
+            "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 2, "stage2_sigmas": sigmas,
+            "audio": False}
+    run(spec, [float(t) for t in throttles.split(",")], pairs, data)
+
+
 @bench_app.command("transfer")
 @bench_app.command("blobs", hidden=True)
 def transfer(

@@ -22,7 +22,7 @@ from farm_cli import common
 GOAL = 0.20
 
 
-def _spawn_workers(address: str, data: Path, throttles: list[float]) -> list[subprocess.Popen]:
+def spawn_workers(address: str, data: Path, throttles: list[float]) -> list[subprocess.Popen]:
     """One worker process per throttle factor, as `farm worker --throttle` runs them."""
     procs = []
     for i, factor in enumerate(throttles):
@@ -66,7 +66,7 @@ def run(spec: dict, throttles: list[float], renders: int, data: Path | None, war
         run_data.mkdir()
         (run_data / "packs").symlink_to(folder / "packs", target_is_directory=True)
         with local_farm(run_data, workers=0) as (address, token, _procs):
-            procs = _spawn_workers(address, run_data, throttles)
+            procs = spawn_workers(address, run_data, throttles)
             try:
                 with FarmClient(address, token, timeout=60) as farm:
                     for seed in range(1, warmups + 1):  # the model learns each worker's speeds

@@ -109,3 +109,29 @@ def test_bench_model_prints_speedups_and_assumptions() -> None:
     one, queue = (float(lines[i].split()[-1].rstrip("x")) for i in (2, 3))
     assert 1.5 < one < 4 and 1.5 < queue < 4  # four Macs help, never more than four times
     assert "assumptions:" in lines and any("redundancy" in line for line in lines)
+
+
+def test_tiles_are_dealt_to_whoever_ends_them_soonest() -> None:
+    # 1x, 0.5x, 0.25x and 10 equal tiles: pull would give the slow worker a second tile at t=4 (ending at 8);
+    # dealing ends the step at 6, the discrete optimum (ideal split 10 / 1.75 = 5.7).
+    slots = [placement.Slot(n, ratios={"t": r}) for n, r in (("fast", 1.0), ("med", 2.0), ("slow", 4.0))]
+    tiles = [{"id": f"x{i}", "kind": "t", "params": {"cost_s": 1.0, "tile_index": i}, "deps": [], "capability": "mlx"}
+             for i in range(10)]
+    placed = placement.simulate(tiles, slots)
+    assert max(p.end for p in placed) == 6.0
+    assert sum(p.slot == "slow" for p in placed) == 1
+
+
+def test_deal_takes_counts_what_faster_peers_end_first() -> None:
+    peers = [(0.0, 1.0), (0.0, 2.0)]  # idle 1x and 0.5x peers; the asker takes 4 s a tile
+    assert placement.peer_tiles_before(4.0, 0.0, 1.0) == 3  # ends at 1, 2, 3 before 0.9 x 4
+    assert not placement.deal_takes(3, 4.0, peers) and not placement.deal_takes(4, 4.0, peers)
+    assert placement.deal_takes(5, 4.0, peers)  # more tiles than they end first: take one now
+    assert placement.deal_takes(1, 1.0, [(0.0, 1.0)])  # an equal peer never holds a tile back
+    assert placement.deal_takes(2, 4.0, [(10.0, 1.0)])  # a busy fast peer frees up too late
+
+
+def test_bench_dealing_ideal_is_tiles_over_summed_rates() -> None:
+    from farm_cli.bench_dealing import ideal_seconds
+
+    assert ideal_seconds(10, {"fast": 1.0, "med": 2.0, "slow": 4.0}) == pytest.approx(10 / 1.75)
