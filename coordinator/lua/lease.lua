@@ -43,7 +43,7 @@ local function holds_needs(tid)
 end
 
 -- Scheduling policy (set_policy.lua; `farm bench dealing|affinity` turn parts off to measure them):
--- dealing / affinity '0' = off; weight:<submitter> = that submitter's fair-share weight (default 1).
+-- dealing / affinity / fairshare '0' = off; weight:<submitter> = that submitter's fair-share weight (default 1).
 local POLICY = {}
 do
   local flat = redis.call('HGETALL', key('policy'))
@@ -213,7 +213,7 @@ local function shares()
   end
 end
 local function fairest(firsts)
-  if #firsts == 1 then return firsts[1] end
+  if #firsts == 1 or POLICY.fairshare == '0' then return firsts[1] end
   local share, best = shares(), firsts[1]
   for _, f in ipairs(firsts) do
     if share(f.submitter) < share(best.submitter) then best = f end

@@ -1,4 +1,4 @@
--- ARGV[3..] field, value pairs of the scheduling policy lease.lua reads: dealing / affinity ('0' = off,
+-- ARGV[3..] field, value pairs of the scheduling policy lease.lua reads: dealing / affinity / fairshare ('0' = off,
 -- '1' = on) and weight:<submitter> (a fair-share weight > 0). An empty value removes the field (the
 -- default: on, weight 1). Returns the policy as a flat list.
 local pk = key('policy')
