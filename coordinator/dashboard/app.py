@@ -328,6 +328,7 @@ def build_app(farm: Farm) -> Starlette:
     """The Starlette app; the caller wraps it in RequestGuard. A wrong request is a 400 in one line,
     never a 500 with a traceback."""
     handlers: dict[Any, Callable] = {ValueError: _bad_request, KeyError: _bad_request, TypeError: _bad_request,
+                                     ArithmeticError: _bad_request,  # int(1e309) in a body
                                      HTTPException: _http_error, Exception: _internal}
     app = Starlette(routes=routes(), exception_handlers=handlers)
     app.state.farm = farm

@@ -132,7 +132,10 @@ def csrf_token(cookies: dict[str, str]) -> tuple[str, bool]:
 def form_or_json(body: bytes, content_type: str) -> dict:
     """A POST body as a dict: JSON when it says so, else a urlencoded form. Bad JSON raises ValueError."""
     if "application/json" in content_type:
-        value = json.loads(body or b"{}")
+        try:
+            value = json.loads(body or b"{}")
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         return value if isinstance(value, dict) else {}
     return {k: v[-1] for k, v in parse_qs(body.decode(errors="replace")).items()}
 

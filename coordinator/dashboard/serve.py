@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -52,6 +53,22 @@ class _TimedH11(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn answers bytes it cannot parse (a bad chunk after a good head) with a 400 of its own,
+        even while the app already runs for that request; the app's answer would then fail inside h11
+        and be logged as a crash. Tell the app its client is gone, and never answer twice."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if cycle.response_started:  # the app's answer is on the wire: a 400 cannot follow it
+                self.transport.close()
+                return
+        try:
+            super().send_400_response(msg)
+        except h11.LocalProtocolError:  # e.g. a HEAD request, whose answer h11 allows no body
+            self.transport.close()
 
 
 @dataclass
