@@ -130,7 +130,7 @@ class ReducerThread(threading.Thread):
                 self._reclaim()
                 continue
             if task is None:
-                self.scheduler.wait_for_work(self.idle_s)
+                self.scheduler.wait_for_work(self.idle_s, (CAPABILITY,))
                 continue
             try:
                 self._run_one(task)

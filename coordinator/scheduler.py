@@ -85,7 +85,13 @@ class Scheduler:
         self._assembling: set[str] = set()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._work = threading.Condition()  # notified whenever tasks may have become ready
+        # Waiting lease polls by capability list, longest waiting first: a wake sets one of each, not all.
+        self._waiting: dict[tuple[str, ...], list[threading.Event]] = {}
+        self._waiting_lock = threading.Lock()
+        # What a result is checked against, remembered from the lease reply (task id -> (fence, expect,
+        # render)) so a completion costs one Lua call, not an HGETALL first. Redis stays the truth: a
+        # miss (another coordinator leased it, an old fence) reads the task as before.
+        self._leased: dict[str, tuple[int, dict, str]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -103,7 +109,7 @@ class Scheduler:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self.wake()
+        self._wake_all()
         if self._expiry is not None:
             self._expiry.join(timeout)
         for t in list(self._threads):
@@ -145,14 +151,44 @@ class Scheduler:
     # ------------------------------------------------------------------ leasing
 
     def wake(self) -> None:
-        """Tasks may have become ready (a submit, a result, an expiry): wake every waiting lease now."""
-        with self._work:
-            self._work.notify_all()
+        """Tasks may have become ready (a submit, a result, an expiry): wake the longest-waiting lease of
+        each capability list, not every one (a thundering herd of Lua calls that find nothing). A woken
+        lease that gets a task wakes the next (more may be ready); the fallback poll covers the rest."""
+        with self._waiting_lock:
+            for waiters in self._waiting.values():
+                if waiters:
+                    waiters.pop(0).set()
 
-    def wait_for_work(self, timeout: float) -> bool:
+    def _wake_next(self, capabilities: tuple[str, ...]) -> None:
+        with self._waiting_lock:
+            waiters = self._waiting.get(capabilities)
+            if waiters:
+                waiters.pop(0).set()
+
+    def _wake_all(self) -> None:
+        with self._waiting_lock:
+            for waiters in self._waiting.values():
+                for event in waiters:
+                    event.set()
+                waiters.clear()
+
+    def _wait(self, capabilities: tuple[str, ...], timeout: float) -> bool:
+        """Sleep until woken or `timeout`; True when a wake (not the clock) ended it."""
+        event = threading.Event()
+        with self._waiting_lock:
+            self._waiting.setdefault(capabilities, []).append(event)
+        if event.wait(timeout):
+            return True
+        with self._waiting_lock:
+            waiters = self._waiting.get(capabilities, [])
+            if event in waiters:
+                waiters.remove(event)
+                return False
+        return True  # set between the timeout and the lock: it was a wake
+
+    def wait_for_work(self, timeout: float, capabilities: tuple[str, ...] = ()) -> bool:
         """Sleep until woken or `timeout`; False once the scheduler stops."""
-        with self._work:
-            self._work.wait(timeout)
+        self._wait(tuple(capabilities), timeout)
         return not self._stop.is_set()
 
     def lease(
@@ -161,27 +197,47 @@ class Scheduler:
         capabilities: list[str],
         wait_ms: int,
         is_active: Callable[[], bool] = lambda: True,
+        seen: bool = True,
     ) -> dict | None:
-        """Poll the store until a task is leased, wait_ms passes, the caller leaves or we stop."""
+        """Poll the store until a task is leased, wait_ms passes, the caller leaves or we stop. Each poll
+        is one Lua call that also marks the worker seen (seen=True: a worker asks)."""
         deadline = time.monotonic() + max(0, wait_ms) / 1000.0
-        delay = self.poll_s
+        delay, caps, woken = self.poll_s, tuple(capabilities), False
         while True:
-            task = self.store.lease(worker_id, list(capabilities), self.lease_ms)
+            task = self.store.lease(worker_id, list(caps), self.lease_ms, seen=seen)
             if task is not None:
+                self._remember(task)
+                if woken:
+                    self._wake_next(caps)  # the wake may have readied more than one task
                 return task
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not is_active() or self._stop.is_set():
                 return None
-            if not self.wait_for_work(min(delay, remaining)):
+            woken = self._wait(caps, min(delay, remaining))
+            if self._stop.is_set():
                 return None
             delay = min(delay * 1.5, 0.25)  # the fallback poll, for changes made by other processes
 
+    def _remember(self, task: dict) -> None:
+        expect = as_dict(as_dict(task.get("params")).get("expect"))
+        with self._waiting_lock:
+            self._leased[str(task["id"])] = (int(task["fence"]), expect, str(task.get("render") or ""))
+            if len(self._leased) > 10_000:  # leases never completed (lost workers): forget the oldest
+                del self._leased[next(iter(self._leased))]
+
+    def _recall(self, task_id: str, fence: int) -> tuple[dict, str] | None:
+        """(expect, render) of a lease this coordinator granted under this fence, else None."""
+        with self._waiting_lock:
+            got = self._leased.get(task_id)
+            if got is None or got[0] != int(fence):
+                return None
+            del self._leased[task_id]
+        return got[1], got[2]
+
     # ------------------------------------------------------------------ results
 
-    def check_outputs(self, task: dict, outputs: dict[str, str]) -> str | None:
-        """Why these outputs must be refused, or None when they match params["expect"]."""
-        params = as_dict(task.get("params"))
-        expect = as_dict(params.get("expect"))
+    def check_outputs(self, expect: dict, outputs: dict[str, str]) -> str | None:
+        """Why these outputs must be refused, or None when they match the task's params["expect"]."""
         missing = sorted(set(expect) - set(outputs))
         if missing:
             return f"missing outputs: {', '.join(missing)}"
@@ -205,20 +261,26 @@ class Scheduler:
     def complete(
         self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict
     ) -> tuple[str, str]:
-        """Check then commit a result. Returns (status, message); status is a store status string."""
-        task = self.store.get_task(task_id)
-        if task is None:
-            return "stale", f"unknown task {task_id}"
-        problem = self.check_outputs(task, outputs)
+        """Check then commit a worker's result (one Lua call when this coordinator granted the lease).
+        Returns (status, message); status is a store status string."""
+        recalled = self._recall(task_id, fence)
+        if recalled is None:
+            task = self.store.get_task(task_id)
+            if task is None:
+                return "stale", f"unknown task {task_id}"
+            recalled = as_dict(as_dict(task.get("params")).get("expect")), str(task.get("render") or "")
+        expect, render_id = recalled
+        problem = self.check_outputs(expect, outputs)
         if problem is not None:
             log.warning("refusing result of %s from %s: %s", task_id, worker_id, problem)
-            status = self.store.fail(task_id, worker_id, fence, f"result refused: {problem}", retryable=True)
+            status = self.store.fail(task_id, worker_id, fence, f"result refused: {problem}", retryable=True,
+                                     seen=True)
             self.wake()
             return status, problem
-        status = self.store.complete(task_id, worker_id, fence, dict(outputs), metrics)
+        status = self.store.complete(task_id, worker_id, fence, dict(outputs), metrics, seen=True)
         self.wake()
         if status == "render_ready":
-            self.start_assembly(str(task.get("render") or task.get("render_id")))
+            self.start_assembly(render_id)
         return status, ""
 
     # ------------------------------------------------------------------ assembly

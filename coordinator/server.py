@@ -366,18 +366,18 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3))
 
     def Lease(self, request, context):
-        wait_ms = min(max(0, request.wait_ms), MAX_WAIT_MS)
-        self.store.worker_seen(request.worker_id, "idle", "")
-        task = None
-        if not self.store.worker_draining(request.worker_id):  # lease.lua refuses a draining worker too
-            task = self.scheduler.lease(request.worker_id, list(request.capabilities), wait_ms, context.is_active)
+        return self._lease(request.worker_id, request, min(max(0, request.wait_ms), MAX_WAIT_MS), context)
+
+    def _lease(self, wid: str, request, wait_ms: int, context) -> farm_pb2.LeaseReply:
+        """One Lua call per poll (it marks the worker seen); a draining worker is told so at once."""
+        task = self.scheduler.lease(wid, list(request.capabilities), wait_ms,
+                                    lambda: context.is_active() and not self.store.worker_draining(wid))
         if task is None:
-            if self.store.worker_draining(request.worker_id):  # drained: the worker exits on this reply
-                self.store.worker_seen(request.worker_id, "drained", "")
+            if self.store.worker_draining(wid):  # drained (lease.lua marked it): the worker exits on this reply
                 return farm_pb2.LeaseReply(has_task=False, drain=True)
             return farm_pb2.LeaseReply(has_task=False)
         if not context.is_active():  # the worker left while its lease was granted: give it back now
-            self.store.lose_leases(request.worker_id, "", "the lease reply found no worker", str(task["id"]))
+            self.store.lose_leases(wid, "", "the lease reply found no worker", str(task["id"]))
             self.scheduler.wake()
             return farm_pb2.LeaseReply(has_task=False)
         return farm_pb2.LeaseReply(
@@ -394,19 +394,20 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
 
     def Heartbeat(self, request, context):
         progress = check_small_object(request.progress_json, "progress_json") if request.progress_json else None
-        status = self.store.heartbeat(
+        status, drain = self.store.beat(  # one Lua call: the lease, the worker's liveness, its drain mark
             request.task_id, request.worker_id, request.fence, self.scheduler.lease_ms, progress
         )
-        self.store.worker_seen(request.worker_id, "busy" if status == "ok" else "idle", request.task_id)
-        return farm_pb2.StatusReply(status=STATUS[status], drain=self.store.worker_draining(request.worker_id))
+        return farm_pb2.StatusReply(status=STATUS[status], drain=drain)
 
     def Complete(self, request, context):
         metrics = check_small_object(request.metrics_json, "metrics_json") if request.metrics_json else {}
         status, message = self.scheduler.complete(
             request.task_id, request.worker_id, request.fence, dict(request.outputs), metrics
         )
-        self.store.worker_seen(request.worker_id, "idle", "")
-        return farm_pb2.StatusReply(status=STATUS[status], message=message)
+        reply = farm_pb2.StatusReply(status=STATUS[status], message=message)
+        if request.HasField("next"):  # the next lease rides on this call (no waiting: the worker long-polls)
+            reply.next.CopyFrom(self._lease(request.worker_id, request.next, 0, context))
+        return reply
 
     def Fail(self, request, context):
         status = self.store.fail(
@@ -417,7 +418,6 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             retryable=request.retryable,
         )
         self.scheduler.wake()
-        self.store.worker_seen(request.worker_id, "idle", "")
         return farm_pb2.StatusReply(status=STATUS[status])
 
 
@@ -435,6 +435,7 @@ class FarmBlobsServicer:
             context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
         except BlobTooLarge as exc:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            seen=True,
         except (BlobError, WireError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 

@@ -192,31 +192,45 @@ class FarmStore:
                            int(spec["frames"]), float(spec["predicted_seconds"]), _tasks_arg(tasks))
         return "stale" if status == "stale" else "ok"
 
-    def lease(self, worker_id: str, capabilities: list[str], lease_ms: int) -> dict | None:
-        """Pop the first ready task of the listed capabilities (in that order) and lease it."""
+    def lease(self, worker_id: str, capabilities: list[str], lease_ms: int, seen: bool = False) -> dict | None:
+        """Pop the first ready task of the listed capabilities (in that order) and lease it: one Lua call
+        whose reply is the whole task. seen: a worker asks (the call marks it live, idle or busy)."""
         if not capabilities:
             return None
-        got = self._run("lease", worker_id, int(lease_ms), *capabilities)
+        got = self._run("lease", worker_id, int(lease_ms), "1" if seen else "0", *capabilities)
         return self._task(_pairs(got[1]), got[0]) if got else None
 
     def heartbeat(self, task_id: str, worker_id: str, fence: int, lease_ms: int,
                   progress: dict | None = None) -> str:
         """'ok' (deadline extended), 'stale' (not your lease any more) or 'cancel' (render stopped)."""
-        prog = json.dumps(progress) if progress is not None else ""
-        return self._run("heartbeat", task_id, worker_id, int(fence), int(lease_ms), prog)
+        return self.beat(task_id, worker_id, fence, lease_ms, progress)[0]
 
-    def complete(self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict) -> str:
-        """Commit a result under the lease's fence: 'ok', 'render_ready' (last task) or 'stale'."""
-        return self._run("complete", task_id, worker_id, int(fence), json.dumps(outputs), json.dumps(metrics))
+    def beat(self, task_id: str, worker_id: str, fence: int, lease_ms: int,
+             progress: dict | None = None) -> tuple[str, bool]:
+        """A worker's heartbeat in one round trip: (heartbeat's status, whether the worker should drain);
+        it marks the worker live as well."""
+        prog = json.dumps(progress) if progress is not None else ""
+        status, drain = self._run("heartbeat", task_id, worker_id, int(fence), int(lease_ms), prog)
+        return str(status), drain == "1"
+
+    def complete(self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict,
+                 seen: bool = False) -> str:
+        """Commit a result under the lease's fence: 'ok', 'render_ready' (last task) or 'stale'.
+        seen: the worker reports it (the same call marks it live and idle)."""
+        return self._run("complete", task_id, worker_id, int(fence), json.dumps(outputs), json.dumps(metrics),
+                         "1" if seen else "0")
 
     def set_policy(self, **fields: str) -> dict[str, str]:
         """Set scheduling policy fields lease.lua reads (dealing, affinity: '0'/'1'; weight:<submitter>);
         '' restores a field's default. Returns the whole policy."""
         return _pairs(self._run("set_policy", *(x for kv in fields.items() for x in kv)))
 
-    def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True) -> str:
-        """'requeued' while attempts remain, else 'failed' (and the render with it); 'stale' if not held."""
-        return self._run("fail", task_id, worker_id, int(fence), error, "1" if retryable else "0")
+    def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True,
+             seen: bool = False) -> str:
+        """'requeued' while attempts remain, else 'failed' (and the render with it); 'stale' if not held.
+        seen: the worker reports it (the same call marks it live and idle)."""
+        return self._run("fail", task_id, worker_id, int(fence), error, "1" if retryable else "0",
+                         "1" if seen else "0")
 
     def expire_leases(self, now_ms: int | None = None) -> list[str]:
         """Re-queue (or fail, when out of attempts) every task whose lease deadline has passed."""

@@ -3,10 +3,12 @@ workers, through the store's Lua alone and end to end over gRPC, on a real Redis
 
 Store side: N threads in this process call FarmStore.lease / complete directly (the Lua scripts and
 Redis round trips, nothing else). gRPC side: this process is the coordinator (`serve()`); a child
-process runs N worker threads that Register, then Lease and Complete over the TLS channel, as agents
-do (no blobs: the tasks expect no outputs); the same threads also time two no-op RPCs (health checks
-through the same server and interceptors) per "transition": the ceiling gRPC alone allows. Sides alternate for several pairs; medians, spreads and
-the goal are printed. A held task of another capability keeps each bench render from finishing.
+process runs N worker threads that Register, Lease once, then Complete with the next lease riding on
+each reply, as agents do (no blobs: the tasks expect no outputs); the same threads also time one no-op
+RPC (a health check through the same server and interceptors) per "transition": the ceiling gRPC alone
+allows. Sides alternate for several pairs; medians, spreads and the goal are printed, with the CPU each
+process spends per transition (on a few cores that sum is the bound). A held task of another
+capability keeps each bench render from finishing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import typer
 
 GOAL_PER_S = 2000.0
+NOOP_PER_WORKER = 40  # no-op "transitions" each simulated worker makes in the ceiling round
 CAPABILITY = "bench"
 
 
@@ -60,8 +63,8 @@ def store_side(store, workers: int, count: int, render_id: str) -> float:
 
     def one(i: int) -> int:
         done, wid = 0, f"bench-w{i}"
-        while (task := store.lease(wid, [CAPABILITY], 30_000)) is not None:
-            store.complete(str(task["id"]), wid, int(task["fence"]), {}, {})
+        while (task := store.lease(wid, [CAPABILITY], 30_000, seen=True)) is not None:  # as the server calls
+            store.complete(str(task["id"]), wid, int(task["fence"]), {}, {}, seen=True)
             done += 1
         return done
 
@@ -82,36 +85,58 @@ def child_main(address: str, token: str, workers: str) -> None:
         stub.Register(farm_pb2.WorkerInfo(worker_id=f"bench-g{i}", capabilities_json="{}"), timeout=30,
                       metadata=metadata)
 
-    def one(i: int) -> int:
+    def one(i: int) -> int:  # as an agent does: the next lease rides on each Complete
         done, wid = 0, f"bench-g{i}"
-        while True:
-            reply = stub.Lease(farm_pb2.LeaseRequest(worker_id=wid, capabilities=[CAPABILITY], wait_ms=0),
-                               timeout=30, metadata=metadata)
-            if not reply.has_task:
-                return done
-            stub.Complete(farm_pb2.CompleteRequest(task_id=reply.task_id, worker_id=wid, fence=reply.fence),
-                          timeout=30, metadata=metadata)
+        ask = farm_pb2.LeaseRequest(worker_id=wid, capabilities=[CAPABILITY], wait_ms=0)
+        lease = stub.Lease(ask, timeout=30, metadata=metadata)
+        while lease.has_task:
+            lease = stub.Complete(farm_pb2.CompleteRequest(task_id=lease.task_id, worker_id=wid, fence=lease.fence,
+                                                           next=ask), timeout=30, metadata=metadata).next
             done += 1
+        return done
 
     health = health_pb2_grpc.HealthStub(channel)
 
-    def noop(i: int) -> int:  # two no-op RPCs through the same server and interceptors = one transition
-        for _ in range(count := 40):
-            health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30, metadata=metadata)
+    def noop(i: int) -> int:  # one no-op RPC through the same server and interceptors = one transition
+        for _ in range(count := NOOP_PER_WORKER):
             health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30, metadata=metadata)
         return count
 
     for line in sys.stdin:
-        print(json.dumps({"rate": _drive(n, noop if line.strip() == "noop" else one)}), flush=True)
+        cpu = time.process_time()
+        rate = _drive(n, noop if line.strip() == "noop" else one)
+        print(json.dumps({"rate": rate, "cpu_s": time.process_time() - cpu}), flush=True)
 
 
-def run_pairs(workers: int, count: int, pairs: int, data: Path) -> dict[str, list[float]]:
+def _redis_cpu_s(store) -> float:
+    info = store.client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _child_round(store, child, command: str, count: int, cpu: dict[str, list[float]]) -> float:
+    """One round of the child's workers ("go": end to end, "noop": the ceiling); records the CPU ms per
+    transition that the coordinator (this process), the workers and Redis spent."""
+    own, redis_cpu = time.process_time(), _redis_cpu_s(store)
+    child.stdin.write(f"{command}\n")
+    child.stdin.flush()
+    got = json.loads(child.stdout.readline())
+    for side, spent in (("coordinator", time.process_time() - own), ("workers", got["cpu_s"]),
+                        ("redis", _redis_cpu_s(store) - redis_cpu)):
+        cpu.setdefault(f"{command} {side}", []).append(1000 * spent / count)
+    return got["rate"]
+
+
+def run_pairs(workers: int, count: int, pairs: int, data: Path,
+              profile: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]], list[str]]:
     from coordinator import redis_server
     from coordinator.auth import load_or_create_token
     from coordinator.server import serve, stop
     from coordinator.store import FarmStore
+    from farm_cli.bench_profile import StackSampler
 
     rates: dict[str, list[float]] = {"store": [], "grpc": [], "noop": []}
+    cpu: dict[str, list[float]] = {}
+    sampler = StackSampler() if profile else None
     with redis_server.EmbeddedRedis(data / "redis") as redis:
         store = FarmStore(redis_server.connect(redis.url), "bench")
         token = load_or_create_token(data)
@@ -125,30 +150,41 @@ def run_pairs(workers: int, count: int, pairs: int, data: Path) -> dict[str, lis
             for pair in range(pairs):
                 rates["store"].append(store_side(store, workers, count, f"bench-s{pair}"))
                 store.create_render(f"bench-g{pair}", {}, _tasks(f"bench-g{pair}", count))
-                child.stdin.write("go\n")
-                child.stdin.flush()
-                rates["grpc"].append(json.loads(child.stdout.readline())["rate"])
-                child.stdin.write("noop\n")
-                child.stdin.flush()
-                rates["noop"].append(json.loads(child.stdout.readline())["rate"])
+                if sampler is not None and pair == pairs - 1:  # the last round, sampled (its CPU not kept)
+                    with sampler:
+                        rates["grpc"].append(_child_round(store, child, "go", count, {}))
+                else:
+                    rates["grpc"].append(_child_round(store, child, "go", count, cpu))
+                rates["noop"].append(_child_round(store, child, "noop", workers * NOOP_PER_WORKER, cpu))
         finally:
             child.stdin.close()
             child.wait(30)
             stop(server, grace=0)
-    return rates
+    return rates, cpu, sampler.report() if sampler else []
 
 
-def transitions(workers: int, count: int, pairs: int, data: Path | None) -> None:
-    """Print transitions/s for both sides (median, spread), the per-pair ratio and the goal."""
+def transitions(workers: int, count: int, pairs: int, data: Path | None, profile: bool = False) -> None:
+    """Print transitions/s for both sides (median, spread), the per-pair ratio and the goal; the CPU each
+    process spends per end-to-end transition (what bounds it on a few cores); with profile, where the
+    coordinator's time goes (sampled stacks of the last gRPC round)."""
     with tempfile.TemporaryDirectory(prefix="farm-bench-transitions-", dir=data) as tmp:
-        rates = run_pairs(workers, count, pairs, Path(tmp))
+        rates, cpu, hot = run_pairs(workers, count, pairs, Path(tmp), profile)
     med = statistics.median
     typer.echo(f"lease→complete, {workers} workers, {count} tasks per side, {pairs} interleaved pairs, "
                f"{os.cpu_count()} cores")
     for side, label in (("store", "store Lua alone"), ("grpc", "end to end over gRPC"),
-                        ("noop", "2 no-op RPCs (ceiling)")):
+                        ("noop", "1 no-op RPC (ceiling)")):
         r = rates[side]
         typer.echo(f"{label:22} {med(r):8.0f}/s (spread {min(r):.0f}-{max(r):.0f})")
     ratios = [g / s for g, s in zip(rates["grpc"], rates["store"], strict=True)]
     typer.echo(f"ratio gRPC / store {med(ratios):.2f} (spread {min(ratios):.2f}-{max(ratios):.2f}); goal end to end "
                f">= {GOAL_PER_S:.0f}/s: {'met' if med(rates['grpc']) >= GOAL_PER_S else 'NOT met'}")
+    for side, label in (("go", "end to end"), ("noop", "1 no-op RPC")):
+        parts = {k.split()[1]: med(v) for k, v in cpu.items() if k.startswith(f"{side} ")}
+        if parts:
+            total = sum(parts.values())
+            typer.echo(f"CPU ms per transition, {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+                       + f"; sum {total:.3f} -> at most {1000 * (os.cpu_count() or 1) / total:.0f}/s on "
+                       f"{os.cpu_count()} cores")
+    for line in hot:
+        typer.echo(line)

@@ -57,7 +57,8 @@ PARTS: dict[str, Part] = {
                            "diffusion_model", "ltx-2.3-22b-distilled-lora-384.safetensors", f"{FORGE} --variant dev"),
 }
 TEXT_ENCODER = "text_encoder"          # a folder (Gemma 3, mlx-lm format); not a weight file of the table
-TEXT_ENCODER_GET = "a Gemma 3 folder (mlx-lm format) as text_encoder/ in the pack, or `--text-encoder REPO_OR_PATH`"
+TEXT_ENCODER_GET = ("a Gemma 3 folder (mlx-lm format) as text_encoder/ in the pack (an LTX-2.5 pack: its Gemma 4 tower, "
+                    "text_encoder.safetensors + text_encoder_config.json), or `--text-encoder REPO_OR_PATH`")
 
 # Files the farm knows and does not use: read by nobody, never a warning.
 METADATA = ("config.json", "embedded_config.json", "quantize_config.json", "split_model.json", "README.md",
@@ -156,7 +157,7 @@ def resolve_files(names: Iterable[str]) -> Layout:
     unknown, unused = [], []
     for name in sorted(names):
         m = _SHARD.match(name)
-        if name in METADATA or name.endswith(("_config.json", ".safetensors.index.json")):
+        if name in METADATA or name in text_encoders.GEMMA4_FILES or name.endswith(("_config.json", ".safetensors.index.json")):
             unused.append(name)
         elif m and _match(m["stem"]):
             stems.setdefault(m["stem"], []).append((int(m["i"] or 0), int(m["n"] or 0), name))
@@ -236,4 +237,6 @@ def pull_files(names: Iterable[str], components: Iterable[str]) -> list[str]:
                 out.add(extra)
     if TEXT_ENCODER in wanted:
         out.update(n for n in names if n.startswith(f"{TEXT_ENCODER}/"))
+        if text_encoders.GEMMA4_WEIGHTS in top:  # an LTX-2.5 tower at the top, with its tokenizer files
+            out.update(n for n in top if n in text_encoders.GEMMA4_FILES)
     return sorted(out)

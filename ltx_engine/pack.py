@@ -21,6 +21,7 @@ from ltx_engine.components import PARTS, TEXT_ENCODER, Found, Layout, get_line, 
 from ltx_engine.generation import detect_generation
 from ltx_engine.loader import PackError, check_safetensors, read_header, read_safetensors, strip_prefix
 from ltx_engine.lora import fuse_lora
+from ltx_engine.text_encoders import is_gemma4_tower
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -203,7 +204,7 @@ class Pack:
 
     def has(self, component: str) -> bool:
         if component == TEXT_ENCODER:
-            return (self.text_encoder_dir / "config.json").is_file()
+            return (self.text_encoder_dir / "config.json").is_file() or is_gemma4_tower(self.text_encoder_dir)
         if component == "transformer" and self._fused_dev:
             return True
         return self._usable(component)
@@ -275,5 +276,7 @@ class Pack:
 
     @property
     def text_encoder_dir(self) -> Path:
-        """The Gemma checkpoint (mlx-lm format) the pack's prompts are encoded with."""
-        return self.root / TEXT_ENCODER
+        """The Gemma checkpoint the pack's prompts are encoded with: a `text_encoder/` folder (Gemma 3,
+        mlx-lm format), else the pack itself when it holds an LTX-2.5 Gemma 4 tower at its top."""
+        folder = self.root / TEXT_ENCODER
+        return self.root if not folder.is_dir() and is_gemma4_tower(self.root) else folder

@@ -18,6 +18,7 @@ from mlx.utils import tree_flatten
 
 from ltx_engine.loader import apply_weights
 from ltx_engine.pack import COMPONENTS, WeightPack, model_class
+from ltx_engine.text_encoders import is_gemma4_tower
 
 # Every builder reads `pack.tensors(component)`, which a pack folder and a single-file checkpoint both
 # return in the model's own keys and layout, so one path builds either.
@@ -48,6 +49,11 @@ class EncoderFolder:
 
 
 def _text_encoder(pack: WeightPack):
+    """Gemma 3 (an mlx-lm folder) or an LTX-2.5 pack's Gemma 4 tower, whichever the folder holds."""
+    if is_gemma4_tower(pack.text_encoder_dir):
+        from ltx_engine.models.gemma4 import Gemma4Tower
+
+        return Gemma4Tower.load(pack.text_encoder_dir)
     from ltx_engine.models.text_encoder import TextEncoder
 
     return TextEncoder.load(pack.text_encoder_dir)

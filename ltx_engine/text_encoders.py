@@ -2,7 +2,8 @@
 
 The published LTX-2.3 MLX packs carry no text encoder: the MLX port encodes prompts with a separate
 Gemma 3 checkpoint in mlx-lm format (`mlx-community/gemma-3-12b-it-4bit` by default). A pack's own
-tower (a `text_encoder/` folder, or `LTX_GEMMA_DIR` beside a single-file checkpoint) always wins;
+tower (a `text_encoder/` folder, an LTX-2.5 Gemma 4 tower at its top — `text_encoder.safetensors` with
+`text_encoder_config.json` and the tokenizer files — or `LTX_GEMMA_DIR` beside a single-file checkpoint) always wins;
 otherwise the render names an encoder: `--text-encoder`, else the pack's default in the farm's
 config file, else the MLX port's default. The coordinator records the choice in the spec
 (`resolve`), the lease gives the text task only to a worker holding one of its `names`, and a worker
@@ -20,6 +21,9 @@ from pathlib import Path
 DEFAULT = "mlx-community/gemma-3-12b-it-4bit"   # the MLX LTX-2 port's `--gemma` default
 PACK = "pack"                                    # the spec's value for the pack's own tower
 GEMMA_TYPES = ("gemma3", "gemma3_text")          # mlx-lm model types our prompt path runs
+GEMMA4_WEIGHTS, GEMMA4_CONFIG = "text_encoder.safetensors", "text_encoder_config.json"  # an LTX-2.5 pack's tower
+GEMMA4_FILES = (GEMMA4_WEIGHTS, GEMMA4_CONFIG, "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                "generation_config.json", "processor_config.json", "special_tokens_map.json")
 # What mlx-lm's load_model and the tokenizer read; nothing else of a repo is fetched or copied.
 FILES = ("config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json", "tokenizer.model",
          "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
@@ -85,8 +89,16 @@ def is_encoder(folder: Path) -> bool:
             and not (folder / "embedded_config.json").exists())
 
 
+def is_gemma4_tower(folder: Path) -> bool:
+    """A folder (an LTX-2.5 pack) holding the Gemma 4 tower at its top, as mlx-forge writes it."""
+    return (Path(folder) / GEMMA4_WEIGHTS).is_file() and (Path(folder) / GEMMA4_CONFIG).is_file()
+
+
 def weight_bytes(folder: Path) -> int:
-    """Bytes of the checkpoint's weights: what loading it adds to a worker's models."""
+    """Bytes of the checkpoint's weights: what loading it adds to a worker's models (of a pack holding
+    a Gemma 4 tower, the tower's file only)."""
+    if is_gemma4_tower(folder):
+        return (Path(folder) / GEMMA4_WEIGHTS).stat().st_size
     return sum(p.stat().st_size for p in Path(folder).glob("*.safetensors") if p.is_file())
 
 

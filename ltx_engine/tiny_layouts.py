@@ -146,7 +146,8 @@ def extras(folder: Path, seed: int) -> Path:
                  "spatial_upscaler_x1_5_v1_0"):
         if not (folder / f"{stem}.safetensors").exists():  # a 2.5 tiny pack has real ones already
             _save(folder / f"{stem}.safetensors", {f"{stem}.weight": small})
-    (folder / "text_encoder_config.json").write_text(json.dumps({"model_type": "gemma4_text"}))
+    if not (folder / "text_encoder_config.json").exists():  # a 2.5 tiny pack's tower has its own
+        (folder / "text_encoder_config.json").write_text(json.dumps({"model_type": "gemma4_text"}))
     (folder / "spatial_upscaler_x1_5_v1_0_config.json").write_text(json.dumps({"rational_resampler": True}))
     _save(folder / "ltx-2.3-22b-ic-lora-union-control-ref0.5.safetensors", {"diffusion_model.x.lora_A.weight": small})
     (folder / "notes.txt").write_text("not a pack file\n")

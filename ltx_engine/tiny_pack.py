@@ -29,6 +29,7 @@ VARIANTS = ("2.3", "2.5")
 # What an LTX-2.5 transformer config changes against 2.3 (the reference configurator's keys): no video
 # FF biases and the learned keyframe marker that generated keyframe slots (DFR) need.
 LTX25_TRANSFORMER = {"ff_bias": False, "audio_ff_bias": True, "use_keyframes_abs_pos_embedding": True}
+LTX25_CONNECTOR = {"connector_ff_bias": False}  # the 2.5 connectors' feed-forwards have no biases
 TINY_DURATION_HEAD = {"pooler_hidden_dim": 32, "num_queries": 1, "num_pooler_heads": 4, "mlp_hidden": 32}
 
 
@@ -41,7 +42,7 @@ def tiny_embedded_config(variant: str = "2.3") -> dict:
         raise ValueError(f"unknown tiny pack variant {variant!r} (one of {', '.join(VARIANTS)})")
     cfg: dict = {"transformer": transformer.tiny_config(), "vae": video_vae.tiny_config()}
     if variant == "2.5":
-        cfg["transformer"].update(LTX25_TRANSFORMER)
+        cfg["transformer"].update(LTX25_TRANSFORMER | LTX25_CONNECTOR)
         cfg["duration_head"] = dict(TINY_DURATION_HEAD)
     cfg.update(audio_vae.tiny_config())
     cfg.update(vocoder.tiny_config())
@@ -108,8 +109,8 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
                     dtype: mx.Dtype = mx.bfloat16, variant: str = "2.3", layout: str = "standard") -> Path:
     """Write the tiny pack into `folder` (replacing what is there); `bits` 8 or 4 quantizes the DiT.
 
-    `variant` "2.5" gives the LTX-2.5 DiT layout (keyframe marker, bias-free video FF) that DFR needs;
-    its text encoder stays the tiny Gemma 3 (a real 2.5 pack ships Gemma 4). `layout` rearranges the
+    `variant` "2.5" gives the LTX-2.5 DiT layout (keyframe marker, bias-free video FF) that DFR needs,
+    the 2.5 connector (bias-free FF, no projection) and a tiny Gemma 4 tower in the real layout. `layout` rearranges the
     files as another real pack holds them (`ltx_engine.tiny_layouts.LAYOUTS`); the path returned is
     the pack to open (for `hf-cache`, the snapshot folder inside the cache)."""
     from ltx_engine.tiny_layouts import LAYOUTS
@@ -134,7 +135,10 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
 
             model.apply(lambda x: x.astype(dtype) if mx.issubdtype(x.dtype, mx.floating) else x)
             quantize_weights(model, bits=bits, group_size=group_size, predicate=quantizable)
-        _write_component(folder, component, to_pack(dict(tree_flatten(model.parameters()))), dtype)
+        weights = to_pack(dict(tree_flatten(model.parameters())))
+        if component == "connector" and variant == "2.5":  # its aggregate embeds live in the Gemma 4 tower file
+            weights = {k: v for k, v in weights.items() if not k.startswith("text_embedding_projection.")}
+        _write_component(folder, component, weights, dtype)
     for component, ucfg in up_cfgs.items():
         (folder / f"{standard_stem(component)}_config.json").write_text(json.dumps(ucfg, indent=2))
     (folder / "embedded_config.json").write_text(json.dumps(cfg, indent=2))
@@ -147,7 +151,14 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     if bits:
         (folder / "quantize_config.json").write_text(json.dumps(
             {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))
-    write_tiny_text_encoder(folder / "text_encoder", seed)
+    if variant == "2.5":  # the Gemma 4 tower at the pack's top, as mlx-forge writes a 2.5 pack
+        from ltx_engine.models.gemma4 import write_tiny_tower
+
+        tcfg = cfg["transformer"]
+        write_tiny_tower(folder, tcfg["num_attention_heads"] * tcfg["attention_head_dim"],
+                         tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"], seed)
+    else:
+        write_tiny_text_encoder(folder / "text_encoder", seed)
     if variant == "2.5":
         _ltx25_names(folder)
         write_detailing_lora(folder / DETAILING_LORA, cfg["transformer"], seed)

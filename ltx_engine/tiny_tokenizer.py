@@ -51,16 +51,18 @@ def _vocabulary() -> dict[str, int]:
     return {token: index for index, token in enumerate(tokens)}
 
 
-def build_tiny_tokenizer() -> Tokenizer:
-    """The tiny WordPiece tokenizer (lower-cased, punctuation split, `<bos>` prepended)."""
+def build_tiny_tokenizer(bos: bool = True) -> Tokenizer:
+    """The tiny WordPiece tokenizer (lower-cased, punctuation split, `<bos>` prepended unless `bos` is
+    False: Gemma 4's tokenizer adds none, and upstream prepends it)."""
     vocab = _vocabulary()
     tok = Tokenizer(WordPiece(vocab, unk_token="<unk>", max_input_chars_per_word=100))
     tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase()])
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
-    tok.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", vocab["<bos>"])]
-    )
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", vocab["<bos>"])]
+        )
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     return tok
 
@@ -70,16 +72,16 @@ def tiny_vocab_size() -> int:
     return len(_vocabulary())
 
 
-def write_tiny_tokenizer(folder: str | Path, model_max_length: int = 1024) -> Path:
+def write_tiny_tokenizer(folder: str | Path, model_max_length: int = 1024, bos: bool = True) -> Path:
     """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json (HF/mlx-lm layout)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    build_tiny_tokenizer().save(str(folder / "tokenizer.json"))
+    build_tiny_tokenizer(bos).save(str(folder / "tokenizer.json"))
     specials = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **specials,
-        "add_bos_token": True,
+        "add_bos_token": bos,
         "add_eos_token": False,
         "padding_side": "left",
         "model_max_length": model_max_length,

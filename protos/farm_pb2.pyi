@@ -228,7 +228,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., progress_json: _Optional[str] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("task_id", "worker_id", "fence", "outputs", "metrics_json")
+    __slots__ = ("task_id", "worker_id", "fence", "outputs", "metrics_json", "next")
     class OutputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -241,12 +241,14 @@ class CompleteRequest(_message.Message):
     FENCE_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     worker_id: str
     fence: int
     outputs: _containers.ScalarMap[str, str]
     metrics_json: str
-    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., outputs: _Optional[_Mapping[str, str]] = ..., metrics_json: _Optional[str] = ...) -> None: ...
+    next: LeaseRequest
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., outputs: _Optional[_Mapping[str, str]] = ..., metrics_json: _Optional[str] = ..., next: _Optional[_Union[LeaseRequest, _Mapping]] = ...) -> None: ...
 
 class FailRequest(_message.Message):
     __slots__ = ("task_id", "worker_id", "fence", "error", "retryable")
@@ -263,14 +265,16 @@ class FailRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("status", "message", "drain")
+    __slots__ = ("status", "message", "drain", "next")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     status: TaskStatus
     message: str
     drain: bool
-    def __init__(self, status: _Optional[_Union[TaskStatus, str]] = ..., message: _Optional[str] = ..., drain: _Optional[bool] = ...) -> None: ...
+    next: LeaseReply
+    def __init__(self, status: _Optional[_Union[TaskStatus, str]] = ..., message: _Optional[str] = ..., drain: _Optional[bool] = ..., next: _Optional[_Union[LeaseReply, _Mapping]] = ...) -> None: ...
 
 class BlobChunk(_message.Message):
     __slots__ = ("sha256", "data", "size")

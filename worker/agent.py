@@ -140,6 +140,7 @@ class Agent:
         self.capabilities: dict = {}
         self.heartbeat_ms = 10_000
         self.tasks_done = 0
+        self.next_lease: farm_pb2.LeaseReply | None = None  # leased in the last Complete's reply
         self.session = secrets.token_hex(8)  # this process: a new one tells the farm the last one is gone
         self.presence = Presence(lambda: self.worker, self.worker_id, self.session, self.metadata)
         packs_dir = getattr(runner, "packs_dir", None)  # packs it lacks are copied here from the coordinator
@@ -196,9 +197,9 @@ class Agent:
                     self.register()
                     registered = True
                     backoff = 0.5
-                lease = self.lease()
+                lease, self.next_lease = self.next_lease or self.lease(), None
                 if lease is not None:
-                    self.run_task(lease)
+                    self.run_task(lease, lease_next=max_tasks is None or self.tasks_done + 1 < max_tasks)
                     self.tasks_done += 1
                     if max_tasks is not None and self.tasks_done >= max_tasks:
                         break
@@ -219,6 +220,8 @@ class Agent:
                 registered = False
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, RECONNECT_MAX_S)
+        if self.next_lease is not None:  # leased with the last result, never started: hand it back
+            self._report_fail(self.next_lease, "worker shutting down", retryable=True)
         if self.draining.is_set():
             log.info("drained: exiting")
         self.presence.stop()
@@ -229,7 +232,9 @@ class Agent:
         self.capabilities = dict(self.runner.capabilities())
         request = farm_pb2.WorkerInfo(
             worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities), resumed=self._registered_once,
-            idle=True,  # registered between tasks only: a lease the farm has for us was never received
+            # registered between tasks only: a lease the farm has for us was never received (unless it
+            # came with the last result and is about to run)
+            idle=self.next_lease is None,
             session=self.session,
         )
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
@@ -279,8 +284,9 @@ class Agent:
 
     # ------------------------------------------------------------------ one task
 
-    def run_task(self, lease: farm_pb2.LeaseReply) -> str:
-        """Run one leased task to a reported end. Returns the coordinator's final status name."""
+    def run_task(self, lease: farm_pb2.LeaseReply, lease_next: bool = False) -> str:
+        """Run one leased task to a reported end. Returns the coordinator's final status name. lease_next:
+        the Complete call asks for the next task too (kept in self.next_lease): one RPC per task."""
         tasklog = TaskLog.start()  # this task's log lines travel with its result (`farm logs`)
         log.info("task %s (%s) of %s, attempt %d", lease.task_id, lease.kind, lease.render_id, lease.attempts)
         beat = _Heartbeat(self, lease, self.heartbeat_ms / 1000.0)
@@ -319,7 +325,11 @@ class Agent:
                 outputs=shas,
                 metrics_json=json.dumps(metrics, default=float),
             )
+            if lease_next and not (self.stopping.is_set() or self.draining.is_set()):
+                request.next.CopyFrom(farm_pb2.LeaseRequest(
+                    worker_id=self.worker_id, capabilities=lease_capabilities(self.capabilities)))
             reply = self._retrying(lambda stub: stub.Complete, request)
+            self._keep_next(reply)
             status = farm_pb2.TaskStatus.Name(reply.status)
             if reply.message:
                 log.warning("task %s result refused: %s", lease.task_id, reply.message)
@@ -338,6 +348,15 @@ class Agent:
         finally:
             beat.finish()
             tasklog.stop()
+
+    def _keep_next(self, reply: farm_pb2.StatusReply) -> None:
+        """The lease that came with a result: run next (or handed back when we stop meanwhile)."""
+        if not reply.HasField("next"):
+            return
+        if reply.next.drain:
+            self.drain()
+        if reply.next.has_task:
+            self.next_lease = reply.next
 
     def _stop_reason(self, beat: _Heartbeat) -> str:
         return beat.stop_reason or "worker shutting down"

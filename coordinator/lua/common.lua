@@ -70,6 +70,14 @@ local function release(tid, worker, leased_ms, outcome)
   end
 end
 
+-- A worker's own call (lease, heartbeat, result) is its liveness: state, current task, last seen, and a
+-- place in the fleet. Folded into those scripts so a transition is one round trip (seen = ARGV flag '1';
+-- the coordinator's reducer leases under its own id and stays out of the fleet).
+local function worker_seen(worker, state, current)
+  redis.call('HSET', key('worker', worker), 'state', state, 'current_task', current, 'last_seen_ms', NOW)
+  redis.call('SADD', key('workers'), worker)
+end
+
 -- Take a stopped render's not-yet-leased tasks out of the ready queues.
 local function drop_queued(render)
   for _, tid in ipairs(redis.call('LRANGE', key('render', render, 'tasks'), 0, -1)) do

@@ -1,5 +1,7 @@
--- ARGV[3] task, ARGV[4] worker, ARGV[5] fence, ARGV[6] outputs JSON, ARGV[7] metrics JSON.
+-- ARGV[3] task, ARGV[4] worker, ARGV[5] fence, ARGV[6] outputs JSON, ARGV[7] metrics JSON, ARGV[8] '1' when
+-- the worker reports it (its liveness too: idle now, common.lua worker_seen) — one round trip per result.
 local tid, worker = ARGV[3], ARGV[4]
+if ARGV[8] == '1' then worker_seen(worker, 'idle', '') end
 local render = holder_render(tid, worker, ARGV[5])
 if not render then return 'stale' end
 local tk = key('task', tid)

@@ -1,8 +1,14 @@
--- ARGV[3] worker, ARGV[4] lease ms, ARGV[5..] capabilities in preference order.
--- Returns {task id, the task's hash as a flat list}, or nil when nothing is ready.
+-- ARGV[3] worker, ARGV[4] lease ms, ARGV[5] '1' when a worker asks (the call is its liveness, see
+-- common.lua worker_seen), ARGV[6..] capabilities in preference order.
+-- Returns {task id, the task's hash as a flat list}, or nil when nothing is ready: the whole lease in one
+-- round trip, the reply carrying everything the worker needs.
 local worker = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
-if redis.call('HGET', key('worker', worker), 'drain') == '1' then return false end  -- draining: no more
+local seen = ARGV[5] == '1'
+if redis.call('HGET', key('worker', worker), 'drain') == '1' then  -- draining: no more
+  if seen then worker_seen(worker, 'drained', '') end
+  return false
+end
 -- The components of each pack the worker holds ({pack: [component, ...]}, from its registration),
 -- or nil when it describes none (it may take any task).
 -- Likewise the text encoders it holds ({name: bytes}), or nil when it describes none.
@@ -259,7 +265,7 @@ local function next_task(q)
   return tid
 end
 
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   local tid = next_task(key('ready', ARGV[i]))
   if tid then
     local tk = key('task', tid)
@@ -271,7 +277,11 @@ for i = 5, #ARGV do
     redis.call('HSET', tk, 'state', 'leased', 'worker', worker, 'fence', fence, 'attempts', attempt,
       'leased_ms', NOW, 'deadline_ms', deadline, 'progress', '{}', 'session', session, 'stuck_ms', 0)
     redis.call('ZADD', key('leases'), deadline, tid)
-    redis.call('HSET', key('worker', worker), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
+    if seen then
+      worker_seen(worker, 'busy', tid)
+    else
+      redis.call('HSET', key('worker', worker), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
+    end
     local rk = key('render', t[2])
     if redis.call('HGET', rk, 'state') == 'queued' then
       redis.call('HSET', rk, 'state', 'running', 'started_ms', NOW)
@@ -282,4 +292,5 @@ for i = 5, #ARGV do
     return {tid, redis.call('HGETALL', tk)}
   end
 end
+if seen then worker_seen(worker, 'idle', '') end
 return false

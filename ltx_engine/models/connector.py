@@ -6,7 +6,9 @@ are RMS-normalised per token and layer, flattened (layer index fastest), project
 each stream is refined by an `Embeddings1DConnector` (1D transformer with SPLIT RoPE, learnable
 registers that replace the padded tokens, affine-free RMS pre-norms). Module paths equal the keys
 of a pack's `connector.safetensors` with the `connector.` prefix stripped (PyTorch `to_out.0` and
-`ff.net.*` names are kept), so real packs load without renaming.
+`ff.net.*` names are kept), so real packs load without renaming. LTX-2.5's connector differs only in
+its feed-forwards (no biases, `connector_ff_bias`) and keeps no projection: its aggregate embeds ship
+in the Gemma 4 tower's file, and the tower hands them in (`TextConnector.__call__(projection=)`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class ConnectorConfig:
     positional_embedding_theta: float = 10000.0
     gated_attention: bool = False
     norm_eps: float = 1e-6
+    ff_bias: bool = True        # LTX-2.5 connectors' feed-forwards have no biases (`connector_ff_bias`)
+    projection: bool = True     # LTX-2.5 keeps the aggregate embeds in its Gemma 4 tower file instead
 
     @classmethod
     def from_config(cls, cfg: dict) -> ConnectorConfig:
@@ -82,6 +86,7 @@ class ConnectorConfig:
             double_precision_rope=t.get("frequencies_precision", False) == "float64",
             positional_embedding_max_pos=list(t.get("connector_positional_embedding_max_pos", [1])),
             gated_attention=t.get("connector_apply_gated_attention", False),
+            ff_bias=t.get("connector_ff_bias", True),
         )
 
 
@@ -107,6 +112,8 @@ class ConnectorConfig:
             registers = weights.get("video_embeddings_connector.learnable_registers")
             sizes["num_learnable_registers"] = 0 if registers is None else registers.shape[0]
             sizes["gated_attention"] = any(".attn1.to_gate_logits." in k for k in weights)
+            sizes["ff_bias"] = any(k.endswith(".ff.net.0.proj.bias") for k in weights)
+        sizes["projection"] = any(k.startswith("text_embedding_projection.") for k in weights)
         return replace(c, **sizes)
 
 
@@ -247,9 +254,9 @@ class ConnectorAttention(nn.Module):
 class GELUProjection(nn.Module):
     """`ff.net.0`: Linear then tanh-approximated GELU."""
 
-    def __init__(self, dim: int, inner: int):
+    def __init__(self, dim: int, inner: int, bias: bool = True):
         super().__init__()
-        self.proj = nn.Linear(dim, inner)
+        self.proj = nn.Linear(dim, inner, bias=bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         return nn.gelu_approx(self.proj(x))
@@ -258,9 +265,9 @@ class GELUProjection(nn.Module):
 class FeedForward(nn.Module):
     """`ff.net = [GELUProjection, Identity, Linear]` with the reference's 4x width."""
 
-    def __init__(self, dim: int, mult: int = 4):
+    def __init__(self, dim: int, mult: int = 4, bias: bool = True):
         super().__init__()
-        self.net = [GELUProjection(dim, dim * mult), nn.Identity(), nn.Linear(dim * mult, dim)]
+        self.net = [GELUProjection(dim, dim * mult, bias), nn.Identity(), nn.Linear(dim * mult, dim, bias=bias)]
 
     def __call__(self, x: mx.array) -> mx.array:
         for layer in self.net:
@@ -271,10 +278,10 @@ class FeedForward(nn.Module):
 class ConnectorBlock(nn.Module):
     """Pre-norm (affine-free RMS) attention and feed-forward, each with a residual."""
 
-    def __init__(self, dim: int, heads: int, head_dim: int, gated: bool, eps: float):
+    def __init__(self, dim: int, heads: int, head_dim: int, gated: bool, eps: float, ff_bias: bool = True):
         super().__init__()
         self.attn1 = ConnectorAttention(dim, heads, head_dim, gated, eps)
-        self.ff = FeedForward(dim)
+        self.ff = FeedForward(dim, bias=ff_bias)
 
     def __call__(self, x: mx.array, rope: tuple[mx.array, mx.array], rope_type: str) -> mx.array:
         x = x + self.attn1(_rms(x), rope, rope_type)
@@ -292,7 +299,8 @@ class EmbeddingsConnector(nn.Module):
         if cfg.num_learnable_registers:
             self.learnable_registers = mx.zeros((cfg.num_learnable_registers, self.inner_dim))
         self.transformer_1d_blocks = [
-            ConnectorBlock(self.inner_dim, heads, head_dim, cfg.gated_attention, cfg.norm_eps) for _ in range(layers)
+            ConnectorBlock(self.inner_dim, heads, head_dim, cfg.gated_attention, cfg.norm_eps, cfg.ff_bias)
+            for _ in range(layers)
         ]
 
     def _with_registers(self, x: mx.array, mask: mx.array) -> mx.array:
@@ -367,13 +375,21 @@ class TextConnector(nn.Module):
     def __init__(self, cfg: ConnectorConfig):
         super().__init__()
         self.cfg = cfg
-        self.text_embedding_projection = TextProjection(cfg)
+        if cfg.projection:
+            self.text_embedding_projection = TextProjection(cfg)
         self.video_embeddings_connector = EmbeddingsConnector(cfg, cfg.video_heads, cfg.video_head_dim, cfg.video_layers)
         self.audio_embeddings_connector = EmbeddingsConnector(cfg, cfg.audio_heads, cfg.audio_head_dim, cfg.audio_layers)
 
-    def __call__(self, hidden_states: list[mx.array], mask: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """hidden_states: one (B, L, D) array per Gemma hidden state; mask (B, L), 1 = real token."""
-        video, audio = self.text_embedding_projection(hidden_states, mask)
+    def __call__(self, hidden_states: list[mx.array], mask: mx.array,
+                 projection: TextProjection | None = None) -> tuple[mx.array, mx.array, mx.array]:
+        """hidden_states: one (B, L, D) array per Gemma hidden state; mask (B, L), 1 = real token.
+        `projection`: the feature extractor of a text tower that carries its own (LTX-2.5's Gemma 4),
+        for a connector file without one."""
+        projection = self.text_embedding_projection if self.cfg.projection else projection
+        if projection is None:
+            raise ValueError("the pack's connector has no text_embedding_projection and its text encoder brings none "
+                             "(an LTX-2.5 connector needs the pack's Gemma 4 tower)")
+        video, audio = projection(hidden_states, mask)
         video, video_mask = self.video_embeddings_connector(video, mask)
         audio, _ = self.audio_embeddings_connector(audio, mask)
         video = video * video_mask[..., None].astype(video.dtype)

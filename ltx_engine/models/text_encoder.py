@@ -30,7 +30,7 @@ def _gemma_backbone(model: nn.Module) -> nn.Module:
     return model.model
 
 
-def _attention_masks(mask: mx.array, window: int | None, dtype: mx.Dtype) -> mx.array:
+def attention_masks(mask: mx.array, window: int | None, dtype: mx.Dtype) -> mx.array:
     """Additive (B, 1, L, L) mask: causal, keys that are real tokens, and within `window` if given.
 
     Finite (not -inf) so that fully masked rows of left padding stay finite instead of NaN.
@@ -53,8 +53,8 @@ def gemma_hidden_states(model: nn.Module, input_ids: mx.array, mask: mx.array) -
     # transformers casts the sqrt(hidden) scale to the embedding dtype (55.4256 -> 55.5 in bf16).
     h = h * mx.array(args.hidden_size**0.5, dtype=h.dtype)
     pattern = args.sliding_window_pattern
-    full_mask = _attention_masks(mask, None, h.dtype)
-    sliding_mask = _attention_masks(mask, args.sliding_window, h.dtype)
+    full_mask = attention_masks(mask, None, h.dtype)
+    sliding_mask = attention_masks(mask, args.sliding_window, h.dtype)
     states = [h]
     for i, layer in enumerate(gemma.layers):
         is_global = i % pattern == pattern - 1
@@ -106,7 +106,7 @@ class TextEncoder:
 def encode_prompt(encoder: TextEncoder, connector: TextConnector, prompt: str) -> dict[str, np.ndarray]:
     """Prompt -> float32 numpy `video_context` (1, L, Dv), `audio_context` (1, L, Da), `context_mask` (1, L)."""
     states, mask = encoder.hidden_states(prompt)
-    video, audio, out_mask = connector(states, mask)
+    video, audio, out_mask = connector(states, mask, getattr(encoder, "projection", None))  # a 2.5 tower's own
     mx.eval(video, audio, out_mask)
     return {
         "video_context": np.array(video.astype(mx.float32)),

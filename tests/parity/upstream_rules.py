@@ -63,3 +63,42 @@ def follow_ltx_core_1_2_0(model: torch.nn.Module) -> torch.nn.Module:
         if isinstance(pre, MultiModalTransformerArgsPreprocessor):
             pre.prepare = types.MethodType(_prepare_1_2_0, pre)
     return model
+
+
+# ---------------------------------------------------------------- LTX-2.5 text path (upstream main)
+# ltx-core 1.0.0 has no Gemma 4 path; these are main's `text_encoders/gemma` rules, written from reading it.
+
+
+def gemma_tokenize_main(tokenizer, text: str, max_length: int) -> tuple[list[int], list[int]]:
+    """`LTXGemmaTokenizer.tokenize_with_weights` (tokenizer.py, main): strip, tokenize unpadded with
+    truncation, prepend `<bos>` when the tokenizer did not (Gemma 4 does not), cut to max_length, then
+    left-pad to max_length. Returns (ids, attention mask)."""
+    text = text.strip()
+    ids = tokenizer(text, padding=False, truncation=True, max_length=max_length)["input_ids"]
+    if not ids or ids[0] != tokenizer.bos_token_id:
+        ids = [tokenizer.bos_token_id, *ids][:max_length]
+    tokenizer.padding_side = "left"
+    padded = tokenizer.pad({"input_ids": [ids]}, padding="max_length", max_length=max_length,
+                           return_attention_mask=True)
+    return list(padded["input_ids"][0]), list(padded["attention_mask"][0])
+
+
+def connector_inputs_main(features: torch.Tensor, mask: torch.Tensor, registers: torch.Tensor) -> torch.Tensor:
+    """What main's `EmbeddingsProcessor.create_embeddings` + `_replace_padded_with_learnable_registers`
+    hand the connector blocks: valid tokens stably first (`_compute_right_pad_order`), then the tiled
+    learnable registers at the padded positions. `mask` (B, S) binary."""
+    order = torch.argsort(mask.to(torch.int32), dim=-1, descending=True, stable=True)
+    features = torch.gather(features, 1, order.unsqueeze(-1).expand_as(features))
+    valid = torch.gather(mask, 1, order).unsqueeze(-1).to(features.dtype)
+    tiled = registers.repeat(features.shape[1] // registers.shape[0], 1).to(features.dtype).unsqueeze(0)
+    return valid * features + (1 - valid) * tiled
+
+
+def without_ff_bias(connector: torch.nn.Module) -> torch.nn.Module:
+    """Main's `connector_ff_bias=False` (LTX-2.5) on a 1.0.0 `Embeddings1DConnector`: its blocks'
+    feed-forward Linears without bias are the 1.0.0 ones with the biases held at zero."""
+    with torch.no_grad():
+        for name, param in connector.named_parameters():
+            if ".ff." in name and name.endswith(".bias"):
+                param.zero_()
+    return connector
