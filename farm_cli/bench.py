@@ -213,11 +213,12 @@ def transitions(
     tasks: Annotated[int, typer.Option("--tasks", help="Tasks per side per pair.")] = 2000,
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved store/gRPC rounds.")] = 3,
     data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's Redis and data.")] = None,
+    profile: Annotated[bool, typer.Option("--profile", help="Sample the coordinator's stacks (last round).")] = False,
 ) -> None:
     """Lease→complete transitions/s with N simulated workers: the store's Lua alone vs over gRPC, paired."""
     from farm_cli.bench_transitions import transitions as run
 
-    run(workers, tasks, pairs, data)
+    run(workers, tasks, pairs, data, profile)
 
 
 def register(app: typer.Typer) -> None:
