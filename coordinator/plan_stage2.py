@@ -3,6 +3,7 @@ blend + sampler step by the coordinator's reducer. Pure."""
 
 from __future__ import annotations
 
+from coordinator import costs, placement
 from coordinator.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
 from coordinator.plan_dfr import canvas_frames
 from ltx_engine import tdp
@@ -23,12 +24,44 @@ def check_tiling(spec: dict, fleet: list[dict]) -> None:
             spec["width"] // SPATIAL_FACTOR,
         )
         tdp.plan(grid, counts, int(spec["tile_overlap"]))
+        if str(spec["stage2_tiles"]) == "auto":
+            counts = fit_smallest(spec, holders, grid, counts)
     except ValueError as exc:
         raise SpecError(f"stage-2 tiling: {exc}") from exc
     spec["stage2_tiles"] = "x".join(str(n) for n in counts)
     sigmas = spec.get("stage2_sigmas")
     if sigmas is not None and (len(sigmas) < 2 or float(sigmas[-1]) != 0.0):
         raise SpecError("stage-2 sigmas must have at least two values and end with 0")
+
+
+def tile_box(tile: tdp.Tile) -> dict[str, list[int]]:
+    """A tile's latent extent per axis, as its task params carry it (and the cost model reads it)."""
+    return {axis: [iv.start, iv.end] for axis, iv in zip(("frames", "height", "width"), tile.intervals, strict=True)}
+
+
+MAX_TILES_PER_WORKER = 4  # past this, more tiles cost more in overlap than the small Mac adds
+
+
+def fit_smallest(spec: dict, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
+                 ) -> tuple[int, int, int]:
+    """`auto` tiles small enough for the smallest Mac holding the pack (a tile's predicted peak, the cost
+    model's, within its usable memory), so every holder can take one: the fleet's own split grown to at
+    most MAX_TILES_PER_WORKER per holder; the fleet's split when it fits already or no count does (the
+    lease then keeps the tiles off the Macs they do not fit)."""
+    pack_bytes = placement.fleet_pack_bytes(spec["pack"], holders)
+    smallest = min((int(w.get("memory_bytes") or 0) for w in holders), default=0)
+    if not pack_bytes or not smallest:
+        return counts
+    for n in range(counts[1] * counts[2], MAX_TILES_PER_WORKER * len(holders) + 1):
+        candidate = (1, *tdp.balanced_tile_split(n))
+        try:
+            tiles = tdp.plan(grid, candidate, int(spec["tile_overlap"]))
+        except ValueError:
+            break
+        peak = max(costs.peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes) for t in tiles)
+        if costs.min_memory_bytes(peak) <= smallest:
+            return candidate
+    return counts
 
 
 def stage2_sigmas(spec: dict) -> list[float]:
@@ -91,10 +124,7 @@ def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dic
                 "step": step,
                 "tile_index": tile.index,
                 "grid": list(grid),
-                "tile": {
-                    axis: [iv.start, iv.end]
-                    for axis, iv in zip(("frames", "height", "width"), tile.intervals, strict=True)
-                },
+                "tile": tile_box(tile),
             }
             tasks.append(
                 task(

@@ -137,8 +137,8 @@ def _validate_sized(spec: dict, fleet: list[dict]) -> None:
     _check_components(spec, fleet)
     check_dfr(spec, fleet)
     resolve_decode_tiles(spec, fleet)
+    check_tiling(spec, fleet)  # first: the peaks _check_fleet refuses by are those of the tiles it picks
     _check_fleet(spec, fleet)
-    check_tiling(spec, fleet)
 
 
 def _check_fleet(spec: dict, fleet: list[dict]) -> None:

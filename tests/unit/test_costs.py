@@ -135,3 +135,17 @@ def test_bench_dealing_ideal_is_tiles_over_summed_rates() -> None:
     from farm_cli.bench_dealing import ideal_seconds
 
     assert ideal_seconds(10, {"fast": 1.0, "med": 2.0, "slow": 4.0}) == pytest.approx(10 / 1.75)
+
+
+def test_auto_tiles_fit_the_smallest_worker_holding_the_pack() -> None:
+    raw = {"prompt": "fox", "height": 1088, "width": 1920, "frames": 121, "stage2_tiles": "auto"}
+    even = normalize_spec(raw)
+    validate_spec(even, _fleet(64) + _fleet(64))
+    assert even["stage2_tiles"] == "1x1x2"  # both hold the fleet's own split
+    mixed = normalize_spec(raw)
+    validate_spec(mixed, _fleet(64) + _fleet(36))
+    tiles = [t for t in plan_render(mixed, "r") if t["kind"] == "transformer_forward"]
+    assert mixed["stage2_tiles"] != "1x1x2" and all(t["params"]["min_memory_bytes"] <= 36 * GB for t in tiles)
+    too_small = normalize_spec(raw)
+    validate_spec(too_small, _fleet(64) + _fleet(24))  # no count up to 4 a Mac fits 24 GB: the lease keeps them off
+    assert too_small["stage2_tiles"] == "1x1x2"
