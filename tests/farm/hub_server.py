@@ -1,6 +1,8 @@
 """A real HTTP server on 127.0.0.1 that answers the few Hugging Face hub endpoints `snapshot_download`
 uses, serving a local folder as one repo, so `farm pack pull REPO` runs its real download path in
 tests (HF_ENDPOINT points here). It records every file it sends, so a test can check what was asked.
+A gated repo is refused as the hub refuses one whose licence the caller has not accepted: 401 without
+a token, 403 with one, `X-Error-Code: GatedRepo` on every endpoint.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class _Hub(BaseHTTPRequestHandler):
     root: Path
     repo: str
     sent: list[str]
+    gated: bool = False
 
     def log_message(self, *args) -> None:  # quiet test output
         pass
@@ -37,8 +40,25 @@ class _Hub(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _refuse_gated(self) -> bool:
+        """The hub's answer to a gated repo: 401 (no token) or 403 (a token whose user did not accept)."""
+        path = urlparse(self.path).path
+        if not self.gated or not path.startswith((f"/api/models/{self.repo}/", f"/{self.repo}/resolve/")):
+            return False
+        body = json.dumps({"error": f"Access to model {self.repo} is restricted and you are not in the "
+                                    "authorized list. Visit the repo page to ask for access."}).encode()
+        self.send_response(403 if self.headers.get("Authorization") else 401)
+        self.send_header("X-Error-Code", "GatedRepo")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return True
+
     def _api(self, path: str) -> None:
         base = f"/api/models/{self.repo}/"
+        if path == base + "auth-check":
+            return self._json({})
         if path.startswith(base + "revision/"):
             siblings = [{"rfilename": f} for f in _files(self.root)]
             return self._json({"id": self.repo, "sha": COMMIT, "siblings": siblings, "private": False})
@@ -73,6 +93,8 @@ class _Hub(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         path = urlparse(self.path).path
+        if self._refuse_gated():
+            return
         if path.startswith(f"/{self.repo}/resolve/"):
             self._resolve(path, body=False)
         else:
@@ -80,6 +102,8 @@ class _Hub(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = urlparse(self.path).path
+        if self._refuse_gated():
+            return
         if path.startswith("/api/models/"):
             self._api(path)
         elif path.startswith(f"/{self.repo}/resolve/"):
@@ -102,10 +126,11 @@ def _serving(handler: type) -> Iterator[str]:
 
 
 @contextmanager
-def serve_repo(root: Path, repo: str) -> Iterator[tuple[str, list[str]]]:
-    """(endpoint URL, list of files sent) for a hub serving `root` as `repo`, until the block ends."""
+def serve_repo(root: Path, repo: str, gated: bool = False) -> Iterator[tuple[str, list[str]]]:
+    """(endpoint URL, list of files sent) for a hub serving `root` as `repo` (gated: refused to anyone,
+    as to a user who has not accepted its licence), until the block ends."""
     sent: list[str] = []
-    handler = type("Hub", (_Hub,), {"root": Path(root), "repo": repo, "sent": sent})
+    handler = type("Hub", (_Hub,), {"root": Path(root), "repo": repo, "sent": sent, "gated": gated})
     with _serving(handler) as url:
         yield url, sent
 
