@@ -22,6 +22,8 @@ from typing import Any
 
 import grpc
 
+from coordinator.graph import SpecError
+from coordinator.schema import check_small_object
 from ltx_engine import text_encoders
 from protos import farm_pb2, farm_pb2_grpc
 from protos.packpaths import PackRefused, check_pack_name, check_relative
@@ -250,12 +252,10 @@ class FarmPacksServicer(farm_pb2_grpc.FarmPacksServicer):
     def ReportPackSync(self, request, context):
         if not request.worker_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id is required")
-        try:
-            progress = json.loads(request.progress_json or "{}")
-            if not isinstance(progress, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "progress_json is not a JSON object")
+        try:  # bounded size and depth: a deeply nested report is INVALID_ARGUMENT, not a RecursionError
+            progress = check_small_object(request.progress_json or "{}", "progress_json")
+        except SpecError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         self.store.worker_pack_sync(request.worker_id, progress)
         return farm_pb2.PackSyncAck()
 
