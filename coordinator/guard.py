@@ -43,6 +43,13 @@ def _tolerant(deserialize: Callable | None) -> Callable | None:
     return parse
 
 
+def _as_is(serialize: Callable | None) -> Callable | None:
+    """A reply already in wire bytes (a Watch event the hub encoded once for all its watchers) goes as is."""
+    if serialize is None:
+        return None
+    return lambda reply: reply if isinstance(reply, bytes) else serialize(reply)
+
+
 def _decoded(requests: Any) -> Any:
     """A request stream that refuses an undecodable message where it appears."""
     for request in requests:
@@ -73,7 +80,7 @@ class Guard(grpc.ServerInterceptor):
         method = handler_call_details.method or ""
         wrap, make = self._shape(handler)
         behaviour = wrap(method, getattr(handler, self._attr(handler)))
-        return make(behaviour, _tolerant(handler.request_deserializer), handler.response_serializer)
+        return make(behaviour, _tolerant(handler.request_deserializer), _as_is(handler.response_serializer))
 
     @staticmethod
     def _attr(handler: grpc.RpcMethodHandler) -> str:

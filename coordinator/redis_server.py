@@ -25,12 +25,15 @@ import redis
 
 SOCKET_TIMEOUT_S = 30.0  # above any blocking read we do (XREAD BLOCK <= 10 s); redis-py's default is 5 s
 _MAX_SOCKET_PATH = 100   # sun_path is 104 bytes on macOS, 108 on Linux
+# redis-py 8 caps a pool at 100 connections and raises past it; the coordinator's 256 RPC threads (plus its
+# loops and the watchers joining) may each hold one at once.
+MAX_CONNECTIONS = 512
 
 
 def connect(url: str) -> redis.Redis:
     """The client every part of the farm uses: str responses, a socket timeout above our blocking reads."""
     return redis.Redis.from_url(url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S,
-                                socket_connect_timeout=5.0)
+                                socket_connect_timeout=5.0, max_connections=MAX_CONNECTIONS)
 
 
 def _packaged(module: str, relative: str) -> Path | None:

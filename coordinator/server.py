@@ -18,6 +18,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -45,11 +46,10 @@ from coordinator.presence import Presence, TransientErrors
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune, start_sweeper
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object, parse_object
-from coordinator.store import is_transient
 from coordinator.tls import load_or_create_tls
+from coordinator.watchhub import END, WatchHub, backlog
 from protos import farm_pb2, farm_pb2_grpc
 from protos.blobwire import Chunk, WireError, add_blob_service
-from protos.retry import retry
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,8 @@ MAX_WAIT_MS = 30_000
 OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json")
 WATCH_OUTAGE_S = 60.0  # a Watch waits this long for Redis before it ends UNAVAILABLE (clients reconnect)
 WATCH_BLOCK_MS = 1_000
+WATCH_LIMIT = 1024  # concurrent Watch streams (each waits on the hub in a thread of its own)
+WATCH_JOINS = 16  # watchers reading their backlog at once (the rest wait: Redis connections are bounded)
 DEFAULT_MIN_FREE_GB = 1.0
 
 
@@ -133,6 +135,11 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
     )
 
 
+def encoded_event(render_id: str, event_id: str, event: dict) -> bytes:
+    """An Event's wire bytes: made once per event by the watch hub, whatever the number of watchers."""
+    return farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event)).SerializeToString()
+
+
 FARM_NOW_MS = "farm-now-ms"
 
 
@@ -158,14 +165,19 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     """What `farm submit / status / watch / cancel / fetch` talk to."""
 
     def __init__(self, store: Any, scheduler: Scheduler, shelf: PackShelf | None = None,
-                 watch_limit: int = 64) -> None:
+                 watch_limit: int = WATCH_LIMIT) -> None:
         self.store = store
         self.scheduler = scheduler
         self.shelf = shelf
-        # Each Watch holds one of the server's threads for its life: past this many, a watcher is told
-        # RESOURCE_EXHAUSTED (and polls), so Lease / Heartbeat / Complete always find a thread.
+        # One reader of Redis for every watcher; a Watch handler only waits on its queue. The server's
+        # pool holds watch_limit threads on top of the ones worker RPCs use, so Lease / Heartbeat /
+        # Complete always find a thread; past the limit (or a peer's share of it) RESOURCE_EXHAUSTED.
+        self.hub = WatchHub(store, TERMINAL_STATES, encode=encoded_event)
         self.watch_limit = watch_limit
-        self._watch_slots = threading.BoundedSemaphore(watch_limit)
+        self.watch_per_peer = max(1, watch_limit // 2)
+        self._watching: Counter[str] = Counter()
+        self._watch_lock = threading.Lock()
+        self._joining = threading.BoundedSemaphore(WATCH_JOINS)
 
     def Submit(self, request, context):
         from coordinator import planner
@@ -243,39 +255,47 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     def Watch(self, request, context) -> Iterator[farm_pb2.Event]:
         """Relay the render's event stream; end once the render is terminal and its events drained. At
-        most watch_limit at once: beyond, RESOURCE_EXHAUSTED, and the client polls GetRender instead."""
-        self._render(request.render_id, context)
-        if not self._watch_slots.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"the coordinator relays {self.watch_limit} watchers already; poll the render, or retry")
+        most watch_limit at once (half of them per peer): beyond, RESOURCE_EXHAUSTED, and the client
+        polls GetRender instead."""
+        peer = context.peer().rsplit(":", 1)[0]  # the client's address without its port
+        with self._watch_lock:
+            total = sum(self._watching.values())
+            if total >= self.watch_limit or self._watching[peer] >= self.watch_per_peer:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"the coordinator relays {total} watchers ({self._watching[peer]} from this "
+                              "address) already; poll the render, or retry")
+            self._watching[peer] += 1
         try:
             yield from self._relay(request, context)
         finally:
-            self._watch_slots.release()
+            with self._watch_lock:
+                self._watching[peer] -= 1
+                if self._watching[peer] <= 0:
+                    del self._watching[peer]
 
     def _relay(self, request, context) -> Iterator[farm_pb2.Event]:
-        render_id = request.render_id
-        last = request.after_event_id or "0"
-        gone = threading.Event()
-        context.add_callback(gone.set)
-
-        def landed(fn):  # a Redis blip pauses the relay (logged once); the watcher keeps its stream
-            return retry(fn, f"event relay of {render_id}", transient=is_transient, log=log, stop=gone,
-                         give_up_s=WATCH_OUTAGE_S)
-
-        while context.is_active():
-            events = landed(lambda after=last: self.store.read_events(render_id, last_id=after,
-                                                                       block_ms=WATCH_BLOCK_MS))
-            for event_id, event in events:
-                last = event_id
-                yield farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event))
-            if events and not any(str(e.get("type", "")).startswith("render") for _, e in events):
-                continue  # only task events: the render cannot have ended in this batch
-            render = landed(lambda: self.store.get_render(render_id))
-            if render is None or render.get("state") in TERMINAL_STATES:
-                for event_id, event in landed(lambda after=last: self.store.read_events(render_id, last_id=after)):
-                    yield farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event))
-                return
+        """The watcher's backlog, then what the hub hands it, until the hub says the render ended."""
+        render_id, after = request.render_id, request.after_event_id or "0"
+        with self._joining:  # a crowd arriving at once reads Redis a few at a time
+            self._render(render_id, context)
+            sub = self.hub.subscribe(render_id, after)
+        context.add_callback(lambda: sub.push(END))  # a client that leaves frees its thread at once
+        try:
+            with self._joining:
+                first = list(sub.fresh(backlog(self.store, render_id, after)))
+            for event_id, event in first:
+                yield encoded_event(render_id, event_id, event)
+            while context.is_active():
+                for batch in sub.take(WATCH_BLOCK_MS / 1000):
+                    if batch is END:
+                        return
+                    for _event_id, wire in sub.fresh(batch):
+                        yield wire  # the hub encoded it once for every watcher; the Guard sends bytes as they are
+                outage = self.hub.outage_since
+                if outage is not None and time.monotonic() - outage > WATCH_OUTAGE_S:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "the farm's Redis is unreachable; watch again")
+        finally:
+            self.hub.unsubscribe(sub)
 
     def Cancel(self, request, context):
         self._render(request.render_id, context)
@@ -458,6 +478,7 @@ def serve(
     *,
     lease_ms: int = 30_000,
     max_workers: int = 256,  # every worker holds a Lease long poll and an Attach stream
+    watch_limit: int = WATCH_LIMIT,  # Watch streams, served by threads of their own on top of max_workers
     expiry_interval_s: float = 1.0,
     packs_dir: Path | None = None,
     advertise: str | None = None,
@@ -473,15 +494,16 @@ def serve(
     health_servicer = health.HealthServicer()
     leadership = Leadership(store, "", lambda: lead(server), lambda: stand_by(server), leader_lease_ms)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-rpc"),
+        futures.ThreadPoolExecutor(max_workers=max_workers + watch_limit, thread_name_prefix="farm-rpc"),
         interceptors=[TokenInterceptor(token, _token_file(data_dir, token)), LeaderGate(leadership), Guard(),
                       TransientErrors()],
         options=SERVER_OPTIONS,
     )
     shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
     threading.Thread(target=shelf.warm, name="pack-hashes", daemon=True).start()
-    farm_pb2_grpc.add_FarmClientServicer_to_server(
-        FarmClientServicer(store, scheduler, shelf, watch_limit=max(1, max_workers // 4)), server)
+    client_servicer = FarmClientServicer(store, scheduler, shelf, watch_limit=watch_limit)
+    farm_pb2_grpc.add_FarmClientServicer_to_server(client_servicer, server)
+    server.farm_watch_hub = client_servicer.hub  # type: ignore[attr-defined]
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
     presence = Presence(store, scheduler.wake, leadership.is_serving)
     farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler, presence), server)
@@ -543,6 +565,9 @@ def stop(server: grpc.Server, grace: float = 2.0) -> None:
     if health_servicer is not None:
         health_servicer.enter_graceful_shutdown()
     server.stop(grace).wait()
+    hub = getattr(server, "farm_watch_hub", None)
+    if hub is not None:
+        hub.stop()
     reducer = getattr(server, "farm_reducer", None)
     if reducer is not None:
         reducer.stop()

@@ -323,6 +323,27 @@ class FarmStore:
         entries = next(iter(resp.values())) if isinstance(resp, dict) else (resp[0][1] if resp else [])
         return [(eid, json.loads(fields["e"])) for eid, fields in entries]
 
+    def read_event_streams(self, positions: dict[str, str], block_ms: int = 0,
+                           count: int = 200) -> dict[str, list[tuple[str, dict]]]:
+        """Events of several renders, each after its own id, in one XREAD: the Watch hub's one read for
+        every watcher (coordinator/watchhub.py)."""
+        timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
+        if block_ms > 0 and timeout is not None and block_ms / 1000 >= timeout:
+            raise ValueError(f"block_ms {block_ms} needs a client socket_timeout above {block_ms / 1000} s")
+        streams = {self.key("events", rid): last for rid, last in positions.items()}
+        resp = self.client.xread(streams, count=count, block=block_ms if block_ms > 0 else None)
+        pairs = resp.items() if isinstance(resp, dict) else (resp or [])
+        cut = len(self.key("events", ""))
+        return {str(name)[cut:]: [(eid, json.loads(fields["e"])) for eid, fields in entries]
+                for name, entries in pairs}
+
+    def render_states(self, render_ids: list[str]) -> dict[str, str | None]:
+        """The state of each render (None for one that is gone), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for rid in render_ids:
+            pipe.hget(self.key("render", rid), "state")
+        return dict(zip(render_ids, pipe.execute(), strict=True))
+
     # ------------------------------------------------------------------ workers
 
     def register_worker(self, worker_id: str, info: dict, resumed: bool = False, session: str = "",

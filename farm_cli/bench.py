@@ -221,5 +221,20 @@ def transitions(
     run(workers, tasks, pairs, data, profile)
 
 
+@bench_app.command("watchers")
+def watchers(
+    count: Annotated[int, typer.Option("--watchers", help="Concurrent Watch streams on the crowd side.")] = 500,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved quiet/crowd rounds.")] = 3,
+    workers: Annotated[int, typer.Option("--workers", help="Local worker processes.")] = 2,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's farm.")] = None,
+) -> None:
+    """Worker RPC p99 during a tiled render with N watchers vs none: paired ratio, goal within 2x."""
+    from farm_cli.bench_watchers import watchers_bench
+
+    if count < 1 or pairs < 1 or workers < 1:
+        common.fail("--watchers, --pairs and --workers must be at least 1")
+    watchers_bench(count, pairs, workers, data)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")

@@ -1,0 +1,176 @@
+"""One reader of render events for every Watch stream: the fan-out that lets 500 watchers cost one
+Redis read, not 500.
+
+Each Watch used to run its own blocking XREAD loop (a Redis connection and a wake-up per second per
+watcher). The hub's single thread reads the streams of every watched render in one XREAD, checks
+the states of renders that announced a change, encodes each event once, and hands each batch to the
+watchers' own queues; a Watch handler only waits on its queue and sends the bytes it is given. A watcher reads its backlog itself once (from the event id
+it asked for) and drops what it already has by id, so a join never loses or repeats an event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+BLOCK_MS = 1_000
+STATE_CHECK_S = 1.0  # a render that ends without an event of its own is noticed within this
+END = object()  # the render ended (or is gone) and every event before the end was delivered
+RETRY_S = (0.2, 0.5, 1.0, 2.0)
+# Watchers woken per breath: a batch wakes its watchers' threads a few at a time, so a worker RPC arriving
+# meanwhile waits behind a few of them for the GIL, not behind all 500.
+PUSH_CHUNK = 16
+PUSH_PAUSE_S = 0.001
+
+
+def backlog(store: Any, render_id: str, after: str, count: int = 200) -> list[tuple[str, dict]]:
+    """Every event of the render after `after`, however many (read in pages)."""
+    out: list[tuple[str, dict]] = []
+    while True:
+        page = store.read_events(render_id, last_id=after, count=count)
+        out += page
+        if len(page) < count:
+            return out
+        after = page[-1][0]
+
+
+def event_key(event_id: str) -> tuple[int, int]:
+    """Stream ids `ms-seq` in their order ('0' sorts first)."""
+    ms, _, seq = str(event_id).partition("-")
+    return int(ms or 0), int(seq or 0)
+
+
+class Subscription:
+    """One watcher's queue of (event id, event) batches, filled by the hub, emptied by its handler."""
+
+    def __init__(self, render_id: str, after: str) -> None:
+        self.render_id, self.last = render_id, event_key(after)
+        self._batches: deque = deque()
+        self._ready = threading.Condition()
+
+    def push(self, batch: Any) -> None:
+        with self._ready:
+            self._batches.append(batch)
+            self._ready.notify()
+
+    def take(self, timeout: float) -> list:
+        """Everything queued so far (waits up to timeout for the first)."""
+        with self._ready:
+            if not self._batches:
+                self._ready.wait(timeout)
+            out = list(self._batches)
+            self._batches.clear()
+            return out
+
+    def fresh(self, events: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
+        """The events newer than the last one this watcher was given, in order."""
+        for event_id, event in events:
+            key = event_key(event_id)
+            if key > self.last:
+                self.last = key
+                yield event_id, event
+
+
+class WatchHub:
+    """The fan-out: subscribe() a watcher, iterate events(), unsubscribe() when it leaves."""
+
+    def __init__(self, store: Any, terminal: frozenset[str] | set[str], block_ms: int = BLOCK_MS,
+                 encode: Callable[[str, str, dict], Any] = lambda _rid, _eid, event: event) -> None:
+        self.store, self.terminal, self.block_ms, self.encode = store, frozenset(terminal), block_ms, encode
+        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._position: dict[str, str] = {}  # the last event id the hub read per watched render
+        self._check: set[str] = set()  # renders whose state the next round reads (new watchers)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self.stopping = threading.Event()
+        self.outage_since: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def watchers(self) -> int:
+        with self._lock:
+            return sum(len(s) for s in self._subs.values())
+
+    def subscribe(self, render_id: str, after: str) -> Subscription:
+        """Register first, then read the backlog: the union of the two has no gap (duplicates drop by id)."""
+        sub = Subscription(render_id, after)
+        with self._lock:
+            if render_id not in self._subs or not self._subs[render_id]:
+                self._position.setdefault(render_id, after or "0")
+            self._subs[render_id].add(sub)
+            self._check.add(render_id)  # a render that already ended is answered at once
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="watch-hub", daemon=True)
+                self._thread.start()
+        self._wake.set()
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            subs = self._subs.get(sub.render_id)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[sub.render_id]
+                    self._position.pop(sub.render_id, None)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._wake.set()
+
+    # ------------------------------------------------------------------ the reader thread
+
+    def _run(self) -> None:
+        last_check, failures = 0.0, 0
+        while not self.stopping.is_set():
+            with self._lock:
+                positions, check = dict(self._position), set(self._check)
+                self._check.clear()
+            if not positions:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            try:
+                batches = self.store.read_event_streams(positions, block_ms=self.block_ms)
+                changed = check | {rid for rid, events in batches.items()
+                                   if any(str(e.get("type", "")).startswith("render") for _, e in events)}
+                if time.monotonic() - last_check >= STATE_CHECK_S:
+                    changed, last_check = set(positions), time.monotonic()
+                states = self.store.render_states(sorted(changed)) if changed else {}
+                self._deliver(batches, states)
+                self.outage_since, failures = None, 0
+            except Exception as exc:  # noqa: BLE001 - a Redis blip pauses every watcher; they keep their streams
+                if self.outage_since is None:
+                    self.outage_since = time.monotonic()
+                    log.warning("watch hub: reading events failed (%s); retrying", exc)
+                self.stopping.wait(RETRY_S[min(failures, len(RETRY_S) - 1)])
+                failures += 1
+
+    def _deliver(self, batches: dict[str, list[tuple[str, dict]]], states: dict[str, str | None]) -> None:
+        ended = {rid for rid, state in states.items() if state is None or state in self.terminal}
+        tails = {rid: backlog(self.store, rid, batches[rid][-1][0] if batches.get(rid) else self._position.get(rid, "0"))
+                 for rid in ended}  # the rest of an ended render's events (past the read's page, or written since)
+        plan = []
+        with self._lock:
+            for rid in set(batches) | ended:
+                events = batches.get(rid, []) + tails.get(rid, [])
+                if events and rid in self._position:
+                    self._position[rid] = events[-1][0]
+                plan.append((rid, list(self._subs.get(rid, ())), events, rid in ended))
+                if rid in ended:
+                    self._subs.pop(rid, None)
+                    self._position.pop(rid, None)
+        for rid, subs, events, end in plan:
+            encoded = [(event_id, self.encode(rid, event_id, event)) for event_id, event in events]
+            for i, sub in enumerate(subs):
+                if encoded:
+                    sub.push(encoded)
+                if end:
+                    sub.push(END)
+                if i % PUSH_CHUNK == PUSH_CHUNK - 1:
+                    time.sleep(PUSH_PAUSE_S)
