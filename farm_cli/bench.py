@@ -178,6 +178,22 @@ def dealing(
     run(spec, [float(t) for t in throttles.split(",")], pairs, data)
 
 
+@bench_app.command("affinity")
+def affinity(
+    renders: Annotated[int, typer.Option("--renders", help="Renders queued at once per side.")] = 6,
+    workers: Annotated[int, typer.Option("--workers")] = 2,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved affinity on/off pairs.")] = 2,
+    budget_mb: Annotated[float, typer.Option("--model-budget-mb", help="Each worker's warm-model memory.")] = 3.0,
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Model loads of a mixed queue with warm-model affinity on vs off (the coordinator's policy), paired."""
+    from farm_cli.bench_affinity import run
+
+    spec = {"prompt": "a fox in snow", "height": 256, "width": 384, "frames": 9, "frame_rate": 24.0, "pack": pack}
+    run(spec, workers, renders, pairs, budget_mb, data)
+
+
 @bench_app.command("transfer")
 @bench_app.command("blobs", hidden=True)
 def transfer(

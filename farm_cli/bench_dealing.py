@@ -46,8 +46,9 @@ def policy_farm(data: Path) -> Iterator[tuple[str, str, object]]:
 
 
 @contextlib.contextmanager
-def throttled_fleet(spec: dict, throttles: list[float], data: Path | None) -> Iterator[tuple[object, object]]:
-    """A throttled farm on this machine (one worker per factor): its client and store."""
+def throttled_fleet(spec: dict, throttles: list[float], data: Path | None, env: dict[str, str] | None = None,
+                    ) -> Iterator[tuple[object, object]]:
+    """A throttled farm on this machine (one worker per factor, `env` added to theirs): its client and store."""
     from farm_cli.bench_eta import spawn_workers
     from farm_cli.client import FarmClient
     from farm_cli.services import _stop_processes, ensure_tiny_pack
@@ -60,7 +61,7 @@ def throttled_fleet(spec: dict, throttles: list[float], data: Path | None) -> It
         run_data.mkdir()
         (run_data / "packs").symlink_to(folder / "packs", target_is_directory=True)
         with policy_farm(run_data) as (address, token, store):
-            procs = spawn_workers(address, run_data, throttles)
+            procs = spawn_workers(address, run_data, throttles, env)
             try:
                 with FarmClient(address, token, timeout=60) as farm:
                     yield farm, store

@@ -8,6 +8,7 @@ speed per kind from it), then samples the ETA of each measured render twice a se
 once the render is done, with the time that really remained.
 """
 
+import os
 import statistics
 import subprocess
 import sys
@@ -22,15 +23,16 @@ from farm_cli import common
 GOAL = 0.20
 
 
-def spawn_workers(address: str, data: Path, throttles: list[float]) -> list[subprocess.Popen]:
-    """One worker process per throttle factor, as `farm worker --throttle` runs them."""
+def spawn_workers(address: str, data: Path, throttles: list[float], env: dict[str, str] | None = None,
+                  ) -> list[subprocess.Popen]:
+    """One worker process per throttle factor, as `farm worker --throttle` runs them (`env`: added to ours)."""
     procs = []
     for i, factor in enumerate(throttles):
         cmd = [sys.executable, "-m", "worker.agent", "--coordinator", address, "--token-file", str(data / "token"),
                "--packs-dir", str(data / "packs"), "--worker-id", f"w{i + 1}-x{factor:g}",
                "--cache-dir", str(data / f"cache-{i + 1}"), "--wait-ms", "1000", "--throttle", str(factor)]
         log = open(data / f"worker-{i + 1}.log", "ab")  # noqa: SIM115 - the child keeps it
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}))
     return procs
 
 

@@ -47,6 +47,16 @@ def device_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def model_budget_bytes() -> int:
+    """Memory warm models may hold: FARM_MODEL_BUDGET_MB when set (a Mac shared with other work, or a
+    bench that makes model loads count, `farm bench affinity`), else ~60 % of the machine's memory."""
+    mb = os.environ.get("FARM_MODEL_BUDGET_MB", "").strip()
+    try:
+        return int(float(mb) * 2**20) if mb else int(device_memory_bytes() * 0.6)
+    except ValueError:
+        raise SystemExit(f"farm worker: FARM_MODEL_BUDGET_MB={mb!r} is not a number of megabytes") from None
+
+
 def _problem(pack: WeightPack, component: str) -> str | None:
     problem = getattr(pack, "problem", None)  # a single-file checkpoint has no per-file problems
     return problem(component) if problem is not None else None
@@ -62,9 +72,9 @@ class Runner:
     def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None, throttle: float = 1.0):
         self.packs_dir = Path(packs_dir) if packs_dir else None
         self.throttle = max(1.0, float(throttle))  # `--throttle`: each task takes this many times its compute
-        # Keep models warm between tasks, but within ~60% of the machine's memory: the least recently
-        # used models the next task does not need are dropped first.
-        self.engine = engine or Engine(ModelRegistry(budget_bytes=int(device_memory_bytes() * 0.6)))
+        # Keep models warm between tasks, but within the model budget: the least recently used models the
+        # next task does not need are dropped first.
+        self.engine = engine or Engine(ModelRegistry(budget_bytes=model_budget_bytes()))
         self._packs: dict[str, WeightPack] = {}
         self._embeddings: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()  # recent prompts
 
