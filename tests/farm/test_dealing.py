@@ -114,3 +114,30 @@ def test_submitters_share_the_fleet_by_weight_priority_first(store: FarmStore) -
     got = [store.lease(w, ["mlx"], 60_000)["render"] for w in workers]
     assert got[:2] == ["c1", "c1"]  # priority first
     assert got[2:] == ["a1", "b1", "b1", "b1"]  # then by weight: bob (3) gets three workers to ann's (1) one
+
+
+def _needing(rid: str, needs: list[list[str]]) -> list[dict]:
+    return [{"id": f"{rid}.k{i}", "kind": "decode_video", "params": {"needs": n}, "inputs": {}, "deps": [],
+             "capability": "mlx"} for i, n in enumerate(needs)]
+
+
+@pytest.mark.parametrize(("affinity", "first"), [("1", "r.k1"), ("0", "r.k0")])
+def test_affinity_policy_switch(store: FarmStore, affinity: str, first: str) -> None:
+    store.register_worker("w", {})
+    store.client.hset(store.key("worker", "w"), "models", '["vae_decoder"]')  # what complete.lua records
+    store.set_policy(affinity=affinity)
+    store.create_render("r", {"prompt": "fox"}, _needing("r", [["transformer"], ["vae_decoder"]]))
+    assert store.lease("w", ["mlx"], 60_000)["id"] == first
+
+
+def test_bench_affinity_counts_models_a_worker_had_to_load(store: FarmStore) -> None:
+    from farm_cli.bench_affinity import model_loads
+
+    store.register_worker("w", {})
+    store.create_render("r", {"prompt": "fox"}, _needing("r", [["a"], ["a"], ["b"], ["a"]]))
+    for models in (["a"], ["a"], ["a", "b"], ["b", "a"]):
+        task = store.lease("w", ["mlx"], 60_000)
+        store.complete(task["id"], "w", task["fence"], {}, {"models": models})
+        time.sleep(0.002)  # distinct lease times: the count follows lease order
+    assert model_loads(store, ["r"], {}) == 2  # a once, then b
+    assert model_loads(store, ["r"], {"w": {"a", "b"}}) == 1  # warm from an earlier run, b evicted at once
