@@ -238,7 +238,7 @@ local function next_task(q)
     for _, tid in ipairs(batch) do
       local t = redis.call('HMGET', key('task', tid), 'state', 'render')
       local r = t[2] and render_info(t[2])
-      local shortcut = t[1] == 'queued' and r and r.active and text_shortcut(q, tid)
+      local shortcut = t[1] == 'queued' and r and r.active and not seen[r.submitter] and text_shortcut(q, tid)
       if shortcut == 'moved' then
         shortcut = nil  -- left this queue: the next entry now sits at pos
       elseif t[1] == 'queued' and r and r.active then
