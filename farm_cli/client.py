@@ -62,7 +62,7 @@ def translate(exc: grpc.RpcError, address: str) -> FarmError:
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return FarmError(f"the coordinator at {address} refused the farm token: the token is the file "
                          "DATA/token on the coordinator's machine (~/.ltx-farm/token by default); copy it to "
-                         "~/.ltx-farm/token here, or give --token / FARM_TOKEN", code)
+                         "~/.ltx-farm/token here, or give --token-file / FARM_TOKEN", code)
     return FarmError(details or f"the coordinator refused the call ({_plain(code)})", code)
 
 

@@ -21,6 +21,8 @@ import typer
 
 from farm_cli import common
 from farm_cli.main import Coordinator, DataDir, Token
+from farm_cli.remote import local_token
+from protos.auth import NO_TOKEN
 
 Check = tuple[str, str]
 MIN_PYTHON = (3, 11)
@@ -151,7 +153,7 @@ def check_coordinator(address: str, token: str | None) -> Check:
     if not token:
         return (
             "fail",
-            "no farm token: pass --token or FARM_TOKEN (copy it from the coordinator's data folder)",
+            NO_TOKEN,
         )
     from farm_cli.client import FarmClient, FarmError
 
@@ -233,8 +235,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check this machine for a worker: Python, MLX, pack and its text encoder, coordinator and token, clock skew."""
         folder = common.data_dir(data)
-        token_file = folder / "token"
-        token = token or (token_file.read_text().strip() if token_file.is_file() else None)
+        token = token or local_token(data) or None
         code = run_checks(
             [
                 check_python,

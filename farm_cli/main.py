@@ -1,6 +1,7 @@
 """The `farm` command: a thin shell over the planner, the runner, the coordinator and the workers."""
 
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -28,7 +29,23 @@ NoAudio = Annotated[bool, typer.Option("--no-audio")]
 DataDir = Annotated[Path | None, typer.Option("--data", help="Farm data folder (default ~/.ltx-farm).")]
 Coordinator = Annotated[str, typer.Option("--coordinator", envvar="FARM_COORDINATOR",
                                           help="HOST:PORT, or HOST:PORT,HOST:PORT (leader + standbys).")]
-Token = Annotated[str | None, typer.Option("--token", envvar="FARM_TOKEN")]
+
+
+def _token_from_file(path: str | None) -> str | None:
+    """--token-file PATH becomes the token it holds (FARM_TOKEN, the keychain, DATA/token are read later)."""
+    if not path:
+        return None
+    from protos.auth import TokenError, resolve_token
+
+    try:
+        return resolve_token(Path(path))
+    except TokenError as exc:
+        common.fail(str(exc))
+
+
+Token = Annotated[str | None, typer.Option(
+    "--token-file", callback=_token_from_file, metavar="PATH",
+    help="A copy of the coordinator's DATA/token (else FARM_TOKEN, FARM_TOKEN_FILE, the macOS keychain, DATA/token).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 Stage2Tiles = Annotated[str | None, typer.Option("--stage2-tiles", help="auto | HxW | FxHxW: tiled stage 2.")]
 TileOverlap = Annotated[int, typer.Option("--tile-overlap", help="Stage-2 tile overlap in latent cells.")]
@@ -115,9 +132,19 @@ def render(
     typer.echo(f"wrote {path}")
 
 
+def refuse_token_argv(argv: list[str]) -> None:
+    """`--token SECRET` would show the secret in `ps` to every user here: refused before anything runs."""
+    from protos.auth import TOKEN_ON_ARGV
+
+    if any(arg == "--token" or arg.startswith("--token=") for arg in argv):
+        typer.echo(f"farm: {TOKEN_ON_ARGV}", err=True)
+        raise SystemExit(2)
+
+
 def main() -> None:
     from farm_cli import bench, config, doctor, manage, packs, plan, remote, services
 
+    refuse_token_argv(sys.argv[1:])
     remote.register(app)
     services.register(app)
     doctor.register(app)

@@ -53,15 +53,21 @@ def latents_from_outputs(outputs: dict[str, dict[str, str]], render_id: str,
 def client(coordinator: str, token: str | None):
     from farm_cli.client import FarmClient
 
-    return FarmClient(coordinator, token or _local_token())
+    return FarmClient(coordinator, token or local_token())
 
 
-def _local_token() -> str:
-    """The token file the settings name (FARM_TOKEN_FILE, config token_file, else DATA/token)."""
+def local_token(data: Path | None = None) -> str:
+    """This machine's farm token when no --token-file was given: FARM_TOKEN, FARM_TOKEN_FILE, the macOS
+    keychain, the config's token_file, DATA/token (protos.auth.resolve_token); '' when none has one."""
     from farm_cli.config import value
+    from protos.auth import TokenError, resolve_token
 
-    path = Path(value("token_file") or common.data_dir() / "token").expanduser()
-    return path.read_text().strip() if path.is_file() else ""
+    configured = value("token_file")
+    fallback = (Path(configured),) if configured else ()
+    try:
+        return resolve_token(None, fallback_files=(*fallback, common.data_dir(data) / "token"))
+    except TokenError as exc:
+        fail(str(exc))
 
 
 def submit_render(spec: dict, pixels: np.ndarray | None, coordinator: str, token: str | None) -> str:

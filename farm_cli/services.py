@@ -100,7 +100,7 @@ def check_ports(host: str, port: int, dashboard_host: str, dashboard_port: int |
     for what, flag, h, p in (("port", "--port", host, port), ("dashboard port", "--dashboard-port",
                                                              dashboard_host, dashboard_port)):
         if p and not _port_free(h, p):
-            fail(f"{what} {p} on {h} is in use (another `farm up` or coordinator?): stop it or pick {flag}", code=1)
+            fail(f"{what} {p} on {h} is in use (another `farm up` or coordinator?): stop it or pick {flag}", code=2)
 
 
 def enter_or_fail(stack: contextlib.ExitStack, services: contextlib.AbstractContextManager):
@@ -166,9 +166,9 @@ def register(app: typer.Typer) -> None:
     def worker(
         coordinator: Annotated[str | None, typer.Option(
             "--coordinator", envvar="FARM_COORDINATOR", help="HOST:PORT, or a list: leader + standbys.")] = None,
-        token: Annotated[str | None, typer.Option("--token", help="The farm token (prefer --token-file).")] = None,
         token_file: Annotated[Path | None, typer.Option(
-            "--token-file", help="A copy of the coordinator's DATA/token (FARM_TOKEN also works).")] = None,
+            "--token-file", help="A copy of the coordinator's DATA/token (else FARM_TOKEN, FARM_TOKEN_FILE, "
+                                 "the macOS keychain).")] = None,
         worker_id: Annotated[str | None, typer.Option("--worker-id", help="Default: this host's name.")] = None,
         packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Where packs live on this Mac.")] = None,
         cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Blob cache folder.")] = None,
@@ -187,7 +187,7 @@ def register(app: typer.Typer) -> None:
         if not coordinator:
             fail("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
         try:
-            resolved = worker_token(token, token_file)
+            resolved = worker_token(token_file)
         except SystemExit as exc:
             fail(str(exc).removeprefix("farm worker: "))
         from protos.logsetup import log_path
@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
         log_file = None if drain else log_path(common.data_dir(), "worker")  # named by `farm doctor`
         raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
                                     pack_max_mbps, drain, log_file=log_file, throttle=throttle,
-                                    token_file=None if token else token_file))
+                                    token_file=token_file))
 
     @app.command()
     def up(workers: int = typer.Option(2, "--workers"), port: Port = common.DEFAULT_PORT, data: DataDir = None,

@@ -14,7 +14,7 @@ FARM_HOME="${FARM_HOME:-$HOME/.ltx-farm}"
 PACK="ltx-2.3-mlx-q8"
 KINDS="t2v,i2v"
 COORDINATOR=""
-TOKEN=""
+TOKEN="${FARM_TOKEN:-}"
 TOKEN_FILE=""
 WORKER_ID="$(hostname -s 2>/dev/null || hostname)"
 PYTHON="${PYTHON:-python3}"
@@ -28,7 +28,7 @@ usage() {
 options:
   --coordinator HOST:PORT   the coordinator's gRPC address (required)
   --token-file PATH         the coordinator's token file (copied to $FARM_HOME/token, mode 600)
-  --token TOKEN             or the token itself
+  (or FARM_TOKEN in the environment: a token on the command line would show in `ps`)
   --pack NAME_OR_REPO_ID    the pack renders use (default $PACK, copied from the coordinator);
                             a repo id (owner/name) is pulled from the hub into $FARM_HOME/packs instead
   --kinds KINDS             with a repo id: the render kinds to fetch files for (default $KINDS)
@@ -44,7 +44,7 @@ USAGE
 while [ $# -gt 0 ]; do
   case "$1" in
     --coordinator) COORDINATOR="$2"; shift 2 ;;
-    --token) TOKEN="$2"; shift 2 ;;
+    --token|--token=*) echo "install-worker: a token on the command line shows in \`ps\`: give --token-file PATH or FARM_TOKEN" >&2; exit 2 ;;
     --token-file) TOKEN_FILE="$2"; shift 2 ;;
     --pack) PACK="$2"; shift 2 ;;
     --kinds) KINDS="$2"; shift 2 ;;
@@ -79,7 +79,7 @@ if [ "$(uname -s)" != "Darwin" ] && [ "$DRY_RUN" = 0 ]; then
 fi
 if [ "$DRY_RUN" = 0 ]; then
   "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "$PYTHON is older than Python 3.11"
-  [ -n "$TOKEN" ] || [ -f "$TOKEN_FILE" ] || die "give --token-file PATH (copy data/token from the coordinator) or --token"
+  [ -n "$TOKEN" ] || [ -f "$TOKEN_FILE" ] || die "give --token-file PATH (copy data/token from the coordinator) or FARM_TOKEN"
 fi
 
 say "farm folder $FARM_HOME (logs in $LOG_DIR)"

@@ -10,9 +10,13 @@ There is no plaintext path: a token without a fingerprint is refused with one li
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,8 +60,7 @@ class JoinToken:
         """`LTXF1.<fp>.<secret>`; anything else is a bare secret (no fingerprint)."""
         text = (text or "").strip()
         if not text:
-            raise TokenError("no farm token: copy the coordinator's DATA/token (~/.ltx-farm/token by default) "
-                             "here, or set FARM_TOKEN or a token file")
+            raise TokenError(NO_TOKEN)
         parts = text.split(".", 2)
         if len(parts) == 3 and parts[0] == TOKEN_PREFIX:
             fingerprint, secret = parts[1].lower(), parts[2]
@@ -73,6 +76,57 @@ class JoinToken:
 def read_token(path: Path) -> str:
     """A token file copied from the coordinator (for workers / clients on other Macs)."""
     return Path(path).read_text().strip()
+
+
+KEYCHAIN_SERVICE = "ltx-farm"
+NO_TOKEN = ("no farm token: give --token-file PATH (a copy of the coordinator's DATA/token, ~/.ltx-farm/token by "
+            "default), set FARM_TOKEN or FARM_TOKEN_FILE, or on a Mac store it in the keychain "
+            f"(security add-generic-password -s {KEYCHAIN_SERVICE} -a farm -w)")
+TOKEN_ON_ARGV = ("a token on the command line shows in `ps` to every user of this machine: give --token-file PATH, "
+                 f"FARM_TOKEN, or (on a Mac) the keychain item {KEYCHAIN_SERVICE}")
+
+
+def keychain_token(platform: str = sys.platform) -> str:
+    """The token a Mac keeps in its keychain (generic password, service ltx-farm); '' elsewhere or when
+    there is none. Only darwin has `security`; nothing is run on other systems."""
+    if platform != "darwin":
+        return ""
+    try:
+        found = subprocess.run(["security", "find-generic-password", "-s", KEYCHAIN_SERVICE, "-w"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return found.stdout.strip() if found.returncode == 0 else ""
+
+
+def resolve_token(token_file: Path | None = None, *, fallback_files: tuple[Path, ...] = (),
+                  env: Mapping[str, str] | None = None, platform: str = sys.platform) -> str:
+    """The farm token from the first source that has one: the file the user named (--token-file), then
+    FARM_TOKEN, then the file FARM_TOKEN_FILE names, then the macOS keychain, then fallback_files (a
+    client's configured file, DATA/token). '' when none has one. Never the command line, which `ps`
+    shows to everyone; a named file that cannot be read is a TokenError, not a silent fallback."""
+    env = os.environ if env is None else env
+    named = token_file or (Path(env["FARM_TOKEN_FILE"]).expanduser() if env.get("FARM_TOKEN_FILE") else None)
+    if token_file is not None:
+        return _read_named(token_file)
+    if env.get("FARM_TOKEN", "").strip():
+        return env["FARM_TOKEN"].strip()
+    if named is not None:
+        return _read_named(named)
+    from_keychain = keychain_token(platform)
+    if from_keychain:
+        return from_keychain
+    for path in fallback_files:
+        if Path(path).expanduser().is_file():
+            return read_token(Path(path).expanduser())
+    return ""
+
+
+def _read_named(path: Path) -> str:
+    try:
+        return read_token(Path(path).expanduser())
+    except OSError as exc:
+        raise TokenError(f"cannot read the token file {path} ({exc.strerror or exc.__class__.__name__})") from None
 
 
 def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:

@@ -25,7 +25,7 @@ import grpc
 import numpy as np
 
 from protos import farm_pb2, farm_pb2_grpc
-from protos.auth import auth_metadata, read_token
+from protos.auth import NO_TOKEN, TOKEN_ON_ARGV, TokenError, auth_metadata, read_token, resolve_token
 from protos.blobwire import BlobStub, WireError, receive_into_buffer
 from protos.retry import GaveUp, retry
 from protos.tensors import MAGIC, decode_tensor, encode_tensor
@@ -210,7 +210,7 @@ class Agent:
                     if self._reload_token():
                         registered = False
                         continue
-                    log.error("coordinator refused our token; check --token / --token-file")
+                    log.error("coordinator refused our token; check --token-file / FARM_TOKEN")
                     return 2
                 if exc.code() not in RETRY_CODES and exc.code() != grpc.StatusCode.CANCELLED:
                     log.error("coordinator error %s: %s", exc.code(), exc.details())
@@ -447,16 +447,16 @@ class Agent:
         return BlobStub(self.coordinators.channel(self.address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)
 
 
-def worker_token(token: str | None, token_file: Path | None) -> str:
-    """--token, else --token-file, else FARM_TOKEN; one line naming all three when none is given."""
-    if token:
-        return token
-    if token_file:
-        return read_token(token_file)
-    if os.environ.get("FARM_TOKEN"):
-        return os.environ["FARM_TOKEN"]
-    raise SystemExit("farm worker: give --token-file (the coordinator's DATA/token, e.g. ~/.ltx-farm/token), "
-                     "--token or FARM_TOKEN")
+def worker_token(token_file: Path | None) -> str:
+    """--token-file, else FARM_TOKEN, FARM_TOKEN_FILE or the macOS keychain (protos.auth.resolve_token);
+    one line naming them when none has a token. Never the command line, which `ps` shows."""
+    try:
+        token = resolve_token(token_file)
+    except TokenError as exc:
+        raise SystemExit(f"farm worker: {exc}") from None
+    if not token:
+        raise SystemExit(f"farm worker: {NO_TOKEN}")
+    return token
 
 
 def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, worker_id: str | None = None,
@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="farm worker", description="Run a farm worker on this Mac.")
     parser.add_argument("--coordinator", default=os.environ.get("FARM_COORDINATOR"),
                         help="HOST:PORT of the coordinator, or a comma-separated list (leader + standbys)")
-    parser.add_argument("--token", default=None)
+    parser.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused: `ps` would show it
     parser.add_argument("--token-file", type=Path, default=None)
     parser.add_argument("--worker-id", default=None)
     parser.add_argument("--packs-dir", type=Path, default=None)
@@ -497,11 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain", action="store_true",
                         help="ask the running worker with this id to finish its task, take no more and exit")
     args = parser.parse_args(argv)
+    if args.token is not None:
+        parser.exit(2, f"farm worker: {TOKEN_ON_ARGV}\n")
     if not args.coordinator:
         parser.error("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
-    return run_worker(args.coordinator, worker_token(args.token, args.token_file), args.packs_dir, args.worker_id,
+    return run_worker(args.coordinator, worker_token(args.token_file), args.packs_dir, args.worker_id,
                       args.cache_dir, args.wait_ms, args.max_tasks, args.pack_max_mbps, args.drain,
-                      throttle=args.throttle, token_file=None if args.token else args.token_file)
+                      throttle=args.throttle, token_file=args.token_file)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ the render finishes on the healthy workers, byte-identical to --local, and `farm
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import struct
@@ -48,8 +49,8 @@ def _wait(ok: Callable[[], bool], timeout: float = 60) -> None:
 
 def farm_cli(farm: ChaosFarm, *args: str) -> str:
     run = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", *args,
-                          "--coordinator", farm.address, "--token", farm.token],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+                          "--coordinator", farm.address],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60, env={**os.environ, "FARM_TOKEN": farm.token})
     assert run.returncode == 0, run.stderr
     return run.stdout
 

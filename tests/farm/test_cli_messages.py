@@ -34,8 +34,9 @@ def coordinator(store, tmp_data, tiny_packs):
 
 def farm(address: str, *args: str, token: str = "", data: Path | None = None) -> subprocess.CompletedProcess:
     token = token or JOIN[address]
-    env = {"PATH": "/usr/bin:/bin", "FARM_DATA": str(data or ROOT / "nonexistent-farm-data"), "HOME": "/nonexistent"}
-    extra = ["--coordinator", address] + (["--token", token] if token else [])
+    env = {"PATH": "/usr/bin:/bin", "FARM_DATA": str(data or ROOT / "nonexistent-farm-data"), "HOME": "/nonexistent",
+           **({"FARM_TOKEN": token} if token else {})}
+    extra = ["--coordinator", address]
     return subprocess.run([*CLI, *args, *extra], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
 
 

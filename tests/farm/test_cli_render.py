@@ -20,10 +20,10 @@ def test_render_on_the_farm_then_status_watch_and_cancel(store, tmp_data, tiny_p
     user_dir.mkdir()
     with farm(store, tmp_data, tiny_packs, workers=1) as (client, _procs):
         token = (tmp_data / "token").read_text().strip()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "FARM_DATA": str(tmp_data)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "FARM_DATA": str(tmp_data), "FARM_TOKEN": token}
 
         def run(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([*CLI, *args, "--coordinator", client.address, "--token", token],
+            return subprocess.run([*CLI, *args, "--coordinator", client.address],
                                   capture_output=True, text=True, cwd=user_dir, timeout=240, env=env)
 
         made = run("render", "-p", "a lighthouse in fog", "-H", "256", "-W", "384", "-f", "25", "--seed", "4",

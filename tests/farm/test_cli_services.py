@@ -48,12 +48,12 @@ def test_second_farm_up_on_busy_ports_says_so_in_one_line(tmp_path: Path) -> Non
         assert "already" in _one_line(same) and str(first_data) in same.stderr
         other = _farm("up", "--workers", "0", "--port", str(port), "--dashboard-port", str(free_port()),
                       data=other_data)
-        assert other.returncode == 1 and f"port {port}" in _one_line(other) and "in use" in other.stderr
+        assert other.returncode == 2 and f"port {port}" in _one_line(other) and "in use" in other.stderr
         dash_busy = _farm("up", "--workers", "0", "--port", str(free_port()), "--dashboard-port", str(dash),
                           data=other_data)
-        assert dash_busy.returncode == 1 and f"dashboard port {dash}" in _one_line(dash_busy)
+        assert dash_busy.returncode == 2 and f"dashboard port {dash}" in _one_line(dash_busy)
         coord = _farm("coordinator", "--port", str(port), "--dashboard-port", str(free_port()), data=other_data)
-        assert coord.returncode == 1 and f"port {port}" in _one_line(coord)
+        assert coord.returncode == 2 and f"port {port}" in _one_line(coord)
     finally:
         first.terminate()
         first.wait(timeout=30)
@@ -71,6 +71,6 @@ def test_farm_worker_help_lists_its_options(tmp_path: Path) -> None:
 def test_farm_worker_without_coordinator_is_one_line(tmp_path: Path) -> None:
     env = _env(tmp_path)
     env.pop("FARM_COORDINATOR", None)
-    result = subprocess.run([*FARM, "worker", "--token", "x"], capture_output=True, text=True, timeout=60,
-                            env=env, cwd=ROOT)
+    result = subprocess.run([*FARM, "worker"], capture_output=True, text=True, timeout=60,
+                            env={**env, "FARM_TOKEN": "x"}, cwd=ROOT)
     assert result.returncode == 2 and "--coordinator" in _one_line(result)

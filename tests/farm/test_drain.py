@@ -3,6 +3,8 @@ the dashboard show it draining, then drained. Real Redis, coordinator, worker pr
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from coordinator import metrics
@@ -76,8 +78,9 @@ def test_drain_from_the_cli_names_the_worker_or_says_it_is_unknown(store, tmp_da
     try:
         store.register_worker("mac-1", {})
         address = f"127.0.0.1:{port}"
-        run = lambda *args: subprocess.run([*cli, *args, "--coordinator", address, "--token", token],  # noqa: E731
-                                           capture_output=True, text=True, cwd=ROOT, timeout=30)
+        run = lambda *args: subprocess.run([*cli, *args, "--coordinator", address],  # noqa: E731
+                                           capture_output=True, text=True, cwd=ROOT, timeout=30,
+                                           env={**os.environ, "FARM_TOKEN": token})
         drained = run("drain", "mac-1")
         assert drained.returncode == 0 and "mac-1 draining" in drained.stdout, drained.stderr
         unknown = run("worker", "--drain", "--worker-id", "mac-2")

@@ -76,9 +76,9 @@ def serving_after(address: str, token: str, start: float, timeout: float = 30) -
 
 
 def submit_wait(addresses: str, token: str, out: Path) -> subprocess.Popen:
-    cmd = [*CLI, "submit", *ARGS, "--wait", "-o", str(out), "--coordinator", addresses, "--token", token]
+    cmd = [*CLI, "submit", *ARGS, "--wait", "-o", str(out), "--coordinator", addresses]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "FARM_TOKEN": token})
 
 
 def wait_for_lease(store, suffix: str, timeout: float = 120) -> str:
@@ -177,9 +177,9 @@ def test_wait_and_watch_clients_ride_through_a_coordinator_restart(store, redis_
         client = submit_wait(address, token, out)
         procs.append(client)
         render_id = wait_for_lease(store, ".stage1")
-        watcher = subprocess.Popen([*CLI, "watch", render_id, "--coordinator", address, "--token", token],
+        watcher = subprocess.Popen([*CLI, "watch", render_id, "--coordinator", address],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                   env={**os.environ, "PYTHONPATH": str(ROOT), "FARM_TOKEN": token})
         procs.append(watcher)
         wait_for_lease(store, ".stage2.s1.t0")
         os.kill(procs[0].pid, signal.SIGKILL)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -49,8 +50,9 @@ def test_webhook_posts_once_when_a_render_ends(store, tmp_data, tiny_packs, rece
     (tmp_data / "packs").symlink_to(tiny_packs)
     server, port = serve(store, tmp_data, token="n" * 24)
     token = join_token(tmp_data, "n" * 24)  # TLS: the client pins this farm's CA
-    farm = lambda *a: subprocess.run([*CLI, *a, "--coordinator", f"127.0.0.1:{port}", "--token", token],  # noqa: E731
-                                     capture_output=True, text=True, cwd=ROOT, timeout=60)
+    farm = lambda *a: subprocess.run([*CLI, *a, "--coordinator", f"127.0.0.1:{port}"],  # noqa: E731
+                                     capture_output=True, text=True, cwd=ROOT, timeout=60,
+                                     env={**os.environ, "FARM_TOKEN": token})
     try:
         bad = farm("submit", "-p", "a fox", "--notify", "file:///etc/passwd")
         assert bad.returncode == 2 and "http://" in bad.stderr

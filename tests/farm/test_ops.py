@@ -4,6 +4,7 @@ install script's dry run works under bash, and `farm doctor` checks against a re
 from __future__ import annotations
 
 import configparser
+import os
 import plistlib
 import subprocess
 import time
@@ -39,8 +40,6 @@ def test_install_worker_dry_run_renders_a_valid_plist(tmp_path: Path) -> None:
             "--dry-run",
             "--coordinator",
             "studio.local:8471",
-            "--token",
-            "t0k",
             "--home",
             str(tmp_path / "farm"),
             "--worker-id",
@@ -49,6 +48,7 @@ def test_install_worker_dry_run_renders_a_valid_plist(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "FARM_TOKEN": "t0k"},  # the token never rides on a command line
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -66,8 +66,11 @@ def test_install_worker_dry_run_renders_a_valid_plist(tmp_path: Path) -> None:
     ]
     assert args[args.index("--worker-id") + 1] == "mini-2" and "__" not in "".join(map(str, plist.values()))
     assert subprocess.run(["bash", str(script), "--bogus"], capture_output=True).returncode == 2
-    pulled = subprocess.run(["bash", str(script), "--dry-run", "--token", "t", "--home", str(tmp_path / "farm"),
-                             "--pack", "dgrauet/ltx-2.3-mlx-q8"], capture_output=True, text=True, timeout=60)
+    on_argv = subprocess.run(["bash", str(script), "--dry-run", "--token", "t"], capture_output=True, text=True)
+    assert on_argv.returncode == 2 and len(on_argv.stderr.strip().splitlines()) == 1 and "ps" in on_argv.stderr
+    pulled = subprocess.run(["bash", str(script), "--dry-run", "--token-file", str(tmp_path / "t"), "--home",
+                             str(tmp_path / "farm"), "--pack", "dgrauet/ltx-2.3-mlx-q8"], capture_output=True,
+                            text=True, timeout=60)
     assert pulled.returncode == 0, pulled.stderr  # a Mac that must stand alone pulls only what renders load
     assert f"pack pull dgrauet/ltx-2.3-mlx-q8 --kinds t2v\\,i2v --packs-dir {tmp_path / 'farm' / 'packs'}" in pulled.stdout
 
@@ -133,6 +136,7 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
     assert status == "fail" and "vocoder" in message
     server, port = serve(store, tmp_data, "127.0.0.1", 0, "right-token")
     right = join_token(tmp_data, "right-token")  # the farm's CA pinned, its secret
+    (tmp_data / "right.token").write_text(right)  # a client names a token file, never the token itself
     dash, dport = start_dashboard(store, port=0)
     try:
         assert doctor.check_coordinator(f"127.0.0.1:{port}", right)[0] == "ok"
@@ -157,8 +161,8 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
                 "doctor",
                 "--coordinator",
                 f"127.0.0.1:{port}",
-                "--token",
-                right,
+                "--token-file",
+                str(tmp_data / "right.token"),
                 "--data",
                 str(tmp_data),
                 "--dashboard",

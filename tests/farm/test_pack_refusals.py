@@ -51,8 +51,8 @@ def packs(tmp_path, tiny_packs):
 def _submit(address: str, token: str, data, *args: str) -> subprocess.CompletedProcess:
     code = "from farm_cli.main import main; main()"
     return subprocess.run([sys.executable, "-c", code, "submit", "-p", "a fox", "-H", "128", "-W", "128", "-f", "9",
-                           *args, "--coordinator", address, f"--token={token}"], capture_output=True, text=True,
-                          timeout=120, env={"FARM_DATA": str(data), "PATH": "/usr/bin:/bin"}, cwd=ROOT)
+                           *args, "--coordinator", address], capture_output=True, text=True,
+                          timeout=120, env={"FARM_DATA": str(data), "PATH": "/usr/bin:/bin", "FARM_TOKEN": token}, cwd=ROOT)
 
 
 def _wait_registered(store, timeout: float = 90) -> dict:

@@ -229,8 +229,8 @@ def test_second_worker_receives_the_pack_and_renders_identical(
 def pack_list(address: str, token: str) -> dict:
     """`farm pack list --json`, run as a user would."""
     run = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "pack", "list",
-                          "--coordinator", address, "--token", token, "--json"],
-                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          "--coordinator", address, "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "FARM_TOKEN": token},
                          timeout=60)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout)

@@ -76,9 +76,10 @@ def test_redis_killed_in_every_phase_renders_finish_identical(local_runner, tmp_
             cli = subprocess.Popen(
                 [sys.executable, "-c", "from farm_cli.main import main; main()", "submit", "-p", "a fox", "-H", "128",
                  "-W", "256", "-f", "9", "--seed", "41", "--stage2-tiles", "2x2", "--tile-overlap", "1",
-                 "--decode-tiles", "32,128,128", "--coordinator", farm.address, "--token", farm.token, "--wait",
+                 "--decode-tiles", "32,128,128", "--coordinator", farm.address, "--wait",
                  "-o", str(tmp_path / "wait.mp4"), "--json"],
-                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "FARM_TOKEN": farm.token}, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True)
             time.sleep(2.0)
             ids[42] = farm.client.submit(spec(42))

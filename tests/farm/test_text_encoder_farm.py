@@ -67,7 +67,7 @@ def test_published_pack_renders_with_a_separate_encoder(store, tmp_data, tmp_pat
         assert "tiny-gemma" not in info["text_encoders"] and "text_encoder" not in info["pack_components"]["published"]
         token = (tmp_data / "token").read_text().strip()
         refused = _cli("submit", "-p", "a fox", "-H", "128", "-W", "128", "-f", "9", "--pack", "published",
-                       "--coordinator", client.address, f"--token={token}", env={"FARM_DATA": str(tmp_data)})
+                       "--coordinator", client.address, env={"FARM_DATA": str(tmp_data), "FARM_TOKEN": token})
         lines = refused.stderr.strip().splitlines()
         assert refused.returncode == 2 and lines == [f"farm: no live worker holds {REFUSAL}"], refused.stderr
         assert store.list_renders() == []
@@ -81,8 +81,8 @@ def test_published_pack_renders_with_a_separate_encoder(store, tmp_data, tmp_pat
         assert_identical(farm_results(client, render), folder_ref)
         assert procs["w1"].poll() is None
         _registered(store, "tiny-gemma")  # registered again once the copy landed
-        listed = _cli("pack", "list", "--coordinator", client.address, f"--token={token}", "--json",
-                      env={"FARM_DATA": str(tmp_data)})
+        listed = _cli("pack", "list", "--coordinator", client.address, "--json",
+                      env={"FARM_DATA": str(tmp_data), "FARM_TOKEN": token})
         rows = {r["text_encoder"]: r["bytes"] for r in json.loads(listed.stdout)["text_encoders"] if r["worker"] == "w1"}
         size = (folder / "model.safetensors").stat().st_size
         assert rows == {"farm/cached-gemma": size, "tiny-gemma": size}, listed.stdout

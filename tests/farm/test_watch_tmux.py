@@ -26,11 +26,10 @@ def test_farm_watch_shows_every_stage_done(store, tmp_data, tiny_packs):
         pytest.skip("no tmux on PATH (.ci/run installs it; tests never install system packages)")
     session = f"farmwatch{os.getpid()}"
     with farm(store, tmp_data, tiny_packs, workers=2) as (client, _procs):
-        token = (tmp_data / "token").read_text().strip()
         render_id = client.submit(dict(SPEC))
         done_file = tmp_data / "watch.rc"
         command = (f"cd {ROOT} && {sys.executable} -c 'from farm_cli.main import main; main()' watch {render_id} "
-                   f"--coordinator {client.address} --token {token}; echo $? > {done_file}; sleep 60")
+                   f"--coordinator {client.address} --token-file {tmp_data / 'token'}; echo $? > {done_file}; sleep 60")
         _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "60", command)
         try:
             deadline = time.monotonic() + 240

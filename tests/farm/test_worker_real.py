@@ -3,6 +3,7 @@ gRPC coordinator: a cancel mid-render, a coordinator that comes up after its wor
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -180,7 +181,7 @@ def test_status_shows_failure_text_and_worker(store, tmp_data, tiny_packs, tmp_p
             time.sleep(0.3)
         token = (tmp_data / "token").read_text().strip()
         result = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "status", render_id,
-                                 "--coordinator", client.address, f"--token={token}"],
-                                capture_output=True, text=True, timeout=60, cwd=ROOT)
+                                 "--coordinator", client.address],
+                                capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "FARM_TOKEN": token})
     assert "failed" in result.stdout, result.stdout
     assert "on w1" in result.stdout and "vae_decoder.safetensors: missing tensor" in result.stdout, result.stdout

@@ -17,10 +17,10 @@ CASES = [
 ]
 
 
-def _farm(*args: str, env_data) -> subprocess.CompletedProcess:
+def _farm(*args: str, env_data, token: str = "") -> subprocess.CompletedProcess:
     code = "from farm_cli.main import main; main()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                          env={"FARM_DATA": str(env_data), "PATH": "/usr/bin:/bin"})
+                          env={"FARM_DATA": str(env_data), "PATH": "/usr/bin:/bin", **({"FARM_TOKEN": token} if token else {})})
 
 
 @pytest.mark.parametrize(("args", "message"), CASES)
@@ -46,6 +46,6 @@ def test_submit_bad_input_queues_nothing(store, tmp_data, tiny_packs):
     with farm(store, tmp_data, tiny_packs, workers=0) as (client, _):
         address, token = client.address, (tmp_data / "token").read_text().strip()
         for args, message in CASES[:5]:
-            result = _farm("submit", *args, "--coordinator", address, f"--token={token}", env_data=tmp_data)
+            result = _farm("submit", *args, "--coordinator", address, env_data=tmp_data, token=token)
             assert result.returncode == 2 and message in result.stderr, result.stderr
         assert store.list_renders() == []
