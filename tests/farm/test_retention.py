@@ -6,10 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from coordinator.metrics import redis_now_ms
 from coordinator.retention import prune
+from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ROOT, farm, wait_done
 
 SPEC = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate": 24.0, "seed": 5}
@@ -44,7 +46,7 @@ def test_prune_forgets_finished_renders_and_their_blobs_and_keeps_live_ones(stor
         later = client.prune(0)  # the operator's `farm prune --older-than 0`: no grace for blobs either
         assert later["render_ids"] == [] and later["blobs"] >= 2 and _blob_files(tmp_data) == []
         cli = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "prune", "--older-than",
-                              "0", "--coordinator", client.address, "--token", (tmp_data / "token").read_text().strip()],
+                              "0", "--coordinator", client.address, "--token-file", str(tmp_data / "token")],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert cli.returncode == 0 and "forgot 0 renders and 0 blobs" in cli.stdout, cli.stderr
         assert not list(store.client.scan_iter(match=f"{store.prefix}:blob:*"))
@@ -63,3 +65,33 @@ def test_workers_unseen_for_a_day_are_forgotten_unless_they_hold_a_lease(store, 
     assert done.workers == ["old-mac"] and done.renders == []
     assert [w["id"] for w in store.list_workers()] == ["busy-mac"]
     assert not store.client.exists(store.key("worker", "old-mac"))
+
+
+@pytest.mark.timeout(300)
+def test_fifty_renders_leave_no_key_blob_or_folder_after_farm_prune(store, tmp_data, tiny_packs) -> None:
+    """Two renders run to the end (latents, frames, an mp4 folder), 48 more each with an uploaded image
+    are cancelled: `farm prune --older-than 0` leaves no Redis key naming any of the 50, no blob record or
+    file, and no render folder."""
+    with farm(store, tmp_data, tiny_packs, workers=1) as (client, procs):
+        finished = [client.submit({**SPEC, "seed": s}) for s in (1, 2)]
+        for render_id in finished:
+            wait_done(client, render_id)
+        procs["w1"].terminate()
+        procs["w1"].wait(timeout=30)
+        cancelled = []
+        for i in range(48):
+            sha = client.put_blob(encode_tensor(np.full((64, 64, 3), i, dtype=np.uint8)))
+            cancelled.append(client.submit({**SPEC, "seed": 100 + i, "image": {"blob": sha, "frame": 0, "strength": 1.0}}))
+            client.cancel(cancelled[-1])
+        renders = finished + cancelled
+        assert all(_keys_of(store, r) for r in renders) and len(_blob_files(tmp_data)) > 48
+        cli = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "prune", "--older-than",
+                              "0", "--coordinator", client.address, "--token-file", str(tmp_data / "token")],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert cli.returncode == 0 and "forgot 50 renders" in cli.stdout, cli.stdout + cli.stderr
+        left = [k for k in store.client.scan_iter(match=f"{store.prefix}:*", count=1000)
+                if any(r in k for r in renders)]
+        assert left == []
+        assert not any(r in m for r in renders for m in store.client.zrange(store.key("renders"), 0, -1))
+        assert not list(store.client.scan_iter(match=f"{store.prefix}:blob:*")) and _blob_files(tmp_data) == []
+        assert not (tmp_data / "renders").exists() or not any((tmp_data / "renders").iterdir())
