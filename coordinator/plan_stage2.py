@@ -3,8 +3,19 @@ blend + sampler step by the coordinator's reducer. Pure."""
 
 from __future__ import annotations
 
+import math
+
 from coordinator import costs, placement
-from coordinator.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
+from coordinator.graph import (
+    CAPABILITY,
+    COORDINATOR,
+    SPATIAL_FACTOR,
+    SpecError,
+    expect,
+    latent_frames,
+    ref,
+    task,
+)
 from coordinator.plan_dfr import canvas_frames
 from ltx_engine import tdp
 from ltx_engine.generation import LTX_25
@@ -42,12 +53,30 @@ def tile_box(tile: tdp.Tile) -> dict[str, list[int]]:
 MAX_TILES_PER_WORKER = 4  # past this, more tiles cost more in overlap than the small Mac adds
 
 
+def _step_seconds(spec: dict, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
+                  pack_bytes: int) -> tuple[float, int]:
+    """One step of these tiles on the holders (chip speeds, memory; dealt as lease.lua deals them): its
+    predicted seconds (inf when some tile fits no holder) and the largest tile's min_memory_bytes."""
+    tiles = tdp.plan(grid, counts, int(spec["tile_overlap"]))
+    tasks = [{"id": str(t.index), "kind": "transformer_forward", "deps": [], "capability": CAPABILITY,
+              "params": {"tile_index": t.index,
+                         "cost_s": costs.reference_seconds("transformer_forward", {"tile": tile_box(t)}),
+                         "min_memory_bytes": costs.min_memory_bytes(
+                             costs.peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes))}}
+             for t in tiles]
+    slots = [placement.Slot(str(i), str(w.get("chip") or ""), int(w.get("memory_bytes") or 0))
+             for i, w in enumerate(holders)]
+    placed = placement.simulate(tasks, slots)
+    need = max(t["params"]["min_memory_bytes"] for t in tasks)
+    return (max(p.end for p in placed) if len(placed) == len(tasks) else math.inf), need
+
+
 def fit_smallest(spec: dict, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
                  ) -> tuple[int, int, int]:
     """`auto` tiles small enough for the smallest Mac holding the pack (a tile's predicted peak, the cost
     model's, within its usable memory), so every holder can take one: the fleet's own split grown to at
-    most MAX_TILES_PER_WORKER per holder; the fleet's split when it fits already or no count does (the
-    lease then keeps the tiles off the Macs they do not fit)."""
+    most MAX_TILES_PER_WORKER per holder, when that step is predicted to end no later than the fleet's
+    split (whose big tiles the lease keeps off the small Macs) would."""
     pack_bytes = placement.fleet_pack_bytes(spec["pack"], holders)
     smallest = min((int(w.get("memory_bytes") or 0) for w in holders), default=0)
     if not pack_bytes or not smallest:
@@ -55,12 +84,11 @@ def fit_smallest(spec: dict, holders: list[dict], grid: tuple[int, int, int], co
     for n in range(counts[1] * counts[2], MAX_TILES_PER_WORKER * len(holders) + 1):
         candidate = (1, *tdp.balanced_tile_split(n))
         try:
-            tiles = tdp.plan(grid, candidate, int(spec["tile_overlap"]))
+            seconds, need = _step_seconds(spec, holders, grid, candidate, pack_bytes)
         except ValueError:
             break
-        peak = max(costs.peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes) for t in tiles)
-        if costs.min_memory_bytes(peak) <= smallest:
-            return candidate
+        if need <= smallest:
+            return candidate if seconds <= _step_seconds(spec, holders, grid, counts, pack_bytes)[0] else counts
     return counts
 
 
