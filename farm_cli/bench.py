@@ -23,29 +23,35 @@ def _is_stage2(task_id: str) -> bool:
     return ".stage2" in task_id
 
 
-def local_stage2_seconds(spec: dict, packs: Path, out: Path) -> tuple[float, float]:
-    """(stage-2 wall seconds, mean tile-forward seconds) of an in-process render."""
+def local_stage2_seconds(spec: dict, packs: Path, out: Path) -> tuple[float, float, float, float]:
+    """(stage-2 wall seconds, mean tile-forward seconds, summed forward seconds, reducer seconds) of an
+    in-process render."""
     from farm_cli.local import render_local
     from worker.runner import Runner
 
-    marks: list[tuple[str, float]] = []
+    marks: list[tuple[str, float, str]] = []
     forwards: list[float] = []
 
     def on_event(event: dict) -> None:
         if event.get("type") == "task_done":
-            marks.append((event["task"], time.perf_counter()))
+            marks.append((event["task"], time.perf_counter(), str(event.get("kind"))))
             if event.get("kind") == "transformer_forward":
                 forwards.append(float(event.get("seconds", 0.0)))
 
     render_local(spec, out, Runner(packs), on_event=on_event)
-    first = next(i for i, (tid, _) in enumerate(marks) if _is_stage2(tid))
-    last = max(i for i, (tid, _) in enumerate(marks) if _is_stage2(tid))
-    return marks[last][1] - marks[first - 1][1], sum(forwards) / max(1, len(forwards))
+    first = next(i for i, (tid, _, _) in enumerate(marks) if _is_stage2(tid))
+    last = max(i for i, (tid, _, _) in enumerate(marks) if _is_stage2(tid))
+    reducer = sum(marks[i][1] - marks[i - 1][1] for i in range(first, last + 1)
+                  if marks[i][2] != "transformer_forward")
+    return (marks[last][1] - marks[first - 1][1], sum(forwards) / max(1, len(forwards)), sum(forwards),
+            reducer)
 
 
-def farm_stage2_seconds(spec: dict, data: Path) -> tuple[float, float, dict[int, int]]:
-    """(stage-2 wall seconds, mean tile-forward seconds, bytes moved per step) through a 1-worker farm."""
+def farm_stage2_seconds(spec: dict, data: Path) -> tuple[float, float, dict[int, int], dict[str, float]]:
+    """(stage-2 wall seconds, mean tile-forward seconds, bytes moved per step, where the time went) through
+    a 1-worker farm."""
     from coordinator.blobstore import BlobStore
+    from farm_cli.bench_overhead import farm_breakdown
     from farm_cli.client import FarmClient
     from farm_cli.services import local_farm
 
@@ -64,7 +70,7 @@ def farm_stage2_seconds(spec: dict, data: Path) -> tuple[float, float, dict[int,
         shas = list((t.get("outputs") or {}).values()) + list((t.get("inputs") or {}).values())
         moved[t["params"]["step"]] = moved.get(t["params"]["step"], 0) + sum(blobs.size(s) for s in shas if blobs.has(s))
     mean_forward = sum(t["metrics"]["seconds"] for t in tiles) / max(1, len(tiles))
-    return (max(done) - min(leased)) / 1000.0, mean_forward, moved
+    return (max(done) - min(leased)) / 1000.0, mean_forward, moved, farm_breakdown(events, _is_stage2)
 
 
 @bench_app.command("overhead")
@@ -78,22 +84,26 @@ def overhead(
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved in-process/farm rounds.")] = 3,
 ) -> None:
     """Stage-2 wall time through the farm (1 worker) vs in-process, same tiles: paired ratio; bytes per step."""
+    from farm_cli.bench_overhead import breakdown_lines
     from farm_cli.services import ensure_tiny_pack
 
     folder = common.data_dir(data)
     if pack == "tiny":
         ensure_tiny_pack(folder)
+    # No audio track: its decode is last in the plan (after stage 2 in-process) but a lone farm worker may
+    # take it while stage 2's cut runs, which would bill 2-3 s of audio decode to the farm's stage 2.
     spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
-            "frame_rate": 24.0, "seed": 11, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 5}
-    local, farm = [], []
+            "frame_rate": 24.0, "seed": 11, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 5, "audio": False}
+    local, farm, parts = [], [], []
     for pair in range(pairs):  # interleaved, so load on the machine hits both sides of a ratio alike
         with tempfile.TemporaryDirectory(prefix="farm-bench-") as tmp:
             run_data = Path(tmp) / "data"
             run_data.mkdir()
             (run_data / "packs").symlink_to(folder / "packs", target_is_directory=True)
             local.append(local_stage2_seconds(spec, folder / "packs", Path(tmp) / "local.mp4"))
-            farm_s, farm_fwd, moved = farm_stage2_seconds(spec, run_data)
+            farm_s, farm_fwd, moved, where = farm_stage2_seconds(spec, run_data)
             farm.append((farm_s, farm_fwd))
+            parts.append(where)
         typer.echo(f"pair {pair + 1}: in-process {local[-1][0]:.3f} s, farm {farm_s:.3f} s, "
                    f"ratio {farm_s / local[-1][0]:.3f}", err=True)
     ratios = [f[0] / lo[0] for f, lo in zip(farm, local, strict=True)]
@@ -104,6 +114,8 @@ def overhead(
     typer.echo(f"{'mean tile forward s':24}{med(x[1] for x in local):>12.3f}{med(x[1] for x in farm):>18.3f}")
     typer.echo(f"ratio farm / in-process: median {med(ratios):.3f} (spread {min(ratios):.3f}-{max(ratios):.3f})  "
                f"goal <= 1.03 where a tile forward >= 0.5 s: {'met' if med(ratios) <= 1.03 else 'NOT met'}")
+    for line in breakdown_lines(parts, [x[2] for x in local], [x[3] for x in local]):
+        typer.echo(line)
     for step, size in sorted(moved.items()):
         typer.echo(f"step {step}: {size / 2**20:.2f} MiB moved (tile inputs + outputs)")
 
