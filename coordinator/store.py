@@ -49,7 +49,7 @@ import redis
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
-           "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker",
+           "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker", "resume_worker",
            "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
@@ -385,6 +385,10 @@ class FarmStore:
     def drain_worker(self, worker_id: str) -> bool:
         """Mark a worker draining (no new task; it exits when its current one ends). False if unknown."""
         return bool(self._run("drain_worker", worker_id))
+
+    def resume_worker(self, worker_id: str) -> bool:
+        """Undo a drain while the worker is still there (it keeps serving). False if it is not draining."""
+        return bool(self._run("resume_worker", worker_id))
 
     def worker_draining(self, worker_id: str) -> bool:
         return self.client.hget(self.key("worker", worker_id), "drain") == "1"

@@ -100,7 +100,9 @@ class _Heartbeat(threading.Thread):
                 self.agent.coordinators.follow(exc, address)  # a standby named the leader: beat there
                 continue
             if reply.drain:
-                self.agent.drain()
+                self.agent.drain(by_coordinator=True)
+            else:
+                self.agent.resume()  # the drain mark was lifted (the dashboard's resume) before we left
             if reply.status in (farm_pb2.CANCEL, farm_pb2.STALE):
                 self.stop_reason = "cancelled" if reply.status == farm_pb2.CANCEL else "lease lost (stale)"
                 log.info("task %s: %s", self.lease.task_id, self.stop_reason)
@@ -136,6 +138,7 @@ class Agent:
         self.channel = self.coordinators.channel()
         self.stopping = threading.Event()
         self.draining = threading.Event()  # finish the current task, take no more, exit
+        self._drain_lifts_with_mark = False  # a coordinator's drain, which its resume undoes
         self._registered_once = False
         self.capabilities: dict = {}
         self.heartbeat_ms = 10_000
@@ -178,11 +181,18 @@ class Agent:
     def stop(self) -> None:
         self.stopping.set()
 
-    def drain(self) -> None:
+    def drain(self, by_coordinator: bool = False) -> None:
         """Finish the current task, take no more, exit (SIGUSR1, or the coordinator's drain mark)."""
         if not self.draining.is_set():
             log.info("draining: finishing the current task, then exiting")
+            self._drain_lifts_with_mark = by_coordinator  # SIGUSR1's drain is this Mac's own: kept
         self.draining.set()
+
+    def resume(self) -> None:
+        """A drain the coordinator asked for and then took back, before this worker left: serve on."""
+        if self.draining.is_set() and self._drain_lifts_with_mark:
+            log.info("resumed: the coordinator lifted the drain; serving on")
+            self.draining.clear()
 
     # ------------------------------------------------------------------ main loop
 

@@ -280,6 +280,13 @@ def drain(request: Request, body: dict) -> Response:
     return Json({"worker": worker_id, "draining": bool(farm_of(request).store.drain_worker(worker_id))})
 
 
+@action()
+def resume(request: Request, body: dict) -> Response:
+    """The resume button beside drain: a draining worker that has not left yet serves on."""
+    worker_id = checked_id(request, "worker_id")
+    return Json({"worker": worker_id, "resumed": bool(farm_of(request).store.resume_worker(worker_id))})
+
+
 def _bad_request(request: Request, exc: Exception) -> Response:
     text = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
     return error(400, f"bad request: {text}")
@@ -321,6 +328,7 @@ def routes() -> list:
         Route("/api/renders/{render_id}/requeue", render_requeue, methods=["POST"]),
         Route("/api/tasks/{task_id}/requeue", task_requeue, methods=["POST"]),
         Route("/api/workers/{worker_id}/drain", drain, methods=["POST"]),
+        Route("/api/workers/{worker_id}/resume", resume, methods=["POST"]),
     ]
 
 

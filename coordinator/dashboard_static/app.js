@@ -192,9 +192,17 @@ function drawWorkers() {
     h("td", {}, w.tasks_done), h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"),
     h("td", {}, w.failures), h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) : "–"),
     h("td", { class: "packs" }, packsCell(w)),
-    h("td", {}, S.session && S.session.logged_in && ["idle", "busy"].includes(w.state)
-      ? h("button", { class: "drain", onclick: () => confirm(`Drain ${w.id}? It finishes its task, then exits.`)
-        && post(`/api/workers/${encodeURIComponent(w.id)}/drain`) }, "drain") : ""))));
+    h("td", {}, workerAction(w)))));
+}
+// Drain (finish the task, take no more, exit) and, until the worker has left, resume.
+function workerAction(w) {
+  if (!(S.session && S.session.logged_in)) return "";
+  const path = (what) => `/api/workers/${encodeURIComponent(w.id)}/${what}`;
+  if (["idle", "busy"].includes(w.state)) {
+    return h("button", { class: "drain", onclick: () => confirm(`Drain ${w.id}? It finishes its task, then exits.`)
+      && post(path("drain")) }, "drain");
+  }
+  return w.state === "draining" ? h("button", { class: "resume", onclick: () => post(path("resume")) }, "resume") : "";
 }
 function drawStats() {
   const m = S.summary; if (!m) return;
