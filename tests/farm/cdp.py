@@ -92,6 +92,11 @@ class Browser:
         self.call("Page.navigate", url=url)
         self.wait_for("document.readyState === 'complete'")
 
+    def viewport(self, width: int, height: int, mobile: bool = False) -> None:
+        """Lay the page out as on a screen this size (a phone with mobile=True)."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=mobile)
+
     def screenshot(self, path: Path) -> Path:
         data = self.call("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))

@@ -1,6 +1,7 @@
-"""The dashboard in a real headless Chromium, driven over DevTools: the renders list, log in, a render
-with a tile running, the task popover with the worker's log lines, the drain button, and the finished
-render's mp4 playing in the page and downloading. Screenshots go to test-artifacts/."""
+"""The dashboard in a real headless Chromium, driven over DevTools: log in, the renders list, a render
+with a tile running, the task popover with the worker's log lines, the drain and resume buttons, the
+finished render's mp4 playing in the page and downloading, and the page on a 390 px phone screen with
+nothing overflowing. Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
@@ -17,6 +18,18 @@ from tests.farm.test_dashboard import chromium, new_render
 SPEC = {"prompt": "a lighthouse in fog", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0,
         "seed": 5, "pack": "tiny"}
 LOG = ["12:00:01 INFO farm.worker: task started", "12:00:02 INFO ltx: 8 steps in 0.4 s"]
+
+
+# Elements reaching past a 390 px screen's right edge, except inside a box that scrolls or clips sideways
+# (the tables scroll within their pane; that is the layout, not an overflow).
+OVERFLOWING = """[...document.querySelectorAll('body *')].filter((el) => {
+  const r = el.getBoundingClientRect();
+  if (!r.width || r.right <= 391) return false;
+  for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+    if (['auto', 'scroll', 'hidden'].includes(getComputedStyle(p).overflowX)) return false;
+  }
+  return true;
+}).map((el) => el.tagName + '#' + el.id + '.' + el.className + ' ' + el.textContent.slice(0, 30)).slice(0, 8)"""
 
 
 def live_render(store) -> tuple[str, str]:
@@ -74,6 +87,11 @@ def test_dashboard_in_a_real_browser(store, tmp_data, tiny_packs, tmp_path):
         browser.wait_for("[...document.querySelectorAll('#workers tr')].some(r => r.textContent.includes('mbp-1')"
                          " && r.textContent.includes('draining'))")
         assert store.worker_draining("mbp-1")
+        browser.js("[...document.querySelectorAll('#workers tr')].find(r => r.textContent.includes('mbp-1'))"
+                   ".querySelector('button.resume').click(); true")  # resume, beside drain, undoes it
+        browser.wait_for("[...document.querySelectorAll('#workers tr')].some(r => r.textContent.includes('mbp-1')"
+                         " && !r.textContent.includes('draining') && !!r.querySelector('button.drain'))")
+        assert not store.worker_draining("mbp-1")
 
         browser.js(f"location.hash = 'render={done}'; true")
         browser.wait_for("!!document.querySelector('#video video')")
@@ -85,6 +103,13 @@ def test_dashboard_in_a_real_browser(store, tmp_data, tiny_packs, tmp_path):
                           ".then(b => b.byteLength)")
         assert size == Path(fetched).stat().st_size
         browser.screenshot(shots / "browser-video.png")
+
+        browser.viewport(390, 844, mobile=True)  # a phone: nothing wider than the screen
+        browser.js(f"location.hash = 'render={live}'; true")
+        browser.wait_for("!!document.querySelector('#grids [data-state=running]')")
+        browser.screenshot(shots / "browser-narrow-390.png")
+        assert browser.js(OVERFLOWING) == [], "wider than a 390 px screen"
+        assert browser.js("innerWidth") == 390  # a phone zooms out a page wider than its screen
     finally:
         browser.close()
         stop_dashboard(server)
