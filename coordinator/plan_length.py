@@ -30,12 +30,15 @@ def length_pending(spec: dict) -> bool:
 
 def probe_spec(spec: dict, fleet: list[dict]) -> dict:
     """The spec at the shortest length the head can pick, for the checks that need a length at submit
-    (the picked length is checked again before the rest is queued). A fleet that describes the pack
-    without a DurationHead refuses the render here, in one line."""
+    (the picked length is checked again before the rest is queued; an image's frame only then). A
+    fleet that describes the pack without a DurationHead refuses the render here, in one line."""
     described = [w for w in fleet if spec["pack"] in (w.get("pack_components") or {})]
     if described and not any(DURATION_HEAD in w["pack_components"][spec["pack"]] for w in described):
         raise no_head(spec["pack"])
-    return {**spec, "frames": shortest_frames(spec["frame_rate"])}
+    probe = {**spec, "frames": shortest_frames(spec["frame_rate"])}
+    if isinstance(spec.get("image"), dict):  # its frame is checked against the picked length, in phase 2
+        probe["image"] = {**spec["image"], "frame": 0}
+    return probe
 
 
 def no_head(pack: str) -> SpecError:

@@ -31,6 +31,7 @@ VARIANTS = ("2.3", "2.5")
 LTX25_TRANSFORMER = {"ff_bias": False, "audio_ff_bias": True, "use_keyframes_abs_pos_embedding": True}
 LTX25_CONNECTOR = {"connector_ff_bias": False}  # the 2.5 connectors' feed-forwards have no biases
 TINY_DURATION_HEAD = {"pooler_hidden_dim": 32, "num_queries": 1, "num_pooler_heads": 4, "mlp_hidden": 32}
+TINY_DURATION_LOG_SECONDS = 0.75  # the tiny head's output bias: exp(0.75) ~ 2.1 s, 49 frames at 24 fps
 
 
 def tiny_embedded_config(variant: str = "2.3") -> dict:
@@ -130,6 +131,8 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     for index, component in enumerate(components):
         model, to_pack = _build(component, cfg, up_cfgs.get(component))
         model.update(tree_unflatten(list(_seeded_like(dict(tree_flatten(model.parameters())), seed * 100 + index).items())))
+        if component == "duration_head":  # ~2 s from any prompt: a picked length differs from the 25-frame default
+            model.mlp_out.bias = mx.full((1,), TINY_DURATION_LOG_SECONDS)
         if component == "transformer" and bits:
             from ltx_engine.models.transformer import quantizable
 

@@ -1,7 +1,8 @@
 """An LTX-2.5 render without -f on the farm: the DurationHead picks its length on a worker, the coordinator
 plans the rest with it, shows it before stage 1 starts and records it; the result equals `farm render
---local` without -f bit for bit. A pack without the head is refused at submit, and only the plan task's
-current holder can set a render's length (set_length.lua's fence)."""
+--local` without -f bit for bit. A pack without the head is refused at submit, a picked length the
+render cannot take (an image frame past it) fails it in one line before stage 1, and only the plan
+task's current holder can set a render's length (set_length.lua's fence)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ import av
 import numpy as np
 import pytest
 
-from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.planner import DEFAULT_FRAMES, normalize_spec, plan_render, validate_spec
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
 from farm_cli.views import render_details
 from ltx_engine.duration import frames_for
+from protos.tensors import encode_tensor
 from tests.farm.farm_harness import farm, wait_done
 
 SPEC = {"prompt": "a fox walks through snow", "height": 64, "width": 64, "frame_rate": 24.0, "seed": 3,
         "pack": "tiny25", "decode_tiles": "off"}
+IMAGE = (np.arange(64 * 64 * 3) % 251).astype(np.uint8).reshape(64, 64, 3)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,7 @@ def test_length_picked_on_the_farm_equals_local(store, tmp_data, packs, tmp_path
     local_mp4, local_outputs, _ = render_local(dict(SPEC), tmp_path / "local.mp4", Runner(packs))
     local_spec = json.loads(local_mp4.with_suffix(".json").read_text())["spec"]
     frames, seconds = local_spec["frames"], local_spec["predicted_seconds"]
-    assert frames == frames_for(seconds, 24.0)
+    assert frames == frames_for(seconds, 24.0) and frames != DEFAULT_FRAMES  # the head's, not the default
     with farm(store, tmp_data, packs, workers=2) as (client, _procs):
         _registered(client, "tiny25")
         with pytest.raises(FarmError, match="pack 'headless25' has no duration_head .* or give -f/--frames") as info:
@@ -68,6 +71,13 @@ def test_length_picked_on_the_farm_equals_local(store, tmp_data, packs, tmp_path
         render = wait_done(client, render_id, timeout=500)
         events = list(client.watch(render_id))
         mp4 = client.fetch_output(render_id, tmp_path / "farm.mp4")
+        image = {"frame": frames, "strength": 1.0, "blob": client.put_blob(encode_tensor(IMAGE))}
+        late = client.submit({**SPEC, "image": image})  # a frame past the length the head will pick
+        list(client.watch(late, timeout=300))
+        refused = client.get(late)
+    assert refused["state"] == "failed" and "\n" not in refused["error"], refused
+    assert f"image frame {frames} is outside 0..{frames - 1}" in refused["error"]
+    assert not any(t["id"].endswith(".stage1") for t in refused["tasks"])  # failed before stage 1 was planned
     assert (render["spec"]["frames"], render["spec"]["predicted_seconds"]) == (frames, seconds)
     chosen = [i for i, e in enumerate(events) if e.get("type") == "length_chosen"]
     stage1 = [i for i, e in enumerate(events) if e.get("type") == "task_leased" and e["task"].endswith(".stage1")]
