@@ -49,7 +49,7 @@ import redis
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
-           "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker", "resume_worker",
+           "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker", "resume_worker", "retry_render",
            "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy")
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
@@ -251,6 +251,11 @@ class FarmStore:
     def set_priority(self, render_id: str, priority: int) -> bool:
         """Record a live render's priority (shown on the dashboard). False if finished/missing."""
         return bool(self._run("set_priority", render_id, int(priority)))
+
+    def retry_render(self, render_id: str) -> str:
+        """Run a failed/cancelled render again under its id, keeping its finished tasks: 'retried', or why
+        not ('live', 'missing', 'gone' when a blob it needs was collected: render it anew instead)."""
+        return str(self._run("retry_render", render_id))
 
     def requeue_task(self, task_id: str) -> bool:
         """Take a leased task from its worker (its fence goes stale) and queue it again."""

@@ -268,6 +268,13 @@ def render_requeue(request: Request, body: dict) -> Response:
 
 
 @action()
+def render_retry(request: Request, body: dict) -> Response:
+    """A failed or cancelled render runs again under its id; only its unfinished tasks run."""
+    render_id = checked_id(request, "render_id")
+    return Json({"render": render_id, "outcome": farm_of(request).store.retry_render(render_id)})
+
+
+@action()
 def task_requeue(request: Request, body: dict) -> Response:
     task_id = checked_id(request, "task_id")
     return Json({"task": task_id, "requeued": bool(farm_of(request).store.requeue_task(task_id))})
@@ -326,6 +333,7 @@ def routes() -> list:
         Route("/api/renders/{render_id}/cancel", cancel, methods=["POST"]),
         Route("/api/renders/{render_id}/priority", priority, methods=["POST"]),
         Route("/api/renders/{render_id}/requeue", render_requeue, methods=["POST"]),
+        Route("/api/renders/{render_id}/retry", render_retry, methods=["POST"]),
         Route("/api/tasks/{task_id}/requeue", task_requeue, methods=["POST"]),
         Route("/api/workers/{worker_id}/drain", drain, methods=["POST"]),
         Route("/api/workers/{worker_id}/resume", resume, methods=["POST"]),

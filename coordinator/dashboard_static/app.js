@@ -111,8 +111,11 @@ function drawActions(d) {
   const live = !["done", "failed", "cancelled"].includes(r.state);
   const prio = h("input", { type: "number", value: r.priority });
   const cancel = h("button", { class: "danger", onclick: () => confirm("Cancel " + r.id + "?") && post(`/api/renders/${r.id}/cancel`) }, "cancel");
+  const retry = h("button", { class: "retry", title: "run it again under this id: only its unfinished tasks",
+    onclick: () => post(`/api/renders/${r.id}/retry`) }, "retry");
   box.replaceChildren(...(live ? [cancel, h("span", { class: "sub" }, "priority"), prio,
-    h("button", { onclick: () => post(`/api/renders/${r.id}/priority`, { priority: Number(prio.value) }) }, "set")] : []));
+    h("button", { onclick: () => post(`/api/renders/${r.id}/priority`, { priority: Number(prio.value) }) }, "set")]
+    : ["failed", "cancelled"].includes(r.state) ? [retry] : []));
 }
 
 // The finished mp4: played in the page and downloadable, for people logged in with the farm token.
