@@ -114,6 +114,11 @@ def overhead(
     typer.echo(f"{'mean tile forward s':24}{med(x[1] for x in local):>12.3f}{med(x[1] for x in farm):>18.3f}")
     typer.echo(f"ratio farm / in-process: median {med(ratios):.3f} (spread {min(ratios):.3f}-{max(ratios):.3f})  "
                f"goal <= 1.03 where a tile forward >= 0.5 s: {'met' if med(ratios) <= 1.03 else 'NOT met'}")
+    # The same forwards (same code, same inputs) run at the machine's speed of the moment: on a loaded
+    # machine their noise swamps a few per cent. Net of it: each side's time beyond its own forwards,
+    # added to the in-process forwards.
+    net = [(lo[2] + f[0] - w["forward"]) / lo[0] for f, lo, w in zip(farm, local, parts, strict=True)]
+    typer.echo(f"ratio net of forward-speed noise: median {med(net):.3f} (spread {min(net):.3f}-{max(net):.3f})")
     for line in breakdown_lines(parts, [x[2] for x in local], [x[3] for x in local]):
         typer.echo(line)
     for step, size in sorted(moved.items()):
