@@ -1,6 +1,6 @@
-"""The farm's numbers, read from the store: render/stage/tile summaries and Prometheus metrics.
+"""The farm's numbers, read from the store: render/stage/tile summaries and worker rows.
 
-The dashboard's JSON API, `farm watch` and /metrics all use these functions, so a stage, a tile's
+The dashboard's JSON API, `farm watch` and /metrics (coordinator/prometheus.py) all use these functions, so a stage, a tile's
 position on the frame or a worker's mean seconds per tile is computed in one place. Everything here
 is a plain read of Redis (no state changes); times come from Redis TIME, the farm's one clock.
 """
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from coordinator import placement
 from coordinator.progress import eta_from_speeds, task_label
@@ -70,7 +68,7 @@ def blob_sizes(store: Any, shas: set[str]) -> dict[str, int]:
     return {sha: int(size) for sha, size in zip(shas, pipe.execute(), strict=True) if size is not None}
 
 
-def _shas(value: Any) -> list[str]:
+def shas_in(value: Any) -> list[str]:
     return [v for v in value.values() if isinstance(v, str)] if isinstance(value, dict) else []
 
 
@@ -125,8 +123,8 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "needs": list(params.get("needs") or []),
         "deps": list(task.get("deps") or []),
         "capability": task.get("capability"),
-        "bytes_in": sum(sizes.get(s, 0) for s in _shas(task.get("inputs"))),
-        "bytes_out": sum(sizes.get(s, 0) for s in _shas(task.get("outputs"))),
+        "bytes_in": sum(sizes.get(s, 0) for s in shas_in(task.get("inputs"))),
+        "bytes_out": sum(sizes.get(s, 0) for s in shas_in(task.get("outputs"))),
         "peak_memory_bytes": metrics.get("peak_memory_bytes"),
         "log": metrics.get("log") if isinstance(metrics.get("log"), list) else [],  # the worker's lines
         # the failure policy: raised failures and where, leases lost with a worker, flagged as stuck
@@ -368,7 +366,7 @@ def render_detail(store: Any, render_id: str) -> dict | None:
     if render is None:
         return None
     tasks = store.render_tasks(render_id)
-    sizes = blob_sizes(store, {s for t in tasks for f in ("inputs", "outputs") for s in _shas(t.get(f))})
+    sizes = blob_sizes(store, {s for t in tasks for f in ("inputs", "outputs") for s in shas_in(t.get(f))})
     views = [task_view(t, sizes) for t in tasks]
     now = redis_now_ms(store)
     speeds = kind_speeds(store, {v["kind"] for v in views})
@@ -446,95 +444,3 @@ def list_workers(store: Any) -> list[dict]:
     workers = store.list_workers()
     ratios, _fleet = cost_ratios(store, [str(w["id"]) for w in workers])
     return [{**worker_view(w, now), "cost_ratios": ratios[str(w["id"])]} for w in workers]
-
-
-def farm_snapshot(store: Any, render_limit: int = 100) -> dict:
-    """Farm-wide numbers over the newest renders: what /metrics and /api/metrics-summary report."""
-    renders = store.list_renders(render_limit)
-    tasks = [t for r in renders for t in store.render_tasks(r["id"])]
-    sizes = blob_sizes(store, {s for t in tasks for f in ("inputs", "outputs") for s in _shas(t.get(f))})
-    views = [task_view(t, sizes) for t in tasks]
-    stage_n: Counter = Counter()
-    stage_s: Counter = Counter()
-    for v in views:
-        if v["display"] == "done" and isinstance(v["seconds"], (int, float)):
-            stage_n[v["stage"]] += 1
-            stage_s[v["stage"]] += float(v["seconds"])
-    done = [v for v in views if v["display"] == "done"]
-    return {
-        "queue_depth": store.queue_depths(),
-        "renders_by_state": dict(Counter(r["state"] for r in renders)),
-        "tasks_by_state": dict(Counter(v["display"] for v in views)),
-        "stage_seconds": {s: {"count": stage_n[s], "sum": stage_s[s]} for s in stage_n},
-        "bytes_moved": {"in": sum(v["bytes_in"] for v in done), "out": sum(v["bytes_out"] for v in done)},
-        "workers": list_workers(store),
-    }
-
-
-class FarmCollector:
-    """A prometheus_client collector that reads the store on every scrape (no state of its own)."""
-
-    def __init__(self, store: Any, render_limit: int = 100) -> None:
-        self.store = store
-        self.render_limit = render_limit
-
-    def collect(self):
-        snap = farm_snapshot(self.store, self.render_limit)
-        queue = GaugeMetricFamily(
-            "farm_queue_depth", "Ready tasks per capability queue", labels=["capability"]
-        )
-        for cap, n in sorted(snap["queue_depth"].items()):
-            queue.add_metric([cap], n)
-        yield queue
-        yield _gauge(
-            "farm_tasks", "Tasks of recent renders by display state", "state", snap["tasks_by_state"]
-        )
-        yield _gauge("farm_renders", "Recent renders by state", "state", snap["renders_by_state"])
-        moved = GaugeMetricFamily(
-            "farm_bytes_moved_bytes",
-            "Blob bytes read (in) and written (out) by done tasks of recent renders",
-            labels=["direction"],
-        )
-        for direction, n in sorted(snap["bytes_moved"].items()):
-            moved.add_metric([direction], n)
-        yield moved
-        stage = SummaryMetricFamily(
-            "farm_stage_task_seconds", "Seconds per done task by stage", labels=["stage"]
-        )
-        for name, s in sorted(snap["stage_seconds"].items()):
-            stage.add_metric([name], count_value=s["count"], sum_value=s["sum"])
-        yield stage
-        yield from _worker_families(snap["workers"])
-
-
-def _gauge(name: str, doc: str, label: str, values: dict) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=[label])
-    for key, n in sorted(values.items()):
-        family.add_metric([str(key)], n)
-    return family
-
-
-def _worker_families(workers: list[dict]):
-    done = CounterMetricFamily("farm_worker_tasks_done", "Tasks (tiles) done per worker", labels=["worker"])
-    fails = CounterMetricFamily(
-        "farm_worker_failures", "Failed or expired tasks per worker", labels=["worker"]
-    )
-    busy = CounterMetricFamily("farm_worker_busy_seconds", "Seconds spent holding leases", labels=["worker"])
-    state = GaugeMetricFamily(
-        "farm_worker_state", "1 for the worker's current state", labels=["worker", "state"]
-    )
-    for w in workers:
-        done.add_metric([w["id"]], w["tasks_done"])
-        fails.add_metric([w["id"]], w["failures"])
-        busy.add_metric([w["id"]], w["busy_s"])
-        state.add_metric([w["id"], w["state"]], 1)
-    yield from (done, fails, busy, state)
-
-
-def prometheus_text(store: Any, render_limit: int = 100) -> bytes:
-    """The /metrics body in the Prometheus text format."""
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FarmCollector(store, render_limit))
-    return generate_latest(registry)

@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Respon
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from coordinator import metrics
+from coordinator import metrics, prometheus
 from coordinator.dashboard.security import (
     BODY_KEY,
     CSRF_COOKIE,
@@ -214,13 +214,13 @@ def workers(request: Request) -> Response:
 
 @reader
 def summary(request: Request) -> Response:
-    return Json(metrics.farm_snapshot(farm_of(request).store))
+    return Json(prometheus.farm_snapshot(farm_of(request).store))
 
 
 @reader
-def prometheus(request: Request) -> Response:
+def metrics_page(request: Request) -> Response:
     """Prometheus scrapes with `authorization: Bearer <secret>` (its scrape config's bearer token)."""
-    return Response(metrics.prometheus_text(farm_of(request).store),
+    return Response(prometheus.prometheus_text(farm_of(request).store),
                     media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -328,7 +328,7 @@ def routes() -> list:
         Route("/api/events", all_events, methods=["GET"]),
         Route("/api/workers", workers, methods=get),
         Route("/api/metrics-summary", summary, methods=get),
-        Route("/metrics", prometheus, methods=get),
+        Route("/metrics", metrics_page, methods=get),
         Route("/api/login", login, methods=["POST"]), Route("/api/logout", logout, methods=["POST"]),
         Route("/api/renders/{render_id}/cancel", cancel, methods=["POST"]),
         Route("/api/renders/{render_id}/priority", priority, methods=["POST"]),
