@@ -65,7 +65,7 @@ STATUS = {
 MAX_WAIT_MS = 30_000
 OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json")
 WATCH_OUTAGE_S = 60.0  # a Watch waits this long for Redis before it ends UNAVAILABLE (clients reconnect)
-WATCH_BLOCK_MS = 1_000
+WATCH_IDLE_S = 5.0  # a waiting watcher wakes this often to look for a Redis outage (a client leaving wakes it)
 WATCH_LIMIT = 1024  # concurrent Watch streams (each waits on the hub in a thread of its own)
 WATCH_JOINS = 16  # watchers reading their backlog at once (the rest wait: Redis connections are bounded)
 DEFAULT_MIN_FREE_GB = 1.0
@@ -138,6 +138,21 @@ def _render_info(render: dict, tasks: list[dict] | None = None) -> farm_pb2.Rend
 def encoded_event(render_id: str, event_id: str, event: dict) -> bytes:
     """An Event's wire bytes: made once per event by the watch hub, whatever the number of watchers."""
     return farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event)).SerializeToString()
+
+
+def encoded_batches(events: list[bytes], most: int = 500) -> Iterator[bytes]:
+    """EventBatch wire bytes from encoded Events (field 1, length-delimited, repeated): no re-encoding."""
+    for start in range(0, len(events), most):
+        yield b"".join(b"\x0a" + _varint(len(e)) + e for e in events[start:start + most])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 FARM_NOW_MS = "farm-now-ms"
@@ -253,10 +268,21 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
         return farm_pb2.RenderList(renders=[_render_info(r) for r in list_summaries(self.store, request.limit or 50)])
 
-    def Watch(self, request, context) -> Iterator[farm_pb2.Event]:
-        """Relay the render's event stream; end once the render is terminal and its events drained. At
-        most watch_limit at once (half of them per peer): beyond, RESOURCE_EXHAUSTED, and the client
-        polls GetRender instead."""
+    def Watch(self, request, context) -> Iterator[bytes]:
+        """Relay the render's event stream, one Event per message (WatchBatches sends them together)."""
+        for delivery in self._watch(request, context):
+            yield from delivery
+
+    def WatchBatches(self, request, context) -> Iterator[bytes]:
+        """The same stream, the events of each delivery in one EventBatch: one send per watcher per
+        delivery, which is what lets a crowd of watchers leave worker RPCs alone."""
+        for delivery in self._watch(request, context):
+            yield from encoded_batches(delivery)
+
+    def _watch(self, request, context) -> Iterator[list[bytes]]:
+        """Encoded events per delivery until the render is terminal and its events drained. At most
+        watch_limit at once (half of them per peer): beyond, RESOURCE_EXHAUSTED, and the client polls
+        GetRender instead."""
         peer = context.peer().rsplit(":", 1)[0]  # the client's address without its port
         with self._watch_lock:
             total = sum(self._watching.values())
@@ -273,7 +299,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 if self._watching[peer] <= 0:
                     del self._watching[peer]
 
-    def _relay(self, request, context) -> Iterator[farm_pb2.Event]:
+    def _relay(self, request, context) -> Iterator[list[bytes]]:
         """The watcher's backlog, then what the hub hands it, until the hub says the render ended."""
         render_id, after = request.render_id, request.after_event_id or "0"
         with self._joining:  # a crowd arriving at once reads Redis a few at a time
@@ -283,14 +309,18 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         try:
             with self._joining:
                 first = list(sub.fresh(backlog(self.store, render_id, after)))
-            for event_id, event in first:
-                yield encoded_event(render_id, event_id, event)
+            if first:
+                yield [encoded_event(render_id, event_id, event) for event_id, event in first]
             while context.is_active():
-                for batch in sub.take(WATCH_BLOCK_MS / 1000):
+                delivery: list[bytes] = []
+                for batch in sub.take(WATCH_IDLE_S):
                     if batch is END:
+                        if delivery:
+                            yield delivery
                         return
-                    for _event_id, wire in sub.fresh(batch):
-                        yield wire  # the hub encoded it once for every watcher; the Guard sends bytes as they are
+                    delivery += [wire for _event_id, wire in sub.fresh(batch)]  # encoded once by the hub
+                if delivery:
+                    yield delivery  # bytes: the Guard sends them as they are
                 outage = self.hub.outage_since
                 if outage is not None and time.monotonic() - outage > WATCH_OUTAGE_S:
                     context.abort(grpc.StatusCode.UNAVAILABLE, "the farm's Redis is unreachable; watch again")

@@ -23,10 +23,14 @@ BLOCK_MS = 1_000
 STATE_CHECK_S = 1.0  # a render that ends without an event of its own is noticed within this
 END = object()  # the render ended (or is gone) and every event before the end was delivered
 RETRY_S = (0.2, 0.5, 1.0, 2.0)
-# Watchers woken per breath: a batch wakes its watchers' threads a few at a time, so a worker RPC arriving
-# meanwhile waits behind a few of them for the GIL, not behind all 500.
+# A delivery wakes its watchers' threads PUSH_CHUNK at a time, spread over PUSH_SPREAD_S: a worker RPC
+# arriving meanwhile waits behind a few of them (for the GIL and the server's completion queue), not
+# behind all 500 at once. Watchers see events up to this much later; nobody waits for a watcher.
 PUSH_CHUNK = 16
-PUSH_PAUSE_S = 0.001
+PUSH_SPREAD_S = 0.5
+# After a delivery the hub lets events gather this long before it reads again: a watcher gets a render's
+# events in at most two sends a second (one EventBatch each over WatchBatches), however busy the render.
+DELIVER_EVERY_S = 1.0
 
 
 def backlog(store: Any, render_id: str, after: str, count: int = 200) -> list[tuple[str, dict]]:
@@ -81,8 +85,10 @@ class WatchHub:
     """The fan-out: subscribe() a watcher, iterate events(), unsubscribe() when it leaves."""
 
     def __init__(self, store: Any, terminal: frozenset[str] | set[str], block_ms: int = BLOCK_MS,
-                 encode: Callable[[str, str, dict], Any] = lambda _rid, _eid, event: event) -> None:
+                 encode: Callable[[str, str, dict], Any] = lambda _rid, _eid, event: event,
+                 deliver_every_s: float = DELIVER_EVERY_S) -> None:
         self.store, self.terminal, self.block_ms, self.encode = store, frozenset(terminal), block_ms, encode
+        self.deliver_every_s = deliver_every_s
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
         self._position: dict[str, str] = {}  # the last event id the hub read per watched render
         self._check: set[str] = set()  # renders whose state the next round reads (new watchers)
@@ -144,6 +150,8 @@ class WatchHub:
                 states = self.store.render_states(sorted(changed)) if changed else {}
                 self._deliver(batches, states)
                 self.outage_since, failures = None, 0
+                if batches:
+                    self.stopping.wait(self.deliver_every_s)
             except Exception as exc:  # noqa: BLE001 - a Redis blip pauses every watcher; they keep their streams
                 if self.outage_since is None:
                     self.outage_since = time.monotonic()
@@ -165,12 +173,15 @@ class WatchHub:
                 if rid in ended:
                     self._subs.pop(rid, None)
                     self._position.pop(rid, None)
+        pushes = []
         for rid, subs, events, end in plan:
             encoded = [(event_id, self.encode(rid, event_id, event)) for event_id, event in events]
-            for i, sub in enumerate(subs):
-                if encoded:
-                    sub.push(encoded)
-                if end:
-                    sub.push(END)
-                if i % PUSH_CHUNK == PUSH_CHUNK - 1:
-                    time.sleep(PUSH_PAUSE_S)
+            pushes += [(sub, encoded, end) for sub in subs]
+        pause = PUSH_SPREAD_S / max(1, -(-len(pushes) // PUSH_CHUNK)) if len(pushes) > PUSH_CHUNK else 0.0
+        for i, (sub, encoded, end) in enumerate(pushes):
+            if encoded:
+                sub.push(encoded)
+            if end:
+                sub.push(END)
+            if pause and i % PUSH_CHUNK == PUSH_CHUNK - 1:
+                time.sleep(pause)

@@ -203,21 +203,32 @@ class FarmClient:
         relays its limit of watchers says RESOURCE_EXHAUSTED: then poll the render until it ends or a
         relay frees up (resuming after the last event seen)."""
         deadline = time.monotonic() + timeout
+        batches = True  # WatchBatches: the events of a delivery in one message; an older coordinator has Watch
         while True:
             request = farm_pb2.WatchRequest(render_id=render_id, after_event_id=after)
             try:
-                for event in self._stream(self._client.Watch, request, timeout):
+                for event in self._watch_events(request, timeout, batches):
                     payload = json.loads(event.json) if event.json else {}
                     payload.setdefault("_id", event.id)
                     after = str(payload["_id"])
                     yield payload
                 return
             except FarmError as exc:
+                if batches and exc.code == grpc.StatusCode.UNIMPLEMENTED:
+                    batches = False
+                    continue
                 if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                     raise
             if self.get(render_id).get("state") in ENDED or time.monotonic() > deadline:
                 return
             time.sleep(WATCH_POLL_S)
+
+    def _watch_events(self, request: farm_pb2.WatchRequest, timeout: float, batches: bool) -> Iterator[farm_pb2.Event]:
+        if not batches:
+            yield from self._stream(self._client.Watch, request, timeout)
+            return
+        for batch in self._stream(self._client.WatchBatches, request, timeout):
+            yield from batch.events
 
     def cancel(self, render_id: str) -> bool:
         return self._call(self._client.Cancel, farm_pb2.RenderRequest(render_id=render_id)).cancelled

@@ -94,6 +94,12 @@ class Event(_message.Message):
     json: str
     def __init__(self, id: _Optional[str] = ..., render_id: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
+class EventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
 class CancelReply(_message.Message):
     __slots__ = ("cancelled",)
     CANCELLED_FIELD_NUMBER: _ClassVar[int]

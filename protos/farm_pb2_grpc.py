@@ -93,6 +93,11 @@ class FarmClientStub:
                 request_serializer=farm__pb2.PruneRequest.SerializeToString,
                 response_deserializer=farm__pb2.PruneReply.FromString,
                 _registered_method=True)
+        self.WatchBatches = channel.unary_stream(
+                '/ltxfarm.v1.FarmClient/WatchBatches',
+                request_serializer=farm__pb2.WatchRequest.SerializeToString,
+                response_deserializer=farm__pb2.EventBatch.FromString,
+                _registered_method=True)
 
 
 class FarmClientServicer:
@@ -175,6 +180,14 @@ class FarmClientServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchBatches(self, request, context):
+        """Watch with the events that arrived together in one message (what `farm watch` uses): a crowd of
+        watchers costs the coordinator one send per watcher per delivery, not one per event.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -232,6 +245,11 @@ def add_FarmClientServicer_to_server(servicer, server):
                     servicer.Prune,
                     request_deserializer=farm__pb2.PruneRequest.FromString,
                     response_serializer=farm__pb2.PruneReply.SerializeToString,
+            ),
+            'WatchBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatches,
+                    request_deserializer=farm__pb2.WatchRequest.FromString,
+                    response_serializer=farm__pb2.EventBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -533,6 +551,33 @@ class FarmClient:
             '/ltxfarm.v1.FarmClient/Prune',
             farm__pb2.PruneRequest.SerializeToString,
             farm__pb2.PruneReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ltxfarm.v1.FarmClient/WatchBatches',
+            farm__pb2.WatchRequest.SerializeToString,
+            farm__pb2.EventBatch.FromString,
             options,
             channel_credentials,
             insecure,
