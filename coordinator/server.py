@@ -356,6 +356,14 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         result = forget_render(self.store, Path(self.scheduler.data_dir), request.render_id)
         return farm_pb2.DeleteReply(deleted=result == "deleted", state=result)
 
+    def RetryRender(self, request, context):
+        """`farm retry`: a failed or cancelled render runs again under its id, only its unfinished tasks
+        (retry_render.lua); the outcome says why not otherwise, and the client then submits it anew."""
+        self._render(request.render_id, context)
+        outcome = self.store.retry_render(request.render_id)
+        self.scheduler.wake()
+        return farm_pb2.RetryReply(outcome=outcome)
+
     def Prune(self, request, context):
         """`farm prune --older-than DAYS`: what the hourly sweep does, now and with the operator's cutoff
         (blobs younger than the cutoff, or an hour, stay: an upload may be on its way to a submit)."""

@@ -290,6 +290,11 @@ class FarmClient:
         reply = self._call(self._client.Requeue, farm_pb2.RequeueRequest(render_id=render_id, task_id=task_id))
         return reply.cleared, reply.requeued
 
+    def retry(self, render_id: str) -> str:
+        """Run a failed or cancelled render again under its id (only its unfinished tasks): 'retried', or
+        why not ('live', 'gone')."""
+        return self._call(self._client.RetryRender, farm_pb2.RenderRequest(render_id=render_id)).outcome
+
     def delete(self, render_id: str) -> tuple[bool, str]:
         """(deleted, state): a live render is not deleted and its state says why."""
         reply = self._call(self._client.DeleteRender, farm_pb2.RenderRequest(render_id=render_id))

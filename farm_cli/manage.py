@@ -158,13 +158,17 @@ def register(app: typer.Typer) -> None:
             typer.echo(line)
 
     @app.command()
-    def retry(render_id: str, coordinator: Coordinator = default, token: Token = None) -> None:
-        """Render a failed or cancelled render again: the same spec under a new id (printed)."""
+    def retry(render_id: str, new: bool = typer.Option(False, "--new", help="Render it all again under a new id."),
+              coordinator: Coordinator = default, token: Token = None) -> None:
+        """Render a failed or cancelled render again and print its id: the same id, re-running only the
+        tasks that had not finished, while its blobs are kept; else (or with --new) the same spec anew."""
         def again(farm) -> str:
             render = farm.get(render_id)
             if render.get("state") not in ("failed", "cancelled"):
                 fail(f"render {render_id} is {render.get('state')}: only failed or cancelled renders are retried",
                      code=1)
+            if not new and farm.retry(render_id) == "retried":
+                return render_id
             return farm.submit({**asked_for(render["spec"]), "submitter": common.submitter()})
 
         typer.echo(call(coordinator, token, again))

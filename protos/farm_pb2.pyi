@@ -406,6 +406,12 @@ class RequeueReply(_message.Message):
     requeued: bool
     def __init__(self, cleared: _Optional[bool] = ..., requeued: _Optional[bool] = ...) -> None: ...
 
+class RetryReply(_message.Message):
+    __slots__ = ("outcome",)
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    outcome: str
+    def __init__(self, outcome: _Optional[str] = ...) -> None: ...
+
 class DeleteReply(_message.Message):
     __slots__ = ("deleted", "state")
     DELETED_FIELD_NUMBER: _ClassVar[int]

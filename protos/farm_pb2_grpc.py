@@ -98,6 +98,11 @@ class FarmClientStub:
                 request_serializer=farm__pb2.WatchRequest.SerializeToString,
                 response_deserializer=farm__pb2.EventBatch.FromString,
                 _registered_method=True)
+        self.RetryRender = channel.unary_unary(
+                '/ltxfarm.v1.FarmClient/RetryRender',
+                request_serializer=farm__pb2.RenderRequest.SerializeToString,
+                response_deserializer=farm__pb2.RetryReply.FromString,
+                _registered_method=True)
 
 
 class FarmClientServicer:
@@ -188,6 +193,13 @@ class FarmClientServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RetryRender(self, request, context):
+        """`farm retry`: a failed or cancelled render runs again under its id; only its unfinished tasks run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +262,11 @@ def add_FarmClientServicer_to_server(servicer, server):
                     servicer.WatchBatches,
                     request_deserializer=farm__pb2.WatchRequest.FromString,
                     response_serializer=farm__pb2.EventBatch.SerializeToString,
+            ),
+            'RetryRender': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryRender,
+                    request_deserializer=farm__pb2.RenderRequest.FromString,
+                    response_serializer=farm__pb2.RetryReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -578,6 +595,33 @@ class FarmClient:
             '/ltxfarm.v1.FarmClient/WatchBatches',
             farm__pb2.WatchRequest.SerializeToString,
             farm__pb2.EventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryRender(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmClient/RetryRender',
+            farm__pb2.RenderRequest.SerializeToString,
+            farm__pb2.RetryReply.FromString,
             options,
             channel_credentials,
             insecure,

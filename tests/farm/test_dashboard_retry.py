@@ -70,3 +70,42 @@ def test_a_cancelled_render_retried_in_place_is_identical_to_local(store, tmp_da
     assert len(kept) >= 3  # text, stage 1 and the upsample stayed done
     assert {t["id"]: t["done_ms"] for t in render["tasks"] if t["id"] in kept} == kept
     assert_identical(arrays, local_results(outputs, blobs))
+
+
+@pytest.mark.timeout(120)
+def test_farm_retry_reruns_in_place_and_with_new_renders_anew(store, tmp_data, tiny_packs) -> None:
+    """`farm retry ID` over real gRPC: the same id back, queued again; --new submits the spec anew."""
+    import os
+    import subprocess
+    import sys
+
+    from coordinator.server import serve, stop
+    from farm_cli.client import FarmClient
+    from tests.farm.farm_harness import ROOT, join_token
+    from tests.farm.test_fuzz import CAPABILITIES
+
+    server, port = serve(store, tmp_data, token="t" * 16, packs_dir=tiny_packs)
+    address, token = f"127.0.0.1:{port}", join_token(tmp_data, "t" * 16)
+
+    def farm(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", *args,
+                               "--coordinator", address], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                              env={**os.environ, "FARM_TOKEN": token})
+
+    try:
+        store.register_worker("mac-1", CAPABILITIES)
+        with FarmClient(address, token) as client:
+            rid = client.submit(dict(SPEC))
+            assert client.cancel(rid)
+            again = farm("retry", rid)
+            assert (again.returncode, again.stdout.strip()) == (0, rid), again.stderr
+            assert store.get_render(rid)["state"] == "queued"
+            live = farm("retry", rid)
+            assert live.returncode == 1 and f"render {rid} is queued" in live.stdout + live.stderr
+            assert client.cancel(rid)
+            anew = farm("retry", rid, "--new")
+            fresh = anew.stdout.strip()
+            assert anew.returncode == 0 and fresh.startswith("r") and fresh != rid, anew.stderr
+            assert client.get(fresh)["spec"]["prompt"] == SPEC["prompt"]
+    finally:
+        stop(server)
