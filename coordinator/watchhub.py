@@ -27,7 +27,7 @@ RETRY_S = (0.2, 0.5, 1.0, 2.0)
 # arriving meanwhile waits behind a few of them (for the GIL and the server's completion queue), not
 # behind all 500 at once. Watchers see events up to this much later; nobody waits for a watcher.
 PUSH_CHUNK = 16
-PUSH_SPREAD_S = 0.5
+PUSH_SPREAD_S = 0.8
 # After a delivery the hub lets events gather this long before it reads again: a watcher gets a render's
 # events in at most two sends a second (one EventBatch each over WatchBatches), however busy the render.
 DELIVER_EVERY_S = 1.0
