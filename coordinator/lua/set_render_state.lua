@@ -24,5 +24,12 @@ if TERMINAL[state] then
   if state ~= 'done' then drop_queued(rid) end
   render_ended(rid)
 end
+if state == 'done' then  -- nothing in a finished render runs again (only failed/cancelled ones are retried):
+  -- its dependency counters and lists and the unresolved inputs go, so it keeps one hash per task
+  for _, tid in ipairs(redis.call('LRANGE', key('render', rid, 'tasks'), 0, -1)) do
+    redis.call('DEL', key('task', tid, 'pending'), key('task', tid, 'dependents'))
+    redis.call('HDEL', key('task', tid), 'input_refs', 'qseq')
+  end
+end
 emit(rid, ev)
 return 1

@@ -14,6 +14,9 @@ from coordinator.retention import prune
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ROOT, farm, wait_done
 
+# A finished render's Redis footprint (measured: ~30 KB for this plan's tasks and events); events are
+# capped per render (FarmStore.events_maxlen) and the dependency keys go when it is done.
+FINISHED_RENDER_BYTES = 64 * 1024
 SPEC = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate": 24.0, "seed": 5}
 
 
@@ -85,6 +88,16 @@ def test_fifty_renders_leave_no_key_blob_or_folder_after_farm_prune(store, tmp_d
             client.cancel(cancelled[-1])
         renders = finished + cancelled
         assert all(_keys_of(store, r) for r in renders) and len(_blob_files(tmp_data)) > 48
+        for render_id in finished:  # a finished render keeps its hash, task list, capped events, a hash per task
+            kinds = {k.removeprefix(f"{store.prefix}:").split(":")[0] + (":tasks" if k.endswith(":tasks") else "")
+                     for k in _keys_of(store, render_id)}
+            assert kinds == {"render", "render:tasks", "events", "task"}, kinds
+            tasks = store.client.llen(store.key("render", render_id, "tasks"))
+            assert len(_keys_of(store, render_id)) == 3 + tasks
+            assert store.client.xlen(store.key("events", render_id)) <= store.events_maxlen
+            used = sum(store.client.memory_usage(k) or 0 for k in _keys_of(store, render_id))
+            print(f"finished render {render_id}: {len(_keys_of(store, render_id))} keys, {used} bytes in Redis")
+            assert used < FINISHED_RENDER_BYTES
         cli = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "prune", "--older-than",
                               "0", "--coordinator", client.address, "--token-file", str(tmp_data / "token")],
                              capture_output=True, text=True, timeout=120, cwd=ROOT)
