@@ -11,8 +11,11 @@ worker's tiles per second, measured over the whole bench, both sides pooled).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -25,6 +28,19 @@ from farm_cli import common
 
 GOAL_IDEAL = 1.15  # step time within 15 % of the ideal speed-weighted split
 TILE = re.compile(r"\.stage2\.s(\d+)\.t\d+$")
+
+
+def spawn_workers(address: str, data: Path, throttles: list[float], env: dict[str, str] | None = None,
+                  ) -> list[subprocess.Popen]:
+    """One worker process per throttle factor, as `farm worker --throttle` runs them (`env`: added to ours)."""
+    procs = []
+    for i, factor in enumerate(throttles):
+        cmd = [sys.executable, "-m", "worker.agent", "--coordinator", address, "--token-file", str(data / "token"),
+               "--packs-dir", str(data / "packs"), "--worker-id", f"w{i + 1}-x{factor:g}",
+               "--cache-dir", str(data / f"cache-{i + 1}"), "--wait-ms", "1000", "--throttle", str(factor)]
+        log = open(data / f"worker-{i + 1}.log", "ab")  # noqa: SIM115 - the child keeps it
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}))
+    return procs
 
 
 @contextlib.contextmanager
@@ -49,7 +65,6 @@ def policy_farm(data: Path) -> Iterator[tuple[str, str, object]]:
 def throttled_fleet(spec: dict, throttles: list[float], data: Path | None, env: dict[str, str] | None = None,
                     ) -> Iterator[tuple[object, object]]:
     """A throttled farm on this machine (one worker per factor, `env` added to theirs): its client and store."""
-    from farm_cli.bench_eta import spawn_workers
     from farm_cli.client import FarmClient
     from farm_cli.services import _stop_processes, ensure_tiny_pack
 

@@ -8,11 +8,7 @@ speed per kind from it), then samples the ETA of each measured render twice a se
 once the render is done, with the time that really remained.
 """
 
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,19 +17,6 @@ import typer
 from farm_cli import common
 
 GOAL = 0.20
-
-
-def spawn_workers(address: str, data: Path, throttles: list[float], env: dict[str, str] | None = None,
-                  ) -> list[subprocess.Popen]:
-    """One worker process per throttle factor, as `farm worker --throttle` runs them (`env`: added to ours)."""
-    procs = []
-    for i, factor in enumerate(throttles):
-        cmd = [sys.executable, "-m", "worker.agent", "--coordinator", address, "--token-file", str(data / "token"),
-               "--packs-dir", str(data / "packs"), "--worker-id", f"w{i + 1}-x{factor:g}",
-               "--cache-dir", str(data / f"cache-{i + 1}"), "--wait-ms", "1000", "--throttle", str(factor)]
-        log = open(data / f"worker-{i + 1}.log", "ab")  # noqa: SIM115 - the child keeps it
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}))
-    return procs
 
 
 def _samples(farm, render_id: str, every_s: float = 0.5) -> tuple[list[tuple[float, float, float]], float, str]:
@@ -57,27 +40,14 @@ def _errors(samples: list[tuple[float, float, float]], end_s: float) -> list[flo
 
 def run(spec: dict, throttles: list[float], renders: int, data: Path | None, warmups: int = 2) -> None:
     """Start the throttled farm, warm it up (`warmups` renders), measure `renders` renders, print the errors."""
-    from farm_cli.client import FarmClient
-    from farm_cli.services import _stop_processes, ensure_tiny_pack, local_farm
+    from farm_cli.bench_dealing import throttled_fleet
 
-    folder = common.data_dir(data)
-    if spec["pack"] == "tiny":
-        ensure_tiny_pack(folder)
-    with tempfile.TemporaryDirectory(prefix="farm-bench-eta-") as tmp:
-        run_data = Path(tmp) / "data"
-        run_data.mkdir()
-        (run_data / "packs").symlink_to(folder / "packs", target_is_directory=True)
-        with local_farm(run_data, workers=0) as (address, token, _procs):
-            procs = spawn_workers(address, run_data, throttles)
-            try:
-                with FarmClient(address, token, timeout=60) as farm:
-                    for seed in range(1, warmups + 1):  # the model learns each worker's speeds
-                        _, _, state = _samples(farm, farm.submit({**spec, "seed": seed}))
-                        if state != "done":
-                            common.fail(f"warm-up render {state}", code=1)
-                    rows = [_measure(farm, spec, i) for i in range(renders)]
-            finally:
-                _stop_processes(procs)
+    with throttled_fleet(spec, throttles, data) as (farm, _store):
+        for seed in range(1, warmups + 1):  # the model learns each worker's speeds
+            _, _, state = _samples(farm, farm.submit({**spec, "seed": seed}))
+            if state != "done":
+                common.fail(f"warm-up render {state}", code=1)
+        rows = [_measure(farm, spec, i) for i in range(renders)]
     _print(spec, throttles, rows)
 
 
