@@ -227,6 +227,7 @@ function drawSession() {
   $("login").classList.toggle("hidden", !s.actions_enabled || s.logged_in);
   $("session").textContent = !s.actions_enabled ? "read-only" : s.logged_in ? "operator" : "log in to see the farm";
   document.body.classList.toggle("locked", !canRead());
+  $("locked").classList.toggle("hidden", canRead());
 }
 async function login(token) {
   if (await post("/api/login", { token })) { S.session = await api("/api/session"); drawSession(); connect(); }

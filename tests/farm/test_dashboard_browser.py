@@ -70,7 +70,7 @@ def test_dashboard_in_a_real_browser(store, tmp_data, tiny_packs, tmp_path):
         browser.js("document.getElementById('login-token').value = 'sekrit';"
                    "document.getElementById('login').requestSubmit(); true")
         browser.wait_for("document.getElementById('session').textContent === 'operator'")
-        assert browser.wait_for("document.querySelectorAll('#renders tbody tr').length") == 2
+        browser.wait_for("document.querySelectorAll('#renders tbody tr').length === 2")
         assert "a lighthouse in fog" in browser.js("document.getElementById('renders').textContent")
         browser.screenshot(shots / "browser-list.png")
 
