@@ -34,25 +34,23 @@ def _stream(request: Request, streams: Callable[[], dict[str, str]], refresh: Re
 
 
 async def _relay(farm: Farm, start: Callable[[], dict[str, str]], refresh: Refresh | None) -> AsyncIterator[str]:
-    """Events as SSE frames until the client leaves (Starlette cancels us) or the dashboard stops."""
-    client, prefix = farm.store.client, farm.store.key("events", "")
-    streams = await anyio.to_thread.run_sync(start)
+    """Events as SSE frames until the client leaves (Starlette cancels us) or the dashboard stops.
+    positions: render id -> the last event id sent (store.read_event_streams reads them all at once)."""
+    positions = await anyio.to_thread.run_sync(start)
     yield "retry: 2000\n: connected\n\n"
     quiet_since = time.monotonic()
 
-    def read() -> list:
+    def read() -> dict[str, list[tuple[str, dict]]]:
         if refresh is not None:
-            refresh(streams)
-        resp = client.xread(streams, count=200) if streams else None
-        return list(resp.items()) if isinstance(resp, dict) else (resp or [])
+            refresh(positions)
+        return farm.store.read_event_streams(positions) if positions else {}
 
     while not farm.stopping.is_set():
         out = []
-        for stream, items in await anyio.to_thread.run_sync(read):
-            for eid, fields in items:
-                streams[stream] = eid
-                event = {"render": stream[len(prefix):], "id": eid, **json.loads(fields["e"])}
-                out.append(f"id: {eid}\ndata: {json.dumps(event, default=str)}\n\n")
+        for render_id, events in (await anyio.to_thread.run_sync(read)).items():
+            for eid, event in events:
+                positions[render_id] = eid
+                out.append(f"id: {eid}\ndata: {json.dumps({'render': render_id, 'id': eid, **event}, default=str)}\n\n")
         if out:
             quiet_since = time.monotonic()
             yield "".join(out)
@@ -63,19 +61,18 @@ async def _relay(farm: Farm, start: Callable[[], dict[str, str]], refresh: Refre
             await anyio.sleep(POLL_S)
 
 
-def _newest(farm: Farm, stream: str) -> str:
-    newest = farm.store.client.xrevrange(stream, count=1)
+def _newest(farm: Farm, render_id: str) -> str:
+    newest = farm.store.client.xrevrange(farm.store.key("events", render_id), count=1)
     return newest[0][0] if newest else "0"
 
 
 async def render_events(request: Request) -> Response:
     """One render's events: from ?after=ID or Last-Event-ID, else only those emitted from now on."""
-    farm = farm_of(request)
-    stream = farm.store.key("events", checked_id(request, "render_id"))
+    farm, render_id = farm_of(request), checked_id(request, "render_id")
     after = request.query_params.get("after") or request.headers.get("last-event-id")
     if after is not None and not _valid_id(after):
         return error(400, "after / Last-Event-ID must be a stream id like 1700000000000-0")
-    return _stream(request, lambda: {stream: after or _newest(farm, stream)}, None)
+    return _stream(request, lambda: {render_id: after or _newest(farm, render_id)}, None)
 
 
 def _valid_id(value: str) -> bool:
@@ -92,10 +89,10 @@ async def all_events(request: Request) -> Response:
         return store.client.zrevrange(store.key("renders"), 0, ALL_EVENTS_RENDERS - 1)
 
     def start() -> dict[str, str]:
-        return {store.key("events", rid): _newest(farm, store.key("events", rid)) for rid in newest_renders()}
+        return {rid: _newest(farm, rid) for rid in newest_renders()}
 
-    def refresh(streams: dict[str, str]) -> None:
+    def refresh(positions: dict[str, str]) -> None:
         for rid in newest_renders():
-            streams.setdefault(store.key("events", rid), "0")
+            positions.setdefault(rid, "0")
 
     return _stream(request, start, refresh)
