@@ -70,3 +70,16 @@ def test_the_tower_counts_only_its_own_file(tower_dir) -> None:
     (tower_dir / "transformer-distilled.safetensors").write_bytes(b"\0" * 4096)  # a pack's other weights
     assert is_gemma4_tower(tower_dir)
     assert weight_bytes(tower_dir) == (tower_dir / GEMMA4_WEIGHTS).stat().st_size
+
+
+def test_a_pull_for_text_takes_the_towers_files_from_a_25_listing() -> None:
+    from ltx_engine.components import TEXT_ENCODER, pull_files, resolve_files
+
+    listing = ["config.json", "embedded_config.json", "connector.safetensors", "transformer-distilled.safetensors",
+               "text_encoder.safetensors", "text_encoder_config.json", "tokenizer.json", "tokenizer_config.json",
+               "chat_template.jinja", "generation_config.json", "processor_config.json", "README.md"]
+    got = pull_files(listing, [TEXT_ENCODER, "connector"])
+    assert {"text_encoder.safetensors", "text_encoder_config.json", "tokenizer.json", "tokenizer_config.json",
+            "connector.safetensors"} <= set(got) and "transformer-distilled.safetensors" not in got
+    assert not resolve_files(listing).unknown  # the tower's files are known: no warning for them
+    assert "tokenizer.json" not in pull_files([n for n in listing if n != "text_encoder.safetensors"], [TEXT_ENCODER])
