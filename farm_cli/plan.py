@@ -40,7 +40,10 @@ def _gib(n: int) -> str:
 def print_plan(plan: dict) -> None:
     """The plan in rows people read: one line per stage, then the total."""
     spec = plan["spec"]
-    typer.echo(f"{spec['width']}x{spec['height']}x{spec['frames']} on {len(plan['workers'])} worker(s): "
+    if spec.get("frames") is None:  # an LTX-2.5 render whose DurationHead picks the length first
+        typer.echo("length: picked by the pack's DurationHead once the prompt is encoded; this plan is that first "
+                   "phase only (give -f to plan the whole render)")
+    typer.echo(f"{spec['width']}x{spec['height']}x{spec['frames'] or '?'} on {len(plan['workers'])} worker(s): "
                f"stage-2 tiles {plan['tiles']['stage2'] or 'none'}, decode tiles {plan['tiles']['decode']}")
     typer.echo(f"{'stage':<10} {'tasks':<34} {'start':>8} {'end':>8}  {'peak/task':>10}  workers")
     for row in plan["stages"]:

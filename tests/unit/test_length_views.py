@@ -34,3 +34,15 @@ def test_a_length_being_picked_says_so_and_a_given_one_says_nothing() -> None:
     given = {**PENDING, "frames": 25}
     assert "duration head" not in _screen(given)
     assert not any("length " in line for line in render_details({"id": "r1", "state": "queued", "spec": given}))
+
+
+def test_farm_plan_says_a_25_plan_without_frames_is_its_first_phase(capsys) -> None:
+    from coordinator import placement
+    from coordinator.forecast import forecast
+    from farm_cli.plan import print_plan
+
+    caps = [{"packs": ["p"], "pack_generation": {"p": "2.5"}, "memory_bytes": 2**40}]
+    plan = forecast({"prompt": "a fox", "pack": "p"}, caps, [placement.Slot("w1", "", 2**40, {})])
+    print_plan(plan)
+    out = capsys.readouterr().out
+    assert "picked by the pack's DurationHead" in out and "384x256x? on 1 worker" in out and "None" not in out
