@@ -77,7 +77,7 @@ function drawRender() {
   const r = d.render;
   $("render-title").textContent = r.id;
   $("render-sub").replaceChildren(pill(r.state), " ", r.prompt ? `“${r.prompt}”` : "",
-    r.spec.width ? `  ${r.spec.width}×${r.spec.height}, ${r.spec.frames} frames` : "");
+    r.spec.width ? `  ${r.spec.width}×${r.spec.height}, ${r.spec.frames == null ? "length being picked (DurationHead)" : `${r.spec.frames} frames`}` : "");
   $("render-bar").style.width = (100 * r.progress).toFixed(1) + "%";
   $("render-meta").textContent = `${(100 * r.progress).toFixed(0)}% · ETA ${dur(r.eta_s)} · age ${dur(r.age_s)}`
     + ` · priority ${r.priority}` + (r.submitter ? ` · by ${r.submitter}` : "")
