@@ -216,7 +216,7 @@ class Scheduler:
             woken = self._wait(caps, min(delay, remaining))
             if self._stop.is_set():
                 return None
-            delay = min(delay * 1.5, 0.25)  # the fallback poll, for changes made by other processes
+            delay = min(delay * 1.5, max(self.poll_s, 0.25))  # the fallback poll, for other processes' changes
 
     def _remember(self, task: dict) -> None:
         expect = as_dict(as_dict(task.get("params")).get("expect"))

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ RESULT_RETRY_S = 60.0  # how long a finished result is offered (across a coordin
 UPLOAD_RETRY_S = 30.0  # how long a finished result's upload is retried before the task is reported failed
 UPLOAD_AGAIN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
                 grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED)
+FETCH_THREADS = 4  # a task's inputs fetched at once
 STOP_GRACE_S = 1.0  # on stop, how long an in-flight Lease reply may take to land
 DEFAULT_CAPABILITIES = ("mlx",)
 
@@ -312,7 +314,7 @@ class Agent:
             if self.packsync is not None:  # a pack only the coordinator holds: copy it before running
                 self.packsync.ensure(str(json.loads(lease.params_json or "{}").get("pack") or ""))
             start = time.perf_counter()
-            inputs = {name: self.fetch_input(sha) for name, sha in lease.inputs.items()}
+            inputs = self.fetch_inputs(dict(lease.inputs))
             fetched = time.perf_counter()
             beat.progress = {"phase": "run"}  # the next beat tells the dashboard: computing, not fetching
             outputs, metrics = self.runner.run(
@@ -427,6 +429,17 @@ class Agent:
                          give_up_s=RESULT_RETRY_S, max_delay_s=RECONNECT_MAX_S)
         except WireError as exc:
             raise OSError(str(exc)) from None
+
+    def fetch_inputs(self, shas: dict[str, str]) -> dict[str, np.ndarray]:
+        """A task's inputs fetched side by side: each is a round trip or more (a tile has a handful), so
+        their latencies overlap instead of adding up. A sha named twice is fetched once."""
+        unique = sorted(set(shas.values()))
+        if len(unique) <= 1:
+            got = {sha: self.fetch_input(sha) for sha in unique}
+        else:
+            with ThreadPoolExecutor(max_workers=min(FETCH_THREADS, len(unique)), thread_name_prefix="fetch") as pool:
+                got = dict(zip(unique, pool.map(self.fetch_input, unique), strict=True))
+        return {name: got[sha] for name, sha in shas.items()}
 
     def fetch_input(self, sha: str) -> np.ndarray:
         data = self.fetch_blob(sha)

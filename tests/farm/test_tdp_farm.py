@@ -81,11 +81,18 @@ def test_killed_tile_holder_reruns_only_that_tile(store, tmp_data, tiny_packs, r
         killed: list[tuple[str, str]] = []
 
         def killer() -> None:
+            # Events can reach a watcher late on a loaded machine (the tile may be done by then), so the
+            # one killed is whoever holds a step-0 tile now, read from the store.
             for event in client.watch(render_id):
                 if event.get("type") == "task_leased" and ".stage2.s0.t" in str(event.get("task", "")):
-                    os.kill(procs[event["worker"]].pid, signal.SIGKILL)
-                    killed.append((event["worker"], event["task"]))
-                    return
+                    break
+            while not killed:
+                held = [t for t in store.render_tasks(render_id)
+                        if ".stage2.s0.t" in t["id"] and t["state"] == "leased" and t["worker"] in procs]
+                if held:
+                    os.kill(procs[held[0]["worker"]].pid, signal.SIGKILL)
+                    killed.append((held[0]["worker"], held[0]["id"]))
+                time.sleep(0.005)
 
         thread = threading.Thread(target=killer, daemon=True)
         thread.start()
@@ -94,8 +101,9 @@ def test_killed_tile_holder_reruns_only_that_tile(store, tmp_data, tiny_packs, r
         arrays = farm_results(client, render)
     assert killed
     attempts = {t["id"]: int(t["attempts"]) for t in render["tasks"]}
-    assert attempts[killed[0][1]] >= 2
+    lost = [t["id"] for t in render["tasks"] if int(t.get("lost") or 0) > 0]  # what the killed worker held
+    assert lost and all(attempts[tid] >= 2 for tid in lost), (lost, attempts)
     retried = [tid for tid, n in attempts.items() if n > 1]
-    assert all(".stage2.s0.t" in tid or tid == killed[0][1] for tid in retried), retried
+    assert all(".stage2.s0.t" in tid or tid in lost for tid in retried), retried
     assert_identical(arrays, references["2x2"])
     time.sleep(0)
