@@ -18,7 +18,6 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -47,7 +46,7 @@ from coordinator.retention import BLOB_GRACE_S, forget_render, prune, start_swee
 from coordinator.scheduler import TERMINAL_STATES, Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object, parse_object
 from coordinator.tls import load_or_create_tls
-from coordinator.watchhub import END, WatchHub, backlog
+from coordinator.watchhub import WATCH_LIMIT, WatchHub, WatchRelay, encoded_batches
 from protos import farm_pb2, farm_pb2_grpc
 from protos.blobwire import Chunk, WireError, add_blob_service
 from protos.tensors import CHUNK_BYTES
@@ -64,10 +63,6 @@ STATUS = {
 }
 MAX_WAIT_MS = 30_000
 OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json")
-WATCH_OUTAGE_S = 60.0  # a Watch waits this long for Redis before it ends UNAVAILABLE (clients reconnect)
-WATCH_IDLE_S = 5.0  # a waiting watcher wakes this often to look for a Redis outage (a client leaving wakes it)
-WATCH_LIMIT = 1024  # concurrent Watch streams (each waits on the hub in a thread of its own)
-WATCH_JOINS = 16  # watchers reading their backlog at once (the rest wait: Redis connections are bounded)
 DEFAULT_MIN_FREE_GB = 1.0
 
 
@@ -140,21 +135,6 @@ def encoded_event(render_id: str, event_id: str, event: dict) -> bytes:
     return farm_pb2.Event(id=str(event_id), render_id=render_id, json=_json(event)).SerializeToString()
 
 
-def encoded_batches(events: list[bytes], most: int = 500) -> Iterator[bytes]:
-    """EventBatch wire bytes from encoded Events (field 1, length-delimited, repeated): no re-encoding."""
-    for start in range(0, len(events), most):
-        yield b"".join(b"\x0a" + _varint(len(e)) + e for e in events[start:start + most])
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 FARM_NOW_MS = "farm-now-ms"
 
 
@@ -188,11 +168,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         # pool holds watch_limit threads on top of the ones worker RPCs use, so Lease / Heartbeat /
         # Complete always find a thread; past the limit (or a peer's share of it) RESOURCE_EXHAUSTED.
         self.hub = WatchHub(store, TERMINAL_STATES, encode=encoded_event)
-        self.watch_limit = watch_limit
-        self.watch_per_peer = max(1, watch_limit // 2)
-        self._watching: Counter[str] = Counter()
-        self._watch_lock = threading.Lock()
-        self._joining = threading.BoundedSemaphore(WATCH_JOINS)
+        self.watches = WatchRelay(store, self.hub, watch_limit)
 
     def Submit(self, request, context):
         from coordinator import planner
@@ -270,62 +246,14 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     def Watch(self, request, context) -> Iterator[bytes]:
         """Relay the render's event stream, one Event per message (WatchBatches sends them together)."""
-        for delivery in self._watch(request, context):
+        for delivery in self.watches.deliveries(request, context, self._render):
             yield from delivery
 
     def WatchBatches(self, request, context) -> Iterator[bytes]:
         """The same stream, the events of each delivery in one EventBatch: one send per watcher per
         delivery, which is what lets a crowd of watchers leave worker RPCs alone."""
-        for delivery in self._watch(request, context):
+        for delivery in self.watches.deliveries(request, context, self._render):
             yield from encoded_batches(delivery)
-
-    def _watch(self, request, context) -> Iterator[list[bytes]]:
-        """Encoded events per delivery until the render is terminal and its events drained. At most
-        watch_limit at once (half of them per peer): beyond, RESOURCE_EXHAUSTED, and the client polls
-        GetRender instead."""
-        peer = context.peer().rsplit(":", 1)[0]  # the client's address without its port
-        with self._watch_lock:
-            total = sum(self._watching.values())
-            if total >= self.watch_limit or self._watching[peer] >= self.watch_per_peer:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"the coordinator relays {total} watchers ({self._watching[peer]} from this "
-                              "address) already; poll the render, or retry")
-            self._watching[peer] += 1
-        try:
-            yield from self._relay(request, context)
-        finally:
-            with self._watch_lock:
-                self._watching[peer] -= 1
-                if self._watching[peer] <= 0:
-                    del self._watching[peer]
-
-    def _relay(self, request, context) -> Iterator[list[bytes]]:
-        """The watcher's backlog, then what the hub hands it, until the hub says the render ended."""
-        render_id, after = request.render_id, request.after_event_id or "0"
-        with self._joining:  # a crowd arriving at once reads Redis a few at a time
-            self._render(render_id, context)
-            sub = self.hub.subscribe(render_id, after)
-        context.add_callback(lambda: sub.push(END))  # a client that leaves frees its thread at once
-        try:
-            with self._joining:
-                first = list(sub.fresh(backlog(self.store, render_id, after)))
-            if first:
-                yield [encoded_event(render_id, event_id, event) for event_id, event in first]
-            while context.is_active():
-                delivery: list[bytes] = []
-                for batch in sub.take(WATCH_IDLE_S):
-                    if batch is END:
-                        if delivery:
-                            yield delivery
-                        return
-                    delivery += [wire for _event_id, wire in sub.fresh(batch)]  # encoded once by the hub
-                if delivery:
-                    yield delivery  # bytes: the Guard sends them as they are
-                outage = self.hub.outage_since
-                if outage is not None and time.monotonic() - outage > WATCH_OUTAGE_S:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "the farm's Redis is unreachable; watch again")
-        finally:
-            self.hub.unsubscribe(sub)
 
     def Cancel(self, request, context):
         self._render(request.render_id, context)

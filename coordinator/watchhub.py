@@ -13,11 +13,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
+
 log = logging.getLogger(__name__)
+
+WATCH_LIMIT = 1024  # concurrent Watch streams (each waits on the hub in a thread of its own)
+WATCH_JOINS = 16  # watchers reading their backlog at once (the rest wait: Redis connections are bounded)
+WATCH_IDLE_S = 5.0  # a waiting watcher wakes this often to look for a Redis outage (a client leaving wakes it)
+WATCH_OUTAGE_S = 60.0  # a Watch waits this long for Redis before it ends UNAVAILABLE (clients reconnect)
 
 BLOCK_MS = 1_000
 STATE_CHECK_S = 1.0  # a render that ends without an event of its own is noticed within this
@@ -185,3 +192,75 @@ class WatchHub:
                 sub.push(END)
             if pause and i % PUSH_CHUNK == PUSH_CHUNK - 1:
                 time.sleep(pause)
+
+
+def encoded_batches(events: list[bytes], most: int = 500) -> Iterator[bytes]:
+    """EventBatch wire bytes from encoded Events (field 1, length-delimited, repeated): no re-encoding."""
+    for start in range(0, len(events), most):
+        yield b"".join(b"\x0a" + _varint(len(e)) + e for e in events[start:start + most])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class WatchRelay:
+    """What the Watch RPCs run: admission (a limit in all and half of it per client address,
+    RESOURCE_EXHAUSTED beyond, and the client polls instead) and one watcher's relay: its backlog, then
+    the hub's deliveries (lists of encoded events), until the hub says the render ended."""
+
+    def __init__(self, store: Any, hub: WatchHub, limit: int = WATCH_LIMIT) -> None:
+        self.store, self.hub, self.limit, self.per_peer = store, hub, limit, max(1, limit // 2)
+        self._watching: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._joining = threading.BoundedSemaphore(WATCH_JOINS)
+
+    def deliveries(self, request: Any, context: Any, known: Callable[[str, Any], object]) -> Iterator[list]:
+        """known(render_id, context) aborts NOT_FOUND for a render that does not exist."""
+        peer = context.peer().rsplit(":", 1)[0]  # the client's address without its port
+        with self._lock:
+            total = sum(self._watching.values())
+            if total >= self.limit or self._watching[peer] >= self.per_peer:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"the coordinator relays {total} watchers ({self._watching[peer]} from this "
+                              "address) already; poll the render, or retry")
+            self._watching[peer] += 1
+        try:
+            yield from self._relay(request, context, known)
+        finally:
+            with self._lock:
+                self._watching[peer] -= 1
+                if self._watching[peer] <= 0:
+                    del self._watching[peer]
+
+    def _relay(self, request: Any, context: Any, known: Callable[[str, Any], object]) -> Iterator[list]:
+        render_id, after = request.render_id, request.after_event_id or "0"
+        with self._joining:  # a crowd arriving at once reads Redis a few at a time
+            known(render_id, context)
+            sub = self.hub.subscribe(render_id, after)
+        context.add_callback(lambda: sub.push(END))  # a client that leaves frees its thread at once
+        try:
+            with self._joining:
+                first = list(sub.fresh(backlog(self.store, render_id, after)))
+            if first:
+                yield [self.hub.encode(render_id, event_id, event) for event_id, event in first]
+            while context.is_active():
+                delivery: list = []
+                for batch in sub.take(WATCH_IDLE_S):
+                    if batch is END:
+                        if delivery:
+                            yield delivery
+                        return
+                    delivery += [wire for _event_id, wire in sub.fresh(batch)]  # encoded once by the hub
+                if delivery:
+                    yield delivery
+                outage = self.hub.outage_since
+                if outage is not None and time.monotonic() - outage > WATCH_OUTAGE_S:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "the farm's Redis is unreachable; watch again")
+        finally:
+            self.hub.unsubscribe(sub)
