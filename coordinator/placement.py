@@ -3,8 +3,9 @@
 Why: `farm plan`, the ETA in `farm ls` / `farm status` / the dashboard and the submit refusal of a
 render no worker can hold all read one simulation of the farm's pull scheduling: tasks in plan order
 (the ready queues' order), each starting when its inputs are done and a worker that can hold it is
-free (the first free one takes it, as a pulling worker does), taking the cost model's seconds on that
-worker. Coordinator tasks (blend, cut) run on the coordinator, one at a time.
+free (the first free one takes it, as a pulling worker does; a tile goes to whoever ends it soonest,
+as lease.lua deals tiles — deal_takes is that rule), taking the cost model's seconds on that worker.
+Coordinator tasks (blend, cut) run on the coordinator, one at a time.
 """
 
 from __future__ import annotations
