@@ -30,14 +30,15 @@ BLOCK_MS = 1_000
 STATE_CHECK_S = 1.0  # a render that ends without an event of its own is noticed within this
 END = object()  # the render ended (or is gone) and every event before the end was delivered
 RETRY_S = (0.2, 0.5, 1.0, 2.0)
-# A delivery wakes its watchers' threads PUSH_CHUNK at a time, spread over PUSH_SPREAD_S: a worker RPC
-# arriving meanwhile waits behind a few of them (for the GIL and the server's completion queue), not
-# behind all 500 at once. Watchers see events up to this much later; nobody waits for a watcher.
-PUSH_CHUNK = 16
-PUSH_SPREAD_S = 0.8
-# After a delivery the hub lets events gather this long before it reads again: a watcher gets a render's
-# events in at most two sends a second (one EventBatch each over WatchBatches), however busy the render.
+# The hub reads and delivers at most once per interval: DELIVER_EVERY_S, or longer for a crowd, so that
+# all watchers together cost at most SENDS_PER_S sends (one EventBatch each over WatchBatches): 500
+# watchers hear every ~3 s, and the workers' RPCs keep their latency. A delivery wakes its watchers'
+# threads PUSH_CHUNK at a time spread over PUSH_SPREAD of the interval, so a worker RPC arriving meanwhile
+# waits behind a few of them (for the GIL and the server's completion queue), not behind all at once.
 DELIVER_EVERY_S = 1.0
+SENDS_PER_S = 150.0
+PUSH_CHUNK = 16
+PUSH_SPREAD = 0.8
 
 
 def backlog(store: Any, render_id: str, after: str, count: int = 200) -> list[tuple[str, dict]]:
@@ -155,10 +156,11 @@ class WatchHub:
                 if time.monotonic() - last_check >= STATE_CHECK_S:
                     changed, last_check = set(positions), time.monotonic()
                 states = self.store.render_states(sorted(changed)) if changed else {}
-                self._deliver(batches, states)
+                started = time.monotonic()
+                interval = self._deliver(batches, states)
                 self.outage_since, failures = None, 0
                 if batches:
-                    self.stopping.wait(self.deliver_every_s)
+                    self.stopping.wait(max(0.0, interval - (time.monotonic() - started)))
             except Exception as exc:  # noqa: BLE001 - a Redis blip pauses every watcher; they keep their streams
                 if self.outage_since is None:
                     self.outage_since = time.monotonic()
@@ -166,7 +168,8 @@ class WatchHub:
                 self.stopping.wait(RETRY_S[min(failures, len(RETRY_S) - 1)])
                 failures += 1
 
-    def _deliver(self, batches: dict[str, list[tuple[str, dict]]], states: dict[str, str | None]) -> None:
+    def _deliver(self, batches: dict[str, list[tuple[str, dict]]], states: dict[str, str | None]) -> float:
+        """Hand the batches (and END to the watchers of renders that ended) out; the interval to keep."""
         ended = {rid for rid, state in states.items() if state is None or state in self.terminal}
         tails = {rid: backlog(self.store, rid, batches[rid][-1][0] if batches.get(rid) else self._position.get(rid, "0"))
                  for rid in ended}  # the rest of an ended render's events (past the read's page, or written since)
@@ -184,7 +187,8 @@ class WatchHub:
         for rid, subs, events, end in plan:
             encoded = [(event_id, self.encode(rid, event_id, event)) for event_id, event in events]
             pushes += [(sub, encoded, end) for sub in subs]
-        pause = PUSH_SPREAD_S / max(1, -(-len(pushes) // PUSH_CHUNK)) if len(pushes) > PUSH_CHUNK else 0.0
+        interval = max(self.deliver_every_s, len(pushes) / SENDS_PER_S)
+        pause = PUSH_SPREAD * interval / -(-len(pushes) // PUSH_CHUNK) if len(pushes) > PUSH_CHUNK else 0.0
         for i, (sub, encoded, end) in enumerate(pushes):
             if encoded:
                 sub.push(encoded)
@@ -192,6 +196,7 @@ class WatchHub:
                 sub.push(END)
             if pause and i % PUSH_CHUNK == PUSH_CHUNK - 1:
                 time.sleep(pause)
+        return interval
 
 
 def encoded_batches(events: list[bytes], most: int = 500) -> Iterator[bytes]:
