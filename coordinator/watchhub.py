@@ -32,10 +32,11 @@ END = object()  # the render ended (or is gone) and every event before the end w
 RETRY_S = (0.2, 0.5, 1.0, 2.0)
 # The hub reads and delivers at most once per interval: DELIVER_EVERY_S, or longer for a crowd, so that
 # all watchers together cost at most SENDS_PER_S sends (one EventBatch each over WatchBatches): 500
-# watchers hear every ~3 s, and the workers' RPCs keep their latency. A delivery wakes its watchers'
+# watchers hear every ~3 s, and the workers' RPCs keep their latency; a few watchers (a person, a
+# script waiting on a lease) hear each event within ~50 ms. A delivery wakes its watchers'
 # threads PUSH_CHUNK at a time spread over PUSH_SPREAD of the interval, so a worker RPC arriving meanwhile
 # waits behind a few of them (for the GIL and the server's completion queue), not behind all at once.
-DELIVER_EVERY_S = 1.0
+DELIVER_EVERY_S = 0.05
 SENDS_PER_S = 150.0
 PUSH_CHUNK = 16
 PUSH_SPREAD = 0.8
