@@ -36,7 +36,7 @@ TINY_DURATION_LOG_SECONDS = 0.75  # the tiny head's output bias: exp(0.75) ~ 2.1
 
 def tiny_embedded_config(variant: str = "2.3") -> dict:
     """The embedded (reference) config of the tiny pack: every model size comes from here."""
-    from ltx_engine.models import audio_vae, connector, transformer, video_vae, vocoder
+    from ltx_engine.models import audio_vae, connector_config, transformer, video_vae, vocoder
     from ltx_engine.models.text_encoder import tiny_gemma_config
 
     if variant not in VARIANTS:
@@ -51,7 +51,7 @@ def tiny_embedded_config(variant: str = "2.3") -> dict:
     tcfg = cfg["transformer"]
     video_dim = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
     audio_dim = tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"]
-    conn = connector.tiny_connector_config(gemma["hidden_size"], gemma[TINY_GEMMA_LAYERS_KEY], video_dim, audio_dim)
+    conn = connector_config.tiny_connector_config(gemma["hidden_size"], gemma[TINY_GEMMA_LAYERS_KEY], video_dim, audio_dim)
     tcfg.update(conn)
     return cfg
 

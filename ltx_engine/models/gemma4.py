@@ -20,7 +20,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ltx_engine.models.connector import ConnectorConfig, TextProjection
+from ltx_engine.models.connector import TextProjection
+from ltx_engine.models.connector_config import ConnectorConfig
 from ltx_engine.models.text_encoder import REFERENCE_MAX_LENGTH, attention_masks
 from ltx_engine.text_encoders import GEMMA4_CONFIG, GEMMA4_WEIGHTS
 

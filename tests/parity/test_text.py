@@ -15,7 +15,8 @@ from ltx_core.text_encoders.gemma.embeddings_processor import EmbeddingsProcesso
 from ltx_core.text_encoders.gemma.feature_extractor import FeatureExtractorV2  # noqa: E402
 
 from ltx_engine.loader import PackError, apply_weights  # noqa: E402
-from ltx_engine.models.connector import ConnectorConfig, TextConnector, tiny_connector_config  # noqa: E402
+from ltx_engine.models.connector import TextConnector  # noqa: E402
+from ltx_engine.models.connector_config import ConnectorConfig, tiny_connector_config  # noqa: E402
 from ltx_engine.models.text_encoder import (  # noqa: E402
     TextEncoder,
     gemma_hidden_states,

@@ -7,12 +7,8 @@ import numpy as np
 import pytest
 
 from ltx_engine.loader import PackError, apply_weights
-from ltx_engine.models.connector import (
-    ConnectorConfig,
-    TextConnector,
-    tiny_connector_config,
-    tiny_connector_weights,
-)
+from ltx_engine.models.connector import TextConnector, tiny_connector_weights
+from ltx_engine.models.connector_config import ConnectorConfig, tiny_connector_config
 from ltx_engine.models.text_encoder import (
     REFERENCE_MAX_LENGTH,
     TextEncoder,
