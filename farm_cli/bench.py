@@ -73,6 +73,11 @@ def farm_stage2_seconds(spec: dict, data: Path) -> tuple[float, float, dict[int,
     return (max(done) - min(leased)) / 1000.0, mean_forward, moved, farm_breakdown(events, _is_stage2)
 
 
+def _net(farm: tuple[float, float], local: tuple[float, float, float, float], where: dict[str, float]) -> float:
+    """The farm's time beyond its own forwards, on the in-process forwards, over the in-process wall."""
+    return (local[2] + farm[0] - where["forward"]) / local[0]
+
+
 @bench_app.command("overhead")
 def overhead(
     height: Annotated[int, typer.Option("-H", "--height")] = 512,
@@ -105,7 +110,7 @@ def overhead(
             farm.append((farm_s, farm_fwd))
             parts.append(where)
         typer.echo(f"pair {pair + 1}: in-process {local[-1][0]:.3f} s, farm {farm_s:.3f} s, "
-                   f"ratio {farm_s / local[-1][0]:.3f}", err=True)
+                   f"ratio {farm_s / local[-1][0]:.3f}, net {_net(farm[-1], local[-1], where):.3f}", err=True)
     ratios = [f[0] / lo[0] for f, lo in zip(farm, local, strict=True)]
     med = statistics.median
     typer.echo(f"stage 2, {tiles} tiles, {width}x{height}x{frames}, pack {pack}, {pairs} interleaved pairs")
@@ -117,7 +122,7 @@ def overhead(
     # The same forwards (same code, same inputs) run at the machine's speed of the moment: on a loaded
     # machine their noise swamps a few per cent. Net of it: each side's time beyond its own forwards,
     # added to the in-process forwards.
-    net = [(lo[2] + f[0] - w["forward"]) / lo[0] for f, lo, w in zip(farm, local, parts, strict=True)]
+    net = [_net(f, lo, w) for f, lo, w in zip(farm, local, parts, strict=True)]
     typer.echo(f"ratio net of forward-speed noise: median {med(net):.3f} (spread {min(net):.3f}-{max(net):.3f})")
     for line in breakdown_lines(parts, [x[2] for x in local], [x[3] for x in local]):
         typer.echo(line)
