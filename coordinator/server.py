@@ -402,6 +402,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             request.fence,
             request.error[:4000],
             retryable=request.retryable,
+            seen=True,
         )
         self.scheduler.wake()
         return farm_pb2.StatusReply(status=STATUS[status])
@@ -421,7 +422,6 @@ class FarmBlobsServicer:
             context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
         except BlobTooLarge as exc:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            seen=True,
         except (BlobError, WireError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
