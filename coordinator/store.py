@@ -46,6 +46,8 @@ from typing import Any
 
 import redis
 
+from coordinator.store_reads import StoreReads, reply_pairs
+
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
@@ -55,9 +57,6 @@ TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
 
-_TASK_JSON = ("params", "input_refs", "inputs", "deps", "outputs", "metrics", "progress")
-_TASK_INT = ("attempts", "max_attempts", "fence", "leased_ms", "deadline_ms", "queued_ms", "done_ms", "seq",
-             "failures", "lost", "stuck_ms")
 # Redis errors that end when the server is back (restart, AOF load, a dropped socket): retried, never fatal.
 REDIS_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
@@ -68,8 +67,6 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, REDIS_TRANSIENT):
         return True
     return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
-_RENDER_INT = ("created_ms", "started_ms", "finished_ms", "remaining", "total", "priority")
-_WORKER_INT = ("registered_ms", "last_seen_ms", "tasks_done", "failures", "busy_ms", "lost")
 
 
 @cache
@@ -77,22 +74,6 @@ def _script_source(name: str) -> str:
     """common.lua + the script: one text per operation, loaded once per process."""
     common = (LUA_DIR / "common.lua").read_text()
     return common + "\n" + (LUA_DIR / f"{name}.lua").read_text()
-
-
-def _decode(raw: dict[str, str], json_fields: tuple[str, ...], int_fields: tuple[str, ...]) -> dict[str, Any]:
-    """A Redis hash as plain Python values (JSON fields parsed, counters as int)."""
-    out: dict[str, Any] = dict(raw)
-    for f in json_fields:
-        if out.get(f):
-            out[f] = json.loads(out[f])
-    for f in int_fields:
-        if f in out:
-            out[f] = int(out[f] or 0)
-    return out
-
-
-def _pairs(flat: list) -> dict[str, str]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _check_task(t: dict) -> None:
@@ -147,8 +128,9 @@ class NotLeader(RuntimeError):
     """Another coordinator holds the leadership lease now: this one's writes are refused."""
 
 
-class FarmStore:
-    """The coordinator's only door to Redis: atomic transitions, plain reads, event streams."""
+class FarmStore(StoreReads):
+    """The coordinator's only door to Redis: atomic transitions here, plain reads and event streams
+    in StoreReads (store_reads.py)."""
 
     def __init__(self, client: redis.Redis, prefix: str = "farm", *, events_maxlen: int = 5000) -> None:
         self.client = client
@@ -156,9 +138,6 @@ class FarmStore:
         self.events_maxlen = events_maxlen
         self.epoch = ""  # the leadership epoch every script is fenced with ('' = unfenced)
         self._scripts = {name: client.register_script(_script_source(name)) for name in SCRIPTS}
-
-    def key(self, *parts: str) -> str:
-        return ":".join((self.prefix, *parts))
 
     def _run(self, name: str, *args: Any) -> Any:
         """EVALSHA (EVAL on a cold server); 'farm: ...' script errors become ValueError."""
@@ -198,7 +177,7 @@ class FarmStore:
         if not capabilities:
             return None
         got = self._run("lease", worker_id, int(lease_ms), "1" if seen else "0", *capabilities)
-        return self._task(_pairs(got[1]), got[0]) if got else None
+        return self._task(reply_pairs(got[1]), got[0]) if got else None
 
     def heartbeat(self, task_id: str, worker_id: str, fence: int, lease_ms: int,
                   progress: dict | None = None) -> str:
@@ -223,7 +202,7 @@ class FarmStore:
     def set_policy(self, **fields: str) -> dict[str, str]:
         """Set scheduling policy fields lease.lua reads (dealing, affinity: '0'/'1'; weight:<submitter>);
         '' restores a field's default. Returns the whole policy."""
-        return _pairs(self._run("set_policy", *(x for kv in fields.items() for x in kv)))
+        return reply_pairs(self._run("set_policy", *(x for kv in fields.items() for x in kv)))
 
     def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True,
              seen: bool = False) -> str:
@@ -269,85 +248,11 @@ class FarmStore:
         flat = {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
         return bool(self._run("set_render_state", render_id, state, json.dumps(flat)))
 
-    def get_render(self, render_id: str) -> dict | None:
-        raw = self.client.hgetall(self.key("render", render_id))
-        return self._render(render_id, raw) if raw else None
-
-    def list_renders(self, limit: int = 50) -> list[dict]:
-        """Newest first."""
-        ids = self.client.zrevrange(self.key("renders"), 0, max(0, limit - 1)) if limit > 0 else []
-        pipe = self.client.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hgetall(self.key("render", rid))
-        return [self._render(rid, raw) for rid, raw in zip(ids, pipe.execute(), strict=True) if raw]
-
-    def render_tasks(self, render_id: str) -> list[dict]:
-        """The render's tasks in plan order."""
-        ids = self.client.lrange(self.key("render", render_id, "tasks"), 0, -1)
-        pipe = self.client.pipeline(transaction=False)
-        for tid in ids:
-            pipe.hgetall(self.key("task", tid))
-        return [self._task(raw, tid) for tid, raw in zip(ids, pipe.execute(), strict=True) if raw]
-
-    def get_task(self, task_id: str) -> dict | None:
-        """The task; `inputs` is {name: sha} once it is queued (all deps done), {} before."""
-        raw = self.client.hgetall(self.key("task", task_id))
-        return self._task(raw, task_id) if raw else None
-
-    def queue_depths(self) -> dict[str, int]:
-        caps = sorted(self.client.smembers(self.key("capabilities")))
-        pipe = self.client.pipeline(transaction=False)
-        for cap in caps:
-            pipe.zcard(self.key("ready", cap))
-        return dict(zip(caps, pipe.execute(), strict=True))
-
-    def _render(self, render_id: str, raw: dict[str, str]) -> dict:
-        out = _decode(raw, ("spec",), _RENDER_INT)
-        out["blocklist"] = str(out.get("blocklist") or "").split()
-        return {"id": render_id, **out}
-
-    def _task(self, raw: dict[str, str], task_id: str) -> dict:
-        out = _decode(raw, _TASK_JSON, _TASK_INT)
-        out["failed_on"] = str(out.get("failed_on") or "").split()
-        return {"id": task_id, **out}
-
     # ------------------------------------------------------------------ events
 
     def emit(self, render_id: str, event: dict) -> str:
         """Append an event (a "ts" in Redis time is added); returns the stream id."""
         return self._run("emit", render_id, json.dumps(event))
-
-    def read_events(self, render_id: str, last_id: str = "0", block_ms: int = 0,
-                    count: int = 200) -> list[tuple[str, dict]]:
-        """Events after last_id, oldest first; with block_ms > 0 wait that long for the first one."""
-        timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
-        if block_ms > 0 and timeout is not None and block_ms / 1000 >= timeout:
-            raise ValueError(f"block_ms {block_ms} needs a client socket_timeout above {block_ms / 1000} s")
-        resp = self.client.xread({self.key("events", render_id): last_id}, count=count,
-                                 block=block_ms if block_ms > 0 else None)
-        entries = next(iter(resp.values())) if isinstance(resp, dict) else (resp[0][1] if resp else [])
-        return [(eid, json.loads(fields["e"])) for eid, fields in entries]
-
-    def read_event_streams(self, positions: dict[str, str], block_ms: int = 0,
-                           count: int = 200) -> dict[str, list[tuple[str, dict]]]:
-        """Events of several renders, each after its own id, in one XREAD: the Watch hub's one read for
-        every watcher (coordinator/watchhub.py)."""
-        timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
-        if block_ms > 0 and timeout is not None and block_ms / 1000 >= timeout:
-            raise ValueError(f"block_ms {block_ms} needs a client socket_timeout above {block_ms / 1000} s")
-        streams = {self.key("events", rid): last for rid, last in positions.items()}
-        resp = self.client.xread(streams, count=count, block=block_ms if block_ms > 0 else None)
-        pairs = resp.items() if isinstance(resp, dict) else (resp or [])
-        cut = len(self.key("events", ""))
-        return {str(name)[cut:]: [(eid, json.loads(fields["e"])) for eid, fields in entries]
-                for name, entries in pairs}
-
-    def render_states(self, render_ids: list[str]) -> dict[str, str | None]:
-        """The state of each render (None for one that is gone), in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for rid in render_ids:
-            pipe.hget(self.key("render", rid), "state")
-        return dict(zip(render_ids, pipe.execute(), strict=True))
 
     # ------------------------------------------------------------------ workers
 
@@ -376,10 +281,6 @@ class FarmStore:
                                        int(hard_floor_ms), float(hard_factor))
         return list(flagged), list(cancelled)
 
-    def renders_to_assemble(self) -> list[str]:
-        """Renders whose every task is done but that have not ended (their assembly is due)."""
-        return sorted(self.client.smembers(self.key("to_assemble")))
-
     def worker_seen(self, worker_id: str, state: str, current_task: str | None) -> None:
         self._run("worker_seen", worker_id, state, current_task or "")
 
@@ -395,29 +296,6 @@ class FarmStore:
         """Undo a drain while the worker is still there (it keeps serving). False if it is not draining."""
         return bool(self._run("resume_worker", worker_id))
 
-    def worker_draining(self, worker_id: str) -> bool:
-        return self.client.hget(self.key("worker", worker_id), "drain") == "1"
-
-    def list_workers(self) -> list[dict]:
-        ids = sorted(self.client.smembers(self.key("workers")))
-        pipe = self.client.pipeline(transaction=False)
-        for wid in ids:
-            pipe.hgetall(self.key("worker", wid))
-        return [self._worker(wid, raw) for wid, raw in zip(ids, pipe.execute(), strict=True) if raw]
-
-    def worker_stats(self, worker_id: str) -> dict[str, float]:
-        """Counters kept by the complete/fail/expiry scripts."""
-        w = self._worker(worker_id, self.client.hgetall(self.key("worker", worker_id)))
-        return {"tasks_done": w["tasks_done"], "failures": w["failures"], "busy_s": w["busy_s"], "lost": w["lost"]}
-
-    def _worker(self, worker_id: str, raw: dict[str, str]) -> dict:
-        w = _decode(raw, ("info", "pack_sync"), _WORKER_INT)
-        for f in ("tasks_done", "failures", "busy_ms", "lost"):
-            w.setdefault(f, 0)
-        w["busy_s"] = w["busy_ms"] / 1000.0
-        w["blocklisted"] = str(w.get("blocklisted") or "").split()
-        return {"id": worker_id, **w}
-
     # ------------------------------------------------------------------ leadership
 
     def claim_leadership(self, node: str, address: str, lease_ms: int) -> tuple[bool, int, str]:
@@ -425,20 +303,10 @@ class FarmStore:
         lead, epoch, leader, _deadline = self._run("leadership", node, address, int(lease_ms))
         return bool(lead), int(epoch), str(leader or "")
 
-    def leader(self) -> dict:
-        """The lease as stored (node, address, epoch, deadline_ms), {} before any coordinator ran."""
-        return self.client.hgetall(self.key("leader"))
-
     # ------------------------------------------------------------------ blobs
 
     def put_blob_ref(self, sha: str, path: str, size: int) -> None:
         self._run("put_blob_ref", sha, str(path), int(size))
-
-    def blob_shas(self) -> list[str]:
-        """Every blob the farm has a record of (a SCAN: retention's sweep, not a hot path)."""
-        start = len(self.key("blob", ""))
-        return [k[start:] for k in self.client.scan_iter(match=self.key("blob", "*"), count=1000)
-                if len(k) - start == 64]
 
     def forget_workers(self, seen_before_ms: int) -> list[str]:
         """Drop the records of workers not seen since the cutoff that hold no lease; their ids."""
@@ -448,9 +316,3 @@ class FarmStore:
         """Drop a blob's record if it was created before the cutoff; returns its file path to delete."""
         path = self._run("forget_blob", sha, int(created_before_ms))
         return str(path) if path else None
-
-    def get_blob_ref(self, sha: str) -> dict | None:
-        raw = self.client.hgetall(self.key("blob", sha))
-        if not raw:
-            return None
-        return {"sha": sha, "path": raw["path"], "size": int(raw["size"]), "created_ms": int(raw.get("created_ms", 0))}
