@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from coordinator.blob_servicer import FarmBlobsServicer
 from coordinator.blobstore import BlobStore
-from coordinator.server import FarmBlobsServicer
 from protos import farm_pb2, farm_pb2_grpc
 from protos.blobwire import (
     WIRE_CHUNK_BYTES,

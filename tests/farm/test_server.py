@@ -162,7 +162,7 @@ def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) 
 
 
 def test_only_recently_seen_workers_shape_validation(store) -> None:
-    from coordinator.server import live_fleet
+    from coordinator.client_servicer import live_fleet
 
     store.register_worker("gone", {"packs": ["tiny"], "memory_bytes": 1 << 30})
     store.register_worker("here", {"packs": ["tiny"], "memory_bytes": 1 << 34})

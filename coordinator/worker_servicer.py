@@ -1,0 +1,108 @@
+"""FarmWorkerServicer: the worker protocol (register, lease long poll, heartbeat, complete, fail).
+
+Split from server.py (the size rule); thin over FarmStore and the Scheduler like the other servicers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from coordinator.graph import SpecError
+from coordinator.presence import Presence
+from coordinator.scheduler import Scheduler, as_dict
+from coordinator.schema import check_capabilities, check_small_object
+from protos import farm_pb2, farm_pb2_grpc
+
+STATUS = {
+    "ok": farm_pb2.OK,
+    "stale": farm_pb2.STALE,
+    "cancel": farm_pb2.CANCEL,
+    "render_ready": farm_pb2.RENDER_READY,
+    "requeued": farm_pb2.REQUEUED,
+    "failed": farm_pb2.FAILED,
+}
+MAX_WAIT_MS = 30_000
+
+
+class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
+    """The worker protocol: register, lease (long poll), heartbeat, complete, fail."""
+
+    def __init__(self, store: Any, scheduler: Scheduler, presence: Presence | None = None) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.presence = presence or Presence(store, scheduler.wake)
+
+    def Attach(self, request, context):
+        yield from self.presence.attach(request, context)
+
+    def Register(self, request, context):
+        if not request.worker_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id is required")
+        try:
+            info = check_capabilities(request.capabilities_json)  # typed where the planner reads it
+        except SpecError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        info.setdefault("peer", context.peer())
+        self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session,
+                                   idle=request.idle)
+        lease_ms = self.scheduler.lease_ms
+        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3))
+
+    def Lease(self, request, context):
+        return self._lease(request.worker_id, request, min(max(0, request.wait_ms), MAX_WAIT_MS), context)
+
+    def _lease(self, wid: str, request, wait_ms: int, context) -> farm_pb2.LeaseReply:
+        """One Lua call per poll (it marks the worker seen); a draining worker is told so at once."""
+        task = self.scheduler.lease(wid, list(request.capabilities), wait_ms,
+                                    lambda: context.is_active() and not self.store.worker_draining(wid))
+        if task is None:
+            if self.store.worker_draining(wid):  # drained (lease.lua marked it): the worker exits on this reply
+                return farm_pb2.LeaseReply(has_task=False, drain=True)
+            return farm_pb2.LeaseReply(has_task=False)
+        if not context.is_active():  # the worker left while its lease was granted: give it back now
+            self.store.lose_leases(wid, "", "the lease reply found no worker", str(task["id"]))
+            self.scheduler.wake()
+            return farm_pb2.LeaseReply(has_task=False)
+        return farm_pb2.LeaseReply(
+            has_task=True,
+            task_id=str(task["id"]),
+            render_id=str(task.get("render") or ""),
+            kind=str(task.get("kind") or ""),
+            params_json=json.dumps(as_dict(task.get("params")), sort_keys=True, default=str),
+            inputs={str(k): str(v) for k, v in as_dict(task.get("inputs")).items()},
+            fence=int(task["fence"]),
+            attempts=int(task.get("attempts") or 0),
+            lease_ms=self.scheduler.lease_ms,
+        )
+
+    def Heartbeat(self, request, context):
+        progress = check_small_object(request.progress_json, "progress_json") if request.progress_json else None
+        status, drain = self.store.beat(  # one Lua call: the lease, the worker's liveness, its drain mark
+            request.task_id, request.worker_id, request.fence, self.scheduler.lease_ms, progress
+        )
+        return farm_pb2.StatusReply(status=STATUS[status], drain=drain)
+
+    def Complete(self, request, context):
+        metrics = check_small_object(request.metrics_json, "metrics_json") if request.metrics_json else {}
+        status, message = self.scheduler.complete(
+            request.task_id, request.worker_id, request.fence, dict(request.outputs), metrics
+        )
+        reply = farm_pb2.StatusReply(status=STATUS[status], message=message)
+        if request.HasField("next"):  # the next lease rides on this call (no waiting: the worker long-polls)
+            reply.next.CopyFrom(self._lease(request.worker_id, request.next, 0, context))
+        return reply
+
+    def Fail(self, request, context):
+        status = self.store.fail(
+            request.task_id,
+            request.worker_id,
+            request.fence,
+            request.error[:4000],
+            retryable=request.retryable,
+            seen=True,
+        )
+        self.scheduler.wake()
+        return farm_pb2.StatusReply(status=STATUS[status])
