@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
             "--throttle", help="Run each task FACTOR times as long as its compute (>= 1): share this Mac.")] = 1.0,
     ) -> None:
         """Run this Mac's worker: lease tasks from the coordinator and run them until Ctrl-C."""
-        from worker.agent import run_worker, worker_token
+        from worker.cli import run_worker, worker_token
 
         if not coordinator:
             fail("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")

@@ -23,6 +23,9 @@ from protos.endpoints import Endpoints
 log = logging.getLogger("farm.worker")
 
 MOVE_ON = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+RPC_TIMEOUT_S = 30.0
+RECONNECT_MAX_S = 2.0  # the agent's own retry backoff cap (grpc's reconnect backoff is capped alike)
+RESULT_RETRY_S = 60.0  # how long a finished result is offered (across a coordinator failover)
 
 
 class Coordinators:

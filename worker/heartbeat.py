@@ -1,0 +1,63 @@
+"""The heartbeat thread beside a running task: it keeps the lease alive and carries step progress.
+
+Its own module (the size rule): the agent starts one per task and reads `stop_reason` to learn that the
+coordinator cancelled the task or gave its lease away (STALE); the beat also relays the drain mark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+import grpc
+
+from protos import farm_pb2
+from worker.connection import RPC_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from worker.agent import Agent
+
+log = logging.getLogger("farm.worker")
+
+
+class Heartbeat(threading.Thread):
+    """Extends the lease every heartbeat_ms and carries progress; flags cancel/stale."""
+
+    def __init__(self, agent: Agent, lease: farm_pb2.LeaseReply, interval_s: float) -> None:
+        super().__init__(name=f"heartbeat-{lease.task_id}", daemon=True)
+        self.agent, self.lease, self.interval_s = agent, lease, interval_s
+        self.progress: dict = {}
+        self.stop_reason: str | None = None
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            request = farm_pb2.HeartbeatRequest(
+                task_id=self.lease.task_id,
+                worker_id=self.agent.worker_id,
+                fence=self.lease.fence,
+                progress_json=json.dumps(self.progress),
+            )
+            address = self.agent.address
+            try:
+                reply = self.agent.worker.Heartbeat(
+                    request, timeout=RPC_TIMEOUT_S, metadata=self.agent.metadata
+                )
+            except grpc.RpcError as exc:  # coordinator away: keep working, the next beat may land
+                log.warning("heartbeat for %s failed: %s", self.lease.task_id, exc.code())
+                self.agent.coordinators.follow(exc, address)  # a standby named the leader: beat there
+                continue
+            if reply.drain:
+                self.agent.drain(by_coordinator=True)
+            else:
+                self.agent.resume()  # the drain mark was lifted (the dashboard's resume) before we left
+            if reply.status in (farm_pb2.CANCEL, farm_pb2.STALE):
+                self.stop_reason = "cancelled" if reply.status == farm_pb2.CANCEL else "lease lost (stale)"
+                log.info("task %s: %s", self.lease.task_id, self.stop_reason)
+                return
+
+    def finish(self) -> None:
+        self._done.set()
+        self.join(5)

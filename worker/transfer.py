@@ -1,0 +1,112 @@
+"""A task's tensors on the wire: inputs fetched (cached by sha256, several at once), outputs uploaded.
+
+Its own module (the size rule): the agent's lease loop needs only "these shas as arrays" and "these
+encoded outputs as shas". Both directions follow the leader through a coordinator failover and give up
+after a bounded time, so a task fails visibly instead of hanging until its lease expires.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+
+from protos.blobwire import BlobStub, WireError, receive_into_buffer
+from protos.retry import GaveUp, retry
+from protos.tensors import MAGIC, decode_tensor
+from worker.blobcache import BlobCache
+from worker.connection import RECONNECT_MAX_S, RESULT_RETRY_S, Coordinators
+
+log = logging.getLogger("farm.worker")
+
+TRANSFER_TIMEOUT_S = 1800.0
+UPLOAD_RETRY_S = 30.0  # how long a finished result's upload is retried before the task is reported failed
+UPLOAD_AGAIN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED)
+FETCH_THREADS = 4  # a task's inputs fetched at once
+
+
+class TransferError(Exception):
+    """A result could not be uploaded within UPLOAD_RETRY_S: reported as the task's failure."""
+
+
+class BlobTransfer:
+    """The agent's blob traffic: its coordinators, its auth metadata (the agent's own list, so a
+    reloaded token is used here too), its blob cache, and its stop event (a stop ends a retry)."""
+
+    def __init__(self, coordinators: Coordinators, metadata: list, cache: BlobCache,
+                 stopping: threading.Event) -> None:
+        self.coordinators, self.metadata, self.cache, self.stopping = coordinators, metadata, cache, stopping
+
+    @property
+    def address(self) -> str:
+        """The coordinator the agent talks to now."""
+        return self.coordinators.address
+
+    def fetch_blob(self, sha: str) -> bytes | bytearray:
+        """From the local cache, else streamed from the coordinator: hashed and written to the cache
+        as it arrives, kept only when it verifies."""
+        data = self.cache.get(sha)
+        if data is not None:
+            return data
+
+        used = [""]  # the address the last attempt went to
+
+        def get() -> bytearray:
+            used[0] = self.address
+            stub = BlobStub(self.coordinators.channel(used[0]))
+            with self.cache.writer(sha) as keep:
+                return receive_into_buffer(stub.get(sha, TRANSFER_TIMEOUT_S, self.metadata), sha, keep)
+
+        def away(exc: BaseException) -> bool:
+            return isinstance(exc, grpc.RpcError) and self.coordinators.follow(exc, used[0])
+
+        # A coordinator that dies mid-fetch: fetch again from the leader (a standby taking over, or the
+        # same one restarted) while the heartbeat keeps the lease, instead of dropping the task.
+        try:
+            return retry(get, f"fetch of blob {sha[:12]}", transient=away, log=log, stop=self.stopping,
+                         give_up_s=RESULT_RETRY_S, max_delay_s=RECONNECT_MAX_S)
+        except WireError as exc:
+            raise OSError(str(exc)) from None
+
+    def fetch_inputs(self, shas: dict[str, str]) -> dict[str, np.ndarray]:
+        """A task's inputs fetched side by side: each is a round trip or more (a tile has a handful), so
+        their latencies overlap instead of adding up. A sha named twice is fetched once."""
+        unique = sorted(set(shas.values()))
+        if len(unique) <= 1:
+            got = {sha: self.fetch_input(sha) for sha in unique}
+        else:
+            with ThreadPoolExecutor(max_workers=min(FETCH_THREADS, len(unique)), thread_name_prefix="fetch") as pool:
+                got = dict(zip(unique, pool.map(self.fetch_input, unique), strict=True))
+        return {name: got[sha] for name, sha in shas.items()}
+
+    def fetch_input(self, sha: str) -> np.ndarray:
+        data = self.fetch_blob(sha)
+        if data[: len(MAGIC)] == MAGIC:
+            return decode_tensor(data)
+        return np.frombuffer(data, dtype=np.uint8)  # raw file inputs (e.g. a conditioning image)
+
+    def upload(self, encoded: dict[str, bytes]) -> dict[str, str]:
+        """Each output uploaded, retried through an outage or a corrupted transfer for UPLOAD_RETRY_S;
+        then TransferError, which the task reports as its failure (not a silent lease expiry)."""
+
+        def again(exc: BaseException) -> bool:
+            if not isinstance(exc, grpc.RpcError):
+                return False
+            return self.coordinators.follow(exc, self.address) or exc.code() in UPLOAD_AGAIN
+
+        shas = {}
+        for name, data in encoded.items():
+            try:
+                shas[name] = retry(lambda d=data: self.put_blob(d), f"upload of output {name}", transient=again,
+                                   log=log, stop=self.stopping, give_up_s=UPLOAD_RETRY_S, max_delay_s=RECONNECT_MAX_S)
+            except GaveUp as exc:
+                raise TransferError(f"upload failed: {exc}") from exc
+        return shas
+
+    def put_blob(self, data: bytes | bytearray | memoryview) -> str:
+        """Streamed as views of data, hashed on the way; the coordinator verifies before keeping it."""
+        return BlobStub(self.coordinators.channel(self.address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)
