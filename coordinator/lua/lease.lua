@@ -218,9 +218,19 @@ local function shares()
     return (held[s] or 0) / math.max(tonumber(POLICY['weight:' .. s]) or 1, 1e-6)
   end
 end
+local share_of  -- computed at most once per call, and only when two submitters compete
+local function share(s)
+  share_of = share_of or shares()
+  return share_of(s)
+end
+-- Whether the scan may stop at its first eligible task: fair share is off, or that task's submitter
+-- holds no lease (no one can have a smaller share, and ties keep queue order).
+local function first_is_fairest(first)
+  return POLICY.fairshare == '0' or share(first.submitter) == 0
+end
 local function fairest(firsts)
   if #firsts == 1 or POLICY.fairshare == '0' then return firsts[1] end
-  local share, best = shares(), firsts[1]
+  local best = firsts[1]
   for _, f in ipairs(firsts) do
     if share(f.submitter) < share(best.submitter) then best = f end
   end
@@ -250,6 +260,7 @@ local function next_task(q)
             and not deal_declines(q, tid, t[2]) then
           seen[r.submitter], band = true, r.priority
           firsts[#firsts + 1] = {tid = tid, render = t[2], submitter = r.submitter}
+          if #firsts == 1 and first_is_fairest(firsts[1]) then after = FAIR_LOOKAHEAD; break end
         end
       else
         redis.call('ZREM', q, tid)
