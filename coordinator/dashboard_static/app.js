@@ -169,9 +169,12 @@ function drawGrid(g, spec) {
   return h("div", { class: "grid" }, h("div", { class: "label" }, h("span", {}, g.label), h("span", {}, `${g.done}/${g.total}`)), rows);
 }
 
+// The tip stays inside the window (a phone is narrower than the tip's 380 px), and goes when the view
+// changes: the tile it described is gone and never gets its mouseleave.
 function showTip(e, text) {
-  const tip = $("tooltip"); tip.textContent = text; tip.classList.remove("hidden");
-  tip.style.left = Math.min(e.clientX + 14, window.innerWidth - 390) + "px"; tip.style.top = (e.clientY + 14) + "px";
+  const tip = $("tooltip"); tip.textContent = text; tip.classList.remove("hidden"); tip.style.left = "0px";
+  tip.style.left = Math.max(0, Math.min(e.clientX + 14, window.innerWidth - tip.offsetWidth - 8)) + "px";
+  tip.style.top = (e.clientY + 14) + "px";
 }
 function hideTip() { $("tooltip").classList.add("hidden"); }
 
@@ -285,7 +288,8 @@ function tokenFromHash() {
 async function init() {
   $("filter").addEventListener("input", (e) => { S.filter = e.target.value; drawRenders(); });
   $("login").addEventListener("submit", async (e) => { e.preventDefault(); await login($("login-token").value); });
-  window.addEventListener("hashchange", route);
+  window.addEventListener("hashchange", () => { hideTip(); route(); });
+  window.addEventListener("resize", hideTip);
   const token = tokenFromHash();
   S.session = await api("/api/session"); drawSession();
   if (token && S.session.token_required && !S.session.logged_in) await login(token);

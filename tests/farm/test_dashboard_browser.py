@@ -104,9 +104,10 @@ def test_dashboard_in_a_real_browser(store, tmp_data, tiny_packs, tmp_path):
         assert size == Path(fetched).stat().st_size
         browser.screenshot(shots / "browser-video.png")
 
-        browser.viewport(390, 844, mobile=True)  # a phone: nothing wider than the screen
         browser.js(f"location.hash = 'render={live}'; true")
         browser.wait_for("!!document.querySelector('#grids [data-state=running]')")
+        hover(browser, f'[data-task="{text_task}"]')  # a tip placed for the wide window...
+        browser.viewport(390, 844, mobile=True)  # ...then a phone: nothing wider than the screen
         browser.screenshot(shots / "browser-narrow-390.png")
         assert browser.js(OVERFLOWING) == [], "wider than a 390 px screen"
         assert browser.js("innerWidth") == 390  # a phone zooms out a page wider than its screen
