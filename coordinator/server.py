@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.auth import (
     SERVER_OPTIONS,
     TOKEN_FILE,
+    FollowedSecret,
     JoinToken,
     TokenInterceptor,
     load_or_create_token,
@@ -30,6 +31,7 @@ from coordinator.auth import (
 )
 from coordinator.blob_servicer import FarmBlobsServicer
 from coordinator.blobstore import BlobStore
+from coordinator.bulk_server import BulkServer, server_context
 from coordinator.client_servicer import FarmClientServicer, live_fleet
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.guard import Guard
@@ -47,6 +49,9 @@ from protos.blobwire import add_blob_service
 
 log = logging.getLogger(__name__)
 
+BULK_PLAIN_HELP = ("serve the blob data channel as plain TCP, for a trusted wired LAN: blobs stay checked (sha256 "
+                   "at both ends, HMAC tickets; the token never crosses it) but their bytes are not encrypted")
+
 
 def serve(
     store: Any,
@@ -62,10 +67,14 @@ def serve(
     packs_dir: Path | None = None,
     advertise: str | None = None,
     leader_lease_ms: int = LEADER_LEASE_MS,
+    bulk_port: int | None = 0,
+    bulk_plain: bool = False,
 ) -> tuple[grpc.Server, int]:
     """Start the coordinator's gRPC server; returns (server, bound port). Call stop(server) to end.
     It serves the farm while it holds the leadership lease, and stands by (answering UNAVAILABLE with
-    the leader's address) while another coordinator does; `advertise` is the address it gives out."""
+    the leader's address) while another coordinator does; `advertise` is the address it gives out.
+    Beside it, the bulk data channel for blobs (coordinator/bulk_server.py) on `bulk_port` of the same
+    host (0: the OS picks; None: no data channel, blobs go over gRPC), TLS unless `bulk_plain`."""
     data_dir = Path(data_dir)
     token = token or load_or_create_token(data_dir)
     blobs = BlobStore(data_dir, store)
@@ -78,6 +87,7 @@ def serve(
                       TransientErrors()],
         options=SERVER_OPTIONS,
     )
+    bulk = _bulk_server(blobs, data_dir, host, bulk_port, bulk_plain, token, leadership)
     shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
     threading.Thread(target=shelf.warm, name="pack-hashes", daemon=True).start()
     client_servicer = FarmClientServicer(store, scheduler, shelf, watch_limit=watch_limit)
@@ -85,13 +95,16 @@ def serve(
     server.farm_watch_hub = client_servicer.hub  # type: ignore[attr-defined]
     farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
     presence = Presence(store, scheduler.wake, leadership.is_serving)
-    farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(store, scheduler, presence), server)
+    farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(
+        store, scheduler, presence, bulk=(bulk.port, bulk.tls is not None) if bulk else (0, False)), server)
     blob_servicer = FarmBlobsServicer(blobs)
     add_blob_service(server, blob_servicer.PutBlob, blob_servicer.GetBlob)
     set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = _bind(server, data_dir, host, port)
     if bound == 0:
+        if bulk is not None:
+            bulk.stop()
         raise OSError(f"could not bind {host}:{port}")
     leadership.address = advertise or f"{socket.gethostname() if host in ('0.0.0.0', '::', '') else host}:{bound}"
     server.farm_scheduler = scheduler  # type: ignore[attr-defined]
@@ -99,14 +112,28 @@ def serve(
     server.farm_leadership = leadership  # type: ignore[attr-defined]
     server.farm_presence = presence  # type: ignore[attr-defined]
     server.farm_reducer = None  # type: ignore[attr-defined]
+    server.farm_bulk = bulk  # type: ignore[attr-defined]
     server.farm_fleet = lambda: fleet_with_shelf(live_fleet(store), shelf)  # type: ignore[attr-defined]
     server.start()
+    if bulk is not None:
+        bulk.start()
     leadership.claim_once()  # a lone coordinator leads before serve() returns
     leadership.start()
     server.farm_retention_stop = threading.Event()  # type: ignore[attr-defined]
     start_sweeper(store, data_dir, leadership.is_serving, lambda: _redis_now_ms(store), server.farm_retention_stop)
     log.info("coordinator listening on %s:%d (%s)", host, bound, "leading" if leadership.leading else "standby")
     return server, bound
+
+
+def _bulk_server(blobs: BlobStore, data_dir: Path, host: str, port: int | None, plain: bool, token: str,
+                 leadership: Leadership) -> BulkServer | None:
+    """The data channel (not started yet): the current secret as the gRPC interceptor follows it, and
+    served only while this coordinator leads."""
+    if port is None:
+        return None
+    return BulkServer(blobs, FollowedSecret(token, _token_file(data_dir, token)).get, leadership.is_serving,
+                      lambda: "" if leadership.leader_address == leadership.address else leadership.leader_address,
+                      host, port, tls=None if plain else server_context(data_dir))
 
 
 def _token_file(data_dir: Path, token: str) -> Path | None:
@@ -143,6 +170,9 @@ def stop(server: grpc.Server, grace: float = 2.0) -> None:
     health_servicer = getattr(server, "farm_health", None)
     if health_servicer is not None:
         health_servicer.enter_graceful_shutdown()
+    bulk = getattr(server, "farm_bulk", None)
+    if bulk is not None:
+        bulk.stop()
     server.stop(grace).wait()
     hub = getattr(server, "farm_watch_hub", None)
     if hub is not None:
@@ -164,6 +194,7 @@ def run_coordinator(
     data_dir: Path, host: str, port: int, redis_url: str | None = None, prefix: str = "farm",
     packs_dir: Path | None = None,
     dashboard_host: str = "127.0.0.1", dashboard_port: int = 8470, advertise: str | None = None,
+    bulk_port: int | None = 0, bulk_plain: bool = False,
 ) -> int:
     """Run until SIGTERM/SIGINT: embedded Redis (unless redis_url), store, server. Coordinators sharing
     one Redis (and one data folder, for the blobs) elect a leader; the others stand by."""
@@ -181,7 +212,8 @@ def run_coordinator(
             redis_url = stack.enter_context(redis_server.EmbeddedRedis(data_dir / "redis")).url
         store = FarmStore(redis_server.connect(redis_url), prefix)
         token = load_or_create_token(data_dir)
-        server, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir, advertise=advertise)
+        server, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir, advertise=advertise,
+                              bulk_port=bulk_port, bulk_plain=bulk_plain)
         dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir,
                                                token_file=_token_file(data_dir, token))  # follows a rotate
         stack.callback(stop_dashboard, dashboard)
@@ -203,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of the embedded one")
     parser.add_argument("--packs-dir", type=Path, default=None, help="packs workers copy (default DATA/packs)")
     parser.add_argument("--advertise", default=None, help="HOST:PORT a standby sends workers and clients to")
+    parser.add_argument("--bulk-port", type=int, default=0, help="blob data channel port (0: any free, -1: none)")
+    parser.add_argument("--bulk-plain", action="store_true", help=BULK_PLAIN_HELP)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir, advertise=args.advertise)
+    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir,
+                           advertise=args.advertise, bulk_port=None if args.bulk_port < 0 else args.bulk_port,
+                           bulk_plain=args.bulk_plain)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,10 @@ MAX_WAIT_MS = 30_000
 class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
     """The worker protocol: register, lease (long poll), heartbeat, complete, fail."""
 
-    def __init__(self, store: Any, scheduler: Scheduler, presence: Presence | None = None) -> None:
+    def __init__(self, store: Any, scheduler: Scheduler, presence: Presence | None = None,
+                 bulk: tuple[int, bool] = (0, False)) -> None:
         self.store = store
+        self.bulk_port, self.bulk_tls = bulk  # announced at registration: where blobs go at line rate
         self.scheduler = scheduler
         self.presence = presence or Presence(store, scheduler.wake)
 
@@ -49,7 +51,8 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session,
                                    idle=request.idle)
         lease_ms = self.scheduler.lease_ms
-        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3))
+        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3),
+                                      bulk_port=self.bulk_port, bulk_tls=self.bulk_tls)
 
     def Lease(self, request, context):
         return self._lease(request.worker_id, request, min(max(0, request.wait_ms), MAX_WAIT_MS), context)

@@ -149,6 +149,13 @@ def register(app: typer.Typer) -> None:
                     packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Packs workers copy (default DATA/packs).")] = None,
                     advertise: Annotated[str | None, typer.Option(
                         "--advertise", help="HOST:PORT standbys send workers and clients to while this one leads.")] = None,
+                    bulk_port: Annotated[int, typer.Option(
+                        "--bulk-port", help="Port of the blob data channel beside gRPC (0: any free port, "
+                                            "-1: none, blobs go over gRPC).")] = 0,
+                    bulk_plain: Annotated[bool, typer.Option("--bulk-plain", help=(
+                        "Serve the blob data channel as plain TCP, for a trusted wired LAN: blobs stay checked "
+                        "(sha256 at both ends, HMAC tickets; the token never crosses it) but their bytes are "
+                        "not encrypted. Default: TLS with the coordinator's certificate."))] = False,
                     ) -> None:
         """Run the coordinator (gRPC + Redis + dashboard) until Ctrl-C. Several coordinators on one Redis
         and one shared --data folder elect a leader; the others stand by and take over when it stops."""
@@ -157,7 +164,8 @@ def register(app: typer.Typer) -> None:
         check_ports(host, port, dashboard_host, dashboard_port)
         try:
             code = run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
-                                   dashboard_host=dashboard_host, dashboard_port=dashboard_port, advertise=advertise)
+                                   dashboard_host=dashboard_host, dashboard_port=dashboard_port, advertise=advertise,
+                                   bulk_port=None if bulk_port < 0 else bulk_port, bulk_plain=bulk_plain)
         except (OSError, RuntimeError) as exc:
             fail(f"cannot start: {_startup_reason(exc)}", code=1)
         raise typer.Exit(code)

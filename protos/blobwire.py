@@ -193,20 +193,22 @@ class Receiver:
 
 
 def receive_into_buffer(chunks: Iterable[Chunk], expected: str,
-                        sink: Callable[[memoryview], None] | None = None) -> bytearray:
+                        sink: Callable[[memoryview], None] | None = None,
+                        landed: bytearray | None = None) -> bytearray:
     """A whole blob in one buffer (sized once from the first chunk's size), each chunk also handed to
-    sink as it lands; raises WireError unless it is whole and hashes to expected."""
+    sink as it lands; raises WireError unless it is whole and hashes to expected. `landed`: the buffer
+    the chunks are already views of, in order (protos.bulkwire received them there): checked, not copied."""
     rx = Receiver(expected)
-    buf, presized = bytearray(), False
+    buf, presized = (bytearray(), False) if landed is None else (landed, True)
     for i, chunk in enumerate(chunks):
         data = rx.take(chunk)
-        if i == 0 and 0 < rx.size_hint <= MAX_SIZE_HINT:
+        if i == 0 and landed is None and 0 < rx.size_hint <= MAX_SIZE_HINT:
             buf, presized = bytearray(rx.size_hint), True
         if not presized:
             buf += data
         elif rx.received > len(buf):
             raise WireError(f"blob {expected[:12]} is longer than its first chunk said")
-        else:
+        elif landed is None:
             buf[rx.received - len(data) : rx.received] = data
         if sink is not None:
             sink(data)

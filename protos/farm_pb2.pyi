@@ -173,12 +173,16 @@ class WorkerInfo(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., capabilities_json: _Optional[str] = ..., resumed: _Optional[bool] = ..., session: _Optional[str] = ..., idle: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("lease_ms", "heartbeat_ms")
+    __slots__ = ("lease_ms", "heartbeat_ms", "bulk_port", "bulk_tls")
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    BULK_PORT_FIELD_NUMBER: _ClassVar[int]
+    BULK_TLS_FIELD_NUMBER: _ClassVar[int]
     lease_ms: int
     heartbeat_ms: int
-    def __init__(self, lease_ms: _Optional[int] = ..., heartbeat_ms: _Optional[int] = ...) -> None: ...
+    bulk_port: int
+    bulk_tls: bool
+    def __init__(self, lease_ms: _Optional[int] = ..., heartbeat_ms: _Optional[int] = ..., bulk_port: _Optional[int] = ..., bulk_tls: _Optional[bool] = ...) -> None: ...
 
 class LeaseRequest(_message.Message):
     __slots__ = ("worker_id", "capabilities", "wait_ms")

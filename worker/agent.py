@@ -189,7 +189,9 @@ class Agent:
             idle=self.next_lease is None,
             session=self.session,
         )
+        address = self.address
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
+        self.transfer.announce(address, reply.bulk_port, reply.bulk_tls)  # blobs at line rate, when it has one
         self._registered_once = True
         self.heartbeat_ms = int(reply.heartbeat_ms) or max(1, int(reply.lease_ms) // 3)
         if not self.presence.is_alive():

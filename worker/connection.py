@@ -17,7 +17,7 @@ import threading
 import grpc
 
 from protos import farm_pb2, farm_pb2_grpc
-from protos.auth import auth_metadata, farm_channel
+from protos.auth import JoinToken, auth_metadata, farm_channel
 from protos.endpoints import Endpoints
 
 log = logging.getLogger("farm.worker")
@@ -34,6 +34,7 @@ class Coordinators:
     def __init__(self, addresses: str, token: str) -> None:
         self.endpoints = Endpoints(addresses)
         self._token = token  # its CA fingerprint pins every coordinator's certificate
+        self.fingerprint = JoinToken.parse(token).fingerprint  # (the data channel's TLS pins it too)
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, tuple[farm_pb2_grpc.FarmWorkerStub, farm_pb2_grpc.FarmBlobsStub]] = {}
         self._lock = threading.Lock()

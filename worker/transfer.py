@@ -3,6 +3,11 @@
 Its own module (the size rule): the agent's lease loop needs only "these shas as arrays" and "these
 encoded outputs as shas". Both directions follow the leader through a coordinator failover and give up
 after a bounded time, so a task fails visibly instead of hanging until its lease expires.
+
+Bytes go over the coordinator's bulk data channel (protos/bulkwire.py) when its registration announced
+one, else over the FarmBlobs gRPC calls: same blobs, same checks. A data channel that fails (refused,
+reset, silent, a standby, a corrupt or cut transfer) sends that call's next attempt over gRPC, which
+follows the leader; the next registration announces the leader's own data port.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 
+from protos import bulkwire
+from protos.auth import fetch_ca
 from protos.blobwire import BlobStub, WireError, receive_into_buffer
 from protos.retry import GaveUp, retry
 from protos.tensors import MAGIC, decode_tensor
@@ -33,6 +40,10 @@ class TransferError(Exception):
     """A result could not be uploaded within UPLOAD_RETRY_S: reported as the task's failure."""
 
 
+class DataChannelFailed(Exception):
+    """A transfer over the data channel failed: its next attempt goes over gRPC."""
+
+
 class BlobTransfer:
     """The agent's blob traffic: its coordinators, its auth metadata (the agent's own list, so a
     reloaded token is used here too), its blob cache, and its stop event (a stop ends a retry)."""
@@ -40,6 +51,28 @@ class BlobTransfer:
     def __init__(self, coordinators: Coordinators, metadata: list, cache: BlobCache,
                  stopping: threading.Event) -> None:
         self.coordinators, self.metadata, self.cache, self.stopping = coordinators, metadata, cache, stopping
+        self._bulk: dict[str, tuple[int, bool]] = {}  # coordinator address -> its data channel (port, TLS)
+
+    def announce(self, address: str, port: int, tls: bool) -> None:
+        """What the coordinator at address said at registration: its data port (0: none) and mode."""
+        if port:
+            self._bulk[address] = (port, tls)
+        else:
+            self._bulk.pop(address, None)
+
+    def _bulk_call(self, address: str, call):
+        """call(endpoint, secret) over the data channel of the coordinator at address; None when it
+        announced none; DataChannelFailed when it fails."""
+        announced = self._bulk.get(address)
+        if announced is None:
+            return None
+        port, tls = announced
+        try:
+            ca = fetch_ca(address, self.coordinators.fingerprint) if tls else None
+            host = address.rpartition(":")[0].strip("[]")
+            return call(bulkwire.Endpoint(host, port, ca), bulkwire.secret_of(self.metadata))
+        except (OSError, ValueError) as exc:  # socket and TLS errors; WireError, BulkRefused, TokenError
+            raise DataChannelFailed(f"data channel of {address}: {exc}") from exc
 
     @property
     def address(self) -> str:
@@ -54,14 +87,22 @@ class BlobTransfer:
             return data
 
         used = [""]  # the address the last attempt went to
+        over_grpc = [False]  # after the data channel failed
 
         def get() -> bytearray:
             used[0] = self.address
-            stub = BlobStub(self.coordinators.channel(used[0]))
             with self.cache.writer(sha) as keep:
+                if not over_grpc[0]:
+                    got = self._bulk_call(used[0], lambda at, key: bulkwire.get(at, key, sha, keep))
+                    if got is not None:
+                        return got
+                stub = BlobStub(self.coordinators.channel(used[0]))
                 return receive_into_buffer(stub.get(sha, TRANSFER_TIMEOUT_S, self.metadata), sha, keep)
 
         def away(exc: BaseException) -> bool:
+            if isinstance(exc, DataChannelFailed):
+                over_grpc[0] = True
+                return True
             return isinstance(exc, grpc.RpcError) and self.coordinators.follow(exc, used[0])
 
         # A coordinator that dies mid-fetch: fetch again from the leader (a standby taking over, or the
@@ -93,20 +134,33 @@ class BlobTransfer:
         """Each output uploaded, retried through an outage or a corrupted transfer for UPLOAD_RETRY_S;
         then TransferError, which the task reports as its failure (not a silent lease expiry)."""
 
+        over_grpc = [False]  # after the data channel failed
+
         def again(exc: BaseException) -> bool:
+            if isinstance(exc, DataChannelFailed):
+                over_grpc[0] = True
+                return True
             if not isinstance(exc, grpc.RpcError):
                 return False
             return self.coordinators.follow(exc, self.address) or exc.code() in UPLOAD_AGAIN
 
         shas = {}
         for name, data in encoded.items():
+            over_grpc[0] = False
             try:
-                shas[name] = retry(lambda d=data: self.put_blob(d), f"upload of output {name}", transient=again,
-                                   log=log, stop=self.stopping, give_up_s=UPLOAD_RETRY_S, max_delay_s=RECONNECT_MAX_S)
+                shas[name] = retry(lambda d=data: self.put_blob(d, over_grpc[0]), f"upload of output {name}",
+                                   transient=again, log=log, stop=self.stopping, give_up_s=UPLOAD_RETRY_S,
+                                   max_delay_s=RECONNECT_MAX_S)
             except GaveUp as exc:
                 raise TransferError(f"upload failed: {exc}") from exc
         return shas
 
-    def put_blob(self, data: bytes | bytearray | memoryview) -> str:
-        """Streamed as views of data, hashed on the way; the coordinator verifies before keeping it."""
-        return BlobStub(self.coordinators.channel(self.address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)
+    def put_blob(self, data: bytes | bytearray | memoryview, over_grpc: bool = False) -> str:
+        """Streamed as views of data, hashed on the way; the coordinator verifies before keeping it. Over
+        the data channel when the coordinator has one (DataChannelFailed when it fails), else gRPC."""
+        address = self.address
+        if not over_grpc:
+            sha = self._bulk_call(address, lambda at, key: bulkwire.put(at, key, data))
+            if sha is not None:
+                return sha
+        return BlobStub(self.coordinators.channel(address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)

@@ -1,0 +1,208 @@
+"""The coordinator's bulk data channel (protos/bulkwire.py): blob put/get beside gRPC, at line rate.
+
+A listener on the gRPC host, a thread per connection (at most MAX_CONNECTIONS; more are told to try
+again), one request each. PUT: the bytes are received into a small ring of reusable buffers by one
+thread while BlobStore.put_chunks hashes and writes the ones before (renamed into place only when
+verified; nothing is kept otherwise). GET: the stored file, verified when it landed, goes out with
+socket.sendfile on a plain channel (zero copy) or as views of its memory map over TLS. Tickets are
+checked with the coordinator's current secret (a `farm token rotate` is followed as the gRPC
+interceptor follows it); a standby answers every request with the leader's address, as LeaderGate does.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
+from coordinator.tls import TLS_DIR, load_or_create_tls
+from protos import bulkwire as bw
+from protos.blobwire import Chunk, WireError
+from protos.endpoints import standby_details
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 32
+RING_SLOTS = 4  # per PUT: one being received, one being hashed and written, two queued between them
+DRAIN_LIMIT = 64 * 1024 * 1024  # bytes read and dropped after an early refusal, so the sender hears why
+
+
+def server_context(data_dir: Path) -> ssl.SSLContext:
+    """TLS with the gRPC server's certificate (DATA/tls): workers pin the same CA for both."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    load_or_create_tls(data_dir)
+    folder = Path(data_dir) / TLS_DIR
+    context.load_cert_chain(folder / "server.pem", folder / "server.key")
+    return context
+
+
+class BulkServer:
+    """Serves bulkwire requests for `blobs` while `serving()`; `secret()` is the farm secret now."""
+
+    def __init__(
+        self,
+        blobs: BlobStore,
+        secret: Callable[[], str],
+        serving: Callable[[], bool],
+        leader: Callable[[], str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.blobs, self.secret, self.serving, self.leader, self.tls = blobs, secret, serving, leader, tls
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family, backlog=64)
+        self.port = self._listener.getsockname()[1]
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="bulk-accept", daemon=True)
+
+    def start(self) -> BulkServer:
+        self._thread.start()
+        log.info("data channel on port %d (%s)", self.port, "TLS" if self.tls else "plain TCP, not encrypted")
+        return self
+
+    def stop(self) -> None:
+        """No new connections; open ones are cut (a PUT cut short keeps nothing)."""
+        self._stopped.set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        with self._lock:
+            for conn in self._open:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self._thread.join(5)
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed by stop()
+            if not self._slots.acquire(blocking=False):
+                threading.Thread(target=self._busy, args=(conn,), daemon=True).start()
+                continue
+            threading.Thread(target=self._serve, args=(conn,), name="bulk-conn", daemon=True).start()
+
+    def _busy(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.sendall(bw.encode_status(bw.UNAVAILABLE, message="data channel busy; try again"))
+            except OSError:
+                pass
+
+    def _serve(self, raw: socket.socket) -> None:
+        with self._lock:
+            self._open.add(raw)
+        try:
+            raw.settimeout(bw.TIMEOUT_S)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = self.tls.wrap_socket(raw, server_side=True) if self.tls else raw
+            with conn:
+                self._request(conn)
+        except (OSError, ssl.SSLError) as exc:
+            log.debug("data channel connection ended: %s", exc)
+        finally:
+            with self._lock:
+                self._open.discard(raw)
+            raw.close()
+            self._slots.release()
+
+    def _request(self, conn: socket.socket) -> None:
+        header: bw.Header | None = None
+        try:
+            header = bw.read_header(conn)
+            if not self.serving():
+                leader = self.leader()
+                raise bw.BulkRefused(bw.UNAVAILABLE, standby_details(leader))
+            bw.check_ticket(header, self.secret())
+            if header.op == bw.GET:
+                self._get(conn, header.sha)
+            else:
+                sha, size = self._put(conn, header)
+                conn.sendall(bw.encode_status(bw.OK, sha, size))
+        except (bw.BulkRefused, BlobError, WireError) as exc:
+            code = _code(exc)
+            if code != bw.TRUNCATED:  # a sender that went away hears nothing
+                self._refuse(conn, code, str(exc), header)
+
+    def _refuse(self, conn: socket.socket, code: int, message: str, header: bw.Header | None) -> None:
+        """The one-line refusal; then, for a PUT refused before its bytes, read and drop what is still on
+        its way (bounded), so closing does not reset the connection before the sender reads the line."""
+        try:
+            conn.sendall(bw.encode_status(code, message=message))
+            if (
+                header is not None
+                and header.op == bw.PUT
+                and code in (bw.BAD_TICKET, bw.EXPIRED, bw.TOO_LARGE, bw.UNAVAILABLE, bw.BAD_REQUEST)
+            ):
+                _drain(conn, min(header.size + bw.TRAILER_BYTES, DRAIN_LIMIT))
+        except OSError:
+            pass
+
+    def _put(self, conn: socket.socket, header: bw.Header) -> tuple[str, int]:
+        if header.size > self.blobs.max_bytes:
+            raise BlobTooLarge(f"too large: {header.size} bytes is over the store's {self.blobs.max_bytes}")
+        ring = [memoryview(bytearray(bw.BLOCK)) for _ in range(RING_SLOTS)]
+        return self.blobs.put_chunks(bw.overlapped(self._put_stream(conn, header, ring), depth=len(ring) - 2))
+
+    def _put_stream(self, conn: socket.socket, header: bw.Header, ring: list[memoryview]) -> Iterator[Chunk]:
+        """The body as ring chunks; then, when the header named no sha, the trailer's name, once its own
+        ticket proves the sender signed that name (put_chunks checks the bytes hash to it)."""
+        yield from bw.ring_chunks(conn, header.size, ring, header.sha)
+        if not header.sha:
+            named = bw.read_trailer(conn, header)
+            bw.check_mac(named, self.secret())
+            yield Chunk(memoryview(b""), named.sha)
+
+    def _get(self, conn: socket.socket, sha: str) -> None:
+        path = self.blobs.path(sha)
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            raise BlobNotFound(f"not found: no blob {sha}") from None
+        with f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            conn.sendall(bw.encode_status(bw.OK, sha, size))
+            if size and self.tls is None:
+                conn.sendfile(f)
+            elif size:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+                    bw.send_view(conn, view)
+
+
+def _code(exc: Exception) -> int:
+    if isinstance(exc, bw.BulkRefused):
+        return exc.code
+    if isinstance(exc, BlobMismatch):
+        return bw.MISMATCH
+    if isinstance(exc, BlobTooLarge):
+        return bw.TOO_LARGE
+    if isinstance(exc, BlobNotFound):
+        return bw.NOT_FOUND
+    return bw.BAD_REQUEST
+
+
+def _drain(conn: socket.socket, limit: int) -> None:
+    conn.settimeout(5)
+    buf = bytearray(1 << 20)
+    while limit > 0:
+        n = conn.recv_into(buf, min(len(buf), limit))
+        if not n:
+            return
+        limit -= n

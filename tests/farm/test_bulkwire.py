@@ -1,0 +1,334 @@
+"""The bulk data channel (protos.bulkwire, coordinator.bulk_server) against a real coordinator: blobs
+round-trip over TLS and plain TCP with the same checks as gRPC; corrupt, cut, misnamed or unsigned
+transfers are refused with one line and leave nothing behind; a worker falls back to gRPC."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.server import serve, stop
+from protos import bulkwire as bw
+from protos import farm_pb2, farm_pb2_grpc
+from protos.auth import auth_metadata, farm_channel, fetch_ca
+from tests.farm.farm_harness import ROOT, join_token
+from worker.blobcache import BlobCache
+from worker.connection import Coordinators
+from worker.transfer import BlobTransfer
+
+pytestmark = pytest.mark.timeout(120)
+
+SECRET = "test-secret-bulk"
+MIB = 1024 * 1024
+
+
+class Farm:
+    def __init__(self, server, address: str, token: str, data: Path) -> None:
+        self.server, self.address, self.token, self.data = server, address, token, data
+        self.bulk = server.farm_bulk
+
+    def endpoint(self, port: int | None = None) -> bw.Endpoint:
+        ca = fetch_ca(self.address, bw_fingerprint(self.token)) if self.bulk.tls else None
+        return bw.Endpoint("127.0.0.1", port or self.bulk.port, ca)
+
+    def transfer(self, cache: Path, port: int | None = None) -> BlobTransfer:
+        moved = BlobTransfer(
+            Coordinators(self.address, self.token),
+            list(auth_metadata(self.token)),
+            BlobCache(cache),
+            threading.Event(),
+        )
+        moved.announce(self.address, port or self.bulk.port, self.bulk.tls is not None)
+        return moved
+
+    def stored(self) -> list[Path]:
+        return [p for p in (self.data / "blobs").rglob("*") if p.is_file()]
+
+
+def bw_fingerprint(token: str) -> str:
+    return token.split(".")[1]
+
+
+@pytest.fixture(params=["tls", "plain"])
+def farm(request, store, tmp_data: Path) -> Iterator[Farm]:
+    server, port = serve(store, tmp_data, token=SECRET, bulk_plain=request.param == "plain")
+    yield Farm(server, f"127.0.0.1:{port}", join_token(tmp_data, SECRET), tmp_data)
+    stop(server, grace=0)
+
+
+@pytest.fixture
+def plain_farm(store, tmp_data: Path) -> Iterator[Farm]:
+    server, port = serve(store, tmp_data, token=SECRET, bulk_plain=True)
+    yield Farm(server, f"127.0.0.1:{port}", join_token(tmp_data, SECRET), tmp_data)
+    stop(server, grace=0)
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def nothing_in_flight(farm: Farm) -> bool:
+    return not any((farm.data / "blobs" / "tmp").iterdir())
+
+
+def test_round_trip_over_tls_and_plain(farm: Farm, store, tmp_path: Path) -> None:
+    data = os.urandom(9 * MIB + 12345)  # several blocks and a ragged end
+    sha = hashlib.sha256(data).hexdigest()
+    moved = farm.transfer(tmp_path / "cache")
+    assert moved.put_blob(data) == sha  # put_blob raises DataChannelFailed, never falls back itself
+    assert (farm.data / "blobs" / sha[:2] / sha[2:]).read_bytes() == data
+    assert store.get_blob_ref(sha)["size"] == len(data)
+    assert bw.get(farm.endpoint(), SECRET, sha) == data
+    assert moved.fetch_blob(sha) == data
+    assert (tmp_path / "cache" / sha[:2] / sha[2:]).read_bytes() == data  # written to the cache as it landed
+    empty = hashlib.sha256(b"").hexdigest()
+    assert bw.put(farm.endpoint(), SECRET, b"") == empty
+    assert bw.get(farm.endpoint(), SECRET, empty) == b""
+    known = os.urandom(3 * MIB)  # the sha named in the header, no trailer
+    assert (
+        bw.put(farm.endpoint(), SECRET, known, sha=hashlib.sha256(known).hexdigest())
+        == hashlib.sha256(known).hexdigest()
+    )
+
+
+def test_registration_announces_the_data_channel(farm: Farm) -> None:
+    with farm_channel(farm.address, farm.token) as channel:
+        reply = farm_pb2_grpc.FarmWorkerStub(channel).Register(
+            farm_pb2.WorkerInfo(worker_id="w1", capabilities_json="{}"),
+            timeout=10,
+            metadata=auth_metadata(SECRET),
+        )
+    assert reply.bulk_port == farm.bulk.port and reply.bulk_tls == (farm.bulk.tls is not None)
+
+
+def _refusal(farm: Farm, header: bytes, body: bytes = b"") -> bw.BulkRefused:
+    with bw.connect(farm.endpoint()) as sock:
+        sock.sendall(header + body)
+        with pytest.raises(bw.BulkRefused) as info:
+            bw.read_status(sock)
+    return info.value
+
+
+def test_tickets_are_checked_before_any_byte_lands(farm: Farm) -> None:
+    data = os.urandom(MIB)
+    sha, other = hashlib.sha256(data).hexdigest(), hashlib.sha256(b"other").hexdigest()
+    with pytest.raises(bw.BulkRefused) as wrong_key:  # the client sends it all, then hears the one line
+        bw.put(farm.endpoint(), "not-the-secret", data)
+    assert wrong_key.value.code == bw.BAD_TICKET and "\n" not in str(wrong_key.value)
+    expired = bw.encode_header(SECRET, bw.PUT, sha, len(data), int(time.time()) - 5)
+    assert _refusal(farm, expired, data).code == bw.EXPIRED
+    far = bw.encode_header(SECRET, bw.PUT, sha, len(data), int(time.time()) + 10 * bw.MAX_AHEAD_S)
+    assert _refusal(farm, far, data).code == bw.EXPIRED
+    for_other = bytearray(bw.encode_header(SECRET, bw.PUT, other, len(data), int(time.time()) + 60))
+    for_other[6:70] = sha.encode()  # the ticket signs another blob's name
+    assert _refusal(farm, bytes(for_other), data).code == bw.BAD_TICKET
+    get_other = bytearray(bw.encode_header(SECRET, bw.GET, other, 0, int(time.time()) + 60))
+    get_other[6:70] = sha.encode()
+    assert _refusal(farm, bytes(get_other)).code == bw.BAD_TICKET
+    with pytest.raises(bw.BulkRefused) as get_key:
+        bw.get(farm.endpoint(), "not-the-secret", sha)
+    assert get_key.value.code == bw.BAD_TICKET
+    assert farm.stored() == []
+    wait_until(lambda: nothing_in_flight(farm), "temp files left")
+
+
+def test_trailer_ticket_binds_the_name(plain_farm: Farm) -> None:
+    """A PUT whose sha follows the bytes: the trailer's own ticket must sign that sha."""
+    farm, data = plain_farm, os.urandom(MIB)
+    sha, expiry = hashlib.sha256(data).hexdigest(), int(time.time()) + 60
+    header = bw.encode_header(SECRET, bw.PUT, "", len(data), expiry)
+    forged = bw.encode_trailer("not-the-secret", sha, len(data), expiry)
+    assert _refusal(farm, header, data + forged).code == bw.BAD_TICKET
+    assert farm.stored() == []
+    wait_until(lambda: nothing_in_flight(farm), "temp files left")
+
+
+def test_wrong_declared_hash_and_missing_blob(farm: Farm) -> None:
+    data = os.urandom(3 * MIB + 7)
+    lie = hashlib.sha256(b"something else").hexdigest()
+    with pytest.raises(bw.BulkRefused) as info:
+        bw.put(farm.endpoint(), SECRET, data, sha=lie)
+    assert info.value.code == bw.MISMATCH and "mismatch" in str(info.value)
+    with pytest.raises(bw.BulkRefused) as missing:
+        bw.get(farm.endpoint(), SECRET, "ab" * 32)
+    assert missing.value.code == bw.NOT_FOUND
+    with pytest.raises(bw.BulkRefused) as bad_name:
+        bw.get(farm.endpoint(), SECRET, "../../etc/passwd".ljust(64, "x"))
+    assert bad_name.value.code == bw.BAD_REQUEST
+    assert farm.stored() == []
+    wait_until(lambda: nothing_in_flight(farm), "temp files left")
+
+
+class Proxy:
+    """A TCP relay in front of the plain data channel that damages its first connection: `flip` flips
+    the byte at that offset of what the client sends; `cut` closes after that many bytes of the reply."""
+
+    def __init__(self, upstream: int, flip: int | None = None, cut: int | None = None) -> None:
+        self.upstream, self.flip, self.cut = upstream, flip, cut
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            first = self.connections == 1
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            threading.Thread(
+                target=self._pump, args=(client, server, self.flip if first else None, None), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._pump, args=(server, client, None, self.cut if first else None), daemon=True
+            ).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, flip: int | None, cut: int | None) -> None:
+        seen = 0
+        try:
+            while True:
+                data = bytearray(src.recv(1 << 20))
+                if not data:
+                    break
+                if flip is not None and seen <= flip < seen + len(data):
+                    data[flip - seen] ^= 0x01
+                if cut is not None and seen + len(data) >= cut:
+                    dst.sendall(data[: cut - seen])
+                    break
+                seen += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_flipped_byte_is_refused_and_the_worker_retries(plain_farm: Farm, tmp_path: Path) -> None:
+    farm, data = plain_farm, os.urandom(6 * MIB)
+    sha = hashlib.sha256(data).hexdigest()
+    proxy = Proxy(farm.bulk.port, flip=3 * MIB)
+    try:
+        with pytest.raises(bw.BulkRefused) as info:
+            bw.put(farm.endpoint(proxy.port), SECRET, data)
+        assert info.value.code == bw.MISMATCH and info.value.again
+        assert farm.stored() == []
+        wait_until(lambda: nothing_in_flight(farm), "temp files left")
+        proxy.connections = 0  # the agent's upload: its first attempt is damaged, the retry lands
+        assert farm.transfer(tmp_path / "cache", port=proxy.port).upload({"out": data}) == {"out": sha}
+        assert proxy.connections == 1
+    finally:
+        proxy.close()
+    assert [p.name for p in farm.stored()] == [sha[2:]]
+
+
+def test_truncated_streams_keep_nothing(plain_farm: Farm, tmp_path: Path) -> None:
+    farm, data = plain_farm, os.urandom(8 * MIB)
+    sha = hashlib.sha256(data).hexdigest()
+    with bw.connect(farm.endpoint()) as sock:  # the client closes early
+        sock.sendall(
+            bw.encode_header(SECRET, bw.PUT, sha, len(data), int(time.time()) + 60) + data[: 3 * MIB]
+        )
+    wait_until(lambda: nothing_in_flight(farm), "the cut put left a temp file")
+    assert farm.stored() == []
+    assert bw.put(farm.endpoint(), SECRET, data) == sha
+    proxy = Proxy(farm.bulk.port, cut=5 * MIB)  # the server's reply is cut short
+    cache = tmp_path / "cache"
+    try:
+        with BlobCache(cache).writer(sha) as keep, pytest.raises(bw.BulkRefused) as info:
+            bw.get(farm.endpoint(proxy.port), SECRET, sha, keep)
+        assert info.value.code == bw.TRUNCATED
+        assert not list(cache.rglob("*.tmp-*")) and not list(cache.rglob(".tmp-*"))
+        proxy.connections = 0
+        assert farm.transfer(cache, port=proxy.port).fetch_blob(sha) == data  # cut again, then over gRPC
+        assert proxy.connections == 1
+    finally:
+        proxy.close()
+    assert not list(cache.rglob(".tmp-*")) and (cache / sha[:2] / sha[2:]).read_bytes() == data
+
+
+_KILLED_SENDER = """
+import sys, time
+from protos import bulkwire as bw
+host, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+secret = sys.stdin.readline().strip()
+sock = bw.connect(bw.Endpoint(host, port, None))
+sock.sendall(bw.encode_header(secret, bw.PUT, "", size, int(time.time()) + 60))
+sock.sendall(b"x" * (size // 4))
+print("sent", flush=True)
+time.sleep(600)
+"""
+
+
+def test_kill_9_mid_put_keeps_nothing_and_the_coordinator_serves_on(plain_farm: Farm) -> None:
+    farm = plain_farm
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_SENDER, "127.0.0.1", str(farm.bulk.port), str(64 * MIB)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        proc.stdin.write(SECRET + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "sent"
+        wait_until(lambda: any((farm.data / "blobs" / "tmp").iterdir()), "the put never started")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    wait_until(lambda: nothing_in_flight(farm), "the killed put left a temp file")
+    assert farm.stored() == []
+    data = os.urandom(2 * MIB)
+    assert bw.put(farm.endpoint(), SECRET, data) == hashlib.sha256(data).hexdigest()
+
+
+def test_without_a_data_channel_the_worker_uses_grpc(store, tmp_data: Path, tmp_path: Path) -> None:
+    server, port = serve(store, tmp_data, token=SECRET, bulk_port=None)
+    try:
+        address, token = f"127.0.0.1:{port}", join_token(tmp_data, SECRET)
+        assert server.farm_bulk is None
+        with farm_channel(address, token) as channel:
+            reply = farm_pb2_grpc.FarmWorkerStub(channel).Register(
+                farm_pb2.WorkerInfo(worker_id="w1", capabilities_json="{}"),
+                timeout=10,
+                metadata=auth_metadata(SECRET),
+            )
+        assert reply.bulk_port == 0
+        moved = BlobTransfer(
+            Coordinators(address, token),
+            list(auth_metadata(token)),
+            BlobCache(tmp_path / "c"),
+            threading.Event(),
+        )
+        moved.announce(address, reply.bulk_port, reply.bulk_tls)
+        data = os.urandom(3 * MIB)
+        sha = moved.put_blob(data)
+        assert sha == hashlib.sha256(data).hexdigest() and moved.fetch_blob(sha) == data
+    finally:
+        stop(server, grace=0)
