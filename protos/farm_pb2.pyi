@@ -146,6 +146,12 @@ class DrainReply(_message.Message):
     found: bool
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
+class UpcomingReply(_message.Message):
+    __slots__ = ("shas",)
+    SHAS_FIELD_NUMBER: _ClassVar[int]
+    shas: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, shas: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AttachRequest(_message.Message):
     __slots__ = ("worker_id", "session")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]

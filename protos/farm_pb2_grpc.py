@@ -674,6 +674,11 @@ class FarmWorkerStub:
                 request_serializer=farm__pb2.AttachRequest.SerializeToString,
                 response_deserializer=farm__pb2.AttachReply.FromString,
                 _registered_method=True)
+        self.Upcoming = channel.unary_unary(
+                '/ltxfarm.v1.FarmWorker/Upcoming',
+                request_serializer=farm__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=farm__pb2.UpcomingReply.FromString,
+                _registered_method=True)
 
 
 class FarmWorkerServicer:
@@ -720,6 +725,14 @@ class FarmWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Upcoming(self, request, context):
+        """While its task runs, a worker asks which blobs the task it would lease next needs, and warms its
+        blob cache with them. A guess read off the ready queue: nothing is leased or changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmWorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -752,6 +765,11 @@ def add_FarmWorkerServicer_to_server(servicer, server):
                     servicer.Attach,
                     request_deserializer=farm__pb2.AttachRequest.FromString,
                     response_serializer=farm__pb2.AttachReply.SerializeToString,
+            ),
+            'Upcoming': grpc.unary_unary_rpc_method_handler(
+                    servicer.Upcoming,
+                    request_deserializer=farm__pb2.LeaseRequest.FromString,
+                    response_serializer=farm__pb2.UpcomingReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -918,6 +936,33 @@ class FarmWorker:
             '/ltxfarm.v1.FarmWorker/Attach',
             farm__pb2.AttachRequest.SerializeToString,
             farm__pb2.AttachReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Upcoming(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltxfarm.v1.FarmWorker/Upcoming',
+            farm__pb2.LeaseRequest.SerializeToString,
+            farm__pb2.UpcomingReply.FromString,
             options,
             channel_credentials,
             insecure,
