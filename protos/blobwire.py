@@ -194,7 +194,7 @@ class Receiver:
 
 def receive_into_buffer(chunks: Iterable[Chunk], expected: str,
                         sink: Callable[[memoryview], None] | None = None,
-                        landed: bytearray | None = None) -> bytearray:
+                        landed: bytearray | mmap.mmap | None = None) -> bytearray:
     """A whole blob in one buffer (sized once from the first chunk's size), each chunk also handed to
     sink as it lands; raises WireError unless it is whole and hashes to expected. `landed`: the buffer
     the chunks are already views of, in order (protos.bulkwire received them there): checked, not copied."""

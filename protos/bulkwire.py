@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import mmap
 import queue
 import socket
 import ssl
@@ -303,20 +304,19 @@ def get(
     endpoint: Endpoint,
     secret: str,
     sha: str,
-    sink: Callable[[memoryview], None] | None = None,
+    into: Callable[[int], bytearray | mmap.mmap] = bytearray,
     timeout: float = TIMEOUT_S,
-) -> bytearray:
-    """The blob received into its final buffer, hashed (and handed to sink) by this thread while a second
-    one reads the socket; WireError unless it is whole and hashes to sha."""
+) -> bytearray | mmap.mmap:
+    """The blob received straight into its final buffer, into(size) (a bytearray, or a map of the cache
+    file it is kept in), hashed by this thread while a second one reads the socket; WireError unless it
+    is whole and hashes to sha."""
     with connect(endpoint, timeout) as sock:
         sock.sendall(encode_header(secret, GET, sha, 0, int(time.time()) + TICKET_TTL_S))
         named, size = read_status(sock)
         if named != sha:
             raise WireError(f"asked for blob {sha[:12]}, offered {named[:12]}")
-        buf = bytearray(size)
-        return receive_into_buffer(
-            overlapped(landed_chunks(sock, memoryview(buf), sha)), sha, sink, landed=buf
-        )
+        buf = into(size)
+        return receive_into_buffer(overlapped(landed_chunks(sock, memoryview(buf), sha)), sha, landed=buf)
 
 
 def secret_of(metadata: list | tuple) -> str:

@@ -7,7 +7,9 @@ than silently fed to a model. Least-recently-used files are evicted above max_by
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import mmap
 import os
 import re
 import tempfile
@@ -20,6 +22,25 @@ from pathlib import Path
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_MAX_BYTES = 8 * 1024**3
 PARTIAL_WRITE_MAX_AGE_S = 600.0  # a `.tmp-` file untouched this long was left by a killed worker
+
+
+def _reserved(fd: int, size: int) -> bool:
+    """The file's blocks allocated at once, so a map over it never meets a full disk (SIGBUS); False
+    where that cannot be done (macOS has no posix_fallocate, some file systems refuse it)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except AttributeError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return False
+        raise
+    return True
+
+
+def _write_fd(fd: int, data: memoryview) -> None:
+    while len(data):
+        data = data[os.write(fd, data) :]
 
 
 class _TooBig(Exception):
@@ -128,6 +149,45 @@ class BlobCache:
             Path(tmp).unlink(missing_ok=True)
             raise
         self._kept(size)
+
+    @contextmanager
+    def landing(self, sha: str) -> Iterator[Callable[[int], mmap.mmap | bytearray]]:
+        """For a receiver that lands a blob in place (protos.bulkwire): land(size) maps the cache's temp
+        file, sized at once, so the bytes reach the cache as they arrive with no copy and no second
+        buffer; renamed into place when the block ends cleanly (the caller verified the sha256), dropped
+        when it raises. The map stays valid for its holder after the file is renamed or evicted."""
+        path = self._path(sha)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        sizes: list[int] = []
+        unmapped: list[bytearray] = []  # where the disk could not be reserved: written once verified
+
+        def land(size: int) -> mmap.mmap | bytearray:
+            sizes.append(size)
+            if size and _reserved(fd, size):
+                return mmap.mmap(fd, size)
+            unmapped.append(bytearray(size))
+            return unmapped[-1]
+
+        try:
+            yield land
+            for buf in unmapped:
+                _write_fd(fd, memoryview(buf))
+            os.close(fd)
+            fd = -1
+            if sum(sizes) > self.max_bytes:
+                raise _TooBig
+            os.replace(tmp, path)
+        except _TooBig:
+            Path(tmp).unlink(missing_ok=True)
+            return
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        self._kept(sum(sizes))
 
     def _kept(self, size: int) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ follows the leader; the next registration announces the leader's own data port.
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -61,17 +62,14 @@ class BlobTransfer:
             self._bulk.pop(address, None)
 
     def _bulk_call(self, address: str, call):
-        """call(endpoint, secret) over the data channel of the coordinator at address; None when it
-        announced none; DataChannelFailed when it fails."""
-        announced = self._bulk.get(address)
-        if announced is None:
-            return None
-        port, tls = announced
+        """call(endpoint, secret) over the data channel of the coordinator at address; DataChannelFailed
+        when it fails (or was forgotten meanwhile)."""
         try:
+            port, tls = self._bulk[address]
             ca = fetch_ca(address, self.coordinators.fingerprint) if tls else None
             host = address.rpartition(":")[0].strip("[]")
             return call(bulkwire.Endpoint(host, port, ca), bulkwire.secret_of(self.metadata))
-        except (OSError, ValueError) as exc:  # socket and TLS errors; WireError, BulkRefused, TokenError
+        except (OSError, ValueError, KeyError) as exc:  # socket, TLS; WireError, BulkRefused, TokenError
             raise DataChannelFailed(f"data channel of {address}: {exc}") from exc
 
     @property
@@ -79,9 +77,10 @@ class BlobTransfer:
         """The coordinator the agent talks to now."""
         return self.coordinators.address
 
-    def fetch_blob(self, sha: str) -> bytes | bytearray:
+    def fetch_blob(self, sha: str) -> bytes | bytearray | mmap.mmap:
         """From the local cache, else streamed from the coordinator: hashed and written to the cache
-        as it arrives, kept only when it verifies."""
+        as it arrives (over the data channel: received straight into a map of the cache file), kept only
+        when it verifies."""
         data = self.cache.get(sha)
         if data is not None:
             return data
@@ -89,13 +88,12 @@ class BlobTransfer:
         used = [""]  # the address the last attempt went to
         over_grpc = [False]  # after the data channel failed
 
-        def get() -> bytearray:
+        def get() -> bytearray | mmap.mmap:
             used[0] = self.address
+            if not over_grpc[0] and used[0] in self._bulk:
+                with self.cache.landing(sha) as land:
+                    return self._bulk_call(used[0], lambda at, key: bulkwire.get(at, key, sha, land))
             with self.cache.writer(sha) as keep:
-                if not over_grpc[0]:
-                    got = self._bulk_call(used[0], lambda at, key: bulkwire.get(at, key, sha, keep))
-                    if got is not None:
-                        return got
                 stub = BlobStub(self.coordinators.channel(used[0]))
                 return receive_into_buffer(stub.get(sha, TRANSFER_TIMEOUT_S, self.metadata), sha, keep)
 
@@ -159,8 +157,6 @@ class BlobTransfer:
         """Streamed as views of data, hashed on the way; the coordinator verifies before keeping it. Over
         the data channel when the coordinator has one (DataChannelFailed when it fails), else gRPC."""
         address = self.address
-        if not over_grpc:
-            sha = self._bulk_call(address, lambda at, key: bulkwire.put(at, key, data))
-            if sha is not None:
-                return sha
+        if not over_grpc and address in self._bulk:
+            return self._bulk_call(address, lambda at, key: bulkwire.put(at, key, data))
         return BlobStub(self.coordinators.channel(address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)
