@@ -1,11 +1,13 @@
 """`farm bench transfer` (alias `blobs`): blob put/get through a real coordinator vs raw TCP loopback.
 
-This process is the coordinator (embedded Redis, `serve()`, its blob store on disk); a child process
-is the worker side and moves the bytes the way the agent does (protos.blobwire: views, hashed while
-streaming, the fetched blob written to a cache file as it lands). The reference is the same number
-of bytes over a plain TCP socket between the same two processes. Each pair runs put, raw send, get,
-raw receive back to back, so machine load hits both sides of a ratio alike; the median and spread
-of the per-pair ratios are printed with the goal beside them.
+This process is the coordinator (embedded Redis, `serve()`, its blob store on disk, its data channel over
+TLS plus a second, plain one on the same store); a child process is the worker side and moves the bytes
+the way the agent does, by each path: the FarmBlobs gRPC calls (protos.blobwire) and the data channel
+(protos.bulkwire) over TLS and plain TCP — hashed while streaming at both ends, the fetched blob written
+to a cache file as it lands. The reference is the same number of bytes over a plain TCP socket between
+the same two processes. Each pair runs, for every path, put, raw send, get, raw receive back to back,
+so machine load hits both sides of a ratio alike; the median and spread of the per-pair rates and
+ratios are printed with the goal beside them.
 """
 
 from __future__ import annotations
@@ -52,27 +54,38 @@ def _tcp_server(buf: memoryview, direction: str, ready: threading.Event, port_bo
                 conn.recv(1)
 
 
-def _child_main(address: str, token: str, cache: str) -> None:
-    """The worker side: reads commands on stdin, answers seconds (and shas) on stdout."""
-    from protos.auth import auth_metadata, farm_channel
+def _child_main(address: str, cache: str) -> None:
+    """The worker side: reads commands on stdin (the token comes first, never on argv), answers seconds
+    (and shas) on stdout."""
+    from protos import bulkwire
+    from protos.auth import JoinToken, auth_metadata, farm_channel, fetch_ca
     from protos.blobwire import BlobStub, receive_into_buffer
     from worker.blobcache import BlobCache
 
+    token = sys.stdin.readline().strip()
     stub, metadata, store = BlobStub(farm_channel(address, token)), auth_metadata(token), BlobCache(Path(cache))
-    data = b""
+    secret, ca = JoinToken.parse(token).secret, fetch_ca(address, JoinToken.parse(token).fingerprint)
+    data, ends = b"", {}
     for line in sys.stdin:
         cmd = json.loads(line)
         sink = memoryview(bytearray(cmd["size"])) if cmd["op"] == "tcp_recv" else None
+        end = ends.get(cmd.get("path"))
         start = time.perf_counter()
         out: dict = {}
         if cmd["op"] == "data":
             data = os.urandom(cmd["size"])
+            ends = {"tls": bulkwire.Endpoint("127.0.0.1", cmd["tls"], ca),
+                    "plain": bulkwire.Endpoint("127.0.0.1", cmd["plain"], None)}
             stub.put(b"warm", timeout=60, metadata=metadata)  # the TLS handshake is not part of a transfer
         elif cmd["op"] == "put":
-            out["sha"] = stub.put(data, timeout=600, metadata=metadata)
+            out["sha"] = bulkwire.put(end, secret, data) if end else stub.put(data, timeout=600, metadata=metadata)
         elif cmd["op"] == "get":
-            with store.writer(cmd["sha"]) as keep:
-                got = receive_into_buffer(stub.get(cmd["sha"], 600, metadata), cmd["sha"], keep)
+            if end:  # as the agent does: straight into a map of the cache file
+                with store.landing(cmd["sha"]) as land:
+                    got = bulkwire.get(end, secret, cmd["sha"], land)
+            else:
+                with store.writer(cmd["sha"]) as keep:
+                    got = receive_into_buffer(stub.get(cmd["sha"], 600, metadata), cmd["sha"], keep)
             out["size"] = len(got)
             del got
             (Path(cache) / cmd["sha"][:2] / cmd["sha"][2:]).unlink()
@@ -95,8 +108,9 @@ class _Child:
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         code = "import sys; from farm_cli.bench_transfer import _child_main; _child_main(*sys.argv[1:])"
-        self.proc = subprocess.Popen([sys.executable, "-c", code, address, token, str(cache)], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-c", code, address, str(cache)], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc.stdin.write(token + "\n")
 
     def ask(self, **cmd) -> dict:
         self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -121,31 +135,39 @@ def _raw(child: _Child, buf: memoryview, direction: str) -> float:
     return seconds
 
 
+PATHS = {"grpc": "gRPC (TLS)", "tls": "data channel, TLS", "plain": "data channel, plain TCP"}
+
+
 def run_pairs(size: int, pairs: int, data: Path) -> dict[str, list[float]]:
-    """GB/s per pair for put, raw send, get, raw receive."""
+    """GB/s per pair for each path's put, raw send, get, raw receive (keys like 'tls put', 'tls tcp_in')."""
     from coordinator import redis_server
     from coordinator.auth import load_or_create_token
+    from coordinator.bulk_server import BulkServer
     from coordinator.server import serve, stop
     from coordinator.store import FarmStore
 
     gb = size / 1e9
-    rates: dict[str, list[float]] = {"put": [], "tcp_in": [], "get": [], "tcp_out": []}
+    rates: dict[str, list[float]] = {f"{p} {k}": [] for p in PATHS for k in ("put", "tcp_in", "get", "tcp_out")}
     with redis_server.EmbeddedRedis(data / "redis") as redis:
         store = FarmStore(redis_server.connect(redis.url), "bench")
         token = load_or_create_token(data)
-        server, port = serve(store, data, "127.0.0.1", 0, token)
+        server, port = serve(store, data, "127.0.0.1", 0, token)  # its data channel: TLS, the default
+        tls = server.farm_bulk
+        plain = BulkServer(tls.blobs, tls.secret, tls.serving, tls.leader, "127.0.0.1", 0).start()
         child = _Child(f"127.0.0.1:{port}", token, data / "cache")
         try:
-            child.ask(op="data", size=size)
+            child.ask(op="data", size=size, tls=tls.port, plain=plain.port)
             buf = memoryview(bytearray(os.urandom(size)))  # made (and touched) once, before any clock starts
             for _ in range(pairs):
-                put = child.ask(op="put")
-                rates["put"].append(gb / put["s"])
-                rates["tcp_in"].append(gb / _raw(child, buf, "in"))
-                rates["get"].append(gb / child.ask(op="get", sha=put["sha"])["s"])
-                rates["tcp_out"].append(gb / _raw(child, buf, "out"))
+                for path in PATHS:
+                    put = child.ask(op="put", path=path)
+                    rates[f"{path} put"].append(gb / put["s"])
+                    rates[f"{path} tcp_in"].append(gb / _raw(child, buf, "in"))
+                    rates[f"{path} get"].append(gb / child.ask(op="get", sha=put["sha"], path=path)["s"])
+                    rates[f"{path} tcp_out"].append(gb / _raw(child, buf, "out"))
         finally:
             child.close()
+            plain.stop()
             stop(server, grace=0)
     return rates
 
@@ -153,18 +175,21 @@ def run_pairs(size: int, pairs: int, data: Path) -> dict[str, list[float]]:
 def _line(name: str, rates: list[float], raw: list[float]) -> str:
     ratios = [r / t for r, t in zip(rates, raw, strict=True)]
     ok = statistics.median(rates) >= GOAL_GBPS and statistics.median(ratios) >= GOAL_RATIO
-    return (f"{name:5} {statistics.median(rates):6.2f} GB/s (spread {min(rates):.2f}-{max(rates):.2f})  "
-            f"raw TCP {statistics.median(raw):6.2f} GB/s  ratio {statistics.median(ratios):.2f} "
-            f"(spread {min(ratios):.2f}-{max(ratios):.2f})  goal >= {GOAL_GBPS:g} GB/s and >= {GOAL_RATIO:g}x "
-            f"raw: {'met' if ok else 'NOT met'}")
+    return (f"  {name:24} {statistics.median(rates):5.2f} GB/s ({min(rates):.2f}-{max(rates):.2f})  "
+            f"raw TCP {statistics.median(raw):5.2f} ({min(raw):.2f}-{max(raw):.2f})  "
+            f"ratio {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
+            f"{'met' if ok else 'NOT met'}")
 
 
 def transfer(mib: int, pairs: int, data: Path | None) -> None:
-    """Print put/get GB/s vs raw TCP loopback, paired medians and spreads."""
+    """Print put/get GB/s of each path vs raw TCP loopback, paired medians and spreads."""
     size = mib * 1024 * 1024
     with tempfile.TemporaryDirectory(prefix="farm-bench-transfer-", dir=data) as tmp:
         rates = run_pairs(size, pairs, Path(tmp))
-    typer.echo(f"blob transfer, {mib} MiB, {pairs} interleaved pairs, TLS gRPC channel, coordinator + worker "
-               f"processes on this machine ({os.cpu_count()} cores)")
-    typer.echo(_line("put", rates["put"], rates["tcp_in"]))
-    typer.echo(_line("get", rates["get"], rates["tcp_out"]))
+    typer.echo(f"blob transfer, {mib} MiB, {pairs} interleaved pairs, coordinator + worker processes on this "
+               f"machine ({os.cpu_count()} cores); median (spread); goal >= {GOAL_GBPS:g} GB/s and "
+               f">= {GOAL_RATIO:g}x raw TCP")
+    for direction, raw in (("put", "tcp_in"), ("get", "tcp_out")):
+        typer.echo(f"{direction}:")
+        for path, name in PATHS.items():
+            typer.echo(_line(name, rates[f"{path} {direction}"], rates[f"{path} {raw}"]))
