@@ -28,6 +28,7 @@ Keys under the prefix p (default "farm"):
   {p}:render:{id}:wfail       hash  worker -> tasks of this render that failed on it (blocklist at 3)
   {p}:to_assemble             set   renders whose every task is done and that have not ended yet
   {p}:kindtime:{kind}         hash  n, sum_ms: lease-to-done times of finished tasks (the stuck check)
+  {p}:submitters              set   every submitter that ever had a render (one: lease.lua skips fair share)
 Render hashes also hold blocklist (workers, space-separated); task hashes failures (raised), failed_on
 (distinct workers, space-separated), lost (leases lost with a worker), stuck_ms, session (the holder
 process); worker hashes session and blocklisted (renders, space-separated).

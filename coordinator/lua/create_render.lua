@@ -9,7 +9,17 @@ redis.call('HSET', rk, 'spec', ARGV[4], 'state', 'queued', 'stage', '', 'error',
   'created_ms', NOW, 'started_ms', 0, 'finished_ms', 0, 'remaining', 0, 'total', 0, 'priority', ARGV[5])
 local ok, spec = pcall(cjson.decode, ARGV[4])  -- whose share of the fleet its tasks count against (lease.lua)
 local submitter = ok and type(spec) == 'table' and spec.submitter
-redis.call('HSET', rk, 'submitter', type(submitter) == 'string' and submitter or '')
+submitter = type(submitter) == 'string' and submitter or ''
+redis.call('HSET', rk, 'submitter', submitter)
+-- Every submitter that ever had a render here (lease.lua: while there is one, fair share has nobody to
+-- weigh). A farm from before this set builds it from the renders it holds, the first time.
+local sk = key('submitters')
+if redis.call('EXISTS', sk) == 0 then
+  for _, r in ipairs(redis.call('ZRANGE', key('renders'), 0, -1)) do
+    redis.call('SADD', sk, redis.call('HGET', key('render', r), 'submitter') or '')
+  end
+end
+redis.call('SADD', sk, submitter)
 redis.call('ZADD', key('renders'), NOW, rid)
 emit(rid, {type = 'render_queued', tasks = #tasks, priority = tonumber(ARGV[5])})
 insert_tasks(rid, tasks)

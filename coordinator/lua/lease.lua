@@ -223,10 +223,12 @@ local function share(s)
   share_of = share_of or shares()
   return share_of(s)
 end
--- Whether the scan may stop at its first eligible task: fair share is off, or that task's submitter
--- holds no lease (no one can have a smaller share, and ties keep queue order).
+-- Whether the scan may stop at its first eligible task: fair share is off, the farm has only ever had
+-- one submitter (create_render.lua's set: no one else can have a task here), or that task's submitter
+-- holds no lease (no one can have a smaller share, and ties keep queue order). The first two spare
+-- the look at every lease and the FAIR_LOOKAHEAD tasks past the first, most of a lease's cost.
 local function first_is_fairest(first)
-  return POLICY.fairshare == '0' or share(first.submitter) == 0
+  return POLICY.fairshare == '0' or redis.call('SCARD', key('submitters')) == 1 or share(first.submitter) == 0
 end
 local function fairest(firsts)
   if #firsts == 1 or POLICY.fairshare == '0' then return firsts[1] end

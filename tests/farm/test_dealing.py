@@ -116,6 +116,18 @@ def test_submitters_share_the_fleet_by_weight_priority_first(store: FarmStore) -
     assert got[2:] == ["a1", "b1", "b1", "b1"]  # then by weight: bob (3) gets three workers to ann's (1) one
 
 
+
+def test_a_farm_from_before_the_submitters_set_builds_it_and_stays_fair(store: FarmStore) -> None:
+    for w in ("w1", "w2", "w3", "w4"):
+        store.register_worker(w, {})
+    _render(store, "a1", "ann", 8)
+    _render(store, "b1", "bob", 8)
+    store.client.delete(store.key("submitters"))  # as a farm whose renders came before the set
+    _render(store, "a2", "ann", 8)
+    assert store.client.smembers(store.key("submitters")) == {"ann", "bob"}
+    got = [store.lease(w, ["mlx"], 60_000)["render"] for w in ("w1", "w2", "w3", "w4")]
+    assert got == ["a1", "b1", "a1", "b1"]  # lease.lua still weighs bob against ann
+
 def _needing(rid: str, needs: list[list[str]]) -> list[dict]:
     return [{"id": f"{rid}.k{i}", "kind": "decode_video", "params": {"needs": n}, "inputs": {}, "deps": [],
              "capability": "mlx"} for i, n in enumerate(needs)]
