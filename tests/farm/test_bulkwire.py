@@ -333,3 +333,56 @@ def test_without_a_data_channel_the_worker_uses_grpc(store, tmp_data: Path, tmp_
         assert sha == hashlib.sha256(data).hexdigest() and moved.fetch_blob(sha) == data
     finally:
         stop(server, grace=0)
+
+
+def test_a_standby_refuses_with_the_leaders_address_and_serves_once_it_leads(
+    redis_url, tmp_data: Path
+) -> None:
+    from coordinator.redis_server import connect
+    from coordinator.store import FarmStore
+    from protos.endpoints import leader_hint
+
+    lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=1000)
+    standby, _ = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=1000)
+    try:
+        ca = fetch_ca(f"127.0.0.1:{lead_port}", bw_fingerprint(join_token(tmp_data, SECRET)))
+        at_standby = bw.Endpoint("127.0.0.1", standby.farm_bulk.port, ca)
+        data = os.urandom(MIB)
+        with pytest.raises(bw.BulkRefused) as info:
+            bw.put(at_standby, SECRET, data)
+        assert info.value.code == bw.UNAVAILABLE and info.value.again
+        assert leader_hint(str(info.value)) == f"127.0.0.1:{lead_port}"
+        sha = bw.put(bw.Endpoint("127.0.0.1", lead.farm_bulk.port, ca), SECRET, data)
+        stop(lead)  # hands the lease back: the standby leads at its next claim
+        wait_until(standby.farm_leadership.is_serving, "the standby never took over")
+        assert bw.get(at_standby, SECRET, sha) == data  # the shared data folder's blob
+    finally:
+        stop(standby)
+
+
+def test_a_rotated_token_signs_the_tickets_from_then_on(store, tmp_data: Path) -> None:
+    from coordinator.auth import load_or_create_token, rotate_token
+    from protos.auth import JoinToken
+
+    old = load_or_create_token(tmp_data)  # DATA/token: the data channel follows it, as gRPC does
+    server, port = serve(store, tmp_data, token=old)
+    try:
+        farm = Farm(server, f"127.0.0.1:{port}", old, tmp_data)
+        data = os.urandom(MIB)
+        assert bw.put(farm.endpoint(), JoinToken.parse(old).secret, data) == hashlib.sha256(data).hexdigest()
+        new = JoinToken.parse(rotate_token(tmp_data)).secret
+        wait_until(
+            lambda: _refused(lambda: bw.put(farm.endpoint(), JoinToken.parse(old).secret, data)),
+            "the old secret still signs",
+        )
+        assert bw.put(farm.endpoint(), new, data) == hashlib.sha256(data).hexdigest()
+    finally:
+        stop(server, grace=0)
+
+
+def _refused(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except bw.BulkRefused as exc:
+        return exc.code == bw.BAD_TICKET
+    return False
