@@ -25,6 +25,7 @@ STATUS = {
     "failed": farm_pb2.FAILED,
 }
 MAX_WAIT_MS = 30_000
+MAX_CAPABILITIES, MAX_CAPABILITY_CHARS = 16, 64  # an Upcoming question reads at most this many queues
 
 
 class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
@@ -97,6 +98,11 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         if request.HasField("next"):  # the next lease rides on this call (no waiting: the worker long-polls)
             reply.next.CopyFrom(self._lease(request.worker_id, request.next, 0, context))
         return reply
+
+    def Upcoming(self, request, context):
+        """The input blobs of the task this worker would likely lease next (read-only: nothing is leased)."""
+        caps = [c for c in request.capabilities if 0 < len(c) <= MAX_CAPABILITY_CHARS][:MAX_CAPABILITIES]
+        return farm_pb2.UpcomingReply(shas=self.store.upcoming_inputs(caps))
 
     def Fail(self, request, context):
         status = self.store.fail(

@@ -31,6 +31,7 @@ from worker.blobcache import BlobCache
 from worker.connection import RECONNECT_MAX_S, RESULT_RETRY_S, RPC_TIMEOUT_S, Coordinators, default_worker_id
 from worker.heartbeat import Heartbeat
 from worker.packsync import PackSync
+from worker.prefetch import UPCOMING_TIMEOUT_S, Prefetcher
 from worker.presence import Presence
 from worker.tasklog import TaskLog
 from worker.transfer import BlobTransfer
@@ -79,6 +80,9 @@ class Agent:
         self.channel = self.coordinators.channel()
         self.stopping = threading.Event()
         self.transfer = BlobTransfer(self.coordinators, self.metadata, self.cache, self.stopping)
+        self.prefetch = Prefetcher(  # the next task's inputs fetched while this one's forward runs
+            lambda request: self.worker.Upcoming(request, timeout=UPCOMING_TIMEOUT_S, metadata=self.metadata),
+            self.transfer.fetch_blob, self.cache.has)
         self.draining = threading.Event()  # finish the current task, take no more, exit
         self._drain_lifts_with_mark = False  # a coordinator's drain, which its resume undoes
         self._registered_once = False
@@ -255,9 +259,7 @@ class Agent:
         try:
             if self.packsync is not None:  # a pack only the coordinator holds: copy it before running
                 self.packsync.ensure(str(json.loads(lease.params_json or "{}").get("pack") or ""))
-            start = time.perf_counter()
-            inputs = self.transfer.fetch_inputs(dict(lease.inputs))
-            fetched = time.perf_counter()
+            inputs, moved = self._fetch_inputs(lease, lease_next)
             beat.progress = {"phase": "run"}  # the next beat tells the dashboard: computing, not fetching
             outputs, metrics = self.runner.run(
                 lease.kind, json.loads(lease.params_json or "{}"), inputs, progress, cancelled
@@ -267,28 +269,9 @@ class Agent:
             ran = time.perf_counter()
             encoded = {name: encode_tensor(np.asarray(arr)) for name, arr in outputs.items()}
             shas = self.transfer.upload(encoded)
-            metrics.update(  # what the task cost beyond its compute: moving its tensors
-                fetch_s=round(fetched - start, 4), upload_s=round(time.perf_counter() - ran, 4),
-                bytes_in=int(sum(a.nbytes for a in inputs.values())),
-                bytes_out=int(sum(len(d) for d in encoded.values())), log=tasklog.lines(),
-            )
-            request = farm_pb2.CompleteRequest(
-                task_id=lease.task_id,
-                worker_id=self.worker_id,
-                fence=lease.fence,
-                outputs=shas,
-                metrics_json=json.dumps(metrics, default=float),
-            )
-            if lease_next and not (self.stopping.is_set() or self.draining.is_set()):
-                request.next.CopyFrom(farm_pb2.LeaseRequest(
-                    worker_id=self.worker_id, capabilities=lease_capabilities(self.capabilities)))
-            reply = self._retrying(lambda stub: stub.Complete, request)
-            self._keep_next(reply)
-            status = farm_pb2.TaskStatus.Name(reply.status)
-            if reply.message:
-                log.warning("task %s result refused: %s", lease.task_id, reply.message)
-            log.info("task %s: %s", lease.task_id, status)
-            return status
+            metrics.update(moved, upload_s=round(time.perf_counter() - ran, 4), log=tasklog.lines(),
+                           bytes_out=int(sum(len(d) for d in encoded.values())))
+            return self._complete(lease, shas, metrics, lease_next)
         except grpc.RpcError as exc:
             if exc.code() in RETRY_CODES or exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                 raise  # coordinator away: the run loop backs off; the lease expires and is re-queued
@@ -302,6 +285,40 @@ class Agent:
         finally:
             beat.finish()
             tasklog.stop()
+
+    def _taking_more(self, lease_next: bool) -> bool:
+        return lease_next and not (self.stopping.is_set() or self.draining.is_set())
+
+    def _fetch_inputs(self, lease: farm_pb2.LeaseReply, lease_next: bool) -> tuple[dict[str, np.ndarray], dict]:
+        """The task's inputs (most often warmed in the cache during the last forward), and what moving them
+        cost; then the next task's warm-up starts, to run beside this forward."""
+        start = time.perf_counter()
+        self.prefetch.settle(lease.inputs.values())
+        warm = sum(self.cache.has(sha) for sha in set(lease.inputs.values()))
+        inputs = self.transfer.fetch_inputs(dict(lease.inputs))
+        moved = {"fetch_s": round(time.perf_counter() - start, 4), "inputs_warm": warm,
+                 "bytes_in": int(sum(a.nbytes for a in inputs.values()))}
+        if self._taking_more(lease_next):
+            self.prefetch.start(self._lease_request())
+        return inputs, moved
+
+    def _complete(self, lease: farm_pb2.LeaseReply, shas: dict[str, str], metrics: dict, lease_next: bool) -> str:
+        """Commit the result (the next lease rides on the reply); returns the coordinator's status name."""
+        request = farm_pb2.CompleteRequest(task_id=lease.task_id, worker_id=self.worker_id, fence=lease.fence,
+                                           outputs=shas, metrics_json=json.dumps(metrics, default=float))
+        if self._taking_more(lease_next):
+            request.next.CopyFrom(self._lease_request())
+        reply = self._retrying(lambda stub: stub.Complete, request)
+        self._keep_next(reply)
+        status = farm_pb2.TaskStatus.Name(reply.status)
+        if reply.message:
+            log.warning("task %s result refused: %s", lease.task_id, reply.message)
+        log.info("task %s: %s", lease.task_id, status)
+        return status
+
+    def _lease_request(self) -> farm_pb2.LeaseRequest:
+        """What this worker asks for: its id and the queues it serves (no wait: a lease riding on a reply)."""
+        return farm_pb2.LeaseRequest(worker_id=self.worker_id, capabilities=lease_capabilities(self.capabilities))
 
     def _keep_next(self, reply: farm_pb2.StatusReply) -> None:
         """The lease that came with a result: run next (or handed back when we stop meanwhile)."""

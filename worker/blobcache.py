@@ -87,6 +87,10 @@ class BlobCache:
             raise ValueError(f"not a sha256 hex digest: {sha!r:.80}")
         return self.root / sha[:2] / sha[2:]
 
+    def has(self, sha: str) -> bool:
+        """A kept file under this name (not verified here: get() verifies when it is read)."""
+        return self._path(sha).is_file()
+
     def get(self, sha: str) -> bytes | None:
         """Cached bytes, or None when absent or corrupt (a corrupt file is removed)."""
         path = self._path(sha)

@@ -56,6 +56,7 @@ def test_contract_shape() -> None:
         "Complete",
         "Fail",
         "Attach",
+        "Upcoming",
     }
     attach = services["FarmWorker"].methods_by_name["Attach"]
     assert attach.server_streaming and not attach.client_streaming

@@ -406,3 +406,18 @@ def test_higher_priority_renders_lease_first_and_priority_can_change(store):
     assert store.lease("w", ["c"], 30_000)["id"] == "high.a"
     assert store.set_priority("later", 9) is True
     assert [store.lease("w", ["c"], 30_000)["id"] for _ in range(2)] == ["later.a", "low.a"]
+
+
+def test_upcoming_names_the_next_ready_tasks_inputs_and_changes_nothing(store: FarmStore) -> None:
+    store.register_worker("w1", {})
+    plan = [task("r.a", inputs={"x": {"blob": "sa"}}), task("r.b", inputs={"x": {"blob": "sb"}, "y": {"blob": "sa"}}),
+            task("r.c", inputs={"x": {"blob": "sc"}}, cap="other")]
+    store.create_render("r", {"prompt": "cat"}, plan)
+    before = snapshot(store, "r")
+    assert store.upcoming_inputs(["mlx"]) == ["sa"]
+    assert store.upcoming_inputs(["mlx"], limit=2) == ["sa", "sb"]  # a blob named twice, once
+    assert store.upcoming_inputs(["other", "mlx"]) == ["sc"]  # the worker's preference order
+    assert store.upcoming_inputs(["none"]) == [] and store.upcoming_inputs([]) == []
+    assert snapshot(store, "r") == before  # a guess: nothing leased, nothing moved
+    assert store.lease("w1", ["mlx"], 10_000)["id"] == "r.a"
+    assert sorted(store.upcoming_inputs(["mlx"])) == ["sa", "sb"]  # r.a leased: r.b is next

@@ -50,6 +50,9 @@ def test_tiled_stage2_matches_local_for_any_worker_count(workers, store, tmp_dat
             assert_identical(farm_results(client, render), references[name])
             tiles = [t for t in render["tasks"] if t["kind"] == "transformer_forward"]
             assert {t["worker"] for t in tiles} <= {f"w{i + 1}" for i in range(workers)}
+            if workers == 1 and name == "2x2":  # alone, a worker's guess of its next tile is right
+                warm = [t for t in tiles if t["metrics"]["inputs_warm"] == len(set(t["inputs"].values()))]
+                assert len(warm) >= len(tiles) // 2, [t["metrics"]["inputs_warm"] for t in tiles]
 
 
 def test_one_tile_without_overlap_is_exactly_untiled(local_runner, tmp_path, references):
