@@ -263,11 +263,21 @@ class Scheduler:
     ) -> tuple[str, str]:
         """Check then commit a worker's result (one Lua call when this coordinator granted the lease).
         Returns (status, message); status is a store status string."""
+        status, message, _ = self.complete_and_lease(task_id, worker_id, fence, outputs, metrics, [])
+        return status, message
+
+    def complete_and_lease(
+        self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict,
+        capabilities: list[str],
+    ) -> tuple[str, str, dict | None]:
+        """complete(), then the worker's next lease when it lists capabilities (no waiting: the worker
+        long-polls), both in one Lua call when this coordinator granted the lease and the result checks.
+        Returns (status, message, the next task or None)."""
         recalled = self._recall(task_id, fence)
         if recalled is None:
             task = self.store.get_task(task_id)
             if task is None:
-                return "stale", f"unknown task {task_id}"
+                return "stale", f"unknown task {task_id}", self._lease_now(worker_id, capabilities)
             recalled = as_dict(as_dict(task.get("params")).get("expect")), str(task.get("render") or "")
         expect, render_id = recalled
         problem = self.check_outputs(expect, outputs)
@@ -276,12 +286,18 @@ class Scheduler:
             status = self.store.fail(task_id, worker_id, fence, f"result refused: {problem}", retryable=True,
                                      seen=True)
             self.wake()
-            return status, problem
-        status = self.store.complete(task_id, worker_id, fence, dict(outputs), metrics, seen=True)
+            return status, problem, self._lease_now(worker_id, capabilities)
+        status, task = self.store.complete_and_lease(task_id, worker_id, fence, dict(outputs), metrics,
+                                                     list(capabilities), self.lease_ms)
+        if task is not None:
+            self._remember(task)
         self.wake()
         if status == "render_ready":
             self.start_assembly(render_id)
-        return status, ""
+        return status, "", task
+
+    def _lease_now(self, worker_id: str, capabilities: list[str]) -> dict | None:
+        return self.lease(worker_id, capabilities, 0) if capabilities else None
 
     # ------------------------------------------------------------------ assembly
 

@@ -53,7 +53,9 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",
            "cancel_render", "set_render_state", "emit", "register_worker", "worker_seen", "put_blob_ref",
            "set_priority", "requeue_task", "lose_leases", "clear_blocklist", "check_stuck", "leadership", "worker_pack_sync", "drain_worker", "resume_worker", "retry_render",
-           "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy")
+           "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy", "complete_lease")
+# Scripts that run others: each part becomes a local function of its own ARGV, ahead of the script's text.
+PARTS = {"complete_lease": ("complete", "lease")}
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
@@ -74,7 +76,9 @@ def is_transient(exc: BaseException) -> bool:
 def _script_source(name: str) -> str:
     """common.lua + the script: one text per operation, loaded once per process."""
     common = (LUA_DIR / "common.lua").read_text()
-    return common + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+    parts = "".join(f"local function {part}(ARGV)\n{(LUA_DIR / f'{part}.lua').read_text()}\nend\n"
+                    for part in PARTS.get(name, ()))
+    return common + "\n" + parts + (LUA_DIR / f"{name}.lua").read_text()
 
 
 def _check_task(t: dict) -> None:
@@ -199,6 +203,16 @@ class FarmStore(StoreReads):
         seen: the worker reports it (the same call marks it live and idle)."""
         return self._run("complete", task_id, worker_id, int(fence), json.dumps(outputs), json.dumps(metrics),
                          "1" if seen else "0")
+
+    def complete_and_lease(self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict,
+                           capabilities: list[str], lease_ms: int) -> tuple[str, dict | None]:
+        """complete() then lease() for the same worker (both seen), in one Lua call: (complete's status,
+        the next task or None)."""
+        if not capabilities:
+            return self.complete(task_id, worker_id, fence, outputs, metrics, seen=True), None
+        done = (task_id, worker_id, int(fence), json.dumps(outputs), json.dumps(metrics), "1")
+        status, got = self._run("complete_lease", len(done), *done, worker_id, int(lease_ms), "1", *capabilities)
+        return status, self._task(reply_pairs(got[1]), got[0]) if got else None
 
     def set_policy(self, **fields: str) -> dict[str, str]:
         """Set scheduling policy fields lease.lua reads (dealing, affinity: '0'/'1'; weight:<submitter>);

@@ -62,6 +62,10 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         """One Lua call per poll (it marks the worker seen); a draining worker is told so at once."""
         task = self.scheduler.lease(wid, list(request.capabilities), wait_ms,
                                     lambda: context.is_active() and not self.store.worker_draining(wid))
+        return self._lease_reply(wid, task, context)
+
+    def _lease_reply(self, wid: str, task: dict | None, context) -> farm_pb2.LeaseReply:
+        """The worker's reply for a lease granted (or not): a lease it left at once goes back to the queue."""
         if task is None:
             if self.store.worker_draining(wid):  # drained (lease.lua marked it): the worker exits on this reply
                 return farm_pb2.LeaseReply(has_task=False, drain=True)
@@ -91,12 +95,14 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
 
     def Complete(self, request, context):
         metrics = check_small_object(request.metrics_json, "metrics_json") if request.metrics_json else {}
-        status, message = self.scheduler.complete(
-            request.task_id, request.worker_id, request.fence, dict(request.outputs), metrics
+        asked = request.HasField("next")  # the next lease rides on this call (no waiting: the worker long-polls)
+        status, message, task = self.scheduler.complete_and_lease(
+            request.task_id, request.worker_id, request.fence, dict(request.outputs), metrics,
+            list(request.next.capabilities) if asked else []
         )
         reply = farm_pb2.StatusReply(status=STATUS[status], message=message)
-        if request.HasField("next"):  # the next lease rides on this call (no waiting: the worker long-polls)
-            reply.next.CopyFrom(self._lease(request.worker_id, request.next, 0, context))
+        if asked:
+            reply.next.CopyFrom(self._lease_reply(request.worker_id, task, context))
         return reply
 
     def Upcoming(self, request, context):

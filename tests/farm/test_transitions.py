@@ -86,6 +86,50 @@ def test_a_draining_worker_hears_it_from_its_heartbeat_and_gets_no_next_task(wor
     assert store.list_workers()[0]["state"] == "drained"
 
 
+
+def test_a_result_and_the_next_lease_are_one_lua_call_and_a_refused_one_still_gets_its_next(redis_client,
+                                                                                               tmp_data: Path) -> None:
+    store = ScriptCountingStore(redis_client, "one")
+    server, port = serve(store, tmp_data, token=TOKEN, lease_ms=30_000)
+    channel = farm_channel(f"127.0.0.1:{port}", join_token(tmp_data, TOKEN))
+    try:
+        stub = farm_pb2_grpc.FarmWorkerStub(channel)
+        _call(stub.Register, farm_pb2.WorkerInfo(worker_id="w1", capabilities_json="{}"))
+        tasks = _tasks("r", 3)
+        tasks[1]["params"] = {"expect": {"video": {"dtype": "float32"}}}  # r.t1 must send an output
+        store.create_render("r", {}, tasks)
+        ask = farm_pb2.LeaseRequest(worker_id="w1", capabilities=[CAP])
+        first = _call(stub.Lease, ask)
+        store.calls.clear()
+        done = _call(stub.Complete, farm_pb2.CompleteRequest(task_id="r.t0", worker_id="w1", fence=first.fence,
+                                                             next=ask))
+        assert done.status == farm_pb2.OK and done.next.task_id == "r.t1"
+        assert store.calls == ["complete_lease"]
+        refused = _call(stub.Complete, farm_pb2.CompleteRequest(task_id="r.t1", worker_id="w1", fence=done.next.fence,
+                                                                next=ask))
+        assert refused.status == farm_pb2.REQUEUED and "missing outputs: video" in refused.message
+        assert refused.next.has_task and refused.next.task_id == "r.t1"  # back at the front of the queue
+        stale = _call(stub.Complete, farm_pb2.CompleteRequest(task_id="r.t1", worker_id="w1", fence=done.next.fence,
+                                                              next=ask))
+        assert stale.status == farm_pb2.STALE and stale.next.task_id == "r.t2"
+        assert store.get_task("r.t1")["worker"] == "w1" and store.get_task("r.t2")["state"] == "leased"
+    finally:
+        channel.close()
+        stop(server, grace=0)
+
+
+class ScriptCountingStore(FarmStore):
+    """The real store, naming each Lua script it runs for worker w1 (the coordinator leases under its own id)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    def _run(self, name: str, *args):
+        if "w1" in args:
+            self.calls.append(name)
+        return super()._run(name, *args)
+
 class CountingStore(FarmStore):
     """The real store, counting lease attempts (each one Lua call)."""
 
