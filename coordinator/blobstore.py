@@ -9,7 +9,10 @@ it can lose Redis's last second; a tensor's header then disagrees with its lengt
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import mmap
 import os
 import queue
 import re
@@ -122,20 +125,44 @@ class BlobStore:
         check_sha(declared_sha)
         return self.put_chunks((Chunk(memoryview(c)) for c in chunks), declared_sha)
 
-    def put_chunks(self, chunks: Iterable[Chunk], expected: str = "") -> tuple[str, int]:
-        """One pass: each chunk hashed and written as it arrives, the name (given, or declared by the
-        stream's first or last chunk) checked at the end, then the file renamed into place."""
-        rx = Receiver(expected)
+    def land(self, size: int) -> tuple[str, mmap.mmap | bytearray] | None:
+        """A temp file of size bytes, reserved on disk, and a map over it, for a receiver that lands a
+        blob's bytes in place (the data channel): put_chunks(chunks, landed=path) then checks and keeps
+        it as it would written chunks. None where the disk cannot be reserved up front (no
+        posix_fallocate: macOS), since a map over a sparse file on a full disk faults (SIGBUS)."""
+        if size > self.max_bytes:
+            raise BlobTooLarge(f"blob of {size} bytes exceeds {self.max_bytes}")
+        if not hasattr(os, "posix_fallocate"):
+            return None
         fd, tmp_name = tempfile.mkstemp(dir=self._tmp, prefix="put-")
         try:
-            with os.fdopen(fd, "wb", buffering=0) as f:
+            if size:
+                os.posix_fallocate(fd, 0, size)
+            return tmp_name, mmap.mmap(fd, size) if size else bytearray()
+        except OSError as exc:
+            Path(tmp_name).unlink(missing_ok=True)
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                return None
+            raise BlobError(f"cannot reserve {size} bytes for a blob: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+
+    def put_chunks(self, chunks: Iterable[Chunk], expected: str = "", landed: str | None = None) -> tuple[str, int]:
+        """One pass: each chunk hashed and written as it arrives, the name (given, or declared by the
+        stream's first or last chunk) checked at the end, then the file renamed into place. `landed`:
+        the temp file from land() whose map the chunks are views of (hashed, not written again)."""
+        rx = Receiver(expected)
+        fd, tmp_name = (-1, landed) if landed else tempfile.mkstemp(dir=self._tmp, prefix="put-")
+        try:
+            with os.fdopen(fd, "wb", buffering=0) if fd >= 0 else contextlib.nullcontext() as f:
                 for chunk in chunks:
                     data = rx.take(chunk)
                     if rx.received > self.max_bytes:
                         raise BlobTooLarge(f"blob exceeds {self.max_bytes} bytes")
                     if rx.declared:
                         check_sha(rx.declared)  # a bad name ends the stream before its bytes land
-                    _write_all(f, data)
+                    if f is not None:
+                        _write_all(f, data)
             declared, actual = check_sha(rx.declared), rx.actual()
             if actual != declared:
                 raise BlobMismatch(f"sha256 mismatch: declared {declared}, received {actual}")

@@ -1,9 +1,10 @@
 """The coordinator's bulk data channel (protos/bulkwire.py): blob put/get beside gRPC, at line rate.
 
 A listener on the gRPC host, a thread per connection (at most MAX_CONNECTIONS; more are told to try
-again), one request each. PUT: the bytes are received into a small ring of reusable buffers by one
-thread while BlobStore.put_chunks hashes and writes the ones before (renamed into place only when
-verified; nothing is kept otherwise). GET: the stored file, verified when it landed, goes out with
+again), one request each. PUT: one thread receives the bytes straight into a map of the store's temp
+file (BlobStore.land: the disk reserved up front; where it cannot be, into a small ring of reusable
+buffers the store writes from) while BlobStore.put_chunks hashes the chunks before (renamed into place
+only when verified; nothing is kept otherwise). GET: the stored file, verified when it landed, goes out with
 socket.sendfile on a plain channel (zero copy) or as views of its memory map over TLS. Tickets are
 checked with the coordinator's current secret (a `farm token rotate` is followed as the gRPC
 interceptor follows it); a standby answers every request with the leader's address, as LeaderGate does.
@@ -155,15 +156,22 @@ class BulkServer:
             pass
 
     def _put(self, conn: socket.socket, header: bw.Header) -> tuple[str, int]:
-        if header.size > self.blobs.max_bytes:
-            raise BlobTooLarge(f"too large: {header.size} bytes is over the store's {self.blobs.max_bytes}")
-        ring = [memoryview(bytearray(bw.BLOCK)) for _ in range(RING_SLOTS)]
-        return self.blobs.put_chunks(bw.overlapped(self._put_stream(conn, header, ring), depth=len(ring) - 2))
+        """The bytes land in place in a map of the store's temp file (no write copy), else (no way to
+        reserve the disk) in a small ring of reusable buffers the store writes from; one thread reads
+        the socket while put_chunks hashes the chunks before."""
+        landing = self.blobs.land(header.size)
+        if landing is None:
+            ring = [memoryview(bytearray(bw.BLOCK)) for _ in range(RING_SLOTS)]
+            body = bw.ring_chunks(conn, header.size, ring, header.sha)
+            return self.blobs.put_chunks(bw.overlapped(self._named(conn, header, body), depth=len(ring) - 2))
+        path, mapped = landing
+        body = bw.landed_chunks(conn, memoryview(mapped), header.sha)
+        return self.blobs.put_chunks(bw.overlapped(self._named(conn, header, body)), landed=path)
 
-    def _put_stream(self, conn: socket.socket, header: bw.Header, ring: list[memoryview]) -> Iterator[Chunk]:
-        """The body as ring chunks; then, when the header named no sha, the trailer's name, once its own
+    def _named(self, conn: socket.socket, header: bw.Header, body: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The body's chunks; then, when the header named no sha, the trailer's name, once its own
         ticket proves the sender signed that name (put_chunks checks the bytes hash to it)."""
-        yield from bw.ring_chunks(conn, header.size, ring, header.sha)
+        yield from body
         if not header.sha:
             named = bw.read_trailer(conn, header)
             bw.check_mac(named, self.secret())

@@ -386,3 +386,17 @@ def _refused(call: Callable[[], object]) -> bool:
     except bw.BulkRefused as exc:
         return exc.code == bw.BAD_TICKET
     return False
+
+
+def test_where_the_disk_cannot_be_reserved_a_put_goes_through_the_ring(plain_farm: Farm) -> None:
+    """A coordinator without posix_fallocate (macOS) receives into reusable buffers and writes from them."""
+    farm = plain_farm
+    farm.bulk.blobs.land = lambda size: None  # this coordinator's store only
+    data = os.urandom(9 * MIB + 3)
+    assert bw.put(farm.endpoint(), SECRET, data) == hashlib.sha256(data).hexdigest()
+    lie = hashlib.sha256(b"other").hexdigest()
+    with pytest.raises(bw.BulkRefused) as info:
+        bw.put(farm.endpoint(), SECRET, data[:-1], sha=lie)
+    assert info.value.code == bw.MISMATCH
+    assert [p.read_bytes() for p in farm.stored()] == [data]
+    wait_until(lambda: nothing_in_flight(farm), "temp files left")
