@@ -1,10 +1,10 @@
 """`farm bench transitions` (alias `scheduler`): lease→complete transitions per second, N simulated
 workers, through the store's Lua alone and end to end over gRPC, on a real Redis and coordinator.
 
-Store side: N threads in this process call FarmStore.lease / complete directly (the Lua scripts and
-Redis round trips, nothing else). gRPC side: this process is the coordinator (`serve()`); a child
-process runs N worker threads that Register, Lease once, then Complete with the next lease riding on
-each reply, as agents do (no blobs: the tasks expect no outputs); the same threads also time one no-op
+Store side: N threads in this process call FarmStore.lease once, then complete_and_lease, as the
+server does (the Lua scripts and Redis round trips, nothing else). gRPC side: this process is the
+coordinator (`serve()`); a child process runs N worker threads that Register, Lease once, then Complete
+with the next lease riding on each reply, as agents do (no blobs: the tasks expect no outputs); the same threads also time one no-op
 RPC (a health check through the same server and interceptors) per "transition": the ceiling gRPC alone
 allows. Sides alternate for several pairs; medians, spreads and the goal are printed, with the CPU each
 process spends per transition (on a few cores that sum is the bound). A held task of another
@@ -61,10 +61,11 @@ def _drive(workers: int, one: Callable[[int], int]) -> float:
 def store_side(store, workers: int, count: int, render_id: str) -> float:
     store.create_render(render_id, {}, _tasks(render_id, count))
 
-    def one(i: int) -> int:
+    def one(i: int) -> int:  # as the server calls: a first lease, then each result with the next lease
         done, wid = 0, f"bench-w{i}"
-        while (task := store.lease(wid, [CAPABILITY], 30_000, seen=True)) is not None:  # as the server calls
-            store.complete(str(task["id"]), wid, int(task["fence"]), {}, {}, seen=True)
+        task = store.lease(wid, [CAPABILITY], 30_000, seen=True)
+        while task is not None:
+            _, task = store.complete_and_lease(str(task["id"]), wid, int(task["fence"]), {}, {}, [CAPABILITY], 30_000)
             done += 1
         return done
 
