@@ -33,11 +33,12 @@ local function render_active(render)
   return s and not TERMINAL[s]
 end
 
--- The worker must hold the task's current lease: the fence is the proof.
-local function holder_render(tid, worker, fence)
-  local t = redis.call('HMGET', key('task', tid), 'state', 'worker', 'fence', 'render')
+-- The worker must hold the task's current lease: the fence is the proof. Returns the task's render, and
+-- the values of any further fields asked for (read in the same call: {t[5], ...}).
+local function holder_render(tid, worker, fence, ...)
+  local t = redis.call('HMGET', key('task', tid), 'state', 'worker', 'fence', 'render', ...)
   if t[1] ~= 'leased' or t[2] ~= worker or t[3] ~= fence then return nil end
-  return t[4]
+  return t[4], {unpack(t, 5)}
 end
 
 -- Ready queues are sorted sets: higher render priority first, then FIFO by a queue sequence number;

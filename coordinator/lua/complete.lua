@@ -2,10 +2,9 @@
 -- the worker reports it (its liveness too: idle now, common.lua worker_seen) — one round trip per result.
 local tid, worker = ARGV[3], ARGV[4]
 if ARGV[8] == '1' then worker_seen(worker, 'idle', '') end
-local render = holder_render(tid, worker, ARGV[5])
+local render, t = holder_render(tid, worker, ARGV[5], 'leased_ms', 'attempts', 'kind', 'params', 'capability')
 if not render then return 'stale' end
 local tk = key('task', tid)
-local t = redis.call('HMGET', tk, 'leased_ms', 'attempts')
 if not render_active(render) then
   -- The render stopped while this ran: the result is not wanted.
   redis.call('HSET', tk, 'state', 'cancelled')
@@ -25,7 +24,7 @@ for _, d in ipairs(redis.call('ZRANGE', key('task', tid, 'dependents'), 0, -1)) 
   end
 end
 -- Each kind's mean lease-to-done time: what check_stuck.lua measures a running task against.
-local kt = key('kindtime', redis.call('HGET', tk, 'kind'))
+local kt = key('kindtime', t[3])
 redis.call('HINCRBY', kt, 'n', 1)
 redis.call('HINCRBY', kt, 'sum_ms', math.max(0, NOW - (tonumber(t[1]) or NOW)))
 -- The cost model's running estimates (coordinator/costs.py), EWMAs per worker and kind and fleet-wide
@@ -35,7 +34,7 @@ local function ewma(hk, field, value)
   local old = tonumber(redis.call('HGET', hk, field))
   redis.call('HSET', hk, field, string.format('%.6g', old and (0.6 * old + 0.4 * value) or value))
 end
-local ok, params = pcall(cjson.decode, redis.call('HGET', tk, 'params') or '')
+local ok, params = pcall(cjson.decode, t[4] or '')
 local okm, measured = pcall(cjson.decode, ARGV[7])
 measured = okm and type(measured) == 'table' and measured or {}
 local cost = ok and type(params) == 'table' and tonumber(params.cost_s) or nil
@@ -44,10 +43,10 @@ local cost = ok and type(params) == 'table' and tonumber(params.cost_s) or nil
 local text_key = ok and type(params) == 'table' and type(params.text_key) == 'string' and params.text_key
 if text_key then
   redis.call('HSET', key('textcache'), text_key, ARGV[6])
-  if redis.call('HGET', tk, 'capability') == 'coordinator' then cost = nil end
+  if t[5] == 'coordinator' then cost = nil end
 end
 if cost and cost > 0 then
-  local kind = redis.call('HGET', tk, 'kind')
+  local kind = t[3]
   local load = math.max(0, tonumber(measured.load_s) or 0)
   local ratio = math.max(0, (NOW - (tonumber(t[1]) or NOW)) / 1000 - load) / cost
   ewma(key('costratio', worker), kind, ratio)

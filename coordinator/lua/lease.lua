@@ -5,7 +5,9 @@
 local worker = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
 local seen = ARGV[5] == '1'
-if redis.call('HGET', key('worker', worker), 'drain') == '1' then  -- draining: no more
+-- The worker's own fields, read once (nothing below changes them before the lease is written).
+local W = redis.call('HMGET', key('worker', worker), 'drain', 'info', 'models', 'session')
+if W[1] == '1' then  -- draining: no more
   if seen then worker_seen(worker, 'drained', '') end
   return false
 end
@@ -13,7 +15,7 @@ end
 -- or nil when it describes none (it may take any task).
 -- Likewise the text encoders it holds ({name: bytes}), or nil when it describes none.
 local function worker_holdings()
-  local ok, info = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'info') or '')
+  local ok, info = pcall(cjson.decode, W[2] or '')
   if not ok or type(info) ~= 'table' then return nil, nil, nil end
   local packs = type(info.pack_components) == 'table' and info.pack_components or nil
   local encoders = type(info.text_encoders) == 'table' and info.text_encoders or nil
@@ -31,9 +33,26 @@ local function holds_encoder(params)
   return false
 end
 
+-- A task's kind, queued_ms and params, read and decoded once per call (nothing here changes them).
+-- decoded: its params as the checks read them (a broken params field stops the call, as it always did).
+local infos = {}
+local function task_info(tid)
+  if not infos[tid] then
+    local t = redis.call('HMGET', key('task', tid), 'kind', 'params', 'queued_ms')
+    local ok, params = pcall(cjson.decode, t[2] or '{}')
+    infos[tid] = {kind = t[1], queued_ms = t[3], stored = t[2] ~= false, ok = ok, params = params}
+  end
+  return infos[tid]
+end
+local function decoded(tid)
+  local info = task_info(tid)
+  if not info.ok then error(info.params) end
+  return info.params
+end
+
 -- Whether the worker holds what the task loads (params.needs of params.pack, and its text encoder).
 local function holds_needs(tid)
-  local params = cjson.decode(redis.call('HGET', key('task', tid), 'params') or '{}')
+  local params = decoded(tid)
   if not holds_encoder(params) then return false end
   -- The cost model's predicted peak (coordinator/costs.py) must fit this worker's usable memory.
   if memory and tonumber(params.min_memory_bytes) and tonumber(params.min_memory_bytes) > memory then return false end
@@ -63,13 +82,13 @@ end
 local AFFINITY_LOOKAHEAD, AFFINITY_WAIT_MS = 8, 5000
 local warm = {}
 if POLICY.affinity ~= '0' then
-  local ok, models = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'models') or '[]')
+  local ok, models = pcall(cjson.decode, W[3] or '[]')
   if ok and type(models) == 'table' then
     for _, m in ipairs(models) do warm[m] = true end
   end
 end
 local function is_warm(tid)
-  local params = cjson.decode(redis.call('HGET', key('task', tid), 'params') or '{}')
+  local params = decoded(tid)
   if type(params.needs) ~= 'table' or #params.needs == 0 then return true end
   for _, c in ipairs(params.needs) do
     if not warm[c] then return false end
@@ -77,13 +96,13 @@ local function is_warm(tid)
   return true
 end
 
--- Each render's active flag, priority and submitter (create_render.lua records it from the spec), read
--- once per call.
+-- Each render's state, active flag (common.lua render_active), priority and submitter (create_render.lua
+-- records it from the spec), read once per call.
 local renders = {}
 local function render_info(render)
   if not renders[render] then
-    local r = redis.call('HMGET', key('render', render), 'priority', 'submitter')
-    renders[render] = {active = render_active(render), priority = r[1], submitter = r[2] or ''}
+    local r = redis.call('HMGET', key('render', render), 'priority', 'submitter', 'state')
+    renders[render] = {state = r[3], active = r[3] and not TERMINAL[r[3]], priority = r[1], submitter = r[2] or ''}
   end
   return renders[render]
 end
@@ -96,10 +115,10 @@ end
 -- the coordinator's queue with those blobs as its inputs, and the reducer hands them on as its outputs.
 -- While a text task with the same key runs, the others wait for it. Returns 'moved', 'wait' or nil.
 local function text_shortcut(q, tid)
-  local t = redis.call('HMGET', key('task', tid), 'kind', 'params')
-  if t[1] ~= 'text_encode' or q == key('ready', 'coordinator') then return nil end
-  local ok, params = pcall(cjson.decode, t[2] or '')
-  local k = ok and type(params) == 'table' and params.text_key
+  local info = task_info(tid)
+  if info.kind ~= 'text_encode' or q == key('ready', 'coordinator') then return nil end
+  local params = info.params
+  local k = info.stored and info.ok and type(params) == 'table' and params.text_key
   if type(k) ~= 'string' then return nil end
   local cached = redis.call('HGET', key('textcache'), k)
   if cached then
@@ -120,9 +139,10 @@ local function text_shortcut(q, tid)
 end
 -- The text task a worker takes is the one that encodes its key; the others wait for its result.
 local function claim_text(tid)
-  local t = redis.call('HMGET', key('task', tid), 'kind', 'params')
-  local ok, params = pcall(cjson.decode, t[2] or '')
-  if t[1] == 'text_encode' and ok and type(params) == 'table' and type(params.text_key) == 'string' then
+  local info = task_info(tid)
+  local params = info.params
+  if info.kind == 'text_encode' and info.stored and info.ok and type(params) == 'table'
+      and type(params.text_key) == 'string' then
     redis.call('HSET', key('textholder'), params.text_key, tid)
   end
 end
@@ -167,15 +187,14 @@ local function step_queued(q, tid, render, step)
 end
 local function deal_declines(q, tid, render)
   if POLICY.dealing == '0' then return false end
-  local t = redis.call('HMGET', key('task', tid), 'kind', 'params', 'queued_ms')
-  local params = cjson.decode(t[2] or '{}')
-  local cost, own_ratio = tonumber(params.cost_s), ratio(worker, t[1])
+  local info, params = task_info(tid), decoded(tid)
+  local cost, own_ratio = tonumber(params.cost_s), ratio(worker, info.kind)
   if params.tile_index == nil or not cost or not own_ratio then return false end
   local own = cost * own_ratio
-  if NOW - (tonumber(t[3]) or NOW) >= own * 1000 then return false end
+  if NOW - (tonumber(info.queued_ms) or NOW) >= own * 1000 then return false end
   local limit, before = own * DEAL_MARGIN, 0
   for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
-    local r = w ~= worker and ratio(w, t[1])
+    local r = w ~= worker and ratio(w, info.kind)
     if r and not blocklisted(render, w) then
       local free = free_in(w, redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'current_task',
         'info'), tonumber(params.min_memory_bytes))
@@ -189,7 +208,7 @@ end
 
 local function warmer_task(q, first, render)
   if next(warm) == nil or is_warm(first) then return nil end
-  local waited = NOW - (tonumber(redis.call('HGET', key('task', first), 'queued_ms')) or NOW)
+  local waited = NOW - (tonumber(task_info(first).queued_ms) or NOW)
   if waited > AFFINITY_WAIT_MS then return nil end
   local priority = render_info(render).priority
   local rank = redis.call('ZRANK', q, first)
@@ -243,9 +262,10 @@ end
 -- blocklisted it, whose needs it holds and that dealing leaves it, by fair share between submitters
 -- (or a warmer one just behind it, above). Entries of stopped renders leave the queue on the way.
 local function next_task(q)
-  local pos, after, firsts, seen, band = 0, 0, {}, {}, nil
+  local pos, after, firsts, seen, band, size = 0, 0, {}, {}, nil, 8
   while after < FAIR_LOOKAHEAD do
-    local batch = redis.call('ZRANGE', q, pos, pos + 63)
+    local batch = redis.call('ZRANGE', q, pos, pos + size - 1)  -- a few first: the scan mostly stops at one
+    size = 64
     if #batch == 0 then break end
     for _, tid in ipairs(batch) do
       local t = redis.call('HMGET', key('task', tid), 'state', 'render')
@@ -286,7 +306,7 @@ for i = 6, #ARGV do
     local fence = redis.call('INCR', key('fence'))
     local attempt = tonumber(t[3]) + 1
     local deadline = NOW + lease_ms
-    local session = redis.call('HGET', key('worker', worker), 'session') or ''
+    local session = W[4] or ''
     redis.call('HSET', tk, 'state', 'leased', 'worker', worker, 'fence', fence, 'attempts', attempt,
       'leased_ms', NOW, 'deadline_ms', deadline, 'progress', '{}', 'session', session, 'stuck_ms', 0)
     redis.call('ZADD', key('leases'), deadline, tid)
@@ -295,9 +315,8 @@ for i = 6, #ARGV do
     else
       redis.call('HSET', key('worker', worker), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
     end
-    local rk = key('render', t[2])
-    if redis.call('HGET', rk, 'state') == 'queued' then
-      redis.call('HSET', rk, 'state', 'running', 'started_ms', NOW)
+    if render_info(t[2]).state == 'queued' then
+      redis.call('HSET', key('render', t[2]), 'state', 'running', 'started_ms', NOW)
       emit(t[2], {type = 'render_state', state = 'running'})
     end
     emit(t[2], {type = 'task_leased', task = tid, worker = worker, attempt = attempt, fence = fence,
