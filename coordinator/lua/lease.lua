@@ -282,7 +282,9 @@ local function next_task(q)
             and not deal_declines(q, tid, t[2]) then
           seen[r.submitter], band = true, r.priority
           firsts[#firsts + 1] = {tid = tid, render = t[2], submitter = r.submitter}
-          if #firsts == 1 and first_is_fairest(firsts[1]) then after = FAIR_LOOKAHEAD; break end
+          -- A submitter holding no lease has the smallest share there is: no later one can beat it.
+          local fairest_yet = #firsts == 1 and first_is_fairest(firsts[1]) or #firsts > 1 and share(r.submitter) == 0
+          if fairest_yet then after = FAIR_LOOKAHEAD; break end
         end
       else
         redis.call('ZREM', q, tid)
