@@ -1,7 +1,10 @@
 """The coordinator's bulk data channel (protos/bulkwire.py): blob put/get beside gRPC, at line rate.
 
 A listener on the gRPC host, a thread per connection (at most MAX_CONNECTIONS; more are told to try
-again), one request each. PUT: one thread receives the bytes straight into a map of the store's temp
+again), one request after another on it: after a request that ended cleanly (OK, its bytes all moved)
+the thread waits up to idle_s for the next header, then closes; any refusal or error closes at once.
+At most MAX_ACTIVE requests move bytes at a time (kept connections mostly wait), more are told to try
+again. PUT: one thread receives the bytes straight into a map of the store's temp
 file (BlobStore.land: the disk reserved up front; where it cannot be, into a small ring of reusable
 buffers the store writes from) while BlobStore.put_chunks hashes the chunks before (renamed into place
 only when verified; nothing is kept otherwise). GET: the stored file, verified when it landed, goes out with
@@ -28,7 +31,8 @@ from protos.endpoints import standby_details
 
 log = logging.getLogger(__name__)
 
-MAX_CONNECTIONS = 32
+MAX_CONNECTIONS = 256  # open connections, a thread each: a worker keeps a few idle ones between requests
+MAX_ACTIVE = 32  # requests moving bytes at once
 RING_SLOTS = 4  # per PUT: one being received, one being hashed and written, two queued between them
 DRAIN_LIMIT = 64 * 1024 * 1024  # bytes read and dropped after an early refusal, so the sender hears why
 
@@ -61,6 +65,10 @@ class BulkServer:
         self._listener = socket.create_server((host, port), family=family, backlog=64)
         self.port = self._listener.getsockname()[1]
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._active = threading.BoundedSemaphore(MAX_ACTIVE)
+        self.idle_s = bw.IDLE_S  # a kept connection with no next request for this long is closed
+        self.connections = 0  # accepted and served (tests, the bench): with requests, what reuse saves
+        self.requests = 0  # ended cleanly
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -109,12 +117,16 @@ class BulkServer:
     def _serve(self, raw: socket.socket) -> None:
         with self._lock:
             self._open.add(raw)
+            self.connections += 1
         try:
             raw.settimeout(bw.TIMEOUT_S)
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = self.tls.wrap_socket(raw, server_side=True) if self.tls else raw
             with conn:
-                self._request(conn)
+                while not self._stopped.is_set() and self._request(conn):
+                    with self._lock:
+                        self.requests += 1
+                    conn.settimeout(self.idle_s)  # for the next header; the request itself has TIMEOUT_S
         except (OSError, ssl.SSLError) as exc:
             log.debug("data channel connection ended: %s", exc)
         finally:
@@ -123,23 +135,33 @@ class BulkServer:
             raw.close()
             self._slots.release()
 
-    def _request(self, conn: socket.socket) -> None:
+    def _request(self, conn: socket.socket) -> bool:
+        """One request; True when it ended cleanly, so the connection can carry the next. A client that
+        closes a kept connection ends here (the header cut at its first byte: nothing to answer)."""
         header: bw.Header | None = None
         try:
             header = bw.read_header(conn)
+            conn.settimeout(bw.TIMEOUT_S)
             if not self.serving():
                 leader = self.leader()
                 raise bw.BulkRefused(bw.UNAVAILABLE, standby_details(leader))
             bw.check_ticket(header, self.secret())
-            if header.op == bw.GET:
-                self._get(conn, header.sha)
-            else:
-                sha, size = self._put(conn, header)
-                conn.sendall(bw.encode_status(bw.OK, sha, size))
+            if not self._active.acquire(blocking=False):
+                raise bw.BulkRefused(bw.UNAVAILABLE, "data channel busy; try again")
+            try:
+                if header.op == bw.GET:
+                    self._get(conn, header.sha)
+                else:
+                    sha, size = self._put(conn, header)
+                    conn.sendall(bw.encode_status(bw.OK, sha, size))
+            finally:
+                self._active.release()
+            return True
         except (bw.BulkRefused, BlobError, WireError) as exc:
             code = _code(exc)
             if code != bw.TRUNCATED:  # a sender that went away hears nothing
                 self._refuse(conn, code, str(exc), header)
+            return False
 
     def _refuse(self, conn: socket.socket, code: int, message: str, header: bw.Header | None) -> None:
         """The one-line refusal; then, for a PUT refused before its bytes, read and drop what is still on

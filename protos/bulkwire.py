@@ -3,13 +3,19 @@
 Same blobs, same checks as the FarmBlobs calls (protos.blobwire): chunks are blobwire.Chunk views, the
 receiver hashes them with blobwire.Receiver (receive_into_buffer on the worker, BlobStore.put_chunks on
 the coordinator) and refuses a blob that is short, long or hashes to anything but its name. Only the
-framing differs, one request per connection:
+framing differs; a connection carries one request after another (keep-alive):
 
     request   MAGIC, VERSION, op (PUT/GET), sha256 hex (zeros: a PUT names it in its trailer), size
               (PUT), expiry (unix seconds), ticket = HMAC-SHA256(secret, op|sha|size|expiry)
     PUT       the size bytes, then (when the header named no sha) a trailer: sha256 + its own ticket
     status    MAGIC, code, sha256, size, a one-line message (OK, or why not)
     GET       after an OK status, the size bytes
+
+A request that ends cleanly (OK, its bytes all moved) leaves the connection for the next one: the
+server waits IDLE_S for the next header, the client keeps it in a Pool (per endpoint, POOL_SIZE idle at
+most, none older than POOL_IDLE_S). Any refusal or error closes it at both ends: a stream whose state
+is in doubt is never reused. Version 2 is version 1 plus reuse: either end of another version refuses
+with one line (BAD_REQUEST) and closes, and the worker moves that blob over gRPC.
 
 The farm secret never crosses this channel: a ticket proves the sender holds it and moves only the blob
 it names until it expires. The coordinator serves the channel over TLS with its gRPC certificate (the
@@ -22,6 +28,7 @@ import hashlib
 import hmac
 import mmap
 import queue
+import select
 import socket
 import ssl
 import struct
@@ -34,7 +41,7 @@ from functools import lru_cache
 from protos.auth import SERVER_NAME
 from protos.blobwire import Chunk, WireError, receive_into_buffer
 
-MAGIC, VERSION = b"LTXB", 1
+MAGIC, VERSION = b"LTXB", 2  # 2: connections are kept for the next request
 PUT, GET = 1, 2
 OK, BAD_TICKET, EXPIRED, MISMATCH, TOO_LARGE, NOT_FOUND, BAD_REQUEST, UNAVAILABLE, TRUNCATED = range(9)
 CODE_NAMES = (
@@ -58,6 +65,9 @@ TICKET_TTL_S = 600  # a ticket's life: replays end with it
 MAX_AHEAD_S = 3600  # a ticket expiring later than this (a skewed or forged clock) is refused
 BLOCK = 2 * 1024 * 1024  # what one recv_into / hash / write step moves
 TIMEOUT_S = 60.0  # a socket silent this long is given up (per call, not per blob)
+IDLE_S = 60.0  # the server closes a kept connection with no request for this long
+POOL_IDLE_S = 20.0  # the client reuses a kept connection only this long (well inside IDLE_S)
+POOL_SIZE = 8  # idle connections kept per endpoint: a worker fetches 4 at once, prefetches, uploads
 
 
 class BulkRefused(WireError):
@@ -265,39 +275,151 @@ def connect(endpoint: Endpoint, timeout: float = TIMEOUT_S) -> socket.socket:
         raise
 
 
+class Pool:
+    """Idle connections kept per endpoint, thread-safe: take() one per request (a kept one that still
+    looks open, else a new one), give() it back only after the request ended cleanly. `opened` counts
+    the connections made."""
+
+    def __init__(self, size: int = POOL_SIZE, idle_s: float = POOL_IDLE_S) -> None:
+        self.size, self.idle_s, self.opened = size, idle_s, 0
+        self._idle: dict[Endpoint, list[tuple[float, socket.socket]]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, endpoint: Endpoint, timeout: float = TIMEOUT_S) -> tuple[socket.socket, bool]:
+        """(connection, reused): the most recently kept one that is young and open, else a new one."""
+        while True:
+            with self._lock:
+                kept = self._idle.get(endpoint)
+                since, sock = kept.pop() if kept else (0.0, None)
+            if sock is None:
+                break
+            if time.monotonic() - since < self.idle_s and _looks_open(sock):
+                sock.settimeout(timeout)
+                return sock, True
+            sock.close()
+        sock = connect(endpoint, timeout)
+        with self._lock:
+            self.opened += 1
+        return sock, False
+
+    def give(self, endpoint: Endpoint, sock: socket.socket) -> None:
+        now, spare = time.monotonic(), [sock]
+        with self._lock:
+            kept = self._idle.setdefault(endpoint, [])
+            young = [(t, s) for t, s in kept if now - t < self.idle_s]
+            spare = [s for t, s in kept if now - t >= self.idle_s]
+            if len(young) < self.size:
+                young.append((now, sock))
+            else:
+                spare.append(sock)
+            kept[:] = young
+        for s in spare:
+            s.close()
+
+    def idle(self, endpoint: Endpoint) -> int:
+        with self._lock:
+            return len(self._idle.get(endpoint, ()))
+
+    def clear(self) -> None:
+        with self._lock:
+            kept, self._idle = self._idle, {}
+        for conns in kept.values():
+            for _, s in conns:
+                s.close()
+
+
+POOL = Pool()  # the process's pool: the worker's fetch threads, its prefetcher and its uploads share it
+
+
+def _looks_open(sock: socket.socket) -> bool:
+    """False when the peer closed an idle connection (EOF or reset waiting) or sent something unasked.
+    Over TLS a readable socket may hold only a session ticket: a non-blocking read then wants more."""
+    try:
+        if not select.select([sock], [], [], 0)[0]:
+            return True
+        sock.setblocking(False)
+        sock.recv(1)  # b"": closed; a byte: nothing is owed on an idle connection
+        return False
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+class _Stale(Exception):
+    """A kept connection the peer had closed: the request moved nothing the other end kept."""
+
+
+_PEER_CLOSED = (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError)
+
+
+def _closed_by_peer(exc: BaseException) -> bool:
+    return isinstance(exc, _PEER_CLOSED) or (isinstance(exc, BulkRefused) and exc.code == TRUNCATED)
+
+
+def _exchange(endpoint: Endpoint, timeout: float, pool: Pool, request: Callable[[socket.socket], object]):
+    """request(sock) on a connection from pool, given back only when it returns; a kept connection
+    the peer had closed (request raised _Stale) is replaced by a new one, once."""
+    for _ in range(2):
+        sock, reused = pool.take(endpoint, timeout)
+        try:
+            result = request(sock)
+        except _Stale as stale:
+            sock.close()
+            if reused:
+                continue
+            raise stale.__cause__ from None
+        except BaseException:
+            sock.close()
+            raise
+        pool.give(endpoint, sock)
+        return result
+    raise AssertionError("unreachable: a new connection is never stale")
+
+
 def put(
     endpoint: Endpoint,
     secret: str,
     data: bytes | bytearray | memoryview,
     sha: str = "",
     timeout: float = TIMEOUT_S,
+    pool: Pool = POOL,
 ) -> str:
     """Sends data, hashed by a second thread while it goes (the sha then follows in the trailer) unless
-    sha is given; returns the sha256 the coordinator verified and kept."""
+    sha is given; returns the sha256 the coordinator verified and kept. A kept connection the
+    coordinator had closed (it ends without a word: no status) is retried once on a new one: what went
+    out on it was dropped unread, a cut PUT keeps nothing, and a PUT of the same bytes is the same PUT."""
     view = memoryview(data).cast("B")
-    expiry = int(time.time()) + TICKET_TTL_S
     hasher = hashlib.sha256()
     hashing = (
         None if sha else threading.Thread(target=hasher.update, args=(view,), name="bulk-hash", daemon=True)
     )
-    with connect(endpoint, timeout) as sock:
-        if hashing is not None:
-            hashing.start()
+    if hashing is not None:
+        hashing.start()
+
+    def request(sock: socket.socket) -> str:
+        expiry, mine = int(time.time()) + TICKET_TTL_S, sha
         try:
-            sock.sendall(encode_header(secret, PUT, sha, len(view), expiry))
-            send_view(sock, view)
-            mine = sha
-            if hashing is not None:
-                hashing.join()
-                mine = hasher.hexdigest()
-                sock.sendall(encode_trailer(secret, mine, len(view), expiry))
-        except OSError:
-            back, _ = read_status(sock)  # the coordinator refused early and closed: its line, if it said one
+            try:
+                sock.sendall(encode_header(secret, PUT, sha, len(view), expiry))
+                send_view(sock, view)
+                if hashing is not None:
+                    hashing.join()
+                    mine = hasher.hexdigest()
+                    sock.sendall(encode_trailer(secret, mine, len(view), expiry))
+            except OSError:
+                read_status(sock)  # the coordinator refused early and closed: its line, if it said one
+                raise
+            back, _ = read_status(sock)
+        except (OSError, BulkRefused) as exc:
+            if _closed_by_peer(exc):
+                raise _Stale from exc
             raise
-        back, _ = read_status(sock)
-    if back != mine:
-        raise WireError(f"coordinator stored {back[:12]} for a blob that hashes to {mine[:12]}")
-    return back
+        if back != mine:
+            raise WireError(f"coordinator stored {back[:12]} for a blob that hashes to {mine[:12]}")
+        return back
+
+    return _exchange(endpoint, timeout, pool, request)
 
 
 def get(
@@ -306,17 +428,27 @@ def get(
     sha: str,
     into: Callable[[int], bytearray | mmap.mmap] = bytearray,
     timeout: float = TIMEOUT_S,
+    pool: Pool = POOL,
 ) -> bytearray | mmap.mmap:
     """The blob received straight into its final buffer, into(size) (a bytearray, or a map of the cache
     file it is kept in), hashed by this thread while a second one reads the socket; WireError unless it
-    is whole and hashes to sha."""
-    with connect(endpoint, timeout) as sock:
-        sock.sendall(encode_header(secret, GET, sha, 0, int(time.time()) + TICKET_TTL_S))
-        named, size = read_status(sock)
+    is whole and hashes to sha. A kept connection found closed before the status (no byte of the blob
+    moved) is retried once on a new one."""
+
+    def request(sock: socket.socket) -> bytearray | mmap.mmap:
+        try:
+            sock.sendall(encode_header(secret, GET, sha, 0, int(time.time()) + TICKET_TTL_S))
+            named, size = read_status(sock)
+        except (OSError, BulkRefused) as exc:
+            if _closed_by_peer(exc):
+                raise _Stale from exc
+            raise
         if named != sha:
             raise WireError(f"asked for blob {sha[:12]}, offered {named[:12]}")
         buf = into(size)
         return receive_into_buffer(overlapped(landed_chunks(sock, memoryview(buf), sha)), sha, landed=buf)
+
+    return _exchange(endpoint, timeout, pool, request)
 
 
 def secret_of(metadata: list | tuple) -> str:

@@ -400,3 +400,101 @@ def test_where_the_disk_cannot_be_reserved_a_put_goes_through_the_ring(plain_far
     assert info.value.code == bw.MISMATCH
     assert [p.read_bytes() for p in farm.stored()] == [data]
     wait_until(lambda: nothing_in_flight(farm), "temp files left")
+
+
+# --- kept connections (keep-alive): one connection carries request after request ---
+
+
+def test_several_blobs_over_one_connection(farm: Farm, tmp_path: Path) -> None:
+    pool, blobs = bw.Pool(), [os.urandom(n) for n in (0, 1, 300_000, 3 * MIB + 5)]
+    shas = [bw.put(farm.endpoint(), SECRET, b, pool=pool) for b in blobs]
+    shas.append(bw.put(farm.endpoint(), SECRET, blobs[1], sha=shas[1], pool=pool))  # sha in the header
+    assert [bw.get(farm.endpoint(), SECRET, s, pool=pool) for s in shas] == blobs + blobs[1:2]
+    assert pool.opened == 1 and pool.idle(farm.endpoint()) == 1
+    wait_until(lambda: farm.bulk.requests == 2 * len(shas), "requests not counted")  # after the reply
+    assert farm.bulk.connections == 1
+    moved = farm.transfer(tmp_path / "cache")  # the agent's path: the process pool
+    before = farm.bulk.connections
+    outputs = {f"o{i}": os.urandom(200_000 + i) for i in range(5)}
+    uploaded = moved.upload(outputs)
+    assert all(moved.fetch_blob(uploaded[k])[:] == v for k, v in outputs.items())
+    assert farm.bulk.connections == before + 1
+
+
+@pytest.mark.parametrize("noticed", [True, False], ids=["seen-closed", "found-closed-on-use"])
+def test_a_kept_connection_the_server_closed_is_replaced(farm: Farm, monkeypatch, noticed: bool) -> None:
+    """Seen closed when taken from the pool, or (a close racing the request) its header goes out and
+    the status read meets EOF or a reset: the request goes again, once, on a new connection."""
+    pool, data = bw.Pool(), os.urandom(MIB)
+    farm.bulk.idle_s = 0.2
+    sha = bw.put(farm.endpoint(), SECRET, data, pool=pool)
+    wait_until(lambda: not farm.bulk._open, "the server kept the idle connection")
+    if not noticed:
+        monkeypatch.setattr(bw, "_looks_open", lambda sock: True)
+    assert bw.get(farm.endpoint(), SECRET, sha, pool=pool) == data
+    wait_until(lambda: not farm.bulk._open, "the server kept the idle connection")
+    assert bw.put(farm.endpoint(), SECRET, data, pool=pool) == sha
+    wait_until(lambda: farm.bulk.requests == 3, "requests not counted")  # counted after the reply
+    assert pool.opened == 3 and farm.bulk.connections == 3
+
+
+def test_a_refused_or_cut_request_never_reuses_its_connection(plain_farm: Farm, tmp_path: Path) -> None:
+    farm, pool, data = plain_farm, bw.Pool(), os.urandom(6 * MIB)
+    sha = bw.put(farm.endpoint(), SECRET, data, pool=pool)
+    with pytest.raises(bw.BulkRefused) as info:  # refused: the connection is closed at both ends
+        bw.put(farm.endpoint(), SECRET, data[:-1], sha=sha, pool=pool)
+    assert info.value.code == bw.MISMATCH and pool.idle(farm.endpoint()) == 0
+    with pytest.raises(bw.BulkRefused):
+        bw.get(farm.endpoint(), SECRET, "ab" * 32, pool=pool)
+    assert pool.idle(farm.endpoint()) == 0 and pool.opened == 2  # the refused put's was the first
+    assert bw.get(farm.endpoint(), SECRET, sha, pool=pool) == data
+    assert pool.opened == 3 and farm.bulk.connections == 3
+    proxy = Proxy(farm.bulk.port, cut=3 * MIB)  # cut mid-blob: never back in the pool
+    try:
+        at = farm.endpoint(proxy.port)
+        with pytest.raises(bw.BulkRefused) as cut:
+            bw.get(at, SECRET, sha, pool=pool)
+        assert cut.value.code == bw.TRUNCATED and pool.idle(at) == 0
+        assert bw.get(at, SECRET, sha, pool=pool) == data
+        assert bw.get(at, SECRET, sha, pool=pool) == data
+        assert proxy.connections == 2 and pool.idle(at) == 1
+    finally:
+        proxy.close()
+
+
+def test_concurrent_fetches_each_get_their_own_connection(farm: Farm) -> None:
+    pool, blobs = bw.Pool(), [os.urandom(100_000 + i) for i in range(4)]
+    shas = [bw.put(farm.endpoint(), SECRET, b, pool=bw.Pool()) for b in blobs]
+    for _ in range(2):  # the second round reuses the four kept connections
+        together = threading.Barrier(len(shas), timeout=30)  # passed only with all four held at once
+
+        def into(size: int, together=together) -> bytearray:
+            together.wait()
+            return bytearray(size)
+
+        got: dict[str, object] = {}
+
+        def fetch(sha: str, into=into, got=got) -> None:
+            got[sha] = bw.get(farm.endpoint(), SECRET, sha, into, pool=pool)
+
+        threads = [threading.Thread(target=fetch, args=(s,)) for s in shas]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [got[s] for s in shas] == blobs
+        assert pool.opened == 4 and pool.idle(farm.endpoint()) == 4
+    assert farm.bulk.connections == 4 + len(shas)  # the four puts' own pools, one each
+
+
+def test_another_version_is_refused_in_one_line_and_closed(farm: Farm) -> None:
+    """A worker or coordinator of version 1 (one request per connection) meets this one: a one-line
+    refusal and a close, never a hang; the worker then moves the blob over gRPC."""
+    old = bytearray(bw.encode_header(SECRET, bw.GET, "ab" * 32, 0, int(time.time()) + 60))
+    old[4] = 1
+    with bw.connect(farm.endpoint()) as sock:
+        sock.sendall(bytes(old))
+        with pytest.raises(bw.BulkRefused) as info:
+            bw.read_status(sock)
+        assert info.value.code == bw.BAD_REQUEST
+        assert sock.recv(1) == b""
