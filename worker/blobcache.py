@@ -43,10 +43,6 @@ def _write_fd(fd: int, data: memoryview) -> None:
         data = data[os.write(fd, data) :]
 
 
-class _TooBig(Exception):
-    """A blob larger than the whole cache: used, never kept."""
-
-
 class BlobCache:
     """sha256 -> bytes on local disk, verified on every read."""
 
@@ -143,16 +139,10 @@ class BlobCache:
                         data = data[f.write(data) :]
 
                 yield write
-            if size > self.max_bytes:
-                raise _TooBig
-            os.replace(tmp, path)
-        except _TooBig:
-            Path(tmp).unlink(missing_ok=True)
-            return
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._kept(size)
+        self._keep_temp(tmp, path, size)
 
     @contextmanager
     def landing(self, sha: str) -> Iterator[Callable[[int], mmap.mmap | bytearray]]:
@@ -179,19 +169,26 @@ class BlobCache:
                 _write_fd(fd, memoryview(buf))
             os.close(fd)
             fd = -1
-            if sum(sizes) > self.max_bytes:
-                raise _TooBig
-            os.replace(tmp, path)
-        except _TooBig:
-            Path(tmp).unlink(missing_ok=True)
-            return
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
         finally:
             if fd >= 0:
                 os.close(fd)
-        self._kept(sum(sizes))
+        self._keep_temp(tmp, path, sum(sizes))
+
+    def _keep_temp(self, tmp: str, path: Path, size: int) -> None:
+        """A verified temp file renamed into place, or dropped when the blob is larger than the whole cache
+        (its holder used it; keeping it would evict everything else)."""
+        if size > self.max_bytes:
+            Path(tmp).unlink(missing_ok=True)
+            return
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._kept(size)
 
     def _kept(self, size: int) -> None:
         with self._lock:
