@@ -185,10 +185,12 @@ class BulkServer:
         if landing is None:
             ring = [memoryview(bytearray(bw.BLOCK)) for _ in range(RING_SLOTS)]
             body = bw.ring_chunks(conn, header.size, ring, header.sha)
-            return self.blobs.put_chunks(bw.overlapped(self._named(conn, header, body), depth=len(ring) - 2))
+            named = self._named(conn, header, body)
+            return self.blobs.put_chunks(bw.overlapped_if_big(named, header.size, depth=len(ring) - 2))
         path, mapped = landing
         body = bw.landed_chunks(conn, memoryview(mapped), header.sha)
-        return self.blobs.put_chunks(bw.overlapped(self._named(conn, header, body)), landed=path)
+        named = self._named(conn, header, body)
+        return self.blobs.put_chunks(bw.overlapped_if_big(named, header.size), landed=path)
 
     def _named(self, conn: socket.socket, header: bw.Header, body: Iterator[Chunk]) -> Iterator[Chunk]:
         """The body's chunks; then, when the header named no sha, the trailer's name, once its own

@@ -207,6 +207,11 @@ def ring_chunks(sock: socket.socket, size: int, ring: list[memoryview], sha: str
 _END = object()
 
 
+def overlapped_if_big(chunks: Iterator[Chunk], size: int, depth: int = 2) -> Iterator[Chunk]:
+    """overlapped() for a body of more than one BLOCK; one block has nothing to overlap (no thread)."""
+    return overlapped(chunks, depth) if size > BLOCK else chunks
+
+
 def overlapped(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
     """chunks produced by a thread of their own (the socket reads) while the caller consumes the ones
     before (hashing, writing): socket calls and hashlib release the GIL, so both run at once. The
@@ -446,7 +451,8 @@ def get(
         if named != sha:
             raise WireError(f"asked for blob {sha[:12]}, offered {named[:12]}")
         buf = into(size)
-        return receive_into_buffer(overlapped(landed_chunks(sock, memoryview(buf), sha)), sha, landed=buf)
+        chunks = overlapped_if_big(landed_chunks(sock, memoryview(buf), sha), size)
+        return receive_into_buffer(chunks, sha, landed=buf)
 
     return _exchange(endpoint, timeout, pool, request)
 
