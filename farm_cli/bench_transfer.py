@@ -8,6 +8,11 @@ to a cache file as it lands. The reference is the same number of bytes over a pl
 the same two processes. Each pair runs, for every path, put, raw send, get, raw receive back to back,
 so machine load hits both sides of a ratio alike; the median and spread of the per-pair rates and
 ratios are printed with the goal beside them.
+
+Then small blobs, what a render mostly moves (a stage-2 tile's inputs are 9 blobs, ~0.7 MiB in all; its
+output ~0.3 MiB): put and get round-trip milliseconds of 256 KiB and 1 MiB blobs, each path in turn per
+round, the data channel on its kept connections as the agent uses it, and over TLS with a new
+connection (TCP connect and TLS handshake) per blob as before version 2.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import typer
 
 GOAL_GBPS, GOAL_RATIO = 1.0, 0.7
 _BLOCK = 4 * 1024 * 1024
+SMALL_KIB, SMALL_ROUNDS = (256, 1024), 40
 
 
 def _recv_exact(conn: socket.socket, buf: memoryview) -> None:
@@ -54,6 +60,41 @@ def _tcp_server(buf: memoryview, direction: str, ready: threading.Event, port_bo
                 conn.recv(1)
 
 
+def _small(cmd: dict, stub, metadata, store, ends: dict, secret: str) -> dict[str, list[float]]:
+    """cmd["rounds"] rounds (after an untimed one that opens the kept connections) of a put then a get
+    of a fresh cmd["size"]-byte blob by each path in turn: milliseconds per transfer, keyed 'path op'."""
+    from protos import bulkwire
+    from protos.blobwire import receive_into_buffer
+
+    paths = {"grpc": None, **ends, "fresh": ends["tls"]}  # fresh: a new connection per transfer
+    ms: dict[str, list[float]] = {f"{p} {op}": [] for p in paths for op in ("put", "get")}
+    for r in range(cmd["rounds"] + 1):
+        for path, end in paths.items():
+            pool = bulkwire.Pool() if path == "fresh" else bulkwire.POOL
+            data = os.urandom(cmd["size"])
+            start = time.perf_counter()
+            sha = bulkwire.put(end, secret, data, pool=pool) if end else stub.put(data, 60, metadata)
+            if path == "fresh":
+                pool.clear()
+            mid = time.perf_counter()
+            if end:
+                with store.landing(sha) as land:
+                    got = bulkwire.get(end, secret, sha, land, pool=pool)
+            else:
+                with store.writer(sha) as keep:
+                    got = receive_into_buffer(stub.get(sha, 60, metadata), sha, keep)
+            done = time.perf_counter()
+            if path == "fresh":
+                pool.clear()
+            assert len(got) == cmd["size"]
+            del got
+            (store.root / sha[:2] / sha[2:]).unlink()
+            if r:
+                ms[f"{path} put"].append((mid - start) * 1e3)
+                ms[f"{path} get"].append((done - mid) * 1e3)
+    return ms
+
+
 def _child_main(address: str, cache: str) -> None:
     """The worker side: reads commands on stdin (the token comes first, never on argv), answers seconds
     (and shas) on stdout."""
@@ -72,7 +113,9 @@ def _child_main(address: str, cache: str) -> None:
         end = ends.get(cmd.get("path"))
         start = time.perf_counter()
         out: dict = {}
-        if cmd["op"] == "data":
+        if cmd["op"] == "small":
+            out["ms"] = _small(cmd, stub, metadata, store, ends, secret)
+        elif cmd["op"] == "data":
             data = os.urandom(cmd["size"])
             ends = {"tls": bulkwire.Endpoint("127.0.0.1", cmd["tls"], ca),
                     "plain": bulkwire.Endpoint("127.0.0.1", cmd["plain"], None)}
@@ -138,8 +181,9 @@ def _raw(child: _Child, buf: memoryview, direction: str) -> float:
 PATHS = {"grpc": "gRPC (TLS)", "tls": "data channel, TLS", "plain": "data channel, plain TCP"}
 
 
-def run_pairs(size: int, pairs: int, data: Path) -> dict[str, list[float]]:
-    """GB/s per pair for each path's put, raw send, get, raw receive (keys like 'tls put', 'tls tcp_in')."""
+def run_pairs(size: int, pairs: int, data: Path, rounds: int = SMALL_ROUNDS) -> tuple[dict, dict]:
+    """GB/s per pair for each path's put, raw send, get, raw receive (keys like 'tls put', 'tls tcp_in');
+    and per small size (KiB), milliseconds per put and get of each path (keys like 'tls put')."""
     from coordinator import redis_server
     from coordinator.auth import load_or_create_token
     from coordinator.bulk_server import BulkServer
@@ -165,11 +209,13 @@ def run_pairs(size: int, pairs: int, data: Path) -> dict[str, list[float]]:
                     rates[f"{path} tcp_in"].append(gb / _raw(child, buf, "in"))
                     rates[f"{path} get"].append(gb / child.ask(op="get", sha=put["sha"], path=path)["s"])
                     rates[f"{path} tcp_out"].append(gb / _raw(child, buf, "out"))
+            del buf
+            small = {kib: child.ask(op="small", size=kib * 1024, rounds=rounds)["ms"] for kib in SMALL_KIB}
         finally:
             child.close()
             plain.stop()
             stop(server, grace=0)
-    return rates
+    return rates, small
 
 
 def _line(name: str, rates: list[float], raw: list[float]) -> str:
@@ -181,11 +227,25 @@ def _line(name: str, rates: list[float], raw: list[float]) -> str:
             f"{'met' if ok else 'NOT met'}")
 
 
-def transfer(mib: int, pairs: int, data: Path | None) -> None:
-    """Print put/get GB/s of each path vs raw TCP loopback, paired medians and spreads."""
+SMALL_PATHS = {"grpc": "gRPC", "tls": "data TLS", "plain": "data plain", "fresh": "data TLS, new conn each"}
+
+
+def _small_line(kib: int, ms: dict[str, list[float]], direction: str) -> str:
+    """Median (10th-90th percentile) milliseconds per transfer of each path."""
+    parts = []
+    for path, name in SMALL_PATHS.items():
+        got = sorted(ms[f"{path} {direction}"])
+        low, high = got[len(got) // 10], got[-1 - len(got) // 10]
+        parts.append(f"{name} {statistics.median(got):.1f} ({low:.1f}-{high:.1f})")
+    return f"  {f'{kib} KiB, ms per blob':24} " + "  ".join(parts)
+
+
+def transfer(mib: int, pairs: int, data: Path | None, rounds: int = SMALL_ROUNDS) -> None:
+    """Print put/get GB/s of each path vs raw TCP loopback, paired medians and spreads; then small-blob
+    milliseconds per transfer of each path, median (10th-90th percentile) over rounds interleaved."""
     size = mib * 1024 * 1024
     with tempfile.TemporaryDirectory(prefix="farm-bench-transfer-", dir=data) as tmp:
-        rates = run_pairs(size, pairs, Path(tmp))
+        rates, small = run_pairs(size, pairs, Path(tmp), rounds)
     typer.echo(f"blob transfer, {mib} MiB, {pairs} interleaved pairs, coordinator + worker processes on this "
                f"machine ({os.cpu_count()} cores); median (spread); goal >= {GOAL_GBPS:g} GB/s and "
                f">= {GOAL_RATIO:g}x raw TCP")
@@ -193,3 +253,5 @@ def transfer(mib: int, pairs: int, data: Path | None) -> None:
         typer.echo(f"{direction}:")
         for path, name in PATHS.items():
             typer.echo(_line(name, rates[f"{path} {direction}"], rates[f"{path} {raw}"]))
+        for kib, ms in small.items():
+            typer.echo(_small_line(kib, ms, direction))
