@@ -77,21 +77,20 @@ class StoreReads:
             pipe.zcard(self.key("ready", cap))
         return dict(zip(caps, pipe.execute(), strict=True))
 
-    def upcoming_inputs(self, capabilities: list[str], limit: int = 1) -> list[str]:
-        """Input shas of the first `limit` ready tasks of these queues, in preference order: what a
-        worker would likely lease next (a guess for its cache; lease.lua's placement may differ)."""
+    def upcoming_tasks(self, capabilities: list[str], limit: int = 8) -> list[tuple[str, list[str]]]:
+        """(task id, input shas) of the first `limit` ready tasks of these queues, in the worker's preference
+        order: what it would likely lease next (a guess for its cache; lease.lua's placement may differ)."""
         pipe = self.client.pipeline(transaction=False)
         for cap in capabilities:
             pipe.zrange(self.key("ready", cap), 0, max(0, limit - 1))
-        ids = [tid for tids in pipe.execute() for tid in tids][:limit]
+        ids = list(dict.fromkeys(tid for tids in pipe.execute() for tid in tids))[:limit]
         for tid in ids:
             pipe.hget(self.key("task", tid), "inputs")
-        shas: list[str] = []
-        for raw in pipe.execute() if ids else []:
-            for sha in (json.loads(raw) if raw else {}).values():
-                if isinstance(sha, str) and sha not in shas:
-                    shas.append(sha)
-        return shas
+        found = []
+        for tid, raw in zip(ids, pipe.execute() if ids else [], strict=True):
+            inputs = json.loads(raw) if raw else {}
+            found.append((tid, list(dict.fromkeys(v for v in inputs.values() if isinstance(v, str)))))
+        return found
 
     def _render(self, render_id: str, raw: dict[str, str]) -> dict:
         out = _decode(raw, ("spec",), _RENDER_INT)

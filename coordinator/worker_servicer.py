@@ -14,6 +14,7 @@ from coordinator.graph import SpecError
 from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object
+from coordinator.upcoming import UpcomingGuesses
 from protos import farm_pb2, farm_pb2_grpc
 
 STATUS = {
@@ -37,6 +38,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         self.bulk_port, self.bulk_tls = bulk  # announced at registration: where blobs go at line rate
         self.scheduler = scheduler
         self.presence = presence or Presence(store, scheduler.wake)
+        self.guesses = UpcomingGuesses()  # which ready task each busy worker warms its cache for
 
     def Attach(self, request, context):
         yield from self.presence.attach(request, context)
@@ -108,7 +110,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
     def Upcoming(self, request, context):
         """The input blobs of the task this worker would likely lease next (read-only: nothing is leased)."""
         caps = [c for c in request.capabilities if 0 < len(c) <= MAX_CAPABILITY_CHARS][:MAX_CAPABILITIES]
-        return farm_pb2.UpcomingReply(shas=self.store.upcoming_inputs(caps))
+        return farm_pb2.UpcomingReply(shas=self.guesses.pick(request.worker_id, self.store.upcoming_tasks(caps)))
 
     def Fail(self, request, context):
         status = self.store.fail(

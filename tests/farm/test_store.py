@@ -414,10 +414,11 @@ def test_upcoming_names_the_next_ready_tasks_inputs_and_changes_nothing(store: F
             task("r.c", inputs={"x": {"blob": "sc"}}, cap="other")]
     store.create_render("r", {"prompt": "cat"}, plan)
     before = snapshot(store, "r")
-    assert store.upcoming_inputs(["mlx"]) == ["sa"]
-    assert store.upcoming_inputs(["mlx"], limit=2) == ["sa", "sb"]  # a blob named twice, once
-    assert store.upcoming_inputs(["other", "mlx"]) == ["sc"]  # the worker's preference order
-    assert store.upcoming_inputs(["none"]) == [] and store.upcoming_inputs([]) == []
+    assert store.upcoming_tasks(["mlx"], limit=1) == [("r.a", ["sa"])]
+    ahead = store.upcoming_tasks(["mlx"])
+    assert [tid for tid, _ in ahead] == ["r.a", "r.b"] and sorted(ahead[1][1]) == ["sa", "sb"]
+    assert [tid for tid, _ in store.upcoming_tasks(["other", "mlx"])] == ["r.c", "r.a", "r.b"]  # preference order
+    assert store.upcoming_tasks(["none"]) == [] and store.upcoming_tasks([]) == []
     assert snapshot(store, "r") == before  # a guess: nothing leased, nothing moved
     assert store.lease("w1", ["mlx"], 10_000)["id"] == "r.a"
-    assert sorted(store.upcoming_inputs(["mlx"])) == ["sa", "sb"]  # r.a leased: r.b is next
+    assert [tid for tid, _ in store.upcoming_tasks(["mlx"])] == ["r.b"]  # a leased task is no longer upcoming
