@@ -63,23 +63,23 @@ def _tcp_server(buf: memoryview, direction: str, ready: threading.Event, port_bo
 def _small(cmd: dict, stub, metadata, store, ends: dict, secret: str) -> dict[str, list[float]]:
     """cmd["rounds"] rounds (after an untimed one that opens the kept connections) of a put then a get
     of a fresh cmd["size"]-byte blob by each path in turn: milliseconds per transfer, keyed 'path op'."""
-    from protos import bulkwire
+    from protos import bulkclient
     from protos.blobwire import receive_into_buffer
 
     paths = {"grpc": None, **ends, "fresh": ends["tls"]}  # fresh: a new connection per transfer
     ms: dict[str, list[float]] = {f"{p} {op}": [] for p in paths for op in ("put", "get")}
     for r in range(cmd["rounds"] + 1):
         for path, end in paths.items():
-            pool = bulkwire.Pool() if path == "fresh" else bulkwire.POOL
+            pool = bulkclient.Pool() if path == "fresh" else bulkclient.POOL
             data = os.urandom(cmd["size"])
             start = time.perf_counter()
-            sha = bulkwire.put(end, secret, data, pool=pool) if end else stub.put(data, 60, metadata)
+            sha = bulkclient.put(end, secret, data, pool=pool) if end else stub.put(data, 60, metadata)
             if path == "fresh":
                 pool.clear()
             mid = time.perf_counter()
             if end:
                 with store.landing(sha) as land:
-                    got = bulkwire.get(end, secret, sha, land, pool=pool)
+                    got = bulkclient.get(end, secret, sha, land, pool=pool)
             else:
                 with store.writer(sha) as keep:
                     got = receive_into_buffer(stub.get(sha, 60, metadata), sha, keep)
@@ -98,7 +98,7 @@ def _small(cmd: dict, stub, metadata, store, ends: dict, secret: str) -> dict[st
 def _child_main(address: str, cache: str) -> None:
     """The worker side: reads commands on stdin (the token comes first, never on argv), answers seconds
     (and shas) on stdout."""
-    from protos import bulkwire
+    from protos import bulkclient
     from protos.auth import JoinToken, auth_metadata, farm_channel, fetch_ca
     from protos.blobwire import BlobStub, receive_into_buffer
     from worker.blobcache import BlobCache
@@ -117,15 +117,15 @@ def _child_main(address: str, cache: str) -> None:
             out["ms"] = _small(cmd, stub, metadata, store, ends, secret)
         elif cmd["op"] == "data":
             data = os.urandom(cmd["size"])
-            ends = {"tls": bulkwire.Endpoint("127.0.0.1", cmd["tls"], ca),
-                    "plain": bulkwire.Endpoint("127.0.0.1", cmd["plain"], None)}
+            ends = {"tls": bulkclient.Endpoint("127.0.0.1", cmd["tls"], ca),
+                    "plain": bulkclient.Endpoint("127.0.0.1", cmd["plain"], None)}
             stub.put(b"warm", timeout=60, metadata=metadata)  # the TLS handshake is not part of a transfer
         elif cmd["op"] == "put":
-            out["sha"] = bulkwire.put(end, secret, data) if end else stub.put(data, timeout=600, metadata=metadata)
+            out["sha"] = bulkclient.put(end, secret, data) if end else stub.put(data, timeout=600, metadata=metadata)
         elif cmd["op"] == "get":
             if end:  # as the agent does: straight into a map of the cache file
                 with store.landing(cmd["sha"]) as land:
-                    got = bulkwire.get(end, secret, cmd["sha"], land)
+                    got = bulkclient.get(end, secret, cmd["sha"], land)
             else:
                 with store.writer(cmd["sha"]) as keep:
                     got = receive_into_buffer(stub.get(cmd["sha"], 600, metadata), cmd["sha"], keep)

@@ -4,7 +4,7 @@ Its own module (the size rule): the agent's lease loop needs only "these shas as
 encoded outputs as shas". Both directions follow the leader through a coordinator failover and give up
 after a bounded time, so a task fails visibly instead of hanging until its lease expires.
 
-Bytes go over the coordinator's bulk data channel (protos/bulkwire.py) when its registration announced
+Bytes go over the coordinator's bulk data channel (protos/bulkclient.py over protos/bulkwire.py) when its registration announced
 one, else over the FarmBlobs gRPC calls: same blobs, same checks. A data channel that fails (refused,
 reset, silent, a standby, a corrupt or cut transfer) sends that call's next attempt over gRPC, which
 follows the leader; the next registration announces the leader's own data port.
@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 
-from protos import bulkwire
+from protos import bulkclient
 from protos.auth import fetch_ca
 from protos.blobwire import BlobStub, WireError, receive_into_buffer
 from protos.retry import GaveUp, retry
@@ -68,7 +68,7 @@ class BlobTransfer:
             port, tls = self._bulk[address]
             ca = fetch_ca(address, self.coordinators.fingerprint) if tls else None
             host = address.rpartition(":")[0].strip("[]")
-            return call(bulkwire.Endpoint(host, port, ca), bulkwire.secret_of(self.metadata))
+            return call(bulkclient.Endpoint(host, port, ca), bulkclient.secret_of(self.metadata))
         except (OSError, ValueError, KeyError) as exc:  # socket, TLS; WireError, BulkRefused, TokenError
             raise DataChannelFailed(f"data channel of {address}: {exc}") from exc
 
@@ -92,7 +92,7 @@ class BlobTransfer:
             used[0] = self.address
             if not over_grpc[0] and used[0] in self._bulk:
                 with self.cache.landing(sha) as land:
-                    return self._bulk_call(used[0], lambda at, key: bulkwire.get(at, key, sha, land))
+                    return self._bulk_call(used[0], lambda at, key: bulkclient.get(at, key, sha, land))
             with self.cache.writer(sha) as keep:
                 stub = BlobStub(self.coordinators.channel(used[0]))
                 return receive_into_buffer(stub.get(sha, TRANSFER_TIMEOUT_S, self.metadata), sha, keep)
@@ -158,5 +158,5 @@ class BlobTransfer:
         the data channel when the coordinator has one (DataChannelFailed when it fails), else gRPC."""
         address = self.address
         if not over_grpc and address in self._bulk:
-            return self._bulk_call(address, lambda at, key: bulkwire.put(at, key, data))
+            return self._bulk_call(address, lambda at, key: bulkclient.put(at, key, data))
         return BlobStub(self.coordinators.channel(address)).put(data, TRANSFER_TIMEOUT_S, self.metadata)

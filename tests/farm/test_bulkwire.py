@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.server import serve, stop
+from protos import bulkclient as bc
 from protos import bulkwire as bw
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import auth_metadata, farm_channel, fetch_ca
@@ -37,9 +38,9 @@ class Farm:
         self.server, self.address, self.token, self.data = server, address, token, data
         self.bulk = server.farm_bulk
 
-    def endpoint(self, port: int | None = None) -> bw.Endpoint:
+    def endpoint(self, port: int | None = None) -> bc.Endpoint:
         ca = fetch_ca(self.address, bw_fingerprint(self.token)) if self.bulk.tls else None
-        return bw.Endpoint("127.0.0.1", port or self.bulk.port, ca)
+        return bc.Endpoint("127.0.0.1", port or self.bulk.port, ca)
 
     def transfer(self, cache: Path, port: int | None = None) -> BlobTransfer:
         moved = BlobTransfer(
@@ -91,16 +92,16 @@ def test_round_trip_over_tls_and_plain(farm: Farm, store, tmp_path: Path) -> Non
     assert moved.put_blob(data) == sha  # put_blob raises DataChannelFailed, never falls back itself
     assert (farm.data / "blobs" / sha[:2] / sha[2:]).read_bytes() == data
     assert store.get_blob_ref(sha)["size"] == len(data)
-    assert bw.get(farm.endpoint(), SECRET, sha) == data
+    assert bc.get(farm.endpoint(), SECRET, sha) == data
     assert moved.fetch_blob(sha)[:] == data  # received into a map of the cache file
     assert (tmp_path / "cache" / sha[:2] / sha[2:]).read_bytes() == data
     assert not list((tmp_path / "cache").rglob(".tmp-*"))
     empty = hashlib.sha256(b"").hexdigest()
-    assert bw.put(farm.endpoint(), SECRET, b"") == empty
-    assert bw.get(farm.endpoint(), SECRET, empty) == b""
+    assert bc.put(farm.endpoint(), SECRET, b"") == empty
+    assert bc.get(farm.endpoint(), SECRET, empty) == b""
     known = os.urandom(3 * MIB)  # the sha named in the header, no trailer
     assert (
-        bw.put(farm.endpoint(), SECRET, known, sha=hashlib.sha256(known).hexdigest())
+        bc.put(farm.endpoint(), SECRET, known, sha=hashlib.sha256(known).hexdigest())
         == hashlib.sha256(known).hexdigest()
     )
 
@@ -116,7 +117,7 @@ def test_registration_announces_the_data_channel(farm: Farm) -> None:
 
 
 def _refusal(farm: Farm, header: bytes, body: bytes = b"") -> bw.BulkRefused:
-    with bw.connect(farm.endpoint()) as sock:
+    with bc.connect(farm.endpoint()) as sock:
         sock.sendall(header + body)
         with pytest.raises(bw.BulkRefused) as info:
             bw.read_status(sock)
@@ -127,7 +128,7 @@ def test_tickets_are_checked_before_any_byte_lands(farm: Farm) -> None:
     data = os.urandom(MIB)
     sha, other = hashlib.sha256(data).hexdigest(), hashlib.sha256(b"other").hexdigest()
     with pytest.raises(bw.BulkRefused) as wrong_key:  # the client sends it all, then hears the one line
-        bw.put(farm.endpoint(), "not-the-secret", data)
+        bc.put(farm.endpoint(), "not-the-secret", data)
     assert wrong_key.value.code == bw.BAD_TICKET and "\n" not in str(wrong_key.value)
     expired = bw.encode_header(SECRET, bw.PUT, sha, len(data), int(time.time()) - 5)
     assert _refusal(farm, expired, data).code == bw.EXPIRED
@@ -140,7 +141,7 @@ def test_tickets_are_checked_before_any_byte_lands(farm: Farm) -> None:
     get_other[6:70] = sha.encode()
     assert _refusal(farm, bytes(get_other)).code == bw.BAD_TICKET
     with pytest.raises(bw.BulkRefused) as get_key:
-        bw.get(farm.endpoint(), "not-the-secret", sha)
+        bc.get(farm.endpoint(), "not-the-secret", sha)
     assert get_key.value.code == bw.BAD_TICKET
     assert farm.stored() == []
     wait_until(lambda: nothing_in_flight(farm), "temp files left")
@@ -161,13 +162,13 @@ def test_wrong_declared_hash_and_missing_blob(farm: Farm) -> None:
     data = os.urandom(3 * MIB + 7)
     lie = hashlib.sha256(b"something else").hexdigest()
     with pytest.raises(bw.BulkRefused) as info:
-        bw.put(farm.endpoint(), SECRET, data, sha=lie)
+        bc.put(farm.endpoint(), SECRET, data, sha=lie)
     assert info.value.code == bw.MISMATCH and "mismatch" in str(info.value)
     with pytest.raises(bw.BulkRefused) as missing:
-        bw.get(farm.endpoint(), SECRET, "ab" * 32)
+        bc.get(farm.endpoint(), SECRET, "ab" * 32)
     assert missing.value.code == bw.NOT_FOUND
     with pytest.raises(bw.BulkRefused) as bad_name:
-        bw.get(farm.endpoint(), SECRET, "../../etc/passwd".ljust(64, "x"))
+        bc.get(farm.endpoint(), SECRET, "../../etc/passwd".ljust(64, "x"))
     assert bad_name.value.code == bw.BAD_REQUEST
     assert farm.stored() == []
     wait_until(lambda: nothing_in_flight(farm), "temp files left")
@@ -233,7 +234,7 @@ def test_flipped_byte_is_refused_and_the_worker_retries(plain_farm: Farm, tmp_pa
     proxy = Proxy(farm.bulk.port, flip=3 * MIB)
     try:
         with pytest.raises(bw.BulkRefused) as info:
-            bw.put(farm.endpoint(proxy.port), SECRET, data)
+            bc.put(farm.endpoint(proxy.port), SECRET, data)
         assert info.value.code == bw.MISMATCH and info.value.again
         assert farm.stored() == []
         wait_until(lambda: nothing_in_flight(farm), "temp files left")
@@ -248,18 +249,18 @@ def test_flipped_byte_is_refused_and_the_worker_retries(plain_farm: Farm, tmp_pa
 def test_truncated_streams_keep_nothing(plain_farm: Farm, tmp_path: Path) -> None:
     farm, data = plain_farm, os.urandom(8 * MIB)
     sha = hashlib.sha256(data).hexdigest()
-    with bw.connect(farm.endpoint()) as sock:  # the client closes early
+    with bc.connect(farm.endpoint()) as sock:  # the client closes early
         sock.sendall(
             bw.encode_header(SECRET, bw.PUT, sha, len(data), int(time.time()) + 60) + data[: 3 * MIB]
         )
     wait_until(lambda: nothing_in_flight(farm), "the cut put left a temp file")
     assert farm.stored() == []
-    assert bw.put(farm.endpoint(), SECRET, data) == sha
+    assert bc.put(farm.endpoint(), SECRET, data) == sha
     proxy = Proxy(farm.bulk.port, cut=5 * MIB)  # the server's reply is cut short
     cache = tmp_path / "cache"
     try:
         with BlobCache(cache).landing(sha) as land, pytest.raises(bw.BulkRefused) as info:
-            bw.get(farm.endpoint(proxy.port), SECRET, sha, land)
+            bc.get(farm.endpoint(proxy.port), SECRET, sha, land)
         assert info.value.code == bw.TRUNCATED
         assert not list(cache.rglob("*.tmp-*")) and not list(cache.rglob(".tmp-*"))
         proxy.connections = 0
@@ -272,10 +273,11 @@ def test_truncated_streams_keep_nothing(plain_farm: Farm, tmp_path: Path) -> Non
 
 _KILLED_SENDER = """
 import sys, time
+from protos import bulkclient as bc
 from protos import bulkwire as bw
 host, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 secret = sys.stdin.readline().strip()
-sock = bw.connect(bw.Endpoint(host, port, None))
+sock = bc.connect(bc.Endpoint(host, port, None))
 sock.sendall(bw.encode_header(secret, bw.PUT, "", size, int(time.time()) + 60))
 sock.sendall(b"x" * (size // 4))
 print("sent", flush=True)
@@ -306,7 +308,7 @@ def test_kill_9_mid_put_keeps_nothing_and_the_coordinator_serves_on(plain_farm: 
     wait_until(lambda: nothing_in_flight(farm), "the killed put left a temp file")
     assert farm.stored() == []
     data = os.urandom(2 * MIB)
-    assert bw.put(farm.endpoint(), SECRET, data) == hashlib.sha256(data).hexdigest()
+    assert bc.put(farm.endpoint(), SECRET, data) == hashlib.sha256(data).hexdigest()
 
 
 def test_without_a_data_channel_the_worker_uses_grpc(store, tmp_data: Path, tmp_path: Path) -> None:
@@ -346,16 +348,16 @@ def test_a_standby_refuses_with_the_leaders_address_and_serves_once_it_leads(
     standby, _ = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=1000)
     try:
         ca = fetch_ca(f"127.0.0.1:{lead_port}", bw_fingerprint(join_token(tmp_data, SECRET)))
-        at_standby = bw.Endpoint("127.0.0.1", standby.farm_bulk.port, ca)
+        at_standby = bc.Endpoint("127.0.0.1", standby.farm_bulk.port, ca)
         data = os.urandom(MIB)
         with pytest.raises(bw.BulkRefused) as info:
-            bw.put(at_standby, SECRET, data)
+            bc.put(at_standby, SECRET, data)
         assert info.value.code == bw.UNAVAILABLE and info.value.again
         assert leader_hint(str(info.value)) == f"127.0.0.1:{lead_port}"
-        sha = bw.put(bw.Endpoint("127.0.0.1", lead.farm_bulk.port, ca), SECRET, data)
+        sha = bc.put(bc.Endpoint("127.0.0.1", lead.farm_bulk.port, ca), SECRET, data)
         stop(lead)  # hands the lease back: the standby leads at its next claim
         wait_until(standby.farm_leadership.is_serving, "the standby never took over")
-        assert bw.get(at_standby, SECRET, sha) == data  # the shared data folder's blob
+        assert bc.get(at_standby, SECRET, sha) == data  # the shared data folder's blob
     finally:
         stop(standby)
 
@@ -369,13 +371,13 @@ def test_a_rotated_token_signs_the_tickets_from_then_on(store, tmp_data: Path) -
     try:
         farm = Farm(server, f"127.0.0.1:{port}", old, tmp_data)
         data = os.urandom(MIB)
-        assert bw.put(farm.endpoint(), JoinToken.parse(old).secret, data) == hashlib.sha256(data).hexdigest()
+        assert bc.put(farm.endpoint(), JoinToken.parse(old).secret, data) == hashlib.sha256(data).hexdigest()
         new = JoinToken.parse(rotate_token(tmp_data)).secret
         wait_until(
-            lambda: _refused(lambda: bw.put(farm.endpoint(), JoinToken.parse(old).secret, data)),
+            lambda: _refused(lambda: bc.put(farm.endpoint(), JoinToken.parse(old).secret, data)),
             "the old secret still signs",
         )
-        assert bw.put(farm.endpoint(), new, data) == hashlib.sha256(data).hexdigest()
+        assert bc.put(farm.endpoint(), new, data) == hashlib.sha256(data).hexdigest()
     finally:
         stop(server, grace=0)
 
@@ -393,10 +395,10 @@ def test_where_the_disk_cannot_be_reserved_a_put_goes_through_the_ring(plain_far
     farm = plain_farm
     farm.bulk.blobs.land = lambda size: None  # this coordinator's store only
     data = os.urandom(9 * MIB + 3)
-    assert bw.put(farm.endpoint(), SECRET, data) == hashlib.sha256(data).hexdigest()
+    assert bc.put(farm.endpoint(), SECRET, data) == hashlib.sha256(data).hexdigest()
     lie = hashlib.sha256(b"other").hexdigest()
     with pytest.raises(bw.BulkRefused) as info:
-        bw.put(farm.endpoint(), SECRET, data[:-1], sha=lie)
+        bc.put(farm.endpoint(), SECRET, data[:-1], sha=lie)
     assert info.value.code == bw.MISMATCH
     assert [p.read_bytes() for p in farm.stored()] == [data]
     wait_until(lambda: nothing_in_flight(farm), "temp files left")
@@ -406,10 +408,10 @@ def test_where_the_disk_cannot_be_reserved_a_put_goes_through_the_ring(plain_far
 
 
 def test_several_blobs_over_one_connection(farm: Farm, tmp_path: Path) -> None:
-    pool, blobs = bw.Pool(), [os.urandom(n) for n in (0, 1, 300_000, 3 * MIB + 5)]
-    shas = [bw.put(farm.endpoint(), SECRET, b, pool=pool) for b in blobs]
-    shas.append(bw.put(farm.endpoint(), SECRET, blobs[1], sha=shas[1], pool=pool))  # sha in the header
-    assert [bw.get(farm.endpoint(), SECRET, s, pool=pool) for s in shas] == blobs + blobs[1:2]
+    pool, blobs = bc.Pool(), [os.urandom(n) for n in (0, 1, 300_000, 3 * MIB + 5)]
+    shas = [bc.put(farm.endpoint(), SECRET, b, pool=pool) for b in blobs]
+    shas.append(bc.put(farm.endpoint(), SECRET, blobs[1], sha=shas[1], pool=pool))  # sha in the header
+    assert [bc.get(farm.endpoint(), SECRET, s, pool=pool) for s in shas] == blobs + blobs[1:2]
     assert pool.opened == 1 and pool.idle(farm.endpoint()) == 1
     wait_until(lambda: farm.bulk.requests == 2 * len(shas), "requests not counted")  # after the reply
     assert farm.bulk.connections == 1
@@ -425,46 +427,46 @@ def test_several_blobs_over_one_connection(farm: Farm, tmp_path: Path) -> None:
 def test_a_kept_connection_the_server_closed_is_replaced(farm: Farm, monkeypatch, noticed: bool) -> None:
     """Seen closed when taken from the pool, or (a close racing the request) its header goes out and
     the status read meets EOF or a reset: the request goes again, once, on a new connection."""
-    pool, data = bw.Pool(), os.urandom(MIB)
+    pool, data = bc.Pool(), os.urandom(MIB)
     farm.bulk.idle_s = 0.2
-    sha = bw.put(farm.endpoint(), SECRET, data, pool=pool)
+    sha = bc.put(farm.endpoint(), SECRET, data, pool=pool)
     wait_until(lambda: not farm.bulk._open, "the server kept the idle connection")
     if not noticed:
-        monkeypatch.setattr(bw, "_looks_open", lambda sock: True)
-    assert bw.get(farm.endpoint(), SECRET, sha, pool=pool) == data
+        monkeypatch.setattr(bc, "_looks_open", lambda sock: True)
+    assert bc.get(farm.endpoint(), SECRET, sha, pool=pool) == data
     wait_until(lambda: not farm.bulk._open, "the server kept the idle connection")
-    assert bw.put(farm.endpoint(), SECRET, data, pool=pool) == sha
+    assert bc.put(farm.endpoint(), SECRET, data, pool=pool) == sha
     wait_until(lambda: farm.bulk.requests == 3, "requests not counted")  # counted after the reply
     assert pool.opened == 3 and farm.bulk.connections == 3
 
 
 def test_a_refused_or_cut_request_never_reuses_its_connection(plain_farm: Farm, tmp_path: Path) -> None:
-    farm, pool, data = plain_farm, bw.Pool(), os.urandom(6 * MIB)
-    sha = bw.put(farm.endpoint(), SECRET, data, pool=pool)
+    farm, pool, data = plain_farm, bc.Pool(), os.urandom(6 * MIB)
+    sha = bc.put(farm.endpoint(), SECRET, data, pool=pool)
     with pytest.raises(bw.BulkRefused) as info:  # refused: the connection is closed at both ends
-        bw.put(farm.endpoint(), SECRET, data[:-1], sha=sha, pool=pool)
+        bc.put(farm.endpoint(), SECRET, data[:-1], sha=sha, pool=pool)
     assert info.value.code == bw.MISMATCH and pool.idle(farm.endpoint()) == 0
     with pytest.raises(bw.BulkRefused):
-        bw.get(farm.endpoint(), SECRET, "ab" * 32, pool=pool)
+        bc.get(farm.endpoint(), SECRET, "ab" * 32, pool=pool)
     assert pool.idle(farm.endpoint()) == 0 and pool.opened == 2  # the refused put's was the first
-    assert bw.get(farm.endpoint(), SECRET, sha, pool=pool) == data
+    assert bc.get(farm.endpoint(), SECRET, sha, pool=pool) == data
     assert pool.opened == 3 and farm.bulk.connections == 3
     proxy = Proxy(farm.bulk.port, cut=3 * MIB)  # cut mid-blob: never back in the pool
     try:
         at = farm.endpoint(proxy.port)
         with pytest.raises(bw.BulkRefused) as cut:
-            bw.get(at, SECRET, sha, pool=pool)
+            bc.get(at, SECRET, sha, pool=pool)
         assert cut.value.code == bw.TRUNCATED and pool.idle(at) == 0
-        assert bw.get(at, SECRET, sha, pool=pool) == data
-        assert bw.get(at, SECRET, sha, pool=pool) == data
+        assert bc.get(at, SECRET, sha, pool=pool) == data
+        assert bc.get(at, SECRET, sha, pool=pool) == data
         assert proxy.connections == 2 and pool.idle(at) == 1
     finally:
         proxy.close()
 
 
 def test_concurrent_fetches_each_get_their_own_connection(farm: Farm) -> None:
-    pool, blobs = bw.Pool(), [os.urandom(100_000 + i) for i in range(4)]
-    shas = [bw.put(farm.endpoint(), SECRET, b, pool=bw.Pool()) for b in blobs]
+    pool, blobs = bc.Pool(), [os.urandom(100_000 + i) for i in range(4)]
+    shas = [bc.put(farm.endpoint(), SECRET, b, pool=bc.Pool()) for b in blobs]
     for _ in range(2):  # the second round reuses the four kept connections
         together = threading.Barrier(len(shas), timeout=30)  # passed only with all four held at once
 
@@ -475,7 +477,7 @@ def test_concurrent_fetches_each_get_their_own_connection(farm: Farm) -> None:
         got: dict[str, object] = {}
 
         def fetch(sha: str, into=into, got=got) -> None:
-            got[sha] = bw.get(farm.endpoint(), SECRET, sha, into, pool=pool)
+            got[sha] = bc.get(farm.endpoint(), SECRET, sha, into, pool=pool)
 
         threads = [threading.Thread(target=fetch, args=(s,)) for s in shas]
         for t in threads:
@@ -492,7 +494,7 @@ def test_another_version_is_refused_in_one_line_and_closed(farm: Farm) -> None:
     refusal and a close, never a hang; the worker then moves the blob over gRPC."""
     old = bytearray(bw.encode_header(SECRET, bw.GET, "ab" * 32, 0, int(time.time()) + 60))
     old[4] = 1
-    with bw.connect(farm.endpoint()) as sock:
+    with bc.connect(farm.endpoint()) as sock:
         sock.sendall(bytes(old))
         with pytest.raises(bw.BulkRefused) as info:
             bw.read_status(sock)
