@@ -37,6 +37,13 @@ UPLOAD_AGAIN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, 
 FETCH_THREADS = 4  # a task's inputs fetched at once
 
 
+def as_array(data: bytes | bytearray | mmap.mmap) -> np.ndarray:
+    """A fetched blob as the array it holds (raw file inputs, e.g. a conditioning image, as bytes)."""
+    if data[: len(MAGIC)] == MAGIC:
+        return decode_tensor(data)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
 class TransferError(Exception):
     """A result could not be uploaded within UPLOAD_RETRY_S: reported as the task's failure."""
 
@@ -114,19 +121,21 @@ class BlobTransfer:
     def fetch_inputs(self, shas: dict[str, str]) -> dict[str, np.ndarray]:
         """A task's inputs fetched side by side: each is a round trip or more (a tile has a handful), so
         their latencies overlap instead of adding up. A sha named twice is fetched once."""
-        unique = sorted(set(shas.values()))
-        if len(unique) <= 1:
-            got = {sha: self.fetch_input(sha) for sha in unique}
+        got: dict[str, np.ndarray] = {}
+        for sha in sorted(set(shas.values())):  # cached ones here: a thread per local read costs more than it
+            data = self.cache.get(sha)
+            if data is not None:
+                got[sha] = as_array(data)
+        missing = sorted(set(shas.values()) - set(got))
+        if len(missing) <= 1:
+            got.update({sha: self.fetch_input(sha) for sha in missing})
         else:
-            with ThreadPoolExecutor(max_workers=min(FETCH_THREADS, len(unique)), thread_name_prefix="fetch") as pool:
-                got = dict(zip(unique, pool.map(self.fetch_input, unique), strict=True))
+            with ThreadPoolExecutor(max_workers=min(FETCH_THREADS, len(missing)), thread_name_prefix="fetch") as pool:
+                got.update(zip(missing, pool.map(self.fetch_input, missing), strict=True))
         return {name: got[sha] for name, sha in shas.items()}
 
     def fetch_input(self, sha: str) -> np.ndarray:
-        data = self.fetch_blob(sha)
-        if data[: len(MAGIC)] == MAGIC:
-            return decode_tensor(data)
-        return np.frombuffer(data, dtype=np.uint8)  # raw file inputs (e.g. a conditioning image)
+        return as_array(self.fetch_blob(sha))
 
     def upload(self, encoded: dict[str, bytes]) -> dict[str, str]:
         """Each output uploaded, retried through an outage or a corrupted transfer for UPLOAD_RETRY_S;
