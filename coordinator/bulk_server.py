@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
+from coordinator.store import is_transient
 from coordinator.tls import TLS_DIR, load_or_create_tls
 from protos import bulkwire as bw
 from protos.blobwire import Chunk, WireError
@@ -161,6 +162,14 @@ class BulkServer:
             code = _code(exc)
             if code != bw.TRUNCATED:  # a sender that went away hears nothing
                 self._refuse(conn, code, str(exc), header)
+            return False
+        except (OSError, ssl.SSLError):
+            raise  # the connection itself failed: _serve ends it
+        except Exception as exc:  # noqa: BLE001 - e.g. Redis away as the blob's record is written: never a dead thread
+            if not is_transient(exc):
+                log.exception("data channel request failed")
+            self._refuse(conn, bw.UNAVAILABLE, f"coordinator cannot take blobs now ({type(exc).__name__}); "
+                         "try again", header)
             return False
 
     def _refuse(self, conn: socket.socket, code: int, message: str, header: bw.Header | None) -> None:

@@ -500,3 +500,26 @@ def test_another_version_is_refused_in_one_line_and_closed(farm: Farm) -> None:
             bw.read_status(sock)
         assert info.value.code == bw.BAD_REQUEST
         assert sock.recv(1) == b""
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_redis_away_mid_put_is_refused_in_one_line_and_the_channel_lives(tmp_path: Path) -> None:
+    from coordinator.redis_server import EmbeddedRedis, connect
+    from coordinator.store import FarmStore
+
+    data = tmp_path / "data"
+    data.mkdir()
+    with EmbeddedRedis(tmp_path / "redis", persistence=False) as redis:
+        server, port = serve(FarmStore(connect(redis.url), "bulk-outage"), data, token=SECRET, bulk_plain=True)
+        try:
+            end = bc.Endpoint("127.0.0.1", server.farm_bulk.port, None)
+            first = os.urandom(MIB)
+            assert bc.put(end, SECRET, first) == hashlib.sha256(first).hexdigest()
+            redis.stop()  # the blob's record cannot be written now
+            with pytest.raises(bw.BulkRefused) as refused:
+                bc.put(end, SECRET, os.urandom(MIB))
+            assert refused.value.code == bw.UNAVAILABLE and refused.value.again
+            assert "\n" not in str(refused.value)
+            assert bc.get(end, SECRET, hashlib.sha256(first).hexdigest()) == first  # stored blobs still go out
+        finally:
+            stop(server, grace=0)
