@@ -12,7 +12,8 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -147,6 +148,18 @@ def _closed_by_peer(exc: BaseException) -> bool:
     return isinstance(exc, _PEER_CLOSED) or (isinstance(exc, BulkRefused) and exc.code == TRUNCATED)
 
 
+@contextmanager
+def _stale_when_peer_closed() -> Iterator[None]:
+    """Around a request's exchange up to its status: a peer that had closed the kept connection makes it
+    _Stale (retried on a new one); any other failure stays what it is."""
+    try:
+        yield
+    except (OSError, BulkRefused) as exc:
+        if _closed_by_peer(exc):
+            raise _Stale from exc
+        raise
+
+
 def _exchange(endpoint: Endpoint, timeout: float, pool: Pool, request: Callable[[socket.socket], object]):
     """request(sock) on a connection from pool, given back only when it returns; a kept connection
     the peer had closed (request raised _Stale) is replaced by a new one, once."""
@@ -189,7 +202,7 @@ def put(
 
     def request(sock: socket.socket) -> str:
         expiry, mine = int(time.time()) + TICKET_TTL_S, sha
-        try:
+        with _stale_when_peer_closed():
             try:
                 sock.sendall(encode_header(secret, PUT, sha, len(view), expiry))
                 send_view(sock, view)
@@ -201,10 +214,6 @@ def put(
                 read_status(sock)  # the coordinator refused early and closed: its line, if it said one
                 raise
             back, _ = read_status(sock)
-        except (OSError, BulkRefused) as exc:
-            if _closed_by_peer(exc):
-                raise _Stale from exc
-            raise
         if back != mine:
             raise WireError(f"coordinator stored {back[:12]} for a blob that hashes to {mine[:12]}")
         return back
@@ -226,13 +235,9 @@ def get(
     moved) is retried once on a new one."""
 
     def request(sock: socket.socket) -> bytearray | mmap.mmap:
-        try:
+        with _stale_when_peer_closed():
             sock.sendall(encode_header(secret, GET, sha, 0, int(time.time()) + TICKET_TTL_S))
             named, size = read_status(sock)
-        except (OSError, BulkRefused) as exc:
-            if _closed_by_peer(exc):
-                raise _Stale from exc
-            raise
         if named != sha:
             raise WireError(f"asked for blob {sha[:12]}, offered {named[:12]}")
         buf = into(size)
