@@ -121,12 +121,13 @@ class BlobTransfer:
     def fetch_inputs(self, shas: dict[str, str]) -> dict[str, np.ndarray]:
         """A task's inputs fetched side by side: each is a round trip or more (a tile has a handful), so
         their latencies overlap instead of adding up. A sha named twice is fetched once."""
+        unique = sorted(set(shas.values()))
         got: dict[str, np.ndarray] = {}
-        for sha in sorted(set(shas.values())):  # cached ones here: a thread per local read costs more than it
+        for sha in unique:  # cached ones here: a thread per local read costs more than it
             data = self.cache.get(sha)
             if data is not None:
                 got[sha] = as_array(data)
-        missing = sorted(set(shas.values()) - set(got))
+        missing = [sha for sha in unique if sha not in got]
         if len(missing) <= 1:
             got.update({sha: self.fetch_input(sha) for sha in missing})
         else:
