@@ -18,7 +18,7 @@ import av
 import numpy as np
 import OpenEXR
 
-from coordinator.plan_decode import DECODE, decode_tile_plan, tile_task_name
+from coordinator.plan.decode import DECODE, decode_tile_plan, tile_task_name
 from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
 from ltx_engine.decode_tiling import TileFrames, blend_frames, frame_bytes
 

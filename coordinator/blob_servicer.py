@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
+from coordinator.state.blobs import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
 from protos.blobwire import Chunk, WireError
 
 

@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from coordinator.blobstore import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
-from coordinator.store import is_transient
+from coordinator.state.blobs import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
+from coordinator.state.store import is_transient
 from coordinator.tls import TLS_DIR, load_or_create_tls
 from protos import bulkwire as bw
 from protos.blobwire import Chunk, WireError

@@ -21,8 +21,8 @@ from typing import Any
 
 import grpc
 
-from coordinator.graph import SpecError
 from coordinator.packs import PackShelf, fleet_with_shelf
+from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
 from coordinator.scheduler import TERMINAL_STATES, Scheduler
 from coordinator.schema import parse_object
@@ -142,7 +142,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         self.watches = WatchRelay(store, self.hub, watch_limit)
 
     def Submit(self, request, context):
-        from coordinator import planner
+        from coordinator.plan import render as planner
 
         try:
             spec = parse_object(request.spec_json, "spec")  # bounded size and depth: no RecursionError

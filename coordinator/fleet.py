@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from coordinator.costs import fill_ratios
-from coordinator.placement import COORDINATOR_SLOT, Slot
+from coordinator.plan.costs import fill_ratios
+from coordinator.plan.placement import COORDINATOR_SLOT, Slot
 
 LIVE = ("idle", "busy")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.graph import SpecError
+from coordinator.plan.graph import SpecError
 from coordinator.schema import check_id
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Leadership: which of the coordinators on one Redis serves the farm.
 
-Each coordinator runs a Leadership thread that claims the lease in Redis (coordinator/lua/
+Each coordinator runs a Leadership thread that claims the lease in Redis (coordinator/state/lua/
 leadership.lua, Redis TIME as the clock) every `lease_ms / 8`. The holder serves: its scheduler,
 reducer and gRPC services run, and every script it runs is fenced with its epoch (common.lua), so
 once another coordinator takes the lease not one write of the old leader lands. The others stand by:

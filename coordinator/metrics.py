@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from coordinator import placement
+from coordinator.plan import placement
 from coordinator.progress import eta_from_speeds, task_label
 
 # Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
@@ -117,7 +117,7 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "tile_index": params.get("tile_index"),
         "tile": params.get("tile"),
         "grid": params.get("grid"),
-        "cost_s": params.get("cost_s"),  # the cost model's reference seconds (coordinator.costs)
+        "cost_s": params.get("cost_s"),  # the cost model's reference seconds (coordinator.plan.costs)
         "min_memory_bytes": params.get("min_memory_bytes"),
         "load_s": params.get("load_s"),
         "needs": list(params.get("needs") or []),

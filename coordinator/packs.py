@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.graph import SpecError
+from coordinator.plan.graph import SpecError
 from coordinator.schema import check_small_object
 from ltx_engine import text_encoders
 from protos import farm_pb2, farm_pb2_grpc

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.store import is_transient
+from coordinator.state.store import is_transient
 from protos import farm_pb2
 from protos.retry import GaveUp, Outage, describe, retry
 

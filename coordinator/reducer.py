@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from coordinator.plan_length import PLAN_KIND, picked
-from coordinator.store import is_transient
+from coordinator.plan.length import PLAN_KIND, picked
+from coordinator.state.store import is_transient
 from ltx_engine import dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
 from protos.retry import Backoff, GaveUp, Outage, retry
@@ -162,7 +162,7 @@ class ReducerThread(threading.Thread):
         """The DurationHead picked the length: the rest of the graph is queued (with the spec that records
         the length) before this task is done, so the render never looks finished in between. A length
         the render cannot take fails it, in one line."""
-        from coordinator.planner import continue_render
+        from coordinator.plan.render import continue_render
 
         frames, seconds = picked(inputs)
         spec, tasks = continue_render(task["params"]["spec"], frames, seconds, task["render"], self.fleet())

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.blobstore import BlobError, BlobStore
-from coordinator.store import NotLeader, is_transient
+from coordinator.state.blobs import BlobError, BlobStore
+from coordinator.state.store import NotLeader, is_transient
 from protos.retry import Backoff, GaveUp, Outage, retry
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.graph import SpecError
+from coordinator.plan.graph import SpecError
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 8

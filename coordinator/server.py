@@ -30,7 +30,6 @@ from coordinator.auth import (
     read_token,
 )
 from coordinator.blob_servicer import FarmBlobsServicer
-from coordinator.blobstore import BlobStore
 from coordinator.bulk_server import BulkServer, server_context
 from coordinator.client_servicer import FarmClientServicer, live_fleet
 from coordinator.dashboard import start_dashboard, stop_dashboard
@@ -41,6 +40,7 @@ from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
 from coordinator.presence import Presence, TransientErrors
 from coordinator.retention import start_sweeper
 from coordinator.scheduler import Scheduler
+from coordinator.state.blobs import BlobStore
 from coordinator.tls import load_or_create_tls
 from coordinator.watchhub import WATCH_LIMIT
 from coordinator.worker_servicer import FarmWorkerServicer
@@ -200,8 +200,8 @@ def run_coordinator(
     one Redis (and one data folder, for the blobs) elect a leader; the others stand by."""
     from contextlib import ExitStack
 
-    from coordinator import redis_server
-    from coordinator.store import FarmStore
+    from coordinator.state import redis_server
+    from coordinator.state.store import FarmStore
     from protos.logsetup import log_path, setup_logging
 
     data_dir = Path(data_dir)

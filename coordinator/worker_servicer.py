@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.graph import SpecError
+from coordinator.plan.graph import SpecError
 from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object

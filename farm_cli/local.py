@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.assembler import assemble_streaming
-from coordinator.graph import COORDINATOR
-from coordinator.plan_decode import resolve_decode_tiles
-from coordinator.plan_length import length_line, no_head, picked
-from coordinator.planner import normalize_spec, plan_render, text_params, validate_spec
+from coordinator.plan.decode import resolve_decode_tiles
+from coordinator.plan.graph import COORDINATOR
+from coordinator.plan.length import length_line, no_head, picked
+from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
 from coordinator.reducer import run_reduce_task
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER

@@ -111,7 +111,7 @@ def render(
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
         fetch_results(render, output or Path("render.mp4"), save_latents, coordinator, token)
         return
-    from coordinator.planner import SpecError
+    from coordinator.plan.render import SpecError
     from farm_cli.local import render_local
     from farm_cli.remote import latents_from_outputs, progress_printer
     from ltx_engine.loader import PackError

@@ -95,7 +95,7 @@ def matches(render: dict, state: str | None, by: str | None, since_s: float | No
 def asked_for(spec: dict) -> dict:
     """The fields a submit may carry, out of a recorded spec (which also holds what validation derived,
     e.g. the fleet's pack sizes): what `farm retry` sends again."""
-    from coordinator.planner import DEFAULTS
+    from coordinator.plan.render import DEFAULTS
 
     return {k: v for k, v in spec.items() if k in DEFAULTS or k in ("priority", "group", "notify")}
 

@@ -19,7 +19,7 @@ FleetFile = Annotated[Path | None, typer.Option(
 
 
 def _fleet(fleet_file: Path | None, pack: str, coordinator: str, token: str | None) -> tuple[list, list]:
-    from coordinator.forecast import described_fleet, live_fleet, read_fleet
+    from coordinator.plan.forecast import described_fleet, live_fleet, read_fleet
 
     if fleet_file is not None:
         return described_fleet(read_fleet(fleet_file), pack)
@@ -51,7 +51,7 @@ def print_plan(plan: dict) -> None:
         workers = ", ".join(f"{w}×{n}" for w, n in row["workers"].items())
         typer.echo(f"{row['label']:<10} {kinds:<34} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
                    f"{_gib(row['peak_bytes']):>10}  {workers}")
-    typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/costs.py; "
+    typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/plan/costs.py; "
                "a worker's measured speeds where it has run tasks, else its chip's)")
 
 
@@ -87,8 +87,8 @@ def register(app: typer.Typer) -> None:
              coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
              as_json: Json = False) -> None:
         """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
-        from coordinator.forecast import forecast
-        from coordinator.graph import SpecError
+        from coordinator.plan.forecast import forecast
+        from coordinator.plan.graph import SpecError
 
         spec, _pixels = common.render_spec(prompt or "plan", height, width, frames, frame_rate, seed, pack, None,
                                            no_audio)

@@ -18,7 +18,7 @@ TERMINAL = {"done", "failed", "cancelled"}
 
 def progress_printer() -> Callable[[dict], None]:
     """A compact one-line-per-event printer for long waits (stderr, so --json stdout stays clean)."""
-    from coordinator.plan_length import length_line
+    from coordinator.plan.length import length_line
 
     def show(event: dict) -> None:
         kind = event.get("type", "")
@@ -40,7 +40,7 @@ def progress_printer() -> Callable[[dict], None]:
 def latents_from_outputs(outputs: dict[str, dict[str, str]], render_id: str,
                          fetch: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
     """The stage latents `--save-latents` writes, looked up in a render's task outputs."""
-    from coordinator.planner import stage_latent_outputs
+    from coordinator.plan.render import stage_latent_outputs
 
     found = {}
     for stem, (suffix, output) in stage_latent_outputs().items():

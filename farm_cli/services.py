@@ -45,11 +45,11 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
                log_dir: Path | None = None, dashboard_host: str = "127.0.0.1",
                dashboard_port: int | None = None) -> Iterator[tuple[str, str, list[subprocess.Popen]]]:
     """Embedded Redis (unless redis_url) + coordinator in this process + N worker processes."""
-    from coordinator import redis_server
     from coordinator.auth import load_or_create_token
     from coordinator.dashboard import start_dashboard, stop_dashboard
     from coordinator.server import serve, stop
-    from coordinator.store import FarmStore
+    from coordinator.state import redis_server
+    from coordinator.state.store import FarmStore
 
     with contextlib.ExitStack() as stack:
         if redis_url is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from coordinator.metrics import STAGE_LABELS, stage_summaries, task_view
-from coordinator.plan_length import length_line
+from coordinator.plan.length import length_line
 
 
 def duration(seconds: float | None) -> str:

@@ -17,7 +17,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator import metrics, placement
+from coordinator import metrics
+from coordinator.plan import placement
 from farm_cli.views import length_note
 
 GLYPHS = {

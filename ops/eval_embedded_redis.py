@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.redis_server import EmbeddedRedis, connect  # noqa: E402
-from coordinator.store import FarmStore  # noqa: E402
+from coordinator.state.redis_server import EmbeddedRedis, connect  # noqa: E402
+from coordinator.state.store import FarmStore  # noqa: E402
 
 
 def start_ms(binary: str, runs: int = 5) -> float:

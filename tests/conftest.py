@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from coordinator.redis_server import EmbeddedRedis, connect
-from coordinator.store import FarmStore
+from coordinator.state.redis_server import EmbeddedRedis, connect
+from coordinator.state.store import FarmStore
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ from coordinator.dashboard.security import (
 
 log = logging.getLogger(__name__)
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "dashboard_static"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,200}")
 BlobReader = Callable[[str], bytes | None]
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from coordinator.auth import auth_metadata
-from coordinator.blobstore import BlobError, BlobMismatch, BlobStore
 from coordinator.server import serve, stop
+from coordinator.state.blobs import BlobError, BlobMismatch, BlobStore
 from farm_cli.client import BlobCorrupt, FarmClient, FarmError, blob_chunks, receive_blob
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from coordinator.blob_servicer import FarmBlobsServicer
-from coordinator.blobstore import BlobStore
+from coordinator.state.blobs import BlobStore
 from protos import farm_pb2, farm_pb2_grpc
 from protos.blobwire import (
     WIRE_CHUNK_BYTES,

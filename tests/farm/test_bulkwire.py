@@ -340,8 +340,8 @@ def test_without_a_data_channel_the_worker_uses_grpc(store, tmp_data: Path, tmp_
 def test_a_standby_refuses_with_the_leaders_address_and_serves_once_it_leads(
     redis_url, tmp_data: Path
 ) -> None:
-    from coordinator.redis_server import connect
-    from coordinator.store import FarmStore
+    from coordinator.state.redis_server import connect
+    from coordinator.state.store import FarmStore
     from protos.endpoints import leader_hint
 
     lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=1000)
@@ -504,8 +504,8 @@ def test_another_version_is_refused_in_one_line_and_closed(farm: Farm) -> None:
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_redis_away_mid_put_is_refused_in_one_line_and_the_channel_lives(tmp_path: Path) -> None:
-    from coordinator.redis_server import EmbeddedRedis, connect
-    from coordinator.store import FarmStore
+    from coordinator.state.redis_server import EmbeddedRedis, connect
+    from coordinator.state.store import FarmStore
 
     data = tmp_path / "data"
     data.mkdir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from coordinator.fleet import cost_ratios
-from coordinator.store import FarmStore
+from coordinator.state.store import FarmStore
 
 GB = 2**30
 

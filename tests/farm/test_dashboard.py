@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.dashboard import start_dashboard, stop_dashboard
-from coordinator.store import FarmStore
+from coordinator.state.store import FarmStore
 from ltx_engine.tiling import DimensionTilingConfig, TileCountConfig, plan_tiles
 
 ROOT = Path(__file__).resolve().parents[2]

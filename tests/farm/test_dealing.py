@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from coordinator import placement
-from coordinator.store import FarmStore
+from coordinator.plan import placement
+from coordinator.state.store import FarmStore
 
 KIND = "transformer_forward"
 RATIOS = {"fast": 1.0, "med": 2.0, "slow": 4.0}  # seconds per reference second: 1x, 0.5x, 0.25x
@@ -143,7 +143,7 @@ def test_affinity_policy_switch(store: FarmStore, affinity: str, first: str) -> 
 
 
 def test_bench_affinity_counts_models_a_worker_had_to_load(store: FarmStore) -> None:
-    from farm_cli.bench_affinity import model_loads
+    from farm_cli.bench.affinity import model_loads
 
     store.register_worker("w", {})
     store.create_render("r", {"prompt": "fox"}, _needing("r", [["a"], ["a"], ["b"], ["a"]]))

@@ -13,8 +13,8 @@ import numpy as np
 import OpenEXR
 import pytest
 
-from coordinator.plan_decode import decode_tile_plan, tile_task_name
-from coordinator.planner import normalize_spec, validate_spec
+from coordinator.plan.decode import decode_tile_plan, tile_task_name
+from coordinator.plan.render import normalize_spec, validate_spec
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
 from farm_cli.remote import latents_from_outputs

@@ -15,7 +15,7 @@ import av
 import numpy as np
 import pytest
 
-from coordinator.planner import DEFAULT_FRAMES, normalize_spec, plan_render, validate_spec
+from coordinator.plan.render import DEFAULT_FRAMES, normalize_spec, plan_render, validate_spec
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
 from farm_cli.views import render_details
@@ -101,7 +101,7 @@ def test_only_the_plan_tasks_holder_sets_the_length(store):
     spec = normalize_spec({"prompt": "a fox", "pack": "p"})
     validate_spec(spec, fleet)
     store.create_render("r", spec, plan_render(spec, "r"))
-    from coordinator.planner import continue_render
+    from coordinator.plan.render import continue_render
 
     full_spec, tasks = continue_render(spec, 33, 1.4, "r", fleet)
     plan = store.lease("coordinator", ["coordinator"], 5000)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from coordinator.auth import load_or_create_token
-from coordinator.store import FarmStore, NotLeader
+from coordinator.state.store import FarmStore, NotLeader
 from farm_cli.client import FarmClient, FarmError
 from farm_cli.common import advanced_spec, render_spec
 from farm_cli.local import render_local

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from coordinator.store import FarmStore
+from coordinator.state.store import FarmStore
 from tests.farm.test_store import task, types
 
 

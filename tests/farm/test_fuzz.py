@@ -27,8 +27,8 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
 from coordinator.auth import auth_metadata, load_or_create_token
-from coordinator.redis_server import free_port
 from coordinator.server import serve, stop
+from coordinator.state.redis_server import free_port
 from farm_cli.client import FarmClient, FarmError
 from farm_cli.local import render_local
 from protos import farm_pb2

@@ -8,7 +8,7 @@ import time
 import grpc
 import pytest
 
-from coordinator.store import FarmStore, NotLeader
+from coordinator.state.store import FarmStore, NotLeader
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
 from protos.endpoints import Endpoints, leader_hint, parse_addresses, standby_details
@@ -73,8 +73,8 @@ def test_address_lists_follow_the_named_leader_else_the_next():
 
 @pytest.mark.timeout(60)
 def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(redis_url, tmp_data):
-    from coordinator.redis_server import connect
     from coordinator.server import serve, stop
+    from coordinator.state.redis_server import connect
 
     token = "t" * 16
     lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=1000)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.store import FarmStore
+from coordinator.state.store import FarmStore
 
 
 def _task(tid: str, pack: str, needs: list[str]) -> dict:

@@ -3,7 +3,7 @@ the planner listed (real Redis); a worker that describes no encoders may take it
 
 from __future__ import annotations
 
-from coordinator.store import FarmStore
+from coordinator.state.store import FarmStore
 from ltx_engine import text_encoders
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.redis_server import free_port
+from coordinator.state.redis_server import free_port
 from tests.farm.farm_harness import ROOT
 
 FARM = [sys.executable, "-c", "from farm_cli.main import main; main()"]

@@ -15,7 +15,7 @@ import redis
 import typer
 from typer.testing import CliRunner
 
-from coordinator.redis_server import find_redis_server
+from coordinator.state.redis_server import find_redis_server
 from farm_cli import doctor
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from coordinator.redis_server import EmbeddedRedis, connect, free_port
-from coordinator.store import FarmStore
+from coordinator.state.redis_server import EmbeddedRedis, connect, free_port
+from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
 from tests.farm.chaos import ChaosFarm, assert_same_outputs, assert_same_video, spec
 from tests.farm.farm_harness import ROOT, wait_done

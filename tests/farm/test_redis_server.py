@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import redis_server
-from coordinator.redis_server import EmbeddedRedis, connect, find_redis_server
+from coordinator.state import redis_server
+from coordinator.state.redis_server import EmbeddedRedis, connect, find_redis_server
 
 
 def test_unix_socket_server_lives_in_data_dir(tmp_data: Path) -> None:
@@ -112,7 +112,7 @@ def test_binary_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.mark.timeout(60)
 def test_bundled_valkey_runs_the_farm_scripts_and_keeps_renders_across_a_kill(tmp_path: Path) -> None:
     """The server a fresh install gets: every render's scripts run, and AOF brings renders back after -9."""
-    from coordinator.store import FarmStore
+    from coordinator.state.store import FarmStore
 
     binary = redis_server.bundled_redis_server()
     server = EmbeddedRedis(tmp_path, server_bin=binary, persistence=True).start()

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from coordinator.auth import auth_metadata
-from coordinator.redis_server import free_port
 from coordinator.server import serve, stop
+from coordinator.state.redis_server import free_port
 from farm_cli.client import CoordinatorUnreachable, FarmClient, FarmError
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
@@ -139,7 +139,7 @@ def test_unreachable_coordinator_is_one_line(tmp_path: Path) -> None:
 
 
 def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) -> None:
-    pytest.importorskip("coordinator.planner")
+    pytest.importorskip("coordinator.plan.render")
     address, store, token = farm
     with FarmClient(address, token, timeout=10) as client:
         with pytest.raises(FarmError) as info:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from coordinator.redis_server import EmbeddedRedis, bundled_redis_server, connect
-from coordinator.store import FarmStore
+from coordinator.state.redis_server import EmbeddedRedis, bundled_redis_server, connect
+from coordinator.state.store import FarmStore
 
 
 def task(tid: str, *deps: str, cap: str = "mlx", inputs: dict | None = None, **extra: Any) -> dict:

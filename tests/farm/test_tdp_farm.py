@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from coordinator.planner import normalize_spec, plan_render
+from coordinator.plan.render import normalize_spec, plan_render
 from farm_cli.local import render_local
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import assert_identical, farm, farm_results, local_results, wait_done

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.planner import normalize_spec, text_key
-from coordinator.store import FarmStore
+from coordinator.plan.render import normalize_spec, text_key
+from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
 from farm_cli.manage import batch_specs
 from tests.farm.farm_harness import assert_identical, farm, farm_results, local_results, wait_done

@@ -10,9 +10,9 @@ import grpc
 import pytest
 
 from coordinator.auth import auth_metadata, load_or_create_token
-from coordinator.redis_server import EmbeddedRedis, connect, free_port
 from coordinator.server import serve, stop
-from coordinator.store import FarmStore
+from coordinator.state.redis_server import EmbeddedRedis, connect, free_port
+from coordinator.state.store import FarmStore
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.auth import auth_metadata
-from coordinator.blobstore import BlobStore
 from coordinator.scheduler import Scheduler
 from coordinator.server import serve, stop
-from coordinator.store import FarmStore
+from coordinator.state.blobs import BlobStore
+from coordinator.state.store import FarmStore
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
 from tests.farm.farm_harness import join_token

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.auth import load_or_create_token
-from coordinator.redis_server import free_port
 from coordinator.server import serve, stop
+from coordinator.state.redis_server import free_port
 from farm_cli.client import FarmClient
 from tests.farm.farm_harness import farm, start_worker, wait_done
 

@@ -11,8 +11,8 @@ import OpenEXR
 import pytest
 
 from coordinator.assembler import assemble_streaming, srgb_to_linear, tile_frames
-from coordinator.plan_decode import decode_tile_plan, plan_decode, resolve_decode_tiles, tile_task_name
-from coordinator.planner import SpecError, normalize_spec, plan_render, validate_spec
+from coordinator.plan.decode import decode_tile_plan, plan_decode, resolve_decode_tiles, tile_task_name
+from coordinator.plan.render import SpecError, normalize_spec, plan_render, validate_spec
 from coordinator.render_meta import stage_timings
 
 BASE = {"prompt": "a fox", "height": 256, "width": 384, "frames": 97, "frame_rate": 24.0, "pack": "tiny"}

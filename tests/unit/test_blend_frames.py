@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.blobstore import BlobStore, TensorFrames
+from coordinator.state.blobs import BlobStore, TensorFrames
 from ltx_engine.decode_tiling import DecodeTileSizes, FrameBlender, blend_frames, plan_decode_tiles
 from protos.tensors import encode_tensor
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator import costs, placement
-from coordinator.graph import SpecError
-from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.plan import costs, placement
+from coordinator.plan.graph import SpecError
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 
 GB = 2**30
 
@@ -103,7 +103,7 @@ def test_a_slow_worker_stays_slow_on_a_kind_it_never_ran() -> None:
 
 
 def test_bench_model_prints_speedups_and_assumptions() -> None:
-    from farm_cli.bench_model import model
+    from farm_cli.bench.model import model
 
     lines = model(4, "M1 Max", 96, 2, "2x2")
     one, queue = (float(lines[i].split()[-1].rstrip("x")) for i in (2, 3))
@@ -132,7 +132,7 @@ def test_deal_takes_counts_what_faster_peers_end_first() -> None:
 
 
 def test_bench_dealing_ideal_is_tiles_over_summed_rates() -> None:
-    from farm_cli.bench_dealing import ideal_seconds
+    from farm_cli.bench.dealing import ideal_seconds
 
     assert ideal_seconds(10, {"fast": 1.0, "med": 2.0, "slow": 4.0}) == pytest.approx(10 / 1.75)
 

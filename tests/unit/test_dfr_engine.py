@@ -13,8 +13,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from coordinator.graph import SpecError
-from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.plan.graph import SpecError
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from coordinator.reducer import run_reduce_task
 from ltx_engine import patchify
 from ltx_engine.dfr import build_tile_state, noised_tile_state, tile_image_frame

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from coordinator.graph import SpecError
-from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.plan.graph import SpecError
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from ltx_engine import sampling
 from ltx_engine.generation import detect_generation, parse_version, stage1_sampler
 from ltx_engine.pack import Pack
@@ -133,7 +133,7 @@ def test_a_25_pack_serves_its_vae_from_the_conv_files(packs):
 def test_a_left_out_length_on_25_plans_the_duration_head_first_and_defaults_for_23():
     """2.5 without -f: phase 1 is the text task, the DurationHead task on its outputs and the coordinator
     task that plans the rest; a fleet whose pack has no head refuses it in one line; 2.3 takes 25."""
-    from coordinator.planner import continue_render
+    from coordinator.plan.render import continue_render
 
     spec = normalize_spec({"prompt": "a fox", "pack": "p"})
     assert spec["frames"] is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.planner import SpecError, normalize_spec, plan_render, validate_spec
+from coordinator.plan.render import SpecError, normalize_spec, plan_render, validate_spec
 
 SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3}
 

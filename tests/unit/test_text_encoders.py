@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.planner import SpecError, normalize_spec, plan_render, validate_spec
+from coordinator.plan.render import SpecError, normalize_spec, plan_render, validate_spec
 from ltx_engine import text_encoders
 from ltx_engine.models.text_encoder import write_tiny_text_encoder
 

@@ -150,7 +150,7 @@ class _Child:
     def __init__(self, address: str, token: str, cache: Path) -> None:
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        code = "import sys; from farm_cli.bench_transfer import _child_main; _child_main(*sys.argv[1:])"
+        code = "import sys; from farm_cli.bench.transfer import _child_main; _child_main(*sys.argv[1:])"
         self.proc = subprocess.Popen([sys.executable, "-c", code, address, str(cache)], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.proc.stdin.write(token + "\n")
@@ -184,11 +184,11 @@ PATHS = {"grpc": "gRPC (TLS)", "tls": "data channel, TLS", "plain": "data channe
 def run_pairs(size: int, pairs: int, data: Path, rounds: int = SMALL_ROUNDS) -> tuple[dict, dict]:
     """GB/s per pair for each path's put, raw send, get, raw receive (keys like 'tls put', 'tls tcp_in');
     and per small size (KiB), milliseconds per put and get of each path (keys like 'tls put')."""
-    from coordinator import redis_server
     from coordinator.auth import load_or_create_token
     from coordinator.bulk_server import BulkServer
     from coordinator.server import serve, stop
-    from coordinator.store import FarmStore
+    from coordinator.state import redis_server
+    from coordinator.state.store import FarmStore
 
     gb = size / 1e9
     rates: dict[str, list[float]] = {f"{p} {k}": [] for p in PATHS for k in ("put", "tcp_in", "get", "tcp_out")}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from coordinator import costs
-from coordinator.graph import COORDINATOR, SpecError, expect, ref, task
+from coordinator.plan import costs
+from coordinator.plan.graph import COORDINATOR, SpecError, expect, ref, task
 from ltx_engine.components import missing_line
 from ltx_engine.duration import shortest_frames
 from ltx_engine.generation import LTX_25

@@ -3,13 +3,13 @@
 Why: before buying or wiring Macs, a studio wants to know what four buy over one for the render it
 makes most (latency) and for a queue of them (throughput). Nothing runs: the farm's own planner cuts
 the render (stage 2 tiled and decode tiled on the fleet, untiled on one Mac; stage 1 always on one
-Mac), coordinator/costs.py prices every task, and coordinator/placement.py simulates pull scheduling.
+Mac), coordinator/plan/costs.py prices every task, and coordinator/plan/placement.py simulates pull scheduling.
 """
 
-from coordinator import costs, placement
-from coordinator.forecast import described_fleet
-from coordinator.graph import latent_frames
-from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.plan import costs, placement
+from coordinator.plan.forecast import described_fleet
+from coordinator.plan.graph import latent_frames
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 
 SPEC = {"prompt": "bench", "height": 1088, "width": 1920, "frames": 121, "pack": "ltx-2.3-mlx-q8"}
 

@@ -130,11 +130,11 @@ def _child_round(store, child, command: str, count: int, cpu: dict[str, list[flo
 
 def run_pairs(workers: int, count: int, pairs: int, data: Path,
               profile: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]], list[str]]:
-    from coordinator import redis_server
     from coordinator.auth import load_or_create_token
     from coordinator.server import serve, stop
-    from coordinator.store import FarmStore
-    from farm_cli.bench_profile import StackSampler
+    from coordinator.state import redis_server
+    from coordinator.state.store import FarmStore
+    from farm_cli.bench.profile import StackSampler
 
     rates: dict[str, list[float]] = {"store": [], "grpc": [], "noop": []}
     cpu: dict[str, list[float]] = {}
@@ -145,7 +145,7 @@ def run_pairs(workers: int, count: int, pairs: int, data: Path,
         server, port = serve(store, data, "127.0.0.1", 0, token)
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        code = "import sys; from farm_cli.bench_transitions import child_main; child_main(*sys.argv[1:])"
+        code = "import sys; from farm_cli.bench.transitions import child_main; child_main(*sys.argv[1:])"
         child = subprocess.Popen([sys.executable, "-c", code, f"127.0.0.1:{port}", token, str(workers)], env=env,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:

@@ -34,8 +34,8 @@ def _spec(height: int, width: int, frames: int) -> dict:
 
 def write_tiles(spec: dict, data: Path) -> list[str]:
     """Random decoder pixels for every decode tile, stored as blobs; their sha256s in tile order."""
-    from coordinator.blobstore import BlobStore
-    from coordinator.plan_decode import decode_tile_plan
+    from coordinator.plan.decode import decode_tile_plan
+    from coordinator.state.blobs import BlobStore
     from protos.tensors import encode_tensor
 
     blobs, rng = BlobStore(data), np.random.default_rng(0)
@@ -54,8 +54,8 @@ def _peak_rss() -> int:
 
 def _frames(side: str, spec: dict, data: Path, shas: list[str]):
     from coordinator.assembler import tile_frames
-    from coordinator.blobstore import BlobStore
-    from coordinator.plan_decode import decode_tile_plan
+    from coordinator.plan.decode import decode_tile_plan
+    from coordinator.state.blobs import BlobStore
     from ltx_engine.decode_tiling import F32, FrameBlender
 
     blobs, tiles = BlobStore(data), decode_tile_plan(spec)
@@ -96,7 +96,7 @@ def child_main(side: str, spec_json: str, data: str, shas_json: str, encode: str
 def _run_side(side: str, spec: dict, data: Path, shas: list[str], encode: bool) -> dict:
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    code = "import sys; from farm_cli.bench_assembly import child_main; child_main(*sys.argv[1:])"
+    code = "import sys; from farm_cli.bench.assembly import child_main; child_main(*sys.argv[1:])"
     out = subprocess.run([sys.executable, "-c", code, side, json.dumps(spec), str(data), json.dumps(shas),
                           "1" if encode else "0"], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -104,7 +104,7 @@ def _run_side(side: str, spec: dict, data: Path, shas: list[str], encode: bool) 
 
 def assembly(height: int, width: int, frames: int, pairs: int, encode: bool, data: Path | None) -> None:
     """Print each side's peak RSS (median, spread), the ratio, the goal, and whether the frames agree."""
-    from coordinator.plan_decode import decode_tile_plan
+    from coordinator.plan.decode import decode_tile_plan
     from ltx_engine.decode_tiling import blend_window, frame_bytes
 
     spec = _spec(height, width, frames)

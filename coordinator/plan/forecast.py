@@ -11,10 +11,10 @@ import tomllib
 from collections import Counter
 from pathlib import Path
 
-from coordinator import costs, placement
-from coordinator.graph import CAPABILITY, SpecError
 from coordinator.metrics import STAGE_LABELS, stage_of
-from coordinator.planner import normalize_spec, plan_render, validate_spec
+from coordinator.plan import costs, placement
+from coordinator.plan.graph import CAPABILITY, SpecError
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 
 GB = 2**30
 

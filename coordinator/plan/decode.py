@@ -8,7 +8,7 @@ the fleet to "off" or "F,H,W" (pixel tile sizes), so the farm and `--local` can 
 
 from __future__ import annotations
 
-from coordinator.graph import SPATIAL_FACTOR, TEMPORAL_FACTOR, SpecError, expect, latent_grid, task
+from coordinator.plan.graph import SPATIAL_FACTOR, TEMPORAL_FACTOR, SpecError, expect, latent_grid, task
 from ltx_engine.decode_tiling import (
     DecodeTile,
     DecodeTileSizes,

@@ -54,7 +54,7 @@ end
 local function holds_needs(tid)
   local params = decoded(tid)
   if not holds_encoder(params) then return false end
-  -- The cost model's predicted peak (coordinator/costs.py) must fit this worker's usable memory.
+  -- The cost model's predicted peak (coordinator/plan/costs.py) must fit this worker's usable memory.
   if memory and tonumber(params.min_memory_bytes) and tonumber(params.min_memory_bytes) > memory then return false end
   if not holdings or type(params.needs) ~= 'table' then return true end
   local held = holdings[params.pack]
@@ -147,7 +147,7 @@ local function claim_text(tid)
   end
 end
 
--- Speed-aware dealing (coordinator/placement.py deal_takes is this rule in Python, held against it by
+-- Speed-aware dealing (coordinator/plan/placement.py deal_takes is this rule in Python, held against it by
 -- tests/farm/test_dealing.py). A step ends when its slowest tile does, so a worker asking for a tile
 -- (params.tile_index) of a step takes one only when dealing the step's queued tiles one by one to
 -- whoever finishes each soonest (when it is free + its seconds for the tile: the cost model's ratios

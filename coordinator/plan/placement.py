@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from coordinator import costs
-from coordinator.graph import CAPABILITY, SpecError
+from coordinator.plan import costs
+from coordinator.plan.graph import CAPABILITY, SpecError
 
 COORDINATOR_SLOT = "coordinator"
 

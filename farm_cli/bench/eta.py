@@ -40,7 +40,7 @@ def _errors(samples: list[tuple[float, float, float]], end_s: float) -> list[flo
 
 def run(spec: dict, throttles: list[float], renders: int, data: Path | None, warmups: int = 2) -> None:
     """Start the throttled farm, warm it up (`warmups` renders), measure `renders` renders, print the errors."""
-    from farm_cli.bench_dealing import throttled_fleet
+    from farm_cli.bench.dealing import throttled_fleet
 
     with throttled_fleet(spec, throttles, data) as (farm, _store):
         for seed in range(1, warmups + 1):  # the model learns each worker's speeds

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from coordinator import costs, placement
-from coordinator.graph import (
+from coordinator.plan import costs, placement
+from coordinator.plan.dfr import canvas_frames
+from coordinator.plan.graph import (
     CAPABILITY,
     COORDINATOR,
     SPATIAL_FACTOR,
@@ -16,7 +17,6 @@ from coordinator.graph import (
     ref,
     task,
 )
-from coordinator.plan_dfr import canvas_frames
 from ltx_engine import tdp
 from ltx_engine.generation import LTX_25
 from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS

@@ -1,6 +1,6 @@
 """FarmStore: the farm's state in Redis. Every state change is one Lua script (EVALSHA).
 
-Scripts live in coordinator/lua/; common.lua is prepended to each, so a rule (fencing, queueing,
+Scripts live in coordinator/state/lua/; common.lua is prepended to each, so a rule (fencing, queueing,
 failing a render) has one home. Deadlines come from Redis TIME, the one clock of the farm.
 Reads are plain commands: they change nothing, and a dashboard may see a moment between scripts.
 
@@ -47,7 +47,7 @@ from typing import Any
 
 import redis
 
-from coordinator.store_reads import StoreReads, reply_pairs
+from coordinator.state.reads import StoreReads, reply_pairs
 
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",

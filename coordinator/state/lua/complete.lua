@@ -27,7 +27,7 @@ end
 local kt = key('kindtime', t[3])
 redis.call('HINCRBY', kt, 'n', 1)
 redis.call('HINCRBY', kt, 'sum_ms', math.max(0, NOW - (tonumber(t[1]) or NOW)))
--- The cost model's running estimates (coordinator/costs.py), EWMAs per worker and kind and fleet-wide
+-- The cost model's running estimates (coordinator/plan/costs.py), EWMAs per worker and kind and fleet-wide
 -- per kind: lease-to-done less model loading over the task's reference seconds (params.cost_s), and
 -- the loading seconds of a cold start; the worker's warm models (what placement's affinity reads).
 local function ewma(hk, field, value)

@@ -10,7 +10,7 @@ for f, v in pairs(cjson.decode(ARGV[5])) do
   ev[f] = v
 end
 if state == 'assembling' then redis.call('HSET', rk, 'assembling_ms', NOW) end
--- The cost model's assembly ratio (coordinator/costs.py assemble_seconds): measured / reference seconds.
+-- The cost model's assembly ratio (coordinator/plan/costs.py assemble_seconds): measured / reference seconds.
 local since = tonumber(redis.call('HGET', rk, 'assembling_ms'))
 local ok, spec = pcall(cjson.decode, redis.call('HGET', rk, 'spec') or '')
 local ref = ok and type(spec) == 'table' and tonumber(spec.assemble_s) or nil

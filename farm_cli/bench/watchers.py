@@ -87,7 +87,7 @@ def crowd(address: str, render_id: str, watchers: int) -> None:
 
 
 def _child(function: str, *args: str, token: str, nice: int = 0) -> subprocess.Popen:
-    code = f"from farm_cli.bench_watchers import {function}; import sys; {function}(*sys.argv[1:])"
+    code = f"from farm_cli.bench.watchers import {function}; import sys; {function}(*sys.argv[1:])"
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "FARM_TOKEN": token, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     niced = ["nice", "-n", str(nice)] if nice else []

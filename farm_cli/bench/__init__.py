@@ -50,8 +50,8 @@ def local_stage2_seconds(spec: dict, packs: Path, out: Path) -> tuple[float, flo
 def farm_stage2_seconds(spec: dict, data: Path) -> tuple[float, float, dict[int, int], dict[str, float]]:
     """(stage-2 wall seconds, mean tile-forward seconds, bytes moved per step, where the time went) through
     a 1-worker farm."""
-    from coordinator.blobstore import BlobStore
-    from farm_cli.bench_overhead import farm_breakdown
+    from coordinator.state.blobs import BlobStore
+    from farm_cli.bench.overhead import farm_breakdown
     from farm_cli.client import FarmClient
     from farm_cli.services import local_farm
 
@@ -89,7 +89,7 @@ def overhead(
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved in-process/farm rounds.")] = 3,
 ) -> None:
     """Stage-2 wall time through the farm (1 worker) vs in-process, same tiles: paired ratio; bytes per step."""
-    from farm_cli.bench_overhead import breakdown_lines
+    from farm_cli.bench.overhead import breakdown_lines
     from farm_cli.services import ensure_tiny_pack
 
     folder = common.data_dir(data)
@@ -137,7 +137,7 @@ def failover(
     data: Annotated[Path | None, typer.Option("--data")] = None,
 ) -> None:
     """Seconds from a worker's kill -9 to its task's next lease, per kill and the median."""
-    from farm_cli.bench_failover import failover as run
+    from farm_cli.bench.failover import failover as run
 
     run(kills, workers, data)
 
@@ -155,7 +155,7 @@ def eta(
     data: Annotated[Path | None, typer.Option("--data")] = None,
 ) -> None:
     """ETA vs the real remaining time on a throttled fleet, from 25 % progress on (goal: within 20 %)."""
-    from farm_cli.bench_eta import run
+    from farm_cli.bench.eta import run
 
     spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
             "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 5}
@@ -165,13 +165,13 @@ def eta(
 @bench_app.command("model")
 def model(
     macs: Annotated[int, typer.Option("--macs")] = 4,
-    chip: Annotated[str, typer.Option("--chip", help="A chip of coordinator/costs.py's table.")] = "M1 Max",
+    chip: Annotated[str, typer.Option("--chip", help="A chip of coordinator/plan/costs.py's table.")] = "M1 Max",
     memory_gb: Annotated[float, typer.Option("--memory-gb")] = 96.0,
     queue: Annotated[int, typer.Option("--queue", help="Renders in the throughput case.")] = 8,
     tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
 ) -> None:
     """Modelled speedup of N Macs over one for a 1088x1920x121 render and a queue of them (cost model)."""
-    from farm_cli.bench_model import model as run
+    from farm_cli.bench.model import model as run
 
     for line in run(macs, chip, memory_gb, queue, tiles):
         typer.echo(line)
@@ -191,7 +191,7 @@ def dealing(
 ) -> None:
     """Stage-2 step time with speed-aware vs even tile dealing on a throttled fleet (goals: beats even,
     within 15 % of the ideal speed-weighted split)."""
-    from farm_cli.bench_dealing import run
+    from farm_cli.bench.dealing import run
 
     sigmas = [round(0.909375 * (1 - i / steps), 6) for i in range(steps)] + [0.0]
     spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
@@ -210,7 +210,7 @@ def affinity(
     data: Annotated[Path | None, typer.Option("--data")] = None,
 ) -> None:
     """Model loads of a mixed queue with warm-model affinity on vs off (the coordinator's policy), paired."""
-    from farm_cli.bench_affinity import run
+    from farm_cli.bench.affinity import run
 
     spec = {"prompt": "a fox in snow", "height": 256, "width": 384, "frames": 9, "frame_rate": 24.0, "pack": pack}
     run(spec, workers, renders, pairs, budget_mb, data)
@@ -224,7 +224,7 @@ def transfer(
     data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's temp data.")] = None,
 ) -> None:
     """Blob put/get GB/s through a real coordinator vs raw TCP loopback: paired median and spread."""
-    from farm_cli.bench_transfer import transfer as run
+    from farm_cli.bench.transfer import transfer as run
 
     run(mib, pairs, data)
 
@@ -239,7 +239,7 @@ def assembly(
     data: Annotated[Path | None, typer.Option("--data", help="Folder for the synthetic tile blobs.")] = None,
 ) -> None:
     """Coordinator peak RSS of a tiled decode assembly (synthetic tiles of the real sizes), before vs now."""
-    from farm_cli.bench_assembly import assembly as run
+    from farm_cli.bench.assembly import assembly as run
 
     run(height, width, frames, pairs, encode, data)
 
@@ -254,7 +254,7 @@ def transitions(
     profile: Annotated[bool, typer.Option("--profile", help="Sample the coordinator's stacks (last round).")] = False,
 ) -> None:
     """Lease→complete transitions/s with N simulated workers: the store's Lua alone vs over gRPC, paired."""
-    from farm_cli.bench_transitions import transitions as run
+    from farm_cli.bench.transitions import transitions as run
 
     run(workers, tasks, pairs, data, profile)
 
@@ -267,7 +267,7 @@ def watchers(
     data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's farm.")] = None,
 ) -> None:
     """Worker RPC p99 during a tiled render with N watchers vs none: paired ratio, goal within 2x."""
-    from farm_cli.bench_watchers import watchers_bench
+    from farm_cli.bench.watchers import watchers_bench
 
     if count < 1 or pairs < 1 or workers < 1:
         common.fail("--watchers, --pairs and --workers must be at least 1")

@@ -18,7 +18,7 @@ import time
 
 import typer
 
-from farm_cli.bench_dealing import throttled_fleet
+from farm_cli.bench.dealing import throttled_fleet
 
 PROMPTS = ("a fox in snow", "a paper boat on a pond", "a city at night", "waves on a rock", "a red kite",
            "rain on a window", "a cat asleep", "a train in fog")

@@ -11,19 +11,9 @@ import hashlib
 import json
 from typing import Any
 
-from coordinator import costs, placement
-from coordinator.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
-    SPATIAL_FACTOR,
-    TEMPORAL_FACTOR,
-    SpecError,
-    audio_latent_frames,
-    expect,
-    latent_frames,
-    ref,
-    task,
-)
-from coordinator.plan_decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
-from coordinator.plan_dfr import (
+from coordinator.plan import costs, placement
+from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
+from coordinator.plan.dfr import (
     canvas_frames,
     check_dfr,
     detailing_params,
@@ -34,8 +24,18 @@ from coordinator.plan_dfr import (
     slot_expect,
     slot_params,
 )
-from coordinator.plan_length import length_pending, plan_length_phase, probe_spec, settle
-from coordinator.plan_stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
+from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
+    SPATIAL_FACTOR,
+    TEMPORAL_FACTOR,
+    SpecError,
+    audio_latent_frames,
+    expect,
+    latent_frames,
+    ref,
+    task,
+)
+from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settle
+from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from coordinator.schema import check_spec
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER, missing_line, render_components

@@ -11,7 +11,7 @@ passes no audio to the rounds); the shipped audio is stage 1's, cut to the trimm
 
 from __future__ import annotations
 
-from coordinator.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, ref, task
+from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, ref, task
 from ltx_engine.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params
 
 MAX_TILE_SECONDS = 20.0  # the DiT's temporal positional range (positional_embedding_max_pos[0])
