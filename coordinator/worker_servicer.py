@@ -16,14 +16,15 @@ from coordinator.scheduler import Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object
 from coordinator.upcoming import UpcomingGuesses
 from protos import farm_pb2, farm_pb2_grpc
+from protos.states import Outcome
 
 STATUS = {
-    "ok": farm_pb2.OK,
-    "stale": farm_pb2.STALE,
-    "cancel": farm_pb2.CANCEL,
-    "render_ready": farm_pb2.RENDER_READY,
-    "requeued": farm_pb2.REQUEUED,
-    "failed": farm_pb2.FAILED,
+    Outcome.OK: farm_pb2.OK,
+    Outcome.STALE: farm_pb2.STALE,
+    Outcome.CANCEL: farm_pb2.CANCEL,
+    Outcome.RENDER_READY: farm_pb2.RENDER_READY,
+    Outcome.REQUEUED: farm_pb2.REQUEUED,
+    Outcome.FAILED: farm_pb2.FAILED,
 }
 MAX_WAIT_MS = 30_000
 MAX_CAPABILITIES, MAX_CAPABILITY_CHARS = 16, 64  # an Upcoming question reads at most this many queues

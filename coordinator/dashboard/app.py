@@ -34,6 +34,7 @@ from coordinator.dashboard.security import (
     csrf_token,
     form_or_json,
 )
+from protos.states import RenderState
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def render(request: Request) -> Response:
     detail["preview"] = f"/api/renders/{render_id}/preview.png?v={stamp}" if found else None
     detail["actions"] = farm.gate.enabled
     output = detail["render"].get("output")
-    done = detail["render"].get("state") == "done" and output and Path(output).is_file()
+    done = detail["render"].get("state") == RenderState.DONE and output and Path(output).is_file()
     detail["video"] = f"/api/renders/{render_id}/video.mp4" if done else None
     return Json(detail)
 
@@ -171,7 +172,7 @@ def video(request: Request) -> Response:
         return error(403, "log in with the farm token to play or download videos")
     record = farm.store.get_render(render_id) or {}
     path = Path(record.get("output") or "")
-    if record.get("state") != "done" or not path.is_file():
+    if record.get("state") != RenderState.DONE or not path.is_file():
         return error(404, f"render {render_id} has no video")
     name = f"{render_id}.mp4" if request.query_params.get("download") else None
     return FileResponse(path, media_type="video/mp4", filename=name)
