@@ -20,6 +20,7 @@ from typing import Any
 
 from coordinator.state.blobs import BlobError, BlobStore
 from coordinator.state.store import NotLeader, is_transient
+from protos import defaults
 from protos.retry import Backoff, GaveUp, Outage, retry
 from protos.states import Outcome, RenderState
 
@@ -68,7 +69,7 @@ class Scheduler:
         blobs: BlobStore,
         data_dir: Path,
         *,
-        lease_ms: int = 30_000,
+        lease_ms: int = defaults.LEASE_MS,
         poll_s: float = 0.05,
         expiry_interval_s: float = 1.0,
         stuck: StuckLimits | None = None,

@@ -15,7 +15,7 @@ from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object
 from coordinator.upcoming import UpcomingGuesses
-from protos import farm_pb2, farm_pb2_grpc
+from protos import defaults, farm_pb2, farm_pb2_grpc
 from protos.states import Outcome
 
 STATUS = {
@@ -55,7 +55,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session,
                                    idle=request.idle)
         lease_ms = self.scheduler.lease_ms
-        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3),
+        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=defaults.heartbeat_ms(lease_ms),
                                       bulk_port=self.bulk_port, bulk_tls=self.bulk_tls)
 
     def Lease(self, request, context):
@@ -118,7 +118,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             request.task_id,
             request.worker_id,
             request.fence,
-            request.error[:4000],
+            request.error[:defaults.ERROR_CHARS],
             retryable=request.retryable,
             seen=True,
         )
