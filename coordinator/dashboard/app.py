@@ -34,11 +34,12 @@ from coordinator.dashboard.security import (
     csrf_token,
     form_or_json,
 )
-from protos.states import RenderState
+from protos.states import RETRYABLE, TERMINAL, RenderState
 
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATES = {"terminal": sorted(TERMINAL), "retryable": sorted(RETRYABLE)}  # the page reads these (/api/session)
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,200}")
 BlobReader = Callable[[str], bytes | None]
 
@@ -122,12 +123,13 @@ def index(request: Request) -> Response:
 
 def session(request: Request) -> Response:
     """What the page needs to start: whether a token is needed, whether this browser is logged in,
-    and its CSRF token (minted on first visit)."""
+    its CSRF token (minted on first visit), and the state vocabulary (protos/states.py), so the page
+    keeps no list of its own of which renders have ended."""
     gate, cookies = farm_of(request).gate, cookies_of(request.headers.get("cookie", ""))
     value, fresh = csrf_token(cookies)
     logged_in = gate.token_ok(request.headers, cookies)
     response = Json({"actions_enabled": gate.enabled, "token_required": gate.enabled, "logged_in": logged_in,
-                     "csrf": value})
+                     "csrf": value, "states": STATES})
     if fresh:
         response.set_cookie(CSRF_COOKIE, value, path="/", samesite="strict")
     return response
