@@ -24,10 +24,11 @@ import grpc
 from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
-from coordinator.scheduler import TERMINAL_STATES, Scheduler
+from coordinator.scheduler import Scheduler
 from coordinator.schema import parse_object
 from coordinator.watchhub import WATCH_LIMIT, WatchHub, WatchRelay, encoded_batches
 from protos import farm_pb2, farm_pb2_grpc
+from protos.states import Outcome, RenderState
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
@@ -111,9 +112,9 @@ FARM_NOW_MS = "farm-now-ms"
 
 def _no_output(render_id: str, render: dict) -> str:
     state = render.get("state")
-    if state == "cancelled":
+    if state == RenderState.CANCELLED:
         return f"render {render_id} was cancelled: it has no output"
-    if state == "failed":
+    if state == RenderState.FAILED:
         return f"render {render_id} failed: it has no output ({_one_line(str(render.get('error') or '?'))})"
     return f"render {render_id} is {state}: no output yet (`farm watch {render_id}` follows it)"
 
@@ -138,7 +139,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         # One reader of Redis for every watcher; a Watch handler only waits on its queue. The server's
         # pool holds watch_limit threads on top of the ones worker RPCs use, so Lease / Heartbeat /
         # Complete always find a thread; past the limit (or a peer's share of it) RESOURCE_EXHAUSTED.
-        self.hub = WatchHub(store, TERMINAL_STATES, encode=encoded_event)
+        self.hub = WatchHub(store, encode=encoded_event)
         self.watches = WatchRelay(store, self.hub, watch_limit)
 
     def Submit(self, request, context):
@@ -239,7 +240,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         if not OUTPUT_FILE.fullmatch(name):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name[:80]!r} is not a render output "
                           "(render.mp4, render.json, exr/frame_NNNNN.exr, exr/render.json)")
-        if render.get("state") != "done" or not output:
+        if render.get("state") != RenderState.DONE or not output:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, _no_output(request.render_id, render))
         path = Path(output) if name == "render.mp4" else Path(output).parent / name
         if not path.is_file():
@@ -253,7 +254,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         preview); the id is one of ours (it exists in Redis), so the paths stay inside the data folder."""
         self._render(request.render_id, context)
         result = forget_render(self.store, Path(self.scheduler.data_dir), request.render_id)
-        return farm_pb2.DeleteReply(deleted=result == "deleted", state=result)
+        return farm_pb2.DeleteReply(deleted=result == Outcome.DELETED, state=result)
 
     def RetryRender(self, request, context):
         """`farm retry`: a failed or cancelled render runs again under its id, only its unfinished tasks

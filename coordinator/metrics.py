@@ -12,6 +12,7 @@ from typing import Any
 
 from coordinator.plan import placement
 from coordinator.progress import eta_from_speeds, task_label
+from protos.states import TERMINAL
 
 # Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
 STAGES: tuple[tuple[str, str], ...] = (
@@ -313,7 +314,7 @@ def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict
          fleet: tuple | None = None) -> float | None:
     """From the cost model on the live fleet (`fleet`: slots and the coordinator's), else measured
     per-kind speeds when every kind left has one, else linear in elapsed time."""
-    if render.get("state") in ("done", "failed", "cancelled"):
+    if render.get("state") in TERMINAL:
         return None
     if fleet is not None:
         spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from protos.states import TERMINAL, RenderState
+
 log = logging.getLogger("farm.notify")
 SCAN_RENDERS = 200  # the newest renders looked at each pass
 INTERVAL_S = 1.0
@@ -33,7 +35,7 @@ def payload(render: dict) -> dict:
     return {"render_id": render["id"], "state": render.get("state"), "prompt": spec.get("prompt"),
             "submitter": spec.get("submitter"), "group": spec.get("group"), "error": render.get("error") or None,
             "seconds": (finished - started) / 1000.0 if started and finished else None,
-            "fetch": f"farm fetch {render['id']} -o {render['id']}.mp4" if render.get("state") == "done" else None}
+            "fetch": f"farm fetch {render['id']} -o {render['id']}.mp4" if render.get("state") == RenderState.DONE else None}
 
 
 def post(url: str, body: dict, timeout_s: float = 5.0) -> bool:
@@ -56,7 +58,7 @@ def notify_finished(store: Any) -> int:
     sent = 0
     for render in store.list_renders(SCAN_RENDERS):
         url = notify_url(render.get("spec") or {})
-        if url and render.get("state") in ("done", "failed", "cancelled") and not render.get("notified_ms") \
+        if url and render.get("state") in TERMINAL and not render.get("notified_ms") \
                 and store.claim_notify(render["id"]):
             sent += post(url, payload(render))
     return sent

@@ -27,6 +27,7 @@ from coordinator.schema import check_small_object
 from ltx_engine import text_encoders
 from protos import farm_pb2, farm_pb2_grpc
 from protos.packpaths import PackRefused, check_pack_name, check_relative
+from protos.states import TERMINAL
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
@@ -180,11 +181,9 @@ def iter_file(path: Path, offset: int) -> Iterator[bytes]:
 
 def active_packs(store: Any) -> set[str]:
     """Packs named by renders that have not ended."""
-    from coordinator.scheduler import TERMINAL_STATES
-
     packs = set()
     for render in store.list_renders(ACTIVE_RENDERS_SCANNED):
-        if render.get("state") not in TERMINAL_STATES:
+        if render.get("state") not in TERMINAL:
             spec = render.get("spec") or {}
             if isinstance(spec, dict) and spec.get("pack"):
                 packs.add(str(spec["pack"]))

@@ -20,6 +20,7 @@ from coordinator.state.store import is_transient
 from ltx_engine import dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
 from protos.retry import Backoff, GaveUp, Outage, retry
+from protos.states import Outcome
 from protos.tensors import encode_tensor
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class ReducerThread(threading.Thread):
             return
         metrics = {"seconds": round(time.perf_counter() - start, 4)}
         status = self._report(lambda: self.store.complete(task["id"], REDUCER_ID, int(task["fence"]), shas, metrics))
-        if status == "render_ready":
+        if status == Outcome.RENDER_READY:
             self.scheduler.start_assembly(task["render"])
 
     def _report(self, fn) -> str | None:

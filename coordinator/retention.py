@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protos.states import TERMINAL, Outcome
+
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_DAYS = 14.0
 BLOB_GRACE_S = 3600.0
 WORKER_GONE_S = 86400.0  # a worker record unseen this long (and holding no lease) is removed
 SWEEP_EVERY_S = 3600.0
-TERMINAL = ("done", "failed", "cancelled")
 
 
 @dataclass
@@ -51,7 +52,7 @@ def forget_render(store: Any, data_dir: Path, render_id: str) -> str:
     """Delete a finished render's keys, folder and preview: 'deleted', 'missing' or its live state.
     The id is one of ours (it exists in Redis), so the paths stay inside the data folder."""
     result = store.delete_render(render_id)
-    if result == "deleted":
+    if result == Outcome.DELETED:
         data = Path(data_dir)
         folder = data / "renders" / render_id
         if folder.resolve().parent == (data / "renders").resolve():
@@ -83,7 +84,7 @@ def prune(store: Any, data_dir: Path, older_than_s: float, now_ms: int, blob_gra
     for render in store.list_renders(limit=1 << 30):
         ended = int(render.get("finished_ms") or render.get("created_ms") or 0)
         if render.get("state") in TERMINAL and ended <= cutoff:
-            if forget_render(store, data_dir, str(render["id"])) == "deleted":
+            if forget_render(store, data_dir, str(render["id"])) == Outcome.DELETED:
                 done.renders.append(str(render["id"]))
                 continue
         remaining.append((render, store.render_tasks(str(render["id"]))))

@@ -20,11 +20,12 @@ from typing import Any
 
 from coordinator.state.blobs import BlobError, BlobStore
 from coordinator.state.store import NotLeader, is_transient
+from protos import defaults
 from protos.retry import Backoff, GaveUp, Outage, retry
+from protos.states import Outcome, RenderState
 
 log = logging.getLogger(__name__)
 
-TERMINAL_STATES = frozenset({"done", "failed", "cancelled", "canceled"})
 SWEEP_EVERY_S = 2.0  # how often the housekeeping loop looks for renders whose assembly is due
 
 
@@ -68,7 +69,7 @@ class Scheduler:
         blobs: BlobStore,
         data_dir: Path,
         *,
-        lease_ms: int = 30_000,
+        lease_ms: int = defaults.LEASE_MS,
         poll_s: float = 0.05,
         expiry_interval_s: float = 1.0,
         stuck: StuckLimits | None = None,
@@ -277,7 +278,7 @@ class Scheduler:
         if recalled is None:
             task = self.store.get_task(task_id)
             if task is None:
-                return "stale", f"unknown task {task_id}", self._lease_now(worker_id, capabilities)
+                return Outcome.STALE, f"unknown task {task_id}", self._lease_now(worker_id, capabilities)
             recalled = as_dict(as_dict(task.get("params")).get("expect")), str(task.get("render") or "")
         expect, render_id = recalled
         problem = self.check_outputs(expect, outputs)
@@ -292,7 +293,7 @@ class Scheduler:
         if task is not None:
             self._remember(task)
         self.wake()
-        if status == "render_ready":
+        if status == Outcome.RENDER_READY:
             self.start_assembly(render_id)
         return status, "", task
 
@@ -307,7 +308,7 @@ class Scheduler:
         again. full: scan every render (at start); else only the store's to-assemble set (the sweep)."""
         if full:
             due = [str(r["id"]) for r in self.store.list_renders(limit=1000)
-                   if r.get("state") in ("running", "assembling") and int(r.get("remaining") or 0) == 0]
+                   if r.get("state") in (RenderState.RUNNING, RenderState.ASSEMBLING) and int(r.get("remaining") or 0) == 0]
         else:
             due = self.store.renders_to_assemble()
         resumed = []
@@ -353,11 +354,11 @@ class Scheduler:
         outage, backoff = Outage(f"assembly of {render_id}", log), Backoff(first_s=0.2, max_s=5.0)
         while not self._stop.is_set():
             try:
-                if not self.store.set_render_state(render_id, "assembling", stage="assemble"):
+                if not self.store.set_render_state(render_id, RenderState.ASSEMBLING, stage="assemble"):
                     return None  # cancelled or finished meanwhile
                 path = self.assemble(render_id)
                 outage.ok()
-                return "done", {"output": str(path)}
+                return RenderState.DONE, {"output": str(path)}
             except NotLeader:
                 return None  # another coordinator leads now and resumes this assembly
             except Exception as exc:  # noqa: BLE001 - sorted below: wait it out, or fail the render
@@ -366,7 +367,7 @@ class Scheduler:
                     self._stop.wait(backoff.delay())
                     continue
                 log.exception("assembly of %s failed", render_id)
-                return "failed", {"error": f"assembly failed: {type(exc).__name__}: {exc}".splitlines()[0]}
+                return RenderState.FAILED, {"error": f"assembly failed: {type(exc).__name__}: {exc}".splitlines()[0]}
         return None
 
     def task_outputs(self, render_id: str) -> tuple[dict[str, dict[str, str]], list[dict]]:

@@ -14,10 +14,12 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import grpc
+
+from protos.states import TERMINAL
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ class Subscription:
 class WatchHub:
     """The fan-out: subscribe() a watcher, iterate events(), unsubscribe() when it leaves."""
 
-    def __init__(self, store: Any, terminal: frozenset[str] | set[str], block_ms: int = BLOCK_MS,
+    def __init__(self, store: Any, terminal: Collection[str] = TERMINAL, block_ms: int = BLOCK_MS,
                  encode: Callable[[str, str, dict], Any] = lambda _rid, _eid, event: event,
                  deliver_every_s: float = DELIVER_EVERY_S) -> None:
         self.store, self.terminal, self.block_ms, self.encode = store, frozenset(terminal), block_ms, encode

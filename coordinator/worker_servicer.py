@@ -15,15 +15,16 @@ from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_small_object
 from coordinator.upcoming import UpcomingGuesses
-from protos import farm_pb2, farm_pb2_grpc
+from protos import defaults, farm_pb2, farm_pb2_grpc
+from protos.states import Outcome
 
 STATUS = {
-    "ok": farm_pb2.OK,
-    "stale": farm_pb2.STALE,
-    "cancel": farm_pb2.CANCEL,
-    "render_ready": farm_pb2.RENDER_READY,
-    "requeued": farm_pb2.REQUEUED,
-    "failed": farm_pb2.FAILED,
+    Outcome.OK: farm_pb2.OK,
+    Outcome.STALE: farm_pb2.STALE,
+    Outcome.CANCEL: farm_pb2.CANCEL,
+    Outcome.RENDER_READY: farm_pb2.RENDER_READY,
+    Outcome.REQUEUED: farm_pb2.REQUEUED,
+    Outcome.FAILED: farm_pb2.FAILED,
 }
 MAX_WAIT_MS = 30_000
 MAX_CAPABILITIES, MAX_CAPABILITY_CHARS = 16, 64  # an Upcoming question reads at most this many queues
@@ -54,7 +55,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session,
                                    idle=request.idle)
         lease_ms = self.scheduler.lease_ms
-        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=max(1, lease_ms // 3),
+        return farm_pb2.RegisterReply(lease_ms=lease_ms, heartbeat_ms=defaults.heartbeat_ms(lease_ms),
                                       bulk_port=self.bulk_port, bulk_tls=self.bulk_tls)
 
     def Lease(self, request, context):
@@ -117,7 +118,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             request.task_id,
             request.worker_id,
             request.fence,
-            request.error[:4000],
+            request.error[:defaults.ERROR_CHARS],
             retryable=request.retryable,
             seen=True,
         )

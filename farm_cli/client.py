@@ -21,11 +21,11 @@ from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import NOT_THIS_FARM, TokenError, auth_metadata, farm_channel
 from protos.blobwire import BlobStub, WireError, receive_into_buffer
 from protos.endpoints import Endpoints, leader_hint
+from protos.states import TERMINAL
 from protos.tensors import CHUNK_BYTES
 
 WATCH_TIMEOUT_S = 24 * 3600.0
 WATCH_POLL_S = 1.0  # while the coordinator relays its limit of watchers
-ENDED = ("done", "failed", "cancelled")
 TRANSFER_TIMEOUT_S = 3600.0
 
 
@@ -219,7 +219,7 @@ class FarmClient:
                     continue
                 if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                     raise
-            if self.get(render_id).get("state") in ENDED or time.monotonic() > deadline:
+            if self.get(render_id).get("state") in TERMINAL or time.monotonic() > deadline:
                 return
             time.sleep(WATCH_POLL_S)
 

@@ -13,8 +13,6 @@ import typer
 from farm_cli import common
 from farm_cli.common import fail
 
-TERMINAL = {"done", "failed", "cancelled"}
-
 
 def progress_printer() -> Callable[[dict], None]:
     """A compact one-line-per-event printer for long waits (stderr, so --json stdout stays clean)."""

@@ -8,6 +8,7 @@ import time
 
 from coordinator.metrics import STAGE_LABELS, stage_summaries, task_view
 from coordinator.plan.length import length_line
+from protos.states import TERMINAL
 
 
 def duration(seconds: float | None) -> str:
@@ -27,7 +28,7 @@ def _clip(text: str, width: int) -> str:
 
 def stage_label(render: dict) -> str:
     """The stage a render is in (or waits for), as people read it; blank once it has ended."""
-    if render.get("state") in ("done", "failed", "cancelled"):
+    if render.get("state") in TERMINAL:
         return ""
     stage = str(render.get("current_stage") or "")
     return render.get("current_stage_label") or STAGE_LABELS.get(stage, stage)

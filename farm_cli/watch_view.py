@@ -20,6 +20,7 @@ from rich.text import Text
 from coordinator import metrics
 from coordinator.plan import placement
 from farm_cli.views import length_note
+from protos.states import TERMINAL
 
 GLYPHS = {
     "done": ("█", "green"),
@@ -62,7 +63,7 @@ class WatchState:
             state = {"render_failed": "failed", "render_cancelled": "cancelled"}.get(kind, event.get("state"))
             self.render.update({k: event[k] for k in ("stage", "error") if event.get(k)})
             self.render["state"] = state or self.render.get("state")
-            if self.render["state"] in ("done", "failed", "cancelled"):
+            if self.render["state"] in TERMINAL:
                 self.render["finished_ms"] = self.render.get("finished_ms") or self.now_ms
             if kind == "render_state" and event.get("state") == "running":
                 self.render["started_ms"] = self.render.get("started_ms") or self.now_ms

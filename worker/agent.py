@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from protos import farm_pb2, farm_pb2_grpc
+from protos import defaults, farm_pb2, farm_pb2_grpc
 from protos.auth import auth_metadata, read_token
 from protos.tensors import encode_tensor
 from worker.blobcache import BlobCache
@@ -197,7 +197,7 @@ class Agent:
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
         self.transfer.announce(address, reply.bulk_port, reply.bulk_tls)  # blobs at line rate, when it has one
         self._registered_once = True
-        self.heartbeat_ms = int(reply.heartbeat_ms) or max(1, int(reply.lease_ms) // 3)
+        self.heartbeat_ms = int(reply.heartbeat_ms) or defaults.heartbeat_ms(reply.lease_ms)
         if not self.presence.is_alive():
             self.presence.start()  # the Attach stream: our death is noticed from it at once
         log.info("registered %s with %s (heartbeat %d ms)", self.worker_id, self.address, self.heartbeat_ms)
@@ -337,7 +337,7 @@ class Agent:
             task_id=lease.task_id,
             worker_id=self.worker_id,
             fence=lease.fence,
-            error=error[:4000],
+            error=error[:defaults.ERROR_CHARS],
             retryable=retryable,
         )
         reply = self._retrying(lambda stub: stub.Fail, request)

@@ -34,10 +34,12 @@ from coordinator.dashboard.security import (
     csrf_token,
     form_or_json,
 )
+from protos.states import RETRYABLE, TERMINAL, RenderState
 
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATES = {"terminal": sorted(TERMINAL), "retryable": sorted(RETRYABLE)}  # the page reads these (/api/session)
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,200}")
 BlobReader = Callable[[str], bytes | None]
 
@@ -121,12 +123,13 @@ def index(request: Request) -> Response:
 
 def session(request: Request) -> Response:
     """What the page needs to start: whether a token is needed, whether this browser is logged in,
-    and its CSRF token (minted on first visit)."""
+    its CSRF token (minted on first visit), and the state vocabulary (protos/states.py), so the page
+    keeps no list of its own of which renders have ended."""
     gate, cookies = farm_of(request).gate, cookies_of(request.headers.get("cookie", ""))
     value, fresh = csrf_token(cookies)
     logged_in = gate.token_ok(request.headers, cookies)
     response = Json({"actions_enabled": gate.enabled, "token_required": gate.enabled, "logged_in": logged_in,
-                     "csrf": value})
+                     "csrf": value, "states": STATES})
     if fresh:
         response.set_cookie(CSRF_COOKIE, value, path="/", samesite="strict")
     return response
@@ -158,7 +161,7 @@ def render(request: Request) -> Response:
     detail["preview"] = f"/api/renders/{render_id}/preview.png?v={stamp}" if found else None
     detail["actions"] = farm.gate.enabled
     output = detail["render"].get("output")
-    done = detail["render"].get("state") == "done" and output and Path(output).is_file()
+    done = detail["render"].get("state") == RenderState.DONE and output and Path(output).is_file()
     detail["video"] = f"/api/renders/{render_id}/video.mp4" if done else None
     return Json(detail)
 
@@ -171,7 +174,7 @@ def video(request: Request) -> Response:
         return error(403, "log in with the farm token to play or download videos")
     record = farm.store.get_render(render_id) or {}
     path = Path(record.get("output") or "")
-    if record.get("state") != "done" or not path.is_file():
+    if record.get("state") != RenderState.DONE or not path.is_file():
         return error(404, f"render {render_id} has no video")
     name = f"{render_id}.mp4" if request.query_params.get("download") else None
     return FileResponse(path, media_type="video/mp4", filename=name)

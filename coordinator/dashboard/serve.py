@@ -25,6 +25,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from coordinator.dashboard.app import BlobReader, Farm, build_app
 from coordinator.dashboard.security import REQUEST_TIMEOUT_S, Gate, RequestGuard
+from protos import defaults
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def _listen(host: str, port: int) -> socket.socket:
 def start_dashboard(
     store: Any,
     host: str = "127.0.0.1",
-    port: int = 8470,
+    port: int = defaults.DASHBOARD_PORT,
     token: str | None = None,
     blob_reader: BlobReader | None = None,
     data_dir: Path | None = None,

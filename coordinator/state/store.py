@@ -36,6 +36,7 @@ process); worker hashes session and blocklisted (renders, space-separated).
 
 Task states: waiting (deps pending) -> queued -> leased -> done | failed | cancelled.
 Render states: queued -> running (first lease) -> ... (set_render_state) -> done | failed | cancelled.
+(The words, and which render states are terminal, are protos/states.py; common.lua keeps its copy.)
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from typing import Any
 import redis
 
 from coordinator.state.reads import StoreReads, reply_pairs
+from protos.states import Outcome
 
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",
@@ -56,7 +58,6 @@ SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "co
            "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy", "complete_lease")
 # Scripts that run others: each part becomes a local function of its own ARGV, ahead of the script's text.
 PARTS = {"complete_lease": ("complete", "lease")}
-TERMINAL = frozenset({"done", "failed", "cancelled"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
 
@@ -174,7 +175,7 @@ class FarmStore(StoreReads):
         task's holder. 'ok', or 'stale' when that lease is not the holder's any more."""
         status = self._run("set_length", render_id, task_id, holder, int(fence), json.dumps(spec),
                            int(spec["frames"]), float(spec["predicted_seconds"]), _tasks_arg(tasks))
-        return "stale" if status == "stale" else "ok"
+        return Outcome.STALE if status == Outcome.STALE else Outcome.OK
 
     def lease(self, worker_id: str, capabilities: list[str], lease_ms: int, seen: bool = False) -> dict | None:
         """Pop the first ready task of the listed capabilities (in that order) and lease it: one Lua call

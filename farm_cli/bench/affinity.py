@@ -19,6 +19,7 @@ import time
 import typer
 
 from farm_cli.bench.dealing import throttled_fleet
+from protos.states import TERMINAL
 
 PROMPTS = ("a fox in snow", "a paper boat on a pond", "a city at night", "waves on a rock", "a red kite",
            "rain on a window", "a cat asleep", "a train in fog")
@@ -41,7 +42,7 @@ def _batch(farm, spec: dict, renders: int) -> list[str]:
     """Queue the mixed batch at once, then wait for all of it."""
     ids = [farm.submit({**spec, "prompt": PROMPTS[i % len(PROMPTS)], "seed": i + 1}) for i in range(renders)]
     deadline = time.monotonic() + 1800
-    while time.monotonic() < deadline and any(farm.get(r).get("state") not in ("done", "failed", "cancelled")
+    while time.monotonic() < deadline and any(farm.get(r).get("state") not in TERMINAL
                                               for r in ids):
         time.sleep(0.5)
     return ids

@@ -25,6 +25,7 @@ from pathlib import Path
 import typer
 
 from farm_cli import common
+from protos.states import TERMINAL
 
 GOAL_IDEAL = 1.15  # step time within 15 % of the ideal speed-weighted split
 TILE = re.compile(r"\.stage2\.s(\d+)\.t\d+$")
@@ -90,7 +91,7 @@ def render_done(farm, spec: dict, timeout_s: float = 1800) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state = farm.get(render_id).get("state")
-        if state in ("done", "failed", "cancelled"):
+        if state in TERMINAL:
             if state != "done":
                 common.fail(f"bench render {render_id} {state}: {farm.get(render_id).get('error')}", code=1)
             return render_id

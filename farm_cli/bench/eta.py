@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from farm_cli import common
+from protos.states import TERMINAL
 
 GOAL = 0.20
 
@@ -25,7 +26,7 @@ def _samples(farm, render_id: str, every_s: float = 0.5) -> tuple[list[tuple[flo
     while True:
         render = farm.get(render_id)
         now = time.monotonic() - t0
-        if render.get("state") in ("done", "failed", "cancelled"):
+        if render.get("state") in TERMINAL:
             return out, now, str(render.get("state"))
         if render.get("eta_s") is not None:
             out.append((now, float(render.get("progress") or 0.0), float(render["eta_s"])))

@@ -12,12 +12,12 @@ import grpc
 import pytest
 
 from coordinator.auth import auth_metadata, load_or_create_token
-from coordinator.scheduler import TERMINAL_STATES
 from coordinator.server import serve, stop
 from coordinator.watchhub import END, WatchHub, backlog
 from farm_cli.client import FarmClient
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
+from protos.states import TERMINAL
 from tests.farm.farm_harness import farm, start_worker
 
 SPEC = {"prompt": "a fox", "height": 256, "width": 256, "frames": 9, "frame_rate": 24.0, "seed": 5, "pack": "tiny",
@@ -70,7 +70,7 @@ def test_five_hundred_watchers_are_all_relayed_and_a_tiled_render_finishes(store
 def test_the_hub_gives_every_watcher_each_event_after_its_id_once_whenever_it_joins(store) -> None:
     store.create_render("r1", {"frame_rate": 24}, [{"id": "r1.a", "kind": "x", "capability": "cap", "params": {},
                                                     "inputs": {}}])
-    hub = WatchHub(store, TERMINAL_STATES, block_ms=200)
+    hub = WatchHub(store, TERMINAL, block_ms=200)
     first = [store.emit("r1", {"type": "task_progress", "n": n}) for n in range(5)]
     subs, got = [], {}
     stop_emitting = threading.Event()

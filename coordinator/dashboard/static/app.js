@@ -32,6 +32,8 @@ function bytes(n) {
   return n.toFixed(i ? 1 : 0) + " " + u[i];
 }
 const shortId = (id) => (id || "").replace(/^r\d{8}-/, "");
+// Which render states are final comes from the server (protos/states.py via /api/session), not a list here.
+const ended = (state) => S.session.states.terminal.includes(state);
 const pill = (state) => h("span", { class: "pill " + state }, state);
 function bar(frac, cls) {
   return h("div", { class: "bar" }, h("div", { class: "fill " + (cls || ""), style: `width:${(100 * frac).toFixed(1)}%` }));
@@ -63,7 +65,7 @@ function drawRenders() {
     class: r.id === S.selected ? "selected" : "", title: r.prompt,
     onclick: () => { location.hash = "render=" + encodeURIComponent(r.id); },
   }, h("td", {}, shortId(r.id)), h("td", { class: "prompt" }, r.prompt || "–"), h("td", {}, pill(r.state)),
-    h("td", {}, ["done", "failed", "cancelled"].includes(r.state) ? "–" : r.current_stage_label || "–"),
+    h("td", {}, ended(r.state) ? "–" : r.current_stage_label || "–"),
     h("td", {}, bar(r.progress, r.state === "failed" ? "failed" : ""), ), h("td", {}, dur(r.eta_s)),
     h("td", {}, r.submitter || "–"), h("td", {}, dur(r.age_s)))));
 }
@@ -108,14 +110,14 @@ function drawRender() {
 function drawActions(d) {
   const r = d.render; const box = $("render-actions");
   if (!d.actions) { box.replaceChildren(h("span", { class: "sub" }, "read-only")); return; }
-  const live = !["done", "failed", "cancelled"].includes(r.state);
+  const live = !ended(r.state);
   const prio = h("input", { type: "number", value: r.priority });
   const cancel = h("button", { class: "danger", onclick: () => confirm("Cancel " + r.id + "?") && post(`/api/renders/${r.id}/cancel`) }, "cancel");
   const retry = h("button", { class: "retry", title: "run it again under this id: only its unfinished tasks",
     onclick: () => post(`/api/renders/${r.id}/retry`) }, "retry");
   box.replaceChildren(...(live ? [cancel, h("span", { class: "sub" }, "priority"), prio,
     h("button", { onclick: () => post(`/api/renders/${r.id}/priority`, { priority: Number(prio.value) }) }, "set")]
-    : ["failed", "cancelled"].includes(r.state) ? [retry] : []));
+    : S.session.states.retryable.includes(r.state) ? [retry] : []));
 }
 
 // The finished mp4: played in the page and downloadable, for people logged in with the farm token.
