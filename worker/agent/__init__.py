@@ -7,7 +7,8 @@ run: the work is discarded and reported, never committed. When the coordinator i
 backs off and re-registers; SIGTERM/SIGINT stop it cleanly (a running task is handed back).
 
 Beside it (the size rule): worker/heartbeat.py (the per-task heartbeat thread), worker/transfer.py
-(blob fetch and upload), worker/cli.py (`main`, `run_worker`: flags, token, signals).
+(blob fetch and upload), worker/cli.py (`main`, `run_worker`: flags, token, signals), which
+worker/agent/__main__.py runs for `python -m worker.agent`.
 """
 
 from __future__ import annotations
@@ -360,10 +361,3 @@ class Agent:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_S)
-
-
-if __name__ == "__main__":  # `python -m worker.agent` (launchd, `farm services`, tests): the entry is worker/cli.py
-    from worker.cli import main
-
-    raise SystemExit(main())
-
