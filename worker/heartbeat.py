@@ -7,7 +7,6 @@ It sees the agent only through `BeatOwner`, the few members it uses, so it impor
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Protocol
@@ -15,6 +14,7 @@ from typing import Protocol
 import grpc
 
 from protos import farm_pb2, farm_pb2_grpc
+from protos.records import Progress
 from worker.connection import RPC_TIMEOUT_S, Coordinators
 
 log = logging.getLogger("farm.worker")
@@ -44,7 +44,7 @@ class Heartbeat(threading.Thread):
     def __init__(self, agent: BeatOwner, lease: farm_pb2.LeaseReply, interval_s: float) -> None:
         super().__init__(name=f"heartbeat-{lease.task_id}", daemon=True)
         self.agent, self.lease, self.interval_s = agent, lease, interval_s
-        self.progress: dict = {}
+        self.progress = Progress()  # the agent replaces it as the task runs
         self.stop_reason: str | None = None
         self._done = threading.Event()
 
@@ -54,7 +54,7 @@ class Heartbeat(threading.Thread):
                 task_id=self.lease.task_id,
                 worker_id=self.agent.worker_id,
                 fence=self.lease.fence,
-                progress_json=json.dumps(self.progress),
+                progress_json=self.progress.to_json(),
             )
             address = self.agent.address
             try:
