@@ -64,6 +64,12 @@ def _plain(value: Any) -> JsonValue:
     return value
 
 
+def _in_order(sent: dict[str, JsonValue], order: tuple[str, ...]) -> dict[str, JsonValue]:
+    """The keys in the order the sender wrote them (then any it did not), so the JSON is what it sent."""
+    keys = [k for k in order if k in sent] + [k for k in sent if k not in order]
+    return {key: sent[key] for key in keys}
+
+
 @dataclass(frozen=True)
 class WorkerCapabilities:
     """A worker's registration: the packs, task kinds and memory the scheduler and planner read, typed;
@@ -102,11 +108,19 @@ class WorkerCapabilities:
         sent = {f.name: _plain(getattr(self, f.name)) for f in fields(self)
                 if f.name in CAPABILITY_FIELDS and getattr(self, f.name) is not None}
         sent.update(self.other)
-        keys = [k for k in self.order if k in sent] + [k for k in sent if k not in self.order]
-        return {key: sent[key] for key in keys}
+        return _in_order(sent, self.order)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_PROGRESS_TYPES: dict[str, Callable[[Any], bool]] = {
+    "step": _whole, "total": _whole, "phase": lambda v: isinstance(v, str),
+}
 
 
 @dataclass(frozen=True)
@@ -123,10 +137,8 @@ class Progress:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Progress:
-        def typed(key: str, value: Any) -> bool:
-            return isinstance(value, str) if key == "phase" else isinstance(value, int) and not isinstance(value, bool)
-
-        known = {k: v for k, v in values.items() if k in ("step", "total", "phase") and typed(k, v)}
+        """The typed fields that have their type; everything else as sent (no new refusals)."""
+        known = {k: v for k, v in values.items() if k in _PROGRESS_TYPES and _PROGRESS_TYPES[k](v)}
         other = {k: v for k, v in values.items() if k not in known}
         return cls(**known, other=other, order=tuple(values))
 
@@ -137,10 +149,9 @@ class Progress:
 
     def to_dict(self) -> dict[str, JsonValue]:
         """The report as sent: what the coordinator stores on the task and the dashboard shows."""
-        sent: dict[str, JsonValue] = {k: v for k in ("step", "total", "phase") if (v := getattr(self, k)) is not None}
+        sent: dict[str, JsonValue] = {k: v for k in _PROGRESS_TYPES if (v := getattr(self, k)) is not None}
         sent.update(self.other)
-        keys = [k for k in self.order if k in sent] + [k for k in sent if k not in self.order]
-        return {key: sent[key] for key in keys}
+        return _in_order(sent, self.order)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
