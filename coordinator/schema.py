@@ -9,16 +9,16 @@ fleet holds) stays in the planner, which only ever sees specs that passed `check
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.plan.graph import SpecError
+from protos.fields import SpecError, integer, number, short_repr, text
+from protos.fields import parse_object as _parse_object
+from protos.records import MAX_SMALL_OBJECT_BYTES, Progress, WorkerCapabilities
 
 MAX_SPEC_BYTES = 256 * 1024
-MAX_JSON_DEPTH = 8
 MAX_PROMPT_CHARS = 20_000
 MAX_SEED = 2**63 - 1
 MAX_FRAME_RATE = 240.0
@@ -27,72 +27,12 @@ TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,255}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _line(value: Any) -> str:
-    return repr(value)[:60]
-
-
 def parse_object(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> dict:
     """A JSON object of bounded size and depth, or SpecError (never RecursionError)."""
-    if len(text) > max_bytes:
-        raise SpecError(f"{what} is {len(text)} bytes; at most {max_bytes} are accepted")
-    try:
-        value = json.loads(text) if text else {}
-    except (ValueError, RecursionError) as exc:
-        raise SpecError(f"{what} is not valid JSON: {str(exc).splitlines()[0][:120]}") from None
-    if not isinstance(value, dict):
-        raise SpecError(f"{what} must be a JSON object")
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise SpecError(f"{what} is nested more than {MAX_JSON_DEPTH} deep")
-    return value
+    return _parse_object(text, what, max_bytes)
 
 
-def _depth(value: Any, level: int = 1) -> int:
-    if level > MAX_JSON_DEPTH:
-        return level
-    if isinstance(value, dict):
-        return max([_depth(v, level + 1) for v in value.values()] or [level])
-    if isinstance(value, list):
-        return max([_depth(v, level + 1) for v in value] or [level])
-    return level
-
-
-# ------------------------------------------------------------------ field rules
-
-
-def integer(low: int, high: int) -> Callable[[str, Any], int]:
-    def check(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SpecError(f"{name} {_line(value)} is not a whole number")
-        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-            raise SpecError(f"{name} {_line(value)} is not a whole number")
-        if low == 0 and value < 0:
-            raise SpecError(f"{name} {int(value)} is negative")
-        if not low <= int(value) <= high:
-            raise SpecError(f"{name} {int(value)} is outside {low}..{high}")
-        return int(value)
-    return check
-
-
-def number(low: float, high: float, *, open_low: bool = False) -> Callable[[str, Any], float]:
-    def check(name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise SpecError(f"{name} {_line(value)} is not a finite number")
-        if value < low or value > high or (open_low and value == low):
-            raise SpecError(f"{name} {value} is outside {'(' if open_low else '['}{low}, {high}]")
-        return float(value)
-    return check
-
-
-def text(max_chars: int, *, pattern: re.Pattern | None = None) -> Callable[[str, Any], str]:
-    def check(name: str, value: Any) -> str:
-        if not isinstance(value, str):
-            raise SpecError(f"{name} must be text, not {type(value).__name__}")
-        if len(value) > max_chars:
-            raise SpecError(f"{name} is {len(value)} characters; at most {max_chars}")
-        if "\x00" in value or (pattern is not None and not pattern.fullmatch(value)):
-            raise SpecError(f"{name} {_line(value)} has characters it may not hold")
-        return value
-    return check
+# ------------------------------------------------------------------ field rules (integer, number, text: protos.fields)
 
 
 def boolean(name: str, value: Any) -> bool:
@@ -136,7 +76,7 @@ def scalar(name: str, value: Any) -> Any:
         return text(4096)(name, value)
     if isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value)):
         return value
-    raise SpecError(f"{name} {_line(value)} is not a plain value")
+    raise SpecError(f"{name} {short_repr(value)} is not a plain value")
 
 
 SPEC_FIELDS: dict[str, Callable[[str, Any], Any]] = {
@@ -184,42 +124,16 @@ def check_id(kind: str, value: str, *, task: bool = False) -> str:
     return value
 
 
-def _str_list(name: str, value: Any, limit: int = 1024) -> list[str]:
-    if not isinstance(value, list) or len(value) > limit or not all(isinstance(v, str) and len(v) <= 1024
-                                                                     for v in value):
-        raise SpecError(f"capability {name} must be a list of names")
-    return value
+def check_capabilities(text_json: str) -> WorkerCapabilities:
+    """A worker's registration (protos.records): typed where the scheduler and planner read it."""
+    return WorkerCapabilities.from_json(text_json)
 
 
-def _mapping(name: str, value: Any, check: Callable[[str, Any], Any]) -> dict:
-    if not isinstance(value, dict) or len(value) > 1024:
-        raise SpecError(f"capability {name} must be an object")
-    for key, item in value.items():
-        check(f"capability {name}[{str(key)[:40]!r}]", item)
-    return value
+def check_progress(text_json: str) -> Progress:
+    """A heartbeat's progress (protos.records): a small JSON object, shown, never planned with."""
+    return Progress.from_json(text_json, "progress_json")
 
 
-CAPABILITY_FIELDS: dict[str, Callable[[str, Any], Any]] = {
-    "packs": _str_list,
-    "kinds": _str_list,
-    "memory_bytes": integer(0, 1 << 50),
-    "pack_generation": lambda n, v: _mapping(n, v, text(32)),
-    "pack_components": lambda n, v: _mapping(n, v, _str_list),
-    "pack_bytes": lambda n, v: _mapping(n, v, integer(0, 1 << 50)),
-    "text_encoders": lambda n, v: _mapping(n, v, integer(0, 1 << 50)),
-    "pack_problems": lambda n, v: _mapping(n, v, lambda n2, v2: v2),
-}
-
-
-def check_capabilities(text_json: str) -> dict:
-    """A worker's registration: typed where the scheduler and planner read it."""
-    info = parse_object(text_json, "capabilities_json", 1 << 20)
-    for key, rule in CAPABILITY_FIELDS.items():
-        if key in info:
-            rule(key, info[key])
-    return info
-
-
-def check_small_object(text_json: str, what: str, max_bytes: int = 64 * 1024) -> dict:
-    """Progress and metrics: a small JSON object (shown, summed, never planned with)."""
+def check_small_object(text_json: str, what: str, max_bytes: int = MAX_SMALL_OBJECT_BYTES) -> dict:
+    """Metrics and pack copy reports: a small JSON object (shown, summed, never planned with)."""
     return parse_object(text_json, what, max_bytes)

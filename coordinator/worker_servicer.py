@@ -13,7 +13,7 @@ import grpc
 from coordinator.plan.graph import SpecError
 from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
-from coordinator.schema import check_capabilities, check_small_object
+from coordinator.schema import check_capabilities, check_progress, check_small_object
 from coordinator.upcoming import UpcomingGuesses
 from protos import defaults, farm_pb2, farm_pb2_grpc
 from protos.states import Outcome
@@ -48,9 +48,10 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         if not request.worker_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id is required")
         try:
-            info = check_capabilities(request.capabilities_json)  # typed where the planner reads it
+            capabilities = check_capabilities(request.capabilities_json)  # typed where the planner reads it
         except SpecError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        info = capabilities.to_dict()  # stored as sent: the scheduler and the fleet lists read it as a dict
         info.setdefault("peer", context.peer())
         self.store.register_worker(request.worker_id, info, resumed=request.resumed, session=request.session,
                                    idle=request.idle)
@@ -90,7 +91,7 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
         )
 
     def Heartbeat(self, request, context):
-        progress = check_small_object(request.progress_json, "progress_json") if request.progress_json else None
+        progress = check_progress(request.progress_json).to_dict() if request.progress_json else None
         status, drain = self.store.beat(  # one Lua call: the lease, the worker's liveness, its drain mark
             request.task_id, request.worker_id, request.fence, self.scheduler.lease_ms, progress
         )

@@ -21,7 +21,7 @@ import mlx.core as mx
 
 from ltx_engine.generation import detect_generation
 from ltx_engine.loader import PackError, read_header, read_safetensors
-from ltx_engine.pack import model_class
+from ltx_engine.model_classes import model_class
 
 GEMMA_ENV = "LTX_GEMMA_DIR"
 _VIDEO_CONNECTOR = "model.diffusion_model.video_embeddings_connector."

@@ -8,7 +8,6 @@ the model's own keys and layout, so `ltx_engine.registry` has one build path for
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from functools import cached_property
@@ -21,39 +20,14 @@ from ltx_engine.components import PARTS, TEXT_ENCODER, Found, Layout, get_line, 
 from ltx_engine.generation import detect_generation
 from ltx_engine.loader import PackError, check_safetensors, read_header, read_safetensors, strip_prefix
 from ltx_engine.lora import fuse_lora
+from ltx_engine.model_classes import model_class
 from ltx_engine.text_encoders import is_gemma4_tower
 
 if TYPE_CHECKING:
-    import mlx.nn as nn
-
     from ltx_engine.checkpoint import CheckpointPack
 
-_MODELS = "ltx_engine.models."
-
-
-# The model class (`module:Class`) of each weight component: its `pack_to_model` / `sanitize` turn file
-# keys into model keys. Which files hold a component is `ltx_engine.components`' business.
-MODELS: dict[str, str] = {
-    "transformer": "transformer:LTXModel",
-    "transformer_dev": "transformer:LTXModel",
-    "connector": "connector:TextConnector",
-    "vae_decoder": "video_vae:VideoDecoder",
-    "vae_encoder": "video_vae:VideoEncoder",
-    "audio_vae": "audio_vae:AudioDecoder",
-    "vocoder": "vocoder:Vocoder",
-    "spatial_upscaler": "upsampler:LatentUpsampler",
-    "temporal_upscaler": "upsampler:LatentUpsampler",
-    "duration_head": "duration_head:DurationHead",
-}
-COMPONENTS = tuple(MODELS)
 DISTILLED_LORA_STRENGTH = 1.0  # the distilled LoRA at full strength turns the dev DiT into the distilled one
 log = logging.getLogger(__name__)
-
-
-def model_class(component: str) -> type[nn.Module]:
-    """The model class of a component, imported on demand (loading a VAE never imports the DiT)."""
-    module, name = MODELS[component].split(":")
-    return getattr(importlib.import_module(_MODELS + module), name)
 
 
 class WeightPack(Protocol):

@@ -17,7 +17,8 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from ltx_engine.loader import apply_weights
-from ltx_engine.pack import COMPONENTS, WeightPack, model_class
+from ltx_engine.model_classes import COMPONENTS, model_class
+from ltx_engine.pack import WeightPack
 from ltx_engine.text_encoders import is_gemma4_tower
 
 # Every builder reads `pack.tensors(component)`, which a pack folder and a single-file checkpoint both

@@ -19,7 +19,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ltx_engine.components import PARTS
 from ltx_engine.loader import quantize_weights
-from ltx_engine.pack import model_class
+from ltx_engine.model_classes import model_class
 
 TINY_GEMMA_LAYERS_KEY = "num_hidden_layers"
 FIXED_BUFFERS = ("basis", "window", "filter", "mel_")

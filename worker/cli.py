@@ -1,7 +1,7 @@
 """`farm worker` / `python -m worker.agent`: flags, the join token, signals, then the agent's loop.
 
 Its own module (the size rule): the entry only builds an Agent and wires SIGTERM/SIGINT (stop) and
-SIGUSR1 (drain) to it; worker/agent.py runs `main` from here when started as a module.
+SIGUSR1 (drain) to it; worker/agent/__main__.py runs `main` from here when started as a module.
 """
 
 from __future__ import annotations

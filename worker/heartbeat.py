@@ -2,33 +2,49 @@
 
 Its own module (the size rule): the agent starts one per task and reads `stop_reason` to learn that the
 coordinator cancelled the task or gave its lease away (STALE); the beat also relays the drain mark.
+It sees the agent only through `BeatOwner`, the few members it uses, so it imports no worker.agent.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
-from protos import farm_pb2
-from worker.connection import RPC_TIMEOUT_S
-
-if TYPE_CHECKING:
-    from worker.agent import Agent
+from protos import farm_pb2, farm_pb2_grpc
+from protos.records import Progress
+from worker.connection import RPC_TIMEOUT_S, Coordinators
 
 log = logging.getLogger("farm.worker")
+
+
+class BeatOwner(Protocol):
+    """What a heartbeat reads of its agent (worker.agent.Agent): whom to beat, and where drain marks go."""
+
+    worker_id: str
+    coordinators: Coordinators
+    metadata: list[tuple[str, str]]
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def worker(self) -> farm_pb2_grpc.FarmWorkerStub: ...
+
+    def drain(self, by_coordinator: bool = False) -> None: ...
+
+    def resume(self) -> None: ...
 
 
 class Heartbeat(threading.Thread):
     """Extends the lease every heartbeat_ms and carries progress; flags cancel/stale."""
 
-    def __init__(self, agent: Agent, lease: farm_pb2.LeaseReply, interval_s: float) -> None:
+    def __init__(self, agent: BeatOwner, lease: farm_pb2.LeaseReply, interval_s: float) -> None:
         super().__init__(name=f"heartbeat-{lease.task_id}", daemon=True)
         self.agent, self.lease, self.interval_s = agent, lease, interval_s
-        self.progress: dict = {}
+        self.progress = Progress()  # the agent replaces it as the task runs
         self.stop_reason: str | None = None
         self._done = threading.Event()
 
@@ -38,7 +54,7 @@ class Heartbeat(threading.Thread):
                 task_id=self.lease.task_id,
                 worker_id=self.agent.worker_id,
                 fence=self.lease.fence,
-                progress_json=json.dumps(self.progress),
+                progress_json=self.progress.to_json(),
             )
             address = self.agent.address
             try:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ltx_engine.components import task_needs
+from protos.fields import SpecError as SpecError
 
-
-class SpecError(ValueError):
-    """A render that must not be queued; the message is the one line the user sees."""
+# SpecError (re-exported above) is the contract's refusal: the planner raises it for a render that must not be queued.
 
 
 CAPABILITY = "mlx"

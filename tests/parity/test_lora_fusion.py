@@ -17,7 +17,7 @@ from ltx_core.loader.fuse_loras import _prepare_deltas, apply_loras
 from ltx_core.loader.primitives import LoraStateDictWithStrength, StateDict
 
 from ltx_engine.lora import fuse_lora
-from ltx_engine.pack import model_class
+from ltx_engine.model_classes import model_class
 
 OUT, IN, RANK, GROUP, STRENGTH = 96, 128, 8, 32, 0.5
 TARGET = "transformer_blocks.0.attn1.to_q"

@@ -7,7 +7,8 @@ run: the work is discarded and reported, never committed. When the coordinator i
 backs off and re-registers; SIGTERM/SIGINT stop it cleanly (a running task is handed back).
 
 Beside it (the size rule): worker/heartbeat.py (the per-task heartbeat thread), worker/transfer.py
-(blob fetch and upload), worker/cli.py (`main`, `run_worker`: flags, token, signals).
+(blob fetch and upload), worker/cli.py (`main`, `run_worker`: flags, token, signals), which
+worker/agent/__main__.py runs for `python -m worker.agent`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from protos import defaults, farm_pb2, farm_pb2_grpc
 from protos.auth import auth_metadata, read_token
+from protos.records import Progress, WorkerCapabilities
 from protos.tensors import encode_tensor
 from worker.blobcache import BlobCache
 from worker.connection import RECONNECT_MAX_S, RESULT_RETRY_S, RPC_TIMEOUT_S, Coordinators, default_worker_id
@@ -47,9 +49,9 @@ class StopRun(Exception):
     """Raised inside progress() to unwind a run the coordinator no longer wants."""
 
 
-def lease_capabilities(caps: dict) -> list[str]:
+def lease_capabilities(caps: WorkerCapabilities) -> list[str]:
     """Ready queues this worker serves: the runner's explicit list, else the MLX queue (graph.CAPABILITY)."""
-    explicit = caps.get("capabilities")
+    explicit = caps.lease_queues
     if isinstance(explicit, list) and explicit:
         return [str(c) for c in explicit]
     return list(DEFAULT_CAPABILITIES)
@@ -86,7 +88,7 @@ class Agent:
         self.draining = threading.Event()  # finish the current task, take no more, exit
         self._drain_lifts_with_mark = False  # a coordinator's drain, which its resume undoes
         self._registered_once = False
-        self.capabilities: dict = {}
+        self.capabilities = WorkerCapabilities()
         self.heartbeat_ms = 10_000
         self.tasks_done = 0
         self.next_lease: farm_pb2.LeaseReply | None = None  # leased in the last Complete's reply
@@ -185,9 +187,9 @@ class Agent:
         return 0
 
     def register(self) -> None:
-        self.capabilities = dict(self.runner.capabilities())
+        self.capabilities = WorkerCapabilities.from_dict(self.runner.capabilities())  # the contract's rules
         request = farm_pb2.WorkerInfo(
-            worker_id=self.worker_id, capabilities_json=json.dumps(self.capabilities), resumed=self._registered_once,
+            worker_id=self.worker_id, capabilities_json=self.capabilities.to_json(), resumed=self._registered_once,
             # registered between tasks only: a lease the farm has for us was never received (unless it
             # came with the last result and is about to run)
             idle=self.next_lease is None,
@@ -251,7 +253,7 @@ class Agent:
         beat.start()
 
         def progress(step: int, total: int) -> None:
-            beat.progress = {"step": int(step), "total": int(total)}
+            beat.progress = Progress(step=int(step), total=int(total))
 
         def cancelled() -> bool:
             return beat.stop_reason is not None or self.stopping.is_set()
@@ -260,7 +262,7 @@ class Agent:
             if self.packsync is not None:  # a pack only the coordinator holds: copy it before running
                 self.packsync.ensure(str(json.loads(lease.params_json or "{}").get("pack") or ""))
             inputs, moved = self._fetch_inputs(lease, lease_next)
-            beat.progress = {"phase": "run"}  # the next beat tells the dashboard: computing, not fetching
+            beat.progress = Progress(phase="run")  # the next beat tells the dashboard: computing, not fetching
             outputs, metrics = self.runner.run(
                 lease.kind, json.loads(lease.params_json or "{}"), inputs, progress, cancelled
             )
@@ -360,10 +362,3 @@ class Agent:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_S)
-
-
-if __name__ == "__main__":  # `python -m worker.agent` (launchd, `farm services`, tests): the entry is worker/cli.py
-    from worker.cli import main
-
-    raise SystemExit(main())
-
