@@ -272,7 +272,3 @@ def watchers(
     if count < 1 or pairs < 1 or workers < 1:
         common.fail("--watchers, --pairs and --workers must be at least 1")
     watchers_bench(count, pairs, workers, data)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(bench_app, name="bench")
