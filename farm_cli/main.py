@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from farm_cli import common, config, doctor, manage, packs, plan, renders, services
-from farm_cli.bench import bench_app
+from farm_cli.benches import bench_app
 from farm_cli.options import (
     Coordinator,
     DataDir,
