@@ -20,7 +20,7 @@ from protos.defaults import COORDINATOR_ADDRESS
 class _Default(str):
     """A default a typer alias can carry: typer forbids a value inside Annotated but takes a factory;
     click calls this one for the value and, it being the string itself, prints it in --help as a
-    plain value would be (`[default: 127.0.0.1:8471]`, not `(dynamic)`)."""
+    plain value would be (`[default: HOST:PORT]`, not `(dynamic)`)."""
 
     def __call__(self) -> str:
         return str(self)
