@@ -1,41 +1,15 @@
-"""What the CLI commands share: the render flags, the data folder, reading images, one-line errors."""
+"""What the CLI commands share: the render flags as spec fields, reading images, writing latents."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import numpy as np
-import typer
 
-DEFAULT_PORT = 8471
-DEFAULT_DASHBOARD_PORT = 8470
-
-
-def data_dir(given: Path | None = None) -> Path:
-    """The farm's data folder: --data, $FARM_DATA, or ~/.ltx-farm."""
-    path = given or Path(os.environ.get("FARM_DATA", Path.home() / ".ltx-farm"))
-    path = Path(path).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-CONFIG_FILE = "config.toml"
-
-
-def farm_config(data: Path | None = None) -> dict:
-    """The farm's config file (DATA/config.toml), {} when there is none; one line when it is broken."""
-    import tomllib
-
-    path = data_dir(data) / CONFIG_FILE
-    if not path.is_file():
-        return {}
-    try:
-        return tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        fail(f"{path}: not a readable TOML file ({exc})")
+from farm_cli.config import CONFIG_FILE, data_dir, farm_config, submitter
+from farm_cli.session import fail
 
 
 def text_encoder_choice(pack: str, given: str | None, data: Path | None = None) -> str | None:
@@ -52,12 +26,6 @@ def text_encoder_choice(pack: str, given: str | None, data: Path | None = None) 
     return str(path.resolve()) if path is not None and ref != "pack" and path.is_dir() else ref
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """One clear line on stderr and an exit code; never a traceback for a user mistake."""
-    typer.echo(f"farm: {message}", err=True)
-    raise typer.Exit(code)
-
-
 def read_image(path: Path) -> np.ndarray:
     """The first frame of an image file as uint8 RGB (H, W, 3); one line if it cannot be read."""
     import av
@@ -68,24 +36,6 @@ def read_image(path: Path) -> np.ndarray:
             return frame.to_ndarray(format="rgb24")
     except (OSError, StopIteration, av.error.FFmpegError, ValueError) as exc:
         fail(f"cannot read image {path}: {getattr(exc, 'strerror', None) or exc}")
-
-
-def user_at_host() -> str:
-    import getpass
-    import socket
-
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):
-        user = "someone"
-    return f"{user}@{socket.gethostname().split('.')[0]}"
-
-
-def submitter() -> str:
-    """Who submits, as `farm ls` and the dashboard show it: $FARM_USER, the config's user, else user@host."""
-    from farm_cli.config import value
-
-    return value("user") or user_at_host()
 
 
 def render_spec(prompt: str, height: int, width: int, frames: int | None, frame_rate: float, seed: int, pack: str,

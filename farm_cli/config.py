@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm_cli import common
+from farm_cli.options import DataDir
+from farm_cli.session import fail, one_line
+from protos.defaults import COORDINATOR_ADDRESS
 
 # key: (environment variable, what it is). Top-level keys of config.toml.
 SETTINGS: dict[str, tuple[str, str]] = {
@@ -26,6 +28,57 @@ SETTINGS: dict[str, tuple[str, str]] = {
 TABLES = {"text_encoders"}
 # Command parameters a setting is the default of (click's default_map; the flag and the env still win).
 PARAMS = {"coordinator": "coordinator", "pack": "pack", "redis_url": "redis_url"}
+
+
+CONFIG_FILE = "config.toml"
+
+
+def data_dir(given: Path | None = None) -> Path:
+    """The farm's data folder: --data, $FARM_DATA, or ~/.ltx-farm."""
+    path = given or Path(os.environ.get("FARM_DATA", Path.home() / ".ltx-farm"))
+    path = Path(path).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def farm_config(data: Path | None = None) -> dict:
+    """The farm's config file (DATA/config.toml), {} when there is none; one line when it is broken."""
+    import tomllib
+
+    path = data_dir(data) / CONFIG_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        fail(f"{path}: not a readable TOML file ({exc})")
+
+
+def user_at_host() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "someone"
+    return f"{user}@{socket.gethostname().split('.')[0]}"
+
+
+def submitter() -> str:
+    """Who submits, as `farm ls` and the dashboard show it: $FARM_USER, the config's user, else user@host."""
+    return value("user") or user_at_host()
+
+
+def local_token(data: Path | None = None) -> str:
+    """This machine's farm token when no --token-file was given: FARM_TOKEN, FARM_TOKEN_FILE, the macOS
+    keychain, the config's token_file, DATA/token (protos.auth.resolve_token); '' when none has one."""
+    from protos.auth import TokenError, resolve_token
+
+    configured = value("token_file")
+    fallback = (Path(configured),) if configured else ()
+    with one_line(TokenError):
+        return resolve_token(None, fallback_files=(*fallback, data_dir(data) / "token"))
 
 
 @dataclass(frozen=True)
@@ -54,17 +107,17 @@ def folder_of(data: Path | None = None) -> Path:
 
 def read_file(data: Path | None = None) -> tuple[Path, dict]:
     """The config file's path and its top-level settings; unknown keys are one line and exit 2."""
-    path = folder_of(data) / common.CONFIG_FILE
-    values = common.farm_config(data) if path.is_file() else {}
+    path = folder_of(data) / CONFIG_FILE
+    values = farm_config(data) if path.is_file() else {}
     unknown = sorted(set(values) - set(SETTINGS) - TABLES)
     if unknown:
-        common.fail(f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)}, [text_encoders])")
+        fail(f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)}, [text_encoders])")
     return path, values
 
 
 def _default(key: str, data: Path) -> Setting:
     if key == "coordinator":
-        return Setting(key, f"127.0.0.1:{common.DEFAULT_PORT}", "default")
+        return Setting(key, COORDINATOR_ADDRESS, "default")
     if key == "token_file":
         return Setting(key, str(data / "token"), "default")
     if key == "pack":
@@ -74,7 +127,7 @@ def _default(key: str, data: Path) -> Setting:
     if key == "output_dir":
         return Setting(key, ".", "default")
     if key == "user":
-        return Setting(key, common.user_at_host(), "default")
+        return Setting(key, user_at_host(), "default")
     return Setting(key, None, "default")
 
 
@@ -112,17 +165,12 @@ def default_map(command: Any, argv: list[str] | None = None) -> dict:
     return walk(command)
 
 
-def register(app) -> None:
-    """Add `farm config` to the app."""
-    from farm_cli.main import DataDir
-
-    @app.command("config")
-    def show(data: DataDir = None) -> None:
-        """Show every setting's value and where it came from (flag > FARM_* env > DATA/config.toml > default)."""
-        settings = resolve(data)
-        width = max(len(s.key) for s in settings)
-        for s in settings:
-            print(f"{s.key:<{width}}  {s.value if s.value is not None else '-'}  ({s.source})")
-        table = common.farm_config(data).get("text_encoders") if (folder_of(data) / common.CONFIG_FILE).is_file() else None
-        for pack, encoder in (table or {}).items():
-            print(f"text_encoders.{pack}  {encoder}  (file {folder_of(data) / common.CONFIG_FILE})")
+def show(data: DataDir = None) -> None:
+    """Show every setting's value and where it came from (flag > FARM_* env > DATA/config.toml > default)."""
+    settings = resolve(data)
+    width = max(len(s.key) for s in settings)
+    for s in settings:
+        print(f"{s.key:<{width}}  {s.value if s.value is not None else '-'}  ({s.source})")
+    table = farm_config(data).get("text_encoders") if (folder_of(data) / CONFIG_FILE).is_file() else None
+    for pack, encoder in (table or {}).items():
+        print(f"text_encoders.{pack}  {encoder}  (file {folder_of(data) / CONFIG_FILE})")

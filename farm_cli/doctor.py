@@ -20,8 +20,8 @@ from typing import Annotated
 import typer
 
 from farm_cli import common
-from farm_cli.main import Coordinator, DataDir, Token
-from farm_cli.remote import local_token
+from farm_cli.config import local_token
+from farm_cli.options import Coordinator, DataDir, Token
 from protos.auth import NO_TOKEN
 
 Check = tuple[str, str]
@@ -220,31 +220,28 @@ def run_checks(checks: list[Callable[[], Check]], echo: Callable[[str], None] = 
     return 1 if failed else 0
 
 
-def register(app: typer.Typer) -> None:
-    """Add `farm doctor` to the app."""
-
-    @app.command()
-    def doctor(
-        pack: Annotated[str, typer.Option("--pack", help="Pack name, folder or HF repo id.")] = "tiny",
-        coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}",
-        token: Token = None,
-        dashboard: Annotated[
-            str | None, typer.Option("--dashboard", help="Dashboard URL for clock skew.")
-        ] = None,
-        data: DataDir = None,
-    ) -> None:
-        """Check this machine for a worker: Python, MLX, pack and its text encoder, coordinator and token, clock skew."""
-        folder = common.data_dir(data)
-        token = token or local_token(data) or None
-        code = run_checks(
-            [
-                check_python,
-                check_mlx,
-                lambda: check_pack(pack, folder / "packs", farm_packs(coordinator, token)),
-                lambda: check_text_encoder(pack, folder / "packs", farm_packs(coordinator, token), data),
-                lambda: check_coordinator(coordinator, token),
-                (lambda: check_clock(dashboard)) if dashboard else (lambda: check_farm_clock(coordinator, token)),
-                lambda: check_logs(folder),
-            ]
-        )
-        raise typer.Exit(code)
+def doctor(
+    pack: Annotated[str, typer.Option("--pack", help="Pack name, folder or HF repo id.")] = "tiny",
+    *,
+    coordinator: Coordinator,
+    token: Token = None,
+    dashboard: Annotated[
+        str | None, typer.Option("--dashboard", help="Dashboard URL for clock skew.")
+    ] = None,
+    data: DataDir = None,
+) -> None:
+    """Check this machine for a worker: Python, MLX, pack and its text encoder, coordinator and token, clock skew."""
+    folder = common.data_dir(data)
+    token = token or local_token(data) or None
+    code = run_checks(
+        [
+            check_python,
+            check_mlx,
+            lambda: check_pack(pack, folder / "packs", farm_packs(coordinator, token)),
+            lambda: check_text_encoder(pack, folder / "packs", farm_packs(coordinator, token), data),
+            lambda: check_coordinator(coordinator, token),
+            (lambda: check_clock(dashboard)) if dashboard else (lambda: check_farm_clock(coordinator, token)),
+            lambda: check_logs(folder),
+        ]
+    )
+    raise typer.Exit(code)

@@ -7,61 +7,41 @@ from typing import Annotated
 
 import typer
 
-from farm_cli import common
-from farm_cli.common import fail
+from farm_cli import common, config, doctor, manage, packs, plan, renders, services
+from farm_cli.benches import bench_app
+from farm_cli.options import (
+    Coordinator,
+    DataDir,
+    DecodeTiles,
+    DetailingLora,
+    DetailingStrength,
+    Exr,
+    FrameRate,
+    Frames,
+    Height,
+    Image,
+    NoAudio,
+    Output,
+    PackRef,
+    Prompt,
+    SaveLatents,
+    Seed,
+    Stage2Sigmas,
+    Stage2Tiles,
+    TemporalUpscalings,
+    TextEncoder,
+    TileOverlap,
+    Token,
+    Width,
+)
+from farm_cli.session import fail, one_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="LTX-2 render farm for Apple Silicon.")
 pack_app = typer.Typer(no_args_is_help=True, help="Weight packs.")
+token_app = typer.Typer(help="The farm's join token.", no_args_is_help=True)
 app.add_typer(pack_app, name="pack")
 
-Prompt = Annotated[str, typer.Option("-p", "--prompt", help="What to render.")]
-Height = Annotated[int, typer.Option("-H", "--height", help="Pixels, multiple of 64.")]
-Width = Annotated[int, typer.Option("-W", "--width", help="Pixels, multiple of 64.")]
-Frames = Annotated[int | None, typer.Option(
-    "-f", "--frames", help="8k+1 frames (default 25; on an LTX-2.5 pack `render --local` predicts it).")]
-FrameRate = Annotated[float, typer.Option("--frame-rate")]
-Seed = Annotated[int, typer.Option("--seed")]
-PackRef = Annotated[str, typer.Option("--pack", help="Pack name in the packs folder, a path, or a HF repo id.")]
-Image = Annotated[tuple[Path, int, float] | None, typer.Option("--image", help="PATH FRAME STRENGTH")]
-Output = Annotated[Path | None, typer.Option("-o", "--output")]
-SaveLatents = Annotated[Path | None, typer.Option("--save-latents", help="Write each stage's latent here.")]
-NoAudio = Annotated[bool, typer.Option("--no-audio")]
-DataDir = Annotated[Path | None, typer.Option("--data", help="Farm data folder (default ~/.ltx-farm).")]
-Coordinator = Annotated[str, typer.Option("--coordinator", envvar="FARM_COORDINATOR",
-                                          help="HOST:PORT, or HOST:PORT,HOST:PORT (leader + standbys).")]
 
-
-def _token_from_file(path: str | None) -> str | None:
-    """--token-file PATH becomes the token it holds (FARM_TOKEN, the keychain, DATA/token are read later)."""
-    if not path:
-        return None
-    from protos.auth import TokenError, resolve_token
-
-    try:
-        return resolve_token(Path(path))
-    except TokenError as exc:
-        common.fail(str(exc))
-
-
-Token = Annotated[str | None, typer.Option(
-    "--token-file", callback=_token_from_file, metavar="PATH",
-    help="A copy of the coordinator's DATA/token (else FARM_TOKEN, FARM_TOKEN_FILE, the macOS keychain, DATA/token).")]
-Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-Stage2Tiles = Annotated[str | None, typer.Option("--stage2-tiles", help="auto | HxW | FxHxW: tiled stage 2.")]
-TileOverlap = Annotated[int, typer.Option("--tile-overlap", help="Stage-2 tile overlap in latent cells.")]
-Stage2Sigmas = Annotated[str | None, typer.Option("--stage2-sigmas", help="Comma-separated, ending in 0.")]
-TemporalUpscalings = Annotated[int, typer.Option("--temporal-upscalings", help="DFR temporal rounds: 0, 1 or 2.")]
-DecodeTiles = Annotated[str, typer.Option("--decode-tiles", help="auto | off | F,H,W (pixels).")]
-Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames into this folder.")]
-DetailingLora = Annotated[str | None, typer.Option(
-    "--detailing-lora", help="DFR: an IC-LoRA .safetensors in the pack folder, fused into stage 2.")]
-DetailingStrength = Annotated[float, typer.Option("--detailing-strength", help="The detailing LoRA's strength.")]
-TextEncoder = Annotated[str | None, typer.Option(
-    "--text-encoder", help="Gemma 3 (mlx-lm) repo id or folder for packs without their own "
-    "(default: the pack's entry in DATA/config.toml, else mlx-community/gemma-3-12b-it-4bit).")]
-
-
-@pack_app.command("tiny")
 def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
               bits: Annotated[int | None, typer.Option("--bits", help="8 or 4: quantize the DiT blocks.")] = None,
               variant: Annotated[str, typer.Option("--variant", help="2.3, or 2.5 (DFR-capable DiT).")] = "2.3",
@@ -82,7 +62,6 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
     typer.echo(f"wrote tiny pack {path}")
 
 
-@app.command()
 def render(
     prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = None,
     frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
@@ -91,7 +70,7 @@ def render(
     temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
     data: DataDir = None, text_encoder: TextEncoder = None,
-    coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
+    *, coordinator: Coordinator, token: Token = None,
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = 0.5,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
@@ -123,10 +102,8 @@ def render(
     spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"
-    try:
+    with one_line(SpecError, PackError):
         path, outputs, blobs = render_local(spec, out, Runner(folder), pixels, progress_printer())
-    except (SpecError, PackError) as exc:
-        fail(str(exc))
     if save_latents:
         common.save_latents(save_latents, latents_from_outputs(outputs, "local", blobs.get))
     typer.echo(f"wrote {path}")
@@ -141,18 +118,26 @@ def refuse_token_argv(argv: list[str]) -> None:
         raise SystemExit(2)
 
 
-def main() -> None:
-    from farm_cli import bench, config, doctor, manage, packs, plan, remote, services
+# The commands, in the order `farm --help` lists them (sub-apps after the commands, as typer does).
+app.command()(render)
+for command in (renders.submit, renders.watch, renders.status, renders.cancel, renders.fetch, renders.workers,
+                renders.requeue, renders.drain, services.coordinator, services.worker, services.up, services.demo,
+                doctor.doctor):
+    app.command()(command)
+app.command("config")(config.show)
+for command in (manage.ls, manage.retry, manage.delete, manage.prune, manage.logs, plan.plan):
+    app.command()(command)
+pack_app.command("tiny")(pack_tiny)
+pack_app.command("pull")(packs.pack_pull)
+pack_app.command("list")(packs.pack_list)
+app.add_typer(bench_app, name="bench")
+app.add_typer(token_app, name="token")
+token_app.command("rotate")(manage.token_rotate)
 
+
+def main() -> None:
+    """The `farm` entry point: refuse a token on argv, read the settings file's defaults, run the app."""
     refuse_token_argv(sys.argv[1:])
-    remote.register(app)
-    services.register(app)
-    doctor.register(app)
-    bench.register(app)
-    packs.register(pack_app)
-    config.register(app)
-    manage.register(app)
-    plan.register(app)
     try:  # DATA/config.toml and FARM_* settings become the commands' defaults
         defaults = config.default_map(typer.main.get_command(app))
     except typer.Exit as exc:  # a broken config file: its one line is printed

@@ -10,7 +10,9 @@ from pathlib import Path
 import typer
 
 from farm_cli import common
-from farm_cli.common import fail
+from farm_cli.options import Coordinator, DataDir, Json, Token
+from farm_cli.remote import client, submit_render, wait_for
+from farm_cli.session import fail, one_line
 from farm_cli.views import duration, stage_label
 
 COLUMNS = ("id", "state", "stage", "progress", "eta", "age", "by", "group", "prompt", "output")
@@ -120,104 +122,86 @@ def print_logs(render: dict, task: str | None) -> None:
             typer.echo(f"   error: {t['error']}")
 
 
-def register(app: typer.Typer) -> None:
-    """Add ls, retry, delete and logs to the `farm` app."""
-    from farm_cli.main import Coordinator, DataDir, Json, Token
-    from farm_cli.remote import client
+def ls(state: str = typer.Option(None, "--state", help="done, failed, running, ... (comma-separated)."),
+       by: str = typer.Option(None, "--by", help="Submitter (part of user@host)."),
+       since: str = typer.Option(None, "--since", help="Younger than this: 30m, 2h, 1d."),
+       group: str = typer.Option(None, "--group", help="One batch's renders."),
+       columns: str = typer.Option(DEFAULT_COLUMNS, "--columns", help=f"Any of {','.join(COLUMNS)}."),
+       limit: int = typer.Option(50, "--limit"), *, coordinator: Coordinator, token: Token = None,
+       as_json: Json = False) -> None:
+    """The newest renders, filtered, one row each."""
+    chosen = [c.strip() for c in columns.split(",") if c.strip()]
+    if not chosen or set(chosen) - set(COLUMNS):
+        fail(f"--columns {columns!r}: choose from {', '.join(COLUMNS)}")
+    since_s = since_seconds(since) if since else None
+    with one_line(code=1), client(coordinator, token) as farm:
+        renders = [r for r in farm.list(limit) if matches(r, state, by, since_s, group)]
+    if as_json:
+        typer.echo(json.dumps(renders, indent=2))
+        return
+    for line in table(renders, chosen):
+        typer.echo(line)
 
-    default = f"127.0.0.1:{common.DEFAULT_PORT}"
 
-    def call(coordinator: str, token: str | None, fn):
-        from farm_cli.client import FarmError
+def retry(render_id: str, new: bool = typer.Option(False, "--new", help="Render it all again under a new id."),
+          *, coordinator: Coordinator, token: Token = None) -> None:
+    """Render a failed or cancelled render again and print its id: the same id, re-running only the
+    tasks that had not finished, while its blobs are kept; else (or with --new) the same spec anew."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        render = farm.get(render_id)
+        if render.get("state") not in ("failed", "cancelled"):
+            fail(f"render {render_id} is {render.get('state')}: only failed or cancelled renders are retried",
+                 code=1)
+        if not new and farm.retry(render_id) == "retried":
+            again = render_id
+        else:
+            again = farm.submit({**asked_for(render["spec"]), "submitter": common.submitter()})
+    typer.echo(again)
 
-        try:
-            with client(coordinator, token) as farm:
-                return fn(farm)
-        except FarmError as exc:
-            fail(str(exc), code=1)
 
-    @app.command("ls")
-    def ls(state: str = typer.Option(None, "--state", help="done, failed, running, ... (comma-separated)."),
-           by: str = typer.Option(None, "--by", help="Submitter (part of user@host)."),
-           since: str = typer.Option(None, "--since", help="Younger than this: 30m, 2h, 1d."),
-           group: str = typer.Option(None, "--group", help="One batch's renders."),
-           columns: str = typer.Option(DEFAULT_COLUMNS, "--columns", help=f"Any of {','.join(COLUMNS)}."),
-           limit: int = typer.Option(50, "--limit"), coordinator: Coordinator = default, token: Token = None,
-           as_json: Json = False) -> None:
-        """The newest renders, filtered, one row each."""
-        chosen = [c.strip() for c in columns.split(",") if c.strip()]
-        if not chosen or set(chosen) - set(COLUMNS):
-            fail(f"--columns {columns!r}: choose from {', '.join(COLUMNS)}")
-        since_s = since_seconds(since) if since else None
-        renders = [r for r in call(coordinator, token, lambda farm: farm.list(limit))
-                   if matches(r, state, by, since_s, group)]
-        if as_json:
-            typer.echo(json.dumps(renders, indent=2))
-            return
-        for line in table(renders, chosen):
-            typer.echo(line)
+def delete(render_ids: list[str], *, coordinator: Coordinator, token: Token = None) -> None:
+    """Forget finished renders (record, tasks, events, the coordinator's mp4); a running one is refused."""
+    for render_id in render_ids:
+        with one_line(code=1), client(coordinator, token) as farm:
+            deleted, state = farm.delete(render_id)
+        if not deleted:
+            fail(f"render {render_id} is {state}: cancel it first (`farm cancel {render_id}`)", code=1)
+        typer.echo(f"{render_id} deleted")
 
-    @app.command()
-    def retry(render_id: str, new: bool = typer.Option(False, "--new", help="Render it all again under a new id."),
-              coordinator: Coordinator = default, token: Token = None) -> None:
-        """Render a failed or cancelled render again and print its id: the same id, re-running only the
-        tasks that had not finished, while its blobs are kept; else (or with --new) the same spec anew."""
-        def again(farm) -> str:
-            render = farm.get(render_id)
-            if render.get("state") not in ("failed", "cancelled"):
-                fail(f"render {render_id} is {render.get('state')}: only failed or cancelled renders are retried",
-                     code=1)
-            if not new and farm.retry(render_id) == "retried":
-                return render_id
-            return farm.submit({**asked_for(render["spec"]), "submitter": common.submitter()})
 
-        typer.echo(call(coordinator, token, again))
+def token_rotate(data: DataDir = None) -> None:
+    """A new secret (same CA) in DATA/token: the coordinator and workers reading that file follow it
+    within seconds; copy the file again to other Macs and laptops."""
+    from coordinator.auth import rotate_token
 
-    @app.command()
-    def delete(render_ids: list[str], coordinator: Coordinator = default, token: Token = None) -> None:
-        """Forget finished renders (record, tasks, events, the coordinator's mp4); a running one is refused."""
-        for render_id in render_ids:
-            deleted, state = call(coordinator, token, lambda farm, rid=render_id: farm.delete(rid))
-            if not deleted:
-                fail(f"render {render_id} is {state}: cancel it first (`farm cancel {render_id}`)", code=1)
-            typer.echo(f"{render_id} deleted")
+    folder = common.data_dir(data)
+    if not (folder / "token").is_file():
+        fail(f"no farm token in {folder} (this is not the coordinator's data folder)", code=1)
+    rotate_token(folder)
+    typer.echo(f"new farm token in {folder / 'token'}; copy it to each Mac's token file")
 
-    token_app = typer.Typer(help="The farm's join token.", no_args_is_help=True)
-    app.add_typer(token_app, name="token")
 
-    @token_app.command("rotate")
-    def token_rotate(data: DataDir = None) -> None:
-        """A new secret (same CA) in DATA/token: the coordinator and workers reading that file follow it
-        within seconds; copy the file again to other Macs and laptops."""
-        from coordinator.auth import rotate_token
+def prune(older_than: float = typer.Option(..., "--older-than", help="Days since a render ended (0: all)."),
+          *, coordinator: Coordinator, token: Token = None) -> None:
+    """Forget finished renders older than that (record, tasks, events, folder) and unreferenced blobs."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        done = farm.prune(older_than)
+    typer.echo(f"forgot {len(done['render_ids'])} renders and {done['blobs']} blobs "
+               f"({done['blob_bytes'] / 1e6:.1f} MB)")
 
-        folder = common.data_dir(data)
-        if not (folder / "token").is_file():
-            fail(f"no farm token in {folder} (this is not the coordinator's data folder)", code=1)
-        rotate_token(folder)
-        typer.echo(f"new farm token in {folder / 'token'}; copy it to each Mac's token file")
 
-    @app.command()
-    def prune(older_than: float = typer.Option(..., "--older-than", help="Days since a render ended (0: all)."),
-              coordinator: Coordinator = default, token: Token = None) -> None:
-        """Forget finished renders older than that (record, tasks, events, folder) and unreferenced blobs."""
-        done = call(coordinator, token, lambda farm: farm.prune(older_than))
-        typer.echo(f"forgot {len(done['render_ids'])} renders and {done['blobs']} blobs "
-                   f"({done['blob_bytes'] / 1e6:.1f} MB)")
-
-    @app.command()
-    def logs(render_id: str, task: str = typer.Argument(None, help="One task (its id or its last part)."),
-             coordinator: Coordinator = default, token: Token = None) -> None:
-        """What each task of a render logged on its worker, with its worker, time and error."""
-        print_logs(call(coordinator, token, lambda farm: farm.get(render_id)), task)
+def logs(render_id: str, task: str = typer.Argument(None, help="One task (its id or its last part)."),
+         *, coordinator: Coordinator, token: Token = None) -> None:
+    """What each task of a render logged on its worker, with its worker, time and error."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        render = farm.get(render_id)
+    print_logs(render, task)
 
 
 def submit_batch(specs: list[dict], pixels, coordinator: str, token: str | None, wait: bool,
                  output: Path | None, as_json: bool) -> None:
     """Queue a batch's renders; print the group id, then each render id. With --wait, follow them all
     and (with -o DIR) fetch each mp4 into DIR; exit 1 when any did not end done."""
-    from farm_cli.remote import submit_render, wait_for
-
     group = specs[0]["group"]
     ids = [submit_render(dict(spec), pixels, coordinator, token) for spec in specs]
     typer.echo(json.dumps({"group": group, "render_ids": ids}) if as_json else "\n".join([group, *ids]))
@@ -233,22 +217,17 @@ def submit_batch(specs: list[dict], pixels, coordinator: str, token: str | None,
 
 def fetch_group(group: str, folder: Path, coordinator: str, token: str | None) -> None:
     """Every finished render of the group into folder/ID.mp4; one line for those without output."""
-    from farm_cli.client import FarmError
     from farm_cli.follow import Outage, ride
-    from farm_cli.remote import client
 
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        with client(coordinator, token) as farm:
-            renders = group_renders(farm, group)
-            if not renders:
-                fail(f"no renders in group {group}", code=1)
-            for r in sorted(renders, key=lambda r: r["id"]):
-                if r.get("state") != "done":
-                    typer.echo(f"{r['id']} {r.get('state')}: no output", err=True)
-                    continue
-                path = folder / f"{r['id']}.mp4"
-                ride(lambda rid=r["id"], path=path: farm.fetch_output(rid, path), Outage())
-                typer.echo(f"wrote {path}")
-    except FarmError as exc:
-        fail(str(exc), code=1)
+    with one_line(code=1), client(coordinator, token) as farm:
+        renders = group_renders(farm, group)
+        if not renders:
+            fail(f"no renders in group {group}", code=1)
+        for r in sorted(renders, key=lambda r: r["id"]):
+            if r.get("state") != "done":
+                typer.echo(f"{r['id']} {r.get('state')}: no output", err=True)
+                continue
+            path = folder / f"{r['id']}.mp4"
+            ride(lambda rid=r["id"], path=path: farm.fetch_output(rid, path), Outage())
+            typer.echo(f"wrote {path}")

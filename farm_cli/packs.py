@@ -15,7 +15,8 @@ from typing import Annotated
 
 import typer
 
-from farm_cli.common import fail
+from farm_cli.options import Coordinator, Json, Kinds, PacksDir, Token
+from farm_cli.session import fail, one_line
 
 COPY_CHUNK = 8 << 20
 
@@ -160,60 +161,48 @@ def _pull_into(packs_dir: Path, name: str, fetch) -> Path:
     return final
 
 
-def register(pack_app: typer.Typer) -> None:
-    """Add `pull` and `list` to `farm pack`."""
-    from farm_cli.main import Coordinator, Json, Token
+def pack_pull(source: Annotated[str, typer.Argument(help="A Hugging Face repo id or a local pack folder.")],
+              kinds: Kinds = "t2v", packs_dir: PacksDir = None,
+              name: Annotated[str | None, typer.Option("--name", help="Pack name in --packs-dir.")] = None,
+              revision: Annotated[str | None, typer.Option("--revision")] = None,
+              text_encoder: Annotated[str | None, typer.Option(
+                  "--text-encoder", help="Gemma 3 repo or folder to fetch with a pack that has none "
+                  "(default mlx-community/gemma-3-12b-it-4bit).")] = None) -> None:
+    """Fetch only the files the chosen render kinds need (and the text encoder a pack without its own
+    needs); resumable; workers then copy them from the farm."""
+    from worker.packsync import disk_full_message
 
-    Kinds = Annotated[str, typer.Option("--kinds", help="Render kinds to fetch for: t2v, i2v, dfr (comma-separated).")]
-    PacksDir = Annotated[Path | None, typer.Option("--packs-dir", help="Pull into DIR/NAME (default: the HF cache).")]
+    try:
+        pulled = pull(source, kinds, packs_dir.expanduser() if packs_dir else None, name, revision, text_encoder)
+    except typer.Exit:
+        raise
+    except OSError as exc:
+        full = disk_full_message(exc, str(getattr(exc, "filename", None) or packs_dir or "the HF cache"))
+        fail(full or f"pull of {source} failed: {exc}", code=1)
+    except ValueError as exc:
+        fail(str(exc).splitlines()[0])
+    except Exception as exc:  # noqa: BLE001 - hub errors (not found, gated, offline) as one line
+        fail(f"pull of {source} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", code=1)
+    for what, path in pulled:
+        typer.echo(f"pulled {what} into {path}")
 
-    @pack_app.command("pull")
-    def pack_pull(source: Annotated[str, typer.Argument(help="A Hugging Face repo id or a local pack folder.")],
-                  kinds: Kinds = "t2v", packs_dir: PacksDir = None,
-                  name: Annotated[str | None, typer.Option("--name", help="Pack name in --packs-dir.")] = None,
-                  revision: Annotated[str | None, typer.Option("--revision")] = None,
-                  text_encoder: Annotated[str | None, typer.Option(
-                      "--text-encoder", help="Gemma 3 repo or folder to fetch with a pack that has none "
-                      "(default mlx-community/gemma-3-12b-it-4bit).")] = None) -> None:
-        """Fetch only the files the chosen render kinds need (and the text encoder a pack without its own
-        needs); resumable; workers then copy them from the farm."""
-        from worker.packsync import disk_full_message
 
-        try:
-            pulled = pull(source, kinds, packs_dir.expanduser() if packs_dir else None, name, revision, text_encoder)
-        except typer.Exit:
-            raise
-        except OSError as exc:
-            full = disk_full_message(exc, str(getattr(exc, "filename", None) or packs_dir or "the HF cache"))
-            fail(full or f"pull of {source} failed: {exc}", code=1)
-        except ValueError as exc:
-            fail(str(exc).splitlines()[0])
-        except Exception as exc:  # noqa: BLE001 - hub errors (not found, gated, offline) as one line
-            fail(f"pull of {source} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", code=1)
-        for what, path in pulled:
-            typer.echo(f"pulled {what} into {path}")
+def pack_list(*, coordinator: Coordinator, token: Token = None, as_json: Json = False) -> None:
+    """Which packs the coordinator holds, and which worker holds which pack and components."""
+    import json
 
-    @pack_app.command("list")
-    def pack_list(coordinator: Coordinator = "127.0.0.1:8471", token: Token = None, as_json: Json = False) -> None:
-        """Which packs the coordinator holds, and which worker holds which pack and components."""
-        import json
+    from farm_cli.remote import client
 
-        from farm_cli.client import FarmError
-        from farm_cli.remote import client
-
-        try:
-            with client(coordinator, token) as farm:
-                shelf, workers = farm.packs(), farm.workers()
-        except FarmError as exc:
-            fail(str(exc), code=1)
-        rows, encoders = pack_rows(shelf, workers), encoder_rows(workers)
-        if as_json:
-            typer.echo(json.dumps({"coordinator": shelf, "workers": rows, "text_encoders": encoders}, indent=2))
-            return
-        for line in format_rows(shelf, rows):
-            typer.echo(line)
-        for row in encoders:
-            typer.echo(f"{row['worker']}  text encoder {row['text_encoder']}  {row['bytes'] / 1e9:.2f} GB")
+    with one_line(code=1), client(coordinator, token) as farm:
+        shelf, workers = farm.packs(), farm.workers()
+    rows, encoders = pack_rows(shelf, workers), encoder_rows(workers)
+    if as_json:
+        typer.echo(json.dumps({"coordinator": shelf, "workers": rows, "text_encoders": encoders}, indent=2))
+        return
+    for line in format_rows(shelf, rows):
+        typer.echo(line)
+    for row in encoders:
+        typer.echo(f"{row['worker']}  text encoder {row['text_encoder']}  {row['bytes'] / 1e9:.2f} GB")
 
 
 def pack_rows(shelf: list[dict], workers: list[dict]) -> list[dict]:

@@ -7,15 +7,32 @@ the predicted seconds per stage and the peak per task from the farm's own planne
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from farm_cli import common
-from farm_cli.common import fail
-
-FleetFile = Annotated[Path | None, typer.Option(
-    "--fleet", help="A described fleet (JSON/TOML: workers with name, chip, memory_gb, count) instead of the live one.")]
+from farm_cli.options import (
+    Coordinator,
+    DecodeTiles,
+    FleetFile,
+    FrameRate,
+    Frames,
+    Height,
+    Image,
+    Json,
+    NoAudio,
+    PackRef,
+    Prompt,
+    Seed,
+    Stage2Sigmas,
+    Stage2Tiles,
+    TemporalUpscalings,
+    TextEncoder,
+    TileOverlap,
+    Token,
+    Width,
+)
+from farm_cli.session import one_line
 
 
 def _fleet(fleet_file: Path | None, pack: str, coordinator: str, token: str | None) -> tuple[list, list]:
@@ -23,14 +40,10 @@ def _fleet(fleet_file: Path | None, pack: str, coordinator: str, token: str | No
 
     if fleet_file is not None:
         return described_fleet(read_fleet(fleet_file), pack)
-    from farm_cli.client import FarmError
     from farm_cli.remote import client
 
-    try:
-        with client(coordinator, token) as farm:
-            return live_fleet(farm.workers())
-    except FarmError as exc:
-        fail(f"{exc} (or plan for a described fleet with --fleet FILE)", code=1)
+    with one_line(code=1, hint=" (or plan for a described fleet with --fleet FILE)"), client(coordinator, token) as farm:
+        return live_fleet(farm.workers())
 
 
 def _gib(n: int) -> str:
@@ -55,54 +68,28 @@ def print_plan(plan: dict) -> None:
                "a worker's measured speeds where it has run tasks, else its chip's)")
 
 
-def register(app: typer.Typer) -> None:
-    """Add `farm plan` to the app, with submit's own option definitions."""
-    from farm_cli.main import (
-        Coordinator,
-        DecodeTiles,
-        FrameRate,
-        Frames,
-        Height,
-        Image,
-        Json,
-        NoAudio,
-        PackRef,
-        Prompt,
-        Seed,
-        Stage2Sigmas,
-        Stage2Tiles,
-        TemporalUpscalings,
-        TextEncoder,
-        TileOverlap,
-        Token,
-        Width,
-    )
+def plan(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+         frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
+         no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5,
+         stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = 0,
+         decode_tiles: DecodeTiles = "auto", text_encoder: TextEncoder = None, fleet: FleetFile = None,
+         *, coordinator: Coordinator, token: Token = None,
+         as_json: Json = False) -> None:
+    """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
+    from coordinator.plan.forecast import forecast
+    from coordinator.plan.graph import SpecError
 
-    @app.command()
-    def plan(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
-             frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
-             no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5,
-             stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = 0,
-             decode_tiles: DecodeTiles = "auto", text_encoder: TextEncoder = None, fleet: FleetFile = None,
-             coordinator: Coordinator = f"127.0.0.1:{common.DEFAULT_PORT}", token: Token = None,
-             as_json: Json = False) -> None:
-        """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
-        from coordinator.plan.forecast import forecast
-        from coordinator.plan.graph import SpecError
-
-        spec, _pixels = common.render_spec(prompt or "plan", height, width, frames, frame_rate, seed, pack, None,
-                                           no_audio)
-        if image is not None:
-            spec["image"] = {"blob": "plan", "frame": int(image[1]), "strength": float(image[2])}
-        spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles,
-                                     None)
-        spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
-        try:
-            caps, slots = _fleet(fleet, pack, coordinator, token)
-            result = forecast(spec, caps, slots)
-        except SpecError as exc:
-            fail(str(exc))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2, default=str))
-        else:
-            print_plan(result)
+    spec, _pixels = common.render_spec(prompt or "plan", height, width, frames, frame_rate, seed, pack, None,
+                                       no_audio)
+    if image is not None:
+        spec["image"] = {"blob": "plan", "frame": int(image[1]), "strength": float(image[2])}
+    spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles,
+                                 None)
+    spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
+    with one_line(SpecError):
+        caps, slots = _fleet(fleet, pack, coordinator, token)
+        result = forecast(spec, caps, slots)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        print_plan(result)

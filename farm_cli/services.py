@@ -16,8 +16,10 @@ from typing import Annotated
 import typer
 
 from farm_cli import common
-from farm_cli.common import fail
+from farm_cli.options import DashHost, DashPort, DataDir, Output, Port, RedisUrl
+from farm_cli.session import fail
 from farm_cli.supervise import Supervisor
+from protos.defaults import COORDINATOR_HOST, COORDINATOR_PORT, DASHBOARD_PORT
 
 
 def ensure_tiny_pack(data: Path) -> Path:
@@ -132,116 +134,105 @@ def _stop_processes(procs: list[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def register(app: typer.Typer) -> None:
-    """Add the service commands to the `farm` app."""
-    from farm_cli.main import DataDir, Output
+def coordinator(data: DataDir = None, host: str = typer.Option(COORDINATOR_HOST, "--host"),
+                port: Port = COORDINATOR_PORT, redis_url: RedisUrl = None,
+                dashboard_host: DashHost = "127.0.0.1", dashboard_port: DashPort = DASHBOARD_PORT,
+                packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Packs workers copy (default DATA/packs).")] = None,
+                advertise: Annotated[str | None, typer.Option(
+                    "--advertise", help="HOST:PORT standbys send workers and clients to while this one leads.")] = None,
+                bulk_port: Annotated[int, typer.Option(
+                    "--bulk-port", help="Port of the blob data channel beside gRPC (0: any free port, "
+                                        "-1: none, blobs go over gRPC).")] = 0,
+                bulk_plain: Annotated[bool, typer.Option("--bulk-plain", help=(
+                    "Serve the blob data channel as plain TCP, for a trusted wired LAN: blobs stay checked "
+                    "(sha256 at both ends, HMAC tickets; the token never crosses it) but their bytes are "
+                    "not encrypted. Default: TLS with the coordinator's certificate."))] = False,
+                ) -> None:
+    """Run the coordinator (gRPC + Redis + dashboard) until Ctrl-C. Several coordinators on one Redis
+    and one shared --data folder elect a leader; the others stand by and take over when it stops."""
+    from coordinator.server import run_coordinator
 
-    Port = Annotated[int, typer.Option("--port")]
-    RedisUrl = Annotated[str | None, typer.Option("--redis-url", envvar="FARM_REDIS_URL")]
+    check_ports(host, port, dashboard_host, dashboard_port)
+    try:
+        code = run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
+                               dashboard_host=dashboard_host, dashboard_port=dashboard_port, advertise=advertise,
+                               bulk_port=None if bulk_port < 0 else bulk_port, bulk_plain=bulk_plain)
+    except (OSError, RuntimeError) as exc:
+        fail(f"cannot start: {_startup_reason(exc)}", code=1)
+    raise typer.Exit(code)
 
-    DashHost = Annotated[str, typer.Option("--dashboard-host", help="0.0.0.0 opens the dashboard to the LAN.")]
-    DashPort = Annotated[int, typer.Option("--dashboard-port")]
 
-    @app.command()
-    def coordinator(data: DataDir = None, host: str = typer.Option("127.0.0.1", "--host"),
-                    port: Port = common.DEFAULT_PORT, redis_url: RedisUrl = None,
-                    dashboard_host: DashHost = "127.0.0.1", dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT,
-                    packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Packs workers copy (default DATA/packs).")] = None,
-                    advertise: Annotated[str | None, typer.Option(
-                        "--advertise", help="HOST:PORT standbys send workers and clients to while this one leads.")] = None,
-                    bulk_port: Annotated[int, typer.Option(
-                        "--bulk-port", help="Port of the blob data channel beside gRPC (0: any free port, "
-                                            "-1: none, blobs go over gRPC).")] = 0,
-                    bulk_plain: Annotated[bool, typer.Option("--bulk-plain", help=(
-                        "Serve the blob data channel as plain TCP, for a trusted wired LAN: blobs stay checked "
-                        "(sha256 at both ends, HMAC tickets; the token never crosses it) but their bytes are "
-                        "not encrypted. Default: TLS with the coordinator's certificate."))] = False,
-                    ) -> None:
-        """Run the coordinator (gRPC + Redis + dashboard) until Ctrl-C. Several coordinators on one Redis
-        and one shared --data folder elect a leader; the others stand by and take over when it stops."""
-        from coordinator.server import run_coordinator
+def worker(
+    coordinator: Annotated[str | None, typer.Option(
+        "--coordinator", envvar="FARM_COORDINATOR", help="HOST:PORT, or a list: leader + standbys.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", help="A copy of the coordinator's DATA/token (else FARM_TOKEN, FARM_TOKEN_FILE, "
+                             "the macOS keychain).")] = None,
+    worker_id: Annotated[str | None, typer.Option("--worker-id", help="Default: this host's name.")] = None,
+    packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Where packs live on this Mac.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Blob cache folder.")] = None,
+    wait_ms: Annotated[int, typer.Option("--wait-ms", help="Long-poll for a lease this long.")] = 10_000,
+    max_tasks: Annotated[int | None, typer.Option("--max-tasks", help="Exit after this many tasks.")] = None,
+    pack_max_mbps: Annotated[float | None, typer.Option(
+        "--pack-max-mbps", help="Cap copying packs from the coordinator at this many MB/s.")] = None,
+    drain: Annotated[bool, typer.Option(
+        "--drain", help="Ask the running worker with this id to finish its task, take no more and exit.")] = False,
+    throttle: Annotated[float, typer.Option(
+        "--throttle", help="Run each task FACTOR times as long as its compute (>= 1): share this Mac.")] = 1.0,
+) -> None:
+    """Run this Mac's worker: lease tasks from the coordinator and run them until Ctrl-C."""
+    from worker.cli import run_worker, worker_token
 
-        check_ports(host, port, dashboard_host, dashboard_port)
-        try:
-            code = run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
-                                   dashboard_host=dashboard_host, dashboard_port=dashboard_port, advertise=advertise,
-                                   bulk_port=None if bulk_port < 0 else bulk_port, bulk_plain=bulk_plain)
-        except (OSError, RuntimeError) as exc:
-            fail(f"cannot start: {_startup_reason(exc)}", code=1)
-        raise typer.Exit(code)
+    if not coordinator:
+        fail("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
+    try:
+        resolved = worker_token(token_file)
+    except SystemExit as exc:
+        fail(str(exc).removeprefix("farm worker: "))
+    from protos.logsetup import log_path
 
-    @app.command()
-    def worker(
-        coordinator: Annotated[str | None, typer.Option(
-            "--coordinator", envvar="FARM_COORDINATOR", help="HOST:PORT, or a list: leader + standbys.")] = None,
-        token_file: Annotated[Path | None, typer.Option(
-            "--token-file", help="A copy of the coordinator's DATA/token (else FARM_TOKEN, FARM_TOKEN_FILE, "
-                                 "the macOS keychain).")] = None,
-        worker_id: Annotated[str | None, typer.Option("--worker-id", help="Default: this host's name.")] = None,
-        packs_dir: Annotated[Path | None, typer.Option("--packs-dir", help="Where packs live on this Mac.")] = None,
-        cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Blob cache folder.")] = None,
-        wait_ms: Annotated[int, typer.Option("--wait-ms", help="Long-poll for a lease this long.")] = 10_000,
-        max_tasks: Annotated[int | None, typer.Option("--max-tasks", help="Exit after this many tasks.")] = None,
-        pack_max_mbps: Annotated[float | None, typer.Option(
-            "--pack-max-mbps", help="Cap copying packs from the coordinator at this many MB/s.")] = None,
-        drain: Annotated[bool, typer.Option(
-            "--drain", help="Ask the running worker with this id to finish its task, take no more and exit.")] = False,
-        throttle: Annotated[float, typer.Option(
-            "--throttle", help="Run each task FACTOR times as long as its compute (>= 1): share this Mac.")] = 1.0,
-    ) -> None:
-        """Run this Mac's worker: lease tasks from the coordinator and run them until Ctrl-C."""
-        from worker.cli import run_worker, worker_token
+    log_file = None if drain else log_path(common.data_dir(), "worker")  # named by `farm doctor`
+    raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
+                                pack_max_mbps, drain, log_file=log_file, throttle=throttle,
+                                token_file=token_file))
 
-        if not coordinator:
-            fail("give --coordinator HOST:PORT[,HOST:PORT...] or FARM_COORDINATOR")
-        try:
-            resolved = worker_token(token_file)
-        except SystemExit as exc:
-            fail(str(exc).removeprefix("farm worker: "))
-        from protos.logsetup import log_path
 
-        log_file = None if drain else log_path(common.data_dir(), "worker")  # named by `farm doctor`
-        raise typer.Exit(run_worker(coordinator, resolved, packs_dir, worker_id, cache_dir, wait_ms, max_tasks,
-                                    pack_max_mbps, drain, log_file=log_file, throttle=throttle,
-                                    token_file=token_file))
+def up(workers: int = typer.Option(2, "--workers"), port: Port = COORDINATOR_PORT, data: DataDir = None,
+       redis_url: RedisUrl = None, dashboard_host: DashHost = "127.0.0.1",
+       dashboard_port: DashPort = DASHBOARD_PORT) -> None:
+    """Coordinator + N local workers (+ embedded Redis) in the foreground until Ctrl-C."""
+    folder = common.data_dir(data)
+    check_ports("127.0.0.1", port, dashboard_host, dashboard_port)
+    from protos.logsetup import log_path, setup_logging
 
-    @app.command()
-    def up(workers: int = typer.Option(2, "--workers"), port: Port = common.DEFAULT_PORT, data: DataDir = None,
-           redis_url: RedisUrl = None, dashboard_host: DashHost = "127.0.0.1",
-           dashboard_port: DashPort = common.DEFAULT_DASHBOARD_PORT) -> None:
-        """Coordinator + N local workers (+ embedded Redis) in the foreground until Ctrl-C."""
-        folder = common.data_dir(data)
-        check_ports("127.0.0.1", port, dashboard_host, dashboard_port)
-        from protos.logsetup import log_path, setup_logging
+    setup_logging(log_path(folder, "coordinator"))  # the coordinator runs in this process
+    ensure_tiny_pack(folder)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with contextlib.ExitStack() as stack:
+        address, _token, _procs = enter_or_fail(stack, local_farm(
+            folder, workers, port, redis_url, dashboard_host=dashboard_host, dashboard_port=dashboard_port))
+        typer.echo(f"farm up: coordinator {address}, {workers} workers; token in {folder / 'token'}")
+        while not stop.wait(0.5):
+            pass
+        typer.echo("farm up: stopping")
 
-        setup_logging(log_path(folder, "coordinator"))  # the coordinator runs in this process
-        ensure_tiny_pack(folder)
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        with contextlib.ExitStack() as stack:
-            address, _token, _procs = enter_or_fail(stack, local_farm(
-                folder, workers, port, redis_url, dashboard_host=dashboard_host, dashboard_port=dashboard_port))
-            typer.echo(f"farm up: coordinator {address}, {workers} workers; token in {folder / 'token'}")
-            while not stop.wait(0.5):
-                pass
-            typer.echo("farm up: stopping")
 
-    @app.command()
-    def demo(output: Output = None, data: DataDir = None, workers: int = typer.Option(2, "--workers")) -> None:
-        """Start a farm on this machine, render one clip with the tiny pack, write the mp4, stop."""
-        from farm_cli.remote import fetch_results, submit_render, wait_for
+def demo(output: Output = None, data: DataDir = None, workers: int = typer.Option(2, "--workers")) -> None:
+    """Start a farm on this machine, render one clip with the tiny pack, write the mp4, stop."""
+    from farm_cli.remote import fetch_results, submit_render, wait_for
 
-        folder = common.data_dir(data)
-        ensure_tiny_pack(folder)
-        out = output or Path("demo.mp4")
-        spec = {"prompt": "a red fox running through fresh snow at dawn", "height": 256, "width": 384,
-                "frames": 25, "frame_rate": 24.0, "seed": 1, "pack": "tiny", "audio": True}
-        with contextlib.ExitStack() as stack:
-            address, token, _procs = enter_or_fail(stack, local_farm(folder, workers))
-            render_id = submit_render(spec, None, address, token)
-            typer.echo(f"submitted {render_id} to {address}", err=True)
-            render = wait_for(render_id, address, token)
-            if render.get("state") != "done":
-                fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}", code=1)
-            fetch_results(render, out, None, address, token)
+    folder = common.data_dir(data)
+    ensure_tiny_pack(folder)
+    out = output or Path("demo.mp4")
+    spec = {"prompt": "a red fox running through fresh snow at dawn", "height": 256, "width": 384,
+            "frames": 25, "frame_rate": 24.0, "seed": 1, "pack": "tiny", "audio": True}
+    with contextlib.ExitStack() as stack:
+        address, token, _procs = enter_or_fail(stack, local_farm(folder, workers))
+        render_id = submit_render(spec, None, address, token)
+        typer.echo(f"submitted {render_id} to {address}", err=True)
+        render = wait_for(render_id, address, token)
+        if render.get("state") != "done":
+            fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}", code=1)
+        fetch_results(render, out, None, address, token)

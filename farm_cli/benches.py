@@ -1,0 +1,174 @@
+"""`farm bench ...`: speed measured side by side in one run, never by timed assertions in tests.
+
+Only the commands and their flags are here; each command imports its bench (farm_cli/bench/NAME.py)
+when it runs, so `farm --help` and every other command never load them.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from farm_cli import common
+
+bench_app = typer.Typer(no_args_is_help=True, help="Side-by-side measurements.")
+
+
+@bench_app.command("overhead")
+def overhead(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 25,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved in-process/farm rounds.")] = 3,
+) -> None:
+    """Stage-2 wall time through the farm (1 worker) vs in-process, same tiles: paired ratio; bytes per step."""
+    from farm_cli.bench.overhead import run
+
+    run(height, width, frames, tiles, pack, data, pairs)
+
+
+@bench_app.command("failover")
+def failover(
+    kills: Annotated[int, typer.Option("--kills", help="How many kill -9s (one render each).")] = 3,
+    workers: Annotated[int, typer.Option("--workers")] = 3,
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Seconds from a worker's kill -9 to its task's next lease, per kill and the median."""
+    from farm_cli.bench.failover import failover as run
+
+    run(kills, workers, data)
+
+
+@bench_app.command("eta")
+def eta(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 25,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+    throttles: Annotated[str, typer.Option("--throttles", help="One worker per factor (1 = full speed).")] = "1,2,4",
+    renders: Annotated[int, typer.Option("--renders", help="Measured renders after the warm-up.")] = 2,
+    warmups: Annotated[int, typer.Option("--warmups", help="Renders the farm learns its speeds from first.")] = 2,
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """ETA vs the real remaining time on a throttled fleet, from 25 % progress on (goal: within 20 %)."""
+    from farm_cli.bench.eta import run
+
+    spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
+            "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 5}
+    run(spec, [float(t) for t in throttles.split(",")], renders, data, warmups)
+
+
+@bench_app.command("model")
+def model(
+    macs: Annotated[int, typer.Option("--macs")] = 4,
+    chip: Annotated[str, typer.Option("--chip", help="A chip of coordinator/plan/costs.py's table.")] = "M1 Max",
+    memory_gb: Annotated[float, typer.Option("--memory-gb")] = 96.0,
+    queue: Annotated[int, typer.Option("--queue", help="Renders in the throughput case.")] = 8,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+) -> None:
+    """Modelled speedup of N Macs over one for a 1088x1920x121 render and a queue of them (cost model)."""
+    from farm_cli.bench.model import model as run
+
+    for line in run(macs, chip, memory_gb, queue, tiles):
+        typer.echo(line)
+
+
+@bench_app.command("dealing")
+def dealing(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 17,
+    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x5",
+    steps: Annotated[int, typer.Option("--steps", help="Stage-2 steps (sigmas evenly from 0.909375 to 0).")] = 3,
+    throttles: Annotated[str, typer.Option("--throttles", help="One worker per factor (1 = full speed).")] = "1,2,4",
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved speed-aware/even pairs.")] = 3,
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Stage-2 step time with speed-aware vs even tile dealing on a throttled fleet (goals: beats even,
+    within 15 % of the ideal speed-weighted split)."""
+    from farm_cli.bench.dealing import run
+
+    sigmas = [round(0.909375 * (1 - i / steps), 6) for i in range(steps)] + [0.0]
+    spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
+            "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "tile_overlap": 2, "stage2_sigmas": sigmas,
+            "audio": False}
+    run(spec, [float(t) for t in throttles.split(",")], pairs, data)
+
+
+@bench_app.command("affinity")
+def affinity(
+    renders: Annotated[int, typer.Option("--renders", help="Renders queued at once per side.")] = 6,
+    workers: Annotated[int, typer.Option("--workers")] = 2,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved affinity on/off pairs.")] = 2,
+    budget_mb: Annotated[float, typer.Option("--model-budget-mb", help="Each worker's warm-model memory.")] = 3.0,
+    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Model loads of a mixed queue with warm-model affinity on vs off (the coordinator's policy), paired."""
+    from farm_cli.bench.affinity import run
+
+    spec = {"prompt": "a fox in snow", "height": 256, "width": 384, "frames": 9, "frame_rate": 24.0, "pack": pack}
+    run(spec, workers, renders, pairs, budget_mb, data)
+
+
+@bench_app.command("transfer")
+@bench_app.command("blobs", hidden=True)
+def transfer(
+    mib: Annotated[int, typer.Option("--mib", help="Blob size in MiB.")] = 256,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved put/raw/get/raw rounds.")] = 5,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's temp data.")] = None,
+) -> None:
+    """Blob put/get GB/s through a real coordinator vs raw TCP loopback: paired median and spread."""
+    from farm_cli.bench.transfer import transfer as run
+
+    run(mib, pairs, data)
+
+
+@bench_app.command("assembly")
+def assembly(
+    height: Annotated[int, typer.Option("-H", "--height")] = 1088,
+    width: Annotated[int, typer.Option("-W", "--width")] = 1920,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 121,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved before/now rounds.")] = 2,
+    encode: Annotated[bool, typer.Option("--encode/--no-encode", help="Also encode the mp4.")] = False,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the synthetic tile blobs.")] = None,
+) -> None:
+    """Coordinator peak RSS of a tiled decode assembly (synthetic tiles of the real sizes), before vs now."""
+    from farm_cli.bench.assembly import assembly as run
+
+    run(height, width, frames, pairs, encode, data)
+
+
+@bench_app.command("transitions")
+@bench_app.command("scheduler", hidden=True)
+def transitions(
+    workers: Annotated[int, typer.Option("--workers", help="Simulated workers (threads).")] = 50,
+    tasks: Annotated[int, typer.Option("--tasks", help="Tasks per side per pair.")] = 2000,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved store/gRPC rounds.")] = 3,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's Redis and data.")] = None,
+    profile: Annotated[bool, typer.Option("--profile", help="Sample the coordinator's stacks (last round).")] = False,
+) -> None:
+    """Lease→complete transitions/s with N simulated workers: the store's Lua alone vs over gRPC, paired."""
+    from farm_cli.bench.transitions import transitions as run
+
+    run(workers, tasks, pairs, data, profile)
+
+
+@bench_app.command("watchers")
+def watchers(
+    count: Annotated[int, typer.Option("--watchers", help="Concurrent Watch streams on the crowd side.")] = 500,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved quiet/crowd rounds.")] = 3,
+    workers: Annotated[int, typer.Option("--workers", help="Local worker processes.")] = 2,
+    data: Annotated[Path | None, typer.Option("--data", help="Folder for the bench's farm.")] = None,
+) -> None:
+    """Worker RPC p99 during a tiled render with N watchers vs none: paired ratio, goal within 2x."""
+    from farm_cli.bench.watchers import watchers_bench
+
+    if count < 1 or pairs < 1 or workers < 1:
+        common.fail("--watchers, --pairs and --workers must be at least 1")
+    watchers_bench(count, pairs, workers, data)

@@ -1,0 +1,156 @@
+"""The client commands: submit, watch, status, cancel, fetch, workers, requeue, drain — each a function
+over the coordinator's gRPC API, registered by farm_cli.main."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from farm_cli import common
+from farm_cli.options import (
+    Coordinator,
+    DecodeTiles,
+    DetailingLora,
+    DetailingStrength,
+    Exr,
+    FrameRate,
+    Frames,
+    Height,
+    Image,
+    Json,
+    NoAudio,
+    Output,
+    PackRef,
+    Prompt,
+    SaveLatents,
+    Seed,
+    Stage2Sigmas,
+    Stage2Tiles,
+    TemporalUpscalings,
+    TextEncoder,
+    TileOverlap,
+    Token,
+    Width,
+)
+from farm_cli.remote import client, desktop_notice, fetch_results, submit_render, wait_for, watch_live
+from farm_cli.session import fail, one_line
+
+
+def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+           frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
+           output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
+           stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,
+           temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
+           *, coordinator: Coordinator, token: Token = None,
+           wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
+           priority: int = typer.Option(0, "--priority", help="Higher renders lease first."),
+           text_encoder: TextEncoder = None, as_json: Json = False,
+           seeds: Annotated[str | None, typer.Option(
+               "--seeds", help="A batch: one render per seed (1-8, 1,3,5).")] = None,
+           prompts_file: Annotated[Path | None, typer.Option(
+               "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
+           notify: Annotated[str | None, typer.Option(
+               "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
+           detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = 0.5,
+           ) -> None:
+    """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
+    spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
+    spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
+    spec |= common.detailing_spec(detailing_lora, detailing_strength)
+    spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
+    spec["priority"] = priority
+    if notify:
+        if not notify.startswith(("http://", "https://")):
+            fail(f"--notify {notify!r}: give an http:// or https:// URL")
+        spec["notify"] = notify
+    if seeds or prompts_file:
+        from farm_cli.manage import batch_specs, submit_batch
+
+        submit_batch(batch_specs(spec, seeds, prompts_file), pixels, coordinator, token, wait, output, as_json)
+        return
+    render_id = submit_render(spec, pixels, coordinator, token)
+    typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)
+    if not (wait or output or save_latents):
+        return
+    render = wait_for(render_id, coordinator, token, quiet=as_json)
+    desktop_notice(render)
+    if render.get("state") != "done":
+        fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
+    fetch_results(render, output, save_latents, coordinator, token)
+
+
+def watch(render_id: str, *, coordinator: Coordinator, token: Token = None) -> None:
+    """Follow a render live (stages, tile grid, workers, ETA); exits non-zero unless it is done."""
+    render = watch_live(render_id, coordinator, token) if sys.stdout.isatty() else wait_for(render_id, coordinator, token)
+    typer.echo(f"{render_id} {render.get('state')} {render.get('error') or ''}".rstrip())
+    raise typer.Exit(0 if render.get("state") == "done" else 1)
+
+
+def status(render_id: str = typer.Argument(None), *, coordinator: Coordinator,
+           token: Token = None, as_json: Json = False) -> None:
+    """One render's record, or the list of renders."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        data = farm.get(render_id) if render_id else farm.list()
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    from farm_cli.views import render_details, render_row
+
+    for line in render_details(data) if render_id else [render_row(r) for r in data]:
+        typer.echo(line)
+
+
+def cancel(render_id: str, *, coordinator: Coordinator, token: Token = None) -> None:
+    """Cancel a render; running tasks stop at their next heartbeat."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        state = "now" if farm.cancel(render_id) else farm.get(render_id).get("state")
+    if state not in ("now", "cancelled"):
+        fail(f"render {render_id} is {state}: nothing to cancel", code=1)
+    typer.echo(f"{render_id} {'cancelled' if state == 'now' else 'already cancelled'}")
+
+
+def fetch(render_id: str, output: Output = None, *, coordinator: Coordinator,
+          token: Token = None, exr: Exr = None) -> None:
+    """Download a finished render's mp4, or every finished render of a batch (GROUP id) into -o DIR."""
+    from farm_cli.config import value
+
+    folder = Path(value("output_dir") or ".").expanduser()
+    if render_id.startswith("g"):
+        from farm_cli.manage import fetch_group
+
+        fetch_group(render_id, output or folder / render_id, coordinator, token)
+        return
+    fetch_results({"id": render_id}, output or folder / f"{render_id}.mp4", None, coordinator, token, exr)
+
+
+def workers(*, coordinator: Coordinator, token: Token = None,
+            as_json: Json = False) -> None:
+    """The registered workers."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        rows = farm.workers()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for w in rows:  # the dashboard's rows: same states (idle, busy, lost, draining, drained), same blocklists
+        blocked = f"  blocklisted for {', '.join(w['blocklisted_for'])}" if w.get("blocklisted_for") else ""
+        typer.echo(f"{w.get('id')}  {w.get('state', '?'):<8} {w.get('chip', '')}{blocked}")
+
+
+def requeue(render_id: str, task: str = typer.Option("", "--task", help="Also take this leased task back."),
+            *, coordinator: Coordinator, token: Token = None) -> None:
+    """Give the workers blocklisted for a render another chance (and requeue a leased task)."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        cleared, requeued = farm.requeue(render_id, task)
+    typer.echo(f"{render_id}: blocklist {'cleared' if cleared else 'was empty'}"
+               + (f"; {task} {'requeued' if requeued else 'not leased'}" if task else ""))
+
+
+def drain(worker_id: str, *, coordinator: Coordinator, token: Token = None) -> None:
+    """Let a worker finish its current task, give it no more, and have it exit."""
+    with one_line(code=1), client(coordinator, token) as farm:
+        found = farm.drain(worker_id)
+    if not found:
+        fail(f"no worker {worker_id}", code=1)
+    typer.echo(f"{worker_id} draining")
