@@ -141,10 +141,6 @@ KNOWN_CIRCLES: list[frozenset[str]] = [
     frozenset({"coordinator.assembler", "coordinator.previews"}),
     frozenset({"coordinator.fleet", "coordinator.metrics"}),
     frozenset({"coordinator.dashboard.app", "coordinator.dashboard.events"}),
-    frozenset({"farm_cli.bench", "farm_cli.bench.affinity", "farm_cli.bench.dealing", "farm_cli.bench.eta",
-               "farm_cli.bench.failover", "farm_cli.bench.watchers", "farm_cli.common", "farm_cli.config",
-               "farm_cli.doctor", "farm_cli.main", "farm_cli.manage", "farm_cli.packs", "farm_cli.plan",
-               "farm_cli.remote", "farm_cli.services"}),
 ]
 
 
