@@ -29,11 +29,7 @@ def _ratios(raw: dict) -> dict[str, float]:
 def cost_ratios(store: Any, worker_ids: list[str], what: str = "costratio",
                 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Each worker's measured ratio per kind (what="costload": cold-start seconds), and the fleet's."""
-    pipe = store.client.pipeline(transaction=False)
-    for wid in worker_ids:
-        pipe.hgetall(store.key(what, wid))
-    pipe.hgetall(store.key(f"{what}_fleet"))
-    *each, fleet = pipe.execute()
+    each, fleet = store.cost_ratio_hashes(worker_ids, what)
     return {wid: _ratios(raw) for wid, raw in zip(worker_ids, each, strict=True)}, _ratios(fleet)
 
 

@@ -55,17 +55,12 @@ def stage_of(kind: str, task_id: str = "") -> str:
 
 
 def redis_now_ms(store: Any) -> int:
-    sec, usec = store.client.time()
-    return int(sec) * 1000 + int(usec) // 1000
+    return store.now_ms()
 
 
 def blob_sizes(store: Any, shas: set[str]) -> dict[str, int]:
     """Sizes of blobs by sha256 (one pipelined read); unknown blobs are left out."""
-    shas = sorted(s for s in shas if isinstance(s, str) and s)
-    pipe = store.client.pipeline(transaction=False)
-    for sha in shas:
-        pipe.hget(store.key("blob", sha), "size")
-    return {sha: int(size) for sha, size in zip(shas, pipe.execute(), strict=True) if size is not None}
+    return store.blob_sizes(sorted(s for s in shas if isinstance(s, str) and s))
 
 
 def shas_in(value: Any) -> list[str]:
@@ -286,15 +281,7 @@ def _fraction(views: list[dict]) -> float:
 
 def kind_speeds(store: Any, kinds: set[str]) -> dict[str, float]:
     """Mean lease-to-done seconds per task kind, measured by the farm (kinds never finished are left out)."""
-    kinds_list = sorted(kinds)
-    pipe = store.client.pipeline(transaction=False)
-    for kind in kinds_list:
-        pipe.hmget(store.key("kindtime", kind), "n", "sum_ms")
-    out = {}
-    for kind, (n, sum_ms) in zip(kinds_list, pipe.execute(), strict=True):
-        if n and int(n) > 0:
-            out[kind] = float(sum_ms or 0) / int(n) / 1000.0
-    return out
+    return {kind: sum_ms / n / 1000.0 for kind, (n, sum_ms) in store.kind_times(sorted(kinds)).items()}
 
 
 def live_slots(store: Any, now_ms: int) -> tuple:

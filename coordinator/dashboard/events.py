@@ -62,8 +62,7 @@ async def _relay(farm: Farm, start: Callable[[], dict[str, str]], refresh: Refre
 
 
 def _newest(farm: Farm, render_id: str) -> str:
-    newest = farm.store.client.xrevrange(farm.store.key("events", render_id), count=1)
-    return newest[0][0] if newest else "0"
+    return farm.store.newest_event_id(render_id)
 
 
 async def render_events(request: Request) -> Response:
@@ -86,7 +85,7 @@ async def all_events(request: Request) -> Response:
     store = farm.store
 
     def newest_renders() -> list[str]:
-        return store.client.zrevrange(store.key("renders"), 0, ALL_EVENTS_RENDERS - 1)
+        return store.newest_render_ids(ALL_EVENTS_RENDERS)
 
     def start() -> dict[str, str]:
         return {rid: _newest(farm, rid) for rid in newest_renders()}
