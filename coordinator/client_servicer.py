@@ -120,7 +120,8 @@ def _no_output(render_id: str, render: dict) -> str:
 
 def live_fleet(store: Any) -> list[dict]:
     """Capabilities of the workers seen lately (a Mac that left long ago must not shape the plan)."""
-    from coordinator.metrics import LOST_AFTER_MS, redis_now_ms
+    from coordinator.fleet import LOST_AFTER_MS
+    from coordinator.metrics import redis_now_ms
 
     now = redis_now_ms(store)
     return [w.get("info") or {} for w in store.list_workers()
@@ -277,9 +278,10 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         return farm_pb2.PruneReply(render_ids=done.renders, blobs=done.blobs, blob_bytes=done.blob_bytes)
 
     def ListWorkers(self, request, context):
-        """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says; the
+        """The dashboard's worker rows (fleet.worker_view), so `farm workers` says what it says; the
         farm's clock (Redis TIME) rides in the trailing metadata for `farm doctor`'s skew check."""
-        from coordinator.metrics import list_workers, redis_now_ms
+        from coordinator.fleet import list_workers
+        from coordinator.metrics import redis_now_ms
 
         context.set_trailing_metadata(((FARM_NOW_MS, str(redis_now_ms(self.store))),))
         rows = [farm_pb2.WorkerStatus(worker_id=str(w["id"]), state=w["state"], current_task=w["current_task"],

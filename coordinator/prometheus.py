@@ -11,7 +11,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from coordinator.metrics import blob_sizes, list_workers, shas_in, task_view
+from coordinator.fleet import list_workers
+from coordinator.metrics import blob_sizes, shas_in, task_view
 
 
 def farm_snapshot(store: Any, render_limit: int = 100) -> dict:

@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Respon
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from coordinator import metrics, prometheus
+from coordinator import fleet, metrics, prometheus
 from coordinator.dashboard.security import (
     BODY_KEY,
     CSRF_COOKIE,
@@ -209,7 +209,7 @@ def preview(request: Request) -> Response:
 
 @reader
 def workers(request: Request) -> Response:
-    return Json({"workers": metrics.list_workers(farm_of(request).store)})
+    return Json({"workers": fleet.list_workers(farm_of(request).store)})
 
 
 @reader
