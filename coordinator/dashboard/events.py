@@ -16,7 +16,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from coordinator.dashboard.app import Farm, checked_id, error, farm_of
+from coordinator.dashboard.context import Farm, checked_id, error, farm_of
 from coordinator.dashboard.security import cookies_of
 
 POLL_S = 0.5  # also how fast a stream notices shutdown

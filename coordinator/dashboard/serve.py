@@ -23,7 +23,8 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from coordinator.dashboard.app import BlobReader, Farm, build_app
+from coordinator.dashboard.app import build_app
+from coordinator.dashboard.context import BlobReader, Farm
 from coordinator.dashboard.security import REQUEST_TIMEOUT_S, Gate, RequestGuard
 
 log = logging.getLogger(__name__)
