@@ -2,14 +2,13 @@
 
 Workers long-poll Lease; the scheduler turns that into short FarmStore.lease attempts so Redis
 stays the only source of truth (no in-memory queue to lose). A result is checked against the
-planner's params["expect"] before it may commit: a missing blob or a wrong dtype/shape is refused
+planner's params["expect"] (results.py) before it may commit: a missing blob or a wrong dtype/shape is refused
 and the task re-queued, so one bad worker cannot poison a render. When the last task commits, the
 assembler runs in a thread and the render ends done (with its mp4) or failed (with the reason).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.state.blobs import BlobError, BlobStore
+from coordinator.results import as_dict, check_outputs
+from coordinator.state.blobs import BlobStore
 from coordinator.state.store import NotLeader, is_transient
 from protos.retry import Backoff, GaveUp, Outage, retry
 
@@ -38,25 +38,6 @@ class StuckLimits:
     soft_factor: float = 3.0
     hard_floor_s: float = 7200.0
     hard_factor: float = 10.0
-
-
-def as_dict(value: Any) -> dict:
-    """Store fields may come back decoded or as JSON text; accept both."""
-    if value is None or value == "":
-        return {}
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, (str, bytes)):
-        decoded = json.loads(value)
-        return decoded if isinstance(decoded, dict) else {}
-    return dict(value)
-
-
-def _shape_matches(expected: list | tuple, actual: tuple[int, ...]) -> bool:
-    """Exact shape match; None or -1 in the expectation matches any size on that axis."""
-    if len(expected) != len(actual):
-        return False
-    return all(e is None or int(e) == -1 or int(e) == a for e, a in zip(expected, actual, strict=True))
 
 
 class Scheduler:
@@ -238,25 +219,7 @@ class Scheduler:
 
     def check_outputs(self, expect: dict, outputs: dict[str, str]) -> str | None:
         """Why these outputs must be refused, or None when they match the task's params["expect"]."""
-        missing = sorted(set(expect) - set(outputs))
-        if missing:
-            return f"missing outputs: {', '.join(missing)}"
-        for name, sha in sorted(outputs.items()):
-            if not self.blobs.has(sha):
-                return f"output {name}: blob {str(sha)[:12]} was never uploaded"
-            if name not in expect:
-                continue
-            try:
-                dtype, shape, _ = self.blobs.header(sha)
-            except BlobError as exc:
-                return f"output {name}: {exc}"
-            want = expect[name]
-            if want.get("dtype") and dtype != want["dtype"]:
-                return f"output {name}: dtype {dtype}, expected {want['dtype']}"
-            # No shape, or [] (the planner's "dtype only"), leaves the shape unchecked.
-            if want.get("shape") and not _shape_matches(want["shape"], shape):
-                return f"output {name}: shape {list(shape)}, expected {list(want['shape'])}"
-        return None
+        return check_outputs(self.blobs, expect, outputs)
 
     def complete(
         self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict
