@@ -21,11 +21,13 @@ from typing import Any
 
 import grpc
 
+from coordinator.fleet import FleetStore
 from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
 from coordinator.scheduler import TERMINAL_STATES, Scheduler
 from coordinator.schema import parse_object
+from coordinator.state.store import FarmStore
 from coordinator.watchhub import WATCH_LIMIT, WatchHub, WatchRelay, encoded_batches
 from protos import farm_pb2, farm_pb2_grpc
 from protos.tensors import CHUNK_BYTES
@@ -118,7 +120,7 @@ def _no_output(render_id: str, render: dict) -> str:
     return f"render {render_id} is {state}: no output yet (`farm watch {render_id}` follows it)"
 
 
-def live_fleet(store: Any) -> list[dict]:
+def live_fleet(store: FleetStore) -> list[dict]:
     """Capabilities of the workers seen lately (a Mac that left long ago must not shape the plan)."""
     from coordinator.fleet import LOST_AFTER_MS
     from coordinator.metrics import redis_now_ms
@@ -131,7 +133,7 @@ def live_fleet(store: Any) -> list[dict]:
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     """What `farm submit / status / watch / cancel / fetch` talk to."""
 
-    def __init__(self, store: Any, scheduler: Scheduler, shelf: PackShelf | None = None,
+    def __init__(self, store: FarmStore, scheduler: Scheduler, shelf: PackShelf | None = None,
                  watch_limit: int = WATCH_LIMIT) -> None:
         self.store = store
         self.scheduler = scheduler

@@ -10,13 +10,24 @@ Split from metrics.py (the size rule, and metrics read worker_state while this r
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Protocol
 
 from coordinator.plan.costs import fill_ratios
 from coordinator.plan.placement import COORDINATOR_SLOT, Slot
 
 LIVE = ("idle", "busy")
 LOST_AFTER_MS = 90_000  # a worker unseen this long is shown as lost
+
+
+class FleetStore(Protocol):
+    """The store reads the fleet's rows and slots are built from (coordinator/state/reads.py)."""
+
+    def now_ms(self) -> int: ...
+
+    def list_workers(self) -> list[dict]: ...
+
+    def cost_ratio_hashes(self, worker_ids: list[str], what: str = "costratio",
+                          ) -> tuple[list[dict[str, str]], dict[str, str]]: ...
 
 
 def _ratios(raw: dict) -> dict[str, float]:
@@ -29,7 +40,7 @@ def _ratios(raw: dict) -> dict[str, float]:
     return out
 
 
-def cost_ratios(store: Any, worker_ids: list[str], what: str = "costratio",
+def cost_ratios(store: FleetStore, worker_ids: list[str], what: str = "costratio",
                 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Each worker's measured ratio per kind (what="costload": cold-start seconds), and the fleet's."""
     each, fleet = store.cost_ratio_hashes(worker_ids, what)
@@ -56,7 +67,7 @@ def slots(workers: list[dict], ratios: tuple[dict, dict], loads: tuple[dict, dic
     return out
 
 
-def live_slots(store: Any, now_ms: int) -> tuple[list[Slot], Slot]:
+def live_slots(store: FleetStore, now_ms: int) -> tuple[list[Slot], Slot]:
     """The live workers' slots (not lost, draining or drained) and the coordinator's."""
     workers = [w for w in store.list_workers() if worker_state(w, now_ms) in LIVE]
     ids = [str(w["id"]) for w in workers] + [COORDINATOR_SLOT]
@@ -115,7 +126,7 @@ def worker_view(worker: dict, now_ms: int) -> dict:
     }
 
 
-def list_workers(store: Any) -> list[dict]:
+def list_workers(store: FleetStore) -> list[dict]:
     """Worker rows with the cost model's measured ratios per kind (`cost_ratios`, what `farm plan` reads)."""
     now = store.now_ms()
     workers = store.list_workers()

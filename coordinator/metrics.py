@@ -8,9 +8,9 @@ is a plain read of Redis (no state changes); times come from Redis TIME, the far
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
-from coordinator.fleet import live_slots, worker_state
+from coordinator.fleet import FleetStore, live_slots, worker_state
 from coordinator.plan import placement
 from coordinator.progress import eta_from_speeds, task_label
 
@@ -41,6 +41,20 @@ _KIND_PREFIXES = (
 )
 
 
+class MetricsStore(FleetStore, Protocol):
+    """The store reads the farm's numbers are made of (coordinator/state/reads.py), beside the fleet's."""
+
+    def get_render(self, render_id: str) -> dict | None: ...
+
+    def list_renders(self, limit: int = 50) -> list[dict]: ...
+
+    def render_tasks(self, render_id: str) -> list[dict]: ...
+
+    def blob_sizes(self, shas: list[str]) -> dict[str, int]: ...
+
+    def kind_times(self, kinds: list[str]) -> dict[str, tuple[int, float]]: ...
+
+
 def stage_of(kind: str, task_id: str = "") -> str:
     """The pipeline stage of a task: the first name in its id (`<render>.stage2.s0.t1` → stage2),
     else its kind (tiled kinds share their stage's prefix)."""
@@ -54,11 +68,11 @@ def stage_of(kind: str, task_id: str = "") -> str:
     return kind or "other"
 
 
-def redis_now_ms(store: Any) -> int:
+def redis_now_ms(store: FleetStore) -> int:
     return store.now_ms()
 
 
-def blob_sizes(store: Any, shas: set[str]) -> dict[str, int]:
+def blob_sizes(store: MetricsStore, shas: set[str]) -> dict[str, int]:
     """Sizes of blobs by sha256 (one pipelined read); unknown blobs are left out."""
     return store.blob_sizes(sorted(s for s in shas if isinstance(s, str) and s))
 
@@ -279,12 +293,12 @@ def _fraction(views: list[dict]) -> float:
     return total / len(views)
 
 
-def kind_speeds(store: Any, kinds: set[str]) -> dict[str, float]:
+def kind_speeds(store: MetricsStore, kinds: set[str]) -> dict[str, float]:
     """Mean lease-to-done seconds per task kind, measured by the farm (kinds never finished are left out)."""
     return {kind: sum_ms / n / 1000.0 for kind, (n, sum_ms) in store.kind_times(sorted(kinds)).items()}
 
 
-def live_worker_count(store: Any, now_ms: int) -> int:
+def live_worker_count(store: FleetStore, now_ms: int) -> int:
     """Workers that can take a task now (not lost, draining or drained): the ETA's parallelism."""
     return sum(worker_state(w, now_ms) in ("idle", "busy") for w in store.list_workers())
 
@@ -340,7 +354,7 @@ def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[st
     }
 
 
-def render_detail(store: Any, render_id: str) -> dict | None:
+def render_detail(store: MetricsStore, render_id: str) -> dict | None:
     """Everything the render page needs: summary, tasks, stage timeline and tile grids."""
     render = store.get_render(render_id)
     if render is None:
@@ -358,7 +372,7 @@ def render_detail(store: Any, render_id: str) -> dict | None:
     }
 
 
-def list_summaries(store: Any, limit: int = 50) -> list[dict]:
+def list_summaries(store: MetricsStore, limit: int = 50) -> list[dict]:
     now = redis_now_ms(store)
     views = {r["id"]: (r, [task_view(t) for t in store.render_tasks(r["id"])]) for r in store.list_renders(limit)}
     speeds = kind_speeds(store, {v["kind"] for _, vs in views.values() for v in vs})

@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from coordinator.results import as_dict, check_outputs
 from coordinator.state.blobs import BlobStore
 from coordinator.state.store import NotLeader, is_transient
+from protos.defaults import LEASE_MS
 from protos.retry import Backoff, GaveUp, Outage, retry
 
 log = logging.getLogger(__name__)
@@ -40,20 +41,40 @@ class StuckLimits:
     hard_factor: float = 10.0
 
 
+class SchedulerStore(Protocol):
+    """The store calls the scheduler makes: leases, results, expiry and the renders it assembles."""
+
+    def lease(self, worker_id: str, capabilities: list[str], lease_ms: int, seen: bool = False) -> dict | None: ...
+
+    def complete_and_lease(self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict,
+                           capabilities: list[str], lease_ms: int) -> tuple[str, dict | None]: ...
+
+    def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True,
+             seen: bool = False) -> str: ...
+
+    def expire_leases(self, now_ms: int | None = None) -> list[str]: ...
+
+    def check_stuck(self, soft_floor_ms: int, soft_factor: float, hard_floor_ms: int,
+                    hard_factor: float) -> tuple[list[str], list[str]]: ...
+
+    def get_task(self, task_id: str) -> dict | None: ...
+
+    def get_render(self, render_id: str) -> dict | None: ...
+
+    def list_renders(self, limit: int = 50) -> list[dict]: ...
+
+    def render_tasks(self, render_id: str) -> list[dict]: ...
+
+    def renders_to_assemble(self) -> list[str]: ...
+
+    def set_render_state(self, render_id: str, state: str, **fields: Any) -> bool: ...
+
+
 class Scheduler:
     """Lease long-poll, lease expiry and result checking on top of a FarmStore."""
 
-    def __init__(
-        self,
-        store: Any,
-        blobs: BlobStore,
-        data_dir: Path,
-        *,
-        lease_ms: int = 30_000,
-        poll_s: float = 0.05,
-        expiry_interval_s: float = 1.0,
-        stuck: StuckLimits | None = None,
-    ) -> None:
+    def __init__(self, store: SchedulerStore, blobs: BlobStore, data_dir: Path, *, lease_ms: int = LEASE_MS,
+                 poll_s: float = 0.05, expiry_interval_s: float = 1.0, stuck: StuckLimits | None = None) -> None:
         self.store = store
         self.stuck = stuck or StuckLimits()
         self.blobs = blobs

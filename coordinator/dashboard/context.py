@@ -11,23 +11,50 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from coordinator.dashboard.security import Gate
+from coordinator.prometheus import SnapshotStore
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,200}")
 BlobReader = Callable[[str], bytes | None]
+
+
+class DashboardStore(SnapshotStore, Protocol):
+    """What the dashboard asks of the store: the farm's numbers and /metrics' reads, the event
+    streams the page follows, and the actions its buttons take (each one Lua script)."""
+
+    def read_event_streams(self, positions: dict[str, str], block_ms: int = 0,
+                           count: int = 200) -> dict[str, list[tuple[str, dict]]]: ...
+
+    def newest_event_id(self, render_id: str) -> str: ...
+
+    def newest_render_ids(self, limit: int) -> list[str]: ...
+
+    def cancel_render(self, render_id: str) -> bool: ...
+
+    def set_priority(self, render_id: str, priority: int) -> bool: ...
+
+    def clear_blocklist(self, render_id: str) -> bool: ...
+
+    def retry_render(self, render_id: str) -> str: ...
+
+    def requeue_task(self, task_id: str) -> bool: ...
+
+    def drain_worker(self, worker_id: str) -> bool: ...
+
+    def resume_worker(self, worker_id: str) -> bool: ...
 
 
 @dataclass
 class Farm:
     """What the views need: the store, the gate, where previews live, and the stop flag for streams."""
 
-    store: Any
+    store: DashboardStore
     gate: Gate
     blob_reader: BlobReader | None = None
     data_dir: Path | None = None
