@@ -111,7 +111,8 @@ class Coordinator:
     def start(self) -> None:
         """Serve: the bound gRPC server and the data channel, one claim of the lease (a lone coordinator
         leads before serve() returns), the leadership loop and the retention sweeper."""
-        assert self.server is not None, "build_server() first"
+        if self.server is None:
+            raise RuntimeError("Coordinator.start() before build_server()")
         self.server.start()
         if self.bulk is not None:
             self.bulk.start()
