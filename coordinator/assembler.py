@@ -19,6 +19,7 @@ import numpy as np
 import OpenEXR
 
 from coordinator.plan.decode import DECODE, decode_tile_plan, tile_task_name
+from coordinator.previews import PreviewWriter, to_uint8
 from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
 from ltx_engine.decode_tiling import TileFrames, blend_frames, frame_bytes
 
@@ -28,11 +29,6 @@ F32 = np.float32
 
 # (task name within the render, e.g. "decode.t3", output name) → the array, or None when absent.
 OutputGetter = Callable[[str, str], "np.ndarray | None"]
-
-
-def to_uint8(frame: np.ndarray) -> np.ndarray:
-    """[0, 1] float pixels to uint8 with rounding; the one conversion every output path uses."""
-    return np.clip(np.rint(np.asarray(frame, dtype=np.float32) * 255.0), 0, 255).astype(np.uint8)
 
 
 def srgb_to_linear(frame: np.ndarray) -> np.ndarray:
@@ -149,8 +145,6 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
     start_ms, end_ms, seconds) for the metadata's per-stage timings; preview: where the dashboard's
     thumbnail of the latest finished frame goes (and its contact strip beside it).
     """
-    from coordinator.previews import PreviewWriter
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if exr_dir is not None:

@@ -21,11 +21,13 @@ from typing import Any
 
 import grpc
 
+from coordinator.fleet import FleetStore
 from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
 from coordinator.scheduler import Scheduler
 from coordinator.schema import parse_object
+from coordinator.state.store import FarmStore
 from coordinator.watchhub import WATCH_LIMIT, WatchHub, WatchRelay, encoded_batches
 from protos import farm_pb2, farm_pb2_grpc
 from protos.states import Outcome, RenderState
@@ -119,9 +121,10 @@ def _no_output(render_id: str, render: dict) -> str:
     return f"render {render_id} is {state}: no output yet (`farm watch {render_id}` follows it)"
 
 
-def live_fleet(store: Any) -> list[dict]:
+def live_fleet(store: FleetStore) -> list[dict]:
     """Capabilities of the workers seen lately (a Mac that left long ago must not shape the plan)."""
-    from coordinator.metrics import LOST_AFTER_MS, redis_now_ms
+    from coordinator.fleet import LOST_AFTER_MS
+    from coordinator.metrics import redis_now_ms
 
     now = redis_now_ms(store)
     return [w.get("info") or {} for w in store.list_workers()
@@ -131,7 +134,7 @@ def live_fleet(store: Any) -> list[dict]:
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     """What `farm submit / status / watch / cancel / fetch` talk to."""
 
-    def __init__(self, store: Any, scheduler: Scheduler, shelf: PackShelf | None = None,
+    def __init__(self, store: FarmStore, scheduler: Scheduler, shelf: PackShelf | None = None,
                  watch_limit: int = WATCH_LIMIT) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -278,9 +281,10 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         return farm_pb2.PruneReply(render_ids=done.renders, blobs=done.blobs, blob_bytes=done.blob_bytes)
 
     def ListWorkers(self, request, context):
-        """The dashboard's worker rows (metrics.worker_view), so `farm workers` says what it says; the
+        """The dashboard's worker rows (fleet.worker_view), so `farm workers` says what it says; the
         farm's clock (Redis TIME) rides in the trailing metadata for `farm doctor`'s skew check."""
-        from coordinator.metrics import list_workers, redis_now_ms
+        from coordinator.fleet import list_workers
+        from coordinator.metrics import redis_now_ms
 
         context.set_trailing_metadata(((FARM_NOW_MS, str(redis_now_ms(self.store))),))
         rows = [farm_pb2.WorkerStatus(worker_id=str(w["id"]), state=w["state"], current_task=w["current_task"],

@@ -19,14 +19,11 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from coordinator.auth import abort_handler
-from coordinator.notify import Notifier
-from coordinator.reducer import ReducerThread
 from protos.endpoints import standby_details
 
 log = logging.getLogger(__name__)
@@ -35,10 +32,18 @@ LEASE_MS = 5_000
 _GATED_PREFIX = "/ltxfarm.v1."
 
 
+class LeaseStore(Protocol):
+    """What Leadership needs of the store: the lease claim, and the epoch every fenced script carries."""
+
+    epoch: str
+
+    def claim_leadership(self, node: str, address: str, lease_ms: int) -> tuple[bool, int, str]: ...
+
+
 class Leadership(threading.Thread):
     """Claims the lease in a loop and calls on_lead / on_standby when the role changes."""
 
-    def __init__(self, store: Any, address: str, on_lead: Callable[[], None], on_standby: Callable[[], None],
+    def __init__(self, store: LeaseStore, address: str, on_lead: Callable[[], None], on_standby: Callable[[], None],
                  lease_ms: int = LEASE_MS) -> None:
         super().__init__(name="farm-leadership", daemon=True)
         self.store, self.address, self.lease_ms = store, address, lease_ms
@@ -140,33 +145,3 @@ class LeaderGate(grpc.ServerInterceptor):
         if leader == self.leadership.address:
             leader = ""  # our own lease, not renewed in time: nobody to send them to yet
         return abort_handler(handler, grpc.StatusCode.UNAVAILABLE, standby_details(leader))
-
-
-def set_health(health_servicer: Any, status: int) -> None:
-    for name in ("", "ltxfarm.v1.FarmClient", "ltxfarm.v1.FarmWorker", "ltxfarm.v1.FarmBlobs"):
-        health_servicer.set(name, status)
-
-
-def lead(server: grpc.Server) -> None:
-    """This coordinator took the lease: resume what a restarted coordinator resumes, then serve."""
-    scheduler = server.farm_scheduler  # type: ignore[attr-defined]
-    scheduler.start()
-    reducer = ReducerThread(scheduler.store, scheduler.blobs, scheduler, fleet=getattr(server, "farm_fleet", None))
-    reducer.start()
-    server.farm_reducer = reducer  # type: ignore[attr-defined]
-    leading = server.farm_leadership.is_serving  # type: ignore[attr-defined]
-    server.farm_notifier = Notifier(scheduler.store, leading)  # type: ignore[attr-defined]
-    server.farm_notifier.start()  # type: ignore[attr-defined]
-    set_health(server.farm_health, health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
-
-
-def stand_by(server: grpc.Server) -> None:
-    """Another coordinator leads now: stop every loop of ours (their writes are fenced anyway)."""
-    set_health(server.farm_health, health_pb2.HealthCheckResponse.NOT_SERVING)  # type: ignore[attr-defined]
-    reducer = getattr(server, "farm_reducer", None)
-    if reducer is not None:
-        reducer.stop()
-    notifier = getattr(server, "farm_notifier", None)
-    if notifier is not None:
-        notifier.stop()
-    server.farm_scheduler.stop()  # type: ignore[attr-defined]

@@ -8,8 +8,9 @@ is a plain read of Redis (no state changes); times come from Redis TIME, the far
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
+from coordinator.fleet import FleetStore, live_slots, worker_state
 from coordinator.plan import placement
 from coordinator.progress import eta_from_speeds, task_label
 from protos.states import TERMINAL
@@ -39,7 +40,20 @@ _KIND_PREFIXES = (
     ("decode_video", "decode"),
     ("decode_audio", "audio"),
 )
-LOST_AFTER_MS = 90_000  # a worker unseen this long is shown as lost
+
+
+class MetricsStore(FleetStore, Protocol):
+    """The store reads the farm's numbers are made of (coordinator/state/reads.py), beside the fleet's."""
+
+    def get_render(self, render_id: str) -> dict | None: ...
+
+    def list_renders(self, limit: int = 50) -> list[dict]: ...
+
+    def render_tasks(self, render_id: str) -> list[dict]: ...
+
+    def blob_sizes(self, shas: list[str]) -> dict[str, int]: ...
+
+    def kind_times(self, kinds: list[str]) -> dict[str, tuple[int, float]]: ...
 
 
 def stage_of(kind: str, task_id: str = "") -> str:
@@ -55,18 +69,13 @@ def stage_of(kind: str, task_id: str = "") -> str:
     return kind or "other"
 
 
-def redis_now_ms(store: Any) -> int:
-    sec, usec = store.client.time()
-    return int(sec) * 1000 + int(usec) // 1000
+def redis_now_ms(store: FleetStore) -> int:
+    return store.now_ms()
 
 
-def blob_sizes(store: Any, shas: set[str]) -> dict[str, int]:
+def blob_sizes(store: MetricsStore, shas: set[str]) -> dict[str, int]:
     """Sizes of blobs by sha256 (one pipelined read); unknown blobs are left out."""
-    shas = sorted(s for s in shas if isinstance(s, str) and s)
-    pipe = store.client.pipeline(transaction=False)
-    for sha in shas:
-        pipe.hget(store.key("blob", sha), "size")
-    return {sha: int(size) for sha, size in zip(shas, pipe.execute(), strict=True) if size is not None}
+    return store.blob_sizes(sorted(s for s in shas if isinstance(s, str) and s))
 
 
 def shas_in(value: Any) -> list[str]:
@@ -285,27 +294,12 @@ def _fraction(views: list[dict]) -> float:
     return total / len(views)
 
 
-def kind_speeds(store: Any, kinds: set[str]) -> dict[str, float]:
+def kind_speeds(store: MetricsStore, kinds: set[str]) -> dict[str, float]:
     """Mean lease-to-done seconds per task kind, measured by the farm (kinds never finished are left out)."""
-    kinds_list = sorted(kinds)
-    pipe = store.client.pipeline(transaction=False)
-    for kind in kinds_list:
-        pipe.hmget(store.key("kindtime", kind), "n", "sum_ms")
-    out = {}
-    for kind, (n, sum_ms) in zip(kinds_list, pipe.execute(), strict=True):
-        if n and int(n) > 0:
-            out[kind] = float(sum_ms or 0) / int(n) / 1000.0
-    return out
+    return {kind: sum_ms / n / 1000.0 for kind, (n, sum_ms) in store.kind_times(sorted(kinds)).items()}
 
 
-def live_slots(store: Any, now_ms: int) -> tuple:
-    """The live fleet the ETA simulates (coordinator.fleet)."""
-    from coordinator.fleet import live_slots as read
-
-    return read(store, now_ms)
-
-
-def live_worker_count(store: Any, now_ms: int) -> int:
+def live_worker_count(store: FleetStore, now_ms: int) -> int:
     """Workers that can take a task now (not lost, draining or drained): the ETA's parallelism."""
     return sum(worker_state(w, now_ms) in ("idle", "busy") for w in store.list_workers())
 
@@ -361,7 +355,7 @@ def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[st
     }
 
 
-def render_detail(store: Any, render_id: str) -> dict | None:
+def render_detail(store: MetricsStore, render_id: str) -> dict | None:
     """Everything the render page needs: summary, tasks, stage timeline and tile grids."""
     render = store.get_render(render_id)
     if render is None:
@@ -379,69 +373,9 @@ def render_detail(store: Any, render_id: str) -> dict | None:
     }
 
 
-def list_summaries(store: Any, limit: int = 50) -> list[dict]:
+def list_summaries(store: MetricsStore, limit: int = 50) -> list[dict]:
     now = redis_now_ms(store)
     views = {r["id"]: (r, [task_view(t) for t in store.render_tasks(r["id"])]) for r in store.list_renders(limit)}
     speeds = kind_speeds(store, {v["kind"] for _, vs in views.values() for v in vs})
     workers, fleet = live_worker_count(store, now), live_slots(store, now)
     return [render_summary(r, vs, now, speeds, workers, fleet) for r, vs in views.values()]
-
-
-def worker_state(worker: dict, now_ms: int) -> str:
-    """The one reading of a worker's state, for `farm workers` and the dashboard alike: drained (it
-    exited after a drain), lost (its connection broke, or unseen for LOST_AFTER_MS), draining (finishing
-    its task before it exits), else busy or idle as it last reported."""
-    state = str(worker.get("state") or "idle")
-    draining = str(worker.get("drain") or "0") == "1"
-    if draining and state == "drained":
-        return "drained"
-    seen = int(worker.get("last_seen_ms") or 0)
-    if state == "lost" or (seen and now_ms - seen > LOST_AFTER_MS):
-        return "lost"
-    return "draining" if draining else state
-
-
-def blocklisted_for(worker: dict) -> list[str]:
-    """Renders this worker is blocklisted for (it failed too many of their tasks)."""
-    value = worker.get("blocklisted") or []  # FarmStore decodes it to a list; a raw hash holds the words
-    return list(value) if isinstance(value, list) else str(value).split()
-
-
-def worker_view(worker: dict, now_ms: int) -> dict:
-    """A worker row: host, chip, memory, device, state (worker_state), blocklists, tiles done, mean s/tile."""
-    info = worker.get("info") if isinstance(worker.get("info"), dict) else {}
-    seen = int(worker.get("last_seen_ms") or 0)
-    state = worker_state(worker, now_ms)
-    done = int(worker.get("tasks_done") or 0)
-    return {
-        "id": worker["id"],
-        "host": info.get("host") or info.get("hostname") or info.get("peer") or "",
-        "chip": info.get("chip") or "",
-        "memory_bytes": info.get("memory_bytes"),
-        "mlx_device": info.get("mlx_device") or "",
-        "os": info.get("os") or "",
-        "state": state,
-        "blocklisted_for": blocklisted_for(worker),
-        "current_task": worker.get("current_task") or "",
-        "packs": {p: (info.get("pack_components") or {}).get(p) for p in info.get("packs") or []},
-        "text_encoders": info.get("text_encoders") if isinstance(info.get("text_encoders"), dict) else {},
-        "pack_bytes": info.get("pack_bytes") if isinstance(info.get("pack_bytes"), dict) else {},
-        "pack_generation": info.get("pack_generation") if isinstance(info.get("pack_generation"), dict) else {},
-        "pack_sync": worker.get("pack_sync") if isinstance(worker.get("pack_sync"), dict) else {},
-        "tasks_done": done,
-        "failures": int(worker.get("failures") or 0),
-        "busy_s": float(worker.get("busy_s") or 0.0),
-        "mean_s_per_tile": (float(worker.get("busy_s") or 0.0) / done) if done else None,
-        "last_seen_ms": seen,
-        "last_seen_age_s": (now_ms - seen) / 1000.0 if seen else None,
-    }
-
-
-def list_workers(store: Any) -> list[dict]:
-    """Worker rows with the cost model's measured ratios per kind (`cost_ratios`, what `farm plan` reads)."""
-    from coordinator.fleet import cost_ratios
-
-    now = redis_now_ms(store)
-    workers = store.list_workers()
-    ratios, _fleet = cost_ratios(store, [str(w["id"]) for w in workers])
-    return [{**worker_view(w, now), "cost_ratios": ratios[str(w["id"])]} for w in workers]

@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from protos.states import TERMINAL, RenderState
@@ -20,6 +20,14 @@ log = logging.getLogger("farm.notify")
 SCAN_RENDERS = 200  # the newest renders looked at each pass
 INTERVAL_S = 1.0
 TRIES = 3
+
+
+class NotifyStore(Protocol):
+    """The store calls the webhook loop makes: the newest renders, and the one-time claim to notify."""
+
+    def list_renders(self, limit: int = 50) -> list[dict]: ...
+
+    def claim_notify(self, render_id: str) -> bool: ...
 
 
 def notify_url(spec: dict) -> str | None:
@@ -53,7 +61,7 @@ def post(url: str, body: dict, timeout_s: float = 5.0) -> bool:
     return False
 
 
-def notify_finished(store: Any) -> int:
+def notify_finished(store: NotifyStore) -> int:
     """One pass: post the webhook of every newly finished render that asked for one; returns how many."""
     sent = 0
     for render in store.list_renders(SCAN_RENDERS):
@@ -68,7 +76,7 @@ class Notifier(threading.Thread):
     """The leader's webhook loop until stop(); passes are skipped while `leading()` is false (a stopped or
     unsure coordinator sends nothing). A Redis blip or a bad URL only costs a pass."""
 
-    def __init__(self, store: Any, leading: Callable[[], bool] = lambda: True, interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, store: NotifyStore, leading: Callable[[], bool] = lambda: True, interval_s: float = INTERVAL_S) -> None:
         super().__init__(name="farm-notify", daemon=True)
         self.store, self.leading, self.interval_s = store, leading, interval_s
         self._halt = threading.Event()

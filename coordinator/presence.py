@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Protocol
 
 import grpc
 
@@ -27,10 +27,16 @@ log = logging.getLogger(__name__)
 CHECK_S = 1.0  # how often a held stream checks that this coordinator still serves
 
 
+class PresenceStore(Protocol):
+    """The one store call a broken stream makes: hand the session's leases back."""
+
+    def lose_leases(self, worker_id: str, session: str = "", reason: str = "", task_id: str = "") -> list[str]: ...
+
+
 class Presence:
     """Attach streams and what a broken one means."""
 
-    def __init__(self, store: Any, wake: Callable[[], None], serving: Callable[[], bool] = lambda: True,
+    def __init__(self, store: PresenceStore, wake: Callable[[], None], serving: Callable[[], bool] = lambda: True,
                  give_up_s: float = 30.0) -> None:
         self.store, self.wake, self.serving = store, wake, serving
         self.give_up_s = give_up_s

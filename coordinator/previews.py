@@ -13,11 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from coordinator.assembler import to_uint8
-
 THUMB_WIDTH = 256
 EVERY_FRAMES = 8
 STRIP_FRAMES = 8
+
+
+def to_uint8(frame: np.ndarray) -> np.ndarray:
+    """[0, 1] float pixels to uint8 with rounding; the one conversion every output path uses."""
+    return np.clip(np.rint(np.asarray(frame, dtype=np.float32) * 255.0), 0, 255).astype(np.uint8)
 
 
 def png_bytes(image: np.ndarray) -> bytes:

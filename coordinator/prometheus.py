@@ -7,14 +7,21 @@ home each) into totals, and speak prometheus_client; nothing else needs that lib
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from coordinator.metrics import blob_sizes, list_workers, shas_in, task_view
+from coordinator.fleet import list_workers
+from coordinator.metrics import MetricsStore, blob_sizes, shas_in, task_view
 
 
-def farm_snapshot(store: Any, render_limit: int = 100) -> dict:
+class SnapshotStore(MetricsStore, Protocol):
+    """The store reads /metrics adds to the farm's numbers: how deep each queue is."""
+
+    def queue_depths(self) -> dict[str, int]: ...
+
+
+def farm_snapshot(store: SnapshotStore, render_limit: int = 100) -> dict:
     """Farm-wide numbers over the newest renders: what /metrics and /api/metrics-summary report."""
     renders = store.list_renders(render_limit)
     tasks = [t for r in renders for t in store.render_tasks(r["id"])]
@@ -40,7 +47,7 @@ def farm_snapshot(store: Any, render_limit: int = 100) -> dict:
 class FarmCollector:
     """A prometheus_client collector that reads the store on every scrape (no state of its own)."""
 
-    def __init__(self, store: Any, render_limit: int = 100) -> None:
+    def __init__(self, store: SnapshotStore, render_limit: int = 100) -> None:
         self.store = store
         self.render_limit = render_limit
 
@@ -97,7 +104,7 @@ def _worker_families(workers: list[dict]):
     yield from (done, fails, busy, state)
 
 
-def prometheus_text(store: Any, render_limit: int = 100) -> bytes:
+def prometheus_text(store: SnapshotStore, render_limit: int = 100) -> bytes:
     """The /metrics body in the Prometheus text format."""
     from prometheus_client import CollectorRegistry, generate_latest
 

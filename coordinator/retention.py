@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from protos.states import TERMINAL, Outcome
 
@@ -29,6 +29,22 @@ DEFAULT_RETENTION_DAYS = 14.0
 BLOB_GRACE_S = 3600.0
 WORKER_GONE_S = 86400.0  # a worker record unseen this long (and holding no lease) is removed
 SWEEP_EVERY_S = 3600.0
+
+
+class RetentionStore(Protocol):
+    """The store calls retention makes: what ended and when, and the deletions (Lua scripts)."""
+
+    def list_renders(self, limit: int = 50) -> list[dict]: ...
+
+    def render_tasks(self, render_id: str) -> list[dict]: ...
+
+    def blob_shas(self) -> list[str]: ...
+
+    def delete_render(self, render_id: str) -> str: ...
+
+    def forget_workers(self, seen_before_ms: int) -> list[str]: ...
+
+    def forget_blob(self, sha: str, created_before_ms: int) -> str | None: ...
 
 
 @dataclass
@@ -48,7 +64,7 @@ def retention_days() -> float:
     return days if days > 0 else DEFAULT_RETENTION_DAYS
 
 
-def forget_render(store: Any, data_dir: Path, render_id: str) -> str:
+def forget_render(store: RetentionStore, data_dir: Path, render_id: str) -> str:
     """Delete a finished render's keys, folder and preview: 'deleted', 'missing' or its live state.
     The id is one of ours (it exists in Redis), so the paths stay inside the data folder."""
     result = store.delete_render(render_id)
@@ -76,7 +92,7 @@ def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[
     return found
 
 
-def prune(store: Any, data_dir: Path, older_than_s: float, now_ms: int, blob_grace_s: float = BLOB_GRACE_S) -> Pruned:
+def prune(store: RetentionStore, data_dir: Path, older_than_s: float, now_ms: int, blob_grace_s: float = BLOB_GRACE_S) -> Pruned:
     """Forget renders that ended before now - older_than_s, then collect unreferenced blobs."""
     done = Pruned()
     cutoff = now_ms - older_than_s * 1000
@@ -103,7 +119,7 @@ def prune(store: Any, data_dir: Path, older_than_s: float, now_ms: int, blob_gra
     return done
 
 
-def start_sweeper(store: Any, data_dir: Path, leading: Callable[[], bool], now_ms: Callable[[], int],
+def start_sweeper(store: RetentionStore, data_dir: Path, leading: Callable[[], bool], now_ms: Callable[[], int],
                   stop: threading.Event, every_s: float = SWEEP_EVERY_S) -> threading.Thread:
     """Prune every `every_s` while this coordinator leads; a failure is logged and tried next time."""
 

@@ -2,25 +2,25 @@
 
 Workers long-poll Lease; the scheduler turns that into short FarmStore.lease attempts so Redis
 stays the only source of truth (no in-memory queue to lose). A result is checked against the
-planner's params["expect"] before it may commit: a missing blob or a wrong dtype/shape is refused
+planner's params["expect"] (results.py) before it may commit: a missing blob or a wrong dtype/shape is refused
 and the task re-queued, so one bad worker cannot poison a render. When the last task commits, the
 assembler runs in a thread and the render ends done (with its mp4) or failed (with the reason).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from coordinator.state.blobs import BlobError, BlobStore
+from coordinator.results import as_dict, check_outputs
+from coordinator.state.blobs import BlobStore
 from coordinator.state.store import NotLeader, is_transient
-from protos import defaults
+from protos.defaults import LEASE_MS
 from protos.retry import Backoff, GaveUp, Outage, retry
 from protos.states import Outcome, RenderState
 
@@ -41,39 +41,40 @@ class StuckLimits:
     hard_factor: float = 10.0
 
 
-def as_dict(value: Any) -> dict:
-    """Store fields may come back decoded or as JSON text; accept both."""
-    if value is None or value == "":
-        return {}
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, (str, bytes)):
-        decoded = json.loads(value)
-        return decoded if isinstance(decoded, dict) else {}
-    return dict(value)
+class SchedulerStore(Protocol):
+    """The store calls the scheduler makes: leases, results, expiry and the renders it assembles."""
 
+    def lease(self, worker_id: str, capabilities: list[str], lease_ms: int, seen: bool = False) -> dict | None: ...
 
-def _shape_matches(expected: list | tuple, actual: tuple[int, ...]) -> bool:
-    """Exact shape match; None or -1 in the expectation matches any size on that axis."""
-    if len(expected) != len(actual):
-        return False
-    return all(e is None or int(e) == -1 or int(e) == a for e, a in zip(expected, actual, strict=True))
+    def complete_and_lease(self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict,
+                           capabilities: list[str], lease_ms: int) -> tuple[str, dict | None]: ...
+
+    def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True,
+             seen: bool = False) -> str: ...
+
+    def expire_leases(self, now_ms: int | None = None) -> list[str]: ...
+
+    def check_stuck(self, soft_floor_ms: int, soft_factor: float, hard_floor_ms: int,
+                    hard_factor: float) -> tuple[list[str], list[str]]: ...
+
+    def get_task(self, task_id: str) -> dict | None: ...
+
+    def get_render(self, render_id: str) -> dict | None: ...
+
+    def list_renders(self, limit: int = 50) -> list[dict]: ...
+
+    def render_tasks(self, render_id: str) -> list[dict]: ...
+
+    def renders_to_assemble(self) -> list[str]: ...
+
+    def set_render_state(self, render_id: str, state: str, **fields: Any) -> bool: ...
 
 
 class Scheduler:
     """Lease long-poll, lease expiry and result checking on top of a FarmStore."""
 
-    def __init__(
-        self,
-        store: Any,
-        blobs: BlobStore,
-        data_dir: Path,
-        *,
-        lease_ms: int = defaults.LEASE_MS,
-        poll_s: float = 0.05,
-        expiry_interval_s: float = 1.0,
-        stuck: StuckLimits | None = None,
-    ) -> None:
+    def __init__(self, store: SchedulerStore, blobs: BlobStore, data_dir: Path, *, lease_ms: int = LEASE_MS,
+                 poll_s: float = 0.05, expiry_interval_s: float = 1.0, stuck: StuckLimits | None = None) -> None:
         self.store = store
         self.stuck = stuck or StuckLimits()
         self.blobs = blobs
@@ -239,25 +240,7 @@ class Scheduler:
 
     def check_outputs(self, expect: dict, outputs: dict[str, str]) -> str | None:
         """Why these outputs must be refused, or None when they match the task's params["expect"]."""
-        missing = sorted(set(expect) - set(outputs))
-        if missing:
-            return f"missing outputs: {', '.join(missing)}"
-        for name, sha in sorted(outputs.items()):
-            if not self.blobs.has(sha):
-                return f"output {name}: blob {str(sha)[:12]} was never uploaded"
-            if name not in expect:
-                continue
-            try:
-                dtype, shape, _ = self.blobs.header(sha)
-            except BlobError as exc:
-                return f"output {name}: {exc}"
-            want = expect[name]
-            if want.get("dtype") and dtype != want["dtype"]:
-                return f"output {name}: dtype {dtype}, expected {want['dtype']}"
-            # No shape, or [] (the planner's "dtype only"), leaves the shape unchecked.
-            if want.get("shape") and not _shape_matches(want["shape"], shape):
-                return f"output {name}: shape {list(shape)}, expected {list(want['shape'])}"
-        return None
+        return check_outputs(self.blobs, expect, outputs)
 
     def complete(
         self, task_id: str, worker_id: str, fence: int, outputs: dict[str, str], metrics: dict

@@ -1,5 +1,7 @@
-"""The coordinator's gRPC front: serve() wires the servicers over FarmStore, Scheduler and BlobStore
-into one TLS server; stop() and run_coordinator() end and run it.
+"""The coordinator's one wiring file: a Coordinator owns the scheduler, reducer, notifier, health,
+leadership, presence, bulk data channel, retention sweeper and the TLS gRPC server whose servicers
+sit over FarmStore, Scheduler and BlobStore; serve() builds and starts one, stop() and
+run_coordinator() end and run it.
 
 The servicers (client_servicer.py, worker_servicer.py, blob_servicer.py) only translate between
 protobuf and the store's dicts and map errors to status codes; state transitions live in the store's
@@ -14,8 +16,8 @@ import signal
 import socket
 import threading
 from concurrent import futures
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -35,17 +37,22 @@ from coordinator.client_servicer import FarmClientServicer, live_fleet
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.guard import Guard
 from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
-from coordinator.leadership import LeaderGate, Leadership, lead, set_health, stand_by
+from coordinator.leadership import LeaderGate, Leadership
+from coordinator.notify import Notifier
 from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
 from coordinator.presence import Presence, TransientErrors
+from coordinator.reducer import ReducerThread
 from coordinator.retention import start_sweeper
 from coordinator.scheduler import Scheduler
+from coordinator.state import redis_server
 from coordinator.state.blobs import BlobStore
+from coordinator.state.store import FarmStore
 from coordinator.tls import load_or_create_tls
-from coordinator.watchhub import WATCH_LIMIT
+from coordinator.watchhub import WATCH_LIMIT, WatchHub
 from coordinator.worker_servicer import FarmWorkerServicer
 from protos import farm_pb2_grpc
 from protos.blobwire import add_blob_service
+from protos.defaults import COORDINATOR_HOST, COORDINATOR_PORT, DASHBOARD_PORT, LEASE_MS, default_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +60,111 @@ BULK_PLAIN_HELP = ("serve the blob data channel as plain TCP, for a trusted wire
                    "at both ends, HMAC tickets; the token never crosses it) but their bytes are not encrypted")
 
 
+class Coordinator:
+    """The coordinator's parts and their lifecycle, wired once (as Flamenco's manager main.go): the
+    scheduler, the reducer and notifier while it leads, health, leadership, presence, the bulk data
+    channel, the retention sweeper and the gRPC server they serve on. Leadership calls lead() and
+    stand_by() when the role changes; stop() ends it all. serve() builds and starts one."""
+
+    def __init__(self, store: FarmStore, data_dir: Path, *, lease_ms: int, expiry_interval_s: float,
+                 leader_lease_ms: int, packs_dir: Path | None) -> None:
+        self.store, self.data_dir = store, data_dir
+        self.blobs = BlobStore(data_dir, store)
+        self.scheduler = Scheduler(store, self.blobs, data_dir, lease_ms=lease_ms, expiry_interval_s=expiry_interval_s)
+        self.health = health.HealthServicer()
+        self.leadership = Leadership(store, "", self.lead, self.stand_by, leader_lease_ms)
+        self.presence = Presence(store, self.scheduler.wake, self.leadership.is_serving)
+        self.shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
+        self.reducer: ReducerThread | None = None  # these two run only while we lead
+        self.notifier: Notifier | None = None
+        self.bulk: BulkServer | None = None
+        self.retention_stop = threading.Event()
+        self.server: grpc.Server | None = None
+        self.watch_hub: WatchHub | None = None
+
+    def fleet(self) -> list[dict]:
+        """The live workers' capabilities with the packs on our shelf: what the reducer plans a length for."""
+        return fleet_with_shelf(live_fleet(self.store), self.shelf)
+
+    def build_server(self, token: str, max_workers: int, watch_limit: int) -> grpc.Server:
+        """The gRPC server with every farm service on it (not bound or started yet)."""
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers + watch_limit, thread_name_prefix="farm-rpc"),
+            interceptors=[TokenInterceptor(token, _token_file(self.data_dir, token)), LeaderGate(self.leadership),
+                          Guard(), TransientErrors()],
+            options=SERVER_OPTIONS,
+        )
+        client_servicer = FarmClientServicer(self.store, self.scheduler, self.shelf, watch_limit=watch_limit)
+        farm_pb2_grpc.add_FarmClientServicer_to_server(client_servicer, server)
+        self.watch_hub = client_servicer.hub
+        farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(self.shelf, self.store), server)
+        bulk = (self.bulk.port, self.bulk.tls is not None) if self.bulk else (0, False)
+        farm_pb2_grpc.add_FarmWorkerServicer_to_server(
+            FarmWorkerServicer(self.store, self.scheduler, self.presence, bulk=bulk), server)
+        blob_servicer = FarmBlobsServicer(self.blobs)
+        add_blob_service(server, blob_servicer.PutBlob, blob_servicer.GetBlob)
+        set_health(self.health, health_pb2.HealthCheckResponse.NOT_SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        self.server = server
+        return server
+
+    def start(self) -> None:
+        """Serve: the bound gRPC server and the data channel, one claim of the lease (a lone coordinator
+        leads before serve() returns), the leadership loop and the retention sweeper."""
+        if self.server is None:
+            raise RuntimeError("Coordinator.start() before build_server()")
+        self.server.start()
+        if self.bulk is not None:
+            self.bulk.start()
+        self.leadership.claim_once()
+        self.leadership.start()
+        start_sweeper(self.store, self.data_dir, self.leadership.is_serving, self.store.now_ms, self.retention_stop)
+
+    def lead(self) -> None:
+        """This coordinator took the lease: resume what a restarted coordinator resumes, then serve."""
+        self.scheduler.start()
+        self.reducer = ReducerThread(self.store, self.blobs, self.scheduler, fleet=self.fleet)
+        self.reducer.start()
+        self.notifier = Notifier(self.store, self.leadership.is_serving)
+        self.notifier.start()
+        set_health(self.health, health_pb2.HealthCheckResponse.SERVING)
+
+    def stand_by(self) -> None:
+        """Another coordinator leads now: stop every loop of ours (their writes are fenced anyway)."""
+        set_health(self.health, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.reducer is not None:
+            self.reducer.stop()
+        if self.notifier is not None:
+            self.notifier.stop()
+        self.scheduler.stop()
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop accepting RPCs, let in-flight ones finish, stop the loops, then hand the lease back so a
+        standby takes over at once."""
+        self.presence.stopping.set()  # streams our shutdown breaks blame no worker
+        self.leadership.halt()
+        self.health.enter_graceful_shutdown()
+        if self.bulk is not None:
+            self.bulk.stop()
+        if self.server is not None:
+            self.server.stop(grace).wait()
+        if self.watch_hub is not None:
+            self.watch_hub.stop()
+        if self.reducer is not None:
+            self.reducer.stop()
+        self.retention_stop.set()
+        self.scheduler.stop()
+        self.leadership.release()
+
+
 def serve(
-    store: Any,
+    store: FarmStore,
     data_dir: Path,
-    host: str = "127.0.0.1",
+    host: str = COORDINATOR_HOST,
     port: int = 0,
     token: str | None = None,
     *,
-    lease_ms: int = 30_000,
+    lease_ms: int = LEASE_MS,
     max_workers: int = 256,  # every worker holds a Lease long poll and an Attach stream
     watch_limit: int = WATCH_LIMIT,  # Watch streams, served by threads of their own on top of max_workers
     expiry_interval_s: float = 1.0,
@@ -69,60 +173,37 @@ def serve(
     leader_lease_ms: int = LEADER_LEASE_MS,
     bulk_port: int | None = 0,
     bulk_plain: bool = False,
-) -> tuple[grpc.Server, int]:
-    """Start the coordinator's gRPC server; returns (server, bound port). Call stop(server) to end.
+) -> tuple[Coordinator, int]:
+    """Start a Coordinator; returns (coordinator, bound port). Call stop(coordinator) to end.
     It serves the farm while it holds the leadership lease, and stands by (answering UNAVAILABLE with
     the leader's address) while another coordinator does; `advertise` is the address it gives out.
     Beside it, the bulk data channel for blobs (coordinator/bulk_server.py) on `bulk_port` of the same
     host (0: the OS picks; None: no data channel, blobs go over gRPC), TLS unless `bulk_plain`."""
     data_dir = Path(data_dir)
     token = token or load_or_create_token(data_dir)
-    blobs = BlobStore(data_dir, store)
-    scheduler = Scheduler(store, blobs, data_dir, lease_ms=lease_ms, expiry_interval_s=expiry_interval_s)
-    health_servicer = health.HealthServicer()
-    leadership = Leadership(store, "", lambda: lead(server), lambda: stand_by(server), leader_lease_ms)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers + watch_limit, thread_name_prefix="farm-rpc"),
-        interceptors=[TokenInterceptor(token, _token_file(data_dir, token)), LeaderGate(leadership), Guard(),
-                      TransientErrors()],
-        options=SERVER_OPTIONS,
-    )
-    bulk = _bulk_server(blobs, data_dir, host, bulk_port, bulk_plain, token, leadership)
-    shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
-    threading.Thread(target=shelf.warm, name="pack-hashes", daemon=True).start()
-    client_servicer = FarmClientServicer(store, scheduler, shelf, watch_limit=watch_limit)
-    farm_pb2_grpc.add_FarmClientServicer_to_server(client_servicer, server)
-    server.farm_watch_hub = client_servicer.hub  # type: ignore[attr-defined]
-    farm_pb2_grpc.add_FarmPacksServicer_to_server(FarmPacksServicer(shelf, store), server)
-    presence = Presence(store, scheduler.wake, leadership.is_serving)
-    farm_pb2_grpc.add_FarmWorkerServicer_to_server(FarmWorkerServicer(
-        store, scheduler, presence, bulk=(bulk.port, bulk.tls is not None) if bulk else (0, False)), server)
-    blob_servicer = FarmBlobsServicer(blobs)
-    add_blob_service(server, blob_servicer.PutBlob, blob_servicer.GetBlob)
-    set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    coordinator = Coordinator(store, data_dir, lease_ms=lease_ms, expiry_interval_s=expiry_interval_s,
+                              leader_lease_ms=leader_lease_ms, packs_dir=packs_dir)
+    coordinator.bulk = _bulk_server(coordinator.blobs, data_dir, host, bulk_port, bulk_plain, token,
+                                    coordinator.leadership)
+    threading.Thread(target=coordinator.shelf.warm, name="pack-hashes", daemon=True).start()
+    server = coordinator.build_server(token, max_workers, watch_limit)
     bound = _bind(server, data_dir, host, port)
     if bound == 0:
-        if bulk is not None:
-            bulk.stop()
+        if coordinator.bulk is not None:
+            coordinator.bulk.stop()
         raise OSError(f"could not bind {host}:{port}")
-    leadership.address = advertise or f"{socket.gethostname() if host in ('0.0.0.0', '::', '') else host}:{bound}"
-    server.farm_scheduler = scheduler  # type: ignore[attr-defined]
-    server.farm_health = health_servicer  # type: ignore[attr-defined]
-    server.farm_leadership = leadership  # type: ignore[attr-defined]
-    server.farm_presence = presence  # type: ignore[attr-defined]
-    server.farm_reducer = None  # type: ignore[attr-defined]
-    server.farm_bulk = bulk  # type: ignore[attr-defined]
-    server.farm_fleet = lambda: fleet_with_shelf(live_fleet(store), shelf)  # type: ignore[attr-defined]
-    server.start()
-    if bulk is not None:
-        bulk.start()
-    leadership.claim_once()  # a lone coordinator leads before serve() returns
-    leadership.start()
-    server.farm_retention_stop = threading.Event()  # type: ignore[attr-defined]
-    start_sweeper(store, data_dir, leadership.is_serving, lambda: _redis_now_ms(store), server.farm_retention_stop)
-    log.info("coordinator listening on %s:%d (%s)", host, bound, "leading" if leadership.leading else "standby")
-    return server, bound
+    wildcard = host in ("0.0.0.0", "::", "")
+    coordinator.leadership.address = advertise or f"{socket.gethostname() if wildcard else host}:{bound}"
+    coordinator.start()
+    log.info("coordinator listening on %s:%d (%s)", host, bound,
+             "leading" if coordinator.leadership.leading else "standby")
+    return coordinator, bound
+
+
+def set_health(health_servicer: health.HealthServicer, status: int) -> None:
+    """The same status for the server as a whole and each farm service."""
+    for name in ("", "ltxfarm.v1.FarmClient", "ltxfarm.v1.FarmWorker", "ltxfarm.v1.FarmBlobs"):
+        health_servicer.set(name, status)
 
 
 def _bulk_server(blobs: BlobStore, data_dir: Path, host: str, port: int | None, plain: bool, token: str,
@@ -145,12 +226,6 @@ def _token_file(data_dir: Path, token: str) -> Path | None:
         return None
 
 
-def _redis_now_ms(store: Any) -> int:
-    from coordinator.metrics import redis_now_ms
-
-    return redis_now_ms(store)
-
-
 def _bind(server: grpc.Server, data_dir: Path, host: str, port: int) -> int:
     """TLS with the farm's certificate (DATA/tls, made on first start); there is no plaintext port."""
     tls = load_or_create_tls(data_dir)
@@ -158,50 +233,19 @@ def _bind(server: grpc.Server, data_dir: Path, host: str, port: int) -> int:
     return server.add_secure_port(f"{host}:{port}", credentials)
 
 
-def stop(server: grpc.Server, grace: float = 2.0) -> None:
-    """Stop accepting RPCs, let in-flight ones finish, stop the loops, then hand the lease back so a
-    standby takes over at once."""
-    presence = getattr(server, "farm_presence", None)
-    if presence is not None:
-        presence.stopping.set()  # streams our shutdown breaks blame no worker
-    leadership = getattr(server, "farm_leadership", None)
-    if leadership is not None:
-        leadership.halt()
-    health_servicer = getattr(server, "farm_health", None)
-    if health_servicer is not None:
-        health_servicer.enter_graceful_shutdown()
-    bulk = getattr(server, "farm_bulk", None)
-    if bulk is not None:
-        bulk.stop()
-    server.stop(grace).wait()
-    hub = getattr(server, "farm_watch_hub", None)
-    if hub is not None:
-        hub.stop()
-    reducer = getattr(server, "farm_reducer", None)
-    if reducer is not None:
-        reducer.stop()
-    retention_stop = getattr(server, "farm_retention_stop", None)
-    if retention_stop is not None:
-        retention_stop.set()
-    scheduler = getattr(server, "farm_scheduler", None)
-    if scheduler is not None:
-        scheduler.stop()
-    if leadership is not None:
-        leadership.release()
+def stop(coordinator: Coordinator, grace: float = 2.0) -> None:
+    """End what serve() started (Coordinator.stop)."""
+    coordinator.stop(grace)
 
 
 def run_coordinator(
     data_dir: Path, host: str, port: int, redis_url: str | None = None, prefix: str = "farm",
     packs_dir: Path | None = None,
-    dashboard_host: str = "127.0.0.1", dashboard_port: int = 8470, advertise: str | None = None,
+    dashboard_host: str = "127.0.0.1", dashboard_port: int = DASHBOARD_PORT, advertise: str | None = None,
     bulk_port: int | None = 0, bulk_plain: bool = False,
 ) -> int:
     """Run until SIGTERM/SIGINT: embedded Redis (unless redis_url), store, server. Coordinators sharing
     one Redis (and one data folder, for the blobs) elect a leader; the others stand by."""
-    from contextlib import ExitStack
-
-    from coordinator.state import redis_server
-    from coordinator.state.store import FarmStore
     from protos.logsetup import log_path, setup_logging
 
     data_dir = Path(data_dir)
@@ -212,8 +256,8 @@ def run_coordinator(
             redis_url = stack.enter_context(redis_server.EmbeddedRedis(data_dir / "redis")).url
         store = FarmStore(redis_server.connect(redis_url), prefix)
         token = load_or_create_token(data_dir)
-        server, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir, advertise=advertise,
-                              bulk_port=bulk_port, bulk_plain=bulk_plain)
+        coordinator, bound = serve(store, data_dir, host, port, token, packs_dir=packs_dir, advertise=advertise,
+                                   bulk_port=bulk_port, bulk_plain=bulk_plain)
         dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir,
                                                token_file=_token_file(data_dir, token))  # follows a rotate
         stack.callback(stop_dashboard, dashboard)
@@ -223,15 +267,17 @@ def run_coordinator(
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: done.set())
         done.wait()
-        stop(server)
+        coordinator.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m coordinator.server`: the same defaults as `farm coordinator` (protos/defaults)."""
     parser = argparse.ArgumentParser(prog="farm coordinator", description="Run the LTX farm coordinator.")
-    parser.add_argument("--data-dir", type=Path, default=Path("farm-data"))
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=50551)
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="the farm's data (default $FARM_DATA, else ~/.ltx-farm)")
+    parser.add_argument("--host", default=COORDINATOR_HOST)
+    parser.add_argument("--port", type=int, default=COORDINATOR_PORT)
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of the embedded one")
     parser.add_argument("--packs-dir", type=Path, default=None, help="packs workers copy (default DATA/packs)")
     parser.add_argument("--advertise", default=None, help="HOST:PORT a standby sends workers and clients to")
@@ -239,9 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bulk-plain", action="store_true", help=BULK_PLAIN_HELP)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_coordinator(args.data_dir, args.host, args.port, args.redis_url, packs_dir=args.packs_dir,
-                           advertise=args.advertise, bulk_port=None if args.bulk_port < 0 else args.bulk_port,
-                           bulk_plain=args.bulk_plain)
+    return run_coordinator(args.data_dir or default_data_dir(), args.host, args.port, args.redis_url,
+                           packs_dir=args.packs_dir, advertise=args.advertise,
+                           bulk_port=None if args.bulk_port < 0 else args.bulk_port, bulk_plain=args.bulk_plain)
 
 
 if __name__ == "__main__":

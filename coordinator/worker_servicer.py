@@ -6,7 +6,6 @@ Split from server.py (the size rule); thin over FarmStore and the Scheduler like
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import grpc
 
@@ -14,6 +13,7 @@ from coordinator.plan.graph import SpecError
 from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_progress, check_small_object
+from coordinator.state.store import FarmStore
 from coordinator.upcoming import UpcomingGuesses
 from protos import defaults, farm_pb2, farm_pb2_grpc
 from protos.states import Outcome
@@ -33,7 +33,7 @@ MAX_CAPABILITIES, MAX_CAPABILITY_CHARS = 16, 64  # an Upcoming question reads at
 class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
     """The worker protocol: register, lease (long poll), heartbeat, complete, fail."""
 
-    def __init__(self, store: Any, scheduler: Scheduler, presence: Presence | None = None,
+    def __init__(self, store: FarmStore, scheduler: Scheduler, presence: Presence | None = None,
                  bulk: tuple[int, bool] = (0, False)) -> None:
         self.store = store
         self.bulk_port, self.bulk_tls = bulk  # announced at registration: where blobs go at line rate

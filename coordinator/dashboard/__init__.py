@@ -2,9 +2,10 @@
 served by Starlette + uvicorn from a thread of the coordinator.
 
 Modules: serve.py runs uvicorn; security.py checks every request (Host, body size and time, token,
-CSRF); app.py holds the routes and views; events.py the event streams. With the farm token, every
-page that shows farm data, the API, the streams and /metrics need it (login once: the cookie); the
-page shell, /healthz and /api/time do not. Actions also need the CSRF token.
+CSRF); app.py holds the routes and views; events.py the event streams; context.py the Farm both
+read. With the farm token, every page that shows farm data, the API, the streams and /metrics need
+it (login once: the cookie); the page shell, /healthz and /api/time do not. Actions also need the
+CSRF token.
 """
 
 from coordinator.dashboard.security import host_allowed

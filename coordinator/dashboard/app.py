@@ -1,6 +1,6 @@
 """The dashboard's routes and views: the page, its JSON API, the video and preview files, /metrics
 and the actions. Starlette does the HTTP; RequestGuard (security.py) has already checked the Host
-and read the body; `Farm` carries what the views read (Redis is the truth: nothing is cached here).
+and read the body; `Farm` (context.py) carries what the views read (Redis is the truth: nothing is cached here).
 
 Sync views run in Starlette's thread pool (the store is sync redis-py); the event streams are async
 and live in events.py.
@@ -8,28 +8,25 @@ and live in events.py.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from coordinator import metrics, prometheus
+from coordinator import fleet, metrics, prometheus
+from coordinator.dashboard.context import Farm, Json, checked_id, error, farm_of
+from coordinator.dashboard.events import all_events, render_events
 from coordinator.dashboard.security import (
     BODY_KEY,
     CSRF_COOKIE,
     SESSION_COOKIE,
-    Gate,
     cookies_of,
     csrf_token,
     form_or_json,
@@ -40,42 +37,6 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATES = {"terminal": sorted(TERMINAL), "retryable": sorted(RETRYABLE)}  # the page reads these (/api/session)
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,200}")
-BlobReader = Callable[[str], bytes | None]
-
-
-@dataclass
-class Farm:
-    """What the views need: the store, the gate, where previews live, and the stop flag for streams."""
-
-    store: Any
-    gate: Gate
-    blob_reader: BlobReader | None = None
-    data_dir: Path | None = None
-    stopping: threading.Event = field(default_factory=threading.Event)
-
-
-class Json(JSONResponse):
-    """JSON whose odd values (bytes, paths) are written as strings rather than failing the answer."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=str).encode()
-
-
-def error(status: int, message: str) -> Json:
-    return Json({"error": message}, status)
-
-
-def farm_of(request: Request) -> Farm:
-    return request.app.state.farm
-
-
-def checked_id(request: Request, name: str) -> str:
-    """A render/task/worker id from the path, refused (404) unless it has the shape ids have."""
-    value = request.path_params[name]
-    if not _ID.fullmatch(value):
-        raise HTTPException(404, f"no such id {value[:80]!r}")
-    return value
 
 
 def reader(view: Callable[[Request], Response]) -> Callable[[Request], Response]:
@@ -212,7 +173,7 @@ def preview(request: Request) -> Response:
 
 @reader
 def workers(request: Request) -> Response:
-    return Json({"workers": metrics.list_workers(farm_of(request).store)})
+    return Json({"workers": fleet.list_workers(farm_of(request).store)})
 
 
 @reader
@@ -315,8 +276,6 @@ def _internal(request: Request, exc: Exception) -> Response:
 
 
 def routes() -> list:
-    from coordinator.dashboard.events import all_events, render_events
-
     get = ["GET", "HEAD"]
     return [
         Route("/", index, methods=get), Route("/index.html", index, methods=get),

@@ -16,7 +16,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from coordinator.dashboard.app import Farm, checked_id, error, farm_of
+from coordinator.dashboard.context import Farm, checked_id, error, farm_of
 from coordinator.dashboard.security import cookies_of
 
 POLL_S = 0.5  # also how fast a stream notices shutdown
@@ -62,8 +62,7 @@ async def _relay(farm: Farm, start: Callable[[], dict[str, str]], refresh: Refre
 
 
 def _newest(farm: Farm, render_id: str) -> str:
-    newest = farm.store.client.xrevrange(farm.store.key("events", render_id), count=1)
-    return newest[0][0] if newest else "0"
+    return farm.store.newest_event_id(render_id)
 
 
 async def render_events(request: Request) -> Response:
@@ -86,7 +85,7 @@ async def all_events(request: Request) -> Response:
     store = farm.store
 
     def newest_renders() -> list[str]:
-        return store.client.zrevrange(store.key("renders"), 0, ALL_EVENTS_RENDERS - 1)
+        return store.newest_render_ids(ALL_EVENTS_RENDERS)
 
     def start() -> dict[str, str]:
         return {rid: _newest(farm, rid) for rid in newest_renders()}

@@ -23,9 +23,10 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from coordinator.dashboard.app import BlobReader, Farm, build_app
+from coordinator.dashboard.app import build_app
+from coordinator.dashboard.context import BlobReader, DashboardStore, Farm
 from coordinator.dashboard.security import REQUEST_TIMEOUT_S, Gate, RequestGuard
-from protos import defaults
+from protos.defaults import DASHBOARD_PORT
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,9 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def start_dashboard(
-    store: Any,
+    store: DashboardStore,
     host: str = "127.0.0.1",
-    port: int = defaults.DASHBOARD_PORT,
+    port: int = DASHBOARD_PORT,
     token: str | None = None,
     blob_reader: BlobReader | None = None,
     data_dir: Path | None = None,

@@ -171,6 +171,46 @@ class StoreReads:
         return [k[start:] for k in self.client.scan_iter(match=self.key("blob", "*"), count=1000)
                 if len(k) - start == 64]
 
+    def now_ms(self) -> int:
+        """Redis TIME in milliseconds: the farm's one clock."""
+        sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def blob_sizes(self, shas: list[str]) -> dict[str, int]:
+        """Sizes of blobs by sha256 (one pipelined read); unknown blobs are left out."""
+        pipe = self.client.pipeline(transaction=False)
+        for sha in shas:
+            pipe.hget(self.key("blob", sha), "size")
+        return {sha: int(size) for sha, size in zip(shas, pipe.execute(), strict=True) if size is not None}
+
+    def kind_times(self, kinds: list[str]) -> dict[str, tuple[int, float]]:
+        """(tasks finished, their summed lease-to-done ms) per task kind, as complete.lua counts them;
+        kinds never finished are left out."""
+        pipe = self.client.pipeline(transaction=False)
+        for kind in kinds:
+            pipe.hmget(self.key("kindtime", kind), "n", "sum_ms")
+        return {kind: (int(n), float(sum_ms or 0)) for kind, (n, sum_ms) in zip(kinds, pipe.execute(), strict=True)
+                if n and int(n) > 0}
+
+    def cost_ratio_hashes(self, worker_ids: list[str], what: str = "costratio",
+                          ) -> tuple[list[dict[str, str]], dict[str, str]]:
+        """The raw per-kind hashes complete.lua keeps (`{p}:<what>:<worker>`), each worker's and the fleet's."""
+        pipe = self.client.pipeline(transaction=False)
+        for wid in worker_ids:
+            pipe.hgetall(self.key(what, wid))
+        pipe.hgetall(self.key(f"{what}_fleet"))
+        *each, fleet = pipe.execute()
+        return each, fleet
+
+    def newest_event_id(self, render_id: str) -> str:
+        """The id of the render's newest event ("0" before any): where a live follower starts."""
+        newest = self.client.xrevrange(self.key("events", render_id), count=1)
+        return newest[0][0] if newest else "0"
+
+    def newest_render_ids(self, limit: int) -> list[str]:
+        """The ids of the newest `limit` renders, newest first."""
+        return self.client.zrevrange(self.key("renders"), 0, limit - 1) if limit > 0 else []
+
     def get_blob_ref(self, sha: str) -> dict | None:
         raw = self.client.hgetall(self.key("blob", sha))
         if not raw:

@@ -196,7 +196,7 @@ def run_pairs(size: int, pairs: int, data: Path, rounds: int = SMALL_ROUNDS) -> 
         store = FarmStore(redis_server.connect(redis.url), "bench")
         token = load_or_create_token(data)
         server, port = serve(store, data, "127.0.0.1", 0, token)  # its data channel: TLS, the default
-        tls = server.farm_bulk
+        tls = server.bulk
         plain = BulkServer(tls.blobs, tls.secret, tls.serving, tls.leader, "127.0.0.1", 0).start()
         child = _Child(f"127.0.0.1:{port}", token, data / "cache")
         try:

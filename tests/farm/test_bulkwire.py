@@ -36,7 +36,7 @@ MIB = 1024 * 1024
 class Farm:
     def __init__(self, server, address: str, token: str, data: Path) -> None:
         self.server, self.address, self.token, self.data = server, address, token, data
-        self.bulk = server.farm_bulk
+        self.bulk = server.bulk
 
     def endpoint(self, port: int | None = None) -> bc.Endpoint:
         ca = fetch_ca(self.address, bw_fingerprint(self.token)) if self.bulk.tls else None
@@ -315,7 +315,7 @@ def test_without_a_data_channel_the_worker_uses_grpc(store, tmp_data: Path, tmp_
     server, port = serve(store, tmp_data, token=SECRET, bulk_port=None)
     try:
         address, token = f"127.0.0.1:{port}", join_token(tmp_data, SECRET)
-        assert server.farm_bulk is None
+        assert server.bulk is None
         with farm_channel(address, token) as channel:
             reply = farm_pb2_grpc.FarmWorkerStub(channel).Register(
                 farm_pb2.WorkerInfo(worker_id="w1", capabilities_json="{}"),
@@ -348,15 +348,15 @@ def test_a_standby_refuses_with_the_leaders_address_and_serves_once_it_leads(
     standby, _ = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=1000)
     try:
         ca = fetch_ca(f"127.0.0.1:{lead_port}", bw_fingerprint(join_token(tmp_data, SECRET)))
-        at_standby = bc.Endpoint("127.0.0.1", standby.farm_bulk.port, ca)
+        at_standby = bc.Endpoint("127.0.0.1", standby.bulk.port, ca)
         data = os.urandom(MIB)
         with pytest.raises(bw.BulkRefused) as info:
             bc.put(at_standby, SECRET, data)
         assert info.value.code == bw.UNAVAILABLE and info.value.again
         assert leader_hint(str(info.value)) == f"127.0.0.1:{lead_port}"
-        sha = bc.put(bc.Endpoint("127.0.0.1", lead.farm_bulk.port, ca), SECRET, data)
+        sha = bc.put(bc.Endpoint("127.0.0.1", lead.bulk.port, ca), SECRET, data)
         stop(lead)  # hands the lease back: the standby leads at its next claim
-        wait_until(standby.farm_leadership.is_serving, "the standby never took over")
+        wait_until(standby.leadership.is_serving, "the standby never took over")
         assert bc.get(at_standby, SECRET, sha) == data  # the shared data folder's blob
     finally:
         stop(standby)
@@ -512,7 +512,7 @@ def test_redis_away_mid_put_is_refused_in_one_line_and_the_channel_lives(tmp_pat
     with EmbeddedRedis(tmp_path / "redis", persistence=False) as redis:
         server, port = serve(FarmStore(connect(redis.url), "bulk-outage"), data, token=SECRET, bulk_plain=True)
         try:
-            end = bc.Endpoint("127.0.0.1", server.farm_bulk.port, None)
+            end = bc.Endpoint("127.0.0.1", server.bulk.port, None)
             first = os.urandom(MIB)
             assert bc.put(end, SECRET, first) == hashlib.sha256(first).hexdigest()
             redis.stop()  # the blob's record cannot be written now

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from coordinator import metrics
+from coordinator import fleet
 from tests.farm.farm_harness import farm, wait_done
 
 SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3, "pack": "tiny"}
@@ -28,12 +28,12 @@ def test_a_draining_worker_gets_no_task_and_a_fresh_start_clears_the_mark(store)
 def test_worker_state_is_one_reading_for_cli_and_dashboard():
     now = 1_000_000
     seen = {"last_seen_ms": now - 1000}
-    assert metrics.worker_state({**seen, "state": "busy"}, now) == "busy"
-    assert metrics.worker_state({**seen, "state": "busy", "drain": "1"}, now) == "draining"
-    assert metrics.worker_state({**seen, "state": "drained", "drain": "1"}, now) == "drained"
-    assert metrics.worker_state({**seen, "state": "lost"}, now) == "lost"
-    assert metrics.worker_state({"last_seen_ms": now - metrics.LOST_AFTER_MS - 1, "state": "idle"}, now) == "lost"
-    assert metrics.worker_view({"id": "w", **seen, "blocklisted": "r1 r2"}, now)["blocklisted_for"] == ["r1", "r2"]
+    assert fleet.worker_state({**seen, "state": "busy"}, now) == "busy"
+    assert fleet.worker_state({**seen, "state": "busy", "drain": "1"}, now) == "draining"
+    assert fleet.worker_state({**seen, "state": "drained", "drain": "1"}, now) == "drained"
+    assert fleet.worker_state({**seen, "state": "lost"}, now) == "lost"
+    assert fleet.worker_state({"last_seen_ms": now - fleet.LOST_AFTER_MS - 1, "state": "idle"}, now) == "lost"
+    assert fleet.worker_view({"id": "w", **seen, "blocklisted": "r1 r2"}, now)["blocklisted_for"] == ["r1", "r2"]
 
 
 @pytest.mark.timeout(420)
@@ -54,7 +54,7 @@ def test_drained_worker_finishes_its_task_takes_no_more_and_exits(store, tmp_dat
         render = wait_done(client, render_id)
         events = list(client.watch(render_id))
         cli_rows = {w["id"]: w["state"] for w in client.workers()}
-        dash_rows = {w["id"]: w["state"] for w in metrics.list_workers(store)}
+        dash_rows = {w["id"]: w["state"] for w in fleet.list_workers(store)}
     task = next(t for t in render["tasks"] if t["id"] == stage1["task"])
     assert task["worker"] == drained and int(task["attempts"]) == 1  # finished where it ran
     late = [e for e in events if e.get("type") == "task_leased" and e.get("worker") == drained
@@ -87,4 +87,4 @@ def test_drain_from_the_cli_names_the_worker_or_says_it_is_unknown(store, tmp_da
         assert unknown.returncode == 1 and "mac-2 is not a registered worker" in unknown.stdout, unknown.stderr
     finally:
         stop(server)
-    assert store.worker_draining("mac-1") and metrics.list_workers(store)[0]["state"] == "draining"
+    assert store.worker_draining("mac-1") and fleet.list_workers(store)[0]["state"] == "draining"

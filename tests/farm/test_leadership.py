@@ -84,7 +84,7 @@ def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(
     channel = farm_channel(f"127.0.0.1:{standby_port}", token)
     stub = farm_pb2_grpc.FarmClientStub(channel)
     try:
-        assert lead.farm_leadership.leading and not standby.farm_leadership.leading
+        assert lead.leadership.leading and not standby.leadership.leading
         with pytest.raises(grpc.RpcError) as err:
             stub.ListRenders(farm_pb2.ListRendersRequest(), timeout=5, metadata=meta)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -95,7 +95,7 @@ def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(
             assert farm.list() == [] and farm.address == f"127.0.0.1:{lead_port}"  # found by its health
         stop(lead)  # hands the lease back: the standby leads at its next claim (lease_ms / 8)
         deadline = time.monotonic() + 5
-        while not standby.farm_leadership.serving.is_set() and time.monotonic() < deadline:
+        while not standby.leadership.serving.is_set() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert stub.ListRenders(farm_pb2.ListRendersRequest(), timeout=5, metadata=meta).renders == []
     finally:
