@@ -14,6 +14,7 @@ from typing import Any
 
 from farm_cli.options import DataDir
 from farm_cli.session import fail, one_line
+from protos import defaults
 from protos.defaults import COORDINATOR_ADDRESS
 
 # key: (environment variable, what it is). Top-level keys of config.toml.
@@ -35,8 +36,7 @@ CONFIG_FILE = "config.toml"
 
 def data_dir(given: Path | None = None) -> Path:
     """The farm's data folder: --data, $FARM_DATA, or ~/.ltx-farm."""
-    path = given or Path(os.environ.get("FARM_DATA", Path.home() / ".ltx-farm"))
-    path = Path(path).expanduser()
+    path = Path(given).expanduser() if given else defaults.default_data_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -102,7 +102,7 @@ def data_from_argv(argv: list[str]) -> Path | None:
 
 def folder_of(data: Path | None = None) -> Path:
     """The data folder without creating it (reading settings must not change the machine)."""
-    return Path(data or os.environ.get("FARM_DATA") or Path.home() / ".ltx-farm").expanduser()
+    return Path(data).expanduser() if data else defaults.default_data_dir()
 
 
 def read_file(data: Path | None = None) -> tuple[Path, dict]:
