@@ -30,4 +30,4 @@ def heartbeat_ms(lease_ms: int) -> int:
 def default_data_dir() -> Path:
     """The farm's data folder when none is given: $FARM_DATA, else ~/.ltx-farm (`farm` and the
     coordinator's own entry point agree on it)."""
-    return Path(os.environ.get(DATA_ENV, Path.home() / ".ltx-farm")).expanduser()
+    return Path(os.environ.get(DATA_ENV) or Path.home() / ".ltx-farm").expanduser()
