@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -179,7 +179,15 @@ def iter_file(path: Path, offset: int) -> Iterator[bytes]:
             yield data
 
 
-def active_packs(store: Any) -> set[str]:
+class PackStore(Protocol):
+    """The store calls pack serving makes: which renders are live, and a worker's copy progress."""
+
+    def list_renders(self, limit: int = 50) -> list[dict]: ...
+
+    def worker_pack_sync(self, worker_id: str, progress: dict) -> bool: ...
+
+
+def active_packs(store: PackStore) -> set[str]:
     """Packs named by renders that have not ended."""
     packs = set()
     for render in store.list_renders(ACTIVE_RENDERS_SCANNED):
@@ -210,7 +218,7 @@ def fleet_with_shelf(fleet: list[dict], shelf: PackShelf | None) -> list[dict]:
 class FarmPacksServicer(farm_pb2_grpc.FarmPacksServicer):
     """FarmPacks: list and stream the shelf's packs; record workers' copy progress."""
 
-    def __init__(self, shelf: PackShelf, store: Any) -> None:
+    def __init__(self, shelf: PackShelf, store: PackStore) -> None:
         self.shelf = shelf
         self.store = store
 

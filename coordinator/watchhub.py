@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Collection, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -44,7 +44,19 @@ PUSH_CHUNK = 16
 PUSH_SPREAD = 0.8
 
 
-def backlog(store: Any, render_id: str, after: str, count: int = 200) -> list[tuple[str, dict]]:
+class EventStore(Protocol):
+    """The store reads the Watch hub uses: event pages, one blocking read of many streams, states."""
+
+    def read_events(self, render_id: str, last_id: str = "0", block_ms: int = 0,
+                    count: int = 200) -> list[tuple[str, dict]]: ...
+
+    def read_event_streams(self, positions: dict[str, str], block_ms: int = 0,
+                           count: int = 200) -> dict[str, list[tuple[str, dict]]]: ...
+
+    def render_states(self, render_ids: list[str]) -> dict[str, str | None]: ...
+
+
+def backlog(store: EventStore, render_id: str, after: str, count: int = 200) -> list[tuple[str, dict]]:
     """Every event of the render after `after`, however many (read in pages)."""
     out: list[tuple[str, dict]] = []
     while True:
@@ -95,7 +107,7 @@ class Subscription:
 class WatchHub:
     """The fan-out: subscribe() a watcher, iterate events(), unsubscribe() when it leaves."""
 
-    def __init__(self, store: Any, terminal: Collection[str] = TERMINAL, block_ms: int = BLOCK_MS,
+    def __init__(self, store: EventStore, terminal: Collection[str] = TERMINAL, block_ms: int = BLOCK_MS,
                  encode: Callable[[str, str, dict], Any] = lambda _rid, _eid, event: event,
                  deliver_every_s: float = DELIVER_EVERY_S) -> None:
         self.store, self.terminal, self.block_ms, self.encode = store, frozenset(terminal), block_ms, encode
@@ -222,7 +234,7 @@ class WatchRelay:
     RESOURCE_EXHAUSTED beyond, and the client polls instead) and one watcher's relay: its backlog, then
     the hub's deliveries (lists of encoded events), until the hub says the render ended."""
 
-    def __init__(self, store: Any, hub: WatchHub, limit: int = WATCH_LIMIT) -> None:
+    def __init__(self, store: EventStore, hub: WatchHub, limit: int = WATCH_LIMIT) -> None:
         self.store, self.hub, self.limit, self.per_peer = store, hub, limit, max(1, limit // 2)
         self._watching: Counter[str] = Counter()
         self._lock = threading.Lock()

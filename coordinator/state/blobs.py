@@ -21,7 +21,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -90,10 +90,16 @@ class _Flusher:
 FLUSHER = _Flusher()
 
 
+class BlobRefs(Protocol):
+    """What the blob files tell the store: a verified blob's record (put_blob_ref.lua)."""
+
+    def put_blob_ref(self, sha: str, path: str, size: int) -> None: ...
+
+
 class BlobStore:
     """Verified, content-addressed files; refs recorded in the FarmStore when one is given."""
 
-    def __init__(self, data_dir: Path, store: Any | None = None, max_bytes: int = DEFAULT_MAX_BLOB_BYTES):
+    def __init__(self, data_dir: Path, store: BlobRefs | None = None, max_bytes: int = DEFAULT_MAX_BLOB_BYTES):
         self.root = Path(data_dir) / "blobs"
         self.root.mkdir(parents=True, exist_ok=True)
         self._tmp = self.root / "tmp"
