@@ -176,6 +176,11 @@ class StoreReads:
         sec, usec = self.client.time()
         return int(sec) * 1000 + int(usec) // 1000
 
+    def server_cpu_s(self) -> float:
+        """Seconds of CPU the Redis server has used (user + system): what a bench charges to Redis."""
+        info = self.client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
     def blob_sizes(self, shas: list[str]) -> dict[str, int]:
         """Sizes of blobs by sha256 (one pipelined read); unknown blobs are left out."""
         pipe = self.client.pipeline(transaction=False)

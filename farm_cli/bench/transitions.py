@@ -27,6 +27,8 @@ from pathlib import Path
 
 import typer
 
+from protos.defaults import LEASE_MS
+
 GOAL_PER_S = 2000.0
 NOOP_PER_WORKER = 40  # no-op "transitions" each simulated worker makes in the ceiling round
 CAPABILITY = "bench"
@@ -64,9 +66,9 @@ def store_side(store, workers: int, count: int, render_id: str) -> float:
 
     def one(i: int) -> int:  # as the server calls: a first lease, then each result with the next lease
         done, wid = 0, f"bench-w{i}"
-        task = store.lease(wid, [CAPABILITY], 30_000, seen=True)
+        task = store.lease(wid, [CAPABILITY], LEASE_MS, seen=True)
         while task is not None:
-            _, task = store.complete_and_lease(str(task["id"]), wid, int(task["fence"]), {}, {}, [CAPABILITY], 30_000)
+            _, task = store.complete_and_lease(str(task["id"]), wid, int(task["fence"]), {}, {}, [CAPABILITY], LEASE_MS)
             done += 1
         return done
 
@@ -110,20 +112,15 @@ def child_main(address: str, token: str, workers: str) -> None:
         print(json.dumps({"rate": rate, "cpu_s": time.process_time() - cpu}), flush=True)
 
 
-def _redis_cpu_s(store) -> float:
-    info = store.client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def _child_round(store, child, command: str, count: int, cpu: dict[str, list[float]]) -> float:
     """One round of the child's workers ("go": end to end, "noop": the ceiling); records the CPU ms per
     transition that the coordinator (this process), the workers and Redis spent."""
-    own, redis_cpu = time.process_time(), _redis_cpu_s(store)
+    own, redis_cpu = time.process_time(), store.server_cpu_s()
     child.stdin.write(f"{command}\n")
     child.stdin.flush()
     got = json.loads(child.stdout.readline())
     for side, spent in (("coordinator", time.process_time() - own), ("workers", got["cpu_s"]),
-                        ("redis", _redis_cpu_s(store) - redis_cpu)):
+                        ("redis", store.server_cpu_s() - redis_cpu)):
         cpu.setdefault(f"{command} {side}", []).append(1000 * spent / count)
     return got["rate"]
 
