@@ -151,12 +151,13 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         self._check_disk(context)
         render_id = new_render_id()
         try:
-            spec = planner.normalize_spec(spec) if hasattr(planner, "normalize_spec") else spec
+            asked = planner.normalize_spec(spec)  # the typed spec, built and checked once, where it enters
             fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
-            planner.validate_spec(spec, fleet)
+            plan = planner.validate_spec(asked, fleet)
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
-        tasks = planner.plan_render(spec, render_id)
+        tasks = planner.plan_render(plan, render_id)
+        spec = plan.as_dict()  # the stored view: the spec as asked with what the planner resolved
         missing = self._missing_blobs(tasks)
         if missing:
             context.abort(
