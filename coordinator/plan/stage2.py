@@ -115,6 +115,20 @@ def _marker_params(spec: Mapping, params: dict, grid: tuple[int, int, int]) -> d
     return {"marker": True, "slot_range": [start, start + len(slots) * hw]}
 
 
+def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int], params: dict, source: str,
+                  marker: bool, shared: dict) -> dict:
+    """One tile's forward at one step: its latent, timesteps and positions (and keyframes) out of `source`."""
+    tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
+    if marker:
+        tile_in["keyframes"] = ref(source, f"t{tile.index}_keyframes")
+    detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
+    info = {"step": step, "tile_index": tile.index, "grid": list(grid), "tile": tile_box(tile)}
+    return task(rid, f"stage2.s{step}.t{tile.index}", "transformer_forward",
+                {"pack": params["pack"], "sigma": float(params["sigmas"][step]), **info, **detailing,
+                 "expect": {"velocity": expect("float32", 1, -1, -1)}},
+                {**tile_in, **shared})
+
+
 def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: dict) -> list[dict]:
     """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator)."""
     grid = (latent_frames(params["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
@@ -127,7 +141,6 @@ def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: 
         "sigmas": params["sigmas"],
         **_marker_params(spec, params, grid),
     }
-    detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
     prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
     state = ("latent", "clean", "mask", "positions")
     audio = {k: ref(prep, k) for k in ("audio_latent", "audio_mask", "audio_positions")}
@@ -145,31 +158,8 @@ def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: 
     source, latent_src = cut, prep
     steps = len(params["sigmas"]) - 1
     for step in range(steps):
-        for tile in tiles:
-            tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
-            if geometry.get("marker"):
-                tile_in["keyframes"] = ref(source, f"t{tile.index}_keyframes")
-            info = {
-                "step": step,
-                "tile_index": tile.index,
-                "grid": list(grid),
-                "tile": tile_box(tile),
-            }
-            tasks.append(
-                task(
-                    rid,
-                    f"stage2.s{step}.t{tile.index}",
-                    "transformer_forward",
-                    {
-                        "pack": params["pack"],
-                        "sigma": float(params["sigmas"][step]),
-                        **info,
-                        **detailing,
-                        "expect": {"velocity": expect("float32", 1, -1, -1)},
-                    },
-                    {**tile_in, **audio, **ctx},
-                )
-            )
+        tasks += [_forward_task(rid, step, tile, grid, params, source, bool(geometry.get("marker")), {**audio, **ctx})
+                  for tile in tiles]
         last = step == steps - 1
         name = "stage2" if last else f"stage2.s{step}"
         step_in = {f"v{t.index}": ref(f"{rid}.stage2.s{step}.t{t.index}", "velocity") for t in tiles}
