@@ -26,10 +26,10 @@ from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
 from coordinator.scheduler import Scheduler
-from coordinator.schema import parse_object
 from coordinator.state.store import FarmStore
 from coordinator.watchhub import WATCH_LIMIT, WatchHub, WatchRelay, encoded_batches
 from protos import farm_pb2, farm_pb2_grpc
+from protos.spec import parse_object
 from protos.states import Outcome, RenderState
 from protos.tensors import CHUNK_BYTES
 
@@ -155,12 +155,13 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         self._check_disk(context)
         render_id = new_render_id()
         try:
-            spec = planner.normalize_spec(spec) if hasattr(planner, "normalize_spec") else spec
+            asked = planner.normalize_spec(spec)  # the typed spec, built and checked once, where it enters
             fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
-            planner.validate_spec(spec, fleet)
+            plan = planner.validate_spec(asked, fleet)
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
-        tasks = planner.plan_render(spec, render_id)
+        tasks = planner.plan_render(plan, render_id)
+        spec = plan.as_dict()  # the stored view: the spec as asked with what the planner resolved
         missing = self._missing_blobs(tasks)
         if missing:
             context.abort(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,12 @@ from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.graph import COORDINATOR
 from coordinator.plan.length import length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
+from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.reducer import run_reduce_task
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER
 from ltx_engine.generation import LTX_25
+from protos.spec import ImageCondition, RenderSpec
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
 from worker.runner import Runner, device_memory_bytes
 
@@ -66,29 +69,27 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
     return outputs
 
 
-def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarray | None = None,
+def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner, image: np.ndarray | None = None,
                  on_event: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, dict[str, str]], LocalBlobs]:
     """Validate, plan and run a render in-process; writes the mp4 and its metadata JSON (out_path with .json)."""
     blobs = LocalBlobs()
-    spec = dict(raw_spec)
+    spec = normalize_spec(raw_spec).spec
     if image is not None:
-        spec["image"] = {**(spec.get("image") or {}), "blob": blobs.put(image)}
-    spec = normalize_spec(spec)
-    auto_decode = str(spec.get("decode_tiles") or "auto").strip().lower() == "auto"
-    spec["generation"] = runner.pack_generation(spec["pack"])  # this machine's pack is the whole fleet's
-    if spec["frames"] is None and spec["generation"] == LTX_25:
-        if not runner.pack(spec["pack"]).has("duration_head"):
-            raise no_head(spec["pack"])
-        predict_frames(spec, runner)
-    validate_spec(spec, [])
-    resolve_local_text_encoder(spec, runner)
-    if auto_decode:  # this machine is the whole fleet: tile only if the decode would not fit its memory
-        spec["decode_tiles"] = "auto"
-        resolve_decode_tiles(spec, [{"packs": [spec["pack"]], "memory_bytes": device_memory_bytes()}])
-    exr_dir = Path(str(spec["exr"])).expanduser().resolve() if spec.get("exr") else None
-    if exr_dir is not None:
-        spec["exr"] = str(exr_dir)
-    tasks = plan_render(spec, "local")
+        spec = replace(spec, image=replace(spec.image or ImageCondition(), blob=blobs.put(image)))
+    exr_dir = Path(str(spec.exr)).expanduser().resolve() if spec.exr else None
+    if exr_dir is not None:  # the folder as this machine names it, before the spec is checked
+        spec = replace(spec, exr=str(exr_dir))
+    known = Resolved(generation=runner.pack_generation(spec.pack))  # this machine's pack is the whole fleet's
+    if spec.frames is None and known.generation == LTX_25:
+        if not runner.pack(spec.pack).has("duration_head"):
+            raise no_head(spec.pack)
+        known = predict_frames(RenderPlan(spec, known), runner)
+    plan = validate_spec(spec, [], known)
+    plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
+    if str(spec.decode_tiles).strip().lower() == "auto":  # this machine is the whole fleet: tile only if
+        local = [{"packs": [spec.pack], "memory_bytes": device_memory_bytes()}]  # the decode would not fit
+        plan = plan.resolve(decode_tiles=resolve_decode_tiles(plan.resolve(decode_tiles=None), local))
+    tasks = plan_render(plan, "local")
     runs: list[dict] = []
     outputs = run_plan(tasks, runner, blobs, _recording(runs, on_event))
     out_path = Path(out_path)
@@ -97,31 +98,34 @@ def render_local(raw_spec: dict, out_path: Path, runner: Runner, image: np.ndarr
         sha = outputs.get(f"local.{name}", {}).get(output)
         return None if sha is None else blobs.get(sha)
 
-    written = assemble_streaming(spec, get, out_path.parent / (out_path.stem + ".parts"), runs, exr_dir=exr_dir)
+    written = assemble_streaming(plan.as_dict(), get, out_path.parent / (out_path.stem + ".parts"), runs,
+                                 exr_dir=exr_dir)
     written.replace(out_path)
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()
     return out_path, outputs, blobs
 
 
-def predict_frames(spec: dict, runner: Runner) -> None:
+def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
     """-f left out on a 2.5 pack: encode the prompt (the render's text task reuses it) and let the pack's
-    DurationHead pick the length, recorded in the spec with the seconds it predicted; shown on stderr
-    before stage 1 starts."""
-    resolve_local_text_encoder(spec, runner)
-    params = {"pack": spec["pack"], "prompt": spec["prompt"], **text_params(spec)}
+    DurationHead pick the length; what it picked, with the seconds it predicted, shown on stderr before
+    stage 1 starts."""
+    plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
+    params = {"pack": plan["pack"], "prompt": plan["prompt"], **text_params(plan)}
     contexts, _ = runner.run("text_encode", params, {})
-    out, _ = runner.run("predict_duration", {"pack": spec["pack"], "fps": spec["frame_rate"]}, contexts)
-    spec["frames"], spec["predicted_seconds"] = picked(out)
-    print(length_line(spec["frames"], spec["predicted_seconds"], spec["frame_rate"]), file=sys.stderr)
+    out, _ = runner.run("predict_duration", {"pack": plan["pack"], "fps": plan["frame_rate"]}, contexts)
+    frames, seconds = picked(out)
+    print(length_line(frames, seconds, plan.spec.frame_rate), file=sys.stderr)
+    return replace(plan.resolved, frames=frames, predicted_seconds=seconds)
 
 
-def resolve_local_text_encoder(spec: dict, runner: Runner) -> None:
+def resolve_local_text_encoder(plan: RenderPlan, runner: Runner) -> str | None:
     """This machine is the whole fleet: the pack's own tower wins, else the encoder named (or the MLX
     port's default) must be here; PackError's one line with the fetch command when it is not."""
-    pack = runner.pack(spec["pack"])
-    spec["text_encoder"] = text_encoders.resolve(TEXT_ENCODER in pack.components(), spec.get("text_encoder"))
-    runner.text_encoder_dir(pack, {"pack": spec["pack"], "text_encoder": spec["text_encoder"]})
+    pack = runner.pack(plan["pack"])
+    encoder = text_encoders.resolve(TEXT_ENCODER in pack.components(), plan.spec.text_encoder)
+    runner.text_encoder_dir(pack, {"pack": plan["pack"], "text_encoder": encoder})
+    return encoder
 
 
 def _recording(runs: list[dict], on_event: Callable[[dict], None] | None) -> Callable[[dict], None]:

@@ -75,15 +75,18 @@ def render(
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
+    from farm_cli.spec import cli_spec
+
+    spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
+                            seed=seed, pack=pack, image=image, no_audio=no_audio, stage2_tiles=stage2_tiles,
+                            tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
+                            temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
+                            text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
+                            detailing_strength=detailing_strength)
     if not local:
         from farm_cli.remote import fetch_results, submit_render, wait_for
 
-        spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
-        spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles,
-                                     exr)
-        spec |= common.detailing_spec(detailing_lora, detailing_strength)
-        spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
-        render_id = submit_render(spec, pixels, coordinator, token)
+        render_id = submit_render(spec.to_dict(), pixels, coordinator, token)
         typer.echo(render_id)
         render = wait_for(render_id, coordinator, token)
         if render.get("state") != "done":
@@ -96,10 +99,6 @@ def render(
     from ltx_engine.loader import PackError
     from worker.runner import Runner
 
-    spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
-    spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
-    spec |= common.detailing_spec(detailing_lora, detailing_strength)
-    spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"
     with one_line(SpecError, PackError):

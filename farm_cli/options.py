@@ -50,7 +50,7 @@ Prompt = Annotated[str, typer.Option("-p", "--prompt", help="What to render.")]
 Height = Annotated[int, typer.Option("-H", "--height", help="Pixels, multiple of 64.")]
 Width = Annotated[int, typer.Option("-W", "--width", help="Pixels, multiple of 64.")]
 Frames = Annotated[int | None, typer.Option(
-    "-f", "--frames", help="8k+1 frames (default 25; on an LTX-2.5 pack `render --local` predicts it).")]
+    "-f", "--frames", help="8k+1 frames (default: an LTX-2.5 pack's DurationHead picks it, else 25).")]
 FrameRate = Annotated[float, typer.Option("--frame-rate")]
 Seed = Annotated[int, typer.Option("--seed")]
 PackRef = Annotated[str, typer.Option("--pack", help="Pack name in the packs folder, a path, or a HF repo id.")]

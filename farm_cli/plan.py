@@ -10,7 +10,6 @@ from pathlib import Path
 
 import typer
 
-from farm_cli import common
 from farm_cli.options import (
     Coordinator,
     DecodeTiles,
@@ -68,7 +67,7 @@ def print_plan(plan: dict) -> None:
                "a worker's measured speeds where it has run tasks, else its chip's)")
 
 
-def plan(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+def plan(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = None,
          frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
          no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5,
          stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = 0,
@@ -78,14 +77,13 @@ def plan(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: 
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
+    from farm_cli.spec import cli_spec
 
-    spec, _pixels = common.render_spec(prompt or "plan", height, width, frames, frame_rate, seed, pack, None,
-                                       no_audio)
-    if image is not None:
-        spec["image"] = {"blob": "plan", "frame": int(image[1]), "strength": float(image[2])}
-    spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles,
-                                 None)
-    spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
+    spec, _pixels = cli_spec(prompt=prompt or "plan", height=height, width=width, frames=frames,
+                             frame_rate=frame_rate, seed=seed, pack=pack, image=image, no_audio=no_audio,
+                             stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
+                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
+                             text_encoder=text_encoder, image_blob="plan")
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from farm_cli import common
 from farm_cli.options import (
     Coordinator,
     DecodeTiles,
@@ -38,7 +37,7 @@ from farm_cli.remote import client, desktop_notice, fetch_results, submit_render
 from farm_cli.session import fail, one_line
 
 
-def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = 25,
+def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = None,
            frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
            output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
            stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,
@@ -56,15 +55,15 @@ def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = 0.5,
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
-    spec, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, image, no_audio)
-    spec |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
-    spec |= common.detailing_spec(detailing_lora, detailing_strength)
-    spec["text_encoder"] = common.text_encoder_choice(pack, text_encoder)
-    spec["priority"] = priority
-    if notify:
-        if not notify.startswith(("http://", "https://")):
-            fail(f"--notify {notify!r}: give an http:// or https:// URL")
-        spec["notify"] = notify
+    from farm_cli.spec import cli_spec
+
+    typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
+                             seed=seed, pack=pack, image=image, no_audio=no_audio, stage2_tiles=stage2_tiles,
+                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
+                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
+                             text_encoder=text_encoder, detailing_lora=detailing_lora,
+                             detailing_strength=detailing_strength, priority=priority, notify=notify)
+    spec = typed.to_dict()
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch
 

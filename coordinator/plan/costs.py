@@ -152,13 +152,12 @@ def assemble_seconds(spec: Mapping) -> float:
     return MUX_S + MUX_S_PER_VOXEL * frames * int(spec.get("height") or 0) * int(spec.get("width") or 0)
 
 
-def annotate(tasks: list[dict], spec: dict) -> None:
+def annotate(tasks: list[dict], spec: Mapping) -> None:
     """Write each task's reference seconds (`cost_s`, `load_s`) and, for worker tasks when the fleet
     described the pack's size, its peak (`peak_bytes`) and the memory a worker needs to be leased it
-    (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`); the spec gets the
-    assembly's (`assemble_s`, which set_render_state.lua measures against)."""
+    (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`). The assembly's
+    (`assemble_s`, which set_render_state.lua measures against) is in the resolved plan, not here."""
     pack_bytes = spec.get("pack_bytes")
-    spec["assemble_s"] = round(assemble_seconds(spec), 4)
     for t in tasks:
         params = t["params"]
         params["cost_s"] = round(reference_seconds(t["kind"], params), 4)

@@ -3,10 +3,13 @@
 Untiled: one `decode_video` task whose frames are the product "video". Tiled: one `decode_tile` task
 per decode tile (any worker, all at once); the assembler blends their raw pixels in tile order and
 streams finished frames to the encoder. `decode_tiles` is "auto" until validation resolves it against
-the fleet to "off" or "F,H,W" (pixel tile sizes), so the farm and `--local` can run the same plan.
+the fleet to "off" or "F,H,W" (pixel tile sizes, in the resolved plan), so the farm and `--local` can
+run the same plan.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from coordinator.plan.graph import SPATIAL_FACTOR, TEMPORAL_FACTOR, SpecError, expect, latent_grid, task
 from ltx_engine.decode_tiling import (
@@ -31,7 +34,7 @@ def tile_task_name(index: int) -> str:
     return f"{DECODE}.t{index}"
 
 
-def shipped_frames(spec: dict) -> int:
+def shipped_frames(spec: Mapping) -> int:
     """Frames the decode produces: the clip's, or what DFR rounds lengthen it to (spec["output_frames"])."""
     return int(spec.get("output_frames") or spec["frames"])
 
@@ -67,7 +70,7 @@ def tile_plan(grid: tuple[int, int, int], sizes: tuple[int, int, int]) -> list[D
     return tiles_from_axes((t_ivs, split_symmetric(h_size, s_ov, h), split_symmetric(w_size, s_ov, w)))
 
 
-def decode_tile_plan(spec: dict) -> list[DecodeTile] | None:
+def decode_tile_plan(spec: Mapping) -> list[DecodeTile] | None:
     """The spec's decode tiles, or None when the decode is one task (off, or the plan is one tile)."""
     value = spec.get("decode_tiles") or "off"
     sizes = parse_decode_tiles(default_sizes(spec) if value == "auto" else value)
@@ -77,13 +80,13 @@ def decode_tile_plan(spec: dict) -> list[DecodeTile] | None:
     return tiles if len(tiles) > 1 else None
 
 
-def default_sizes(spec: dict) -> str:
+def default_sizes(spec: Mapping) -> str:
     """The reference's default tile sizes for this clip (spatial sizes scaled from the long side)."""
     t, _, h, w = latent_tile_sizes(latent_grid(spec), DEFAULT_SIZES)
     return f"{t * TEMPORAL_FACTOR},{h * SPATIAL_FACTOR},{w * SPATIAL_FACTOR}"
 
 
-def decode_peak_bytes(spec: dict) -> int:
+def decode_peak_bytes(spec: Mapping) -> int:
     """A coarse estimate of a worker's decode working set: the largest tile, or the whole clip."""
     tiles = decode_tile_plan(spec)
     if tiles is None:
@@ -91,8 +94,8 @@ def decode_peak_bytes(spec: dict) -> int:
     return max(f * h * w for f, h, w in (t.pixel_shape for t in tiles)) * BYTES_PER_PIXEL
 
 
-def resolve_decode_tiles(spec: dict, fleet: list[dict]) -> None:
-    """Turn "auto" into "off" or sizes (recorded in the spec); refuse bad sizes before anything queues.
+def resolve_decode_tiles(spec: Mapping, fleet: list[dict]) -> str:
+    """"auto" made "off" or sizes (the resolved plan records it); bad sizes refused before anything queues.
 
     auto tiles when more than one worker holds the pack (the tiles decode in parallel) or when the
     untiled decode would not fit the smallest holder's memory (then tiles shrink until one fits).
@@ -100,22 +103,21 @@ def resolve_decode_tiles(spec: dict, fleet: list[dict]) -> None:
     value = str(spec.get("decode_tiles") or "auto").strip().lower()
     if value != "auto":
         parse_decode_tiles(value)
-        spec["decode_tiles"] = value
-        return
+        return value
     holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
     memories = [int(w.get("memory_bytes") or 0) for w in holders if int(w.get("memory_bytes") or 0) > 0]
     budget = min(memories) if memories else 0
     untiled = shipped_frames(spec) * spec["height"] * spec["width"] * BYTES_PER_PIXEL
     if len(holders) <= 1 and (not budget or untiled <= budget):
-        spec["decode_tiles"] = "off"
-        return
-    spec["decode_tiles"] = default_sizes(spec)
-    while budget and decode_peak_bytes(spec) > budget:
-        smaller = _shrink(parse_decode_tiles(spec["decode_tiles"]))  # type: ignore[arg-type]
+        return "off"
+    tiles = default_sizes(spec)
+    while budget and decode_peak_bytes({**spec, "decode_tiles": tiles}) > budget:
+        smaller = _shrink(parse_decode_tiles(tiles))  # type: ignore[arg-type]
         if smaller is None:
-            raise SpecError(f"the decode needs ~{decode_peak_bytes(spec) / 2**30:.1f} GiB per tile even at the "
-                            f"smallest tiles; the smallest worker has {budget / 2**30:.1f} GiB")
-        spec["decode_tiles"] = ",".join(str(x) for x in smaller)
+            raise SpecError(f"the decode needs ~{decode_peak_bytes({**spec, 'decode_tiles': tiles}) / 2**30:.1f} "
+                            f"GiB per tile even at the smallest tiles; the smallest worker has {budget / 2**30:.1f} GiB")
+        tiles = ",".join(str(x) for x in smaller)
+    return tiles
 
 
 def _shrink(sizes: tuple[int, int, int]) -> tuple[int, int, int] | None:
@@ -129,7 +131,7 @@ def _shrink(sizes: tuple[int, int, int]) -> tuple[int, int, int] | None:
     return (frames, h, w) if frames > OVERLAP_FRAMES else None
 
 
-def plan_decode(rid: str, spec: dict, latent: dict) -> list[dict]:
+def plan_decode(rid: str, spec: Mapping, latent: dict) -> list[dict]:
     """One decode task of the whole latent, or one task per decode tile (all reading the whole latent)."""
     tiles = decode_tile_plan(spec)
     if tiles is None:

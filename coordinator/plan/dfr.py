@@ -11,6 +11,8 @@ passes no audio to the rounds); the shipped audio is stage 1's, cut to the trimm
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, ref, task
 from ltx_engine.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params
 
@@ -21,7 +23,7 @@ NEEDED_FEATURES = (
 )
 
 
-def dfr_rounds(spec: dict) -> int:
+def dfr_rounds(spec: Mapping) -> int:
     """The spec's temporal rounds as an int; a SpecError when it is not 0..MAX_ROUNDS."""
     value = spec.get("temporal_upscalings") or 0
     try:
@@ -33,12 +35,12 @@ def dfr_rounds(spec: dict) -> int:
     return rounds
 
 
-def spec_plan(spec: dict) -> DfrPlan:
+def spec_plan(spec: Mapping) -> DfrPlan:
     """The render's DFR plan (canvas, rounds, tiles); the same call the workers and the reducer make."""
     return plan_dfr(spec["frames"], spec["frame_rate"], dfr_rounds(spec), spec["seed"])
 
 
-def _check_canvas(spec: dict, plan: DfrPlan) -> None:
+def _check_canvas(spec: Mapping, plan: DfrPlan) -> None:
     if plan.canvas.frames / spec["frame_rate"] > MAX_TILE_SECONDS:
         raise SpecError(f"DFR canvas of {plan.canvas.frames} frames (padded from {spec['frames']} to whole "
                         f"{plan.canvas.segment}-frame segments) exceeds the model's {MAX_TILE_SECONDS:.0f} s range")
@@ -49,7 +51,7 @@ def _check_canvas(spec: dict, plan: DfrPlan) -> None:
                             f"beyond the model's {MAX_TILE_SECONDS:.0f} s positional range")
 
 
-def _check_pack(spec: dict, fleet: list[dict]) -> None:
+def _check_pack(spec: Mapping, fleet: list[dict]) -> None:
     """Refuse a pack the registered workers say cannot run rounds (workers that say nothing pass)."""
     pack = spec["pack"]
     described = [set(w["pack_features"][pack]) for w in fleet
@@ -61,14 +63,13 @@ def _check_pack(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(f"pack {pack!r} {why}: DFR temporal rounds need it")
 
 
-def check_dfr(spec: dict, fleet: list[dict]) -> None:
-    """Refuse DFR specs that cannot render (one line); record the shipped clip's frame count and rate in
-    the spec (`output_frames`, `output_fps`: the decode and the assembler read them)."""
-    spec["temporal_upscalings"] = dfr_rounds(spec)
-    if spec["temporal_upscalings"] == 0:
+def check_dfr(spec: Mapping, fleet: list[dict]) -> dict[str, int | float]:
+    """Refuse DFR specs that cannot render (one line); the shipped clip's frame count and rate for the
+    resolved plan (`output_frames`, `output_fps`: the decode and the assembler read them), none without DFR."""
+    if dfr_rounds(spec) == 0:
         if spec.get("detailing_lora"):
             raise SpecError("a detailing LoRA details DFR's stage 2: give --temporal-upscalings 1 or 2 with it")
-        return
+        return {}
     _check_detailing(spec)
     try:
         plan = spec_plan(spec)
@@ -76,15 +77,15 @@ def check_dfr(spec: dict, fleet: list[dict]) -> None:
         raise SpecError(f"DFR canvas: {exc}") from exc
     _check_canvas(spec, plan)
     _check_pack(spec, fleet)
-    spec["output_frames"], spec["output_fps"] = plan.output_frames, plan.output_fps
+    return {"output_frames": plan.output_frames, "output_fps": plan.output_fps}
 
 
-def output_frames(spec: dict) -> int:
+def output_frames(spec: Mapping) -> int:
     """Frames the render ships: (frames - 1) * 2**R + 1."""
     return (spec["frames"] - 1) * 2 ** dfr_rounds(spec) + 1
 
 
-def _check_detailing(spec: dict) -> None:
+def _check_detailing(spec: Mapping) -> None:
     """The detailing IC-LoRA is a file in the pack folder (a plain name) with a strength in [0, 2]."""
     name = spec.get("detailing_lora")
     if name is None:
@@ -97,26 +98,25 @@ def _check_detailing(spec: dict) -> None:
         raise SpecError(f"detailing strength {spec.get('detailing_strength')!r} is not a number") from exc
     if not 0.0 <= strength <= 2.0:
         raise SpecError(f"detailing strength {strength} is outside [0, 2]")
-    spec["detailing_strength"] = strength
 
 
-def detailing_params(spec: dict) -> dict:
+def detailing_params(spec: Mapping) -> dict:
     """Stage 2's detailing IC-LoRA params (DFR only); none without one."""
     name = spec.get("detailing_lora")
     return {"detailing_lora": name, "detailing_strength": float(spec["detailing_strength"])} if name else {}
 
 
-def canvas_frames(spec: dict) -> int:
+def canvas_frames(spec: Mapping) -> int:
     """Frames stages 1-2 generate: DFR's padded canvas (trimmed after the rounds), else the clip's."""
     return spec_plan(spec).canvas.frames if dfr_rounds(spec) else spec["frames"]
 
 
-def slot_params(spec: dict) -> dict:
+def slot_params(spec: Mapping) -> dict:
     """Stage params for DFR's generated keyframe slots (upstream's canvas positions); none without DFR."""
     return {"dfr_slots": list(spec_plan(spec).canvas.slots)} if dfr_rounds(spec) else {}
 
 
-def slot_expect(spec: dict, height: int, width: int) -> dict:
+def slot_expect(spec: Mapping, height: int, width: int) -> dict:
     """The `slots` output a DFR stage gives: (1, C, K, h, w), one latent frame per slot."""
     if not dfr_rounds(spec):
         return {}
@@ -124,7 +124,7 @@ def slot_expect(spec: dict, height: int, width: int) -> dict:
     return {"slots": expect("float32", 1, -1, k, height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)}
 
 
-def plan_slot_upsample(rid: str, spec: dict, slots: dict) -> list[dict]:
+def plan_slot_upsample(rid: str, spec: Mapping, slots: dict) -> list[dict]:
     """Stage 1's slots through the spatial upsampler for stage 2 (as upstream upsamples them)."""
     if not dfr_rounds(spec):
         return []
@@ -133,7 +133,7 @@ def plan_slot_upsample(rid: str, spec: dict, slots: dict) -> list[dict]:
             "latent": slot_expect(spec, spec["height"], spec["width"])["slots"]}}, {"latent": slots})]
 
 
-def _tile_tasks(rid: str, spec: dict, rnd, shared: dict, inputs: dict) -> list[dict]:
+def _tile_tasks(rid: str, spec: Mapping, rnd, shared: dict, inputs: dict) -> list[dict]:
     h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
     out = []
     for tile in rnd.tiles:
@@ -144,7 +144,7 @@ def _tile_tasks(rid: str, spec: dict, rnd, shared: dict, inputs: dict) -> list[d
     return out
 
 
-def plan_dfr_rounds(rid: str, spec: dict, latent: dict, carry: dict, ctx: dict, image: dict,
+def plan_dfr_rounds(rid: str, spec: Mapping, latent: dict, carry: dict, ctx: dict, image: dict,
                     image_params: dict) -> tuple[list[dict], dict]:
     """The rounds' tasks after stage 2, and the reference to the final (trimmed) video latent. Round 1's
     anchors are stage 2's keyframe slots (`carry`); an image conditions the tiles whose window holds it."""

@@ -64,9 +64,9 @@ def live_fleet(rows: list[dict]) -> tuple[list[dict], list[placement.Slot]]:
 
 def forecast(raw_spec: dict, caps: list[dict], slots: list[placement.Slot]) -> dict:
     """The plan and its predictions; SpecError (the submit refusal, with numbers) when it cannot run."""
-    spec = normalize_spec(raw_spec)
-    validate_spec(spec, caps)
-    tasks = plan_render(spec, "plan")
+    plan = validate_spec(normalize_spec(raw_spec), caps)
+    tasks = plan_render(plan, "plan")
+    spec = plan.as_dict()
     placed = placement.simulate(tasks, slots)
     if len([p for p in placed if p.slot != placement.COORDINATOR_SLOT]) < sum(
             t["capability"] == CAPABILITY for t in tasks):

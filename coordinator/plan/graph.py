@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ltx_engine.components import task_needs
-from protos.fields import SpecError as SpecError
-
-# SpecError (re-exported above) is the contract's refusal: the planner raises it for a render that must not be queued.
-
+from protos.fields import SpecError  # noqa: F401 - the contract's refusal; planners raise it from here
 
 CAPABILITY = "mlx"
 COORDINATOR = "coordinator"  # tasks the coordinator's reducer runs (pure math between tiled forwards)
@@ -18,9 +17,9 @@ def latent_frames(frames: int) -> int:
     return (frames - 1) // TEMPORAL_FACTOR + 1
 
 
-def latent_grid(spec: dict) -> tuple[int, int, int]:
+def latent_grid(spec: Mapping) -> tuple[int, int, int]:
     """The full-resolution latent grid (frames, height, width) the decode sees: of the shipped clip,
-    which DFR temporal rounds lengthen (validation records it as spec["output_frames"])."""
+    which DFR temporal rounds lengthen (validation resolves it as "output_frames")."""
     frames = spec.get("output_frames") or spec["frames"]
     return latent_frames(frames), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
 

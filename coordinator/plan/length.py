@@ -10,10 +10,14 @@ tasks in one Redis script (`set_length.lua`), before stage 1 can start. The rest
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
 import numpy as np
 
 from coordinator.plan import costs
 from coordinator.plan.graph import COORDINATOR, SpecError, expect, ref, task
+from coordinator.plan.resolved import RenderPlan
 from ltx_engine.components import missing_line
 from ltx_engine.duration import shortest_frames
 from ltx_engine.generation import LTX_25
@@ -23,22 +27,21 @@ DURATION_HEAD = "duration_head"
 SETTLED = ("generation", "text_encoder", "pack_bytes")  # what submit resolves that phase 2 keeps
 
 
-def length_pending(spec: dict) -> bool:
+def length_pending(spec: Mapping) -> bool:
     """-f left out on a pack known to be LTX-2.5: its DurationHead picks the length on the farm."""
     return spec.get("frames") is None and spec.get("generation") == LTX_25
 
 
-def probe_spec(spec: dict, fleet: list[dict]) -> dict:
+def probe_spec(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     """The spec at the shortest length the head can pick, for the checks that need a length at submit
     (the picked length is checked again before the rest is queued; an image's frame only then). A
     fleet that describes the pack without a DurationHead refuses the render here, in one line."""
     described = [w for w in fleet if spec["pack"] in (w.get("pack_components") or {})]
     if described and not any(DURATION_HEAD in w["pack_components"][spec["pack"]] for w in described):
         raise no_head(spec["pack"])
-    probe = {**spec, "frames": shortest_frames(spec["frame_rate"])}
-    if isinstance(spec.get("image"), dict):  # its frame is checked against the picked length, in phase 2
-        probe["image"] = {**spec["image"], "frame": 0}
-    return probe
+    asked = spec.spec
+    image = None if asked.image is None else replace(asked.image, frame=0)  # checked against the picked length
+    return spec.with_spec(replace(asked, frames=shortest_frames(asked.frame_rate), image=image))
 
 
 def no_head(pack: str) -> SpecError:
@@ -47,12 +50,12 @@ def no_head(pack: str) -> SpecError:
                      "or give -f/--frames")
 
 
-def settle(spec: dict, probe: dict) -> None:
-    """Keep on the spec what validating the probe resolved and does not depend on the length."""
-    spec.update({k: probe[k] for k in SETTLED if k in probe})
+def settled(probe: RenderPlan) -> dict:
+    """What validating the probe resolved that does not depend on the length (phase 1 keeps it)."""
+    return {k: getattr(probe.resolved, k) for k in SETTLED}
 
 
-def plan_length_phase(rid: str, spec: dict, text: dict) -> list[dict]:
+def plan_length_phase(rid: str, spec: Mapping, text: dict) -> list[dict]:
     """Phase 1: the text task, the DurationHead on its outputs, and the coordinator task that plans the
     rest from the spec as it stands now (before any length-dependent resolution)."""
     ctx = {k: ref(text["id"], k) for k in ("video_context", "audio_context")}

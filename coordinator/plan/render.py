@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from coordinator.plan import costs, placement
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
@@ -34,82 +35,55 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     ref,
     task,
 )
-from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settle
+from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
+from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
-from coordinator.schema import check_spec
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
 from ltx_engine.generation import check_generation, stage1_sampler
 from ltx_engine.sampling import DISTILLED_SIGMAS
+from protos.spec import RenderSpec, spec_field_names
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
 MAX_SECONDS = 20.0       # the reference's temporal positional range (seconds)
 MAX_FRAMES = 1 + 8 * 64
 DEFAULT_FRAMES = 25
 
-DEFAULTS: dict[str, Any] = {
-    "prompt": "",
-    "height": 256,
-    "width": 384,
-    "frames": None,            # None: a 2.5 pack's DurationHead picks it (plan_length), else DEFAULT_FRAMES
-    "frame_rate": 24.0,
-    "seed": 1,
-    "pack": "tiny",
-    "image": None,
-    "audio": True,
-    "stage2_tiles": None,     # None: one stage-2 task; "auto" | "HxW" | "FxHxW": tiled data parallel
-    "tile_overlap": 5,
-    "stage2_sigmas": None,
-    "temporal_upscalings": 0,  # DFR rounds (LTX-2.5 packs)
-    "decode_tiles": "auto",    # "auto" | "off" | "F,H,W" pixel tile sizes
-    "exr": None,               # a folder for EXR frames (on the machine that assembles)
-    "text_encoder": None,      # "pack" (its own tower), a repo id or a folder; validation records the choice
-    "generation": None,        # the pack's LTX generation ("2.3" / "2.5"): resolved, never asked for
-    "predicted_seconds": None,  # what a 2.5 DurationHead predicted when it picked `frames`
-    "detailing_lora": None,    # DFR: an IC-LoRA file in the pack, fused into stage 2's DiT (upstream --detailing-lora)
-    "detailing_strength": 0.5,
-}
+DEFAULTS = MappingProxyType(RenderSpec().to_dict())  # the record's field defaults, read-only
+Spec = Mapping  # what the planning functions read: a RenderPlan (spec + resolved), or a plain mapping in tests
 
 
-def normalize_spec(raw: dict) -> dict:
-    """The spec with defaults filled in and numbers typed; unknown keys are refused."""
-    raw = check_spec(raw, set(DEFAULTS) | {"submitter", "priority", "group", "notify"})  # types, ranges
-    spec = {**DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
-    try:
-        for key in ("height", "width", "frames", "seed"):
-            spec[key] = None if key == "frames" and spec[key] is None else int(spec[key])
-        spec["frame_rate"] = float(spec["frame_rate"])
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"bad number in spec: {exc}") from exc
-    spec["generation"] = spec["predicted_seconds"] = None  # resolved here or by the local runner, never asked for
-    encoder = spec["text_encoder"]
-    if encoder is not None and (not isinstance(encoder, str) or not encoder.strip() or len(encoder) > 1024):
-        raise SpecError(f"text_encoder {str(encoder)[:80]!r} is not a repo id, a folder or 'pack'")
-    return spec
+def normalize_spec(raw: Mapping | RenderSpec) -> RenderPlan:
+    """The typed spec (defaults filled in, numbers typed; unknown keys refused), nothing resolved yet:
+    read as a mapping like every plan."""
+    if isinstance(raw, RenderPlan):
+        return raw
+    return RenderPlan(raw if isinstance(raw, RenderSpec) else RenderSpec.from_dict(raw))
 
 
-def estimate_peak_bytes(spec: dict) -> int:
+def estimate_peak_bytes(spec: Spec) -> int:
     """A coarse upper estimate of a worker's peak memory for the untiled stage 2 and the (tiled) decode."""
     tokens = latent_frames(spec["frames"]) * (spec["height"] // 32) * (spec["width"] // 32)
     return tokens * 4096 * 2 * 64 + decode_peak_bytes(spec)
 
 
-def validate_spec(spec: dict, fleet: list[dict]) -> None:
-    """Refuse what cannot render, with one line that says why. `fleet`: registered workers' capabilities."""
-    if not str(spec.get("prompt", "")).strip():
+def validate_spec(spec: RenderSpec | RenderPlan, fleet: list[dict], known: Resolved | None = None) -> RenderPlan:
+    """Refuse what cannot render, with one line that says why; else what the planner resolved for it
+    (the spec itself is never changed). `fleet`: registered workers' capabilities; `known`: what is
+    resolved already (the local runner's generation, the length the DurationHead picked)."""
+    plan = spec if isinstance(spec, RenderPlan) else RenderPlan(spec, known or Resolved())
+    if not str(plan.get("prompt", "")).strip():
         raise SpecError("prompt is empty: give one with -p/--prompt")
-    resolve_generation(spec, fleet)
-    if length_pending(spec):  # the head picks the length on the farm: check the rest at the shortest it can pick
-        probe = probe_spec(spec, fleet)
-        _validate_sized(probe, fleet)
-        settle(spec, probe)
-        return
-    _resolve_frames(spec)
-    _validate_sized(spec, fleet)
+    plan = plan.resolve(generation=resolve_generation(plan, fleet))
+    if length_pending(plan):  # the head picks the length on the farm: check the rest at the shortest it can pick
+        return plan.resolve(**settled(_validate_sized(probe_spec(plan, fleet), fleet)))
+    if plan["frames"] is None:  # a left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always
+        plan = plan.resolve(frames=DEFAULT_FRAMES)
+    return _validate_sized(plan, fleet)
 
 
-def _validate_sized(spec: dict, fleet: list[dict]) -> None:
-    """The checks of a render whose length is known."""
+def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
+    """The checks of a render whose length is known, and what they resolve."""
     for key in ("height", "width"):
         value = spec[key]
         if value <= 0 or value % 64:
@@ -133,24 +107,26 @@ def _validate_sized(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
-    resolve_text_encoder(spec, fleet)
+    spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_components(spec, fleet)
-    check_dfr(spec, fleet)
-    resolve_decode_tiles(spec, fleet)
-    check_tiling(spec, fleet)  # first: the peaks _check_fleet refuses by are those of the tiles it picks
-    _check_fleet(spec, fleet)
+    spec = spec.resolve(**check_dfr(spec, fleet))
+    spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
+    spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks
+    spec = spec.resolve(pack_bytes=_check_fleet(spec, fleet))
+    return spec.resolve(assemble_s=round(costs.assemble_seconds(spec), 4))
 
 
-def _check_fleet(spec: dict, fleet: list[dict]) -> None:
+def _check_fleet(spec: RenderPlan, fleet: list[dict]) -> int | None:
+    """Refuse a render no registered worker can hold; the pack's bytes as its holders report them."""
     if not fleet:
-        return  # nobody registered yet: the render waits for workers
+        return spec.resolved.pack_bytes  # nobody registered yet: the render waits for workers
     holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
     if not holders:
         raise SpecError(f"unknown pack {spec['pack']!r}: no registered worker has it")
-    spec["pack_bytes"] = placement.fleet_pack_bytes(spec["pack"], holders)
-    if spec["pack_bytes"]:  # the cost model, per task, against what each worker can use
-        placement.refuse_oversize(spec, plan_render(spec, "check"), holders)
-        return
+    pack_bytes = placement.fleet_pack_bytes(spec["pack"], holders)
+    if pack_bytes:  # the cost model, per task, against what each worker can use
+        placement.refuse_oversize(spec, plan_render(spec.resolve(pack_bytes=pack_bytes), "check"), holders)
+        return pack_bytes
     largest = max(int(w.get("memory_bytes") or 0) for w in holders)
     need = estimate_peak_bytes(spec)
     if largest and need > largest:
@@ -158,10 +134,11 @@ def _check_fleet(spec: dict, fleet: list[dict]) -> None:
             f"{spec['width']}x{spec['height']}x{spec['frames']} needs ~{need / 2**30:.1f} GiB on one worker; "
             f"the largest holding {spec['pack']!r} has {largest / 2**30:.1f} GiB"
         )
+    return pack_bytes
 
 
-def resolve_generation(spec: dict, fleet: list[dict]) -> None:
-    """Record the pack's LTX generation as the live workers report it (`pack_generation`), once per
+def resolve_generation(spec: Spec, fleet: list[dict]) -> str | None:
+    """The pack's LTX generation as the live workers report it (`pack_generation`), once per
     render; holders that disagree refuse it. With no worker describing the pack a value already set (the
     local runner's) stays, else None: each stage-1 task then reads it from its own pack."""
     pack = spec["pack"]
@@ -169,40 +146,38 @@ def resolve_generation(spec: dict, fleet: list[dict]) -> None:
     if len(seen) > 1:
         raise SpecError(f"workers disagree on the LTX generation of pack {pack!r} ({', '.join(sorted(seen))}): "
                         "they hold different packs under one name")
-    if seen:
-        spec["generation"] = check_generation(seen.pop())
+    return check_generation(seen.pop()) if seen else spec.get("generation")
 
 
-def _resolve_frames(spec: dict) -> None:
-    """A left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always."""
-    if spec["frames"] is None:
-        spec["frames"] = DEFAULT_FRAMES
+def continue_render(stored: Mapping, frames: int, seconds: float, render_id: str, fleet: list[dict],
+                    ) -> tuple[dict, list[dict]]:
+    """Phase 2 of a render whose DurationHead picked its length: the spec recorded at submit (asked
+    fields and what submit settled) with that length, checked again; its stored view and its whole
+    graph (the text task is already there)."""
+    asked = RenderSpec.from_dict({k: v for k, v in stored.items() if k in spec_field_names()})
+    known = Resolved(generation=stored.get("generation"), pack_bytes=stored.get("pack_bytes"), frames=frames,
+                     predicted_seconds=seconds)
+    plan = validate_spec(asked, fleet, known)
+    return plan.as_dict(), plan_render(plan, render_id)
 
 
-def continue_render(spec: dict, frames: int, seconds: float, render_id: str, fleet: list[dict]) -> tuple[dict, list[dict]]:
-    """Phase 2 of a render whose DurationHead picked its length: the spec recorded at submit with that
-    length, checked again, and its whole graph (the text task is already there)."""
-    spec = {**spec, "frames": frames, "predicted_seconds": seconds}
-    validate_spec(spec, fleet)
-    return spec, plan_render(spec, render_id)
-
-
-def resolve_text_encoder(spec: dict, fleet: list[dict]) -> None:
-    """Record the render's text encoder in the spec (the pack's own tower wins, as the live workers
+def resolve_text_encoder(spec: Spec, fleet: list[dict]) -> str | None:
+    """The render's text encoder (the pack's own tower wins, as the live workers
     describe the pack) and refuse, in one line with the command that fetches it, a separate encoder no
     live worker holds. Workers that do not describe their encoders pass."""
     pack = spec["pack"]
     described = [w for w in fleet if pack in (w.get("pack_components") or {})]
     has_tower = any(TEXT_ENCODER in w["pack_components"][pack] for w in described) if described else None
-    spec["text_encoder"] = ref = text_encoders.resolve(has_tower, spec.get("text_encoder"))
+    ref = text_encoders.resolve(has_tower, spec.get("text_encoder"))
     if ref in (None, text_encoders.PACK):
-        return
+        return ref
     holders = [w["text_encoders"] for w in fleet if isinstance(w.get("text_encoders"), dict)]
     if holders and not any(name in held for held in holders for name in text_encoders.names(ref)):
         raise SpecError(text_encoders.refusal(ref, pack))
+    return ref
 
 
-def text_params(spec: dict) -> dict:
+def text_params(spec: Spec) -> dict:
     """The text task's encoder params: the choice, and the names a worker may hold a separate one under."""
     ref = spec.get("text_encoder")
     if ref is None:
@@ -211,7 +186,7 @@ def text_params(spec: dict) -> dict:
         "text_encoder": ref, "text_encoder_names": text_encoders.names(ref)}
 
 
-def text_key(spec: dict) -> str:
+def text_key(spec: Spec) -> str:
     """The prompt-embedding cache's key: what a text task's outputs depend on (pack as the fleet holds
     it, prompt, encoder choice). Equal keys reuse one encoding (lease.lua, complete.lua): a seed sweep
     or a retry does not encode its prompt again."""
@@ -219,7 +194,7 @@ def text_key(spec: dict) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def _check_components(spec: dict, fleet: list[dict]) -> None:
+def _check_components(spec: Spec, fleet: list[dict]) -> None:
     """Refuse a render whose pack lacks a component it needs on every worker holding it, with the
     one line that names the missing file and how to get it (or why the worker cannot serve it).
     Workers that do not describe their pack's components pass (the scheduler still matches tasks)."""
@@ -235,8 +210,11 @@ def _check_components(spec: dict, fleet: list[dict]) -> None:
             raise SpecError(why or missing_line(component, pack))
 
 
-def plan_render(spec: dict, render_id: str) -> list[dict]:
-    """The distilled two-stage text/image-to-video graph with audio, in a topological order."""
+def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
+    """The distilled two-stage text/image-to-video graph with audio, in a topological order: of a
+    validated RenderPlan (a RenderSpec alone plans as asked, unresolved)."""
+    if isinstance(spec, RenderSpec):
+        spec = RenderPlan(spec)
     rid = render_id
     pack = spec["pack"]
     h2, w2 = spec["height"] // 2, spec["width"] // 2
@@ -275,14 +253,14 @@ def plan_render(spec: dict, render_id: str) -> list[dict]:
     return tasks
 
 
-def _stage1_sampler(spec: dict) -> dict:
+def _stage1_sampler(spec: Spec) -> dict:
     """Stage 1's sampler from the recorded generation; nothing when it is not known (the worker reads
     its pack's)."""
     generation = spec.get("generation")
     return {"sampler": stage1_sampler(generation, bool(dfr_rounds(spec)))} if generation else {}
 
 
-def _plan_stages(rid: str, spec: dict, ctx: dict, cond1: dict, cond2: dict, image_params: dict) -> list[dict]:
+def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, image_params: dict) -> list[dict]:
     """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots)."""
     pack, seed, fps = spec["pack"], spec["seed"], spec["frame_rate"]
     frames, slots = canvas_frames(spec), slot_params(spec)

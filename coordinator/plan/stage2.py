@@ -4,6 +4,7 @@ blend + sampler step by the coordinator's reducer. Pure."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from coordinator.plan import costs, placement
 from coordinator.plan.dfr import canvas_frames
@@ -22,10 +23,10 @@ from ltx_engine.generation import LTX_25
 from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
 
 
-def check_tiling(spec: dict, fleet: list[dict]) -> None:
-    """Resolve `auto` against the fleet (recorded in the spec) and refuse tilings that cannot split."""
+def check_tiling(spec: Mapping, fleet: list[dict]) -> str | None:
+    """The tile counts ("FxHxW", `auto` resolved against the fleet); tilings that cannot split refused."""
     if spec.get("stage2_tiles") is None:
-        return
+        return None
     holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
     try:
         counts = tdp.parse_tile_counts(str(spec["stage2_tiles"]), len(holders))
@@ -39,10 +40,10 @@ def check_tiling(spec: dict, fleet: list[dict]) -> None:
             counts = fit_smallest(spec, holders, grid, counts)
     except ValueError as exc:
         raise SpecError(f"stage-2 tiling: {exc}") from exc
-    spec["stage2_tiles"] = "x".join(str(n) for n in counts)
     sigmas = spec.get("stage2_sigmas")
     if sigmas is not None and (len(sigmas) < 2 or float(sigmas[-1]) != 0.0):
         raise SpecError("stage-2 sigmas must have at least two values and end with 0")
+    return "x".join(str(n) for n in counts)
 
 
 def tile_box(tile: tdp.Tile) -> dict[str, list[int]]:
@@ -53,7 +54,7 @@ def tile_box(tile: tdp.Tile) -> dict[str, list[int]]:
 MAX_TILES_PER_WORKER = 4  # past this, more tiles cost more in overlap than the small Mac adds
 
 
-def _step_seconds(spec: dict, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
+def _step_seconds(spec: Mapping, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
                   pack_bytes: int) -> tuple[float, int]:
     """One step of these tiles on the holders (chip speeds, memory; dealt as lease.lua deals them): its
     predicted seconds (inf when some tile fits no holder) and the largest tile's min_memory_bytes."""
@@ -71,7 +72,7 @@ def _step_seconds(spec: dict, holders: list[dict], grid: tuple[int, int, int], c
     return (max(p.end for p in placed) if len(placed) == len(tasks) else math.inf), need
 
 
-def fit_smallest(spec: dict, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
+def fit_smallest(spec: Mapping, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
                  ) -> tuple[int, int, int]:
     """`auto` tiles small enough for the smallest Mac holding the pack (a tile's predicted peak, the cost
     model's, within its usable memory), so every holder can take one: the fleet's own split grown to at
@@ -92,7 +93,7 @@ def fit_smallest(spec: dict, holders: list[dict], grid: tuple[int, int, int], co
     return counts
 
 
-def stage2_sigmas(spec: dict) -> list[float]:
+def stage2_sigmas(spec: Mapping) -> list[float]:
     """Explicit --stage2-sigmas; else upstream's TDP schedule when tiled, the distilled one when not."""
     if spec.get("stage2_sigmas"):
         return [float(x) for x in spec["stage2_sigmas"]]
@@ -100,7 +101,7 @@ def stage2_sigmas(spec: dict) -> list[float]:
     return list(TDP_STAGE_2_SIGMAS if tiled else STAGE_2_DISTILLED_SIGMAS)
 
 
-def _marker_params(spec: dict, params: dict, grid: tuple[int, int, int]) -> dict:
+def _marker_params(spec: Mapping, params: dict, grid: tuple[int, int, int]) -> dict:
     """A 2.5 render's tiles read a keyframe marker (the first latent frame, and DFR's slots, whose token
     range — after an appended image guide, before the IC-LoRA reference — the step also reads them out of)."""
     if spec.get("generation") != LTX_25:
@@ -114,7 +115,21 @@ def _marker_params(spec: dict, params: dict, grid: tuple[int, int, int]) -> dict
     return {"marker": True, "slot_range": [start, start + len(slots) * hw]}
 
 
-def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int], params: dict, source: str,
+                  marker: bool, shared: dict) -> dict:
+    """One tile's forward at one step: its latent, timesteps and positions (and keyframes) out of `source`."""
+    tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
+    if marker:
+        tile_in["keyframes"] = ref(source, f"t{tile.index}_keyframes")
+    detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
+    info = {"step": step, "tile_index": tile.index, "grid": list(grid), "tile": tile_box(tile)}
+    return task(rid, f"stage2.s{step}.t{tile.index}", "transformer_forward",
+                {"pack": params["pack"], "sigma": float(params["sigmas"][step]), **info, **detailing,
+                 "expect": {"velocity": expect("float32", 1, -1, -1)}},
+                {**tile_in, **shared})
+
+
+def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: dict) -> list[dict]:
     """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator)."""
     grid = (latent_frames(params["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
     counts = tdp.parse_tile_counts(spec["stage2_tiles"])
@@ -126,7 +141,6 @@ def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dic
         "sigmas": params["sigmas"],
         **_marker_params(spec, params, grid),
     }
-    detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
     prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
     state = ("latent", "clean", "mask", "positions")
     audio = {k: ref(prep, k) for k in ("audio_latent", "audio_mask", "audio_positions")}
@@ -144,31 +158,8 @@ def plan_tiled_stage2(rid: str, spec: dict, params: dict, inputs: dict, ctx: dic
     source, latent_src = cut, prep
     steps = len(params["sigmas"]) - 1
     for step in range(steps):
-        for tile in tiles:
-            tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
-            if geometry.get("marker"):
-                tile_in["keyframes"] = ref(source, f"t{tile.index}_keyframes")
-            info = {
-                "step": step,
-                "tile_index": tile.index,
-                "grid": list(grid),
-                "tile": tile_box(tile),
-            }
-            tasks.append(
-                task(
-                    rid,
-                    f"stage2.s{step}.t{tile.index}",
-                    "transformer_forward",
-                    {
-                        "pack": params["pack"],
-                        "sigma": float(params["sigmas"][step]),
-                        **info,
-                        **detailing,
-                        "expect": {"velocity": expect("float32", 1, -1, -1)},
-                    },
-                    {**tile_in, **audio, **ctx},
-                )
-            )
+        tasks += [_forward_task(rid, step, tile, grid, params, source, bool(geometry.get("marker")), {**audio, **ctx})
+                  for tile in tiles]
         last = step == steps - 1
         name = "stage2" if last else f"stage2.s{step}"
         step_in = {f"v{t.index}": ref(f"{rid}.stage2.s{step}.t{t.index}", "velocity") for t in tiles}

@@ -17,9 +17,8 @@ SPEC = {"prompt": "bench", "height": 1088, "width": 1920, "frames": 121, "pack":
 def _plan(spec: dict, macs: int, chip: str, memory_gb: float, render: str) -> tuple[list[dict], list, dict]:
     caps, slots = described_fleet([{"name": "mac", "chip": chip, "memory_gb": memory_gb, "count": macs}],
                                   spec["pack"])
-    s = normalize_spec(dict(spec))
-    validate_spec(s, caps)
-    return plan_render(s, render), slots, s
+    s = validate_spec(normalize_spec(dict(spec)), caps)
+    return plan_render(s, render), slots, s.as_dict()
 
 
 def _wall(tasks: list[dict], slots: list) -> float:

@@ -28,7 +28,7 @@ LONG = {**BASE, "frames": 97, "decode_tiles": "32,256,384"}  # 10 temporal tiles
 
 def _tile_count(raw: dict) -> int:
     spec = normalize_spec(dict(raw))
-    validate_spec(spec, [])
+    spec = validate_spec(spec, [])
     return len(decode_tile_plan(spec))
 
 

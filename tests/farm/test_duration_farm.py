@@ -99,8 +99,8 @@ def test_only_the_plan_tasks_holder_sets_the_length(store):
     repeating it adds nothing and says nothing."""
     fleet = [{"packs": ["p"], "pack_generation": {"p": "2.5"}, "memory_bytes": 2**40}]
     spec = normalize_spec({"prompt": "a fox", "pack": "p"})
-    validate_spec(spec, fleet)
-    store.create_render("r", spec, plan_render(spec, "r"))
+    spec = validate_spec(spec, fleet)
+    store.create_render("r", spec.as_dict(), plan_render(spec, "r"))  # the stored view of spec + plan
     from coordinator.plan.render import continue_render
 
     full_spec, tasks = continue_render(spec, 33, 1.4, "r", fleet)

@@ -29,7 +29,7 @@ def _fleet(n: int, memory: int = 64 * GIB) -> list[dict]:
 
 def test_tiles_become_tasks_reading_the_whole_latent() -> None:
     spec = _spec(decode_tiles="32,256,384")
-    validate_spec(spec, [])
+    spec = validate_spec(spec, [])
     tasks = plan_decode("r", spec, {"task": "r.stage2", "output": "video_latent"})
     assert [t["id"] for t in tasks] == [f"r.{tile_task_name(i)}" for i in range(10)]
     assert {t["kind"] for t in tasks} == {"decode_tile"} and all(t["deps"] == ["r.stage2"] for t in tasks)
@@ -54,17 +54,17 @@ def test_bad_decode_tiles_are_one_line_refusals(value: str, why: str) -> None:
 
 def test_auto_tiles_for_a_fleet_or_a_tight_memory_budget() -> None:
     spec = _spec()
-    validate_spec(spec, _fleet(1))
+    spec = validate_spec(spec, _fleet(1))
     assert spec["decode_tiles"] == "off"  # one worker with room: one task
     spec = _spec()
-    validate_spec(spec, _fleet(2))
+    spec = validate_spec(spec, _fleet(2))
     assert spec["decode_tiles"] == "80,512,768" and len(decode_tile_plan(spec)) == 2
     small = _spec(frames=25)
-    validate_spec(small, _fleet(3))
+    small = validate_spec(small, _fleet(3))
     assert decode_tile_plan(small) is None  # the default tile holds the whole clip: one task
     tight = _spec()
     budget = 97 * 256 * 384 * 3 * 4 * 24 // 2  # half of what the untiled decode needs
-    resolve_decode_tiles(tight, _fleet(1, budget))
+    tight = tight.resolve(decode_tiles=resolve_decode_tiles(tight, _fleet(1, budget)))
     tiles = decode_tile_plan(tight)
     assert tiles and max(np.prod(t.pixel_shape) for t in tiles) * 3 * 4 * 24 <= budget
     with pytest.raises(SpecError, match="even at the smallest tiles"):

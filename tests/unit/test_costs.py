@@ -31,8 +31,7 @@ def test_attention_term_makes_tiles_cheaper_than_their_share() -> None:
 
 def _plan(pack_bytes: int | None, **spec: object) -> list[dict]:
     s = normalize_spec({"prompt": "fox", "height": 512, "width": 768, "frames": 97, **spec})
-    s["decode_tiles"] = "off"
-    s["pack_bytes"] = pack_bytes
+    s = s.resolve(decode_tiles="off", pack_bytes=pack_bytes)  # what validation would have resolved
     return plan_render(s, "r")
 
 
@@ -63,7 +62,7 @@ def _fleet(memory_gb: float) -> list[dict]:
 def test_a_render_no_worker_can_hold_is_refused_with_the_numbers() -> None:
     spec = normalize_spec({"prompt": "fox", "height": 1088, "width": 1920, "frames": 121})
     with pytest.raises(SpecError) as refused:
-        validate_spec(spec, _fleet(32))
+        spec = validate_spec(spec, _fleet(32))
     line = str(refused.value)
     assert "GiB" in line and "stage2" in line and "24.0 of its 32.0 GiB" in line
     validate_spec(normalize_spec({"prompt": "fox", "height": 1088, "width": 1920, "frames": 121}), _fleet(192))
@@ -140,15 +139,15 @@ def test_bench_dealing_ideal_is_tiles_over_summed_rates() -> None:
 def test_auto_tiles_fit_the_smallest_worker_holding_the_pack() -> None:
     raw = {"prompt": "fox", "height": 1088, "width": 1920, "frames": 121, "stage2_tiles": "auto"}
     even = normalize_spec(raw)
-    validate_spec(even, _fleet(64) + _fleet(64))
+    even = validate_spec(even, _fleet(64) + _fleet(64))
     assert even["stage2_tiles"] == "1x1x2"  # both hold the fleet's own split
     mixed = normalize_spec(raw)
-    validate_spec(mixed, _fleet(64) + _fleet(36))
+    mixed = validate_spec(mixed, _fleet(64) + _fleet(36))
     tiles = [t for t in plan_render(mixed, "r") if t["kind"] == "transformer_forward"]
     assert mixed["stage2_tiles"] != "1x1x2" and all(t["params"]["min_memory_bytes"] <= 36 * GB for t in tiles)
     slow_small = normalize_spec(raw)  # a fast big Mac alone ends the step sooner than with a slow small one
-    validate_spec(slow_small, [{**_fleet(64)[0], "chip": "M3 Ultra"}, {**_fleet(36)[0], "chip": "M1"}])
+    slow_small = validate_spec(slow_small, [{**_fleet(64)[0], "chip": "M3 Ultra"}, {**_fleet(36)[0], "chip": "M1"}])
     assert slow_small["stage2_tiles"] == "1x1x2"
     too_small = normalize_spec(raw)
-    validate_spec(too_small, _fleet(64) + _fleet(24))  # no count up to 4 a Mac fits 24 GB: the lease keeps them off
+    too_small = validate_spec(too_small, _fleet(64) + _fleet(24))  # no count up to 4 a Mac fits 24 GB: the lease keeps them off
     assert too_small["stage2_tiles"] == "1x1x2"

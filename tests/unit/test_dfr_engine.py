@@ -144,7 +144,7 @@ def _dfr_spec(**kw) -> dict:
 
 def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
     spec = _dfr_spec(frames=41, image={"blob": "ab" * 32, "frame": 0, "strength": 0.9})  # 41 -> canvas 49, S 24
-    validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
+    spec = validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
     assert (spec["output_frames"], spec["output_fps"]) == ((41 - 1) * 4 + 1, 96.0)
     tasks = {t["id"]: t for t in plan_render(spec, "r")}
     s1, s2 = tasks["r.stage1"]["params"], tasks["r.stage2"]["params"]
@@ -163,7 +163,7 @@ def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
 
 def test_planner_graph_output_and_independent_tiles():
     spec = _dfr_spec()
-    validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
+    spec = validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
     assert (spec["output_frames"], spec["output_fps"]) == ((49 - 1) * 4 + 1, 96.0)
     tasks = {t["id"]: t for t in plan_render(spec, "r")}
     assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][0] == 193
@@ -274,7 +274,7 @@ def test_pack_tiny_cli_writes_the_25_variant(tmp_path: Path):
 def test_tiled_dfr_stage_2_marks_and_reads_out_the_slots():
     spec = _dfr_spec(frames=41, stage2_tiles="2x2", tile_overlap=1, detailing_lora="detail.safetensors",
                      image={"blob": "ab" * 32, "frame": 16, "strength": 0.9})
-    validate_spec(spec, [{**_fleet(["temporal_upscaler", "keyframes"])[0], "pack_generation": {"p": "2.5"}}])
+    spec = validate_spec(spec, [{**_fleet(["temporal_upscaler", "keyframes"])[0], "pack_generation": {"p": "2.5"}}])
     tasks = {t["id"]: t for t in plan_render(spec, "r")}
     final = tasks["r.stage2"]  # the last blend + step: 8x12 latent cells, 7 frames, a guide before the slots
     assert final["kind"] == "tdp_step" and final["params"]["grid"] == [7, 8, 12]
@@ -287,7 +287,7 @@ def test_tiled_dfr_stage_2_marks_and_reads_out_the_slots():
 
 def test_detailing_lora_conditions_stage_2_on_stage_1s_video():
     spec = _dfr_spec(detailing_lora="detail.safetensors")
-    validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
+    spec = validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
     tasks = {t["id"]: t for t in plan_render(spec, "r")}
     s2 = tasks["r.stage2"]
     assert (s2["params"]["detailing_lora"], s2["params"]["detailing_strength"]) == ("detail.safetensors", 0.5)

@@ -76,15 +76,15 @@ def _fleet(generations: list[str]) -> list[dict]:
 def test_the_planner_records_the_generation_once_and_picks_stage_1s_sampler():
     spec = normalize_spec({"prompt": "a fox", "pack": "p", "frames": 25, "generation": "2.5"})
     assert spec["generation"] is None  # resolved, never taken from a request
-    validate_spec(spec, _fleet(["2.5", "2.5"]))
+    spec = validate_spec(spec, _fleet(["2.5", "2.5"]))
     assert spec["generation"] == "2.5"
     stage1 = next(t for t in plan_render(spec, "r") if t["kind"] == "denoise_stage1")
     assert stage1["params"]["sampler"] == sampling.EULER_ANCESTRAL
     old = normalize_spec({"prompt": "a fox", "pack": "p"})
-    validate_spec(old, _fleet(["2.3"]))
+    old = validate_spec(old, _fleet(["2.3"]))
     assert next(t for t in plan_render(old, "r") if t["kind"] == "denoise_stage1")["params"]["sampler"] == "euler"
     unknown = normalize_spec({"prompt": "a fox", "pack": "p"})
-    validate_spec(unknown, [])
+    unknown = validate_spec(unknown, [])
     assert unknown["generation"] is None
     assert "sampler" not in next(t for t in plan_render(unknown, "r") if t["kind"] == "denoise_stage1")["params"]
     with pytest.raises(SpecError, match="workers disagree on the LTX generation of pack 'p'"):
@@ -137,7 +137,7 @@ def test_a_left_out_length_on_25_plans_the_duration_head_first_and_defaults_for_
 
     spec = normalize_spec({"prompt": "a fox", "pack": "p"})
     assert spec["frames"] is None
-    validate_spec(spec, _fleet(["2.5"]))
+    spec = validate_spec(spec, _fleet(["2.5"]))
     assert spec["frames"] is None and spec["generation"] == "2.5"
     tasks = plan_render(spec, "r")
     assert [(t["id"], t["kind"], t["capability"]) for t in tasks] == [
@@ -156,7 +156,7 @@ def test_a_left_out_length_on_25_plans_the_duration_head_first_and_defaults_for_
     with pytest.raises(SpecError, match="pack 'p' has no duration_head .* or give -f/--frames"):
         validate_spec(normalize_spec({"prompt": "a fox", "pack": "p"}), headless)
     old = normalize_spec({"prompt": "a fox", "pack": "p"})
-    validate_spec(old, _fleet(["2.3"]))
+    old = validate_spec(old, _fleet(["2.3"]))
     assert old["frames"] == 25
 
 

@@ -11,7 +11,7 @@ SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rat
 
 def _plan(**changes) -> list[dict]:
     spec = normalize_spec({**SPEC, **changes})
-    validate_spec(spec, [])
+    spec = validate_spec(spec, [])
     return plan_render(spec, "r")
 
 
@@ -58,7 +58,7 @@ def test_bad_specs_are_refused(bad):
 def test_fleet_limits_pack_and_memory():
     spec = normalize_spec({**SPEC, "pack": "big"})
     with pytest.raises(SpecError, match="unknown pack"):
-        validate_spec(spec, [{"packs": ["tiny"], "memory_bytes": 1 << 36}])
+        spec = validate_spec(spec, [{"packs": ["tiny"], "memory_bytes": 1 << 36}])
     with pytest.raises(SpecError, match="GiB"):
         validate_spec(normalize_spec({**SPEC, "height": 2048, "width": 2048, "frames": 257}),
                       [{"packs": ["tiny"], "memory_bytes": 1 << 30}])
@@ -66,7 +66,7 @@ def test_fleet_limits_pack_and_memory():
 
 def test_auto_tiling_follows_the_fleet_and_is_recorded():
     spec = normalize_spec({**SPEC, "stage2_tiles": "auto"})
-    validate_spec(spec, [{"packs": ["tiny"]}] * 4)
+    spec = validate_spec(spec, [{"packs": ["tiny"]}] * 4)
     assert spec["stage2_tiles"] == "1x2x2"
 
 
@@ -104,7 +104,7 @@ def test_a_render_needing_a_missing_component_is_refused_in_one_line(changes, la
     holder["packs"] = [spec["pack"]]
     holder["pack_components"] = {spec["pack"]: holder["pack_components"]["p"]}
     with pytest.raises(SpecError, match=match) as info:
-        validate_spec(spec, [holder])
+        spec = validate_spec(spec, [holder])
     assert "\n" not in str(info.value)
 
 

@@ -1,0 +1,76 @@
+"""The render spec is one frozen record, built and checked once where it enters, never rewritten:
+planning returns what it resolves in a separate record and leaves the spec as it was asked."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from coordinator.plan.render import plan_render, validate_spec
+from coordinator.plan.resolved import RenderPlan, Resolved
+from protos.spec import RenderSpec, SpecError
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = [{"packs": ["p"], "memory_bytes": 2**36, "pack_bytes": {"p": 26 * 2**30},
+          "pack_generation": {"p": "2.5"}, "pack_features": {"p": ["temporal_upscaler", "keyframes"]}}] * 2
+
+
+def test_the_spec_is_frozen_and_holds_tuples():
+    spec = RenderSpec.from_dict({"prompt": "a fox", "pack": "p", "frames": 49, "stage2_sigmas": [0.9, 0.5, 0.0],
+                                 "image": {"blob": "a" * 64, "frame": 2, "strength": 0.5}})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.frames = 25
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.image.frame = 0
+    assert spec.stage2_sigmas == (0.9, 0.5, 0.0) and not hasattr(spec, "__dict__")  # slots, tuples
+    plan = validate_spec(spec, FLEET)
+    with pytest.raises(TypeError):
+        plan["frames"] = 25
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.resolved.frames = 25
+
+
+@pytest.mark.parametrize("raw", [
+    {"prompt": "a fox", "pack": "p"},  # the DurationHead picks the length: phase 1 only
+    {"prompt": "a fox", "pack": "p", "frames": 49, "stage2_tiles": "auto", "height": 512, "width": 768},
+    {"prompt": "a fox", "pack": "p", "frames": 25, "temporal_upscalings": 1, "decode_tiles": "auto"},
+])
+def test_planning_does_not_change_the_spec(raw):
+    spec = RenderSpec.from_dict(raw)
+    before = dataclasses.replace(spec)
+    asked = spec.to_dict()
+    plan = validate_spec(spec, FLEET)
+    plan_render(plan, "r")
+    assert spec == before and spec.to_dict() == asked and plan.spec is spec
+    assert isinstance(plan, RenderPlan) and isinstance(plan.resolved, Resolved)
+    assert plan.resolved.generation == "2.5" and plan.resolved.pack_bytes == 26 * 2**30  # resolved apart
+
+
+def test_unknown_fields_are_refused_in_one_line_and_resolved_ones_dropped():
+    with pytest.raises(SpecError, match="^unknown spec field 'colour'$"):
+        RenderSpec.from_dict({"prompt": "a fox", "colour": "red"})
+    assert RenderSpec.from_dict({"prompt": "a fox", "generation": "2.5", "predicted_seconds": 1.0}) == \
+        RenderSpec(prompt="a fox")  # what an older client sends back out of a recorded spec
+
+
+def _spec_writes(path: Path) -> list[str]:
+    """`spec[...] = ...`, `spec.x = ...` and `spec.update(...)` on a name called spec."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AugAssign | ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Subscript | ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "spec":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "update", "setdefault", "pop") and isinstance(node.func.value, ast.Name) and node.func.value.id == "spec"):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_no_module_writes_into_a_spec():
+    files = [*sorted((ROOT / "coordinator").rglob("*.py")), ROOT / "farm_cli" / "local.py"]
+    assert [w for f in files for w in _spec_writes(f)] == []
