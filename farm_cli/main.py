@@ -10,6 +10,7 @@ import typer
 from farm_cli import common, config, doctor, manage, packs, plan, renders, services
 from farm_cli.benches import bench_app
 from farm_cli.options import (
+    SPEC,
     Coordinator,
     DataDir,
     DecodeTiles,
@@ -63,15 +64,15 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
 
 
 def render(
-    prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = None,
-    frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
+    prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
+    frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None,
     output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
-    stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,
-    temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
+    stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap, stage2_sigmas: Stage2Sigmas = None,
+    temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings, decode_tiles: DecodeTiles = SPEC.decode_tiles, exr: Exr = None,
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
-    detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = 0.5,
+    detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""

@@ -15,6 +15,9 @@ import typer
 
 from farm_cli.session import one_line
 from protos.defaults import COORDINATOR_ADDRESS
+from protos.spec import RenderSpec
+
+SPEC = RenderSpec()  # the render flags' defaults are the spec record's one table (render, submit, plan)
 
 
 class _Default(str):

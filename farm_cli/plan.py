@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from farm_cli.options import (
+    SPEC,
     Coordinator,
     DecodeTiles,
     FleetFile,
@@ -67,11 +68,11 @@ def print_plan(plan: dict) -> None:
                "a worker's measured speeds where it has run tasks, else its chip's)")
 
 
-def plan(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = None,
-         frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
-         no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5,
-         stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = 0,
-         decode_tiles: DecodeTiles = "auto", text_encoder: TextEncoder = None, fleet: FleetFile = None,
+def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
+         frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None,
+         no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap,
+         stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
+         decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
          *, coordinator: Coordinator, token: Token = None,
          as_json: Json = False) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from farm_cli.options import (
+    SPEC,
     Coordinator,
     DecodeTiles,
     DetailingLora,
@@ -37,11 +38,11 @@ from farm_cli.remote import client, desktop_notice, fetch_results, submit_render
 from farm_cli.session import fail, one_line
 
 
-def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames: Frames = None,
-           frame_rate: FrameRate = 24.0, seed: Seed = 1, pack: PackRef = "tiny", image: Image = None,
+def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
+           frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None,
            output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
-           stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = 5, stage2_sigmas: Stage2Sigmas = None,
-           temporal_upscalings: TemporalUpscalings = 0, decode_tiles: DecodeTiles = "auto", exr: Exr = None,
+           stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap, stage2_sigmas: Stage2Sigmas = None,
+           temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings, decode_tiles: DecodeTiles = SPEC.decode_tiles, exr: Exr = None,
            *, coordinator: Coordinator, token: Token = None,
            wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
            priority: int = typer.Option(0, "--priority", help="Higher renders lease first."),
@@ -52,7 +53,7 @@ def submit(prompt: Prompt = "", height: Height = 256, width: Width = 384, frames
                "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
-           detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = 0.5,
+           detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
     from farm_cli.spec import cli_spec
