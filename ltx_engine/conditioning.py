@@ -126,3 +126,10 @@ def apply_image_conditions(video: LatentState, conditions: Sequence[ImageConditi
                 raise ConditioningError(f"{cond.name}: replaces latent frame {k}, which {replaced[k]} replaces too")
             replaced[k] = cond.name
     return video
+
+
+def appended_tokens(conditions: Sequence[ImageCondition], grid: tuple[int, int, int]) -> int:
+    """How many tokens the guides of `conditions` append after the generated ones (what a planner
+    adds to find the DFR slots and the IC-LoRA reference behind them)."""
+    h, w = grid[1:]
+    return sum(int(np.shape(c.latent)[2]) * h * w for c in conditions if binding_of(c) == GUIDE)

@@ -12,8 +12,9 @@ Layouts (the facts from upstream's loader and trainer, the MLX port's renaming m
 | diffusers   | `transformer.transformer_blocks.0.attn1.to_q.lora_A.weight`   | as reference, diffusers' names   |
 
 The reference layout is what upstream's trainer writes ("ComfyUI-compatible", `diffusion_model.`
-prefix) and what `LTXV_LORA_COMFY_RENAMING_MAP` strips. An `.alpha` scales the update by alpha / rank
-(kohya / ComfyUI convention); the reference layout has none (scale 1, as upstream's `apply_loras`).
+prefix) and what `LTXV_LORA_COMFY_RENAMING_MAP` strips. An `.alpha` beside a module's factors scales its update by alpha / rank, in any layout, as ComfyUI
+reads it (kohya's convention); without one the scale is 1, as upstream's `apply_loras` (which knows no
+alpha: the reference layout carries none).
 Module names are the reference checkpoint's (`to_out.0`, `ff.net.0.proj`, `linear_1`); the pack's own
 renames are the transformer's `sanitize`. Kohya names are resolved against the names a pack has, since
 `_` is ambiguous (`transformer_blocks_0_to_out_0`).
@@ -62,6 +63,7 @@ class Layout:
     dots_as_underscores: bool = False
 
 
+ALPHA = ".alpha"
 LAYOUTS = (
     Layout("reference", "diffusion_model.", ".lora_A.weight", ".lora_B.weight"),
     Layout("comfyui", "diffusion_model.", ".lora_down.weight", ".lora_up.weight", ".alpha"),
@@ -108,7 +110,7 @@ def component_of(module: str) -> str:
 
 def _layout(key: str) -> Layout | None:
     for layout in LAYOUTS:
-        if key.startswith(layout.prefix) and key.endswith((layout.down, layout.up, layout.alpha or layout.down)):
+        if key.startswith(layout.prefix) and key.endswith((layout.down, layout.up, ALPHA)):
             return layout
     return None
 
@@ -143,9 +145,8 @@ def _module(key: str, layout: Layout, kohya: dict[str, str], file: str) -> str:
 
 
 def _scale(tensors: dict, layout: Layout, down_key: str, rank: int, file: str) -> float:
-    if layout.alpha is None:
-        return 1.0
-    alpha_key = down_key.removesuffix(layout.down) + layout.alpha
+    """alpha / rank where the file has the module's `.alpha` (ComfyUI reads it in every layout), else 1."""
+    alpha_key = down_key.removesuffix(layout.down) + ALPHA
     if alpha_key not in tensors:
         return 1.0
     alpha = tensors[alpha_key]
@@ -165,9 +166,9 @@ def read_factors(tensors: dict, *, file: str, modules: tuple[str, ...] = ()) -> 
         layout = _layout(key)
         if layout is None:
             raise LoraKeyError(f"{file}: key {key!r} is not a LoRA factor (lora_A/lora_B, lora_down/lora_up, alpha)")
-        if layout.alpha and key.endswith(layout.alpha):
-            if key.removesuffix(layout.alpha) + layout.down not in tensors:
-                raise LoraKeyError(f"{file}: key {key!r} has no matching {layout.down.lstrip('.')}")
+        if key.endswith(ALPHA):
+            if not any(key.removesuffix(ALPHA) + x.down in tensors for x in LAYOUTS):
+                raise LoraKeyError(f"{file}: key {key!r} has no matching down factor (lora_A / lora_down)")
             continue
         if key.endswith(layout.up):
             if key.removesuffix(layout.up) + layout.down not in tensors:

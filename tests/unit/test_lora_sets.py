@@ -119,3 +119,39 @@ def test_image_frames_and_refusals():
         apply_image_conditions(video, [ImageCondition(img, "last", 1.0, "replace")], (4, 2, 3), 25, 24.0)
     out = apply_image_conditions(video, [ImageCondition(img, -8, 0.5, "replace")], (4, 2, 3), 25, 24.0)
     assert (out.clean_latent[:, 18:] == 1).all() and (out.denoise_mask[:, 18:] == 0.5).all()
+
+
+def test_an_alpha_beside_reference_factors_scales_them_as_comfyui_does():
+    factors = tiny_lora_factors(SHAPES, seed=1)
+    plain = in_layout(factors, "reference")
+    with_alpha = dict(plain, **{f"diffusion_model.{m}.alpha": mx.array(np.float32(2.0)) for m in SHAPES})
+    got = read_factors(with_alpha, file="l", modules=())
+    assert {f.scale for f in got.values()} == {0.5}  # alpha 2 / rank 4
+    assert {f.scale for f in read_factors(plain, file="l").values()} == {1.0}
+
+
+def test_appended_tokens_counts_the_guides():
+    from ltx_engine.conditioning import appended_tokens
+
+    one, two = np.zeros((1, 8, 1, 2, 3), np.float32), np.zeros((1, 8, 2, 2, 3), np.float32)
+    conds = [ImageCondition(one, 0), ImageCondition(one, "last"), ImageCondition(two, 9, binding="guide")]
+    assert appended_tokens(conds, (4, 2, 3)) == 6 + 12
+
+
+def test_dfr_tiles_take_several_images_the_single_one_unchanged():
+    from ltx_engine.dfr import build_tile_state
+    from ltx_engine.dfr_layout import plan_dfr
+
+    rnd = plan_dfr(97, 24.0, 1, seed=7).rounds[-1]
+    first, second = rnd.tiles
+    rng = np.random.default_rng(5)
+    latent = rng.standard_normal((1, 128, rnd.latent_frames, 2, 3)).astype(np.float32)
+    carry = rng.standard_normal((1, 128, len(rnd.seams), 2, 3)).astype(np.float32)
+    a, b = (rng.standard_normal((1, 128, 1, 2, 3)).astype(np.float32) for _ in range(2))
+    for tile in (first, second):
+        single = build_tile_state(latent, tile, rnd, carry, rnd.seams, (a, 0, 0.8))[0].joined()
+        listed = build_tile_state(latent, tile, rnd, carry, rnd.seams, images=[(a, 0, 0.8)])[0].joined()
+        assert all(np.array_equal(x, y) for x, y in zip(single, listed, strict=True))
+    both = build_tile_state(latent, second, rnd, carry, rnd.seams, (a, 0, 0.8), [(b, 80, 0.5)])[0].joined()
+    alone = build_tile_state(latent, second, rnd, carry, rnd.seams, (b, 80, 0.5))[0].joined()
+    assert all(np.array_equal(x, y) for x, y in zip(both, alone, strict=True))  # frame 0 is outside tile 2
