@@ -155,3 +155,21 @@ def test_dfr_tiles_take_several_images_the_single_one_unchanged():
     both = build_tile_state(latent, second, rnd, carry, rnd.seams, (a, 0, 0.8), [(b, 80, 0.5)])[0].joined()
     alone = build_tile_state(latent, second, rnd, carry, rnd.seams, (b, 80, 0.5))[0].joined()
     assert all(np.array_equal(x, y) for x, y in zip(both, alone, strict=True))  # frame 0 is outside tile 2
+
+
+def test_a_dev_only_q8_pack_fuses_the_distilled_and_a_user_lora_as_one_set(tmp_path):
+    from ltx_engine.pack import Pack
+    from ltx_engine.tiny_layouts import LORA_FILE
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    root = write_tiny_pack(tmp_path / "dev", seed=0, bits=8, layout="dev-only")
+    pack = Pack(root)
+    dev = pack._read("transformer_dev")
+    write_tiny_lora(root / "style-lora.safetensors", tiny_lora_factors({"transformer_blocks.0.attn1.to_q": (64, 64)}, 3))
+    got = pack.tensors("transformer", loras=(("style-lora.safetensors", 0.6),))
+    once = fuse_loras(dev, [pack._lora(LORA_FILE, 1.0), pack._lora("style-lora.safetensors", 0.6)], SANITIZE, file="dev")
+    twice = fuse_loras(fuse_loras(dev, [pack._lora(LORA_FILE, 1.0)], SANITIZE, file="dev"),
+                       [pack._lora("style-lora.safetensors", 0.6)], SANITIZE, file="dev")
+    key = "transformer_blocks.0.attn1.to_q.scales"
+    assert all(mx.array_equal(got[k], once[k]).item() for k in once)
+    assert not mx.array_equal(got[key], twice[key]).item()  # requantizing per LoRA is another weight
