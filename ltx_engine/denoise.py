@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from ltx_engine import sampling
+from ltx_engine.conditioning import ImageCondition, apply_image_conditions
 from ltx_engine.sampling import LatentState
 from ltx_engine.tokens import patchify_audio, patchify_video, unpatchify_video
 
@@ -58,6 +59,7 @@ class StageInputs:
     renoise_audio: bool = False                  # DFR stage 2: stage 1's audio re-noised and denoised along
     reference_latent: np.ndarray | None = None   # IC-LoRA reference (DFR detailing: stage 1's half-res video)
     reference_downscale: int = 1                 # target / reference spatial ratio (the LoRA's metadata)
+    images: tuple[ImageCondition, ...] = ()      # several images / keyframes (`ltx_engine.conditioning`)
     extra: dict = field(default_factory=dict)
 
     def ancestral(self) -> Ancestral | None:
@@ -174,6 +176,8 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
     video = LatentState.initial(video_clean, vpos)
     if inputs.image_latent is not None:
         video = _condition_on_image(video, inputs, vpos)
+    if inputs.images:
+        video = apply_image_conditions(video, inputs.images, inputs.latent_grid, inputs.frames, inputs.fps)
     sigma0 = float(inputs.sigmas[0])
     noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
     if inputs.slots:  # DFR stages follow upstream's noiser, which starts each token from its own latent

@@ -38,6 +38,7 @@ class DfrTileInputs:
     image_latent: np.ndarray | None = None
     image_frame: int = 0
     image_strength: float = 1.0
+    images: tuple[tuple[np.ndarray, int, float], ...] = ()  # further images (latent, pixel frame, strength)
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,9 @@ def _condition_on_image(tokens: TileTokens, image: tuple[np.ndarray, int, float]
 
 def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
                      carry_positions: Sequence[int], image: tuple[np.ndarray, int, float] | None = None,
-                     ) -> tuple[TileTokens, tuple[int, int, int]]:
-    """The tile's tokens before noising: generated window, the image guide, anchors, then new slots."""
+                     images: Sequence[tuple[np.ndarray, int, float]] = ()) -> tuple[TileTokens, tuple[int, int, int]]:
+    """The tile's tokens before noising: generated window, the image guides (`image`, then `images`,
+    each re-attached where it falls in the window), anchors, then new slots."""
     tile_video = np.asarray(latent[:, :, tile.latent_start : tile.latent_end], F32)
     grid = tuple(int(n) for n in tile_video.shape[2:])
     f, h, w = grid
@@ -126,8 +128,8 @@ def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: 
     first_frame = np.zeros((1, video.shape[1], 1), F32)
     first_frame[:, : h * w] = 1.0  # the tile's first latent frame encodes one pixel frame
     tokens.add(video, video, 1.0, np.array(patchify.video_positions(1, f, h, w, fps), F32), first_frame)
-    if image is not None:
-        _condition_on_image(tokens, image, tile, (h, w), fps)
+    for one in ((image,) if image is not None else ()) + tuple(images):
+        _condition_on_image(tokens, one, tile, (h, w), fps)
     index = {int(p): i for i, p in enumerate(carry_positions)}
     for global_p, local_p in zip(tile.anchors, tile.local_anchors, strict=True):
         if global_p not in index:
@@ -143,9 +145,9 @@ def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: 
 
 def noised_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
                       carry_positions: Sequence[int], image: tuple[np.ndarray, int, float] | None = None,
-                      ) -> TileState:
+                      images: Sequence[tuple[np.ndarray, int, float]] = ()) -> TileState:
     """The tile's state noised to the first temporal sigma with noise keyed by the tile's seed."""
-    tokens, grid = build_tile_state(latent, tile, plan, carry, carry_positions, image)
+    tokens, grid = build_tile_state(latent, tile, plan, carry, carry_positions, image, images)
     init, clean, mask, positions, marked = tokens.joined()
     noise = sampling.noise(init.shape, tile.noise_seed, sampling.stream_id(sampling.STREAM_VIDEO))
     state = LatentState(lerp_noise(init, clean, noise, plan.sigmas[0], mask), mask, clean, positions)

@@ -134,7 +134,8 @@ class Engine:
             raise ValueError(f"{pack.root}: the transformer has no keyframe position embedding (not an LTX-2.5 "
                              "pack); DFR temporal rounds need one")
         image = None if tile.image_latent is None else (tile.image_latent, tile.image_frame, tile.image_strength)
-        state = dfr.noised_tile_state(tile.latent, tile.tile, tile.plan, tile.carry, tile.plan.seams, image)
+        state = dfr.noised_tile_state(tile.latent, tile.tile, tile.plan, tile.carry, tile.plan.seams, image,
+                                      tile.images)
         forward = dfr.model_forward(model, tile.contexts)
         final = dfr.run_tile_loop(state, tile.plan, tile.tile.noise_seed, forward, progress)
         return dfr.tile_outputs(final, state)

@@ -19,7 +19,7 @@ import mlx.core as mx
 from ltx_engine.components import PARTS, TEXT_ENCODER, Found, Layout, get_line, missing_line, resolve_files
 from ltx_engine.generation import detect_generation
 from ltx_engine.loader import PackError, check_safetensors, read_header, read_safetensors, strip_prefix
-from ltx_engine.lora import fuse_lora
+from ltx_engine.lora import LoraInput, fuse_loras
 from ltx_engine.model_classes import model_class
 from ltx_engine.text_encoders import is_gemma4_tower
 
@@ -227,26 +227,29 @@ class Pack:
         return out
 
     def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict[str, mx.array]:
-        """A component's tensors in its model's keys and layout: prefix stripped (shards merged), the
-        distilled LoRA fused for a dev-only pack, then `loras` (file names in the pack, strengths; the DiT
-        only, e.g. DFR's detailing IC-LoRA), then the model's `pack_to_model` where the file's names
-        differ from the model's."""
+        """A component's tensors in its model's keys and layout: prefix stripped (shards merged), then
+        one LoRA set fused (summed in float32, each weight requantized once, as upstream's stage 2 fuses
+        the distilled LoRA with the user's in one `apply_loras`): the distilled LoRA at strength 1 for a
+        dev-only pack's DiT, then `loras` (file names in the pack, strengths; the DiT's factors into the
+        DiT, connector factors into the connector; e.g. DFR's detailing IC-LoRA); then the model's
+        `pack_to_model` where the file's names differ from the model's."""
         sanitize = model_class("transformer").sanitize
-        if component == "transformer" and self._fused_dev:
-            lora_name = self.layout.found["distilled_lora"].files[0]
-            out = fuse_lora(self._read("transformer_dev"), read_safetensors(self.root / lora_name),
-                            DISTILLED_LORA_STRENGTH, sanitize,
-                            file=self.file_label("transformer"), lora_file=str(self.root / lora_name))
-        else:
-            out = self._read(component)
-        for name, strength in loras if component == "transformer" else ():
-            path = self.root / name
-            if not path.is_file():
-                raise PackError(f"{path}: no such LoRA file in pack {self.root.name!r}")
-            out = fuse_lora(out, read_safetensors(path), strength, sanitize, file=self.file_label(component),
-                            lora_file=str(path))
+        fused_dev = component == "transformer" and self._fused_dev
+        out = self._read("transformer_dev" if fused_dev else component)
+        distilled = self.layout.found["distilled_lora"].files[0] if fused_dev else None
+        lora_set = [self._lora(distilled, DISTILLED_LORA_STRENGTH)] if distilled else []
+        if component in ("transformer", "connector"):
+            lora_set += [self._lora(name, strength) for name, strength in loras]
+        if lora_set:
+            out = fuse_loras(out, lora_set, sanitize, file=self.file_label(component), component=component)
         to_model = getattr(model_class(component), "pack_to_model", None)
         return to_model(out) if to_model is not None else out
+
+    def _lora(self, name: str, strength: float) -> LoraInput:
+        path = self.root / name
+        if not path.is_file():
+            raise PackError(f"{path}: no such LoRA file in pack {self.root.name!r}")
+        return LoraInput(read_safetensors(path), strength, str(path))
 
     @property
     def text_encoder_dir(self) -> Path:

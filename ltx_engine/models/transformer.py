@@ -159,6 +159,15 @@ _RENAMES = (
 _OTHER_COMPONENTS = ("video_embeddings_connector.", "audio_embeddings_connector.")
 
 
+def reference_name(pack_key: str) -> str:
+    """A pack key back in the reference checkpoint's names (the inverse of `sanitize`'s renames), so
+    a LoRA written with underscores for dots (kohya) can be matched against the pack's modules."""
+    k = "." + pack_key
+    for old, new in reversed(_RENAMES):
+        k = k.replace(new, old)
+    return k[1:]
+
+
 def _additive_context_mask(mask: mx.array | None, dtype: mx.Dtype) -> mx.array | None:
     """1/0 keep mask (B, L) -> (B, 1, 1, L) bias of 0 / -finfo.max, as the reference builds it."""
     if mask is None:
