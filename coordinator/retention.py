@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from coordinator.leadership import LostEpoch
+from coordinator.state.store import NotLeader
 from protos.states import TERMINAL, Outcome
 
 log = logging.getLogger(__name__)
@@ -124,11 +126,16 @@ def start_sweeper(store: RetentionStore, data_dir: Path, leading: Callable[[], b
     """Prune every `every_s` while this coordinator leads; a failure is logged and tried next time."""
 
     def loop() -> None:
+        deposed = LostEpoch("retention", log)
         while not stop.wait(every_s):
             if not leading():
                 continue
             try:
                 result = prune(store, data_dir, retention_days() * 86400, now_ms())
+                deposed.ok()
+            except NotLeader as exc:
+                deposed.note(exc)
+                continue
             except Exception:  # noqa: BLE001 - retention waits for the next sweep, the farm goes on
                 log.exception("retention sweep failed; trying again in %.0f s", every_s)
                 continue
