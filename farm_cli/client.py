@@ -185,19 +185,23 @@ class FarmClient:
         """One unary call. With several coordinators and none leading (a takeover under way), a call
         that reached no leader is sent again until one leads, up to leader_wait_s (one line says so)."""
         waiting_since: float | None = None
+        redirected = False
         while True:
             address = self.address
             try:
                 return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 self.follow(exc, address)
+                if not redirected and len(self.endpoints.addresses) > 1 and leader_hint(exc.details()):
+                    redirected = True  # a standby named the leader: ask it straight away
+                    continue
                 waiting_since = self._wait_for_leader(exc, waiting_since)
                 if waiting_since is None:
                     raise translate(exc, address) from None
 
     def _wait_for_leader(self, exc: grpc.RpcError, since: float | None) -> float | None:
-        """When since when we wait for a leader (after a short sleep), or None: fail now (one coordinator
-        only, a refusal, a call that may have landed, or the wait is over)."""
+        """The time we began waiting for a leader (returned after a short sleep: try again), or None: fail
+        now (one coordinator only, a refusal, a call that may have landed, or the wait is over)."""
         if (len(self.endpoints.addresses) < 2 or self.leader_wait_s <= 0 or exc.code() != grpc.StatusCode.UNAVAILABLE
                 or not never_delivered(exc.details())):
             return None
