@@ -9,6 +9,8 @@ out decode tiles as blob-backed readers). Encoder settings are fixed so the same
 
 from __future__ import annotations
 
+import os
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -29,6 +31,26 @@ F32 = np.float32
 
 # (task name within the render, e.g. "decode.t3", output name) → the array, or None when absent.
 OutputGetter = Callable[[str, str], "np.ndarray | None"]
+# Called before each finished file takes its place; raises to keep it out (the farm: NotLeader once
+# another coordinator leads, so an old leader that woke up never overwrites the new one's files).
+Fence = Callable[[], None]
+
+
+class Staged:
+    """Files written under a hidden name of this assembly's own and moved into place (os.replace) only
+    once `fence` passes: a file is either this assembly's whole file or untouched."""
+
+    def __init__(self, fence: Fence | None) -> None:
+        self.fence, self._tag = fence, secrets.token_hex(4)
+
+    def part(self, path: Path) -> Path:
+        return path.with_name(f".{self._tag}.{path.name}")
+
+    def publish(self, path: Path) -> Path:
+        if self.fence is not None:
+            self.fence()
+        os.replace(self.part(path), path)
+        return path
 
 
 def srgb_to_linear(frame: np.ndarray) -> np.ndarray:
@@ -136,15 +158,17 @@ def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], d
 
 
 def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[dict] | None = None,
-                       preview: Path | None = None, exr_dir: Path | None = None) -> Path:
+                       preview: Path | None = None, exr_dir: Path | None = None, fence: Fence | None = None) -> Path:
     """Write render.mp4 (+ EXR frames into exr_dir when given) and render.json next to each; returns the
     mp4. The caller names exr_dir: the coordinator its render folder's exr/, `--local` the user's folder;
     spec["exr"] is never opened as a path here (on the farm it came from a client).
 
     get: task outputs by (task name, output name); runs: per-task records (name, kind, worker,
     start_ms, end_ms, seconds) for the metadata's per-stage timings; preview: where the dashboard's
-    thumbnail of the latest finished frame goes (and its contact strip beside it).
+    thumbnail of the latest finished frame goes (and its contact strip beside it); fence: checked before
+    each file is published (Staged).
     """
+    staged = Staged(fence)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if exr_dir is not None:
@@ -157,7 +181,7 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
     started = time.perf_counter()
     with PeakMemory() as memory:
         frames, decode_info = video_frames(spec, get)
-        writer = Mp4Writer(out_dir / "render.mp4", width=width, height=height, fps=fps, audio_rate=rate)
+        writer = Mp4Writer(staged.part(out_dir / "render.mp4"), width=width, height=height, fps=fps, audio_rate=rate)
         thumbs = PreviewWriter(preview, int(spec.get("output_frames") or spec["frames"])) if preview else None
         try:
             for index, frame in enumerate(frames):
@@ -165,7 +189,8 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
                 if thumbs is not None:
                     thumbs.add(frame)
                 if exr_dir is not None:
-                    write_exr(exr_dir / f"frame_{index:05d}.exr", frame)
+                    write_exr(staged.part(exr_dir / f"frame_{index:05d}.exr"), frame)
+                    staged.publish(exr_dir / f"frame_{index:05d}.exr")
             if waveform is not None and rate:
                 waveform = fit_audio(waveform, rate, writer.frames_written, fps)
                 writer.write_audio(waveform, rate)
@@ -173,16 +198,17 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
             writer.close()
             if thumbs is not None:
                 thumbs.close()
+        mp4 = staged.publish(out_dir / "render.mp4")
     assembly = {"seconds": round(time.perf_counter() - started, 3), "peak_traced_bytes": memory.peak,
                 "window_bytes": decode_info["window_bytes"],
                 "clip_bytes": writer.frames_written * height * width * 3 * 4, **decode_info}
     audio = None if waveform is None else {"sample_rate": rate, "samples": int(waveform.shape[-1]),
                                            "seconds": round(waveform.shape[-1] / rate, 4)}
-    outputs = {"mp4": str(writer.path), "exr_dir": str(exr_dir) if exr_dir else None,
+    outputs = {"mp4": str(mp4), "exr_dir": str(exr_dir) if exr_dir else None,
                "exr_frames": writer.frames_written if exr_dir else 0}
     meta = build_metadata(spec, frames=writer.frames_written, fps=fps, audio=audio, assembly=assembly,
                           runs=runs or [], outputs=outputs)
-    write_metadata(out_dir / "render.json", meta)
-    if exr_dir is not None:
-        write_metadata(exr_dir / "render.json", meta)
-    return writer.path
+    for folder in (out_dir, exr_dir) if exr_dir is not None else (out_dir,):
+        write_metadata(staged.part(folder / "render.json"), meta)
+        staged.publish(folder / "render.json")
+    return mp4

@@ -21,6 +21,7 @@ from coordinator.tls import load_or_create_tls
 from protos.auth import (  # noqa: F401 - re-exported: older imports of coordinator.auth keep working
     CHANNEL_OPTIONS,
     MAX_MESSAGE_BYTES,
+    SERVER_KEEPALIVE_OPTIONS,
     TOKEN_PREFIX,
     JoinToken,
     auth_metadata,
@@ -30,13 +31,13 @@ from protos.auth import (  # noqa: F401 - re-exported: older imports of coordina
 TOKEN_FILE = "token"
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
 
-# Let clients' 30 s keepalive pings through during quiet long polls / watches (the server default
-# of 5 minutes would answer them with GOAWAY "too_many_pings").
+# Keepalive both ways (protos/auth.py): the server pings every connection, so a silent worker's
+# Attach stream breaks within seconds, and lets the clients' own pings through during quiet long
+# polls / watches.
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.http2.max_ping_strikes", 0),
+    *SERVER_KEEPALIVE_OPTIONS,
     ("grpc.so_reuseport", 0),  # a second coordinator on a busy port fails to bind instead of sharing it
 ]
 

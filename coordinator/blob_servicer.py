@@ -5,12 +5,15 @@ Split from server.py (the size rule); it maps BlobStore's errors to gRPC status 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import grpc
 
 from coordinator.state.blobs import BlobError, BlobMismatch, BlobNotFound, BlobStore, BlobTooLarge
 from protos.blobwire import Chunk, WireError
+
+log = logging.getLogger(__name__)
 
 
 class FarmBlobsServicer:
@@ -29,6 +32,9 @@ class FarmBlobsServicer:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except (BlobError, WireError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except grpc.RpcError:  # the sender went away mid-stream (cancelled, killed, its connection cut)
+            log.info("blob upload from %s cut off mid-stream; nothing kept", context.peer())
+            context.abort(grpc.StatusCode.CANCELLED, "upload cut off")
 
     def GetBlob(self, sha: str, context) -> Iterator[Chunk]:
         try:

@@ -24,12 +24,49 @@ from typing import Protocol
 import grpc
 
 from coordinator.auth import abort_handler
+from coordinator.state.store import NotLeader
 from protos.endpoints import standby_details
 
 log = logging.getLogger(__name__)
 
 LEASE_MS = 5_000
 _GATED_PREFIX = "/ltxfarm.v1."
+
+
+class EpochReads(Protocol):
+    """What the epoch check reads: the lease as stored, and the epoch this coordinator writes under."""
+
+    epoch: str
+
+    def leader(self) -> dict: ...
+
+
+def check_epoch(store: EpochReads) -> None:
+    """Raise NotLeader unless the lease in Redis still carries our epoch: what a writer of files (reducer
+    outputs, an assembly) calls just before it publishes one, since the Lua fence (common.lua) guards
+    only Redis. An unfenced store (epoch '': tests, tools) passes."""
+    epoch = getattr(store, "epoch", "")
+    if epoch and str(store.leader().get("epoch") or "") != epoch:
+        raise NotLeader(f"not the leader (epoch {epoch} is over)")
+
+
+class LostEpoch:
+    """A loop's one line when its writes are refused because another coordinator leads now (a paused
+    old leader woke up): logged once per loss instead of a traceback per pass; the loop goes on until
+    Leadership stands it down, or its epoch is current again."""
+
+    def __init__(self, what: str, logger: logging.Logger) -> None:
+        self.what, self.log = what, logger
+        self.noted = False
+
+    def note(self, exc: BaseException) -> None:
+        if not self.noted:
+            self.noted = True
+            self.log.warning("%s: this coordinator lost its epoch (%s); another one leads, standing by", self.what,
+                             str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    def ok(self) -> None:
+        self.noted = False
 
 
 class LeaseStore(Protocol):

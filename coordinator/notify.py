@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from coordinator.leadership import LostEpoch
+from coordinator.state.store import NotLeader
 from protos.states import TERMINAL, RenderState
 
 log = logging.getLogger("farm.notify")
@@ -82,11 +84,15 @@ class Notifier(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
+        deposed = LostEpoch("webhooks", log)
         while not self._halt.wait(self.interval_s):
             if not self.leading():
                 continue
             try:
                 notify_finished(self.store)
+                deposed.ok()
+            except NotLeader as exc:
+                deposed.note(exc)
             except Exception:  # noqa: BLE001 - the next pass tries again
                 log.warning("webhook pass failed", exc_info=True)
 

@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.plan.length import PLAN_KIND, picked
-from coordinator.state.store import is_transient
+from coordinator.state.store import NotLeader, is_transient
 from ltx_engine import dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
 from protos.retry import Backoff, GaveUp, Outage, retry
@@ -110,6 +111,7 @@ class ReducerThread(threading.Thread):
         self.fleet = fleet or list
         self.lease_ms, self.idle_s = lease_ms, idle_s
         self.stopping = threading.Event()
+        self.deposed = LostEpoch("reducer", log)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -120,6 +122,11 @@ class ReducerThread(threading.Thread):
         while not self.stopping.is_set():
             try:
                 task = self.store.lease(REDUCER_ID, [CAPABILITY], self.lease_ms)
+                self.deposed.ok()
+            except NotLeader as exc:  # a paused old leader woke up: one line, then stood down
+                self.deposed.note(exc)
+                self.stopping.wait(backoff.delay())
+                continue
             except Exception as exc:  # noqa: BLE001 - Redis away (or worse): wait, never die
                 if not is_transient(exc):
                     log.exception("reducer lease failed")
@@ -135,7 +142,9 @@ class ReducerThread(threading.Thread):
                 continue
             try:
                 self._run_one(task)
-            except Exception:  # noqa: BLE001 - e.g. NotLeader while leadership moves: never die
+            except NotLeader as exc:
+                self.deposed.note(exc)
+            except Exception:  # noqa: BLE001 - never die
                 log.exception("reducer task %s could not be reported", task["id"])
 
     def _reclaim(self) -> None:
@@ -157,6 +166,7 @@ class ReducerThread(threading.Thread):
         if task["kind"] == PLAN_KIND:
             return self._plan_length(task, inputs)
         outputs = run_reduce_task(task["kind"], task["params"], inputs)
+        check_epoch(self.store)  # an old leader that woke up writes no blob for the new one's render
         return {name: self.blobs.put_bytes(encode_tensor(array)) for name, array in outputs.items()}
 
     def _plan_length(self, task: dict, inputs: dict[str, np.ndarray]) -> dict[str, str]:
@@ -166,6 +176,7 @@ class ReducerThread(threading.Thread):
         from coordinator.plan.render import continue_render
 
         frames, seconds = picked(inputs)
+        check_epoch(self.store)
         spec, tasks = continue_render(task["params"]["spec"], frames, seconds, task["render"], self.fleet())
         self.store.set_length(task["render"], task["id"], REDUCER_ID, int(task["fence"]), spec, tasks)
         return {"frames": self.blobs.put_bytes(encode_tensor(inputs["frames"]))}
@@ -176,6 +187,8 @@ class ReducerThread(threading.Thread):
             shas = self._landed(lambda: self._compute(task))
         except GaveUp:
             return  # stopping: the lease is reclaimed by the next reducer
+        except NotLeader:
+            raise  # another coordinator leads: not this task's failure (run() says so once)
         except Exception as exc:  # noqa: BLE001 - reported on the task, the render fails with the text
             log.exception("reducer task %s failed", task["id"])
             error = f"{type(exc).__name__}: {exc}"

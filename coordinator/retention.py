@@ -21,12 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from coordinator.leadership import LostEpoch
+from coordinator.state.store import NotLeader
 from protos.states import TERMINAL, Outcome
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_DAYS = 14.0
 BLOB_GRACE_S = 3600.0
+# The floor under any grace (`farm prune --older-than 0` included): a blob younger than this that no
+# render names yet may be an upload on its way to a submit (an --image, sent before the Submit call).
+FRESH_BLOB_FLOOR_S = 600.0
 WORKER_GONE_S = 86400.0  # a worker record unseen this long (and holding no lease) is removed
 SWEEP_EVERY_S = 3600.0
 
@@ -93,24 +98,30 @@ def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[
 
 
 def prune(store: RetentionStore, data_dir: Path, older_than_s: float, now_ms: int, blob_grace_s: float = BLOB_GRACE_S) -> Pruned:
-    """Forget renders that ended before now - older_than_s, then collect unreferenced blobs."""
+    """Forget renders that ended before now - older_than_s, then collect unreferenced blobs older than
+    blob_grace_s: those of the renders just forgotten at that age, any other (one no render names, maybe
+    an upload on its way to a submit) never younger than FRESH_BLOB_FLOOR_S, whatever the caller asks."""
     done = Pruned()
     cutoff = now_ms - older_than_s * 1000
     remaining: list[tuple[dict, list[dict]]] = []
+    forgotten: list[tuple[dict, list[dict]]] = []
     for render in store.list_renders(limit=1 << 30):
         ended = int(render.get("finished_ms") or render.get("created_ms") or 0)
+        tasks = store.render_tasks(str(render["id"]))
         if render.get("state") in TERMINAL and ended <= cutoff:
             if forget_render(store, data_dir, str(render["id"])) == Outcome.DELETED:
                 done.renders.append(str(render["id"]))
+                forgotten.append((render, tasks))
                 continue
-        remaining.append((render, store.render_tasks(str(render["id"]))))
+        remaining.append((render, tasks))
     done.workers = store.forget_workers(int(now_ms - WORKER_GONE_S * 1000))
-    keep = referenced_blobs(remaining)
-    blob_cutoff = int(now_ms - blob_grace_s * 1000)
+    keep, freed = referenced_blobs(remaining), referenced_blobs(forgotten)
+    freed_cutoff = int(now_ms - blob_grace_s * 1000)
+    fresh_cutoff = int(now_ms - max(blob_grace_s, FRESH_BLOB_FLOOR_S) * 1000)
     for sha in store.blob_shas():
         if sha in keep:
             continue
-        path = store.forget_blob(sha, blob_cutoff)
+        path = store.forget_blob(sha, freed_cutoff if sha in freed else fresh_cutoff)
         if path:
             done.blobs += 1
             with contextlib.suppress(OSError):  # a file already gone is fine: its record was the truth
@@ -124,11 +135,16 @@ def start_sweeper(store: RetentionStore, data_dir: Path, leading: Callable[[], b
     """Prune every `every_s` while this coordinator leads; a failure is logged and tried next time."""
 
     def loop() -> None:
+        deposed = LostEpoch("retention", log)
         while not stop.wait(every_s):
             if not leading():
                 continue
             try:
                 result = prune(store, data_dir, retention_days() * 86400, now_ms())
+                deposed.ok()
+            except NotLeader as exc:
+                deposed.note(exc)
+                continue
             except Exception:  # noqa: BLE001 - retention waits for the next sweep, the farm goes on
                 log.exception("retention sweep failed; trying again in %.0f s", every_s)
                 continue

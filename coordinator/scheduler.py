@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.results import as_dict, check_outputs
 from coordinator.state.blobs import BlobStore
 from coordinator.state.store import NotLeader, is_transient
@@ -121,7 +122,7 @@ class Scheduler:
         """Housekeeping: re-queue tasks whose worker stopped heartbeating (frozen, asleep, cut off), flag
         or take back stuck tasks, and every few seconds resume assemblies a blip interrupted. No error
         ends it; an outage is logged once when it starts and once when it ends."""
-        outage = Outage("lease expiry", log)
+        outage, deposed = Outage("lease expiry", log), LostEpoch("lease expiry", log)
         last_sweep = 0.0
         while not self._stop.wait(self.expiry_interval_s):
             try:
@@ -129,6 +130,10 @@ class Scheduler:
                 if time.monotonic() - last_sweep >= SWEEP_EVERY_S:
                     self.resume_assemblies(full=False)
                     last_sweep = time.monotonic()
+                deposed.ok()
+            except NotLeader as exc:
+                deposed.note(exc)
+                continue
             except Exception as exc:  # noqa: BLE001 - keep the loop alive through anything
                 if not is_transient(exc) and not outage.down:
                     log.exception("lease expiry failed")
@@ -389,4 +394,5 @@ class Scheduler:
         preview = self.data_dir / "previews" / f"{render_id}.png"
         spec = as_dict(render.get("spec"))
         exr_dir = out_dir / "exr" if spec.get("exr") else None  # clients fetch them (FetchOutput file=)
-        return Path(assembler.assemble_streaming(spec, get, out_dir, runs, preview, exr_dir))
+        return Path(assembler.assemble_streaming(spec, get, out_dir, runs, preview, exr_dir,
+                                                 fence=lambda: check_epoch(self.store)))

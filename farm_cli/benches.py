@@ -42,6 +42,19 @@ def failover(
     run(kills, workers, data)
 
 
+@bench_app.command("silent")
+def silent(
+    mode: Annotated[str, typer.Option("--mode", help="stop: SIGSTOP the worker; drop: drop its packets "
+                                      "(a network namespace and nft; root).")] = "stop",
+    runs: Annotated[int, typer.Option("--runs", help="How many silences to measure.")] = 10,
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """Seconds from a worker going silent (no TCP reset) to its task back in the queue: each, median, max."""
+    from farm_cli.bench.silent import run
+
+    run(mode, runs, data)
+
+
 @bench_app.command("eta")
 def eta(
     height: Annotated[int, typer.Option("-H", "--height")] = 512,

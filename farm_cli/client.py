@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +21,14 @@ import grpc
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import NOT_THIS_FARM, TokenError, auth_metadata, farm_channel
 from protos.blobwire import BlobStub, WireError, receive_into_buffer
-from protos.endpoints import Endpoints, leader_hint
+from protos.endpoints import LEADER_WAIT_S, Endpoints, leader_hint, never_delivered
 from protos.states import TERMINAL
 from protos.tensors import CHUNK_BYTES
 
 WATCH_TIMEOUT_S = 24 * 3600.0
 WATCH_POLL_S = 1.0  # while the coordinator relays its limit of watchers
 TRANSFER_TIMEOUT_S = 3600.0
+LEADER_RETRY_S = 0.5  # between tries while no coordinator leads
 
 
 class FarmError(Exception):
@@ -105,6 +107,7 @@ class FarmClient:
         self._token = token
         self._channels: dict[str, grpc.Channel] = {}
         self._probe = len(self.endpoints.addresses) > 1  # find the leader before the first call
+        self.leader_wait_s = LEADER_WAIT_S  # with several coordinators: how long a call waits for a leader
 
     @property
     def address(self) -> str:
@@ -169,13 +172,48 @@ class FarmClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _rpc(self, name: str, variant: str = ""):
+        """A method of the FarmClient service, looked up on the current coordinator at each call (so a
+        call sent again after a takeover goes to the new leader)."""
+        def call(request, **kwargs):
+            method = getattr(self._client, name)
+            return (getattr(method, variant) if variant else method)(request, **kwargs)
+
+        return call
+
     def _call(self, method, request, timeout: float | None = None):
-        address = self.address
-        try:
-            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            self.follow(exc, address)
-            raise translate(exc, address) from None
+        """One unary call. With several coordinators and none leading (a takeover under way), a call
+        that reached no leader is sent again until one leads, up to leader_wait_s (one line says so)."""
+        waiting_since: float | None = None
+        redirected = False
+        while True:
+            address = self.address
+            try:
+                return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                self.follow(exc, address)
+                if not redirected and len(self.endpoints.addresses) > 1 and leader_hint(exc.details()):
+                    redirected = True  # a standby named the leader: ask it straight away
+                    continue
+                waiting_since = self._wait_for_leader(exc, waiting_since)
+                if waiting_since is None:
+                    raise translate(exc, address) from None
+
+    def _wait_for_leader(self, exc: grpc.RpcError, since: float | None) -> float | None:
+        """The time we began waiting for a leader (returned after a short sleep: try again), or None: fail
+        now (one coordinator only, a refusal, a call that may have landed, or the wait is over)."""
+        if (len(self.endpoints.addresses) < 2 or self.leader_wait_s <= 0 or exc.code() != grpc.StatusCode.UNAVAILABLE
+                or not never_delivered(exc.details())):
+            return None
+        now = time.monotonic()
+        if since is None:
+            print(f"farm: no coordinator of {self.endpoints} leads right now ({_one_line(exc.details())}); "
+                  f"waiting up to {self.leader_wait_s:.0f} s for one", file=sys.stderr, flush=True)
+            since = now
+        elif now - since > self.leader_wait_s:
+            return None
+        time.sleep(LEADER_RETRY_S)
+        return since
 
     def _stream(self, method, request, timeout: float) -> Iterator[Any]:
         address = self.address
@@ -186,16 +224,16 @@ class FarmClient:
             raise translate(exc, address) from None
 
     def submit(self, spec: dict) -> str:
-        reply = self._call(self._client.Submit, farm_pb2.SubmitRequest(spec_json=json.dumps(spec)))
+        reply = self._call(self._rpc("Submit"), farm_pb2.SubmitRequest(spec_json=json.dumps(spec)))
         return reply.render_id
 
     def get(self, render_id: str) -> dict:
         return json.loads(
-            self._call(self._client.GetRender, farm_pb2.RenderRequest(render_id=render_id)).json
+            self._call(self._rpc("GetRender"), farm_pb2.RenderRequest(render_id=render_id)).json
         )
 
     def list(self, limit: int = 50) -> list[dict]:
-        reply = self._call(self._client.ListRenders, farm_pb2.ListRendersRequest(limit=limit))
+        reply = self._call(self._rpc("ListRenders"), farm_pb2.ListRendersRequest(limit=limit))
         return [json.loads(r.json) for r in reply.renders]
 
     def watch(self, render_id: str, after: str = "0", timeout: float = WATCH_TIMEOUT_S) -> Iterator[dict]:
@@ -231,7 +269,7 @@ class FarmClient:
             yield from batch.events
 
     def cancel(self, render_id: str) -> bool:
-        return self._call(self._client.Cancel, farm_pb2.RenderRequest(render_id=render_id)).cancelled
+        return self._call(self._rpc("Cancel"), farm_pb2.RenderRequest(render_id=render_id)).cancelled
 
     def fetch_output(self, render_id: str, path: Path, timeout: float = TRANSFER_TIMEOUT_S, file: str = "") -> Path:
         """Download the render's mp4 (or another of its files: render.json, exr/frame_00000.exr) to path,
@@ -277,41 +315,41 @@ class FarmClient:
 
     def packs(self) -> list[dict]:
         """The packs the coordinator serves to workers: name, files, bytes."""
-        reply = self._call(farm_pb2_grpc.FarmPacksStub(self._channel).ListPacks, farm_pb2.ListPacksRequest())
+        reply = self._call(lambda request, **kw: farm_pb2_grpc.FarmPacksStub(self._channel).ListPacks(request, **kw), farm_pb2.ListPacksRequest())
         return [{"name": p.name, "files": int(p.files), "bytes": int(p.bytes)} for p in reply.packs]
 
     def drain(self, worker_id: str) -> bool:
         """Ask a worker to finish its task, take no more and exit. False when no worker has that id."""
-        return self._call(self._client.DrainWorker, farm_pb2.DrainRequest(worker_id=worker_id)).found
+        return self._call(self._rpc("DrainWorker"), farm_pb2.DrainRequest(worker_id=worker_id)).found
 
     def requeue(self, render_id: str, task_id: str = "") -> tuple[bool, bool]:
         """(blocklist cleared, task requeued): the render's blocklisted workers get another chance; with a
         task id, that task is also taken from its worker and queued again."""
-        reply = self._call(self._client.Requeue, farm_pb2.RequeueRequest(render_id=render_id, task_id=task_id))
+        reply = self._call(self._rpc("Requeue"), farm_pb2.RequeueRequest(render_id=render_id, task_id=task_id))
         return reply.cleared, reply.requeued
 
     def retry(self, render_id: str) -> str:
         """Run a failed or cancelled render again under its id (only its unfinished tasks): 'retried', or
         why not ('live', 'gone')."""
-        return self._call(self._client.RetryRender, farm_pb2.RenderRequest(render_id=render_id)).outcome
+        return self._call(self._rpc("RetryRender"), farm_pb2.RenderRequest(render_id=render_id)).outcome
 
     def delete(self, render_id: str) -> tuple[bool, str]:
         """(deleted, state): a live render is not deleted and its state says why."""
-        reply = self._call(self._client.DeleteRender, farm_pb2.RenderRequest(render_id=render_id))
+        reply = self._call(self._rpc("DeleteRender"), farm_pb2.RenderRequest(render_id=render_id))
         return reply.deleted, reply.state
 
     def prune(self, older_than_days: float) -> dict:
         """Forget renders that ended more than older_than_days ago and the blobs nothing names."""
-        reply = self._call(self._client.Prune, farm_pb2.PruneRequest(older_than_days=older_than_days))
+        reply = self._call(self._rpc("Prune"), farm_pb2.PruneRequest(older_than_days=older_than_days))
         return {"render_ids": list(reply.render_ids), "blobs": reply.blobs, "blob_bytes": reply.blob_bytes}
 
     def workers(self) -> list[dict]:
-        reply = self._call(self._client.ListWorkers, farm_pb2.ListWorkersRequest())
+        reply = self._call(self._rpc("ListWorkers"), farm_pb2.ListWorkersRequest())
         return [json.loads(w.json) for w in reply.workers]
 
     def clock_ms(self) -> int:
         """The farm's clock (the coordinator's Redis TIME) in ms, from ListWorkers' trailing metadata."""
-        _reply, call = self._call(self._client.ListWorkers.with_call, farm_pb2.ListWorkersRequest())
+        _reply, call = self._call(self._rpc("ListWorkers", "with_call"), farm_pb2.ListWorkersRequest())
         found = dict(call.trailing_metadata() or ()).get("farm-now-ms")
         if found is None:
             raise FarmError("this coordinator does not report its clock (an older version)")

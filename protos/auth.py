@@ -32,11 +32,34 @@ NOT_THIS_FARM = "is not the farm of this token"
 
 # ~1 MiB blob chunks plus message framing; nothing on this wire needs more.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+# HTTP/2 keepalive, both ways: a peer that stops answering pings (a Mac frozen, asleep, or cut off
+# without a TCP reset) is declared gone at most KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS after it
+# went silent. The coordinator then returns that worker's leases (its Attach stream broke:
+# coordinator/presence.py) in ~7 s instead of at the 30 s lease deadline; a worker or client drops a
+# vanished coordinator as fast and follows the next. Pings are ~20 bytes every 3 s per connection;
+# the ack comes from gRPC's own I/O threads, so a busy worker still answers in time.
+KEEPALIVE_TIME_MS = 3_000
+KEEPALIVE_TIMEOUT_MS = 4_000
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),  # gRPC >= 1.5x times every ping out by this
+    ("grpc.keepalive_permit_without_calls", 1),  # an idle channel notices a vanished peer too
+    ("grpc.http2.max_pings_without_data", 0),  # an Attach stream carries no data after its ack: ping on
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS),
+]
+# What the coordinator's server adds: its own pings (above), and the clients' pings accepted at this
+# rate without strikes (gRPC's default answers a ping more often than every 5 minutes with GOAWAY).
+SERVER_KEEPALIVE_OPTIONS = [
+    *KEEPALIVE_OPTIONS,
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+]
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 0),
+    *KEEPALIVE_OPTIONS,
     # Reconnect within ~2 s of a coordinator coming back (gRPC's default backoff grows to 120 s).
     ("grpc.initial_reconnect_backoff_ms", 500),
     ("grpc.min_reconnect_backoff_ms", 500),

@@ -13,6 +13,13 @@ from collections.abc import Iterable
 
 STANDBY_PREFIX = "standby coordinator; the leader is at "
 NO_LEADER = "standby coordinator; no leader yet"
+# How long a client given several coordinators waits for one to lead (a takeover under way) before it
+# says the farm is unreachable: the leadership lease (5 s, coordinator/leadership.py) lapsing, the
+# standby's next claim (every lease / 8) and its start, with room to spare.
+LEADER_WAIT_S = 15.0
+# How gRPC, the pinned channel and a standby say that a call reached no leader: nothing acted on it,
+# so sending it again (to the leader, once there is one) cannot do anything twice.
+_NOT_DELIVERED = ("failed to connect", "connection refused", "unreachable (", "standby coordinator")
 
 
 def parse_addresses(value: str | Iterable[str]) -> list[str]:
@@ -27,6 +34,13 @@ def parse_addresses(value: str | Iterable[str]) -> list[str]:
 def standby_details(leader: str) -> str:
     """What a standby says in an UNAVAILABLE status: the leader's address when one holds the lease."""
     return STANDBY_PREFIX + leader if leader else NO_LEADER
+
+
+def never_delivered(details: str | None) -> bool:
+    """True when an UNAVAILABLE status says the call reached no serving coordinator (connection refused,
+    no route, a standby's refusal), as opposed to a call cut off on its way, which may have landed."""
+    text = (details or "").lower()
+    return any(sign in text for sign in _NOT_DELIVERED)
 
 
 def leader_hint(details: str | None) -> str | None:

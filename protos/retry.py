@@ -19,7 +19,13 @@ Transient = Callable[[BaseException], bool]
 
 
 def describe(exc: BaseException) -> str:
-    """One line: the error's type and the first line of its text."""
+    """One line: the error's type and the first line of its text; a gRPC error as its status code and
+    details (its str() is a many-line repr whose first line says nothing)."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        status = getattr(code(), "name", None) or str(code())
+        text = (details() or "").strip().splitlines()
+        return f"{status}: {text[0]}" if text else str(status)
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

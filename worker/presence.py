@@ -3,7 +3,7 @@
 When the agent process dies (kill -9, a crash, a Mac that powers off) the kernel closes its socket and
 the coordinator sees the stream break at once, so the worker's leases go back to the queue in well under
 a second instead of at their deadline. A worker frozen or cut off without a reset keeps its stream until
-gRPC keepalive gives up; its lease deadline still applies. The stream is reopened (capped backoff) when
+HTTP/2 keepalive gives up on it (the coordinator's ping goes unanswered: about 7 s at most, protos/auth.py). The stream is reopened (capped backoff) when
 the coordinator restarts or another one leads.
 """
 

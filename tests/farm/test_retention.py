@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from coordinator.metrics import redis_now_ms
-from coordinator.retention import prune
+from coordinator.retention import FRESH_BLOB_FLOOR_S, prune
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ROOT, farm, wait_done
 
@@ -46,8 +46,11 @@ def test_prune_forgets_finished_renders_and_their_blobs_and_keeps_live_ones(stor
             assert _keys_of(store, render_id) == [], render_id
             assert not (tmp_data / "renders" / render_id).exists()
         assert store.get_render(live)["state"] == "queued" and _keys_of(store, live)
-        later = client.prune(0)  # the operator's `farm prune --older-than 0`: no grace for blobs either
-        assert later["render_ids"] == [] and later["blobs"] >= 2 and _blob_files(tmp_data) == []
+        later = client.prune(0)  # the operator's `farm prune --older-than 0`: fresh blobs stay (the floor)
+        assert later["render_ids"] == [] and later["blobs"] == 0 and store.get_blob_ref(fresh) is not None
+        past_floor = redis_now_ms(store) + int(FRESH_BLOB_FLOOR_S * 1000) + 1000
+        gone = prune(store, tmp_data, older_than_s=0, now_ms=past_floor, blob_grace_s=0)
+        assert gone.blobs >= 2 and _blob_files(tmp_data) == []
         cli = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "prune", "--older-than",
                               "0", "--coordinator", client.address, "--token-file", str(tmp_data / "token")],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
