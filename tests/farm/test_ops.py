@@ -154,7 +154,7 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
         assert status == "fail" and "coordinator not asked" in message
         app = typer.Typer()
         app.command()(lambda: None)  # a second command keeps `doctor` a named subcommand
-        doctor.register(app)
+        app.command()(doctor.doctor)  # as farm_cli.main registers it
         result = CliRunner().invoke(
             app,
             [
