@@ -1,0 +1,212 @@
+"""The farm's state on a replicated set (real primary, replicas and three sentinels on 127.0.0.1): the
+sentinel URL, replica-acknowledged fate writes, a primary killed -9 (the store follows the new one, its
+scripts re-load there, an acknowledged result and epoch survive, epochs only grow), and a render whose
+primary dies mid-way finishing bit-identical to `farm render --local`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+
+from coordinator.state.redis_server import connect
+from coordinator.state.replicated import ReplicatedRedis
+from coordinator.state.sentinel import SentinelUrl, check_redis_url, parse_sentinel_url
+from coordinator.state.store import EpochNotReplicated, FarmStore, NotLeader
+from farm_cli.client import FarmError
+from farm_cli.doctor import check_redis
+from farm_cli.local import render_local
+from tests.farm.chaos import ChaosFarm, assert_same_outputs, assert_same_video, spec
+from tests.farm.farm_harness import ROOT
+
+CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
+TASK = {"id": "r1.t", "kind": "noop", "capability": "mlx"}
+
+
+def test_sentinel_urls_parse_and_bad_ones_say_what_is_wrong():
+    assert parse_sentinel_url("redis+sentinel://a:26379,b:26380/farm") == SentinelUrl(
+        (("a", 26379), ("b", 26380)), "farm")
+    assert parse_sentinel_url("valkey+sentinel://:s%40cret@127.0.0.1:1/m/2") == SentinelUrl(
+        (("127.0.0.1", 1),), "m", 2, "s@cret")
+    for bad, says in (("redis+sentinel://a:1", "master's name"), ("redis+sentinel://a/farm", "HOST:PORT"),
+                      ("redis+sentinel:///farm", "no sentinel"), ("redis+sentinel://a:99999/farm", "HOST:PORT"),
+                      ("redis+sentinel://a:1/farm/x", "not a number"), ("mysql://a:1/x", "redis://")):
+        with pytest.raises(ValueError, match=says):
+            check_redis_url(bad)
+    check_redis_url("redis://127.0.0.1:6379/0")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["coordinator", "up"])
+def test_a_malformed_sentinel_url_is_one_line_and_exit_2(command, tmp_path):
+    run = subprocess.run([*CLI, command, "--redis-url", "redis+sentinel://host-without-port/farm",
+                          "--data", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=50)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and "HOST:PORT" in lines[0], run.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory):
+    with ReplicatedRedis(tmp_path_factory.mktemp("set"), replicas=1, persistence=False) as rs:
+        yield rs
+
+
+@pytest.mark.timeout(60)
+def test_the_store_reaches_the_set_through_sentinels_and_fate_writes_are_acknowledged(replicated):
+    client = connect(replicated.url)
+    client.flushall()
+    store = FarmStore(client)
+    assert store.wait_ms > 0
+    assert store.create_render("r1", {"prompt": "x"}, [TASK])
+    assert store.lease("w1", ["mlx"], 30_000)["id"] == "r1.t"
+    assert store.complete("r1.t", "w1", store.get_task("r1.t")["fence"], {}, {}) == "render_ready"
+    assert store.acks.unacked == 0 and not store.acks.degraded
+    health = store.redis_health()
+    assert health["mode"] == "sentinel" and health["primary"] == f"127.0.0.1:{replicated.primary().port}"
+    assert health["replicas_online"] == 1 and health["sentinels_seeing"] == 3, health
+    assert "replicas 1/1 online" in health["line"]
+    client.close()
+
+
+def test_one_unreplicated_server_sends_no_wait(store):
+    """A plain URL: no WAIT after any script, the behaviour and speed of before."""
+    assert store.wait_ms == 0
+    store.client.config_resetstat()
+    assert store.create_render("r1", {}, [TASK]) and store.lease("w1", ["mlx"], 30_000)
+    assert "cmdstat_wait" not in store.client.info("commandstats")
+    assert store.redis_health()["mode"] == "single"
+
+
+def _until(fn, timeout: float = 30.0):
+    """fn() once it stops raising a Redis connection error (a failover in progress)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except (redis.ConnectionError, redis.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def _kill_primary(rs: ReplicatedRedis) -> float:
+    primary = rs.primary()
+    assert primary is not None and primary.proc is not None
+    primary.proc.kill()
+    primary.proc.wait(10)
+    return time.monotonic()
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_primary_loses_no_acknowledged_write_and_epochs_only_grow(tmp_path):
+    with ReplicatedRedis(tmp_path / "set", replicas=2, persistence=False) as rs:
+        a, b = FarmStore(connect(rs.url)), FarmStore(connect(rs.url))
+        lead, epoch, _ = a.claim_leadership("A", "a:1", 1500)
+        assert lead and epoch == 1
+        a.epoch = str(epoch)
+        a.create_render("r1", {}, [TASK, {**TASK, "id": "r1.u", "deps": ["r1.t"]}])
+        fence = a.lease("w1", ["mlx"], 30_000)["fence"]
+        assert a.complete("r1.t", "w1", fence, {"x": "f" * 64}, {}) == "ok"  # acknowledged: then the kill
+        old = rs.primary()
+        killed = _kill_primary(rs)
+        leased = _until(lambda: a.lease("w2", ["mlx"], 30_000))
+        took = time.monotonic() - killed
+        print(f"primary kill -9 to the next lease on the new primary: {took:.2f} s")
+        assert rs.primary() is not old and leased["id"] == "r1.u" and took < 15
+        assert a.get_task("r1.t")["state"] == "done" and a.get_task("r1.t")["outputs"] == {"x": "f" * 64}
+        # The new primary re-loads scripts it lacks: force it, for a fenced write and a plain one.
+        a.client.script_flush()
+        assert a.heartbeat("r1.u", "w2", leased["fence"], 30_000) == "ok"
+        assert a.complete("r1.u", "w2", leased["fence"], {}, {}) == "render_ready"
+        assert a.leader()["epoch"] == "1"  # the acknowledged epoch survived the failover
+        time.sleep(1.6)  # A's lease lapses; B takes over with a bigger epoch, A's writes are refused
+        lead, epoch, _ = _until(lambda: b.claim_leadership("B", "b:1", 1500))  # once a replica holds it
+        assert lead and epoch == 2
+        b.epoch = str(epoch)
+        with pytest.raises(NotLeader):
+            a.emit("r1", {"type": "late"})
+        _kill_primary(rs)  # the last member is promoted, with no replica left
+        c = FarmStore(connect(rs.url))
+        deadline = time.monotonic() + 30
+        with pytest.raises(EpochNotReplicated):  # B's lease lapsed: C's new epoch is on no replica
+            while time.monotonic() < deadline:
+                try:
+                    c.claim_leadership("C", "c:1", 5000)
+                except EpochNotReplicated:
+                    raise
+                except (redis.ConnectionError, redis.TimeoutError):
+                    pass
+                time.sleep(0.05)
+        assert c.create_render("r2", {}, [{**TASK, "id": "r2.t"}])  # fate writes go on, unacknowledged
+        assert c.acks.degraded and c.acks.unacked >= 1
+
+
+def _done_riding_through(client, render_id: str, timeout: float) -> dict:
+    """The render once done; the coordinator answers UNAVAILABLE for the seconds its leadership lease
+    cannot be renewed (the failover), as a client that retries sees it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            render = client.get(render_id)
+            if render["state"] in ("done", "failed", "cancelled"):
+                assert render["state"] == "done", render.get("error")
+                return render
+        except FarmError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{render_id} not done within {timeout} s")
+
+
+@pytest.mark.timeout(420)
+def test_a_render_whose_primary_is_killed_mid_way_finishes_identical_to_local(local_runner, tmp_path, tiny_packs):
+    ref = render_local(spec(7), tmp_path / "local.mp4", local_runner)
+    data = tmp_path / "data"
+    data.mkdir()
+    with ReplicatedRedis(data, replicas=2) as rs:
+        store = FarmStore(connect(rs.url))
+        with ChaosFarm(store, data, tiny_packs, workers=2, lease_ms=6000) as farm:
+            rid = farm.client.submit(spec(7))
+            deadline = time.monotonic() + 180
+            while not any(t["id"].endswith(".stage2.s0.t0") and t["state"] in ("leased", "done")
+                          for t in store.render_tasks(rid)):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            _kill_primary(rs)
+            render = _done_riding_through(farm.client, rid, 300)
+            assert_same_outputs(render["tasks"], rid, ref[1])
+            assert_same_video(farm.client.fetch_output(rid, tmp_path / "farm.mp4"), ref[0])
+        print(f"render {rid} done after the primary's kill -9; {store.redis_health()['line']}")
+
+
+@pytest.mark.timeout(90)
+def test_farm_up_with_replicas_starts_the_set_and_doctor_reads_its_health(tmp_path):
+    """`farm up --redis-replicas 1`: the coordinator on the set (its sentinel URL printed), `farm doctor
+    --redis-url` reports primary, replica and sentinels; at stop the primary's name is kept."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    up = subprocess.Popen([*CLI, "up", "--redis-replicas", "1", "--workers", "0", "--port", str(port),
+                           "--dashboard-port", "0", "--data", str(tmp_path)], stderr=subprocess.PIPE,
+                          stdout=subprocess.DEVNULL, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        url = ""
+        for line in up.stderr:
+            if line.startswith("redis: "):
+                url = line.rsplit(" ", 1)[1].strip()
+                break
+        assert url.startswith("redis+sentinel://127.0.0.1:"), url
+        status, line = check_redis(url)
+        assert status == "ok" and "replicas 1/1 online" in line and "sentinels seeing it 3/3" in line, line
+        assert check_redis("redis+sentinel://nope/farm")[0] == "fail"
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(30)
+    assert up.returncode == 0
+    assert (tmp_path / "redis-primary").read_text().strip() == "redis"
+    assert not (tmp_path / "redis" / "redis.url").exists()  # every member stopped
