@@ -15,6 +15,7 @@ import time
 import pytest
 import redis
 
+from coordinator.auth import load_or_create_token
 from coordinator.state.redis_server import connect
 from coordinator.state.replicated import ReplicatedRedis
 from coordinator.state.sentinel import SentinelUrl, check_redis_url, parse_sentinel_url
@@ -22,8 +23,19 @@ from coordinator.state.store import EpochNotReplicated, FarmStore, NotLeader
 from farm_cli.client import FarmError
 from farm_cli.doctor import check_redis
 from farm_cli.local import render_local
+from farm_cli.remote import latents_from_outputs
 from tests.farm.chaos import ChaosFarm, assert_same_outputs, assert_same_video, spec
-from tests.farm.farm_harness import ROOT
+from tests.farm.farm_harness import ROOT, start_worker
+from tests.farm.test_failover import (
+    check_client_and_result,
+    cli_spec,
+    free_port,
+    serving_after,
+    start_coordinator,
+    stop_all,
+    submit_wait,
+    wait_for_lease,
+)
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 TASK = {"id": "r1.t", "kind": "noop", "capability": "mlx"}
@@ -168,7 +180,7 @@ def test_a_render_whose_primary_is_killed_mid_way_finishes_identical_to_local(lo
     ref = render_local(spec(7), tmp_path / "local.mp4", local_runner)
     data = tmp_path / "data"
     data.mkdir()
-    with ReplicatedRedis(data, replicas=2) as rs:
+    with ReplicatedRedis(data, replicas=1) as rs:  # what `farm up --redis-replicas 1` starts
         store = FarmStore(connect(rs.url))
         with ChaosFarm(store, data, tiny_packs, workers=2, lease_ms=6000) as farm:
             rid = farm.client.submit(spec(7))
@@ -177,8 +189,11 @@ def test_a_render_whose_primary_is_killed_mid_way_finishes_identical_to_local(lo
                           for t in store.render_tasks(rid)):
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
+            killed_ms = store.now_ms()
             _kill_primary(rs)
             render = _done_riding_through(farm.client, rid, 300)
+            next_lease = min(t["leased_ms"] for t in render["tasks"] if t["leased_ms"] > killed_ms)
+            print(f"primary kill -9 to the next lease through the coordinator: {(next_lease - killed_ms) / 1000:.2f} s")
             assert_same_outputs(render["tasks"], rid, ref[1])
             assert_same_video(farm.client.fetch_output(rid, tmp_path / "farm.mp4"), ref[0])
         print(f"render {rid} done after the primary's kill -9; {store.redis_health()['line']}")
@@ -210,3 +225,44 @@ def test_farm_up_with_replicas_starts_the_set_and_doctor_reads_its_health(tmp_pa
     assert up.returncode == 0
     assert (tmp_path / "redis-primary").read_text().strip() == "redis"
     assert not (tmp_path / "redis" / "redis.url").exists()  # every member stopped
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_packs, local_runner, tmp_path_factory):
+    """`farm render --local` of the spec test_failover's `farm submit` sends: mp4 and stage latents."""
+    path, outputs, blobs = render_local(cli_spec(), tmp_path_factory.mktemp("local") / "ref.mp4", local_runner)
+    return path, latents_from_outputs(outputs, "local", blobs.get)
+
+
+@pytest.mark.timeout(420)
+def test_the_leaders_mac_lost_with_the_primary_a_standby_takes_over_on_the_replicas(
+        reference, tiny_packs, tmp_path):
+    """The Mac holding the leading coordinator and the Redis primary dies (both kill -9 at stage 2): the
+    sentinels promote a replica, the standby takes the lease with an epoch a replica holds, workers and
+    `farm submit --wait` follow, and the render equals `farm render --local` bit for bit."""
+    data = tmp_path / "data"
+    data.mkdir()
+    token = load_or_create_token(data)
+    with ReplicatedRedis(tmp_path / "set", replicas=2) as rs:
+        store = FarmStore(connect(rs.url))
+        ports = free_port(), free_port()
+        leader, standby = (f"127.0.0.1:{p}" for p in ports)
+        procs = [start_coordinator(rs.url, data, ports[0], "coord-a")]
+        try:
+            serving_after(leader, token, time.monotonic())
+            procs.append(start_coordinator(rs.url, data, ports[1], "coord-b"))
+            both = f"{leader},{standby}"
+            procs += [start_worker(both, token, tiny_packs, f"w{i}", data) for i in (1, 2)]
+            out = tmp_path / "out.mp4"
+            client = submit_wait(both, token, out)
+            procs.append(client)
+            wait_for_lease(store, ".stage2.s0.t0")
+            assert store.leader()["address"] == leader
+            killed = _kill_primary(rs)
+            os.kill(procs[0].pid, signal.SIGKILL)
+            took = serving_after(standby, token, killed, timeout=60)
+            print(f"leader + primary kill -9: the standby served after {took:.2f} s")
+            check_client_and_result(client, out, standby, token, reference)
+            assert store.leader()["address"] == standby and int(store.leader()["epoch"]) == 2
+        finally:
+            stop_all(procs)
