@@ -94,7 +94,7 @@ def embedded_redis(data: Path, replicas: int = 0) -> contextlib.AbstractContextM
     if replicas:
         from coordinator.state.replicated import ReplicatedRedis
 
-        return ReplicatedRedis(data, replicas)
+        return ReplicatedRedis(data, replicas, revive=True)  # a member that dies is started again
     from coordinator.state import redis_server
 
     return redis_server.EmbeddedRedis(data / "redis")

@@ -11,8 +11,10 @@ serves from the newest data, not from a demoted member's.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -21,12 +23,15 @@ import redis
 
 from coordinator.state.redis_server import EmbeddedRedis, find_redis_server, free_port
 
+log = logging.getLogger(__name__)
+
 MASTER = "farm"
 SENTINELS = 3
 QUORUM = 2
 DOWN_AFTER_MS = 1000   # a primary silent this long is down (subjectively; two sentinels agree: failover)
 FAILOVER_TIMEOUT_MS = 3000
 PRIMARY_FILE = "redis-primary"
+REVIVE_EVERY_S = 2.0
 
 
 class ReplicatedRedis:
@@ -34,7 +39,9 @@ class ReplicatedRedis:
     stop it (sentinels first, so stopping is no failover)."""
 
     def __init__(self, data_dir: Path, replicas: int = 1, *, persistence: bool = True,
-                 start_timeout_s: float = 20.0, down_after_ms: int = DOWN_AFTER_MS) -> None:
+                 start_timeout_s: float = 20.0, down_after_ms: int = DOWN_AFTER_MS, revive: bool = False) -> None:
+        """revive: start a member that died again, as a replica of the current primary (farm up), so
+        the set is whole again seconds after a failover."""
         if replicas < 1:
             raise ValueError(f"a replicated set needs at least one replica, not {replicas}")
         self.data_dir = Path(data_dir)
@@ -46,6 +53,9 @@ class ReplicatedRedis:
         self.members: list[EmbeddedRedis] = []
         self.sentinel_ports: list[int] = []
         self.sentinels: list[subprocess.Popen] = []
+        self.revive = revive
+        self._halt = threading.Event()
+        self._reviver: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -74,7 +84,34 @@ class ReplicatedRedis:
         except BaseException:
             self.stop()
             raise
+        if self.revive:
+            self._halt.clear()
+            self._reviver = threading.Thread(target=self._revive_loop, name="redis-revive", daemon=True)
+            self._reviver.start()
         return self
+
+    def revive_dead(self) -> list[str]:
+        """Start each member that died again as a replica of the primary the sentinels name now (once
+        they promoted one); the sentinels adopt it. Returns the folders revived."""
+        primary = self.primary()
+        if primary is None or primary.proc is None or primary.proc.poll() is not None:
+            return []
+        revived = []
+        for member in self.members:
+            if member is primary or member.proc is None or member.proc.poll() is None:
+                continue
+            member.extra_args = ("--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", str(primary.port))
+            member.start()
+            log.info("redis: %s started again as a replica of %s", member.data_dir.name, primary.port)
+            revived.append(member.data_dir.name)
+        return revived
+
+    def _revive_loop(self) -> None:
+        while not self._halt.wait(REVIVE_EVERY_S):
+            try:
+                self.revive_dead()
+            except (OSError, RuntimeError, redis.RedisError) as exc:
+                log.warning("redis: could not start a member again (%s); trying again", exc)
 
     def _member(self, name: str, extra: tuple[str, ...]) -> EmbeddedRedis:
         # A replica's first sync starts at once (the default waits 5 s for more replicas to share it).
@@ -145,6 +182,10 @@ class ReplicatedRedis:
 
     def stop(self) -> None:
         """Sentinels first (no failover while the members stop), the primary's name kept, then members."""
+        self._halt.set()
+        if self._reviver is not None:
+            self._reviver.join(10)
+            self._reviver = None
         current = self.primary() if self.sentinels else None
         for proc in self.sentinels:
             if proc.poll() is None:

@@ -159,6 +159,23 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_epochs_only_grow(tmp_p
         assert c.acks.degraded and c.acks.unacked >= 1
 
 
+@pytest.mark.timeout(60)
+def test_a_dead_member_comes_back_as_a_replica_and_writes_are_acknowledged_again(tmp_path):
+    """revive (what `farm up --redis-replicas` runs): the killed primary starts again as a replica of the
+    promoted one, so the set is whole (and fate writes acknowledged) seconds after a failover."""
+    with ReplicatedRedis(tmp_path / "set", replicas=1, persistence=False, revive=True) as rs:
+        store = FarmStore(connect(rs.url))
+        old = rs.primary()
+        _kill_primary(rs)
+        assert _until(lambda: store.create_render("r1", {}, [TASK]))  # on the promoted replica, alone
+        deadline = time.monotonic() + 30
+        while store.redis_health().get("replicas_online") != 1:
+            assert time.monotonic() < deadline, store.redis_health()
+            time.sleep(0.1)
+        assert rs.primary() is not old and old.proc.poll() is None
+        assert store.create_render("r2", {}, [{**TASK, "id": "r2.t"}]) and not store.acks.degraded
+
+
 def _done_riding_through(client, render_id: str, timeout: float) -> dict:
     """The render once done; the coordinator answers UNAVAILABLE for the seconds its leadership lease
     cannot be renewed (the failover), as a client that retries sees it."""
