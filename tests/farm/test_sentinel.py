@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -36,6 +37,7 @@ from tests.farm.test_failover import (
     submit_wait,
     wait_for_lease,
 )
+from tests.farm.test_redis_outage import PHASES, _in_phase
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 TASK = {"id": "r1.t", "kind": "noop", "capability": "mlx"}
@@ -192,28 +194,67 @@ def _done_riding_through(client, render_id: str, timeout: float) -> dict:
     raise AssertionError(f"{render_id} not done within {timeout} s")
 
 
+class PrimaryKiller(threading.Thread):
+    """Waits for each phase in turn (with the set whole again: revive), then kill -9s the primary."""
+
+    def __init__(self, rs: ReplicatedRedis, store: FarmStore) -> None:
+        super().__init__(name="primary-killer", daemon=True)
+        self.rs, self.store = rs, store
+        self.kills: list[tuple[str, int]] = []  # (phase, Redis ms just before the kill)
+        self.done = threading.Event()
+
+    def _whole(self) -> bool:
+        try:
+            return self.store.redis_health().get("replicas_online", 0) >= 1
+        except Exception:  # noqa: BLE001 - failing over
+            return False
+
+    def run(self) -> None:
+        for phase in PHASES:
+            while not self.done.is_set() and not (self._whole() and _in_phase(self.store, phase)):
+                time.sleep(0.005)
+            if self.done.is_set():
+                return
+            self.kills.append((phase, _until(self.store.now_ms)))
+            _kill_primary(self.rs)
+
+
 @pytest.mark.timeout(420)
-def test_a_render_whose_primary_is_killed_mid_way_finishes_identical_to_local(local_runner, tmp_path, tiny_packs):
-    ref = render_local(spec(7), tmp_path / "local.mp4", local_runner)
+def test_the_primary_killed_in_every_phase_renders_finish_identical_to_local(local_runner, tmp_path, tiny_packs):
+    """What `farm up --redis-replicas 1` runs (one replica, dead members revived): the primary is killed
+    -9 at stage 1, a reducer step, a decode tile and assembling; every render equals --local."""
+    refs = {s: render_local(spec(s), tmp_path / f"local-{s}.mp4", local_runner) for s in (50, 51, 52)}
     data = tmp_path / "data"
     data.mkdir()
-    with ReplicatedRedis(data, replicas=1) as rs:  # what `farm up --redis-replicas 1` starts
+    with ReplicatedRedis(data, replicas=1, revive=True) as rs:
         store = FarmStore(connect(rs.url))
         with ChaosFarm(store, data, tiny_packs, workers=2, lease_ms=6000) as farm:
-            rid = farm.client.submit(spec(7))
-            deadline = time.monotonic() + 180
-            while not any(t["id"].endswith(".stage2.s0.t0") and t["state"] in ("leased", "done")
-                          for t in store.render_tasks(rid)):
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            killed_ms = store.now_ms()
-            _kill_primary(rs)
-            render = _done_riding_through(farm.client, rid, 300)
-            next_lease = min(t["leased_ms"] for t in render["tasks"] if t["leased_ms"] > killed_ms)
-            print(f"primary kill -9 to the next lease through the coordinator: {(next_lease - killed_ms) / 1000:.2f} s")
-            assert_same_outputs(render["tasks"], rid, ref[1])
-            assert_same_video(farm.client.fetch_output(rid, tmp_path / "farm.mp4"), ref[0])
-        print(f"render {rid} done after the primary's kill -9; {store.redis_health()['line']}")
+            killer = PrimaryKiller(rs, store)
+            ids = {50: farm.client.submit(spec(50))}
+            killer.start()
+            for seed in (51, 52):
+                time.sleep(4.0)
+                ids[seed] = _until(lambda seed=seed: _submit(farm.client, spec(seed)))
+            renders = {seed: _done_riding_through(farm.client, rid, 300) for seed, rid in ids.items()}
+            killer.done.set()
+            killer.join(15)
+            for seed, render in renders.items():
+                assert_same_outputs(render["tasks"], ids[seed], refs[seed][1])
+                assert_same_video(farm.client.fetch_output(ids[seed], tmp_path / f"{seed}.mp4"), refs[seed][0])
+        tasks = [t for r in renders.values() for t in r["tasks"]]
+        waits = [(min(t["leased_ms"] for t in tasks if t["leased_ms"] > ms) - ms) / 1000 for _, ms in killer.kills
+                 if any(t["leased_ms"] > ms for t in tasks)]
+        print(f"primary killed during {[p for p, _ in killer.kills]}; kill -9 to the next lease through the "
+              f"coordinator: {[round(w, 2) for w in waits]} s; {store.redis_health()['line']}")
+    assert [p for p, _ in killer.kills] == list(PHASES)
+
+
+def _submit(client, render_spec: dict) -> str:
+    """Submit, retried while the coordinator answers UNAVAILABLE for a failover's seconds."""
+    try:
+        return client.submit(render_spec)
+    except FarmError as exc:
+        raise redis.ConnectionError(str(exc)) from None
 
 
 @pytest.mark.timeout(90)
