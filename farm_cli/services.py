@@ -59,7 +59,8 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
         if redis_url is None:
             redis_url = stack.enter_context(embedded_redis(data, redis_replicas)).url
             if redis_replicas:
-                typer.echo(f"redis: a primary, {redis_replicas} replicas and 3 sentinels: {redis_url}", err=True)
+                many = f"{redis_replicas} replica{'s' if redis_replicas != 1 else ''}"
+                typer.echo(f"redis: a primary, {many} and 3 sentinels: {redis_url}", err=True)
         store = FarmStore(redis_server.connect(redis_url))
         token = load_or_create_token(data)
         server, bound = serve(store, data, "127.0.0.1", port, token)

@@ -16,6 +16,7 @@ import secrets
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -158,7 +159,7 @@ class ReplicatedRedis:
                 return False
         return True
 
-    def _wait(self, ready, what: str) -> None:
+    def _wait(self, ready: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             try:
