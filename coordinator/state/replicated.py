@@ -95,7 +95,7 @@ class ReplicatedRedis:
         """Start each member that died again as a replica of the primary the sentinels name now (once
         they promoted one); the sentinels adopt it. Returns the folders revived."""
         primary = self.primary()
-        if primary is None or primary.proc is None or primary.proc.poll() is not None:
+        if primary is None or primary.proc is None or primary.proc.poll() is not None or not self._settled(primary):
             return []
         revived = []
         for member in self.members:
@@ -106,6 +106,21 @@ class ReplicatedRedis:
             log.info("redis: %s started again as a replica of %s", member.data_dir.name, primary.port)
             revived.append(member.data_dir.name)
         return revived
+
+    def _settled(self, primary: EmbeddedRedis) -> bool:
+        """Every sentinel names this primary and none is failing over or finds it down: a member started
+        sooner could be promoted by a failover still under way, next to the primary it copies (two
+        primaries, one of them stale)."""
+        for port in self.sentinel_ports:
+            try:
+                state = _client(port).sentinel_master(MASTER)
+            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+                return False
+            flags = state.get("flags", "")
+            flags = set(flags.split(",")) if isinstance(flags, str) else set(flags)
+            if flags != {"master"} or int(state.get("port", 0)) != primary.port:
+                return False
+        return True
 
     def _revive_loop(self) -> None:
         while not self._halt.wait(REVIVE_EVERY_S):
