@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -25,6 +26,7 @@ SCHEMES = ("redis+sentinel", "valkey+sentinel")
 WAIT_MS_ENV = "FARM_REDIS_WAIT_MS"
 WAIT_MS_DEFAULT = 1000  # a replica on the LAN acknowledges in well under a millisecond
 PROBE_WAIT_MS = 10  # while no replica acknowledges: a short WAIT notices one coming back
+FULL_WAIT_EVERY_S = 5.0
 SENTINEL_TIMEOUT_S = 1.0  # a sentinel that does not answer in a second is skipped for the next
 
 
@@ -114,15 +116,20 @@ def replica_wait_ms() -> int:
 class ReplicaAcks:
     """What WAIT answered: one log line when replicas stop acknowledging (writes then stand on the
     primary alone) and one when they are back; meanwhile WAITs are short probes, so the farm does not
-    crawl while its replica is away."""
+    crawl while its replica is away, with a whole wait every FULL_WAIT_EVERY_S, so a replica that is
+    back but slower than a probe is waited for again."""
 
     def __init__(self, wait_ms: int) -> None:
         self.wait_ms = wait_ms
         self.unacked = 0  # fate-changing writes no replica acknowledged in time
         self.degraded = False
+        self._full_at = 0.0
 
     def timeout_ms(self) -> int:
-        return PROBE_WAIT_MS if self.degraded else self.wait_ms
+        if not self.degraded or time.monotonic() - self._full_at >= FULL_WAIT_EVERY_S:
+            self._full_at = time.monotonic()
+            return self.wait_ms
+        return PROBE_WAIT_MS
 
     def record(self, acks: int) -> None:
         if acks >= 1:
