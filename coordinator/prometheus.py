@@ -20,6 +20,8 @@ class SnapshotStore(MetricsStore, Protocol):
 
     def queue_depths(self) -> dict[str, int]: ...
 
+    def redis_health(self) -> dict: ...
+
 
 def farm_snapshot(store: SnapshotStore, render_limit: int = 100) -> dict:
     """Farm-wide numbers over the newest renders: what /metrics and /api/metrics-summary report."""
@@ -41,6 +43,7 @@ def farm_snapshot(store: SnapshotStore, render_limit: int = 100) -> dict:
         "stage_seconds": {s: {"count": stage_n[s], "sum": stage_s[s]} for s in stage_n},
         "bytes_moved": {"in": sum(v["bytes_in"] for v in done), "out": sum(v["bytes_out"] for v in done)},
         "workers": list_workers(store),
+        "redis": store.redis_health(),
     }
 
 
@@ -78,6 +81,7 @@ class FarmCollector:
             stage.add_metric([name], count_value=s["count"], sum_value=s["sum"])
         yield stage
         yield from _worker_families(snap["workers"])
+        yield from _redis_families(snap["redis"])
 
 
 def _gauge(name: str, doc: str, label: str, values: dict) -> GaugeMetricFamily:
@@ -102,6 +106,23 @@ def _worker_families(workers: list[dict]):
         busy.add_metric([w["id"]], w["busy_s"])
         state.add_metric([w["id"], w["state"]], 1)
     yield from (done, fails, busy, state)
+
+
+def _redis_families(health: dict):
+    """The replicated set's health (sentinel.replication_health): replicas online, each one's lag,
+    sentinels that see the primary; a single server reports its replicas too (usually none)."""
+    yield _gauge("farm_redis_up", "1 while the Redis primary answers", "mode",
+                 {health.get("mode", "down"): int(health.get("mode") != "down")})
+    lag = GaugeMetricFamily("farm_redis_replica_lag_seconds", "Seconds since each replica's last ack",
+                            labels=["replica", "state"])
+    for r in health.get("replicas", []):
+        lag.add_metric([r["address"], r["state"]], r["lag_s"])
+    yield lag
+    yield GaugeMetricFamily("farm_redis_replicas_online", "Replicas in sync with the primary",
+                            value=health.get("replicas_online", 0))
+    if "sentinels" in health:
+        yield GaugeMetricFamily("farm_redis_sentinels_seeing_primary", "Sentinels that name the same primary",
+                                value=health["sentinels_seeing"])
 
 
 def prometheus_text(store: SnapshotStore, render_limit: int = 100) -> bytes:

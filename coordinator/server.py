@@ -46,6 +46,7 @@ from coordinator.retention import start_sweeper
 from coordinator.scheduler import Scheduler
 from coordinator.state import redis_server
 from coordinator.state.blobs import BlobStore
+from coordinator.state.sentinel import check_redis_url
 from coordinator.state.store import FarmStore
 from coordinator.tls import load_or_create_tls
 from coordinator.watchhub import WATCH_LIMIT, WatchHub
@@ -278,12 +279,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="the farm's data (default $FARM_DATA, else ~/.ltx-farm)")
     parser.add_argument("--host", default=COORDINATOR_HOST)
     parser.add_argument("--port", type=int, default=COORDINATOR_PORT)
-    parser.add_argument("--redis-url", default=None, help="use this Redis instead of the embedded one")
+    parser.add_argument("--redis-url", default=None, help="use this Redis instead of the embedded one "
+                        "(redis://..., or redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER)")
     parser.add_argument("--packs-dir", type=Path, default=None, help="packs workers copy (default DATA/packs)")
     parser.add_argument("--advertise", default=None, help="HOST:PORT a standby sends workers and clients to")
     parser.add_argument("--bulk-port", type=int, default=0, help="blob data channel port (0: any free, -1: none)")
     parser.add_argument("--bulk-plain", action="store_true", help=BULK_PLAIN_HELP)
     args = parser.parse_args(argv)
+    if args.redis_url:
+        try:
+            check_redis_url(args.redis_url)
+        except ValueError as exc:
+            parser.exit(2, f"farm coordinator: {exc}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run_coordinator(args.data_dir or default_data_dir(), args.host, args.port, args.redis_url,
                            packs_dir=args.packs_dir, advertise=args.advertise,

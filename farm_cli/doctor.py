@@ -21,7 +21,7 @@ import typer
 
 from farm_cli import common
 from farm_cli.config import local_token
-from farm_cli.options import Coordinator, DataDir, Token
+from farm_cli.options import Coordinator, DataDir, RedisUrl, Token
 from protos.auth import NO_TOKEN
 
 Check = tuple[str, str]
@@ -207,6 +207,32 @@ def check_logs(folder: Path) -> Check:
     return "ok", "logs: " + ", ".join(f"{p} ({p.stat().st_size / 1024:.0f} KiB)" for p in found)
 
 
+def check_redis(url: str | None) -> Check:
+    """The coordinator's Redis, where this machine names it (--redis-url / FARM_REDIS_URL): a replicated
+    set's primary, its replicas and their lag, the sentinels that see the primary."""
+    if not url:
+        return "skip", "Redis: no --redis-url / FARM_REDIS_URL here (checked on the coordinator's machine)"
+    from coordinator.state.redis_server import connect
+    from coordinator.state.sentinel import check_redis_url
+    from coordinator.state.store import FarmStore
+
+    try:
+        check_redis_url(url)
+    except ValueError as exc:
+        return "fail", str(exc)
+    client = connect(url)
+    try:
+        health = FarmStore(client).redis_health()
+    finally:
+        client.close()
+    if health["mode"] == "down":
+        return "fail", health["line"]
+    if health["mode"] == "sentinel":
+        whole = health["replicas_online"] >= 1 and health["sentinels_seeing"] * 2 > len(health["sentinels"])
+        return ("ok" if whole else "warn"), health["line"]
+    return "ok", health["line"]
+
+
 def run_checks(checks: list[Callable[[], Check]], echo: Callable[[str], None] = typer.echo) -> int:
     """Run every check (a crash is a failed check), print one line each; 1 when any failed."""
     failed = False
@@ -229,6 +255,7 @@ def doctor(
         str | None, typer.Option("--dashboard", help="Dashboard URL for clock skew.")
     ] = None,
     data: DataDir = None,
+    redis_url: RedisUrl = None,
 ) -> None:
     """Check this machine for a worker: Python, MLX, pack and its text encoder, coordinator and token, clock skew."""
     folder = common.data_dir(data)
@@ -242,6 +269,7 @@ def doctor(
             lambda: check_coordinator(coordinator, token),
             (lambda: check_clock(dashboard)) if dashboard else (lambda: check_farm_clock(coordinator, token)),
             lambda: check_logs(folder),
+            *([lambda: check_redis(redis_url)] if redis_url else []),  # on the coordinator's machine
         ]
     )
     raise typer.Exit(code)

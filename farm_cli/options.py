@@ -78,7 +78,10 @@ FleetFile = Annotated[Path | None, typer.Option(
 
 # Services (coordinator, up).
 Port = Annotated[int, typer.Option("--port")]
-RedisUrl = Annotated[str | None, typer.Option("--redis-url", envvar="FARM_REDIS_URL")]
+RedisUrl = Annotated[str | None, typer.Option(
+    "--redis-url", envvar="FARM_REDIS_URL",
+    help="An external Redis: redis://HOST:PORT, or a replicated set by its sentinels, "
+         "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER (valkey+sentinel:// too).")]
 DashHost = Annotated[str, typer.Option("--dashboard-host", help="0.0.0.0 opens the dashboard to the LAN.")]
 DashPort = Annotated[int, typer.Option("--dashboard-port")]
 

@@ -45,8 +45,10 @@ def worker_command(address: str, token_file: Path, packs_dir: Path, worker_id: s
 @contextlib.contextmanager
 def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = None,
                log_dir: Path | None = None, dashboard_host: str = "127.0.0.1",
-               dashboard_port: int | None = None) -> Iterator[tuple[str, str, list[subprocess.Popen]]]:
-    """Embedded Redis (unless redis_url) + coordinator in this process + N worker processes."""
+               dashboard_port: int | None = None,
+               redis_replicas: int = 0) -> Iterator[tuple[str, str, list[subprocess.Popen]]]:
+    """Embedded Redis (unless redis_url; with redis_replicas, a primary, that many replicas and three
+    sentinels) + coordinator in this process + N worker processes."""
     from coordinator.auth import load_or_create_token
     from coordinator.dashboard import start_dashboard, stop_dashboard
     from coordinator.server import serve, stop
@@ -55,7 +57,10 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
 
     with contextlib.ExitStack() as stack:
         if redis_url is None:
-            redis_url = stack.enter_context(redis_server.EmbeddedRedis(data / "redis")).url
+            redis_url = stack.enter_context(embedded_redis(data, redis_replicas)).url
+            if redis_replicas:
+                many = f"{redis_replicas} replica{'s' if redis_replicas != 1 else ''}"
+                typer.echo(f"redis: a primary, {many} and 3 sentinels: {redis_url}", err=True)
         store = FarmStore(redis_server.connect(redis_url))
         token = load_or_create_token(data)
         server, bound = serve(store, data, "127.0.0.1", port, token)
@@ -83,6 +88,32 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
         stack.callback(lambda: _stop_processes(supervisor.procs))
         stack.callback(supervisor.halt)
         yield address, token, supervisor.procs
+
+
+def embedded_redis(data: Path, replicas: int = 0) -> contextlib.AbstractContextManager:
+    """The farm's own Redis in DATA: one server, or with replicas a replicated set with sentinels."""
+    if replicas:
+        from coordinator.state.replicated import ReplicatedRedis
+
+        return ReplicatedRedis(data, replicas, revive=True)  # a member that dies is started again
+    from coordinator.state import redis_server
+
+    return redis_server.EmbeddedRedis(data / "redis")
+
+
+def check_redis_options(redis_url: str | None, replicas: int = 0) -> None:
+    """One line, exit 2, for a Redis URL no client could use or a replica count that makes no sense."""
+    from coordinator.state.sentinel import check_redis_url
+
+    if replicas < 0:
+        fail(f"--redis-replicas {replicas}: give 0 (one server) or more")
+    if replicas and redis_url:
+        fail("--redis-replicas starts the farm's own replicated Redis: leave out --redis-url (FARM_REDIS_URL)")
+    if redis_url:
+        try:
+            check_redis_url(redis_url)
+        except ValueError as exc:
+            fail(str(exc))
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -152,6 +183,7 @@ def coordinator(data: DataDir = None, host: str = typer.Option(COORDINATOR_HOST,
     and one shared --data folder elect a leader; the others stand by and take over when it stops."""
     from coordinator.server import run_coordinator
 
+    check_redis_options(redis_url)
     check_ports(host, port, dashboard_host, dashboard_port)
     try:
         code = run_coordinator(common.data_dir(data), host, port, redis_url, packs_dir=packs_dir,
@@ -199,9 +231,14 @@ def worker(
 
 def up(workers: int = typer.Option(2, "--workers"), port: Port = COORDINATOR_PORT, data: DataDir = None,
        redis_url: RedisUrl = None, dashboard_host: DashHost = "127.0.0.1",
-       dashboard_port: DashPort = DASHBOARD_PORT) -> None:
+       dashboard_port: DashPort = DASHBOARD_PORT,
+       redis_replicas: Annotated[int, typer.Option(
+           "--redis-replicas", help="Run the embedded Redis as a primary, N replicas and 3 sentinels on "
+                                    "127.0.0.1 (data under DATA); the coordinator follows a failover.")] = 0,
+       ) -> None:
     """Coordinator + N local workers (+ embedded Redis) in the foreground until Ctrl-C."""
     folder = common.data_dir(data)
+    check_redis_options(redis_url, redis_replicas)
     check_ports("127.0.0.1", port, dashboard_host, dashboard_port)
     from protos.logsetup import log_path, setup_logging
 
@@ -212,7 +249,8 @@ def up(workers: int = typer.Option(2, "--workers"), port: Port = COORDINATOR_POR
         signal.signal(sig, lambda *_: stop.set())
     with contextlib.ExitStack() as stack:
         address, _token, _procs = enter_or_fail(stack, local_farm(
-            folder, workers, port, redis_url, dashboard_host=dashboard_host, dashboard_port=dashboard_port))
+            folder, workers, port, redis_url, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+            redis_replicas=redis_replicas))
         typer.echo(f"farm up: coordinator {address}, {workers} workers; token in {folder / 'token'}")
         while not stop.wait(0.5):
             pass

@@ -11,6 +11,8 @@ from typing import Any
 
 import redis
 
+from coordinator.state.sentinel import health_line, replication_health
+
 _TASK_JSON = ("params", "input_refs", "inputs", "deps", "outputs", "metrics", "progress")
 _TASK_INT = ("attempts", "max_attempts", "fence", "leased_ms", "deadline_ms", "queued_ms", "done_ms", "seq",
              "failures", "lost", "stuck_ms")
@@ -175,6 +177,16 @@ class StoreReads:
         """Redis TIME in milliseconds: the farm's one clock."""
         sec, usec = self.client.time()
         return int(sec) * 1000 + int(usec) // 1000
+
+    def redis_health(self) -> dict:
+        """The Redis set's health: mode, primary, replicas (state, lag), sentinels that see the primary,
+        and `line`, one sentence for people; {"mode": "down", "line": ...} when the primary does not
+        answer."""
+        try:
+            health = replication_health(self.client)
+        except (redis.RedisError, OSError) as exc:
+            return {"mode": "down", "line": f"Redis: not answering ({type(exc).__name__}: {exc})"}
+        return health | {"line": health_line(health)}
 
     def server_cpu_s(self) -> float:
         """Seconds of CPU the Redis server has used (user + system): what a bench charges to Redis."""

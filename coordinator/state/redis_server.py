@@ -23,6 +23,8 @@ from types import TracebackType
 
 import redis
 
+from coordinator.state.sentinel import connect_sentinel, is_sentinel_url
+
 SOCKET_TIMEOUT_S = 30.0  # above any blocking read we do (XREAD BLOCK <= 10 s); redis-py's default is 5 s
 _MAX_SOCKET_PATH = 100   # sun_path is 104 bytes on macOS, 108 on Linux
 # redis-py 8 caps a pool at 100 connections and raises past it; the coordinator's 256 RPC threads (plus its
@@ -31,9 +33,13 @@ MAX_CONNECTIONS = 512
 
 
 def connect(url: str) -> redis.Redis:
-    """The client every part of the farm uses: str responses, a socket timeout above our blocking reads."""
-    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S,
-                                socket_connect_timeout=5.0, max_connections=MAX_CONNECTIONS)
+    """The client every part of the farm uses: str responses, a socket timeout above our blocking reads.
+    A redis+sentinel:// (valkey+sentinel://) URL gives a client of the set's primary that follows failovers."""
+    options = {"decode_responses": True, "socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": 5.0,
+               "max_connections": MAX_CONNECTIONS}
+    if is_sentinel_url(url):
+        return connect_sentinel(url, **options)
+    return redis.Redis.from_url(url, **options)
 
 
 def _packaged(module: str, relative: str) -> Path | None:
@@ -77,14 +83,16 @@ class EmbeddedRedis:
 
     def __init__(self, data_dir: Path, *, unix_socket: bool = True, port: int | None = None,
                  persistence: bool = True, server_bin: str | Path | None = None,
-                 start_timeout_s: float = 10.0) -> None:
-        """TCP when unix_socket is False or a port is given (port None: a free one is picked)."""
+                 start_timeout_s: float = 10.0, extra_args: tuple[str, ...] = ()) -> None:
+        """TCP when unix_socket is False or a port is given (port None: a free one is picked); extra_args
+        go to the server after ours (a replica's --replicaof, state/replicated.py)."""
         self.data_dir = Path(data_dir)
         self.use_socket = unix_socket and port is None
         self.port = port
         self.persistence = persistence
         self.server_bin = Path(server_bin) if server_bin else find_redis_server()
         self.start_timeout_s = start_timeout_s
+        self.extra_args = tuple(extra_args)
         self.socket_path: Path | None = None
         self.proc: subprocess.Popen | None = None
         self._tmp_socket_dir: str | None = None
@@ -109,8 +117,10 @@ class EmbeddedRedis:
                 "--appendonly", "yes" if self.persistence else "no", "--appendfsync", "everysec",
                 "--logfile", str(self.log_path), "--loglevel", "notice"]
         if self.use_socket:
-            return [*args, "--port", "0", "--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
-        return [*args, "--port", str(self.port)]
+            args += ["--port", "0", "--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
+        else:
+            args += ["--port", str(self.port)]
+        return [*args, *self.extra_args]
 
     def _refuse_if_running(self) -> None:
         """Two servers on one AOF would corrupt it: refuse when the last one still answers."""

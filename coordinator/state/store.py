@@ -49,6 +49,7 @@ from typing import Any
 import redis
 
 from coordinator.state.reads import StoreReads, reply_pairs
+from coordinator.state.sentinel import ReplicaAcks, is_replicated, replica_wait_ms
 from protos.states import Outcome
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -58,6 +59,12 @@ SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "co
            "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy", "complete_lease")
 # Scripts that run others: each part becomes a local function of its own ARGV, ahead of the script's text.
 PARTS = {"complete_lease": ("complete", "lease")}
+# Transitions that decide a render's fate (its plan, a task's result, its state): on a replicated set
+# each is acknowledged by a replica (WAIT) before its caller answers, so a failover cannot lose one.
+# WAIT covers every earlier write of the replication stream too (blob refs, leases).
+ACKED = frozenset({"create_render", "add_tasks", "set_length", "complete", "complete_lease", "fail",
+                   "set_render_state", "cancel_render", "retry_render", "delete_render", "claim_notify",
+                   "requeue_task", "leadership"})
 _RESERVED_RENDER_FIELDS = frozenset({"state", "spec", "remaining", "total", "created_ms", "started_ms",
                                      "finished_ms", "priority", "type", "previous", "ts"})
 
@@ -134,28 +141,66 @@ class NotLeader(RuntimeError):
     """Another coordinator holds the leadership lease now: this one's writes are refused."""
 
 
+class EpochNotReplicated(redis.ConnectionError):
+    """A new leadership epoch no replica holds yet: leading under it could reuse it after a failover,
+    so the claim counts as failed (Leadership retries it) until a replica acknowledges it."""
+
+
 class FarmStore(StoreReads):
     """The coordinator's only door to Redis: atomic transitions here, plain reads and event streams
     in StoreReads (store_reads.py)."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "farm", *, events_maxlen: int = 5000) -> None:
+    def __init__(self, client: redis.Redis, prefix: str = "farm", *, events_maxlen: int = 5000,
+                 wait_ms: int | None = None) -> None:
+        """wait_ms: how long a fate-changing write waits for a replica (0: never; None: FARM_REDIS_WAIT_MS
+        when the client reaches a replicated set through sentinels, else 0 — one server, no WAIT)."""
         self.client = client
         self.prefix = prefix
         self.events_maxlen = events_maxlen
         self.epoch = ""  # the leadership epoch every script is fenced with ('' = unfenced)
+        self.wait_ms = (replica_wait_ms() if is_replicated(client) else 0) if wait_ms is None else wait_ms
+        self.acks = ReplicaAcks(self.wait_ms)
         self._scripts = {name: client.register_script(_script_source(name)) for name in SCRIPTS}
 
     def _run(self, name: str, *args: Any) -> Any:
         """EVALSHA (EVAL on a cold server); 'farm: ...' script errors become ValueError."""
+        return self._run_acked(name, *args)[0]
+
+    def _run_acked(self, name: str, *args: Any) -> tuple[Any, int | None]:
+        """_run, and for a fate-changing script on a replicated set the replicas that acknowledged it
+        (None where no WAIT was sent)."""
         keys = [self.epoch] if self.epoch and name != "leadership" else []
+        argv = [self.prefix, self.events_maxlen, *args]
         try:
-            return self._scripts[name](keys=keys, args=[self.prefix, self.events_maxlen, *args])
+            if self.wait_ms and name in ACKED:
+                return self._eval_and_wait(name, keys, argv)
+            return self._scripts[name](keys=keys, args=argv), None
         except redis.ResponseError as exc:
             if str(exc).startswith("farm: not the leader"):
                 raise NotLeader(str(exc)[6:]) from None
             if str(exc).startswith("farm: "):
                 raise ValueError(str(exc)[6:]) from None
             raise
+
+    def _eval_and_wait(self, name: str, keys: list[str], argv: list[Any]) -> tuple[Any, int]:
+        """EVALSHA + WAIT 1 in one round trip on one connection (WAIT counts that connection's writes). A
+        primary without the script (a new one after a failover) has it loaded, and the pair goes again."""
+        script = self._scripts[name]
+        for _attempt in range(3):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *argv)
+            pipe.execute_command("WAIT", 1, self.acks.timeout_ms())
+            reply, acks = pipe.execute(raise_on_error=False)
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                script.sha = self.client.script_load(script.script)
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acks, Exception):
+                raise acks
+            self.acks.record(int(acks))
+            return reply, int(acks)
+        raise redis.ConnectionError(f"script {name} vanished from the primary three times in a row")
 
     # ------------------------------------------------------------------ renders and tasks
 
@@ -316,7 +361,9 @@ class FarmStore(StoreReads):
 
     def claim_leadership(self, node: str, address: str, lease_ms: int) -> tuple[bool, int, str]:
         """Take or renew the coordinators' lease (lease_ms 0 resigns): (leading, epoch, leader address)."""
-        lead, epoch, leader, _deadline = self._run("leadership", node, address, int(lease_ms))
+        (lead, epoch, leader, _deadline), acks = self._run_acked("leadership", node, address, int(lease_ms))
+        if lead and acks == 0 and str(epoch) != self.epoch:
+            raise EpochNotReplicated(f"epoch {epoch} is on the primary only (no replica acknowledged it)")
         return bool(lead), int(epoch), str(leader or "")
 
     # ------------------------------------------------------------------ blobs

@@ -223,7 +223,15 @@ function drawStats() {
     h("span", {}, "tiles running ", h("b", {}, (t.running || 0) + (t.leased || 0)), " / queued ", h("b", {}, q)),
     h("span", {}, "workers ", h("b", {}, m.workers.filter((w) => w.state === "idle" || w.state === "busy").length),
       " / ", m.workers.length),
-    h("span", {}, "moved ", h("b", {}, bytes(m.bytes_moved.in + m.bytes_moved.out))));
+    h("span", {}, "moved ", h("b", {}, bytes(m.bytes_moved.in + m.bytes_moved.out))),
+    m.redis ? h("span", { class: m.redis.mode === "down" ? "redis-down" : "", title: m.redis.line }, "redis ",
+      h("b", {}, redisState(m.redis))) : "");
+}
+// The state of the farm's Redis in a word or two; the whole line (primary, lags, sentinels) on hover.
+function redisState(r) {
+  if (r.mode === "down") return "down";
+  if (r.mode !== "sentinel") return "one server";
+  return `${r.primary} · replicas ${r.replicas_online}/${r.replicas.length} · sentinels ${r.sentinels_seeing}/${r.sentinels.length}`;
 }
 // Every read needs the farm token when the farm has one: until this browser logs in, only the form shows.
 const canRead = () => !!S.session && (!S.session.token_required || S.session.logged_in);
