@@ -14,6 +14,7 @@ import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from farm_cli import common
@@ -26,7 +27,8 @@ def _task(farm, render_id: str, suffix: str) -> dict | None:
     return next((t for t in farm.get(render_id)["tasks"] if t["id"].endswith(suffix)), None)
 
 
-def _wait_for(check, timeout: float, step: float = 0.01):
+def wait_for(check: Callable[[], object], timeout: float, step: float = 0.01) -> object:
+    """The first truthy answer of check() within timeout seconds, polled every step; None when none came."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
@@ -39,14 +41,14 @@ def _wait_for(check, timeout: float, step: float = 0.01):
 def one_kill(farm, procs: list, seed: int, timeout: float = 120) -> tuple[str, float | None]:
     """Submit, kill -9 the stage-1 holder, return (worker, seconds from kill to the re-lease or None)."""
     render_id = farm.submit({**SPEC, "seed": seed})
-    leased = _wait_for(lambda: (t := _task(farm, render_id, ".stage1")) and t["state"] == "leased" and t, timeout)
+    leased = wait_for(lambda: (t := _task(farm, render_id, ".stage1")) and t["state"] == "leased" and t, timeout)
     if not leased:
         farm.cancel(render_id)
         return "?", None
     worker = leased["worker"]
     killed_ms = time.time() * 1000
     os.kill(procs[int(worker.rsplit("-", 1)[1]) - 1].pid, signal.SIGKILL)
-    again = _wait_for(lambda: (t := _task(farm, render_id, ".stage1")) and t["worker"] != worker
+    again = wait_for(lambda: (t := _task(farm, render_id, ".stage1")) and t["worker"] != worker
                       and t["state"] in ("leased", "done") and t, 60, 0.02)
     farm.cancel(render_id)
     return worker, (again["leased_ms"] - killed_ms) / 1000 if again else None

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from farm_cli.bench.failover import wait_for
 from farm_cli.client import FarmClient
 
 # Tiled stage 2 and a tiled decode: enough worker tasks for several silences per render.
@@ -29,16 +30,6 @@ SPEC = {"prompt": "a fox running through fresh snow", "height": 256, "width": 38
         "frame_rate": 24.0, "seed": 3, "pack": "tiny", "stage2_tiles": "2x2", "tile_overlap": 5,
         "decode_tiles": "32,256,256"}
 NETNS_TOOLS = ("ip", "nft")
-
-
-def _wait_for(check: Callable[[], object], timeout: float, step: float = 0.05) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(step)
-    return None
 
 
 def held_by(farm: FarmClient, render_id: str, worker: str) -> dict | None:
@@ -64,13 +55,13 @@ def silence_once(farm: FarmClient, render_id: str, worker: str, silence: Callabl
     """Wait for `worker` to hold a lease of the render, silence it, and time how long until its lease is
     gone (back in the queue). None when there was nothing to measure (the task finished just before the
     silence, or no lease came). `speak` always runs before this returns."""
-    lease = _wait_for(lambda: held_by(farm, render_id, worker), 120, 0.02)
+    lease = wait_for(lambda: held_by(farm, render_id, worker), 120, 0.02)
     if not isinstance(lease, dict):
         return None
     silence()
     start = time.monotonic()
     try:
-        now = _wait_for(lambda: (t := _same_lease(farm, render_id, lease))["state"] != "leased"
+        now = wait_for(lambda: (t := _same_lease(farm, render_id, lease))["state"] != "leased"
                         or t.get("leased_ms") != lease.get("leased_ms"), timeout)
         took = time.monotonic() - start
         task = _same_lease(farm, render_id, lease)
