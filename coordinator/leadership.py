@@ -24,7 +24,7 @@ from typing import Protocol
 import grpc
 
 from coordinator.auth import abort_handler
-from coordinator.state.store import NotLeader
+from coordinator.state.store import EpochNotReplicated, NotLeader
 from protos.endpoints import standby_details
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,11 @@ class Leadership(threading.Thread):
             lead, epoch, leader = self.store.claim_leadership(self.node, self.address, self.lease_ms)
         except Exception as exc:  # noqa: BLE001 - Redis away: we cannot renew, the deadline below decides
             if not self._redis_down:
-                log.warning("leadership: cannot reach Redis (%s); retrying", type(exc).__name__)
+                if isinstance(exc, EpochNotReplicated):
+                    log.warning("leadership: new epoch waits for a replica's acknowledgement "
+                                "(no replica online); not leading until one holds it, retrying")
+                else:
+                    log.warning("leadership: cannot reach Redis (%s); retrying", type(exc).__name__)
             self._redis_down = True
             self._check_deadline()
             return
