@@ -103,8 +103,8 @@ class Leadership(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - Redis away: we cannot renew, the deadline below decides
             if not self._redis_down:
                 if isinstance(exc, EpochNotReplicated):
-                    log.warning("leadership: new epoch waits for a replica's acknowledgement "
-                                "(no replica online); not leading until one holds it, retrying")
+                    log.warning("leadership: the new epoch waits for a replica's acknowledgement (none in "
+                                "time); not leading until a replica holds it, retrying")
                 else:
                     log.warning("leadership: cannot reach Redis (%s); retrying", type(exc).__name__)
             self._redis_down = True
