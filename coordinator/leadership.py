@@ -24,7 +24,7 @@ from typing import Protocol
 import grpc
 
 from coordinator.auth import abort_handler
-from coordinator.state.store import NotLeader
+from coordinator.state.store import EpochNotReplicated, NotLeader
 from protos.endpoints import standby_details
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class Leadership(threading.Thread):
         self._valid_until = 0.0
         self._halted = threading.Event()
         self._redis_down = False
+        self._epoch_waits = False  # the claim failed for want of a replica's acknowledgement
         store.epoch = "0"  # no epoch is 0: until we lead, every fenced write of ours is refused
 
     def claim_once(self) -> None:
@@ -101,9 +102,14 @@ class Leadership(threading.Thread):
         try:
             lead, epoch, leader = self.store.claim_leadership(self.node, self.address, self.lease_ms)
         except Exception as exc:  # noqa: BLE001 - Redis away: we cannot renew, the deadline below decides
-            if not self._redis_down:
-                log.warning("leadership: cannot reach Redis (%s); retrying", type(exc).__name__)
-            self._redis_down = True
+            waiting = isinstance(exc, EpochNotReplicated)
+            if not self._redis_down or waiting != self._epoch_waits:  # one line per reason, not per claim
+                if waiting:
+                    log.warning("leadership: the new epoch waits for a replica's acknowledgement (none in "
+                                "time); not leading until a replica holds it, retrying")
+                else:
+                    log.warning("leadership: cannot reach Redis (%s); retrying", type(exc).__name__)
+            self._redis_down, self._epoch_waits = True, waiting
             self._check_deadline()
             return
         if self._redis_down:

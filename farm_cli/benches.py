@@ -55,6 +55,18 @@ def silent(
     run(mode, runs, data)
 
 
+@bench_app.command("standby")
+def standby(
+    rounds: Annotated[int, typer.Option("--rounds", help="Rounds of four kills (stage 2, reducer, decode, "
+                                        "assembling), three renders each.")] = 5,
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+) -> None:
+    """The Redis primary and the leading coordinator kill -9ed in every phase: kill to next lease, bit-identical."""
+    from farm_cli.bench.standby import run
+
+    run(rounds, data)
+
+
 @bench_app.command("eta")
 def eta(
     height: Annotated[int, typer.Option("-H", "--height")] = 512,

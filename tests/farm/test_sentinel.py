@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -21,11 +20,11 @@ from coordinator.state.redis_server import connect
 from coordinator.state.replicated import ReplicatedRedis
 from coordinator.state.sentinel import SentinelUrl, check_redis_url, parse_sentinel_url
 from coordinator.state.store import EpochNotReplicated, FarmStore, NotLeader
-from farm_cli.client import FarmError
+from farm_cli.bench.standby import PHASES, SEEDS, StandbyFarm, chaos_round, client_spec
 from farm_cli.doctor import check_redis
 from farm_cli.local import render_local
 from farm_cli.remote import latents_from_outputs
-from tests.farm.chaos import ChaosFarm, assert_same_outputs, assert_same_video, spec
+from tests.farm.chaos import assert_same_outputs, assert_same_video
 from tests.farm.farm_harness import ROOT, start_worker
 from tests.farm.test_failover import (
     check_client_and_result,
@@ -37,7 +36,6 @@ from tests.farm.test_failover import (
     submit_wait,
     wait_for_lease,
 )
-from tests.farm.test_redis_outage import PHASES, _in_phase
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 TASK = {"id": "r1.t", "kind": "noop", "capability": "mlx"}
@@ -178,83 +176,36 @@ def test_a_dead_member_comes_back_as_a_replica_and_writes_are_acknowledged_again
         assert store.create_render("r2", {}, [{**TASK, "id": "r2.t"}]) and not store.acks.degraded
 
 
-def _done_riding_through(client, render_id: str, timeout: float) -> dict:
-    """The render once done; the coordinator answers UNAVAILABLE for the seconds its leadership lease
-    cannot be renewed (the failover), as a client that retries sees it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            render = client.get(render_id)
-            if render["state"] in ("done", "failed", "cancelled"):
-                assert render["state"] == "done", render.get("error")
-                return render
-        except FarmError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{render_id} not done within {timeout} s")
+@pytest.fixture(scope="module")
+def standby_refs(local_runner, tmp_path_factory):
+    """`farm render --local` of the round's three renders (the `--wait` client's and two alongside)."""
+    folder = tmp_path_factory.mktemp("standby-local")
+    return {s: render_local(client_spec(s), folder / f"local-{s}.mp4", local_runner) for s in SEEDS}
 
 
-class PrimaryKiller(threading.Thread):
-    """Waits for each phase in turn (with the set whole again: revive), then kill -9s the primary."""
-
-    def __init__(self, rs: ReplicatedRedis, store: FarmStore) -> None:
-        super().__init__(name="primary-killer", daemon=True)
-        self.rs, self.store = rs, store
-        self.kills: list[tuple[str, int]] = []  # (phase, Redis ms just before the kill)
-        self.done = threading.Event()
-
-    def _whole(self) -> bool:
-        try:
-            return self.store.redis_health().get("replicas_online", 0) >= 1
-        except Exception:  # noqa: BLE001 - failing over
-            return False
-
-    def run(self) -> None:
-        for phase in PHASES:
-            while not self.done.is_set() and not (self._whole() and _in_phase(self.store, phase)):
-                time.sleep(0.005)
-            if self.done.is_set():
-                return
-            self.kills.append((phase, _until(self.store.now_ms)))
-            _kill_primary(self.rs)
-
-
-@pytest.mark.timeout(420)
-def test_the_primary_killed_in_every_phase_renders_finish_identical_to_local(local_runner, tmp_path, tiny_packs):
-    """What `farm up --redis-replicas 1` runs (one replica, dead members revived): the primary is killed
-    -9 at stage 1, a reducer step, a decode tile and assembling; every render equals --local."""
-    refs = {s: render_local(spec(s), tmp_path / f"local-{s}.mp4", local_runner) for s in (50, 51, 52)}
+@pytest.mark.timeout(600)
+def test_the_mac_of_primary_and_leader_killed_in_every_phase_renders_finish_identical_to_local(
+        standby_refs, tiny_packs, tmp_path):
+    """One round of `farm bench standby`: a leader and a standby coordinator process on the set (one
+    replica, dead members revived), the Redis primary and the leader kill -9ed together at stage 2, a
+    reducer step, a decode tile and assembling; the `submit --wait` client given both addresses exits 0,
+    nothing the store reported done before a kill is lost after it, every render equals --local."""
     data = tmp_path / "data"
     data.mkdir()
-    with ReplicatedRedis(data, replicas=1, revive=True) as rs:
-        store = FarmStore(connect(rs.url))
-        with ChaosFarm(store, data, tiny_packs, workers=2, lease_ms=6000) as farm:
-            killer = PrimaryKiller(rs, store)
-            ids = {50: farm.client.submit(spec(50))}
-            killer.start()
-            for seed in (51, 52):
-                time.sleep(4.0)
-                ids[seed] = _until(lambda seed=seed: _submit(farm.client, spec(seed)))
-            renders = {seed: _done_riding_through(farm.client, rid, 300) for seed, rid in ids.items()}
-            killer.done.set()
-            killer.join(15)
-            for seed, render in renders.items():
-                assert_same_outputs(render["tasks"], ids[seed], refs[seed][1])
-                assert_same_video(farm.client.fetch_output(ids[seed], tmp_path / f"{seed}.mp4"), refs[seed][0])
-        tasks = [t for r in renders.values() for t in r["tasks"]]
-        waits = [(min(t["leased_ms"] for t in tasks if t["leased_ms"] > ms) - ms) / 1000 for _, ms in killer.kills
-                 if any(t["leased_ms"] > ms for t in tasks)]
-        print(f"primary killed during {[p for p, _ in killer.kills]}; kill -9 to the next lease through the "
-              f"coordinator: {[round(w, 2) for w in waits]} s; {store.redis_health()['line']}")
-    assert [p for p, _ in killer.kills] == list(PHASES)
-
-
-def _submit(client, render_spec: dict) -> str:
-    """Submit, retried while the coordinator answers UNAVAILABLE for a failover's seconds."""
-    try:
-        return client.submit(render_spec)
-    except FarmError as exc:
-        raise redis.ConnectionError(str(exc)) from None
+    with ReplicatedRedis(tmp_path / "set", replicas=1, revive=True) as rs, \
+            StandbyFarm(rs, data, tiny_packs) as farm, chaos_round(farm, tmp_path) as result:
+        assert result.client_rc == 0, result.client_err[-3000:]
+        for seed, render in result.renders.items():
+            assert render["state"] == "done", render.get("error")
+            assert_same_outputs(render["tasks"], render["id"], standby_refs[seed][1])
+            assert_same_video(result.api.fetch_output(render["id"], tmp_path / f"{seed}.mp4"), standby_refs[seed][0])
+        assert_same_video(tmp_path / f"client-{SEEDS[0]}.mp4", standby_refs[SEEDS[0]][0])
+        health = farm.store.redis_health()["line"]
+    print(f"Mac (primary + leader) killed during {[k.phase for k in result.kills]}; kill -9 to the standby "
+          f"leading: {[round(k.leader_s, 2) for k in result.kills]} s, to the next task lease: "
+          f"{[w if w is None else round(w, 2) for w in result.waits]} s; {health}")
+    assert [k.phase for k in result.kills] == list(PHASES)
+    assert [k.lost for k in result.kills] == [[]] * len(PHASES), "an acknowledged transition was lost"
 
 
 @pytest.mark.timeout(90)
