@@ -42,6 +42,18 @@ SERVER_OPTIONS = [
 ]
 
 
+PING_TIMINGS = ("grpc.keepalive_time_ms", "grpc.keepalive_timeout_ms", "grpc.http2.ping_timeout_ms")
+
+
+def server_options(ping_ms: int | None = None) -> list[tuple[str, int]]:
+    """SERVER_OPTIONS, or with the server pinging every `ping_ms` and waiting as long for each answer
+    (None: the defaults, a silent peer gone within seconds): a farm on a slow link, or one that wants a
+    frozen worker counted until its lease deadline, gives its peers that long."""
+    if ping_ms is None:
+        return list(SERVER_OPTIONS)
+    return [(name, int(ping_ms) if name in PING_TIMINGS else value) for name, value in SERVER_OPTIONS]
+
+
 def load_or_create_token(data_dir: Path) -> str:
     """The farm's join token (CA fingerprint + secret), kept in data_dir/token (mode 0600): the CA
     (DATA/tls) and the secret are created on first start; a bare secret from before TLS is kept and

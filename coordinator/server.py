@@ -23,13 +23,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.auth import (
-    SERVER_OPTIONS,
     TOKEN_FILE,
     FollowedSecret,
     JoinToken,
     TokenInterceptor,
     load_or_create_token,
     read_token,
+    server_options,
 )
 from coordinator.blob_servicer import FarmBlobsServicer
 from coordinator.bulk_server import BulkServer, server_context
@@ -87,13 +87,14 @@ class Coordinator:
         """The live workers' capabilities with the packs on our shelf: what the reducer plans a length for."""
         return fleet_with_shelf(live_fleet(self.store), self.shelf)
 
-    def build_server(self, token: str, max_workers: int, watch_limit: int) -> grpc.Server:
+    def build_server(self, token: str, max_workers: int, watch_limit: int,
+                     ping_ms: int | None = None) -> grpc.Server:
         """The gRPC server with every farm service on it (not bound or started yet)."""
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers + watch_limit, thread_name_prefix="farm-rpc"),
             interceptors=[TokenInterceptor(token, _token_file(self.data_dir, token)), LeaderGate(self.leadership),
                           Guard(), TransientErrors()],
-            options=SERVER_OPTIONS,
+            options=server_options(ping_ms),
         )
         client_servicer = FarmClientServicer(self.store, self.scheduler, self.shelf, watch_limit=watch_limit)
         farm_pb2_grpc.add_FarmClientServicer_to_server(client_servicer, server)
@@ -174,12 +175,14 @@ def serve(
     leader_lease_ms: int = LEADER_LEASE_MS,
     bulk_port: int | None = 0,
     bulk_plain: bool = False,
+    ping_ms: int | None = None,
 ) -> tuple[Coordinator, int]:
     """Start a Coordinator; returns (coordinator, bound port). Call stop(coordinator) to end.
     It serves the farm while it holds the leadership lease, and stands by (answering UNAVAILABLE with
     the leader's address) while another coordinator does; `advertise` is the address it gives out.
     Beside it, the bulk data channel for blobs (coordinator/bulk_server.py) on `bulk_port` of the same
-    host (0: the OS picks; None: no data channel, blobs go over gRPC), TLS unless `bulk_plain`."""
+    host (0: the OS picks; None: no data channel, blobs go over gRPC), TLS unless `bulk_plain`. `ping_ms`:
+    how often the server pings each peer and how long it waits for an answer (auth.server_options)."""
     data_dir = Path(data_dir)
     token = token or load_or_create_token(data_dir)
     coordinator = Coordinator(store, data_dir, lease_ms=lease_ms, expiry_interval_s=expiry_interval_s,
@@ -187,7 +190,7 @@ def serve(
     coordinator.bulk = _bulk_server(coordinator.blobs, data_dir, host, bulk_port, bulk_plain, token,
                                     coordinator.leadership)
     threading.Thread(target=coordinator.shelf.warm, name="pack-hashes", daemon=True).start()
-    server = coordinator.build_server(token, max_workers, watch_limit)
+    server = coordinator.build_server(token, max_workers, watch_limit, ping_ms)
     bound = _bind(server, data_dir, host, port)
     if bound == 0:
         if coordinator.bulk is not None:

@@ -60,7 +60,10 @@ def test_a_worker_failing_every_task_is_blocklisted_and_the_render_finishes(
         store, tmp_data, tiny_packs, local_runner, tmp_path):
     _, local_outputs, _ = render_local(spec(50), tmp_path / "local.mp4", local_runner)
     bad_packs = damaged_copy(tiny_packs, tmp_path / "bad-packs")
-    with ChaosFarm(store, tmp_data, tiny_packs, workers=2) as farm:
+    # The good workers are frozen but must stay counted (registered, attached): the coordinator pings
+    # peers only every 120 s here, so their connections outlive the freeze (by default a frozen Mac is
+    # lost within seconds, and a render whose other workers are all lost fails: test_failure_policy).
+    with ChaosFarm(store, tmp_data, tiny_packs, workers=2, ping_ms=120_000) as farm:
         _wait(lambda: {w["id"] for w in store.list_workers() if w.get("session")} == {"w1", "w2"})
         for w in ("w1", "w2"):  # registered and live, but frozen while the bad one meets the render
             farm.kill(w, signal.SIGSTOP)
