@@ -24,6 +24,7 @@ from pathlib import Path
 
 from farm_cli.bench.failover import wait_for
 from farm_cli.client import FarmClient
+from protos.states import TERMINAL
 
 # Tiled stage 2 and a tiled decode: enough worker tasks for several silences per render.
 SPEC = {"prompt": "a fox running through fresh snow", "height": 256, "width": 384, "frames": 25,
@@ -173,7 +174,7 @@ def _rounds(farm: FarmClient, runs: int, silence: Callable[[], None], speak: Cal
     times: list[float] = []
     render_id, seed = farm.submit(dict(SPEC)), 3
     while len(times) < runs:
-        if farm.get(render_id)["state"] in ("done", "failed", "cancelled"):
+        if farm.get(render_id)["state"] in TERMINAL:
             seed += 1
             render_id = farm.submit({**SPEC, "seed": seed})
         measured = silence_once(farm, render_id, "w1", silence, speak)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protos.states import TERMINAL
+
 PHASES = ("stage2", "reducer", "decode", "assembling")
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,7 +295,7 @@ def _wait_done(api, render_id: str, timeout: float) -> dict:
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
             render = api.get(render_id)
-            if render["state"] in ("done", "failed", "cancelled"):
+            if render["state"] in TERMINAL:
                 return render
         time.sleep(0.2)
     raise TimeoutError(f"{render_id} not done within {timeout} s")
