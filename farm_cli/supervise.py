@@ -82,3 +82,16 @@ class Supervisor(threading.Thread):
         self._halt.set()
         if self.is_alive():
             self.join(5)
+
+
+def stop_processes(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM every process still running, then wait for each; one that outlives grace_s is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.state.redis_server import free_port
+from farm_cli.supervise import stop_processes
 from protos.states import TERMINAL
 
 PHASES = ("stage2", "reducer", "decode", "assembling")
@@ -155,7 +157,7 @@ class StandbyFarm:
         self.rs, self.data, self.packs = rs, data, packs
         self.token = load_or_create_token(data)
         self.store = FarmStore(connect(rs.url))
-        self.addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(2)]
         self.both = ",".join(self.addresses)
         self.procs: dict[str, subprocess.Popen] = {}
         self.others: list[subprocess.Popen] = []
@@ -216,24 +218,7 @@ class StandbyFarm:
         return proc
 
     def __exit__(self, *exc: object) -> None:
-        procs = [*self.others, *self.procs.values()]
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        stop_processes([*self.others, *self.procs.values()])
 
 
 def kill_to_lease(kills: list[Kill], tasks: list[dict]) -> list[float | None]:

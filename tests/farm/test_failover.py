@@ -24,6 +24,7 @@ from farm_cli.client import FarmClient, FarmError
 from farm_cli.common import advanced_spec, render_spec
 from farm_cli.local import render_local
 from farm_cli.remote import latents_from_outputs
+from farm_cli.supervise import stop_processes
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
 from protos.endpoints import leader_hint
@@ -119,16 +120,7 @@ def check_client_and_result(client: subprocess.Popen, out: Path, address: str, t
     return stdout
 
 
-def stop_all(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+stop_all = stop_processes  # the tests below and test_takeover_clients / test_sentinel stop theirs so
 
 
 @pytest.mark.timeout(420)
