@@ -185,3 +185,19 @@ def test_euler_after_combine_matches_reference_step():
     sig = ltx2_sigmas(30)
     want = EulerDiffusionStep().step(_t(x), _t(x0), torch.tensor(sig, dtype=torch.float32), 3).numpy()
     assert _rel(euler_step(x, x0, sig[3], sig[4]), want) <= TOL
+
+
+def test_combine_follows_main_float32_rule_on_bf16_passes():
+    """bf16 pass outputs (what a bf16 DiT returns): ours upcasts and combines in float32, as main does;
+    1.0.0's bf16 combine is far off — the case tells the two rules apart."""
+    from tests.parity.upstream_rules import multimodal_calculate_main
+
+    o = {n: torch.from_numpy(x).to(torch.bfloat16) for n, x in _outputs(6, (1, 64, 32)).items()}
+    guider = MultiModalGuider(_ref_params(G.VIDEO_DEV))
+    args = (o[G.COND], o[G.UNCOND], o[G.PERTURBED], o[G.ISOLATED])
+    main = multimodal_calculate_main(guider, *args).numpy()
+    old = guider.calculate(*args).float().numpy()
+    ours = G.combine(G.VIDEO_DEV, {n: x.float().numpy() for n, x in o.items()})
+    print("bf16 passes: ours vs main", _rel(ours, main), "1.0.0 vs main", _rel(old, main))
+    assert _rel(ours, main) <= TOL
+    assert _rel(old, main) > 10 * TOL
