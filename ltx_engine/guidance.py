@@ -159,3 +159,15 @@ def combine(p: GuiderParams, outputs: dict[str, np.ndarray]) -> np.ndarray:
         factor = F32(p.rescale) * (_std(cond) / _std(pred)) + F32(1 - p.rescale)
         pred = pred * F32(factor)
     return np.asarray(pred, F32)
+
+
+def params_to_dict(p: GuiderParams) -> dict:
+    """The JSON form a task's params carry."""
+    return {"cfg_scale": p.cfg_scale, "stg_scale": p.stg_scale, "stg_blocks": list(p.stg_blocks),
+            "rescale": p.rescale, "modality_scale": p.modality_scale}
+
+
+def params_from_dict(d: dict) -> GuiderParams:
+    return GuiderParams(cfg_scale=float(d["cfg_scale"]), stg_scale=float(d["stg_scale"]),
+                        stg_blocks=tuple(int(b) for b in d["stg_blocks"]), rescale=float(d["rescale"]),
+                        modality_scale=float(d["modality_scale"]))

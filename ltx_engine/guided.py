@@ -71,3 +71,20 @@ def guided_euler_step(model, video: LatentState, audio: LatentState | None, sigm
     if audio is not None and x0_a is not None:
         audio = sampling.denoise_step(audio, x0_a, sigmas, step)
     return video, audio
+
+
+def _state(arrays: dict[str, np.ndarray], prefix: str) -> LatentState:
+    return LatentState(latent=arrays[f"{prefix}latent"], denoise_mask=arrays[f"{prefix}mask"],
+                       clean_latent=arrays[f"{prefix}clean"], positions=arrays[f"{prefix}positions"])
+
+
+def run_pass(model, params: dict, arrays: dict[str, np.ndarray], contexts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A `guidance_pass` task: params {pass, sigma, video, audio (guider dicts)}; arrays the state
+    (latent, mask, clean, positions, and audio_* when the render has audio); contexts the pass's own
+    (the negative prompt's for the uncond pass). Outputs {x0, audio_x0}."""
+    video = _state(arrays, "")
+    audio = _state(arrays, "audio_") if "audio_latent" in arrays else None
+    vp = guidance.params_from_dict(params["video"])
+    ap = guidance.params_from_dict(params["audio"]) if params.get("audio") else None
+    x0_v, x0_a = pass_x0(model, params["pass"], video, audio, float(params["sigma"]), contexts, contexts, vp, ap)
+    return {"x0": x0_v} if x0_a is None else {"x0": x0_v, "audio_x0": x0_a}
