@@ -15,6 +15,7 @@ import numpy as np
 
 from ltx_engine import guidance, res2s, sampling
 from ltx_engine.sampling import LatentState
+from ltx_engine.tokens import unpatchify_audio, unpatchify_video
 
 EVALUATIONS = ("euler", "mid", "end", "final")
 _NOISE_STREAMS = {"": (res2s.STREAM_VIDEO_SUBSTEP, res2s.STREAM_VIDEO_STEP),
@@ -73,4 +74,10 @@ def guide_step(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
     out = _modality_step(params, inputs, "")
     if "audio_latent" in inputs and params.get("audio"):
         out |= _modality_step(params, inputs, "audio_")
-    return out
+    finish = params.get("finish")
+    if finish:  # the stage's last step: the latents as the next stages read them (generated tokens only)
+        grid = tuple(int(n) for n in finish["grid"])
+        out["video_latent"] = unpatchify_video(out["latent"][:, : int(np.prod(grid))], grid)
+        if "audio_latent" in out:
+            out["audio_latent"] = unpatchify_audio(out.pop("audio_latent"), int(finish["audio_channels"]))
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}

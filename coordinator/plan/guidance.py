@@ -130,10 +130,11 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: Recipe, par
 
 
 def plan_guided_stage(rid: str, stage: str, rec: Recipe, params: dict, source: str, ctx: dict,
-                      audio: bool = True) -> list[dict]:
+                      audio: bool = True, finish: dict | None = None) -> list[dict]:
     """The stage's pass and guide-step tasks. `source`: the task whose outputs are the initial state
     (STATE, and AUDIO_STATE with audio); `ctx`: {"prompt": {name: ref}, "negative": {name: ref}}
-    (video_context, audio_context, context_mask refs). The last guide step is named `stage`."""
+    (video_context, audio_context, context_mask refs). The last guide step is named `stage`; with
+    `finish` ({grid, audio_channels}) it also outputs `video_latent` / `audio_latent` unpatchified."""
     names = STATE + (AUDIO_STATE if audio else ())
     fixed = {k: ref(source, k) for k in names if not k.endswith("latent")}
     latents = {k: ref(source, k) for k in names if k.endswith("latent")}
@@ -149,9 +150,10 @@ def plan_guided_stage(rid: str, stage: str, rec: Recipe, params: dict, source: s
         step_in |= fixed | latents  # an `end` step reads the midpoint's latent: only its shape and masks count
         if ev.evaluation == "end":
             step_in |= {f"{p}{k}": ref(mid_src, f"{p}{k}") for p in prefixes for k in ("x_mid", "anchor", "eps1")}
-        name = stage if i == len(rounds) - 1 else f"{stage}.{ev.label}"
+        last = i == len(rounds) - 1
+        name = stage if last else f"{stage}.{ev.label}"
         tasks.append(task(rid, name, "guide_step",
-                          {"evaluation": ev.evaluation, "step": ev.step, "sigmas": list(_schedule(rec)),
+                          {**({"finish": finish} if last and finish else {}), "evaluation": ev.evaluation, "step": ev.step, "sigmas": list(_schedule(rec)),
                            "passes": list(rec.passes), "seed": int(params.get("seed", 0)),
                            "video": G.params_to_dict(rec.video), "audio": G.params_to_dict(rec.audio) if audio else None,
                            "expect": {}},

@@ -35,6 +35,8 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     ref,
     task,
 )
+from coordinator.plan.guidance import check_recipe
+from coordinator.plan.guided_render import contexts_of, negative_text_task, plan_one_stage
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
@@ -108,12 +110,27 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
+    _check_guided(spec)
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
     spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks
     spec = spec.resolve(pack_bytes=_check_fleet(spec, fleet))
     return spec.resolve(assemble_s=round(costs.assemble_seconds(spec), 4))
+
+
+def _check_guided(spec: RenderPlan) -> None:
+    """A guided recipe's refusals (plan/guidance.py), and what the farm does not build for it yet."""
+    if check_recipe(spec) is None:
+        return
+    if spec["pipeline"] != "one-stage":
+        raise SpecError(f"--pipeline {spec['pipeline']} is not built on the farm yet (one-stage is)")
+    for key, flag in (("stage2_tiles", "--stage2-tiles"), ("stage2_sigmas", "--stage2-sigmas"),
+                      ("detailing_lora", "--detailing-lora")):
+        if spec.get(key) is not None:
+            raise SpecError(f"{flag} is a stage-2 option; --pipeline one-stage has no stage 2")
+    if int(spec.get("temporal_upscalings") or 0):
+        raise SpecError("--temporal-upscalings (DFR) runs after the distilled pipeline only")
 
 
 def _check_fleet(spec: RenderPlan, fleet: list[dict]) -> int | None:
@@ -236,9 +253,15 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         cond1 = {"image_latent": ref(f"{rid}.image_s1", "latent")}
         cond2 = {"image_latent": ref(f"{rid}.image_s2", "latent")}
     image_params = {"image_frame": int(image.get("frame", 0)), "image_strength": float(image.get("strength", 1.0))} if image else {}
-    tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params))
     s1 = f"{rid}.stage1"
-    final, decode_spec = ref(f"{rid}.stage2", "video_latent"), spec
+    guided = check_recipe(spec)
+    if guided is not None:  # one-stage: the dev DiT at full resolution, guided (plan/guided_render.py)
+        tasks = [t for t in tasks if t["id"] != f"{rid}.image_s1"]
+        tasks.append(negative_text_task(rid, spec, guided, tasks[0], text_key))
+        tasks.extend(plan_one_stage(rid, spec, guided, ctx, contexts_of(f"{rid}.negative"), cond2, image_params))
+    else:
+        tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params))
+    final, decode_spec = ref(f"{rid}.stage2" if guided is None else s1, "video_latent"), spec
     if dfr_rounds(spec):
         dfr_tasks, final = plan_dfr_rounds(rid, spec, final, ref(f"{rid}.stage2", "slots"), ctx, cond2, image_params)
         tasks.extend(dfr_tasks)
