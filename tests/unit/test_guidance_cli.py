@@ -1,0 +1,44 @@
+"""The guided recipes' flags through the real CLI: `farm plan` shows passes per step; bad input is one
+line, exit 2 (refused before anything is sent)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_plan_cli import FLEET
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def _farm(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "fleet.toml").write_text(FLEET)
+    code = "from farm_cli.main import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"})
+
+
+def test_plan_shows_the_guided_passes_per_step(tmp_path: Path) -> None:
+    result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), "-H", "512", "-W", "768",
+                   "-f", "49", "--pipeline", "one-stage", "--steps", "30")
+    assert result.returncode == 0, result.stderr
+    assert ("guidance: 30 steps x 4 passes (cond, uncond, perturbed, isolated) = 4 forwards per step"
+            in result.stdout)
+    assert "guidance_pass" in result.stdout and "denoise_stage1" not in result.stdout
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--negative-prompt", "blurry"], "--negative-prompt does not apply to the distilled pipeline"),
+    (["--pipeline", "one-stage", "--cfg-scale", "nan"], "cfg_scale nan is not a finite number"),
+    (["--pipeline", "one-stage", "--stg-scale", "-2"], "stg_scale -2.0 is outside [0.0, 100.0]"),
+    (["--pipeline", "one-stage", "--steps", "0"], "steps 0 is outside 1..200"),
+    (["--pipeline", "one-stage", "--stg-blocks", "99"], "--stg-blocks 99: outside the model's 48 blocks"),
+])
+def test_bad_guidance_input_is_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
+    result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    err = result.stderr.strip()
+    assert line in err and len(err.splitlines()) == 1
