@@ -186,6 +186,8 @@ def render_components(spec: dict) -> tuple[str, ...]:
     out += ["connector", "transformer", "spatial_upscaler", "vae_decoder"]
     if spec.get("pipeline") == "one-stage":  # the dev DiT at full resolution: no distilled DiT, no upsample
         out[out.index("transformer"):out.index("spatial_upscaler") + 1] = ["transformer_dev"]
+    elif spec.get("pipeline") not in (None, "distilled"):  # dev guided stage 1, then the distilled stage 2
+        out.insert(out.index("transformer"), "transformer_dev")
     if spec.get("image"):
         out.append("vae_encoder")
     if str(spec.get("temporal_upscalings") or 0) not in ("0", "0.0"):  # a bad value is refused elsewhere

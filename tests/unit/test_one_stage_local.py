@@ -37,7 +37,7 @@ def test_one_stage_graph():
 
 
 @pytest.mark.parametrize("extra,line", [
-    ({"pipeline": "two-stage"}, "--pipeline two-stage is not built on the farm yet"),
+    ({"pipeline": "two-stage-hq"}, "--pipeline two-stage-hq is not built on the farm yet"),
     ({"stage2_tiles": "1x2"}, "--stage2-tiles is a stage-2 option"),
     ({"stg_blocks": [60]}, "--stg-blocks 60: outside the model's 48 blocks"),
 ])
@@ -90,3 +90,25 @@ def test_one_stage_renders_an_mp4(dev_runner, tmp_path):
     with av.open(str(out)) as container:
         assert sum(1 for _ in container.decode(video=0)) == 9
     assert "r.stage1.s1.perturbed" not in outputs and any(k.endswith("stage1.s1.perturbed") for k in outputs)
+
+
+def test_two_stage_graph_and_render(dev_runner, tmp_path):
+    """Two-stage: the guided stage 1 at half resolution, then the distilled render's upsample and stage 2
+    (on the dev-only pack its `transformer` is the dev DiT with the distilled LoRA fused)."""
+    import av
+
+    from farm_cli.local import render_local
+
+    spec = {**SPEC, "pipeline": "two-stage", "height": 128, "width": 128}
+    tasks = plan_render(validate_spec(normalize_spec(spec), []), "r")
+    kinds = [t["kind"] for t in tasks]
+    assert kinds.count("guidance_pass") == 8 and "denoise_stage1" not in kinds
+    assert kinds.index("guide_step") < kinds.index("upsample_spatial") < kinds.index("denoise_stage2")
+    prep = next(t for t in tasks if t["kind"] == "stage_prepare")
+    assert (prep["params"]["height"], prep["params"]["width"]) == (64, 64)
+    up = next(t for t in tasks if t["kind"] == "upsample_spatial")
+    assert up["inputs"]["latent"] == {"task": "r.stage1", "output": "video_latent"}
+    out, outputs, _ = render_local(dict(spec), tmp_path / "two.mp4", dev_runner)
+    with av.open(str(out)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == 9 and frames[0].shape == (128, 128, 3)
