@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from coordinator.plan.graph import COORDINATOR, SpecError, expect, ref, task
+from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
 from ltx_engine import guidance as G
 from ltx_engine import res2s
 from ltx_engine.schedule import ltx2_sigmas
@@ -71,8 +71,15 @@ def recipe(spec: Mapping) -> Recipe | None:
     audio = _override(G.AUDIO_HQ if hq else G.AUDIO_DEV, spec, "audio_")
     steps = spec.get("steps") or (G.HQ_STEPS if hq else G.DEV_STEPS_2_3)
     negative = spec.get("negative_prompt")
-    return Recipe(pipeline=name, sampler=RES_2S if hq else EULER, sigmas=ltx2_sigmas(int(steps)), video=video,
+    sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if hq and spec.get("frames") else {}))
+    return Recipe(pipeline=name, sampler=RES_2S if hq else EULER, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative))
+
+
+def _stage1_tokens(spec: Mapping) -> int:
+    """The HQ pipeline hands the scheduler its stage-1 latent (the others pass none: the 4096 anchor)."""
+    return latent_frames(int(spec["frames"])) * (spec["height"] // 2 // SPATIAL_FACTOR) * (
+        spec["width"] // 2 // SPATIAL_FACTOR)
 
 
 def check_recipe(spec: Mapping, num_layers: int = REFERENCE_LAYERS) -> Recipe | None:

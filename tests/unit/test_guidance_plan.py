@@ -58,6 +58,12 @@ def test_recipes_default_to_upstream():
                           "audio_modality_scale": 1, "steps": 8})
     assert cfg_only.passes == (G.COND, G.UNCOND) and len(cfg_only.sigmas) == 9
     assert PG.recipe({"pipeline": "distilled"}) is None
+    # HQ hands the scheduler its stage-1 latent (upstream's ti2vid_two_stages_hq); the others the 4096 anchor.
+    from ltx_engine.schedule import ltx2_sigmas
+
+    sized = {"frames": 121, "height": 1088, "width": 1920}
+    assert PG.recipe({"pipeline": "two-stage-hq", **sized}).sigmas == ltx2_sigmas(15, tokens=16 * 17 * 30)
+    assert PG.recipe({"pipeline": "two-stage", **sized}).sigmas == ltx2_sigmas(30)
 
 
 @pytest.mark.parametrize("spec,line", [
