@@ -129,8 +129,10 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: Recipe, par
                ctx: dict, audio: bool) -> dict:
     contexts = ctx["negative"] if name == G.UNCOND else ctx["prompt"]
     out = {"x0": expect("float32", 1, -1, -1)} | ({"audio_x0": expect("float32", 1, -1, -1)} if audio else {})
+    cells = latent_frames(int(params["frames"])) * (params["height"] // SPATIAL_FACTOR) * (
+        params["width"] // SPATIAL_FACTOR) if "frames" in params else 0
     return task(rid, f"{stage}.{ev.label}.{name}", "guidance_pass",
-                {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step,
+                {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step, "cells": cells,
                  "video": G.params_to_dict(rec.video), "audio": G.params_to_dict(rec.audio) if audio else None,
                  "expect": out},
                 {**state, **contexts})

@@ -42,3 +42,27 @@ def test_bad_guidance_input_is_one_line_exit_2(tmp_path: Path, args: list[str], 
     assert result.returncode == 2, (result.stdout, result.stderr)
     err = result.stderr.strip()
     assert line in err and len(err.splitlines()) == 1
+
+
+def test_cost_model_predicts_a_4_pass_step_on_4_macs(tmp_path: Path) -> None:
+    """Each pass costs one forward over the stage's tokens; 4 Macs take a step's 4 passes at once."""
+    import json
+
+    from coordinator.plan.costs import dit_forward_s
+
+    totals = {}
+    for count in (1, 4):
+        fleet = tmp_path / f"fleet{count}.toml"
+        fleet.write_text(f'[[workers]]\nname = "m4pro"\nchip = "Apple M4 Pro"\nmemory_gb = 64\ncount = {count}\n')
+        result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(fleet), "-H", "512", "-W", "768", "-f", "49",
+                       "--pipeline", "one-stage", "--json")
+        assert result.returncode == 0, result.stderr
+        plan = json.loads(result.stdout)
+        stage1 = next(row for row in plan["stages"] if row["stage"] == "stage1")
+        assert stage1["kinds"]["guidance_pass"] == 120 and stage1["kinds"]["guide_step"] == 30
+        totals[count] = stage1["end_s"] - stage1["start_s"]
+        if count == 4:
+            assert len([w for w in stage1["workers"] if w.startswith("m4pro")]) == 4
+    tokens = 7 * 16 * 24
+    assert totals[1] == pytest.approx(120 * dit_forward_s(tokens) + 30 * 0.1 + 0.5, rel=0.02)
+    assert totals[1] / totals[4] > 3.5
