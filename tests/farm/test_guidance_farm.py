@@ -69,3 +69,4 @@ def test_bad_guidance_refused_at_submit(bad, line, store, tmp_data, dev_packs):
     message = str(info.value)
     assert "\n" not in message and line in message
     assert store.list_renders() == [] and not any(store.queue_depths().values())
+

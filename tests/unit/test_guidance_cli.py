@@ -66,3 +66,28 @@ def test_cost_model_predicts_a_4_pass_step_on_4_macs(tmp_path: Path) -> None:
     tokens = 7 * 16 * 24
     assert totals[1] == pytest.approx(120 * dit_forward_s(tokens) + 30 * 0.1 + 0.5, rel=0.02)
     assert totals[1] / totals[4] > 3.5
+
+
+def test_bench_step_seconds_reads_a_renders_events() -> None:
+    """The bench's per-step wall: first pass leased to the step's guide step done (the last guide step
+    carries the stage's name); combine and transfer seconds summed."""
+    from farm_cli.bench.guidance import step_seconds
+
+    rid = "r1"
+    events = [
+        {"type": "task_leased", "task": "r1.stage1.prep", "ts": 0},
+        {"type": "task_leased", "task": "r1.stage1.s0.cond", "ts": 1000},
+        {"type": "task_leased", "task": "r1.stage1.s0.uncond", "ts": 1100},
+        {"type": "task_done", "task": "r1.stage1.s0.cond", "ts": 2000, "metrics": {"fetch_s": 0.1, "upload_s": 0.1}},
+        {"type": "task_done", "task": "r1.stage1.s0.uncond", "ts": 2100, "metrics": {"fetch_s": 0.1}},
+        {"type": "task_leased", "task": "r1.stage1.s0", "ts": 2150},
+        {"type": "task_done", "task": "r1.stage1.s0", "ts": 2200},
+        {"type": "task_leased", "task": "r1.stage1.s1.cond", "ts": 2300},
+        {"type": "task_done", "task": "r1.stage1.s1.cond", "ts": 3300},
+        {"type": "task_leased", "task": "r1.stage1", "ts": 3350},
+        {"type": "task_done", "task": "r1.stage1", "ts": 3400},
+        {"type": "task_done", "task": "r1.decode", "ts": 5000},
+    ]
+    walls, combine, transfer = step_seconds(events, rid, steps=2)
+    assert walls == [pytest.approx(1.2), pytest.approx(1.1)]
+    assert combine == pytest.approx(0.1) and transfer == pytest.approx(0.3)
