@@ -36,6 +36,7 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     task,
 )
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
+from coordinator.plan.loras import with_loras
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
@@ -249,6 +250,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     costs.annotate(tasks, spec)
     return tasks
 
