@@ -19,6 +19,33 @@ from pathlib import Path
 
 from farm_cli.session import fail
 
+PAIR = "\x1f"  # joins SOURCE and STRENGTH into the one value a typer option takes
+
+
+def pair_argv(argv: list[str]) -> list[str]:
+    """`--lora SOURCE STRENGTH` as `--lora SOURCE<US>STRENGTH` (typer options take one value each)."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--lora" and len(argv) > i + 2 and not argv[i + 2].startswith("--") and PAIR not in argv[i + 1]:
+            out += ["--lora", argv[i + 1] + PAIR + argv[i + 2]]
+            i += 3
+        elif argv[i] == "--":
+            return out + argv[i:]
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def _pair(value: str) -> tuple[str, float]:
+    source, sep, strength = value.partition(PAIR)
+    if not sep:
+        fail(f"--lora {source}: give SOURCE STRENGTH (a file, pack file name or REPO[/FILE], then a number)")
+    try:
+        return source, float(strength)
+    except ValueError:
+        fail(f"--lora {source} {strength}: the strength {strength!r} is not a number")
+
 
 @dataclass
 class ClientLoras:
@@ -36,7 +63,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def resolve(loras: list[tuple[str, float]] | None, mode: str | None) -> ClientLoras:
+def resolve(loras: list[str] | None, mode: str | None) -> ClientLoras:
     """The LoRA set of the command's `--lora` options (none: no fields, the spec's defaults stand)."""
     out = ClientLoras()
     if not loras:
@@ -44,8 +71,8 @@ def resolve(loras: list[tuple[str, float]] | None, mode: str | None) -> ClientLo
             out.fields["lora_mode"] = mode
         return out
     records = []
-    for source, strength in loras:
-        record, path = _one(str(source), strength)
+    for value in loras:
+        record, path = _one(*_pair(value))
         if path is not None:
             out.files[record["blob"]] = path
         records.append(record)

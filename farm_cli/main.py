@@ -146,6 +146,9 @@ token_app.command("rotate")(manage.token_rotate)
 def main() -> None:
     """The `farm` entry point: refuse a token on argv, read the settings file's defaults, run the app."""
     refuse_token_argv(sys.argv[1:])
+    from farm_cli.loras import pair_argv
+
+    sys.argv[1:] = pair_argv(sys.argv[1:])  # `--lora SOURCE STRENGTH`: two values, which typer options cannot take
     try:  # DATA/config.toml and FARM_* settings become the commands' defaults
         defaults = config.default_map(typer.main.get_command(app))
     except typer.Exit as exc:  # a broken config file: its one line is printed

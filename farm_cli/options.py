@@ -70,7 +70,7 @@ Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames i
 DetailingLora = Annotated[str | None, typer.Option(
     "--detailing-lora", help="DFR: an IC-LoRA .safetensors in the pack folder, fused into stage 2.")]
 DetailingStrength = Annotated[float, typer.Option("--detailing-strength", help="The detailing LoRA's strength.")]
-Lora = Annotated[list[tuple[str, float]] | None, typer.Option(
+Lora = Annotated[list[str] | None, typer.Option(  # two values each: farm_cli.loras.pair_argv
     "--lora", metavar="SOURCE STRENGTH", help="A LoRA on every DiT stage (repeatable, at most 8): a .safetensors "
     "here, a file name in the pack folder, or a Hugging Face REPO[/FILE]; with its strength.")]
 LoraMode = Annotated[str, typer.Option(

@@ -1,0 +1,118 @@
+"""User LoRAs on the farm (issue #22), through the real CLI, coordinator and worker processes.
+
+Two stacked seeded LoRAs (one in the reference layout, one in ComfyUI's with an alpha) on the tiny pack,
+with stage 2 in 2x2 tiles and a tiled decode: every task output of the farm render (2 workers) is the
+same blob, bit for bit, as `farm render --local`'s; a second render with the same set fuses 0 times on
+a worker that kept the fused DiT (the task metrics' `lora_fusions`); the same with `--lora-mode
+unfused`. Each refusal at submit is one line naming the file and the first bad key, exit 2, nothing
+queued. One farm serves the module; the coordinator's shelf holds the pack (as after `farm pack pull`),
+which is what it reads the pack's shapes from at submit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from coordinator.state.redis_server import connect
+from coordinator.state.store import FarmStore
+from farm_cli.local import render_local
+from ltx_engine.lora import file_sha256
+from tests.farm.farm_harness import ROOT, farm, join_token, wait_done
+from tests.farm.user_loras import write_user_loras
+
+BASE = ["-p", "a fox", "-H", "128", "-W", "256", "-f", "9", "--seed", "5", "--pack", "tiny",
+        "--stage2-tiles", "2x2", "--tile-overlap", "1", "--decode-tiles", "32,128,128"]
+SPEC = {"prompt": "a fox", "height": 128, "width": 256, "frames": 9, "seed": 5, "pack": "tiny",
+        "stage2_tiles": "2x2", "tile_overlap": 1, "decode_tiles": "32,128,128"}
+STRENGTHS = (0.8, 0.5)
+DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
+
+
+@pytest.fixture(scope="module")
+def loras(tmp_path_factory, tiny_packs):
+    return write_user_loras(tmp_path_factory.mktemp("user-loras"), tiny_packs / "tiny")
+
+
+@pytest.fixture(scope="module")
+def lora_farm(redis_server, tmp_path_factory, tiny_packs):
+    """A coordinator (its shelf holding the tiny pack) and 2 workers, shared by the module's tests."""
+    redis = connect(redis_server.url)
+    redis.flushdb()
+    data = tmp_path_factory.mktemp("lora-farm")
+    (data / "packs").mkdir()
+    (data / "packs" / "tiny").symlink_to(tiny_packs / "tiny")
+    store = FarmStore(redis)
+    with farm(store, data, tiny_packs, workers=2) as (client, _procs):
+        from coordinator.auth import load_or_create_token
+
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data), "HF_HOME": str(data / "hf"),
+               "FARM_DATA": str(data / "client"), "PYTHONPATH": str(ROOT),
+               "FARM_TOKEN": join_token(data, load_or_create_token(data))}
+        yield client, store, env, client.address
+    redis.close()
+
+
+def _cli(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+
+
+def _lora_args(files, strengths=STRENGTHS) -> list[str]:
+    return [x for f, s in zip(files, strengths, strict=True) for x in ("--lora", str(f), str(s))]
+
+
+def _local(local_runner, files, mode: str, tmp_path) -> dict[str, dict[str, str]]:
+    """Task name -> output shas of `farm render --local` with the same set."""
+    shas = [file_sha256(f) for f in files]
+    local_runner.loras.known.update(dict(zip(shas, files, strict=True)))
+    spec = {**SPEC, "lora_mode": mode, "loras": [{"blob": sha, "name": f.name, "strength": s}
+                                                 for sha, f, s in zip(shas, files, STRENGTHS, strict=True)]}
+    _, outputs, _ = render_local(spec, tmp_path / f"{mode}.mp4", local_runner)
+    return {name.removeprefix("local."): out for name, out in outputs.items()}
+
+
+def _submit(lora_farm, *args: str) -> dict:
+    client, _store, env, address = lora_farm
+    done = _cli(env, "submit", *BASE, *args, "--coordinator", address)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return wait_done(client, done.stdout.strip().splitlines()[-1], timeout=600)
+
+
+def _fusions(render: dict) -> dict[str, list[int]]:
+    """Worker -> the `lora_fusions` of each DiT task it ran."""
+    out: dict[str, list[int]] = {}
+    for t in render["tasks"]:
+        if t["kind"] in DIT_KINDS:
+            out.setdefault(t["worker"], []).append(int(t["metrics"]["lora_fusions"]))
+    return out
+
+
+def _assert_same_outputs(render: dict, local: dict) -> None:
+    farm_outputs = {t["id"].removeprefix(render["id"] + "."): t.get("outputs") or {} for t in render["tasks"]}
+    dit = [name for name, t in zip(farm_outputs, render["tasks"], strict=True) if t["kind"] in DIT_KINDS]
+    assert len(dit) > 4 and any(".t" in name for name in dit) and "decode.t1" in farm_outputs
+    for name, outputs in local.items():
+        assert farm_outputs[name] == outputs, f"{name} differs from --local"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mode", ["fused", "unfused"])
+def test_two_stacked_loras_match_local_and_a_kept_set_fuses_again_zero_times(mode, lora_farm, loras, local_runner,
+                                                                                tmp_path):
+    args = [*_lora_args(loras), "--lora-mode", mode]
+    first = _submit(lora_farm, *args)
+    _assert_same_outputs(first, _local(local_runner, loras, mode, tmp_path))
+    assert [lora["name"] for lora in first["spec"]["loras"]] == ["style.safetensors", "camera.safetensors"]
+    assert first["spec"]["lora_mode"] == mode
+    fused = _fusions(first)
+    assert all(sum(n) <= 1 for n in fused.values()), fused  # one build of the set per worker, at most
+    kept = {w for w, n in fused.items() if sum(n) == 1}
+    second = _submit(lora_farm, *args)
+    again = _fusions(second)
+    assert kept & set(again), (fused, again)
+    assert all(sum(again[w]) == 0 for w in kept & set(again)), (fused, again)  # the warm set, not fused again
+    print(f"{mode}: first render builds per worker {fused}, second {again}")
