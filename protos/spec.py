@@ -136,7 +136,15 @@ def loras(name: str, value: object) -> tuple[LoraRef, ...]:
         raise SpecError(f"{name} must be a list of LoRAs")
     if len(value) > MAX_LORAS:
         raise SpecError(f"{len(value)} LoRAs in one render; at most {MAX_LORAS}")
-    return tuple(_lora(f"LoRA {i + 1}", v) for i, v in enumerate(value))
+    return tuple(_lora(f"LoRA {_named(v) or i + 1}", v) for i, v in enumerate(value))
+
+
+def _named(value: object) -> str | None:
+    """The name a LoRA's refusal gives it: its client file, hub repo or pack file (bounded)."""
+    if not isinstance(value, dict):
+        return None
+    name = value.get("name") or value.get("repo") or value.get("file")
+    return name[:120] if isinstance(name, str) else None
 
 
 def lora_mode(name: str, value: object) -> str:

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from coordinator.state.redis_server import connect
@@ -22,7 +23,7 @@ from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
 from ltx_engine.lora import file_sha256
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done
-from tests.farm.user_loras import write_user_loras
+from tests.farm.user_loras import tiny_lora_shapes, write_user_loras
 
 BASE = ["-p", "a fox", "-H", "128", "-W", "256", "-f", "9", "--seed", "5", "--pack", "tiny",
         "--stage2-tiles", "2x2", "--tile-overlap", "1", "--decode-tiles", "32,128,128"]
@@ -116,3 +117,49 @@ def test_two_stacked_loras_match_local_and_a_kept_set_fuses_again_zero_times(mod
     assert kept & set(again), (fused, again)
     assert all(sum(again[w]) == 0 for w in kept & set(again)), (fused, again)  # the warm set, not fused again
     print(f"{mode}: first render builds per worker {fused}, second {again}")
+
+
+def _bad_loras(folder, pack_dir) -> dict[str, tuple]:
+    """LoRA files the pack refuses, each with the key its refusal names: a module the pack lacks, a rank
+    that differs between the factors, and factors twice as wide (another model's widths)."""
+    from safetensors.numpy import save_file
+
+    o, i = tiny_lora_shapes(pack_dir)["transformer_blocks.0.attn1.to_q"]
+    rng = np.random.default_rng(3)
+    cases = {"nomodule": ("transformer_blocks.7.attn1.to_q", (4, i), (o, 4), "which"),
+             "rank": ("transformer_blocks.0.attn1.to_q", (4, i), (o, 3), "rank 4"),
+             "width": ("transformer_blocks.0.attn1.to_q", (4, 2 * i), (2 * o, 4), "another model")}
+    out = {}
+    for name, (module, a, b, words) in cases.items():
+        key = f"diffusion_model.{module}.lora_A.weight"
+        save_file({key: rng.standard_normal(a).astype(np.float32),
+                   key.replace("lora_A", "lora_B"): rng.standard_normal(b).astype(np.float32)},
+                  str(folder / f"{name}.safetensors"))
+        out[name] = (folder / f"{name}.safetensors", key, words)
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_refusals_at_submit_name_the_file_and_key_and_queue_nothing(lora_farm, loras, tiny_packs, tmp_path):
+    from tests.farm.hub_server import serve_repo
+
+    client, store, env, address = lora_farm
+    before = len(store.list_renders())
+    bad = _bad_loras(tmp_path, tiny_packs / "tiny")
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "lora.safetensors").write_bytes(b"never served")
+    cases = [(["--lora", str(path), "0.7"], [path.name, key, words]) for path, key, words in bad.values()]
+    cases += [([x for _ in range(9) for x in ("--lora", str(loras[0]), "0.1")], ["9 LoRAs", "at most 8"]),
+              (["--lora", str(loras[0]), "nan"], ["style.safetensors", "not a finite number"]),
+              (["--lora", str(loras[1]), "12"], ["camera.safetensors", "outside"]),
+              (["--lora", "missing.safetensors", "0.5"], ["missing.safetensors", "no such file"])]
+    with serve_repo(tmp_path / "hub", "studio/gated-style", gated=True) as (endpoint, sent):
+        cases.append((["--lora", "studio/gated-style/lora.safetensors", "0.5"], ["is gated", f"{endpoint}/studio"]))
+        for args, words in cases:
+            done = _cli({**env, "HF_ENDPOINT": endpoint}, "submit", *BASE, *args, "--coordinator", address)
+            lines = done.stderr.strip().splitlines()
+            assert done.returncode == 2 and len(lines) == 1, (args[:3], done.stderr[-2000:])
+            assert all(w in lines[0] for w in words), (words, lines[0])
+            print(lines[0])
+        assert sent == []  # the gated repo's file was never sent
+    assert len(store.list_renders()) == before  # nothing queued
