@@ -17,11 +17,14 @@ import sys
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
 
 from coordinator.state.redis_server import connect
 from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
+from farm_cli.remote import latents_from_outputs
 from ltx_engine.lora import file_sha256
+from protos.tensors import decode_tensor
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done
 from tests.farm.user_loras import tiny_lora_shapes, write_user_loras
 
@@ -46,6 +49,8 @@ def lora_farm(redis_server, tmp_path_factory, tiny_packs):
     data = tmp_path_factory.mktemp("lora-farm")
     (data / "packs").mkdir()
     (data / "packs" / "tiny").symlink_to(tiny_packs / "tiny")
+    (data / "client" / "packs").mkdir(parents=True)  # `farm render --local` reads FARM_DATA/packs
+    (data / "client" / "packs" / "tiny").symlink_to(tiny_packs / "tiny")
     store = FarmStore(redis)
     with farm(store, data, tiny_packs, workers=2) as (client, _procs):
         from coordinator.auth import load_or_create_token
@@ -117,6 +122,15 @@ def test_two_stacked_loras_match_local_and_a_kept_set_fuses_again_zero_times(mod
     assert kept & set(again), (fused, again)
     assert all(sum(again[w]) == 0 for w in kept & set(again)), (fused, again)  # the warm set, not fused again
     print(f"{mode}: first render builds per worker {fused}, second {again}")
+    if mode == "fused":  # the CLI's own --local path reads the same client files
+        _, _, env, _ = lora_farm
+        done = _cli(env, "render", "--local", *BASE, *args, "-o", str(tmp_path / "cli.mp4"),
+                    "--save-latents", str(tmp_path / "latents"), timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        farm_latents = latents_from_outputs({t["id"]: t.get("outputs") or {} for t in first["tasks"]}, first["id"],
+                                            lambda sha: decode_tensor(lora_farm[0].get_blob(sha)))
+        for name, array in farm_latents.items():
+            assert np.array_equal(load_file(str(tmp_path / "latents" / f"{name}.safetensors"))["latent"], array), name
 
 
 def _bad_loras(folder, pack_dir) -> dict[str, tuple]:

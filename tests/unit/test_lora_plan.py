@@ -1,0 +1,82 @@
+"""User LoRAs in the spec, the plan and the runner (issue #22): the spec's rules, every DiT task of the
+graph carrying the set with its warm name and the fusion's seconds, and a worker whose LoRA file cannot
+be had failing the task with the reason while its warm models stay."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.plan.costs import DIT_KINDS, LORA_READ_S, LORA_REQUANTIZE_S, load_seconds
+from coordinator.plan.render import normalize_spec, plan_render
+from ltx_engine import lora as engine_lora
+from protos import spec as spec_rules
+from protos.lora_set import warm_key
+from protos.spec import RenderSpec, SpecError
+
+pytestmark = pytest.mark.timeout(60)
+
+SHA = "ab" * 32
+LORAS = [{"blob": SHA, "strength": 0.8, "name": "style.safetensors"}, {"file": "camera.safetensors", "strength": -0.5}]
+BASE = {"prompt": "a fox", "height": 128, "width": 256, "frames": 9, "seed": 5, "pack": "tiny",
+        "stage2_tiles": "2x2", "tile_overlap": 1}
+
+
+def test_the_spec_records_the_set_in_order_and_refuses_what_the_engine_would():
+    spec = RenderSpec.from_dict({**BASE, "loras": LORAS, "lora_mode": "unfused"})
+    assert spec.to_dict()["loras"] == LORAS and spec.to_dict()["lora_mode"] == "unfused"
+    assert RenderSpec.from_dict(spec.to_dict()) == spec
+    assert RenderSpec().loras == () and RenderSpec().lora_mode == "fused"
+    assert spec_rules.MAX_LORAS == engine_lora.MAX_LORAS and spec_rules.LORA_MODES == engine_lora.LORA_MODES
+    bad = [([{"strength": 1.0}], "neither or both"), ([{"blob": SHA, "file": "a.safetensors", "strength": 1}], "both"),
+           ([{"blob": SHA, "strength": float("inf")}], "not a finite number"),
+           ([{"file": "../x.safetensors", "strength": 1}], "file name in the pack folder"),
+           ([{"blob": "zz", "strength": 1}], "blob"), ([{"blob": SHA, "strength": 1}] * 9, "at most 8")]
+    for loras, words in bad:
+        with pytest.raises(SpecError, match=words):
+            RenderSpec.from_dict({**BASE, "loras": loras})
+    with pytest.raises(SpecError, match="not one of fused, unfused"):
+        RenderSpec.from_dict({**BASE, "lora_mode": "merged"})
+
+
+def test_every_dit_task_carries_the_set_its_warm_name_and_the_fusion_seconds():
+    tasks = plan_render(normalize_spec({**BASE, "loras": LORAS}), "r")
+    plain = {t["id"]: t for t in plan_render(normalize_spec(BASE), "r")}
+    dit = [t for t in tasks if t["kind"] in DIT_KINDS]
+    assert {t["kind"] for t in dit} == {"denoise_stage1", "transformer_forward"} and len(dit) == 1 + 4 * 2
+    name = warm_key(LORAS, "fused")
+    for t in tasks:
+        if t["kind"] in DIT_KINDS:
+            assert t["params"]["loras"] == LORAS and t["params"]["warm"] == [name]
+            fuse = LORA_REQUANTIZE_S + 2 * LORA_READ_S
+            assert t["params"]["load_s"] == pytest.approx(load_seconds(t["kind"]) + fuse, abs=1e-3)
+        else:
+            assert "loras" not in t["params"] and t["params"] == plain[t["id"]]["params"]
+    assert warm_key(LORAS[::-1], "fused") != name != warm_key(LORAS, "unfused")  # order and mode are the model
+
+
+def test_a_lora_that_cannot_be_fetched_fails_the_task_and_keeps_the_warm_models(local_runner):
+    from worker.loras import LoraFileError
+
+    params = {"pack": "tiny", "frames": 9, "fps": 24.0, "height": 64, "width": 128, "seed": 1, "sigmas": [1.0, 0.0],
+              "audio_frames": 10, "loras": [{"blob": SHA, "strength": 0.5, "name": "style.safetensors"}]}
+    local_runner.run("decode_audio", {"pack": "tiny"}, _audio_latent(local_runner))
+    warm = local_runner.engine.registry.loaded()
+
+    def refuse(sha: str) -> bytes:
+        raise OSError("connection reset")
+
+    runner_root, runner_fetch = local_runner.loras.root, local_runner.loras.fetch
+    local_runner.loras.root, local_runner.loras.fetch = local_runner.packs_dir / ".unit-loras", refuse
+    try:
+        with pytest.raises(LoraFileError, match="style.safetensors: fetch of blob ababababab.. failed: connection reset"):
+            local_runner.run("denoise_stage1", params, {})
+    finally:
+        local_runner.loras.root, local_runner.loras.fetch = runner_root, runner_fetch
+    assert local_runner.engine.registry.loaded() == warm
+
+
+def _audio_latent(runner):
+    import numpy as np
+
+    cfg = runner.pack("tiny").config.get("audio_vae", {})
+    return {"latent": np.zeros((1, int(cfg.get("z_channels", 8)), 4, int(cfg.get("latent_mel_bins", 16))), np.float32)}
