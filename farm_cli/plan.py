@@ -97,3 +97,9 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         print_plan(result)
+        if spec.loras:
+            from coordinator.plan.costs import lora_fuse_seconds
+
+            seconds = lora_fuse_seconds({"loras": spec.loras, "lora_mode": spec.lora_mode})
+            typer.echo(f"LoRA set: {len(spec.loras)} {spec.lora_mode}; a worker without it warm spends ~{seconds:.0f} s "
+                       "(reference seconds) building it before its first DiT task, counted in the times above")

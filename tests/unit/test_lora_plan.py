@@ -80,3 +80,31 @@ def _audio_latent(runner):
 
     cfg = runner.pack("tiny").config.get("audio_vae", {})
     return {"latent": np.zeros((1, int(cfg.get("z_channels", 8)), 4, int(cfg.get("latent_mel_bins", 16))), np.float32)}
+
+
+def test_farm_plan_counts_the_fusion_seconds(tmp_path):
+    """`farm plan --lora` through the real CLI: the set's build is in the predicted wall time, once."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "fleet.toml").write_text('[[workers]]\nname = "m1max"\nchip = "Apple M1 Max"\nmemory_gb = 64\n')
+    (tmp_path / "style.safetensors").write_bytes(b"any bytes: plan reads only the name and the sha256")
+
+    def plan(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", "plan", "-p", "fox",
+                               "-H", "768", "-W", "1280", "-f", "121", "--fleet", str(tmp_path / "fleet.toml"), *args],
+                              capture_output=True, text=True, cwd=root, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "FARM_DATA": str(tmp_path / "d"),
+                                   "PYTHONPATH": str(root)})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    def wall(out: str) -> float:
+        return float(re.search(r"predicted wall time: ([\d.]+) s", out).group(1))
+
+    plain, with_set = plan(), plan("--lora", str(tmp_path / "style.safetensors"), "0.8", "--lora", "b.safetensors", "0.5")
+    assert "LoRA set: 2 fused" in with_set
+    assert wall(with_set) - wall(plain) == pytest.approx((LORA_REQUANTIZE_S + 2 * LORA_READ_S) / 1.03, abs=0.5)
