@@ -2,7 +2,7 @@
 
 Two stacked seeded LoRAs (one in the reference layout, one in ComfyUI's with an alpha) on the tiny pack,
 with stage 2 in 2x2 tiles and a tiled decode: every task output of the farm render (2 workers) is the
-same blob, bit for bit, as `farm render --local`'s; a second render with the same set fuses 0 times on
+same blob, bit for bit, as `farm render --local`'s (3 workers); a second render with the same set fuses 0 times on
 a worker that kept the fused DiT (the task metrics' `lora_fusions`); the same with `--lora-mode
 unfused`. Each refusal at submit is one line naming the file and the first bad key, exit 2, nothing
 queued. One farm serves the module; the coordinator's shelf holds the pack (as after `farm pack pull`),
@@ -12,6 +12,7 @@ which is what it reads the pack's shapes from at submit.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -26,6 +27,7 @@ from farm_cli.remote import latents_from_outputs
 from ltx_engine.lora import file_sha256
 from protos.tensors import decode_tensor
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done
+from tests.farm.hub_server import serve_repo
 from tests.farm.user_loras import tiny_lora_shapes, write_user_loras
 
 BASE = ["-p", "a fox", "-H", "128", "-W", "256", "-f", "9", "--seed", "5", "--pack", "tiny",
@@ -33,6 +35,7 @@ BASE = ["-p", "a fox", "-H", "128", "-W", "256", "-f", "9", "--seed", "5", "--pa
 SPEC = {"prompt": "a fox", "height": 128, "width": 256, "frames": 9, "seed": 5, "pack": "tiny",
         "stage2_tiles": "2x2", "tile_overlap": 1, "decode_tiles": "32,128,128"}
 STRENGTHS = (0.8, 0.5)
+WORKERS = 3
 DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
 
 
@@ -43,7 +46,7 @@ def loras(tmp_path_factory, tiny_packs):
 
 @pytest.fixture(scope="module")
 def lora_farm(redis_server, tmp_path_factory, tiny_packs):
-    """A coordinator (its shelf holding the tiny pack) and 2 workers, shared by the module's tests."""
+    """A coordinator (its shelf holding the tiny pack) and 3 workers, shared by the module's tests."""
     redis = connect(redis_server.url)
     redis.flushdb()
     data = tmp_path_factory.mktemp("lora-farm")
@@ -52,7 +55,7 @@ def lora_farm(redis_server, tmp_path_factory, tiny_packs):
     (data / "client" / "packs").mkdir(parents=True)  # `farm render --local` reads FARM_DATA/packs
     (data / "client" / "packs" / "tiny").symlink_to(tiny_packs / "tiny")
     store = FarmStore(redis)
-    with farm(store, data, tiny_packs, workers=2) as (client, _procs):
+    with farm(store, data, tiny_packs, workers=WORKERS) as (client, _procs):
         from coordinator.auth import load_or_create_token
 
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data), "HF_HOME": str(data / "hf"),
@@ -117,7 +120,19 @@ def test_two_stacked_loras_match_local_and_a_kept_set_fuses_again_zero_times(mod
     fused = _fusions(first)
     assert all(sum(n) <= 1 for n in fused.values()), fused  # one build of the set per worker, at most
     kept = {w for w, n in fused.items() if sum(n) == 1}
-    second = _submit(lora_farm, *args)
+    hub = tmp_path / "hub"  # the second render takes the camera LoRA from a hub repo: the same file, the same set
+    hub.mkdir()
+    shutil.copy(loras[1], hub / loras[1].name)
+    with serve_repo(hub, "studio/camera") as (endpoint, sent):
+        _client, _store, env, address = lora_farm
+        done = _cli({**env, "HF_ENDPOINT": endpoint}, "submit", *BASE, "--lora", str(loras[0]), str(STRENGTHS[0]),
+                    "--lora", "studio/camera", str(STRENGTHS[1]), "--lora-mode", mode, "--coordinator", address)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert sent.count(loras[1].name) <= 1  # once into this client's HF cache, never per render
+    second = wait_done(lora_farm[0], done.stdout.strip().splitlines()[-1], timeout=600)
+    recorded = second["spec"]["loras"][1]
+    assert recorded["repo"] == "studio/camera/camera.safetensors"
+    assert recorded["blob"] == first["spec"]["loras"][1]["blob"]
     again = _fusions(second)
     assert kept & set(again), (fused, again)
     assert all(sum(again[w]) == 0 for w in kept & set(again)), (fused, again)  # the warm set, not fused again
@@ -155,8 +170,6 @@ def _bad_loras(folder, pack_dir) -> dict[str, tuple]:
 
 @pytest.mark.timeout(300)
 def test_refusals_at_submit_name_the_file_and_key_and_queue_nothing(lora_farm, loras, tiny_packs, tmp_path):
-    from tests.farm.hub_server import serve_repo
-
     client, store, env, address = lora_farm
     before = len(store.list_renders())
     bad = _bad_loras(tmp_path, tiny_packs / "tiny")
