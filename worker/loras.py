@@ -95,18 +95,22 @@ class LoraSets:
         return sorted({name for key, name in self._warm.items() if has((key, "transformer"))})
 
     def attach(self, registry, view) -> None:
-        """Unfused: the adapters on the view's DiT, once per build (a DiT evicted and built again gets them again)."""
+        """Unfused: the set's adapters on the DiT of `view` (the adapted pack, or DFR's detailing view over
+        it), once per build (a DiT evicted and built again gets them again)."""
         from ltx_engine.lora_adapters import LoraAdapter, attach_loras
         from ltx_engine.model_classes import model_class
 
-        if not isinstance(view, AdaptedLoras):
+        adapted = view
+        while isinstance(adapted, WithLoras) and not isinstance(adapted, AdaptedLoras):
+            adapted = adapted.pack
+        if not isinstance(adapted, AdaptedLoras):
             return
         model = registry.get(view, "transformer")
         if any(isinstance(m, LoraAdapter) for _, m in model.named_modules()):
             return
-        inputs = [LoraInput(read_safetensors(Path(p)), s, p) for p, s in view.loras]
-        attach_loras(model, view.pack.tensors("transformer"), inputs, model_class("transformer").sanitize,
-                     file=view.pack.file_label("transformer"))
+        inputs = [LoraInput(read_safetensors(Path(p)), s, p) for p, s in adapted.loras]
+        attach_loras(model, adapted.pack.tensors("transformer"), inputs, model_class("transformer").sanitize,
+                     file=adapted.pack.file_label("transformer"))
         self.fusions[0] += 1
 
     def path(self, pack, lora: dict) -> Path:

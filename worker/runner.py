@@ -199,7 +199,8 @@ class Runner:
             pack = self.loras.view(pack, params)
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
         fusions = self.loras.fusions[0]
-        self.loras.attach(self.engine.registry, pack)
+        if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead
+            self.loras.attach(self.engine.registry, pack)
         mx.reset_peak_memory()
         start = time.perf_counter()
         loads = self.engine.registry.load_seconds
@@ -278,7 +279,9 @@ class Runner:
         if Path(lora).name != lora or not (pack.root / lora).is_file():
             raise PackError(f"pack {params['pack']!r} has no detailing LoRA file {lora!r} (put it in the pack folder)")
         params = {**params, "reference_downscale": reference_downscale(pack.root / lora)}
-        return WithLoras(pack, ((lora, float(params["detailing_strength"])),)), params
+        detailed = WithLoras(pack, ((lora, float(params["detailing_strength"])),))
+        self.loras.attach(self.engine.registry, detailed)  # unfused user LoRAs: their adapters on this DiT too
+        return detailed, params
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
         """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named)."""
