@@ -102,10 +102,6 @@ class LoraRef:
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
-    @property
-    def label(self) -> str:
-        return self.repo or self.name or self.file or str(self.blob)[:12]
-
 
 def _lora(name: str, value: object) -> LoraRef:
     if isinstance(value, LoraRef):
