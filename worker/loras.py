@@ -90,6 +90,18 @@ class LoraSets:
             self._warm[view.key] = str(name)
         return view
 
+    def connector_view(self, pack, params: dict):
+        """The pack as a text task sees it: with the set fused into the connector when a LoRA of the set
+        has factors for it (in either mode: the connector runs once per prompt), else the pack itself."""
+        from ltx_engine.loader import read_header
+        from ltx_engine.lora_keys import CONNECTOR_PREFIXES
+
+        names = [*CONNECTOR_PREFIXES, "connectors."]  # reference / ComfyUI, kohya (underscored), diffusers
+        keys = [k for lora in params.get("loras") or () for k in read_header(self.path(pack, lora))[0]]
+        if not any(n in k or n.replace(".", "_") in k for k in keys for n in names):
+            return pack
+        return self.view(pack, {**params, "lora_mode": FUSED})
+
     def warm_names(self, has: Callable[[tuple[str, str]], bool]) -> list[str]:
         """The warm names of the sets whose DiT the registry still holds."""
         return sorted({name for key, name in self._warm.items() if has((key, "transformer"))})

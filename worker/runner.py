@@ -197,6 +197,8 @@ class Runner:
         pack = self.pack(params["pack"])
         if kind in DIT_KINDS:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
             pack = self.loras.view(pack, params)
+        elif kind == "text_encode":  # a set with connector factors: fused into the connector that encodes
+            pack = self.loras.connector_view(pack, params)
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
         fusions = self.loras.fusions[0]
         if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead

@@ -178,7 +178,8 @@ def annotate(tasks: list[dict], spec: Mapping) -> None:
     for t in tasks:
         params = t["params"]
         params["cost_s"] = round(reference_seconds(t["kind"], params), 4)
-        params["load_s"] = round(load_seconds(t["kind"], pack_bytes) + lora_fuse_seconds(params, pack_bytes), 4)
+        fuse = lora_fuse_seconds(params, pack_bytes) if t["kind"] in DIT_KINDS else 0.0  # the DiT's, not the connector's
+        params["load_s"] = round(load_seconds(t["kind"], pack_bytes) + fuse, 4)
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)

@@ -11,6 +11,7 @@ are part of the DiT task's `load_s` (`costs.lora_fuse_seconds`), which the place
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 from coordinator.plan.costs import DIT_KINDS
@@ -27,10 +28,17 @@ def lora_params(spec: Mapping) -> dict:
 
 
 def with_loras(tasks: list[dict], spec: Mapping) -> list[dict]:
-    """Every DiT task of `tasks` given the render's LoRA set (in place; the list is returned)."""
+    """Every DiT task of `tasks` given the render's LoRA set, and its text task too: a LoRA's factors for
+    the embeddings connector (upstream's connector sits inside the checkpoint the LoRA was trained on) are
+    fused into the connector that encodes the prompt, so the prompt-embedding cache keys on the set as
+    well (in place; the list is returned)."""
     params = lora_params(spec)
     if params:
         for t in tasks:
             if t["kind"] in DIT_KINDS:
                 t["params"].update(params)
+            elif t["kind"] == "text_encode":
+                warm = params["warm"][0]
+                t["params"].update(loras=params["loras"], lora_mode=params["lora_mode"],
+                                   text_key=hashlib.sha256(f"{t['params'].get('text_key')}|{warm}".encode()).hexdigest())
     return tasks

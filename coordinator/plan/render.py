@@ -225,7 +225,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                                                "text_key": text_key(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
-        return plan_length_phase(rid, spec, tasks[0])
+        return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     image = spec.get("image")
     cond1, cond2 = {}, {}
     if image:

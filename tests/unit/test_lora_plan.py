@@ -49,7 +49,7 @@ def test_every_dit_task_carries_the_set_its_warm_name_and_the_fusion_seconds():
             assert t["params"]["loras"] == LORAS and t["params"]["warm"] == [name]
             fuse = LORA_REQUANTIZE_S + 2 * LORA_READ_S
             assert t["params"]["load_s"] == pytest.approx(load_seconds(t["kind"]) + fuse, abs=1e-3)
-        else:
+        elif t["kind"] != "text_encode":  # the text task: below
             assert "loras" not in t["params"] and t["params"] == plain[t["id"]]["params"]
     assert warm_key(LORAS[::-1], "fused") != name != warm_key(LORAS, "unfused")  # order and mode are the model
 
@@ -108,3 +108,32 @@ def test_farm_plan_counts_the_fusion_seconds(tmp_path):
     plain, with_set = plan(), plan("--lora", str(tmp_path / "style.safetensors"), "0.8", "--lora", "b.safetensors", "0.5")
     assert "LoRA set: 2 fused" in with_set
     assert wall(with_set) - wall(plain) == pytest.approx((LORA_REQUANTIZE_S + 2 * LORA_READ_S) / 1.03, abs=0.5)
+
+
+def test_a_lora_with_connector_factors_encodes_the_prompt_with_them(local_runner, tiny_packs, tmp_path):
+    """The text task of a render with LoRAs carries the set and its own embedding-cache key; its worker
+    fuses a LoRA's connector factors into the connector that encodes the prompt, and a set without any
+    leaves the embeddings as they were."""
+    import numpy as np
+
+    from ltx_engine.pack import Pack
+    from ltx_engine.tiny_loras import TINY_CONNECTOR_MODULE, tiny_lora_factors, write_tiny_lora
+
+    text = [t for t in plan_render(normalize_spec({**BASE, "loras": LORAS}), "r") if t["kind"] == "text_encode"]
+    plain = [t for t in plan_render(normalize_spec(BASE), "r") if t["kind"] == "text_encode"]
+    assert text[0]["params"]["loras"] == LORAS and text[0]["params"]["text_key"] != plain[0]["params"]["text_key"]
+    conn = Pack(tiny_packs / "tiny").tensors("connector")
+    shapes = {"transformer_blocks.0.attn1.to_q": (64, 64),
+              TINY_CONNECTOR_MODULE: tuple(conn[TINY_CONNECTOR_MODULE + ".weight"].shape)}
+    with_conn = write_tiny_lora(tmp_path / "conn.safetensors", tiny_lora_factors(shapes, seed=4), "comfyui", alpha=2.0)
+    dit_only = write_tiny_lora(tmp_path / "dit.safetensors", tiny_lora_factors({"transformer_blocks.0.attn1.to_q":
+                                                                               (64, 64)}, seed=5))
+    local_runner.loras.known.update({"c" * 64: with_conn, "d" * 64: dit_only})
+
+    def encode(*shas: str) -> dict:
+        params = {"pack": "tiny", "prompt": "a fox at dusk", "loras": [{"blob": s, "strength": 0.9} for s in shas]}
+        return local_runner.run("text_encode", params, {})[0]
+
+    base, dit, both = encode(), encode("d" * 64), encode("c" * 64, "d" * 64)
+    assert all(np.array_equal(base[k], dit[k]) for k in base)
+    assert not np.array_equal(base["video_context"], both["video_context"])
