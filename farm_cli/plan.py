@@ -80,8 +80,8 @@ def print_plan(plan: dict) -> None:
     if spec.get("frames") is None:  # an LTX-2.5 render whose DurationHead picks the length first
         typer.echo("length: picked by the pack's DurationHead once the prompt is encoded; this plan is that first "
                    "phase only (give -f to plan the whole render)")
-    decodes = sum(int(row["kinds"].get("decode_video", 0)) for row in plan["stages"])
-    decode = plan["tiles"]["decode"] if decodes > 1 else "none (the clip is decoded whole)"
+    tiled = sum(int(row["kinds"].get("decode_tile", 0)) for row in plan["stages"])  # else one decode_video
+    decode = f"{plan['tiles']['decode']} ({tiled} tiles)" if tiled else "none (the clip is decoded whole)"
     typer.echo(f"{spec['width']}x{spec['height']}x{spec['frames'] or '?'} on {len(plan['workers'])} worker(s): "
                f"stage-2 tiles {plan['tiles']['stage2'] or 'none'}, decode tiles {decode}")
     kinds = [", ".join(f"{n} {k}" for k, n in row["kinds"].items()) for row in plan["stages"]]
