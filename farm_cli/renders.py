@@ -93,17 +93,24 @@ def watch(render_id: str, *, coordinator: Coordinator, token: Token = None) -> N
 def status(render_id: str = typer.Argument(None), *, coordinator: Coordinator,
            token: Token = None, as_json: Json = False) -> None:
     """One render's record, or the list of renders."""
+    from protos.states import TERMINAL
+
     with one_line(code=1), client(coordinator, token) as farm:
         data = farm.get(render_id) if render_id else farm.list()
+        workers = farm.workers() if render_id and data.get("state") not in TERMINAL else []
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    from farm_cli.views import render_details, render_header, render_row
+    from farm_cli.views import pack_copies, render_details, render_header, render_row
+
+    # a render waiting on its pack: the copies under way, with their progress
+    copies = pack_copies(str((data.get("spec") or {}).get("pack") or ""), workers) if render_id else []
 
     if not render_id and not data:
         typer.echo("no renders yet: `farm submit -p \"...\"` queues one")
         return
-    for line in render_details(data) if render_id else [render_header(data), *(render_row(r) for r in data)]:
+    for line in (render_details(data) + copies if render_id
+                 else [render_header(data), *(render_row(r) for r in data)]):
         typer.echo(line)
 
 

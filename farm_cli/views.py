@@ -50,6 +50,20 @@ def render_header(renders: list[dict]) -> str:
             "prompt")
 
 
+def pack_copies(pack: str, workers: list[dict]) -> list[str]:
+    """The copies of a render's pack under way on workers (`farm status ID`): a render waiting for its
+    pack says so, with how far each copy is, rather than only an ETA."""
+    lines = []
+    for w in workers:
+        sync = (w.get("pack_sync") or {}).get(pack) or {}
+        if sync.get("state") in ("copying", "failed") and pack not in (w.get("packs") or {}):
+            done, total = int(sync.get("bytes") or 0), int(sync.get("total") or 0)
+            share = f"{done / total:.0%} ({done / 1e6:.1f} of {total / 1e6:.1f} MB)" if total else "starting"
+            what = f"failed: {sync.get('error')}" if sync["state"] == "failed" else share
+            lines.append(f"  pack copy  {w.get('id')} is copying pack {pack} from the coordinator: {what}")
+    return lines
+
+
 WORKER_HEADER = ("worker", "state", "chip", "memory", "packs", "task", "speed")
 
 

@@ -117,7 +117,7 @@ def test_a_pack_written_into_a_running_farm_renders_within_seconds(up: Farm) -> 
     written = time.monotonic()
     seen = wait_until(lambda: "mine" in up.worker_packs().get("worker-1", []), 20, "worker-1 registers mine")
     noticed_s = time.monotonic() - written
-    assert seen and noticed_s < 8, noticed_s  # within seconds: one lease poll (2 s) and two folder scans
+    assert seen and noticed_s < 15, noticed_s  # seconds: a lease poll (2 s), two folder scans, our CLI polls
     config = {line.split()[0]: line for line in up("config").stdout.splitlines()}
     assert "tiny" in config["pack"] and "(default)" in config["pack"], config  # it did not become the default
 
@@ -217,3 +217,31 @@ def test_refusals_at_the_coordinator_name_the_fix(up: Farm) -> None:
     folder = up("submit", "-p", "x", *SMALL, "--pack", str(up.data / "packs" / "tiny"))
     line = one_line(folder)
     assert folder.returncode == 2 and "packs folder" in line and "--pack tiny" in line, line
+
+
+@pytest.mark.timeout(240)
+def test_a_render_waiting_for_a_pack_shows_the_copy_under_way(up: Farm) -> None:
+    laptop_packs = up.data.parent / "laptop-packs"
+    laptop_packs.mkdir()
+    log = open(up.data.parent / "laptop.log", "w")  # noqa: SIM115 - the worker writes it until it stops
+    laptop = subprocess.Popen([*CLI, "worker", "--coordinator", f"127.0.0.1:{up.port}", "--token-file",
+                               str(up.data / "token"), "--packs-dir", str(laptop_packs), "--worker-id", "laptop",
+                               "--cache-dir", str(up.data.parent / "laptop-cache"), "--wait-ms", "500",
+                               "--pack-max-mbps", "0.5"], stdout=log, stderr=subprocess.STDOUT, env=up.env,
+                              cwd=up.work)
+    log.close()
+    try:
+        wait_until(lambda: "laptop" in up.worker_packs(), 60, "laptop registered")
+        assert up("pack", "tiny", str(up.data / "packs" / "shelved")).returncode == 0  # on the coordinator only
+        rid = up("submit", "-p", "a owl", *SMALL, "--pack", "shelved").stdout.strip()
+
+        def copy_line() -> str | None:
+            out = up("status", rid).stdout
+            return next((line for line in out.splitlines() if "laptop is copying pack shelved" in line), None)
+
+        line = wait_until(copy_line, 60, "farm status shows laptop's copy")
+        assert re.search(r"\d+% \(\d+\.\d of \d+\.\d MB\)", line), line
+        assert up("cancel", rid).returncode == 0
+    finally:
+        laptop.terminate()
+        laptop.wait(timeout=30)
