@@ -256,7 +256,8 @@ def submit_batch(specs: list[dict], pixels, coordinator: str, token: str | None,
     typer.echo(json.dumps({"group": group, "render_ids": ids}) if as_json else "\n".join([group, *ids]))
     if not (wait or output):
         return
-    states = {rid: wait_for(rid, coordinator, token, quiet=True).get("state") for rid in ids}
+    states = {rid: wait_for(rid, coordinator, token, quiet=True, output=output, group=group).get("state")
+              for rid in ids}
     if output:
         fetch_group(group, output, coordinator, token)
     bad = [f"{rid} {state}" for rid, state in states.items() if state != "done"]

@@ -76,15 +76,20 @@ def submit_render(spec: dict, pixels: np.ndarray | None, coordinator: str, token
 
 
 @contextlib.contextmanager
-def goes_on(render_id: str, output: Path | None = None) -> Iterator[None]:
-    """Ctrl-C while following a render stops the following, not the render: one line says so and how
-    to get its output later; exit 130 (the shell's code for an interrupt)."""
+def goes_on(render_id: str, output: Path | None = None, group: str | None = None) -> Iterator[None]:
+    """Ctrl-C while following a render (or a batch) stops the following, not the render: one line says
+    so and how to get its output later; exit 130 (the shell's code for an interrupt)."""
     try:
         yield
     except KeyboardInterrupt:
-        typer.echo(f"farm: stopped following {render_id}; the render goes on on the farm: `farm watch "
-                   f"{render_id}` to follow it again, `farm fetch {render_id} -o {output or 'FILE.mp4'}` once "
-                   f"it is done, `farm cancel {render_id}` to stop it", err=True)
+        if group:
+            typer.echo(f"farm: stopped following group {group}; its renders go on on the farm: `farm ls --group "
+                       f"{group}` to see them, `farm fetch {group} -o {output or 'DIR'}` once they are done",
+                       err=True)
+        else:
+            typer.echo(f"farm: stopped following {render_id}; the render goes on on the farm: `farm watch "
+                       f"{render_id}` to follow it again, `farm fetch {render_id} -o {output or 'FILE.mp4'}` "
+                       f"once it is done, `farm cancel {render_id}` to stop it", err=True)
         raise SystemExit(130) from None
 
 
@@ -101,13 +106,13 @@ def refuse_local_folder(pack: str) -> None:
 
 
 def wait_for(render_id: str, coordinator: str, token: str | None, quiet: bool = False,
-             output: Path | None = None) -> dict:
+             output: Path | None = None, group: str | None = None) -> dict:
     """Follow the render's events until it ends, through coordinator outages; returns its final record."""
     from farm_cli.follow import Outage, follow_events, ride
 
     show = progress_printer()
     outage = Outage()
-    with goes_on(render_id, output), one_line(code=1), client(coordinator, token) as farm:
+    with goes_on(render_id, output, group), one_line(code=1), client(coordinator, token) as farm:
         get = lambda: ride(lambda: farm.get(render_id), outage)  # noqa: E731
         if not quiet and sys.stderr.isatty():  # a person is watching: the live view with bars
             from rich.console import Console

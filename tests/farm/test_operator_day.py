@@ -245,3 +245,17 @@ def test_a_render_waiting_for_a_pack_shows_the_copy_under_way(up: Farm) -> None:
     finally:
         laptop.terminate()
         laptop.wait(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_during_a_batch_wait_names_the_group(up: Farm) -> None:
+    batch = up.popen("submit", "-p", "a kite", *SMALL, "--seeds", "1-2", "--wait", "-o", "kites")
+    group, *ids = (batch.stdout.readline().strip() for _ in range(3))
+    assert group.startswith("g") and all(i.startswith("r") for i in ids), (group, ids)
+    time.sleep(1.0)  # following has begun
+    batch.send_signal(signal.SIGINT)
+    _out, err = batch.communicate(timeout=30)
+    said = err.strip().splitlines()[-1]
+    assert batch.returncode == 130 and f"group {group}" in said and f"farm fetch {group} -o kites" in said, err
+    for rid in ids:
+        assert up("cancel", rid).returncode == 0  # they went on until now
