@@ -16,7 +16,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -26,6 +26,7 @@ from coordinator.dashboard.events import all_events, render_events
 from coordinator.dashboard.security import (
     BODY_KEY,
     CSRF_COOKIE,
+    LOGIN_PARAM,
     SESSION_COOKIE,
     cookies_of,
     csrf_token,
@@ -74,11 +75,26 @@ def action(need_token: bool = True) -> Callable:
 
 
 def index(request: Request) -> Response:
-    """The page shell: no farm data in it, so it is served to anyone (it shows the login form)."""
+    """The page shell: no farm data in it, so it is served to anyone (it shows the login form). With
+    `?token=` (the login link), the token is traded for the session cookie and the browser sent on to
+    the clean URL, so the secret stays in neither the address bar nor the history; a wrong one lands on
+    the page with the login form's inline error (`#login=failed`)."""
+    if LOGIN_PARAM in request.query_params:
+        return link_login(request, request.query_params[LOGIN_PARAM])
     response = HTMLResponse((STATIC_DIR / "index.html").read_bytes())
     value, fresh = csrf_token(cookies_of(request.headers.get("cookie", "")))
     if fresh:
         response.set_cookie(CSRF_COOKIE, value, path="/", samesite="strict")
+    return response
+
+
+def link_login(request: Request, token: str) -> Response:
+    gate = farm_of(request).gate
+    good = gate.enabled and gate.secret_matches(token.strip())
+    response = RedirectResponse("/" if good or not gate.enabled else "/#login=failed", 303)
+    if good:
+        response.set_cookie(SESSION_COOKIE, gate.session_value(), path="/", httponly=True, samesite="strict")
+    response.headers["referrer-policy"] = "no-referrer"
     return response
 
 

@@ -49,11 +49,15 @@ function csrf() {
   const m = document.cookie.match(/(?:^|;\s*)farm_csrf=([^;]+)/);
   return m ? decodeURIComponent(m[1]) : "";
 }
+const postJson = (path, body) => api(path, { method: "POST", body: JSON.stringify(body || {}),
+  headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf() } });
+// A refused action says why in a line under the header (no modal alert that blocks the page).
 async function post(path, body) {
-  try {
-    return await api(path, { method: "POST", body: JSON.stringify(body || {}),
-      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf() } });
-  } catch (e) { alert(path + ": " + e.message); return null; } finally { scheduleRefresh(); }
+  try { const out = await postJson(path, body); notice(""); return out; }
+  catch (e) { notice(path + ": " + e.message); return null; } finally { scheduleRefresh(); }
+}
+function notice(text) {
+  $("notice").textContent = text; $("notice").classList.toggle("hidden", !text);
 }
 
 // ---------------------------------------------------------------- renders list
@@ -242,8 +246,19 @@ function drawSession() {
   document.body.classList.toggle("locked", !canRead());
   $("locked").classList.toggle("hidden", canRead());
 }
+// A wrong token (typed, or a login link of another farm or from before `farm token rotate`) is said
+// beside the form, which stays open for another try.
+function loginError(text) {
+  $("login-error").textContent = text; $("login-error").classList.toggle("hidden", !text);
+}
 async function login(token) {
-  if (await post("/api/login", { token })) { S.session = await api("/api/session"); drawSession(); connect(); }
+  try { await postJson("/api/login", { token }); } catch (e) {
+    loginError(e.status === 403 && /wrong/.test(e.message) ? "wrong farm token: paste DATA/token, or run `farm dashboard`"
+      : "log in failed: " + e.message);
+    return;
+  }
+  loginError(""); $("login-token").value = "";
+  S.session = await api("/api/session"); drawSession(); connect(); scheduleRefresh();
 }
 
 // ---------------------------------------------------------------- data flow
@@ -295,12 +310,20 @@ function tokenFromHash() {
   return decodeURIComponent(m[1]);
 }
 
+// A login link that did not log in (coordinator/dashboard/app.py link_login) lands on "#login=failed".
+function loginFailedFromHash() {
+  if (!/(?:^#|&)login=failed/.test(location.hash)) return false;
+  history.replaceState(null, "", location.pathname + location.hash.replace(/(^#|&)login=failed&?/, "$1").replace(/^#$/, ""));
+  return true;
+}
+
 async function init() {
   $("filter").addEventListener("input", (e) => { S.filter = e.target.value; drawRenders(); });
   $("login").addEventListener("submit", async (e) => { e.preventDefault(); await login($("login-token").value); });
   window.addEventListener("hashchange", () => { hideTip(); route(); });
   window.addEventListener("resize", hideTip);
   const token = tokenFromHash();
+  if (loginFailedFromHash()) loginError("that login link's token is not this farm's (rotated?): `farm dashboard` prints a new one");
   S.session = await api("/api/session"); drawSession();
   if (token && S.session.token_required && !S.session.logged_in) await login(token);
   route();
