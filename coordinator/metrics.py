@@ -111,7 +111,7 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "step": params.get("step"),
         "round": params.get("round"),
         "tile_index": params.get("tile_index"),
-        "tile": params.get("tile"),
+        "tile": params.get("tile") or params.get("latent"),  # a decode tile's place is its latent box
         "grid": params.get("grid"),
         "cost_s": params.get("cost_s"),  # the cost model's reference seconds (coordinator.plan.costs)
         "min_memory_bytes": params.get("min_memory_bytes"),
@@ -302,6 +302,16 @@ def summarize(store: MetricsStore, render: dict, views: list[dict]) -> dict:
     return render_summary(render, views, now, etas.get(render["id"]))
 
 
+def render_facts(render: dict) -> list[tuple[str, str]]:
+    """What the detail page states about a render: seed, pack, size, tiling, output."""
+    spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
+    size = f"{spec.get('width')}×{spec.get('height')}" + (f", {spec['frames']} frames" if spec.get("frames") else "")
+    rows = [("seed", spec.get("seed")), ("pack", spec.get("pack")), ("size", size if spec.get("width") else None),
+            ("stage 2 tiles", spec.get("stage2_tiles") or "off"), ("decode tiles", spec.get("decode_tiles") or "off"),
+            ("text encoder", spec.get("text_encoder")), ("output", render.get("output") or "not yet")]
+    return [(k, str(v)) for k, v in rows if v not in (None, "")]
+
+
 def render_detail(store: MetricsStore, render_id: str) -> dict | None:
     """Everything the render page needs: summary, tasks, stage timeline and tile grids."""
     render = store.get_render(render_id)
@@ -315,6 +325,7 @@ def render_detail(store: MetricsStore, render_id: str) -> dict | None:
         "tasks": views,
         "stages": stage_summaries(render, views),
         "grids": tile_grids(views),
+        "facts": render_facts(render),
     }
 
 

@@ -20,7 +20,7 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from coordinator import fleet, metrics, prometheus
+from coordinator import fleet, metrics, prometheus, schedule
 from coordinator.dashboard.context import Farm, Json, checked_id, error, farm_of
 from coordinator.dashboard.events import all_events, render_events
 from coordinator.dashboard.security import (
@@ -140,7 +140,17 @@ def render(request: Request) -> Response:
     output = detail["render"].get("output")
     done = detail["render"].get("state") == RenderState.DONE and output and Path(output).is_file()
     detail["video"] = f"/api/renders/{render_id}/video.mp4" if done else None
+    detail["schedule"] = schedule.render_schedule(farm.store, render_id)
+    detail["feed"] = schedule.feed(farm.store, render_id)
     return Json(detail)
+
+
+@reader
+def farm_schedule(request: Request) -> Response:
+    """The farm's Gantt over the last `minutes` (60 by default, at most a day) and its event feed."""
+    minutes = max(1, min(int(request.query_params.get("minutes", schedule.FARM_WINDOW_MIN)), 1440))
+    store = farm_of(request).store
+    return Json({"schedule": schedule.farm_schedule(store, minutes), "feed": schedule.feed(store)})
 
 
 def video(request: Request) -> Response:
@@ -305,6 +315,7 @@ def routes() -> list:
         Route("/api/renders/{render_id}/video.mp4", video, methods=get),
         Route("/api/events", all_events, methods=["GET"]),
         Route("/api/workers", workers, methods=get),
+        Route("/api/schedule", farm_schedule, methods=get),
         Route("/api/metrics-summary", summary, methods=get),
         Route("/metrics", metrics_page, methods=get),
         Route("/api/login", login, methods=["POST"]), Route("/api/logout", logout, methods=["POST"]),

@@ -11,7 +11,8 @@ for _, tid in ipairs(redis.call('LRANGE', key('render', rid, 'tasks'), 0, -1)) d
   redis.call('ZREM', key('leases'), tid)
   for _, cap in ipairs(caps) do redis.call('ZREM', key('ready', cap), tid) end
 end
-redis.call('DEL', rk, key('render', rid, 'tasks'), key('events', rid), key('render', rid, 'wfail'))
+redis.call('DEL', rk, key('render', rid, 'tasks'), key('events', rid), key('render', rid, 'wfail'),
+  key('render', rid, 'attempts'))
 redis.call('ZREM', key('renders'), rid)
 redis.call('SREM', key('to_assemble'), rid)
 return 'deleted'
