@@ -4,7 +4,8 @@ detail show the same number for the same render, through the real CLI and coordi
 The farm: a real worker renders once (the cost model learns its speeds), then stops; its registration is
 made again as it stood, so the fleet is live but takes nothing, and two renders queued behind each
 other hold still while every view is read. The second waits behind the first: its ETA is larger, in
-every view (the list once ran each row behind the rows above it, the detail each render alone)."""
+every view (the list once ran each row behind the rows above it, the detail each render alone).
+The real render also leaves its schedule: an attempt row per task, with worker, times and outcome."""
 
 from __future__ import annotations
 
@@ -43,7 +44,11 @@ def get_json(url: str) -> dict:
 @pytest.mark.timeout(300)
 def test_one_eta_in_every_view(store, tmp_data, tiny_packs) -> None:
     with farm(store, tmp_data, tiny_packs, workers=1) as (client, procs):
-        wait_done(client, client.submit({**SPEC, "prompt": "warm up"}))
+        warm = wait_done(client, client.submit({**SPEC, "prompt": "warm up"}))
+        attempts = store.render_attempts(warm["id"])  # the schedule's rows, written by the real run's scripts
+        assert sorted(a["task"] for a in attempts) == sorted(t["id"] for t in warm["tasks"])
+        assert {a["outcome"] for a in attempts} == {"done"} and {a["worker"] for a in attempts} >= {"w1"}
+        assert all(a["start_ms"] <= a["end_ms"] for a in attempts)
         info = store.list_workers()[0]["info"]
         procs["w1"].terminate()
         procs["w1"].wait(timeout=30)
