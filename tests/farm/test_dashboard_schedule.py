@@ -129,7 +129,7 @@ def test_login_link_logs_in_and_a_wrong_token_says_so_inline(farm_page) -> None:
 
 def bars(browser: Browser, box: str) -> list[dict]:
     return browser.js(f"[...document.querySelectorAll('#{box} .g-lane:not(.g-axis)')].map((l) => ({{worker: "
-                      "l.dataset.worker, bars: [...l.querySelectorAll('.g-bar')].map((b) => [b.dataset.task, "
+                      "l.dataset.worker, bars: [...l.querySelectorAll('.g-bar')].map((b) => [b.dataset.bar, "
                       "b.dataset.outcome, b.className, b.getBoundingClientRect().width])}))")
 
 

@@ -201,7 +201,7 @@ function barText(b) {
 function ganttBar(b, pct) {
   const left = pct(b.start_ms), width = Math.max(0, pct(b.end_ms) - left);
   const el = h("div", { class: `g-bar st-${b.stage} o-${b.outcome}${b.again ? " again" : ""}`,
-    style: `left:${left.toFixed(3)}%;width:max(3px, ${width.toFixed(3)}%)`, "data-task": b.task, "data-outcome": b.outcome },
+    style: `left:${left.toFixed(3)}%;width:max(3px, ${width.toFixed(3)}%)`, "data-bar": b.task, "data-outcome": b.outcome },
     MARK[b.outcome] || (b.again ? "↻" : ""));
   el.addEventListener("mousemove", (e) => showTip(e, barText(b)));
   el.addEventListener("mouseleave", hideTip);
