@@ -14,6 +14,9 @@ has one, else linear in elapsed time.
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Protocol
 
@@ -22,6 +25,9 @@ from coordinator.plan import placement
 from coordinator.progress import STAGES, eta_from_speeds
 from protos.states import TERMINAL
 
+FRESH_S = 1.0  # the farm's ETAs are simulated at most this often (per store)
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
 ACTIVE_SCAN = 500  # newest renders looked at for unfinished ones (the farm's queue is far shorter)
 Rows = dict[str, tuple[dict, list[dict]]]  # render id -> (render record, task views)
 
@@ -73,7 +79,21 @@ def unfinished_rows(store: EtaStore, known: Rows, view: Callable[[dict], dict]) 
 
 def farm_etas(store: EtaStore, now_ms: int, known: Rows, view: Callable[[dict], dict]) -> dict[str, float | None]:
     """Seconds left for every unfinished render (finished ones are absent: no ETA). `known`: rows the
-    caller has read already; `view`: metrics.task_view, for the renders it has not."""
+    caller has read already; `view`: metrics.task_view, for the renders it has not. Computed at most
+    once per FRESH_S for the whole farm (every reader in that second gets the same numbers, and a crowd
+    of `farm watch`es costs one simulation), unless a render asked about is not in it yet."""
+    with _LOCK:
+        cached = _CACHE.get(store)
+        if cached and time.monotonic() - cached[0] < FRESH_S and all(
+                rid in cached[1] for rid, row in known.items() if row[0].get("state") not in TERMINAL):
+            return cached[1]
+    etas = _compute(store, now_ms, known, view)
+    with _LOCK:
+        _CACHE[store] = (time.monotonic(), etas)
+    return etas
+
+
+def _compute(store: EtaStore, now_ms: int, known: Rows, view: Callable[[dict], dict]) -> dict[str, float | None]:
     rows = unfinished_rows(store, known, view)
     slots, coordinator = live_slots(store, now_ms)
     modelled = placement.farm_eta_seconds([vs for _, vs in rows], slots, now_ms, coordinator)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from coordinator import eta
 from coordinator.fleet import FleetStore
 from coordinator.progress import STAGES, task_label
+from protos.states import TERMINAL
 
 STAGE_LABELS = dict(STAGES)
 _KIND_PREFIXES = (
@@ -272,6 +273,7 @@ def render_summary(render: dict, views: list[dict], now_ms: int, eta_s: float | 
     submitter, stage."""
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
     frac = 1.0 if render.get("state") == "done" else eta.fraction(views)
+    eta_s = None if render.get("state") in TERMINAL else eta_s  # ended within the ETA's second: none
     current = next((v["stage"] for v in views if v["display"] not in ("done", "cancelled")), "")
     if render.get("state") == "assembling":
         current = "mux"
