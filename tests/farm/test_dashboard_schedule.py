@@ -29,7 +29,7 @@ from tests.farm.farm_harness import ROOT
 from tests.farm.test_dashboard import WORKERS, chromium, tiled_tasks
 from tests.farm.test_dashboard_browser import OVERFLOWING
 
-RID, LIVE = "r20250101-130000-gantt1", "r20250101-130500-live22"
+RID, LIVE, BLK = "r20250101-130000-gantt1", "r20250101-130500-live22", "r20250101-131000-block3"
 SHOTS = Path(os.environ.get("FARM_SHOTS") or ROOT / "test-artifacts")
 OUT = {"out": "0" * 64}
 
@@ -85,7 +85,17 @@ def farm_page(redis_server, tmp_path_factory) -> Iterator[tuple[FarmStore, str, 
     assert store.create_render(LIVE, {**spec, "prompt": "a heron at dusk", "seed": 7}, tiled_tasks(LIVE))
     running = store.lease("studio-1", ["mlx"], 60_000, seen=True)
     store.heartbeat(running["id"], "studio-1", running["fence"], 60_000, {"phase": "run"})
+    blocked = [{"id": f"{BLK}.audio{i}", "kind": "decode_audio", "capability": "mlx", "params": {}, "inputs": {},
+                "max_attempts": 3} for i in range(3)]
+    assert store.create_render(BLK, {**spec, "prompt": "three failures", "seed": 9}, blocked)
+    for _ in range(3):  # studio-2 fails three of its tasks: blocklisted for it
+        task = store.lease("studio-2", ["mlx"], 60_000, seen=True)
+        store.fail(task["id"], "studio-2", task["fence"], "NaN in the audio decode")
     store.drain_worker("mbp-1")
+    assert store.lease("mbp-1", ["mlx"], 60_000, seen=True) is None  # draining, idle: it leaves
+    store.register_worker("mini-1", {"host": "mini-1.local", "chip": "Apple M2 Pro", "packs": ["tiny"]},
+                          session="s1")
+    store.lose_leases("mini-1", "s1", "mini-1's connection broke")
     data = tmp_path_factory.mktemp("dash")
     server, port = start_dashboard(store, "127.0.0.1", 0, "sekrit", data_dir=data)
     browser = Browser(chromium())
@@ -169,9 +179,11 @@ def test_gantt_grid_facts_feed_and_a_list_that_fits(farm_page) -> None:
     feed = browser.js("document.getElementById('render-feed').textContent")
     assert "lost its lease on mbp-1" in feed and "retried: Metal" in feed, feed
     farm_feed = browser.js("document.getElementById('farm-feed').textContent")
-    assert "mbp-1 draining" in farm_feed
+    for line in ("mbp-1 draining", "mbp-1 drained and left", f"studio-2 blocklisted for {BLK} after 3",
+                 "mini-1 lost (mini-1's connection broke)", "retried: NaN in the audio decode"):
+        assert line in farm_feed, (line, farm_feed)
     farm = bars(browser, "farm-gantt")
-    assert {b[0].split(".")[0] for lane in farm for b in lane["bars"]} == {RID, LIVE}
+    assert {b[0].split(".")[0] for lane in farm for b in lane["bars"]} == {RID, LIVE, BLK}
     assert [b for lane in farm for b in lane["bars"] if b[1] == "running"][0][0].startswith(LIVE)
     width = browser.js(SCROLLS)
     assert width[0] <= width[1], f"the renders list scrolls sideways at 1400 px: {width}"
