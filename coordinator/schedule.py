@@ -15,6 +15,7 @@ from coordinator.metrics import STAGE_LABELS, STAGES, stage_of
 from coordinator.progress import KIND_LABELS
 
 FARM_WINDOW_MIN = 60
+FARM_MAX_BARS = 4000  # the newest attempts a farm view carries (a page refreshes it every few seconds)
 LOST = ("lost", "expired")  # a lease that ended without a result: no attempt spent (README's policy)
 
 
@@ -86,7 +87,7 @@ def farm_schedule(store: ScheduleStore, minutes: int = FARM_WINDOW_MIN) -> dict:
     """The farm's Gantt over the last `minutes`: every attempt that ended in it, and what runs now."""
     now = store.now_ms()
     since = now - minutes * 60_000
-    rows = [r for r in store.farm_attempts(since) if int(r.get("end_ms") or 0) >= since]
+    rows = [r for r in store.farm_attempts(since) if int(r.get("end_ms") or 0) >= since][-FARM_MAX_BARS:]
     out = lanes(rows + _running(store.leased_tasks(), now), now)
     # The window ends now and starts where the hour's first bar does (the whole hour when it was busy
     # from its start): a farm that rendered for two minutes is not drawn as slivers at the right edge.
