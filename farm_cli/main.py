@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from farm_cli import common, config, doctor, manage, packs, plan, renders, services
+from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
 from farm_cli.benches import bench_app
 from farm_cli.options import (
     SPEC,
@@ -126,6 +126,7 @@ for command in (renders.submit, renders.watch, renders.status, renders.cancel, r
                 doctor.doctor):
     app.command()(command)
 app.command("config")(config.show)
+app.command("dashboard")(dashboard.dashboard)
 for command in (manage.ls, manage.retry, manage.rerun, manage.delete, manage.prune, manage.logs, plan.plan):
     app.command()(command)
 pack_app.command("tiny")(pack_tiny)
