@@ -200,20 +200,11 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     def GetRender(self, request, context):
         """The render with its tasks and the dashboard's summary (prompt, current stage, progress, ETA)."""
-        from coordinator.metrics import (
-            kind_speeds,
-            live_slots,
-            live_worker_count,
-            redis_now_ms,
-            render_summary,
-            task_view,
-        )
+        from coordinator.metrics import summarize, task_view
 
         render = self._render(request.render_id, context)
         tasks = self.store.render_tasks(request.render_id)
-        views, now = [task_view(t) for t in tasks], redis_now_ms(self.store)
-        summary = render_summary(render, views, now, kind_speeds(self.store, {v["kind"] for v in views}),
-                                 live_worker_count(self.store, now), live_slots(self.store, now))
+        summary = summarize(self.store, render, [task_view(t) for t in tasks])  # the farm's one ETA
         return _render_info(summary, tasks)
 
     def ListRenders(self, request, context):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from farm_cli import common, config, doctor, manage, packs, plan, renders, services
+from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
 from farm_cli.benches import bench_app
 from farm_cli.options import (
     SPEC,
@@ -93,9 +93,10 @@ def render(
         loras.upload_to(user_loras.files, coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for
 
-        render_id = submit_render(spec.to_dict(), pixels, coordinator, token)
+        render_id = submit_render(spec.to_dict(), pixels, coordinator, token,
+                                  unreachable=", or render here with --local")
         typer.echo(render_id)
-        render = wait_for(render_id, coordinator, token)
+        render = wait_for(render_id, coordinator, token, output=output or Path("render.mp4"))
         if render.get("state") != "done":
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
         fetch_results(render, output or Path("render.mp4"), save_latents, coordinator, token)
@@ -133,7 +134,8 @@ for command in (renders.submit, renders.watch, renders.status, renders.cancel, r
                 doctor.doctor):
     app.command()(command)
 app.command("config")(config.show)
-for command in (manage.ls, manage.retry, manage.delete, manage.prune, manage.logs, plan.plan):
+app.command("dashboard")(dashboard.dashboard)
+for command in (manage.ls, manage.retry, manage.rerun, manage.delete, manage.prune, manage.logs, plan.plan):
     app.command()(command)
 pack_app.command("tiny")(pack_tiny)
 pack_app.command("pull")(packs.pack_pull)

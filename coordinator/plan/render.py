@@ -88,7 +88,9 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     for key in ("height", "width"):
         value = spec[key]
         if value <= 0 or value % 64:
-            raise SpecError(f"{key} {value} is not a positive multiple of 64 (two-stage renders halve it for stage 1)")
+            near = max(64, round(value / 64) * 64) if value > 0 else 64
+            raise SpecError(f"{key} {value} is not a positive multiple of 64 (two-stage renders halve it for "
+                            f"stage 1): try {near}")
         if value > MAX_SIDE:
             raise SpecError(f"{key} {value} is beyond the model's {MAX_SIDE} px positional range")
     frames = spec["frames"]

@@ -8,6 +8,9 @@ local seen = ARGV[5] == '1'
 -- The worker's own fields, read once (nothing below changes them before the lease is written).
 local W = redis.call('HMGET', key('worker', worker), 'drain', 'info', 'models', 'session')
 if W[1] == '1' then  -- draining: no more
+  if seen and redis.call('HGET', key('worker', worker), 'state') ~= 'drained' then
+    feed({type = 'worker_drained', worker = worker})
+  end
   if seen then worker_seen(worker, 'drained', '') end
   return false
 end
