@@ -38,6 +38,7 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
 from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of, negative_text_task, plan_guided_stage1
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
+from coordinator.plan.loras import with_loras
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
@@ -89,7 +90,9 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     for key in ("height", "width"):
         value = spec[key]
         if value <= 0 or value % 64:
-            raise SpecError(f"{key} {value} is not a positive multiple of 64 (two-stage renders halve it for stage 1)")
+            near = max(64, round(value / 64) * 64) if value > 0 else 64
+            raise SpecError(f"{key} {value} is not a positive multiple of 64 (two-stage renders halve it for "
+                            f"stage 1): try {near}")
         if value > MAX_SIDE:
             raise SpecError(f"{key} {value} is beyond the model's {MAX_SIDE} px positional range")
     frames = spec["frames"]
@@ -241,7 +244,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                                                "text_key": text_key(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
-        return plan_length_phase(rid, spec, tasks[0])
+        return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     image = spec.get("image")
     cond1, cond2 = {}, {}
     if image:
@@ -277,6 +280,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     costs.annotate(tasks, spec)
     return tasks
 
