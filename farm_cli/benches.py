@@ -30,6 +30,22 @@ def overhead(
     run(height, width, frames, tiles, pack, data, pairs)
 
 
+@bench_app.command("guidance")
+def guidance(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 49,
+    steps: Annotated[int, typer.Option("--steps")] = 4,
+    pack: Annotated[str, typer.Option("--pack", help="A pack with a dev DiT (tiny-dev: written if missing).")] = "tiny-dev",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved 1-worker / 2-worker rounds.")] = 3,
+) -> None:
+    """A guided (CFG, 2 passes) step's wall time on 2 workers against 1: paired speed-up beside the ideal 2x."""
+    from farm_cli.bench.guidance import run
+
+    run(height, width, frames, steps, pack, data, pairs)
+
+
 @bench_app.command("failover")
 def failover(
     kills: Annotated[int, typer.Option("--kills", help="How many kill -9s (one render each).")] = 3,

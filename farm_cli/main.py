@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
+from farm_cli import options as opt
 from farm_cli.benches import bench_app
 from farm_cli.options import (
     SPEC,
@@ -76,6 +77,11 @@ def render(
     *, coordinator: Coordinator, token: Token = None,
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
     lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
+    pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
+    stg_scale: opt.StgScale = None, stg_blocks: opt.StgBlocks = None, rescale: opt.Rescale = None,
+    modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
+    audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
+    audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
@@ -88,7 +94,10 @@ def render(
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
-                            detailing_strength=detailing_strength, lora_fields=user_loras.fields)
+                            detailing_strength=detailing_strength, lora_fields=user_loras.fields,
+                            guidance=opt.guidance_fields(
+        pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt))
     if not local:
         loras.upload_to(user_loras.files, coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for

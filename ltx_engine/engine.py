@@ -91,7 +91,14 @@ class Engine:
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
         return {"latent": video.latent, "clean": video.clean_latent, "mask": video.denoise_mask,
                 "positions": video.positions, "audio_latent": audio.latent, "audio_mask": audio.denoise_mask,
-                "audio_positions": audio.positions}
+                "audio_positions": audio.positions, "audio_clean": audio.clean_latent}
+
+    def guidance_pass(self, pack: Pack, params: dict, arrays: dict[str, np.ndarray],
+                      contexts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One pass of a guided step on the pack's dev DiT (`guided.run_pass`): x0 of both modalities."""
+        from ltx_engine.guided import run_pass
+
+        return run_pass(self.model(pack, "transformer_dev"), params, arrays, contexts)
 
     def forward(self, pack: Pack, tokens: dict[str, np.ndarray], sigma: float,
                 contexts: dict[str, np.ndarray]) -> np.ndarray:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 
 from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
+from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_PROMPT_CHARS = 20_000
@@ -198,6 +199,7 @@ SPEC_FIELDS: dict[str, Rule] = {
     "group": text(128, pattern=ID),
     "notify": text(2048, pattern=re.compile(r"https?://\S+")),
 }
+SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -226,6 +228,19 @@ class RenderSpec:
     detailing_strength: float = 0.5
     loras: tuple[LoraRef, ...] = ()  # user LoRAs on every DiT task of the render (issue #22)
     lora_mode: str = "fused"  # fused: summed into the weights once per worker; unfused: run-time adapters
+    # The recipe and its guidance (protos/guidance_spec.py); None = the recipe's upstream default.
+    pipeline: str = "distilled"  # distilled | one-stage | two-stage | two-stage-hq
+    steps: int | None = None  # dev stage 1 / one-stage steps (LTX2 scheduler)
+    cfg_scale: float | None = None
+    stg_scale: float | None = None
+    stg_blocks: tuple[int, ...] | None = None
+    rescale: float | None = None
+    modality_scale: float | None = None
+    audio_cfg_scale: float | None = None
+    audio_stg_scale: float | None = None
+    audio_rescale: float | None = None
+    audio_modality_scale: float | None = None
+    negative_prompt: str | None = None  # None: upstream's default negative prompt (guided recipes)
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None
@@ -240,7 +255,9 @@ class RenderSpec:
             raise SpecError(f"unknown spec field {str(unknown[0])[:60]!r}")
         typed = {key: SPEC_FIELDS.get(key, scalar)(key, value) for key, value in raw.items()
                  if value is not None and key in names}
-        return cls(**typed)
+        spec = cls(**typed)
+        check_guidance(spec)
+        return spec
 
     def to_dict(self) -> dict[str, JsonValue]:
         """The JSON form: every asked field (None where left out), the submit fields only when given."""

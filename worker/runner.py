@@ -301,6 +301,13 @@ class Runner:
         step(1, 1)
         return {"velocity": velocity}
 
+    def _run_guidance_pass(self, pack, params, inputs, step):
+        """One pass (cond, uncond, perturbed, isolated) of a guided step: its x0 (coordinator/plan/guidance.py)."""
+        arrays = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
+        out = self.engine.guidance_pass(pack, params, arrays, _contexts(inputs))
+        step(1, 1)
+        return out
+
     def _run_upsample_spatial(self, pack, params, inputs, step):
         return {"latent": self.engine.upsample_spatial(pack, inputs["latent"])}
 

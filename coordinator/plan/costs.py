@@ -42,7 +42,8 @@ DIT_FORWARD_S = 0.6         # audio stream, AdaLN, per forward
 DECODE_S_PER_VOXEL = 3.5e-7  # conv VAE decode, reference seconds per output pixel·frame
 UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
 FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
-           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05}
+           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05,
+           "guide_step": 0.1}  # a guided step's combine (+ res_2s' float64 midpoint), on the coordinator
 
 REF_PACK_BYTES = 26 * GB     # a full-size q8 pack: activations scale from it for reduced (test) packs
 REAL_PACK_BYTES = 4 * GB     # any real LTX pack (q4 included) has the full width: activations unscaled
@@ -53,7 +54,8 @@ DIT_BYTES_PER_TOKEN = int(0.9 * MB)
 MUX_S, MUX_S_PER_VOXEL = 0.5, 1e-8  # assembly: ~100 M pixel·frames per second through H.264
 LOAD_BYTES_PER_S = 2 * GB  # a cold model: weights read from the SSD into unified memory
 DECODE_BYTES_PER_VOXEL = 3 * 4 * 24  # the decode working set per output pixel (plan_decode's factor)
-DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
+DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile",
+             "guidance_pass")  # one pass of a guided step: one forward over the stage's tokens
 KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("vae_encoder",),
                 "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
                 "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
@@ -69,6 +71,8 @@ def chip_speed(chip: str | None) -> float:
 
 def _cells(params: Mapping) -> int:
     """Latent cells of a task's video: its tile or window, else the (height, width, frames) it samples."""
+    if params.get("cells"):  # a guidance pass: the stage's latent cells, as its planner counted them
+        return int(params["cells"])
     tile = params.get("tile") or params.get("latent")
     if isinstance(tile, Mapping) and tile:
         return math.prod(max(0, int(e) - int(s)) for s, e in tile.values())
@@ -87,7 +91,7 @@ def dit_forward_s(tokens: int) -> float:
 
 
 def _forwards(kind: str, params: Mapping) -> int:
-    if kind == "transformer_forward":
+    if kind in ("transformer_forward", "guidance_pass"):
         return 1
     sigmas = params.get("sigmas") or ()
     return max(1, len(sigmas) - 1) if kind != "dfr_tile" or sigmas else 4

@@ -166,8 +166,12 @@ class Attention(nn.Module):
         return self._heads(apply_interleaved(x, pe))
 
     def __call__(self, x: mx.array, context: mx.array | None = None, mask: mx.array | None = None,
-                 pe: RopeTable | None = None, k_pe: RopeTable | None = None) -> mx.array:
+                 pe: RopeTable | None = None, k_pe: RopeTable | None = None, skip: bool = False) -> mx.array:
+        """`skip` (STG): the value projection passes through in place of attention; gates still apply."""
         context = x if context is None else context
+        if skip:
+            b, t = x.shape[:2]
+            return self._output(self.to_v(context).reshape(b, t, self.heads, self.dim_head), x)
         q = self.q_norm(self.to_q(x))
         k = self.k_norm(self.to_k(context))
         v = self._heads(self.to_v(context))
@@ -176,12 +180,28 @@ class Attention(nn.Module):
         if mask is not None:
             mask = mask.astype(q.dtype)
         out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.dim_head), mask=mask)
-        out = out.transpose(0, 2, 1, 3)  # (B, T, H, Dh)
+        return self._output(out.transpose(0, 2, 1, 3), x)
+
+    def _output(self, out: mx.array, x: mx.array) -> mx.array:
+        """Heads output (B, T, H, Dh) -> per-head gates (when gated) -> output projection."""
         if "to_gate_logits" in self:
             gates = 2.0 * mx.sigmoid(self.to_gate_logits(x))
             out = out * gates[..., None].astype(out.dtype)
         b, t = out.shape[:2]
         return self.to_out(out.reshape(b, t, -1))
+
+
+@dataclass(frozen=True)
+class BlockSkip:
+    """What one block skips in a perturbed pass (STG self-attention, modality-isolating cross-attention)."""
+
+    video_self: bool = False
+    audio_self: bool = False
+    a2v: bool = False
+    v2a: bool = False
+
+
+NO_SKIP = BlockSkip()
 
 
 @dataclass
@@ -246,14 +266,14 @@ class BasicAVTransformerBlock(nn.Module):
             self.scale_shift_table_a2v_ca_audio = mx.zeros((5, audio.dim))
             self.scale_shift_table_a2v_ca_video = mx.zeros((5, video.dim))
 
-    def _self_and_text(self, s: StreamArgs, prefix: str) -> mx.array:
+    def _self_and_text(self, s: StreamArgs, prefix: str, skip_self: bool = False) -> mx.array:
         """Self-attention then text cross-attention of one modality (prefix "" or "audio_")."""
         table = self[f"{prefix}scale_shift_table"]
         attn1, attn2 = self[f"{prefix}attn1"], self[f"{prefix}attn2"]
         x = s.x
         shift, scale, gate = s.mod.values(table, 0, 3)
         h = _rms(x, self.eps) * (1 + scale) + shift
-        x = x + attn1(h, pe=s.pe, mask=s.self_mask) * gate
+        x = x + attn1(h, pe=s.pe, mask=s.self_mask, skip=skip_self) * gate
         if self.ca_adaln:
             shift_q, scale_q, gate_q = s.mod.values(table, 6, 9)
             shift_kv, scale_kv = s.prompt_mod.values(self[f"{prefix}prompt_scale_shift_table"], 0, 2)
@@ -274,28 +294,36 @@ class BasicAVTransformerBlock(nn.Module):
         (gate,) = s.cross_gate.values(table[4:], 0, 1)
         return scale, shift, gate
 
-    def _cross_av(self, v: StreamArgs, a: StreamArgs, vx: mx.array, ax: mx.array) -> tuple[mx.array, mx.array]:
-        """a2v then v2a; both read the states normed before either update (v2a sees pre-a2v video)."""
+    def _cross_av(self, v: StreamArgs, a: StreamArgs, vx: mx.array, ax: mx.array,
+                  skip: BlockSkip = NO_SKIP) -> tuple[mx.array, mx.array]:
+        """a2v then v2a; both read the states normed before either update (v2a sees pre-a2v video).
+        A skipped direction leaves its stream as it was."""
         vn, an = _rms(vx, self.eps), _rms(ax, self.eps)
         tv, ta = self.scale_shift_table_a2v_ca_video, self.scale_shift_table_a2v_ca_audio
-        scale_v, shift_v, gate_a2v = self._av_values(tv, v, 0)
-        scale_a, shift_a, _ = self._av_values(ta, a, 0)
-        out = self.audio_to_video_attn(vn * (1 + scale_v) + shift_v, context=an * (1 + scale_a) + shift_a,
-                                       pe=v.cross_pe, k_pe=a.cross_pe)
-        new_vx = vx + out * gate_a2v
+        new_vx = vx if skip.a2v else self._a2v(v, a, vx, vn, an)
+        if skip.v2a:
+            return new_vx, ax
         scale_a, shift_a, gate_v2a = self._av_values(ta, a, 2)
         scale_v, shift_v, _ = self._av_values(tv, v, 2)
         out = self.video_to_audio_attn(an * (1 + scale_a) + shift_a, context=vn * (1 + scale_v) + shift_v,
                                        pe=a.cross_pe, k_pe=v.cross_pe)
         return new_vx, ax + out * gate_v2a
 
-    def __call__(self, video: StreamArgs | None, audio: StreamArgs | None) -> tuple:
+    def _a2v(self, v: StreamArgs, a: StreamArgs, vx: mx.array, vn: mx.array, an: mx.array) -> mx.array:
+        tv, ta = self.scale_shift_table_a2v_ca_video, self.scale_shift_table_a2v_ca_audio
+        scale_v, shift_v, gate_a2v = self._av_values(tv, v, 0)
+        scale_a, shift_a, _ = self._av_values(ta, a, 0)
+        out = self.audio_to_video_attn(vn * (1 + scale_v) + shift_v, context=an * (1 + scale_a) + shift_a,
+                                       pe=v.cross_pe, k_pe=a.cross_pe)
+        return vx + out * gate_a2v
+
+    def __call__(self, video: StreamArgs | None, audio: StreamArgs | None, skip: BlockSkip = NO_SKIP) -> tuple:
         run_v = video is not None and video.x.size > 0
         run_a = audio is not None and audio.x.size > 0
-        vx = self._self_and_text(video, "") if run_v else None
-        ax = self._self_and_text(audio, "audio_") if run_a else None
+        vx = self._self_and_text(video, "", skip.video_self) if run_v else None
+        ax = self._self_and_text(audio, "audio_", skip.audio_self) if run_a else None
         if run_v and run_a and video.cross_gate is not None and audio.cross_gate is not None:
-            vx, ax = self._cross_av(video, audio, vx, ax)
+            vx, ax = self._cross_av(video, audio, vx, ax, skip)
         if run_v:
             video = replace(video, x=self._ff(video, vx, ""))
         if run_a:

@@ -16,9 +16,12 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ltx_engine.guidance import NO_PERTURBATION, Perturbation
 from ltx_engine.models.dit_blocks import (
+    NO_SKIP,
     AdaLayerNormSingle,
     BasicAVTransformerBlock,
+    BlockSkip,
     StreamArgs,
     StreamDims,
     TextProjection,
@@ -294,7 +297,21 @@ class LTXModel(nn.Module):
         x = mx.fast.layer_norm(s.x, None, None, self.config.norm_eps)
         return self[f"{p}proj_out"](x * (1 + scale) + shift)
 
-    def __call__(self, video: Modality | None, audio: Modality | None) -> tuple[mx.array | None, mx.array | None]:
+    def block_skips(self, perturbation: Perturbation | None) -> list[BlockSkip]:
+        """Per-block skips of a perturbed pass; STG blocks outside the model are refused."""
+        p = perturbation or NO_PERTURBATION
+        n = len(self.transformer_blocks)
+        outside = sorted(b for b in p.video_self_blocks | p.audio_self_blocks if not 0 <= b < n)
+        if outside:
+            raise ValueError(f"STG blocks {outside} outside the model's {n} blocks (0..{n - 1})")
+        if p.is_identity():
+            return [NO_SKIP] * n
+        return [BlockSkip(i in p.video_self_blocks, i in p.audio_self_blocks, p.skip_a2v, p.skip_v2a)
+                for i in range(n)]
+
+    def __call__(self, video: Modality | None, audio: Modality | None,
+                 perturbation: Perturbation | None = None) -> tuple[mx.array | None, mx.array | None]:
+        """Velocities of both modalities; `perturbation` makes it a STG or modality-isolated pass."""
         c = self.config
         if video is None and audio is None:
             raise ValueError("at least one of video or audio is required")
@@ -304,8 +321,8 @@ class LTXModel(nn.Module):
             raise ValueError("this model has no audio stream")
         v = self._prepare(video, audio, "") if video is not None and video.enabled else None
         a = self._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
-        for block in self.transformer_blocks:
-            v, a = block(v, a)
+        for block, skip in zip(self.transformer_blocks, self.block_skips(perturbation), strict=True):
+            v, a = block(v, a, skip)
         vx = self._output("", v).astype(video.latent.dtype) if v is not None else None
         ax = self._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
         return vx, ax
