@@ -194,3 +194,11 @@ def sp_forward(model, video, audio, ex: Exchange) -> tuple[mx.array, mx.array | 
     vx = ex.gather([model._output("", s) for s in shards], 1, "output").astype(video.latent.dtype)
     ax = model._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
     return vx, ax
+
+
+def forward_bytes(plan: ShardPlan, layers: int, video_width: int, audio_width: int, itemsize: int,
+                  out_channels: int, out_itemsize: int = 4) -> int:
+    """Bytes ONE rank receives per SP forward (what `Exchange.bytes_received` counts): per layer the
+    self-attention K, V (video width) and the video->audio K, V (audio width), then the output rows."""
+    per_row = layers * (2 * video_width + 2 * audio_width) * itemsize + out_channels * out_itemsize
+    return (plan.degree - 1) * plan.per_rank * per_row

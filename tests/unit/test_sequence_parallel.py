@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ltx_engine.sampling import LatentState
-from ltx_engine.sequence_parallel import LocalExchange, ShardPlan, sp_forward
+from ltx_engine.sequence_parallel import LocalExchange, ShardPlan, forward_bytes, sp_forward
 from ltx_engine.sp_denoise import Resume, denoise_stage1
 from ltx_engine.sp_group import run_ring
 from tests.unit import sp_model
@@ -67,8 +67,12 @@ def test_local_split_is_bit_identical_to_the_unsplit_forward(model, grid, k) -> 
     rv, ra = _unsplit(model, grid)
     sv, sa, ex = _local(model, grid, k)
     assert np.array_equal(sv, rv) and np.array_equal(sa, ra)
-    # per block: self K, V and v2a K, V; plus the output once
+    # per block: self K, V and v2a K, V; plus the output once; the byte formula counts the same
     assert ex.gathers == 4 * len(model.transformer_blocks) + 1
+    c = model.config
+    assert ex.bytes_received == forward_bytes(ex.plan, c.num_layers, c.num_attention_heads * c.attention_head_dim,
+                                              c.audio_num_attention_heads * c.audio_attention_head_dim, 4,
+                                              c.out_channels)
 
 
 @pytest.mark.parametrize("grid,k", [((3, 5, 7), 2), ((2, 5, 7), 3)])
