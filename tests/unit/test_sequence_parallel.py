@@ -116,3 +116,19 @@ def test_sp_denoise_ring_equals_one_process_and_resumes_on_another_degree(model,
         assert np.array_equal(resumed["video_latent"], out2["video_latent"])
         assert np.array_equal(resumed["audio_latent"], out2["audio_latent"])
     assert isinstance(video, LatentState) and not np.array_equal(video.latent, kept2[4][0].latent)
+
+
+def test_engine_stage1_on_the_tiny_pack_equals_its_k_way_plans(tiny_packs) -> None:
+    """The tiny pack through the Engine: `denoise_stage1` (what `farm render --local` runs today) and
+    `denoise_stage1_sp` with 2 and 3 shards in one process (a k-way plan) give the same latents, bit for bit."""
+    from ltx_engine.engine import Engine
+    from ltx_engine.pack import open_pack
+
+    engine, pack = Engine(), open_pack(tiny_packs / "tiny")
+    inputs = sp_model.stage1_inputs()
+    plain = engine.denoise_stage1(pack, inputs)
+    for k in (2, 3):
+        split = engine.denoise_stage1_sp(pack, inputs, LocalExchange(ShardPlan(inputs.video_tokens, k)))
+        assert split.keys() == plain.keys()
+        for key in plain:
+            assert np.array_equal(split[key], plain[key]), (k, key)
