@@ -29,31 +29,10 @@ import numpy as np
 
 from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, Modulation, StreamArgs, _rms
 from ltx_engine.models.rope import SPLIT, RopeTable
+from ltx_engine.sp_plan import ShardPlan, forward_bytes
 
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """k equal shards of `tokens` video tokens, padded to a multiple of k (upstream's rule)."""
-
-    tokens: int
-    degree: int
-
-    def __post_init__(self) -> None:
-        if self.degree < 1 or self.tokens < self.degree:
-            raise ValueError(f"cannot split {self.tokens} tokens over {self.degree} ranks")
-
-    @property
-    def per_rank(self) -> int:
-        return -(-self.tokens // self.degree)
-
-    @property
-    def padding(self) -> int:
-        return self.per_rank * self.degree - self.tokens
-
-    def indices(self, rank: int) -> np.ndarray:
-        """Token indices of a rank's shard; padded rows repeat the last real token."""
-        n = self.per_rank
-        return np.minimum(np.arange(rank * n, (rank + 1) * n), self.tokens - 1).astype(np.int32)
+__all__ = ["Exchange", "GroupExchange", "LocalExchange", "ShardPlan", "forward_bytes", "shard_stream", "sp_block",
+           "sp_forward"]
 
 
 @dataclass
@@ -195,10 +174,3 @@ def sp_forward(model, video, audio, ex: Exchange) -> tuple[mx.array, mx.array | 
     ax = model._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
     return vx, ax
 
-
-def forward_bytes(plan: ShardPlan, layers: int, video_width: int, audio_width: int, itemsize: int,
-                  out_channels: int, out_itemsize: int = 4) -> int:
-    """Bytes ONE rank receives per SP forward (what `Exchange.bytes_received` counts): per layer the
-    self-attention K, V (video width) and the video->audio K, V (audio width), then the output rows."""
-    per_row = layers * (2 * video_width + 2 * audio_width) * itemsize + out_channels * out_itemsize
-    return (plan.degree - 1) * plan.per_rank * per_row
