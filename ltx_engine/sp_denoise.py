@@ -22,10 +22,24 @@ from ltx_engine.denoise import (
     step_states,
 )
 from ltx_engine.sampling import LatentState
-from ltx_engine.sequence_parallel import Exchange, sp_forward
+from ltx_engine.sequence_parallel import Exchange, GroupExchange, LocalExchange, ShardPlan, sp_forward
 from ltx_engine.tokens import unpatchify_audio, unpatchify_video
 
 OnStep = Callable[[int, LatentState, LatentState | None], None]
+
+
+@dataclass(frozen=True)
+class Split:
+    """A stage's k-way split: `group` None runs the k shards in this process (`farm render --local`),
+    else this process is its rank of that `mx.distributed` group. The token count is the stage's
+    (conditioning tokens included), known once its states are built."""
+
+    degree: int
+    group: object | None = None
+
+    def exchange(self, tokens: int) -> Exchange:
+        plan = ShardPlan(tokens, self.degree)
+        return LocalExchange(plan) if self.group is None else GroupExchange(plan, self.group)
 
 
 @dataclass(frozen=True)
@@ -68,14 +82,17 @@ def denoise_steps(video: LatentState, audio: LatentState | None, sigmas: list[fl
     return video, audio
 
 
-def denoise_stage1(model, inputs: StageInputs, latent_channels: int, ex: Exchange,
+def denoise_stage1(model, inputs: StageInputs, latent_channels: int, ex: Exchange | Split,
                    progress: Callable[[int, int], None] | None = None, resume: Resume | None = None,
                    on_step: OnStep | None = None) -> dict:
-    """`Engine.denoise_stage1` with the sequence-parallel forward (same outputs, same keys)."""
+    """`Engine.denoise_stage1` with the sequence-parallel forward (same outputs, same keys); `ex` an
+    `Exchange` for the stage's token count, or a `Split` that makes one."""
     video, audio = build_stage_states(inputs, latent_channels)
     start = 0
     if resume is not None:
         video, audio, start = resume.video, resume.audio, resume.step
+    if isinstance(ex, Split):
+        ex = ex.exchange(video.num_tokens)
     if video.num_tokens != ex.plan.tokens:
         raise ValueError(f"stage of {video.num_tokens} video tokens for a plan of {ex.plan.tokens}")
     marker = stage_marker(inputs, video.num_tokens) if model.config.use_keyframes_abs_pos_embedding else None

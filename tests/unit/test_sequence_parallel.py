@@ -132,3 +132,20 @@ def test_engine_stage1_on_the_tiny_pack_equals_its_k_way_plans(tiny_packs) -> No
         assert split.keys() == plain.keys()
         for key in plain:
             assert np.array_equal(split[key], plain[key]), (k, key)
+
+
+def test_runner_stage1_task_with_a_planned_degree_equals_the_plain_task(local_runner) -> None:
+    """A `denoise_stage1` task whose plan records `stage1_parallel: k` runs its k shards in the process
+    (`farm render --local` of a k-way plan) and equals the task without it: 105 generated tokens plus
+    a keyframe image at frame 8 appended (35 conditioning tokens at timestep 0; 140 = 3·47 - 1: padded)."""
+    inputs = sp_model.stage1_inputs()
+    params = {"pack": "tiny", "frames": inputs.frames, "height": inputs.height, "width": inputs.width,
+              "fps": inputs.fps, "seed": inputs.seed, "sigmas": inputs.sigmas, "audio_frames": inputs.audio_frames,
+              "sampler": "euler", "image_frame": 8}
+    task_inputs = {**inputs.contexts,
+                   "image_latent": np.random.default_rng(3).standard_normal((1, 128, 1, 5, 7)).astype(np.float32)}
+    plain, _ = local_runner.run("denoise_stage1", params, task_inputs)
+    for k in (2, 3):
+        split, _ = local_runner.run("denoise_stage1", {**params, "stage1_parallel": k}, task_inputs)
+        assert split.keys() == plain.keys()
+        assert all(np.array_equal(split[key], plain[key]) for key in plain), k
