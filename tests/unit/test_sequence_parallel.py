@@ -9,6 +9,7 @@ assert exact equality; docs/ARCHITECTURE.md ("Sequence-parallel stage 1") states
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -149,3 +150,17 @@ def test_runner_stage1_task_with_a_planned_degree_equals_the_plain_task(local_ru
         split, _ = local_runner.run("denoise_stage1", {**params, "stage1_parallel": k}, task_inputs)
         assert split.keys() == plain.keys()
         assert all(np.array_equal(split[key], plain[key]) for key in plain), k
+
+
+@pytest.mark.parametrize("mode", ["freeze", "fail"])
+def test_a_ring_with_a_frozen_or_dead_peer_is_killed_not_left_hanging(tmp_path, mode) -> None:
+    """Rank 1 SIGSTOPs itself (or exits) after the group opens; rank 0 blocks in its first all_gather
+    forever. `run_ring` ends both: at the deadline for a frozen peer, at once for a dead one."""
+    start = time.monotonic()
+    results = run_ring([sys.executable, "-m", "tests.unit.sp_rank", mode, str(tmp_path), "3", "5", "7"], 2,
+                       8 if mode == "freeze" else RING_TIMEOUT_S, cwd=ROOT)
+    took = time.monotonic() - start
+    assert results[0].returncode is None  # blocked in the collective, killed
+    assert results[1].returncode == (None if mode == "freeze" else 3)
+    assert not (tmp_path / "rank0.npz").exists()
+    assert took < (15 if mode == "freeze" else 10), took
