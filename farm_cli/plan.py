@@ -20,6 +20,8 @@ from farm_cli.options import (
     Height,
     Image,
     Json,
+    Lora,
+    LoraMode,
     NoAudio,
     PackRef,
     Prompt,
@@ -101,17 +103,20 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
          decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
          *, coordinator: Coordinator, token: Token = None,
-         as_json: Json = False) -> None:
+         as_json: Json = False, lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
+    from farm_cli import loras
     from farm_cli.spec import cli_spec
 
+    user_loras = loras.resolve(lora, lora_mode)
     spec, _pixels = cli_spec(prompt=prompt or "plan", height=height, width=width, frames=frames,
                              frame_rate=frame_rate, seed=seed, pack=pack, image=image, no_audio=no_audio,
                              stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
-                             text_encoder=text_encoder, image_blob="plan")
+                             text_encoder=text_encoder, image_blob="plan",
+                             lora_fields=user_loras.fields)
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)
@@ -119,3 +124,9 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         print_plan(result)
+        if spec.loras:
+            from coordinator.plan.costs import lora_fuse_seconds
+
+            seconds = lora_fuse_seconds({"loras": spec.loras, "lora_mode": spec.lora_mode})
+            typer.echo(f"LoRA set: {len(spec.loras)} {spec.lora_mode}; a worker without it warm spends ~{seconds:.0f} s "
+                       "(reference seconds) building it before its first DiT task, counted in the times above")

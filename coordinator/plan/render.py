@@ -36,6 +36,7 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     task,
 )
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
+from coordinator.plan.loras import with_loras
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
@@ -226,7 +227,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                                                "text_key": text_key(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
-        return plan_length_phase(rid, spec, tasks[0])
+        return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     image = spec.get("image")
     cond1, cond2 = {}, {}
     if image:
@@ -251,6 +252,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     costs.annotate(tasks, spec)
     return tasks
 
