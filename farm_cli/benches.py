@@ -213,3 +213,20 @@ def watchers(
     if count < 1 or pairs < 1 or workers < 1:
         common.fail("--watchers, --pairs and --workers must be at least 1")
     watchers_bench(count, pairs, workers, data)
+
+
+@bench_app.command("sp")
+def sp(
+    frames: Annotated[int, typer.Option("--latent-frames", help="Latent frames of the stage-1 grid.")] = 4,
+    height: Annotated[int, typer.Option("--latent-height")] = 16,
+    width: Annotated[int, typer.Option("--latent-width")] = 32,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved 1-worker / 2-worker SP pairs.")] = 3,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed forwards per side per pair.")] = 2,
+    macs: Annotated[int, typer.Option("--macs", help="Macs in the projection.")] = 4,
+    chip: Annotated[str, typer.Option("--chip", help="Chip of the full-size projection.")] = "M1 Max",
+) -> None:
+    """Stage-1 DiT forward sequence-parallel on 2 workers vs 1 (ring on 127.0.0.1), bytes per step, ratio,
+    and a projection for N Macs over 10 GbE and Thunderbolt 5."""
+    from farm_cli.bench.sp import run
+
+    run(frames, height, width, pairs, repeats, macs, chip)

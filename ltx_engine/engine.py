@@ -181,3 +181,13 @@ class Engine:
 
         wave, rate = decode_audio(self.model(pack, "audio_vae"), self.model(pack, "vocoder"), mx.array(audio_latent))
         return np.asarray(wave, dtype=np.float32), int(rate)
+
+    # Sequence-parallel stage 1 (issue #25): the video tokens split as `exchange` says.
+    def denoise_stage1_sp(self, pack: Pack, inputs: StageInputs, exchange, progress: Progress | None = None,
+                          resume=None, on_step=None) -> dict:
+        """`denoise_stage1` with a sequence-parallel forward (`ltx_engine.sp_denoise`): k shards in this
+        process (`LocalExchange`) or this rank's over a group (`GroupExchange`); same outputs."""
+        from ltx_engine import sp_denoise
+
+        return sp_denoise.denoise_stage1(self.model(pack, "transformer"), inputs, self._latent_channels(pack),
+                                         exchange, progress, resume, on_step)

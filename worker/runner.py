@@ -270,6 +270,11 @@ class Runner:
         worker's pack calls for."""
         if not params.get("sampler"):
             params = {**params, "sampler": stage1_sampler(pack.generation, bool(params.get("dfr_slots")))}
+        degree = int(params.get("stage1_parallel") or 1)  # issue #25: a k-way plan, its k shards here
+        if degree > 1:
+            from ltx_engine.sp_denoise import Split
+
+            return self.engine.denoise_stage1_sp(pack, self._stage(pack, params, inputs), Split(degree), step)
         return self.engine.denoise_stage1(pack, self._stage(pack, params, inputs), step)
 
     def _detailing(self, pack, params):
