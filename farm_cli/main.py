@@ -9,8 +9,9 @@ import typer
 
 from farm_cli import common, config, doctor, manage, packs, plan, renders, services
 from farm_cli.benches import bench_app
-from farm_cli.options import (
+from farm_cli.options import (  # issue #26
     SPEC,
+    ComputeDtype,
     Coordinator,
     DataDir,
     DecodeTiles,
@@ -27,6 +28,7 @@ from farm_cli.options import (
     Prompt,
     SaveLatents,
     Seed,
+    SparseAttention,
     Stage2Sigmas,
     Stage2Tiles,
     TemporalUpscalings,
@@ -72,6 +74,7 @@ def render(
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
+    sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
@@ -83,7 +86,8 @@ def render(
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
-                            detailing_strength=detailing_strength)
+                            detailing_strength=detailing_strength,
+                            sparse_attention=sparse_attention, compute_dtype=compute_dtype)
     if not local:
         from farm_cli.remote import fetch_results, submit_render, wait_for
 

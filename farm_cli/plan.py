@@ -10,8 +10,9 @@ from pathlib import Path
 
 import typer
 
-from farm_cli.options import (
+from farm_cli.options import (  # issue #26
     SPEC,
+    ComputeDtype,
     Coordinator,
     DecodeTiles,
     FleetFile,
@@ -24,6 +25,7 @@ from farm_cli.options import (
     PackRef,
     Prompt,
     Seed,
+    SparseAttention,
     Stage2Sigmas,
     Stage2Tiles,
     TemporalUpscalings,
@@ -74,6 +76,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
          decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
          *, coordinator: Coordinator, token: Token = None,
+         sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
          as_json: Json = False) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
@@ -84,7 +87,8 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
                              frame_rate=frame_rate, seed=seed, pack=pack, image=image, no_audio=no_audio,
                              stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
-                             text_encoder=text_encoder, image_blob="plan")
+                             text_encoder=text_encoder, image_blob="plan",
+                             sparse_attention=sparse_attention, compute_dtype=compute_dtype)
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from farm_cli.options import (
+from farm_cli.options import (  # issue #26
     SPEC,
+    ComputeDtype,
     Coordinator,
     DecodeTiles,
     DetailingLora,
@@ -26,6 +27,7 @@ from farm_cli.options import (
     Prompt,
     SaveLatents,
     Seed,
+    SparseAttention,
     Stage2Sigmas,
     Stage2Tiles,
     TemporalUpscalings,
@@ -53,6 +55,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
+           sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
@@ -63,7 +66,8 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                              tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                              text_encoder=text_encoder, detailing_lora=detailing_lora,
-                             detailing_strength=detailing_strength, priority=priority, notify=notify)
+                             detailing_strength=detailing_strength, priority=priority, notify=notify,
+                             sparse_attention=sparse_attention, compute_dtype=compute_dtype)
     spec = typed.to_dict()
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch

@@ -22,6 +22,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
              decode_tiles: str = "auto", exr: Path | None = None, text_encoder: str | None = None,
              data: Path | None = None, detailing_lora: str | None = None, detailing_strength: float = 0.5,
              priority: int | None = None, notify: str | None = None, image_blob: str | None = None,
+             sparse_attention: str | None = None, compute_dtype: str | None = None,
              ) -> tuple[RenderSpec, np.ndarray | None]:
     """The typed spec of the command's options and the decoded image, if any; one line, exit 2, for a
     value the spec refuses. `image_blob`: stands in for the image without reading it (`farm plan`)."""
@@ -33,6 +34,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
     raw |= common.detailing_spec(detailing_lora, detailing_strength)
     raw["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     raw["priority"] = priority
+    raw |= forward_spec(sparse_attention, compute_dtype)
     if notify:
         if not notify.startswith(("http://", "https://")):
             fail(f"--notify {notify!r}: give an http:// or https:// URL")
@@ -41,3 +43,14 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
         return RenderSpec.from_dict(raw), pixels
     except SpecError as exc:
         fail(str(exc))
+
+
+def forward_spec(sparse_attention: str | None, compute_dtype: str | None) -> dict:
+    """Issue #26: --sparse-attention TAUS (comma-separated) and --compute-dtype as spec fields."""
+    out: dict = {"compute_dtype": compute_dtype} if compute_dtype else {}
+    if sparse_attention:
+        try:
+            out["sparse_attention"] = [float(x) for x in sparse_attention.split(",")]
+        except ValueError:
+            fail(f"--sparse-attention {sparse_attention!r} is not a comma-separated list of taus, e.g. 1.0,1.25,1.5")
+    return out

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-BLOCK = 64
-MIN_TOKENS = 4096  # calls with fewer tokens stay dense (the port's rule)
+from ltx_engine.forward_rules import SPARSE_BLOCK as BLOCK
+from ltx_engine.forward_rules import SPARSE_MIN_TOKENS as MIN_TOKENS
+
 CHUNK_BYTES = 96 * 2**20  # gathered keys + values + scores of one chunk of query blocks
 
 

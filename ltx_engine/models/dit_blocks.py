@@ -14,6 +14,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ltx_engine import sparse_attention
+from ltx_engine.models import compute
 from ltx_engine.models.rope import SPLIT, RopeTable, apply_interleaved, apply_split, apply_split_flat
 
 TIMESTEP_PROJ_DIM = 256  # sinusoidal width the reference's PixArt embedding always uses
@@ -125,7 +127,10 @@ class FeedForward(nn.Module):
         self.proj_out = nn.Linear(int(dim * mult), dim_out, bias=bias)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.proj_out(nn.gelu_approx(self.proj_in(x)))
+        dt = getattr(self, "_compute", None)  # `ltx_engine.forward_options`: a narrower compute dtype
+        if dt is None:
+            return self.proj_out(nn.gelu_approx(self.proj_in(x)))
+        return compute.linear(self.proj_out, nn.gelu_approx(compute.linear(self.proj_in, x, dt)), dt).astype(x.dtype)
 
 
 class Attention(nn.Module):
@@ -167,21 +172,34 @@ class Attention(nn.Module):
 
     def __call__(self, x: mx.array, context: mx.array | None = None, mask: mx.array | None = None,
                  pe: RopeTable | None = None, k_pe: RopeTable | None = None) -> mx.array:
+        dt = getattr(self, "_compute", None)  # set per forward by `ltx_engine.forward_options`
+        self_attention = context is None
         context = x if context is None else context
-        q = self.q_norm(self.to_q(x))
-        k = self.k_norm(self.to_k(context))
-        v = self._heads(self.to_v(context))
+        q = compute.rms_norm(self.q_norm, compute.linear(self.to_q, x, dt), dt)
+        k = compute.rms_norm(self.k_norm, compute.linear(self.to_k, context, dt), dt)
+        v = self._heads(compute.linear(self.to_v, context, dt))
         q = self._rope(q, pe)
         k = self._rope(k, pe if k_pe is None else k_pe)
-        if mask is not None:
-            mask = mask.astype(q.dtype)
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.dim_head), mask=mask)
+        if dt is not None:
+            q, k = q.astype(dt), k.astype(dt)
+        out = self._attend(q, k, v, mask, self_attention)
         out = out.transpose(0, 2, 1, 3)  # (B, T, H, Dh)
         if "to_gate_logits" in self:
-            gates = 2.0 * mx.sigmoid(self.to_gate_logits(x))
+            gates = 2.0 * mx.sigmoid(compute.linear(self.to_gate_logits, x, dt))
             out = out * gates[..., None].astype(out.dtype)
         b, t = out.shape[:2]
-        return self.to_out(out.reshape(b, t, -1))
+        y = compute.linear(self.to_out, out.reshape(b, t, -1), dt)
+        return y if dt is None else y.astype(x.dtype)
+
+    def _attend(self, q: mx.array, k: mx.array, v: mx.array, mask: mx.array | None, self_attention: bool) -> mx.array:
+        """The attention kernel; an unmasked self-attention with a routing set (stage 2's attn1) may run sparse."""
+        scale = 1.0 / math.sqrt(self.dim_head)
+        routing = getattr(self, "_sparse", None)
+        if mask is None and self_attention and routing is not None:
+            return sparse_attention.attend(q, k, v, scale, routing)
+        if mask is not None:
+            mask = mask.astype(q.dtype)
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
 
 @dataclass

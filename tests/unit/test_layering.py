@@ -23,6 +23,7 @@ FARM_PACKAGES = ("coordinator", "worker", "protos", "farm_cli", "ltx_engine")
 # The engine modules the coordinator may import: planning and tiling math, tables, no model code.
 PURE_ENGINE = {"components", "decode_tiling", "dfr_layout", "duration", "generation", "sampling", "tdp", "text_encoders",
                "tiling", "tokens"}
+PURE_ENGINE |= {"forward_rules"}  # issue #26: sparse-attention and compute-dtype rules
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
 pytestmark = pytest.mark.timeout(120)
