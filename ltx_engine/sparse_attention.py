@@ -12,8 +12,8 @@ Rules (docs/ARCHITECTURE.md, "Sparse stage-2 attention", states them with our re
   (bit-identical to `mx.fast.scaled_dot_product_attention`).
 
 `attend` is what an attention module calls; `routed_attention` is the plain-MLX path that runs everywhere.
-On Metal a `mx.fast.metal_kernel` build would be checked against it at first use (`kernel_for`); none is
-built here, so the plain path runs, with one warning on Metal.
+On Metal the kernel of `ltx_engine.sparse_metal` (`mx.fast.metal_kernel`) runs once it checked equal to
+the plain path at its first call (`kernel_for`); else the plain path, with one warning.
 """
 
 from __future__ import annotations
@@ -164,12 +164,35 @@ _KERNELS: dict[str, object] = {}
 
 
 def kernel_for(dtype: mx.Dtype):
-    """The routed attention for a dtype: a Metal kernel where one is built and checks equal to the plain
-    path at first use; else the plain path (on Metal, with one warning per dtype)."""
+    """The routed attention for a dtype: off Metal the plain path; on Metal the kernel
+    (`ltx_engine.sparse_metal`) once its first call checks equal to the plain path (`checked_kernel`)."""
     key = str(dtype)
     if key not in _KERNELS:
-        _KERNELS[key] = routed_attention
-        if mx.metal.is_available():
-            warnings.warn(f"sparse attention: no Metal kernel for {key} in this build; the plain MLX path runs",
-                          stacklevel=2)
+        _KERNELS[key] = checked_kernel(key) if mx.metal.is_available() else routed_attention
     return _KERNELS[key]
+
+
+def checked_kernel(key: str):
+    """A routed attention that, on its first call, runs the Metal kernel and the plain path, and keeps
+    the kernel only when they agree (<= 1e-4 of the output's scale); else warns once and keeps plain."""
+
+    def first(q, k, v, scale, selected):
+        plain = routed_attention(q, k, v, scale, selected)
+        try:
+            from ltx_engine.sparse_metal import routed_attention_metal
+
+            metal = routed_attention_metal(q, k, v, scale, selected)
+            err = float(mx.max(mx.abs(metal.astype(mx.float32) - plain.astype(mx.float32))).item())
+            bound = 1e-4 * max(1.0, float(mx.max(mx.abs(plain.astype(mx.float32))).item()))
+            ok = err <= bound
+        except Exception as exc:  # noqa: BLE001 - a kernel that does not build leaves the plain path
+            ok, err = False, f"{type(exc).__name__}: {str(exc)[:200]}"
+        if ok:
+            _KERNELS[key] = routed_attention_metal
+        else:
+            _KERNELS[key] = routed_attention
+            warnings.warn(f"sparse attention: the Metal kernel ({key}) did not check equal to the plain path "
+                          f"({err}); the plain MLX path runs", stacklevel=2)
+        return plain
+
+    return first

@@ -102,3 +102,18 @@ def test_structural_blocks_hold_neighbours_and_the_frames_around():
     s = sa.structural_blocks(64 * 10, 128)  # a frame is two blocks
     assert s[5].nonzero()[0].tolist() == [3, 4, 5, 6, 7]
     assert s[0].nonzero()[0].tolist() == [0, 1, 2]
+
+
+@pytest.mark.timeout(120)
+def test_a_kernel_that_cannot_run_leaves_the_plain_path_with_one_warning():
+    """Off Metal the kernel does not build: the first call warns once and returns the plain result."""
+    if mx.metal.is_available():
+        pytest.skip("on Metal the kernel builds; its check is the first call itself")
+    q, k, v = (mx.array(x) for x in _qkv(4160))
+    selected = sa.selection(q, k, 0.25, sa.Routing(1.0, 320))
+    plain = sa.routed_attention(q, k, v, 0.25, selected)
+    sa._KERNELS.pop("test", None)
+    with pytest.warns(UserWarning, match="plain MLX path runs"):
+        out = sa.checked_kernel("test")(q, k, v, 0.25, selected)
+    assert np.array_equal(np.array(out), np.array(plain))
+    assert sa._KERNELS.pop("test") is sa.routed_attention
