@@ -69,12 +69,10 @@ def _kernel():
 
 def routed_attention_metal(q: mx.array, k: mx.array, v: mx.array, scale: float, selected: mx.array) -> mx.array:
     """Same contract as `sparse_attention.routed_attention`."""
-    from ltx_engine.sparse_attention import block_lengths
-
     b, h, t, d = q.shape
     bh = b * h
-    lengths = block_lengths(t).astype(np.float32)
-    nb = lengths.size
+    nb = -(-t // SPARSE_BLOCK)
+    lengths = np.minimum(SPARSE_BLOCK, t - SPARSE_BLOCK * np.arange(nb)).astype(np.float32)
     flat = [x.reshape(bh, t, d).astype(mx.float32) for x in (q, k, v)]
     pad = nb * SPARSE_BLOCK - t
     blocks = [mx.pad(x, [(0, 0), (0, pad), (0, 0)]).reshape(bh, nb, SPARSE_BLOCK, d) for x in flat[1:]]
