@@ -230,3 +230,17 @@ def sp(
     from farm_cli.bench.sp import run
 
     run(frames, height, width, pairs, repeats, macs, chip)
+@bench_app.command("sparse")
+def sparse(
+    tokens: Annotated[str, typer.Option("--tokens", help="Token counts, multiples of 1024.")] = "8192,16384,32768",
+    tau: Annotated[float, typer.Option("--tau", help="The routing threshold's tau.")] = 1.0,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved dense/sparse pairs.")] = 2,
+    layers: Annotated[int, typer.Option("--layers", help="DiT blocks of the whole forward (block 0 dense).")] = 4,
+    forward_max: Annotated[int, typer.Option("--forward-max", help="Whole forwards only up to this many tokens.")]
+    = 32768,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Sparse stage-2 attention vs dense: one attention call and a whole forward per token count (issue #26)."""
+    from farm_cli.bench.sparse import run
+
+    run([int(x) for x in tokens.split(",")], tau, pairs, layers, forward_max, as_json)

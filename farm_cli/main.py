@@ -10,8 +10,9 @@ import typer
 from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
 from farm_cli import options as opt
 from farm_cli.benches import bench_app
-from farm_cli.options import (
+from farm_cli.options import (  # issue #26
     SPEC,
+    ComputeDtype,
     Coordinator,
     DataDir,
     DecodeTiles,
@@ -30,6 +31,7 @@ from farm_cli.options import (
     Prompt,
     SaveLatents,
     Seed,
+    SparseAttention,
     Stage2Sigmas,
     Stage2Tiles,
     TemporalUpscalings,
@@ -75,6 +77,7 @@ def render(
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
+    sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
     lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
     pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
@@ -97,7 +100,9 @@ def render(
                             detailing_strength=detailing_strength, lora_fields=user_loras.fields,
                             guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt))
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
+        sparse_attention=sparse_attention, compute_dtype=compute_dtype)
+    out = output or Path("render.mp4")
     if not local:
         loras.upload_to(user_loras.files, coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for
@@ -105,18 +110,16 @@ def render(
         render_id = submit_render(spec.to_dict(), pixels, coordinator, token,
                                   unreachable=", or render here with --local")
         typer.echo(render_id)
-        render = wait_for(render_id, coordinator, token, output=output or Path("render.mp4"))
+        render = wait_for(render_id, coordinator, token, output=out)
         if render.get("state") != "done":
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
-        fetch_results(render, output or Path("render.mp4"), save_latents, coordinator, token)
-        return
+        return fetch_results(render, out, save_latents, coordinator, token)
     from coordinator.plan.render import SpecError
     from farm_cli.local import render_local
     from farm_cli.remote import latents_from_outputs, progress_printer
     from ltx_engine.loader import PackError
     from worker.runner import Runner
 
-    out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"
     runner = Runner(folder)
     runner.loras.known.update(user_loras.files)  # the client's LoRA files, read where they are

@@ -122,3 +122,8 @@ DashPort = Annotated[int, typer.Option("--dashboard-port")]
 # Packs (pack pull).
 Kinds = Annotated[str, typer.Option("--kinds", help="Render kinds to fetch for: t2v, i2v, dfr (comma-separated).")]
 PacksDir = Annotated[Path | None, typer.Option("--packs-dir", help="Pull into DIR/NAME (default: the HF cache).")]
+# issue #26: per-render forward settings
+SparseAttention = Annotated[str | None, typer.Option(
+    "--sparse-attention", help="TAUS: sparse stage-2 self-attention, one tau per stage-2 step (e.g. 1.0,1.25,1.5).")]
+ComputeDtype = Annotated[str | None, typer.Option(
+    "--compute-dtype", help="float16 | bfloat16: the DiT's attention and feed-forward in it (default float32).")]

@@ -13,6 +13,7 @@ import typer
 from farm_cli import options as opt
 from farm_cli.options import (
     SPEC,
+    ComputeDtype,
     Coordinator,
     DecodeTiles,
     FleetFile,
@@ -27,6 +28,7 @@ from farm_cli.options import (
     PackRef,
     Prompt,
     Seed,
+    SparseAttention,
     Stage2Sigmas,
     Stage2Tiles,
     TemporalUpscalings,
@@ -110,6 +112,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
          audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
+         sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
          ) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
@@ -126,7 +129,8 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
                              lora_fields=user_loras.fields,
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt))
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
+                             sparse_attention=sparse_attention, compute_dtype=compute_dtype)
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -11,6 +11,7 @@ import typer
 from farm_cli import options as opt
 from farm_cli.options import (
     SPEC,
+    ComputeDtype,
     Coordinator,
     DecodeTiles,
     DetailingLora,
@@ -29,6 +30,7 @@ from farm_cli.options import (
     Prompt,
     SaveLatents,
     Seed,
+    SparseAttention,
     Stage2Sigmas,
     Stage2Tiles,
     TemporalUpscalings,
@@ -56,6 +58,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
+           sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
            lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
            pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
@@ -78,7 +81,8 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                              lora_fields=user_loras.fields,
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt))
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
+                             sparse_attention=sparse_attention, compute_dtype=compute_dtype)
     spec = typed.to_dict()
     loras.upload_to(user_loras.files, coordinator, token)
     if seeds or prompts_file:

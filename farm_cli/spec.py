@@ -23,6 +23,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
              data: Path | None = None, detailing_lora: str | None = None, detailing_strength: float = 0.5,
              priority: int | None = None, notify: str | None = None, image_blob: str | None = None,
              lora_fields: dict | None = None, guidance: dict | None = None,
+             sparse_attention: str | None = None, compute_dtype: str | None = None,
              ) -> tuple[RenderSpec, np.ndarray | None]:
     """The typed spec of the command's options and the decoded image, if any; one line, exit 2, for a
     value the spec refuses. `image_blob`: stands in for the image without reading it (`farm plan`)."""
@@ -36,6 +37,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
     raw["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     raw["priority"] = priority
     raw |= {k: v for k, v in (guidance or {}).items() if v is not None}  # the guided recipe's knobs
+    raw |= forward_spec(sparse_attention, compute_dtype)
     if notify:
         if not notify.startswith(("http://", "https://")):
             fail(f"--notify {notify!r}: give an http:// or https:// URL")
@@ -44,3 +46,14 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
         return RenderSpec.from_dict(raw), pixels
     except SpecError as exc:
         fail(str(exc))
+
+
+def forward_spec(sparse_attention: str | None, compute_dtype: str | None) -> dict:
+    """Issue #26: --sparse-attention TAUS (comma-separated) and --compute-dtype as spec fields."""
+    out: dict = {"compute_dtype": compute_dtype} if compute_dtype else {}
+    if sparse_attention:
+        try:
+            out["sparse_attention"] = [float(x) for x in sparse_attention.split(",")]
+        except ValueError:
+            fail(f"--sparse-attention {sparse_attention!r} is not a comma-separated list of taus, e.g. 1.0,1.25,1.5")
+    return out

@@ -60,6 +60,8 @@ class StageInputs:
     reference_latent: np.ndarray | None = None   # IC-LoRA reference (DFR detailing: stage 1's half-res video)
     reference_downscale: int = 1                 # target / reference spatial ratio (the LoRA's metadata)
     images: tuple[ImageCondition, ...] = ()      # several images / keyframes (`ltx_engine.conditioning`)
+    sparse_taus: tuple[float, ...] | None = None  # sparse self-attention, one tau per step (stage 2)
+    compute_dtype: str | None = None             # "float16" / "bfloat16": attention and FF narrower
     extra: dict = field(default_factory=dict)
 
     def ancestral(self) -> Ancestral | None:
@@ -224,14 +226,22 @@ def state_modality(state: LatentState, sigma: float, context: np.ndarray, mask: 
     return modality(state.latent, timesteps, state.positions, sigma, context, mask)
 
 
-def _run_model(model, v_mod, a_mod) -> tuple[np.ndarray, np.ndarray | None]:
-    v_out, a_out = model(v_mod, a_mod)
-    mx.eval(v_out, a_out) if a_out is not None else mx.eval(v_out)
+def _run_model(model, v_mod, a_mod, options=None, positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """One forward as float32 numpy; `options` (`ltx_engine.forward_options`): sparse tau, compute dtype."""
+    from ltx_engine import forward_options
+
+    def call() -> tuple:
+        v_out, a_out = model(v_mod, a_mod)
+        mx.eval(v_out, a_out) if a_out is not None else mx.eval(v_out)
+        return v_out, a_out
+
+    v_out, a_out = forward_options.run(model, call, options, positions)
     v_np = np.array(v_out.astype(mx.float32))
     return v_np, None if a_out is None else np.array(a_out.astype(mx.float32))
 
 
-def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts: dict[str, np.ndarray]) -> np.ndarray:
+def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts: dict[str, np.ndarray],
+                   options=None) -> np.ndarray:
     """Video velocity of one forward on a token set (a tile): latent/timesteps/positions plus the
     untiled audio tokens as context (their output is not needed: stage-2 audio is frozen)."""
     mask = contexts.get("context_mask")
@@ -242,18 +252,19 @@ def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts:
     if "audio_latent" in tokens:
         a_t = sampling.timesteps_from_mask(tokens["audio_mask"], sigma)[..., 0]
         a_mod = modality(tokens["audio_latent"], a_t, tokens["audio_positions"], sigma, contexts["audio_context"], mask)
-    return _run_model(model, v_mod, a_mod)[0]
+    return _run_model(model, v_mod, a_mod, options, tokens["positions"])[0]
 
 
 def model_forward(model, video: LatentState, audio: LatentState | None, sigma: float,
-                  contexts: dict[str, np.ndarray], marker: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  contexts: dict[str, np.ndarray], marker: np.ndarray | None = None,
+                  options=None) -> tuple[np.ndarray, np.ndarray | None]:
     """Velocities of one forward, as float32 numpy; `marker` (1, T, 1) flags single-pixel-frame tokens."""
     mask = contexts.get("context_mask")
     v_mod = state_modality(video, sigma, contexts["video_context"], mask)
     if marker is not None:
         v_mod.keyframes_mask = mx.array(marker)
     a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
-    return _run_model(model, v_mod, a_mod)
+    return _run_model(model, v_mod, a_mod, options, video.positions)
 
 
 def _step(state: LatentState, velocity: np.ndarray, sigmas: list[float], step: int, ancestral: Ancestral | None,

@@ -101,19 +101,23 @@ class Engine:
         return run_pass(self.model(pack, "transformer_dev"), params, arrays, contexts)
 
     def forward(self, pack: Pack, tokens: dict[str, np.ndarray], sigma: float,
-                contexts: dict[str, np.ndarray]) -> np.ndarray:
-        """One transformer forward on a token set (a stage-2 tile); returns the video velocity."""
+                contexts: dict[str, np.ndarray], options=None) -> np.ndarray:
+        """One transformer forward on a token set (a stage-2 tile); returns the video velocity.
+        `options`: `forward_options.ForwardOptions` (the tile's sparse tau, the compute dtype)."""
         from ltx_engine.denoise import forward_tokens
 
-        return forward_tokens(self.model(pack, "transformer"), tokens, sigma, contexts)
+        return forward_tokens(self.model(pack, "transformer"), tokens, sigma, contexts, options)
 
     def _forward_fn(self, pack: Pack, inputs: StageInputs, num_tokens: int):
         """The stage's forward; the keyframe marker only reaches a DiT that has the LTX-2.5 embedding."""
         model = self.model(pack, "transformer")
         from ltx_engine.denoise import model_forward
+        from ltx_engine.forward_options import step_options
 
         marker = stage_marker(inputs, num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
-        return lambda video, audio, sigma: model_forward(model, video, audio, sigma, inputs.contexts, marker)
+        return lambda video, audio, sigma: model_forward(
+            model, video, audio, sigma, inputs.contexts, marker,
+            step_options(inputs.sparse_taus, inputs.sigmas, sigma, inputs.compute_dtype))
 
     def _latent_channels(self, pack: Pack) -> int:
         return int(pack.config.get("transformer", {}).get("in_channels", 128))

@@ -173,6 +173,14 @@ def text_encoder(name: str, value: object) -> str:
     return value
 
 
+# ------------------------------------------------------------------ issue #26: per-render forward settings
+def taus(name: str, value: object) -> tuple[float, ...]:
+    """Sparse stage-2 attention: one finite tau per stage-2 step (the planner checks the count)."""
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= 64:
+        raise SpecError(f"{name} must be a list of 1..64 taus, one per stage-2 step, e.g. 1.0,1.25,1.5")
+    return tuple(number(-1e6, 1e6)(name, v) for v in value)
+
+
 SPEC_FIELDS: dict[str, Rule] = {
     "prompt": text(MAX_PROMPT_CHARS),
     "height": integer(1, 1 << 16),
@@ -200,6 +208,7 @@ SPEC_FIELDS: dict[str, Rule] = {
     "notify": text(2048, pattern=re.compile(r"https?://\S+")),
 }
 SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
+SPEC_FIELDS |= {"sparse_attention": taus, "compute_dtype": text(32)}  # issue #26 (dtype names: the planner)
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -241,6 +250,8 @@ class RenderSpec:
     audio_rescale: float | None = None
     audio_modality_scale: float | None = None
     negative_prompt: str | None = None  # None: upstream's default negative prompt (guided recipes)
+    sparse_attention: tuple[float, ...] | None = None  # issue #26: stage-2 taus, one per step (None: dense)
+    compute_dtype: str | None = None  # issue #26: "float16" / "bfloat16" attention and FF (None: float32)
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None

@@ -67,6 +67,20 @@ def _contexts(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: inputs[k] for k in ("video_context", "audio_context", "context_mask") if k in inputs}
 
 
+def _forward_params(params: dict) -> dict:
+    """Issue #26: a stage's sparse taus (one per step; stage 2 only) and compute dtype, when the plan set them."""
+    taus = params.get("sparse_attention")
+    return {"sparse_taus": tuple(float(t) for t in taus) if taus else None, "compute_dtype": params.get("compute_dtype")}
+
+
+def _tile_options(params: dict):
+    """A tiled stage-2 forward's options: its step's tau and the compute dtype."""
+    from ltx_engine.forward_options import ForwardOptions
+
+    tau = params.get("sparse_tau")
+    return ForwardOptions(None if tau is None else float(tau), params.get("compute_dtype"))
+
+
 class Runner:
     """Runs one task at a time on this process's engine."""
 
@@ -263,6 +277,7 @@ class Runner:
             sampler=params.get("sampler") or EULER, slots=tuple(int(p) for p in params.get("dfr_slots") or ()),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
+            **_forward_params(params),
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
@@ -302,7 +317,7 @@ class Runner:
     def _run_transformer_forward(self, pack, params, inputs, step):
         pack, params = self._detailing(pack, params)
         tokens = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
-        velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs))
+        velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs), _tile_options(params))
         step(1, 1)
         return {"velocity": velocity}
 

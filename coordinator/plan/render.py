@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from coordinator.plan import costs, placement
+from coordinator.plan import costs, placement, sparse
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -118,6 +118,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
     spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks
+    sparse.check_forward_settings(spec, len(stage2_sigmas(spec)) - 1)  # issue #26
     spec = spec.resolve(pack_bytes=_check_fleet(spec, fleet))
     return spec.resolve(assemble_s=round(costs.assemble_seconds(spec), 4))
 
@@ -306,6 +307,7 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
     tasks = [task(rid, "stage1", "denoise_stage1", {
         "pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": h2, "width": w2,
         "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **_stage1_sampler(spec),
+        **sparse.stage1_params(spec),
         "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
                    **slot_expect(spec, h2, w2)}},
         {**ctx, **cond1})]
@@ -316,7 +318,7 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
     stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec["height"],
                      "width": spec["width"], "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
-                     "noise_stream": 1, **image_params, **slots}
+                     "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         stage2_params["renoise_audio"] = spec.get("stage2_tiles") is None  # tiled: frozen, as TDP's audio

@@ -151,11 +151,20 @@ def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int
     if marker:
         tile_in["keyframes"] = ref(source, f"t{tile.index}_keyframes")
     detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
+    detailing |= forward_params(params, step)
     info = {"step": step, "tile_index": tile.index, "grid": list(grid), "tile": tile_box(tile)}
     return task(rid, f"stage2.s{step}.t{tile.index}", "transformer_forward",
                 {"pack": params["pack"], "sigma": float(params["sigmas"][step]), **info, **detailing,
                  "expect": {"velocity": expect("float32", 1, -1, -1)}},
                 {**tile_in, **shared})
+
+
+def forward_params(params: dict, step: int) -> dict:
+    """Issue #26: a tile forward's sparse tau (its step's) and compute dtype, when the render asks for them."""
+    out = {"compute_dtype": params["compute_dtype"]} if params.get("compute_dtype") else {}
+    if params.get("sparse_attention"):
+        out["sparse_tau"] = float(params["sparse_attention"][step])
+    return out
 
 
 def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: dict) -> list[dict]:

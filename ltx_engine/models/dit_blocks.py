@@ -14,6 +14,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ltx_engine import sparse_attention
+from ltx_engine.models import compute
 from ltx_engine.models.rope import SPLIT, RopeTable, apply_interleaved, apply_split, apply_split_flat
 
 TIMESTEP_PROJ_DIM = 256  # sinusoidal width the reference's PixArt embedding always uses
@@ -125,7 +127,10 @@ class FeedForward(nn.Module):
         self.proj_out = nn.Linear(int(dim * mult), dim_out, bias=bias)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.proj_out(nn.gelu_approx(self.proj_in(x)))
+        dt = getattr(self, "_compute", None)  # `ltx_engine.forward_options`: a narrower compute dtype
+        if dt is None:
+            return self.proj_out(nn.gelu_approx(self.proj_in(x)))
+        return compute.linear(self.proj_out, nn.gelu_approx(compute.linear(self.proj_in, x, dt)), dt).astype(x.dtype)
 
 
 class Attention(nn.Module):
@@ -168,36 +173,56 @@ class Attention(nn.Module):
     def __call__(self, x: mx.array, context: mx.array | None = None, mask: mx.array | None = None,
                  pe: RopeTable | None = None, k_pe: RopeTable | None = None, skip: bool = False) -> mx.array:
         """`skip` (STG): the value projection passes through in place of attention; gates still apply."""
+        self_attention = context is None
         context = x if context is None else context
         if skip:
             b, t = x.shape[:2]
-            return self._output(self.to_v(context).reshape(b, t, self.heads, self.dim_head), x)
+            values = compute.linear(self.to_v, context, self._dtype())
+            return self._output(values.reshape(b, t, self.heads, self.dim_head), x)
         k, v = self.project_kv(context, pe if k_pe is None else k_pe)
-        return self.attend(x, self.project_q(x, pe), k, v, mask)
+        return self.attend(x, self.project_q(x, pe), k, v, mask, self_attention)
+
+    def _dtype(self) -> mx.Dtype | None:
+        """The compute dtype set for this forward by `ltx_engine.forward_options` (None: the weights')."""
+        return getattr(self, "_compute", None)
 
     def project_q(self, x: mx.array, pe: RopeTable | None) -> mx.array:
         """Queries (B, H, T, Dh): normed, rotated. Row-local, so a shard of x gives a shard of q."""
-        return self._rope(self.q_norm(self.to_q(x)), pe)
+        dt = self._dtype()
+        q = self._rope(compute.rms_norm(self.q_norm, compute.linear(self.to_q, x, dt), dt), pe)
+        return q if dt is None else q.astype(dt)
 
     def project_kv(self, context: mx.array, pe: RopeTable | None) -> tuple[mx.array, mx.array]:
         """Keys (normed, rotated) and values (B, H, T, Dh) of `context`; row-local like the queries
         (`ltx_engine.sequence_parallel` computes them per shard and gathers them)."""
-        return self._rope(self.k_norm(self.to_k(context)), pe), self._heads(self.to_v(context))
+        dt = self._dtype()
+        k = self._rope(compute.rms_norm(self.k_norm, compute.linear(self.to_k, context, dt), dt), pe)
+        return (k if dt is None else k.astype(dt)), self._heads(compute.linear(self.to_v, context, dt))
 
-    def attend(self, x: mx.array, q: mx.array, k: mx.array, v: mx.array, mask: mx.array | None) -> mx.array:
+    def attend(self, x: mx.array, q: mx.array, k: mx.array, v: mx.array, mask: mx.array | None,
+               self_attention: bool = False) -> mx.array:
         """Attention of the queries over (k, v), the per-head gates read from x, the output projection."""
-        if mask is not None:
-            mask = mask.astype(q.dtype)
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.dim_head), mask=mask)
-        return self._output(out.transpose(0, 2, 1, 3), x)
+        return self._output(self._attend(q, k, v, mask, self_attention).transpose(0, 2, 1, 3), x)
 
     def _output(self, out: mx.array, x: mx.array) -> mx.array:
         """Heads output (B, T, H, Dh) -> per-head gates (when gated) -> output projection."""
+        dt = self._dtype()
         if "to_gate_logits" in self:
-            gates = 2.0 * mx.sigmoid(self.to_gate_logits(x))
+            gates = 2.0 * mx.sigmoid(compute.linear(self.to_gate_logits, x, dt))
             out = out * gates[..., None].astype(out.dtype)
         b, t = out.shape[:2]
-        return self.to_out(out.reshape(b, t, -1))
+        y = compute.linear(self.to_out, out.reshape(b, t, -1), dt)
+        return y if dt is None else y.astype(x.dtype)
+
+    def _attend(self, q: mx.array, k: mx.array, v: mx.array, mask: mx.array | None, self_attention: bool) -> mx.array:
+        """The attention kernel; an unmasked self-attention with a routing set (stage 2's attn1) may run sparse."""
+        scale = 1.0 / math.sqrt(self.dim_head)
+        routing = getattr(self, "_sparse", None)
+        if mask is None and self_attention and routing is not None:
+            return sparse_attention.attend(q, k, v, scale, routing)
+        if mask is not None:
+            mask = mask.astype(q.dtype)
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
 
 @dataclass(frozen=True)
