@@ -9,6 +9,7 @@ import typer
 
 from farm_cli import common, config, doctor, manage, packs, plan, renders, services
 from farm_cli.benches import bench_app
+from farm_cli.image_option import ImageCommand
 from farm_cli.options import (
     SPEC,
     Coordinator,
@@ -21,6 +22,8 @@ from farm_cli.options import (
     Frames,
     Height,
     Image,
+    ImageBinding,
+    ImageCrf,
     NoAudio,
     Output,
     PackRef,
@@ -65,7 +68,7 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
 
 def render(
     prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
-    frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None,
+    frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None, image_binding: ImageBinding = None, image_crf: ImageCrf = None,
     output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
     stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap, stage2_sigmas: Stage2Sigmas = None,
     temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings, decode_tiles: DecodeTiles = SPEC.decode_tiles, exr: Exr = None,
@@ -79,7 +82,7 @@ def render(
     from farm_cli.spec import cli_spec
 
     spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
-                            seed=seed, pack=pack, image=image, no_audio=no_audio, stage2_tiles=stage2_tiles,
+                            seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, no_audio=no_audio, stage2_tiles=stage2_tiles,
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
@@ -119,14 +122,16 @@ def refuse_token_argv(argv: list[str]) -> None:
 
 
 # The commands, in the order `farm --help` lists them (sub-apps after the commands, as typer does).
-app.command()(render)
-for command in (renders.submit, renders.watch, renders.status, renders.cancel, renders.fetch, renders.workers,
+app.command(cls=ImageCommand)(render)  # --image PATH FRAME STRENGTH, repeatable (farm_cli/image_option.py)
+app.command(cls=ImageCommand)(renders.submit)
+for command in (renders.watch, renders.status, renders.cancel, renders.fetch, renders.workers,
                 renders.requeue, renders.drain, services.coordinator, services.worker, services.up, services.demo,
                 doctor.doctor):
     app.command()(command)
 app.command("config")(config.show)
-for command in (manage.ls, manage.retry, manage.delete, manage.prune, manage.logs, plan.plan):
+for command in (manage.ls, manage.retry, manage.delete, manage.prune, manage.logs):
     app.command()(command)
+app.command(cls=ImageCommand)(plan.plan)
 pack_app.command("tiny")(pack_tiny)
 pack_app.command("pull")(packs.pack_pull)
 pack_app.command("list")(packs.pack_list)

@@ -183,7 +183,7 @@ def render_components(spec: dict) -> tuple[str, ...]:
     own_tower = spec.get("text_encoder") in (None, text_encoders.PACK)  # else a separate encoder, matched apart
     out = [TEXT_ENCODER] if own_tower else []
     out += ["connector", "transformer", "spatial_upscaler", "vae_decoder"]
-    if spec.get("image"):
+    if spec.get("images") or spec.get("image"):
         out.append("vae_encoder")
     if str(spec.get("temporal_upscalings") or 0) not in ("0", "0.0"):  # a bad value is refused elsewhere
         out.append("temporal_upscaler")

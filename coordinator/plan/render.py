@@ -35,6 +35,7 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     ref,
     task,
 )
+from coordinator.plan.images import plan_image_encodes, resolved_images
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
@@ -99,14 +100,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
         raise SpecError("frame rate must be positive")
     if spec["seed"] < 0:
         raise SpecError(f"seed {spec['seed']} is negative")
-    image = spec.get("image")
-    if image is not None:
-        if not isinstance(image, dict) or not image.get("blob"):
-            raise SpecError("image condition has no uploaded image")
-        if not 0 <= int(image.get("frame", 0)) < frames:
-            raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
-        if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
-            raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
+    resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
@@ -217,7 +211,6 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         spec = RenderPlan(spec)
     rid = render_id
     pack = spec["pack"]
-    h2, w2 = spec["height"] // 2, spec["width"] // 2
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
     tasks = [task(rid, "text", "text_encode", {"pack": pack, "prompt": spec["prompt"], **text_params(spec),
@@ -225,17 +218,8 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
         return plan_length_phase(rid, spec, tasks[0])
-    image = spec.get("image")
-    cond1, cond2 = {}, {}
-    if image:
-        for name, (h, w) in (("image_s1", (h2, w2)), ("image_s2", (spec["height"], spec["width"]))):
-            tasks.append(task(rid, name, "image_encode", {
-                "pack": pack, "height": h, "width": w,
-                "expect": {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}},
-                {"image": {"blob": image["blob"]}}))
-        cond1 = {"image_latent": ref(f"{rid}.image_s1", "latent")}
-        cond2 = {"image_latent": ref(f"{rid}.image_s2", "latent")}
-    image_params = {"image_frame": int(image.get("frame", 0)), "image_strength": float(image.get("strength", 1.0))} if image else {}
+    encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
+    tasks.extend(encodes)
     tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params))
     s1 = f"{rid}.stage1"
     final, decode_spec = ref(f"{rid}.stage2", "video_latent"), spec
