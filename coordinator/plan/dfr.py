@@ -140,7 +140,7 @@ def _tile_tasks(rid: str, spec: Mapping, rnd, shared: dict, inputs: dict, images
     for tile in rnd.tiles:
         want = {"latent": expect("float32", 1, -1, tile.latent_frames, h, w),
                 "slots": expect("float32", 1, -1, len(tile.slots), h, w)}
-        held, held_inputs = dfr_tile_images(shared.get("images") or [], images, tile)  # those in its window
+        held, held_inputs = dfr_tile_images(shared.get("images") or [], images, tile, rnd.round)  # in its window
         params = {**shared, **held, "round": rnd.round, "tile_index": tile.index, "expect": want}
         out.append(task(rid, f"dfr.r{rnd.round}.t{tile.index}", "dfr_tile", params, {**inputs, **held_inputs}))
     return out

@@ -95,7 +95,9 @@ def guide_tokens(params: Mapping, tokens_per_frame: int) -> int:
     return len(guides) * tokens_per_frame
 
 
-def dfr_tile_images(params_images: Sequence[dict], inputs: Mapping, tile) -> tuple[dict, dict]:
-    """A DFR tile's `images` param and image inputs: only the images whose frame falls in its window."""
-    keep = [im for im in params_images if tile_image_frame(tile, im["frame"]) is not None]
+def dfr_tile_images(params_images: Sequence[dict], inputs: Mapping, tile, round_index: int) -> tuple[dict, dict]:
+    """A DFR tile's `images` param and image inputs: only the images whose frame falls in its window,
+    the frame on the round's own clip (each round doubles the frame rate: frame p is 2**r · p there)."""
+    scaled = [{**im, "frame": int(im["frame"]) * 2**round_index} for im in params_images]
+    keep = [im for im in scaled if tile_image_frame(tile, im["frame"]) is not None]
     return ({"images": keep} if params_images else {}), {im["input"]: inputs[im["input"]] for im in keep}
