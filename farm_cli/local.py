@@ -69,12 +69,14 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
     return outputs
 
 
-def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner, images: Sequence[np.ndarray] = (),
+def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
+                 images: Sequence[np.ndarray] | np.ndarray | None = (),
                  on_event: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, dict[str, str]], LocalBlobs]:
     """Validate, plan and run a render in-process; writes the mp4 and its metadata JSON (out_path with .json)."""
     blobs = LocalBlobs()
     spec = normalize_spec(raw_spec).spec
-    if len(images):  # each image into the local blob store, as the farm's client uploads them
+    images = [] if images is None else [images] if isinstance(images, np.ndarray) else list(images)
+    if images:  # each image (one decoded array per spec image, in order) into the local blob store, as uploaded
         spec = replace(spec, images=tuple(replace(im, blob=blobs.put(px)) for im, px in zip(spec.images, images, strict=True)))
     exr_dir = Path(str(spec.exr)).expanduser().resolve() if spec.exr else None
     if exr_dir is not None:  # the folder as this machine names it, before the spec is checked
