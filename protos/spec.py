@@ -142,6 +142,7 @@ SPEC_FIELDS: dict[str, Rule] = {
     "seed": integer(0, MAX_SEED),
     "pack": text(256, pattern=re.compile(r"[^\s:][^\x00-\x1f]*")),
     "images": images,
+    "num_generated_keyframes": integer(0, MAX_IMAGES),
     "audio": boolean,
     "stage2_tiles": text(32),
     "tile_overlap": integer(0, 64),
@@ -173,6 +174,7 @@ class RenderSpec:
     seed: int = 1
     pack: str = "tiny"
     images: tuple[ImageCondition, ...] = ()  # keyframes, in order (the old single `image` maps to one)
+    num_generated_keyframes: int = 0  # LTX-2.5 generated keyframe slots in stage 1 outside DFR
     audio: bool = True
     stage2_tiles: str | None = None  # None: one stage-2 task; "auto" | "HxW" | "FxHxW": tiled data parallel
     tile_overlap: int = 5

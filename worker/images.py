@@ -24,3 +24,9 @@ def dfr_images(params: dict, inputs: dict[str, np.ndarray]) -> tuple[tuple[np.nd
 def image_crf(params: dict, generation: str | None) -> int:
     """The encode's CRF: the planner's, else this pack generation's default (the same rule)."""
     return int(params["crf"]) if params.get("crf") is not None else default_crf(generation)
+
+
+def stage_slots(params: dict) -> tuple[int, ...]:
+    """A stage's generated keyframe slots: DFR's (`dfr_slots`) or `--num-generated-keyframes`'
+    (`generated_slots`, stage 1 outside DFR); the stage-1 sampler follows DFR's only."""
+    return tuple(int(p) for p in params.get("dfr_slots") or params.get("generated_slots") or ())

@@ -27,7 +27,7 @@ from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import EULER
-from worker.images import dfr_images, image_crf, stage_images
+from worker.images import dfr_images, image_crf, stage_images, stage_slots
 
 Progress = Callable[[int, int], None]
 EMBEDDINGS_KEPT = 32
@@ -251,7 +251,7 @@ class Runner:
             initial_video=inputs.get("latent"), initial_audio=inputs.get("audio_latent"),
             image_latent=inputs.get("image_latent"), image_frame=int(params.get("image_frame", 0)),
             image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
-            sampler=params.get("sampler") or EULER, slots=tuple(int(p) for p in params.get("dfr_slots") or ()),
+            sampler=params.get("sampler") or EULER, slots=stage_slots(params),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             images=stage_images(params, inputs),

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, expect, ref, task
 from ltx_engine import keyframes
 from ltx_engine.dfr_layout import tile_image_frame
+from ltx_engine.generation import LTX_25
 
 
 def _images(spec: Mapping) -> tuple:
@@ -101,3 +102,33 @@ def dfr_tile_images(params_images: Sequence[dict], inputs: Mapping, tile, round_
     scaled = [{**im, "frame": int(im["frame"]) * 2**round_index} for im in params_images]
     keep = [im for im in scaled if tile_image_frame(tile, im["frame"]) is not None]
     return ({"images": keep} if params_images else {}), {im["input"]: inputs[im["input"]] for im in keep}
+
+
+def generated_slots(spec: Mapping) -> list[int]:
+    """`--num-generated-keyframes N` outside DFR (LTX-2.5): N generated keyframe slots in stage 1 at the
+    evenly spaced interior pixel frames linspace(0, F - 1, N + 2) rounded, ends excluded (the MLX port's
+    rule for upstream's `VideoGeneratedKeyframeSlots`); stage 2 has none (their effect is in stage 1's
+    latent). SpecError: on a pack not known to be 2.5, with DFR rounds (DFR places its own), or more
+    slots than the clip has distinct interior frames."""
+    n = int(spec.get("num_generated_keyframes") or 0)
+    if not n:
+        return []
+    if spec.get("temporal_upscalings"):
+        raise SpecError("--num-generated-keyframes is for renders without DFR rounds (DFR places its own slots)")
+    if spec.get("generation") != LTX_25:
+        raise SpecError(f"--num-generated-keyframes needs an LTX-2.5 pack (its DiT's keyframe embedding); "
+                        f"pack {spec['pack']!r} is {spec.get('generation') or 'not described by any worker yet'}")
+    frames = int(spec["frames"])
+    slots = [round(i * (frames - 1) / (n + 1)) for i in range(1, n + 1)]
+    if len(set(slots)) != n or not all(0 < p < frames - 1 for p in slots):
+        raise SpecError(f"{n} generated keyframes do not fit between the first and last of {frames} frames")
+    return slots
+
+
+def generated_slot_params(spec: Mapping, height: int, width: int) -> tuple[dict, dict]:
+    """Stage 1's params and expected `slots` output for the generated keyframes (none without them)."""
+    slots = generated_slots(spec)
+    if not slots:
+        return {}, {}
+    shape = (1, -1, len(slots), height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)
+    return {"generated_slots": slots}, {"slots": expect("float32", *shape)}

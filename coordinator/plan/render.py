@@ -35,7 +35,12 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     ref,
     task,
 )
-from coordinator.plan.images import plan_image_encodes, resolved_images
+from coordinator.plan.images import (
+    generated_slot_params,
+    generated_slots,
+    plan_image_encodes,
+    resolved_images,
+)
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
@@ -101,6 +106,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     if spec["seed"] < 0:
         raise SpecError(f"seed {spec['seed']} is negative")
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
+    generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
@@ -253,11 +259,13 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
     shape1 = (1, -1, f_lat, h2 // SPATIAL_FACTOR, w2 // SPATIAL_FACTOR)
     shape2 = (1, -1, f_lat, spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
     s1 = f"{rid}.stage1"
+    generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
     tasks = [task(rid, "stage1", "denoise_stage1", {
         "pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": h2, "width": w2,
-        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **_stage1_sampler(spec),
+        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **generated,
+        **_stage1_sampler(spec),
         "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
-                   **slot_expect(spec, h2, w2)}},
+                   **slot_expect(spec, h2, w2), **generated_expect}},
         {**ctx, **cond1})]
     tasks.append(task(rid, "upsample", "upsample_spatial", {
         "pack": pack, "expect": {"latent": expect("float32", *shape2)}}, {"latent": ref(s1, "video_latent")}))

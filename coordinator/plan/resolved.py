@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, fields, replace
 
 from protos.spec import JsonValue, RenderSpec, json_value
 
-ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pack", "images", "audio",
+ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pack", "images", "num_generated_keyframes",
+               "audio",
                "stage2_tiles", "tile_overlap", "stage2_sigmas", "temporal_upscalings", "decode_tiles", "exr",
                "text_encoder", "generation", "predicted_seconds", "detailing_lora", "detailing_strength")
 SUBMIT_ORDER = ("submitter", "priority", "group", "notify")

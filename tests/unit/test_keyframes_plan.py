@@ -123,3 +123,23 @@ def test_an_older_client_single_image_is_the_first_of_images():
     assert [im.to_dict() for im in spec.images] == [{"blob": _blob(1), "frame": 8, "strength": 0.5}]
     assert "image" not in spec.to_dict() and spec.to_dict()["images"][0]["frame"] == 8
     assert RenderSpec.from_dict(spec.to_dict()) == spec  # the stored form reads back the same
+
+
+def test_generated_keyframes_are_stage1_slots_at_evenly_spaced_interior_frames():
+    tasks = _tasks([], FLEET_25, num_generated_keyframes=3, frames=49)
+    stage1, stage2 = tasks["stage1"]["params"], tasks["stage2"]["params"]
+    assert stage1["generated_slots"] == [12, 24, 36]  # linspace(0, 48, 5) without its ends
+    assert stage1["expect"]["slots"]["shape"] == [1, -1, 3, 4, 6] and stage1["sampler"] == "euler_ancestral"
+    assert "generated_slots" not in stage2 and "dfr_slots" not in stage2 and "slots" not in tasks["stage2"]["inputs"]
+    assert _tasks([], FLEET_25, num_generated_keyframes=2)["stage1"]["params"]["generated_slots"] == [8, 16]
+
+
+@pytest.mark.parametrize(("fleet", "changes", "line"), [
+    (FLEET_23, {}, "needs an LTX-2.5 pack"),
+    ([], {}, "needs an LTX-2.5 pack"),
+    (FLEET_25, {"temporal_upscalings": 1, "frames": 49}, "without DFR rounds"),
+    (FLEET_25, {"frames": 9, "num_generated_keyframes": 8}, "do not fit between the first and last of 9 frames"),
+])
+def test_generated_keyframes_that_cannot_render_are_refused(fleet, changes, line):
+    with pytest.raises(SpecError, match=line):
+        _tasks([], fleet, **{"num_generated_keyframes": 2, **changes})
