@@ -29,10 +29,10 @@ def reference(local_runner, tmp_path_factory):
     return latents_from_outputs(outputs, "local", blobs.get), shas
 
 
-def _registered(client, workers: int, timeout: float = 60.0) -> None:
+def _registered(client, workers: int, pack: str = "tiny", timeout: float = 60.0) -> None:
     """Every worker has described the tiny pack, so the planner knows its generation (and CRF)."""
     deadline = time.monotonic() + timeout
-    while sum(bool((w.get("packs") or {}).get("tiny")) for w in client.workers()) < workers:
+    while sum(bool((w.get("packs") or {}).get(pack)) for w in client.workers()) < workers:
         assert time.monotonic() < deadline, "the workers did not describe their packs"
         time.sleep(0.2)
 
@@ -60,3 +60,31 @@ def test_first_and_last_image_with_tiled_stage2_match_local(workers, store, tmp_
     assert sum(t["kind"] == "decode_tile" for t in tasks.values()) >= 2
     farm_shas = {name: t.get("outputs") or {} for name, t in tasks.items()}
     assert {k: farm_shas[k] for k in local_shas} == local_shas  # every task output, bit for bit
+
+
+@pytest.fixture(scope="module")
+def packs25(tmp_path_factory):
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    folder = tmp_path_factory.mktemp("keyframes-packs25")
+    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
+    return folder
+
+
+@pytest.mark.timeout(900)
+def test_generated_keyframes_and_a_guide_on_a_25_pack_match_local(store, tmp_data, packs25, tmp_path):
+    from worker.runner import Runner
+
+    spec = {**SPEC, "pack": "tiny25", "stage2_tiles": None, "decode_tiles": "off", "num_generated_keyframes": 2,
+            "images": [{"frame": -1, "strength": 0.9}]}
+    _, outputs, _ = render_local(spec, tmp_path / "local.mp4", Runner(packs25), [LAST])
+    local_shas = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    with farm(store, tmp_data, packs25, workers=2) as (client, _procs):
+        _registered(client, 2, "tiny25")
+        blob = client.put_blob(encode_tensor(LAST))
+        render_id = client.submit({**spec, "images": [{**spec["images"][0], "blob": blob}]})
+        render = wait_done(client, render_id, timeout=600)
+    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+    assert tasks["stage1"]["params"]["generated_slots"] == [8, 16] and "slots" in tasks["stage1"]["outputs"]
+    assert tasks["image1_s1"]["params"]["crf"] == 18  # LTX-2.5's default
+    assert {k: tasks[k].get("outputs") or {} for k in local_shas} == local_shas  # every task output, bit for bit
