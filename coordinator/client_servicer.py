@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from coordinator.fleet import FleetStore
+from coordinator.lora_check import check_render_loras
 from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
@@ -158,6 +159,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             asked = planner.normalize_spec(spec)  # the typed spec, built and checked once, where it enters
             fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
             plan = planner.validate_spec(asked, fleet)
+            check_render_loras(plan, self.scheduler.blobs, self.shelf)  # uploaded, and fitting the pack
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
         tasks = planner.plan_render(plan, render_id)
@@ -198,20 +200,11 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     def GetRender(self, request, context):
         """The render with its tasks and the dashboard's summary (prompt, current stage, progress, ETA)."""
-        from coordinator.metrics import (
-            kind_speeds,
-            live_slots,
-            live_worker_count,
-            redis_now_ms,
-            render_summary,
-            task_view,
-        )
+        from coordinator.metrics import summarize, task_view
 
         render = self._render(request.render_id, context)
         tasks = self.store.render_tasks(request.render_id)
-        views, now = [task_view(t) for t in tasks], redis_now_ms(self.store)
-        summary = render_summary(render, views, now, kind_speeds(self.store, {v["kind"] for v in views}),
-                                 live_worker_count(self.store, now), live_slots(self.store, now))
+        summary = summarize(self.store, render, [task_view(t) for t in tasks])  # the farm's one ETA
         return _render_info(summary, tasks)
 
     def ListRenders(self, request, context):

@@ -10,24 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Protocol
 
-from coordinator.fleet import FleetStore, live_slots, worker_state
-from coordinator.plan import placement
-from coordinator.progress import eta_from_speeds, task_label
+from coordinator import eta
+from coordinator.fleet import FleetStore
+from coordinator.progress import STAGES, task_label
 from protos.states import TERMINAL
 
-# Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
-STAGES: tuple[tuple[str, str], ...] = (
-    ("text", "Text"),
-    ("length", "Length"),  # an LTX-2.5 render's DurationHead picking its length (plan_length)
-    ("image", "Image"),
-    ("stage1", "Stage 1"),
-    ("upsample", "Upsample"),
-    ("stage2", "Stage 2"),
-    ("dfr", "DFR"),
-    ("decode", "Decode"),
-    ("audio", "Audio"),
-    ("mux", "Mux"),
-)
 STAGE_LABELS = dict(STAGES)
 _KIND_PREFIXES = (
     ("text", "text"),
@@ -125,7 +112,7 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "step": params.get("step"),
         "round": params.get("round"),
         "tile_index": params.get("tile_index"),
-        "tile": params.get("tile"),
+        "tile": params.get("tile") or params.get("latent"),  # a decode tile's place is its latent box
         "grid": params.get("grid"),
         "cost_s": params.get("cost_s"),  # the cost model's reference seconds (coordinator.plan.costs)
         "min_memory_bytes": params.get("min_memory_bytes"),
@@ -281,57 +268,12 @@ def stage_summaries(render: dict, views: list[dict]) -> list[dict]:
     return out
 
 
-def _fraction(views: list[dict]) -> float:
-    """Done share of the task graph, counting running tasks by their step progress."""
-    if not views:
-        return 0.0
-    total = 0.0
-    for v in views:
-        if v["display"] == "done":
-            total += 1.0
-        elif v["display"] == "running" and v["progress"].get("total"):
-            total += min(1.0, float(v["progress"]["step"]) / float(v["progress"]["total"]))
-    return total / len(views)
-
-
-def kind_speeds(store: MetricsStore, kinds: set[str]) -> dict[str, float]:
-    """Mean lease-to-done seconds per task kind, measured by the farm (kinds never finished are left out)."""
-    return {kind: sum_ms / n / 1000.0 for kind, (n, sum_ms) in store.kind_times(sorted(kinds)).items()}
-
-
-def live_worker_count(store: FleetStore, now_ms: int) -> int:
-    """Workers that can take a task now (not lost, draining or drained): the ETA's parallelism."""
-    return sum(worker_state(w, now_ms) in ("idle", "busy") for w in store.list_workers())
-
-
-def _eta(render: dict, views: list[dict], frac: float, now_ms: int, speeds: dict | None, workers: int,
-         fleet: tuple | None = None) -> float | None:
-    """From the cost model on the live fleet (`fleet`: slots and the coordinator's), else measured
-    per-kind speeds when every kind left has one, else linear in elapsed time."""
-    if render.get("state") in TERMINAL:
-        return None
-    if fleet is not None:
-        spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
-        mux = fleet[1].seconds({"kind": "assemble", "cost_s": float(spec.get("assemble_s") or 0.0)})
-        if render.get("state") == "assembling":
-            return max(0.1 * mux, mux - (now_ms - int(render.get("assembling_ms") or now_ms)) / 1000.0)
-        modelled = placement.eta_seconds(views, fleet[0], now_ms, fleet[1])
-        if modelled is not None:
-            return modelled + mux
-    if speeds is not None:
-        measured = eta_from_speeds(views, [s for s, _ in STAGES], speeds, workers, now_ms)
-        if measured is not None:
-            return measured
-    started = int(render.get("started_ms") or 0)
-    return (now_ms - started) / 1000.0 * (1 - frac) / frac if started and 0 < frac < 1 else None
-
-
-def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[str, float] | None = None,
-                   workers: int = 1, fleet: tuple | None = None) -> dict:
-    """List-row fields: progress, ETA (the cost model on `fleet`, fleet.live_slots), age, submitter, stage."""
+def render_summary(render: dict, views: list[dict], now_ms: int, eta_s: float | None = None) -> dict:
+    """List-row fields: progress, ETA (`eta_s`: the farm's one ETA, coordinator/eta.py farm_etas), age,
+    submitter, stage."""
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
-    frac = 1.0 if render.get("state") == "done" else _fraction(views)
-    eta = _eta(render, views, frac, now_ms, speeds, workers, fleet)
+    frac = 1.0 if render.get("state") == "done" else eta.fraction(views)
+    eta_s = None if render.get("state") in TERMINAL else eta_s  # ended within the ETA's second: none
     current = next((v["stage"] for v in views if v["display"] not in ("done", "cancelled")), "")
     if render.get("state") == "assembling":
         current = "mux"
@@ -343,8 +285,8 @@ def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[st
         "prompt": spec.get("prompt") or "",
         "priority": int(render.get("priority") or 0),
         "progress": round(frac, 4),
-        "eta_s": eta,
-        **({"fleet": placement.fleet_json(fleet)} if fleet is not None else {}),  # farm watch re-runs the ETA
+        "eta_s": eta_s,
+        "eta_ms": now_ms + round(eta_s * 1000) if eta_s is not None else None,  # farm watch counts down to it
         "age_s": (now_ms - int(render.get("created_ms") or now_ms)) / 1000.0,
         "current_stage": current,
         "current_stage_label": STAGE_LABELS.get(current, current),
@@ -355,6 +297,23 @@ def render_summary(render: dict, views: list[dict], now_ms: int, speeds: dict[st
     }
 
 
+def summarize(store: MetricsStore, render: dict, views: list[dict]) -> dict:
+    """One render's row with the farm's ETA (what GetRender and the detail show)."""
+    now = redis_now_ms(store)
+    etas = eta.farm_etas(store, now, {render["id"]: (render, views)}, task_view)
+    return render_summary(render, views, now, etas.get(render["id"]))
+
+
+def render_facts(render: dict) -> list[tuple[str, str]]:
+    """What the detail page states about a render: seed, pack, size, tiling, output."""
+    spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
+    size = f"{spec.get('width')}×{spec.get('height')}" + (f", {spec['frames']} frames" if spec.get("frames") else "")
+    rows = [("seed", spec.get("seed")), ("pack", spec.get("pack")), ("size", size if spec.get("width") else None),
+            ("stage 2 tiles", spec.get("stage2_tiles") or "off"), ("decode tiles", spec.get("decode_tiles") or "off"),
+            ("text encoder", spec.get("text_encoder")), ("output", render.get("output") or "not yet")]
+    return [(k, str(v)) for k, v in rows if v not in (None, "")]
+
+
 def render_detail(store: MetricsStore, render_id: str) -> dict | None:
     """Everything the render page needs: summary, tasks, stage timeline and tile grids."""
     render = store.get_render(render_id)
@@ -363,19 +322,17 @@ def render_detail(store: MetricsStore, render_id: str) -> dict | None:
     tasks = store.render_tasks(render_id)
     sizes = blob_sizes(store, {s for t in tasks for f in ("inputs", "outputs") for s in shas_in(t.get(f))})
     views = [task_view(t, sizes) for t in tasks]
-    now = redis_now_ms(store)
-    speeds = kind_speeds(store, {v["kind"] for v in views})
     return {
-        "render": render_summary(render, views, now, speeds, live_worker_count(store, now), live_slots(store, now)),
+        "render": summarize(store, render, views),
         "tasks": views,
         "stages": stage_summaries(render, views),
         "grids": tile_grids(views),
+        "facts": render_facts(render),
     }
 
 
 def list_summaries(store: MetricsStore, limit: int = 50) -> list[dict]:
     now = redis_now_ms(store)
-    views = {r["id"]: (r, [task_view(t) for t in store.render_tasks(r["id"])]) for r in store.list_renders(limit)}
-    speeds = kind_speeds(store, {v["kind"] for _, vs in views.values() for v in vs})
-    workers, fleet = live_worker_count(store, now), live_slots(store, now)
-    return [render_summary(r, vs, now, speeds, workers, fleet) for r, vs in views.values()]
+    rows = {r["id"]: (r, [task_view(t) for t in store.render_tasks(r["id"])]) for r in store.list_renders(limit)}
+    etas = eta.farm_etas(store, now, rows, task_view)
+    return [render_summary(r, vs, now, etas.get(rid)) for rid, (r, vs) in rows.items()]

@@ -29,6 +29,21 @@ KIND_LABELS = {
 _ENDED = ("done", "cancelled")
 
 
+# Stage order of the pipeline, as shown on the timeline; "mux" is the coordinator's assembly.
+STAGES: tuple[tuple[str, str], ...] = (
+    ("text", "Text"),
+    ("length", "Length"),  # an LTX-2.5 render's DurationHead picking its length (plan_length)
+    ("image", "Image"),
+    ("stage1", "Stage 1"),
+    ("upsample", "Upsample"),
+    ("stage2", "Stage 2"),
+    ("dfr", "DFR"),
+    ("decode", "Decode"),
+    ("audio", "Audio"),
+    ("mux", "Mux"),
+)
+
+
 def task_label(kind: str, step: object = None, tile_index: object = None, round_: object = None) -> str:
     """A task's name for people: 'tile 3', 'blend tiles + sampler step 2', 'video decode'."""
     label = KIND_LABELS.get(kind, kind.replace("_", " ") or "task")

@@ -82,6 +82,12 @@ def forget_render(store: RetentionStore, data_dir: Path, render_id: str) -> str:
     return result
 
 
+def lora_blobs(spec: object) -> set[str]:
+    """The uploaded LoRA files a render's spec names (issue #22): kept while the render is."""
+    loras = spec.get("loras") if isinstance(spec, dict) else None
+    return {str(x["blob"]) for x in loras or () if isinstance(x, dict) and isinstance(x.get("blob"), str)}
+
+
 def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[str]:
     """Every sha a render still needs: task inputs ({"blob": sha}), outputs ({name: sha}), its images."""
     found: set[str] = set()
@@ -89,6 +95,7 @@ def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[
         spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
         images = [spec.get("image"), *(spec.get("images") or [])]  # an older render's one image, or its keyframes
         found.update(im["blob"] for im in images if isinstance(im, dict) and isinstance(im.get("blob"), str))
+        found.update(lora_blobs(render.get("spec")))
         for task in tasks:
             for ref in (task.get("inputs") or {}).values():
                 if isinstance(ref, dict) and isinstance(ref.get("blob"), str):

@@ -14,6 +14,7 @@ import argparse
 import logging
 import signal
 import socket
+import sys
 import threading
 from concurrent import futures
 from contextlib import ExitStack
@@ -35,6 +36,7 @@ from coordinator.blob_servicer import FarmBlobsServicer
 from coordinator.bulk_server import BulkServer, server_context
 from coordinator.client_servicer import FarmClientServicer, live_fleet
 from coordinator.dashboard import start_dashboard, stop_dashboard
+from coordinator.dashboard.security import login_url
 from coordinator.guard import Guard
 from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership
@@ -265,7 +267,7 @@ def run_coordinator(
         dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir,
                                                token_file=_token_file(data_dir, token))  # follows a rotate
         stack.callback(stop_dashboard, dashboard)
-        print(f"coordinator on {host}:{bound}; dashboard http://{dashboard_host}:{dash_port}/; "
+        print(f"coordinator on {host}:{bound}; dashboard {_dashboard_link(dashboard_host, dash_port, token)}; "
               f"token in {data_dir / 'token'}", flush=True)
         done = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -302,3 +304,9 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _dashboard_link(host: str, port: int, token: str) -> str:
+    """The login link on a terminal (as Jupyter prints it); a log file gets the plain URL instead."""
+    link = login_url(host, port, token)
+    return link if sys.stdout.isatty() else link.split("?", 1)[0] + " (`farm dashboard` opens it logged in)"

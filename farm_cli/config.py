@@ -120,10 +120,8 @@ def _default(key: str, data: Path) -> Setting:
         return Setting(key, COORDINATOR_ADDRESS, "default")
     if key == "token_file":
         return Setting(key, str(data / "token"), "default")
-    if key == "pack":
-        pulled = sorted(p.name for p in (data / "packs").glob("*") if p.is_dir() and p.name not in ("tiny",)
-                        and not p.name.startswith("."))
-        return Setting(key, pulled[0], f"found in {data / 'packs'}") if pulled else Setting(key, "tiny", "default")
+    if key == "pack":  # never whatever folder appears in DATA/packs: the default is named, and stays put
+        return Setting(key, "tiny", "default")
     if key == "output_dir":
         return Setting(key, ".", "default")
     if key == "user":
@@ -132,7 +130,7 @@ def _default(key: str, data: Path) -> Setting:
 
 
 def resolve(data: Path | None = None) -> list[Setting]:
-    """Every setting: env, else file, else default (a real pack once one is in DATA/packs, else tiny)."""
+    """Every setting: env, else file, else default (the pack: tiny until config.toml or FARM_PACK names one)."""
     folder = folder_of(data)
     path, values = read_file(data)
     out = [Setting("data", str(folder), "--data" if data else "env FARM_DATA" if os.environ.get("FARM_DATA")

@@ -155,13 +155,15 @@ def check_coordinator(address: str, token: str | None) -> Check:
             "fail",
             NO_TOKEN,
         )
-    from farm_cli.client import FarmClient, FarmError
+    from farm_cli.client import CoordinatorUnreachable, FarmClient, FarmError
 
     try:
         with FarmClient(address, token, timeout=5.0) as farm:
             workers = farm.workers()
     except FarmError as exc:
-        return "fail", f"coordinator {address}: {exc}"
+        from farm_cli.session import UNREACHABLE_NEXT
+
+        return "fail", f"coordinator {address}: {exc}{UNREACHABLE_NEXT if isinstance(exc, CoordinatorUnreachable) else ''}"
     return "ok", f"coordinator {address} answers with this token ({len(workers)} workers registered)"
 
 
@@ -233,6 +235,21 @@ def check_redis(url: str | None) -> Check:
     return "ok", health["line"]
 
 
+def crash_line(check: Callable[[], Check], exc: Exception) -> str:
+    """A check that raised, as one line a person reads: what was checked (not `<lambda>`) and why, a gRPC
+    refusal by its details (not its class name), an unreachable coordinator with the next step."""
+    import grpc
+
+    name = getattr(check, "__name__", "")
+    what = name.removeprefix("check_").replace("_", " ") if name and not name.startswith("<") else "a check"
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "details"):
+        why = str(exc.details() or "").splitlines()[0] if exc.details() else "no answer"
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return f"{what}: the coordinator does not answer ({why}): start one with `farm up`"
+        return f"{what}: the coordinator refused ({why})"
+    return f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+
+
 def run_checks(checks: list[Callable[[], Check]], echo: Callable[[str], None] = typer.echo) -> int:
     """Run every check (a crash is a failed check), print one line each; 1 when any failed."""
     failed = False
@@ -240,7 +257,7 @@ def run_checks(checks: list[Callable[[], Check]], echo: Callable[[str], None] = 
         try:
             status, message = check()
         except Exception as exc:  # noqa: BLE001 - a doctor reports, it does not crash
-            status, message = "fail", f"{getattr(check, '__name__', 'check')}: {type(exc).__name__}: {exc}"
+            status, message = "fail", crash_line(check, exc)
         failed |= status == "fail"
         echo(f"{MARKS[status]} {status:<4} {message}")
     return 1 if failed else 0

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from farm_cli import common, config, doctor, manage, packs, plan, renders, services
+from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
 from farm_cli.benches import bench_app
 from farm_cli.image_option import ImageCommand
 from farm_cli.options import (
@@ -25,6 +25,8 @@ from farm_cli.options import (
     Image,
     ImageBinding,
     ImageCrf,
+    Lora,
+    LoraMode,
     NoAudio,
     Output,
     PackRef,
@@ -77,23 +79,28 @@ def render(
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
+    lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
+    from farm_cli import loras
     from farm_cli.spec import cli_spec
 
+    user_loras = loras.resolve(lora, lora_mode)
     spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                             seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
-                            detailing_strength=detailing_strength)
+                            detailing_strength=detailing_strength, lora_fields=user_loras.fields)
     if not local:
+        loras.upload_to(user_loras.files, coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for
 
-        render_id = submit_render(spec.to_dict(), pixels, coordinator, token)
+        render_id = submit_render(spec.to_dict(), pixels, coordinator, token,
+                                  unreachable=", or render here with --local")
         typer.echo(render_id)
-        render = wait_for(render_id, coordinator, token)
+        render = wait_for(render_id, coordinator, token, output=output or Path("render.mp4"))
         if render.get("state") != "done":
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
         fetch_results(render, output or Path("render.mp4"), save_latents, coordinator, token)
@@ -106,8 +113,10 @@ def render(
 
     out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"
+    runner = Runner(folder)
+    runner.loras.known.update(user_loras.files)  # the client's LoRA files, read where they are
     with one_line(SpecError, PackError):
-        path, outputs, blobs = render_local(spec, out, Runner(folder), pixels, progress_printer())
+        path, outputs, blobs = render_local(spec, out, runner, pixels, progress_printer())
     if save_latents:
         common.save_latents(save_latents, latents_from_outputs(outputs, "local", blobs.get))
     typer.echo(f"wrote {path}")
@@ -130,7 +139,8 @@ for command in (renders.watch, renders.status, renders.cancel, renders.fetch, re
                 doctor.doctor):
     app.command()(command)
 app.command("config")(config.show)
-for command in (manage.ls, manage.retry, manage.delete, manage.prune, manage.logs):
+app.command("dashboard")(dashboard.dashboard)
+for command in (manage.ls, manage.retry, manage.rerun, manage.delete, manage.prune, manage.logs):
     app.command()(command)
 app.command(cls=ImageCommand)(plan.plan)
 pack_app.command("tiny")(pack_tiny)
@@ -144,6 +154,9 @@ token_app.command("rotate")(manage.token_rotate)
 def main() -> None:
     """The `farm` entry point: refuse a token on argv, read the settings file's defaults, run the app."""
     refuse_token_argv(sys.argv[1:])
+    from farm_cli.loras import pair_argv
+
+    sys.argv[1:] = pair_argv(sys.argv[1:])  # `--lora SOURCE STRENGTH`: two values, which typer options cannot take
     try:  # DATA/config.toml and FARM_* settings become the commands' defaults
         defaults = config.default_map(typer.main.get_command(app))
     except typer.Exit as exc:  # a broken config file: its one line is printed

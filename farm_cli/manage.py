@@ -6,6 +6,7 @@ import re
 import secrets
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -88,7 +89,7 @@ def table(renders: list[dict], columns: list[str]) -> list[str]:
 
 def matches(render: dict, state: str | None, by: str | None, since_s: float | None, group: str | None) -> bool:
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
-    return ((not state or render.get("state") in state.split(","))
+    return ((not state or render.get("state") in [w.strip() for w in state.split(",")])
             and (not by or by.lower() in str(render.get("submitter") or "").lower())
             and (since_s is None or float(render.get("age_s") or 0) <= since_s)
             and (not group or spec.get("group") == group))
@@ -107,18 +108,38 @@ def group_renders(farm, group: str, limit: int = 500) -> list[dict]:
     return [r for r in farm.list(limit) if (r.get("spec") or {}).get("group") == group]
 
 
-def print_logs(render: dict, task: str | None) -> None:
-    """Each task's worker, outcome and the log lines its worker sent with the result."""
+LOST_EVENTS = {"task_lost": "lost with", "task_expired": "lease expired on", "task_retry": "failed on"}
+
+
+def earlier_attempts(events: list[dict]) -> dict[str, list[str]]:
+    """Per task, the runs that did not end it (from the render's events): where and why, and whether
+    they spent an attempt (a raise does; a lost or expired lease does not, README's failure policy)."""
+    found: dict[str, list[str]] = {}
+    for e in events:
+        if e.get("type") in LOST_EVENTS:
+            cost = "an attempt spent" if e["type"] == "task_retry" else "no attempt spent"
+            why = e.get("reason") or e.get("error") or ""
+            found.setdefault(str(e.get("task")), []).append(
+                f"{LOST_EVENTS[e['type']]} {e.get('worker') or '?'} ({cost}){': ' + why if why else ''}")
+    return found
+
+
+def print_logs(render: dict, task: str | None, events: list[dict] | None = None) -> None:
+    """Each task's worker, outcome, its earlier runs (lost leases, failures) and the log lines its
+    worker sent with the result."""
     tasks = [t for t in render.get("tasks") or [] if not task or t["id"] == task or t["id"].endswith("." + task)]
     if task and not tasks:
         fail(f"render {render.get('id')} has no task {task}", code=1)
+    earlier = earlier_attempts(events or [])
     for t in tasks:
         metrics = t.get("metrics") if isinstance(t.get("metrics"), dict) else {}
         secs = f" {metrics['seconds']:.2f}s" if isinstance(metrics.get("seconds"), (int, float)) else ""
         typer.echo(f"== {t['id']}  {t.get('state')} on {t.get('worker') or '-'}{secs}")
+        for line in earlier.get(t["id"], []):
+            typer.echo(f"   earlier: {line}")
         for line in metrics.get("log") or []:
             typer.echo(f"   {line}")
-        if t.get("error"):
+        if t.get("error") and t.get("state") != "done":
             typer.echo(f"   error: {t['error']}")
 
 
@@ -133,6 +154,11 @@ def ls(state: str = typer.Option(None, "--state", help="done, failed, running, .
     chosen = [c.strip() for c in columns.split(",") if c.strip()]
     if not chosen or set(chosen) - set(COLUMNS):
         fail(f"--columns {columns!r}: choose from {', '.join(COLUMNS)}")
+    from protos.states import RenderState
+
+    unknown = [w for w in (state or "").split(",") if w.strip() and w.strip() not in set(RenderState)]
+    if unknown:
+        fail(f"--state {state!r}: choose from {', '.join(RenderState)}")
     since_s = since_seconds(since) if since else None
     with one_line(code=1), client(coordinator, token) as farm:
         renders = [r for r in farm.list(limit) if matches(r, state, by, since_s, group)]
@@ -157,6 +183,26 @@ def retry(render_id: str, new: bool = typer.Option(False, "--new", help="Render 
         else:
             again = farm.submit({**asked_for(render["spec"]), "submitter": common.submitter()})
     typer.echo(again)
+
+
+def rerun(render_id: str, seed: Annotated[int | None, typer.Option("--seed", help="Another seed.")] = None,
+          *, coordinator: Coordinator, token: Token = None) -> None:
+    """Queue a render's recorded spec again as a new render, whatever its state (--seed N: with that
+    seed); prints the new id."""
+    from protos.spec import spec_field_names
+
+    with one_line(code=1), client(coordinator, token) as farm:
+        recorded = farm.get(render_id).get("spec") or {}
+        spec = {k: v for k, v in recorded.items() if k in spec_field_names() and k not in ("submitter", "group")}
+        again = farm.submit({**spec, **({} if seed is None else {"seed": seed}), "submitter": common.submitter()})
+    typer.echo(again)
+
+
+def output_names(renders: list[dict]) -> dict[str, str]:
+    """A batch's file names by seed (seed-7.mp4); with the id too where seeds repeat (several prompts)."""
+    seeds = [(r.get("spec") or {}).get("seed") for r in renders]
+    return {r["id"]: f"seed-{seed}.mp4" if seeds.count(seed) == 1 else f"seed-{seed}-{r['id']}.mp4"
+            for r, seed in zip(renders, seeds, strict=True)}
 
 
 def delete(render_ids: list[str], *, coordinator: Coordinator, token: Token = None) -> None:
@@ -193,9 +239,12 @@ def prune(older_than: float = typer.Option(..., "--older-than", help="Days since
 def logs(render_id: str, task: str = typer.Argument(None, help="One task (its id or its last part)."),
          *, coordinator: Coordinator, token: Token = None) -> None:
     """What each task of a render logged on its worker, with its worker, time and error."""
+    from protos.states import TERMINAL
+
     with one_line(code=1), client(coordinator, token) as farm:
-        render = farm.get(render_id)
-    print_logs(render, task)
+        render = farm.get(render_id)  # an ended render's events are all there: its lost and failed runs
+        events = list(farm.watch(render_id, timeout=10)) if render.get("state") in TERMINAL else []
+    print_logs(render, task, events)
 
 
 def submit_batch(specs: list[dict], pixels, coordinator: str, token: str | None, wait: bool,
@@ -207,7 +256,8 @@ def submit_batch(specs: list[dict], pixels, coordinator: str, token: str | None,
     typer.echo(json.dumps({"group": group, "render_ids": ids}) if as_json else "\n".join([group, *ids]))
     if not (wait or output):
         return
-    states = {rid: wait_for(rid, coordinator, token, quiet=True).get("state") for rid in ids}
+    states = {rid: wait_for(rid, coordinator, token, quiet=True, output=output, group=group).get("state")
+              for rid in ids}
     if output:
         fetch_group(group, output, coordinator, token)
     bad = [f"{rid} {state}" for rid, state in states.items() if state != "done"]
@@ -224,10 +274,11 @@ def fetch_group(group: str, folder: Path, coordinator: str, token: str | None) -
         renders = group_renders(farm, group)
         if not renders:
             fail(f"no renders in group {group}", code=1)
+        names = output_names(renders)
         for r in sorted(renders, key=lambda r: r["id"]):
             if r.get("state") != "done":
                 typer.echo(f"{r['id']} {r.get('state')}: no output", err=True)
                 continue
-            path = folder / f"{r['id']}.mp4"
+            path = folder / names[r["id"]]
             ride(lambda rid=r["id"], path=path: farm.fetch_output(rid, path), Outage())
             typer.echo(f"wrote {path}")

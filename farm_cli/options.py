@@ -77,6 +77,12 @@ Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames i
 DetailingLora = Annotated[str | None, typer.Option(
     "--detailing-lora", help="DFR: an IC-LoRA .safetensors in the pack folder, fused into stage 2.")]
 DetailingStrength = Annotated[float, typer.Option("--detailing-strength", help="The detailing LoRA's strength.")]
+Lora = Annotated[list[str] | None, typer.Option(  # two values each: farm_cli.loras.pair_argv
+    "--lora", metavar="SOURCE STRENGTH", help="A LoRA on every DiT stage (repeatable, at most 8): a .safetensors "
+    "here, a file name in the pack folder, or a Hugging Face REPO[/FILE]; with its strength.")]
+LoraMode = Annotated[str, typer.Option(
+    "--lora-mode", help="fused: summed into the weights once per worker (fastest); unfused: run-time adapters "
+    "(no requantization loss on q8/q4 packs).")]
 TextEncoder = Annotated[str | None, typer.Option(
     "--text-encoder", help="Gemma 3 (mlx-lm) repo id or folder for packs without their own "
     "(default: the pack's entry in DATA/config.toml, else mlx-community/gemma-3-12b-it-4bit).")]

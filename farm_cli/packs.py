@@ -185,6 +185,9 @@ def pack_pull(source: Annotated[str, typer.Argument(help="A Hugging Face repo id
         fail(f"pull of {source} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", code=1)
     for what, path in pulled:
         typer.echo(f"pulled {what} into {path}")
+    ref = Path(pulled[0][1]).name if packs_dir else source  # what --pack names it by
+    typer.echo(f"render with it: --pack {ref}, or make it the default: pack = \"{ref}\" in "
+               "DATA/config.toml (or FARM_PACK); the default never changes by itself")
 
 
 def pack_list(*, coordinator: Coordinator, token: Token = None, as_json: Json = False) -> None:

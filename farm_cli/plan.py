@@ -23,6 +23,8 @@ from farm_cli.options import (
     ImageBinding,
     ImageCrf,
     Json,
+    Lora,
+    LoraMode,
     NoAudio,
     PackRef,
     Prompt,
@@ -35,22 +37,46 @@ from farm_cli.options import (
     Token,
     Width,
 )
-from farm_cli.session import one_line
+from farm_cli.session import fail, one_line
 
 
 def _fleet(fleet_file: Path | None, pack: str, coordinator: str, token: str | None) -> tuple[list, list]:
     from coordinator.plan.forecast import described_fleet, live_fleet, read_fleet
 
     if fleet_file is not None:
-        return described_fleet(read_fleet(fleet_file), pack)
+        return _described(fleet_file, pack, read_fleet, described_fleet)
     from farm_cli.remote import client
 
     with one_line(code=1, hint=" (or plan for a described fleet with --fleet FILE)"), client(coordinator, token) as farm:
         return live_fleet(farm.workers())
 
 
+def _described(path: Path, pack: str, read_fleet, described_fleet) -> tuple[list, list]:
+    """A --fleet file as capabilities and slots; a file that is missing, not TOML / JSON, or whose rows
+    are not workers is one line naming the file and the shape it should have (README's example)."""
+    import tomllib
+
+    from coordinator.plan.graph import SpecError
+
+    shape = "[[workers]] tables of name, chip, memory_gb, count (one key = value per line)"
+    try:
+        rows = read_fleet(path)
+        if not all(isinstance(r, dict) for r in rows):
+            raise ValueError("a worker is not a table")
+        return described_fleet(rows, pack)
+    except SpecError:
+        raise
+    except OSError as exc:
+        fail(f"--fleet {path}: {exc.strerror or exc}")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
+        fail(f"--fleet {path}: not a fleet file ({str(exc).splitlines()[0]}); give {shape}")
+
+
 def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n else "-"
+    """A peak in GiB, or MiB when it is under one GiB (the tiny pack's are), so no peak reads 0.0."""
+    if not n:
+        return "-"
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def print_plan(plan: dict) -> None:
@@ -59,13 +85,16 @@ def print_plan(plan: dict) -> None:
     if spec.get("frames") is None:  # an LTX-2.5 render whose DurationHead picks the length first
         typer.echo("length: picked by the pack's DurationHead once the prompt is encoded; this plan is that first "
                    "phase only (give -f to plan the whole render)")
+    tiled = sum(int(row["kinds"].get("decode_tile", 0)) for row in plan["stages"])  # else one decode_video
+    decode = f"{plan['tiles']['decode']} ({tiled} tiles)" if tiled else "none (the clip is decoded whole)"
     typer.echo(f"{spec['width']}x{spec['height']}x{spec['frames'] or '?'} on {len(plan['workers'])} worker(s): "
-               f"stage-2 tiles {plan['tiles']['stage2'] or 'none'}, decode tiles {plan['tiles']['decode']}")
-    typer.echo(f"{'stage':<10} {'tasks':<34} {'start':>8} {'end':>8}  {'peak/task':>10}  workers")
-    for row in plan["stages"]:
-        kinds = ", ".join(f"{n} {k}" for k, n in row["kinds"].items())
+               f"stage-2 tiles {plan['tiles']['stage2'] or 'none'}, decode tiles {decode}")
+    kinds = [", ".join(f"{n} {k}" for k, n in row["kinds"].items()) for row in plan["stages"]]
+    width = max([34, *map(len, kinds)])  # the widest row sets the column: every row lines up
+    typer.echo(f"{'stage':<10} {'tasks':<{width}} {'start':>8} {'end':>8}  {'peak/task':>10}  workers")
+    for row, tasks in zip(plan["stages"], kinds, strict=True):
         workers = ", ".join(f"{w}×{n}" for w, n in row["workers"].items())
-        typer.echo(f"{row['label']:<10} {kinds:<34} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
+        typer.echo(f"{row['label']:<10} {tasks:<{width}} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
                    f"{_gib(row['peak_bytes']):>10}  {workers}")
     typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/plan/costs.py; "
                "a worker's measured speeds where it has run tasks, else its chip's)")
@@ -77,17 +106,20 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
          decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
          *, coordinator: Coordinator, token: Token = None,
-         as_json: Json = False) -> None:
+         as_json: Json = False, lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
+    from farm_cli import loras
     from farm_cli.spec import cli_spec
 
+    user_loras = loras.resolve(lora, lora_mode)
     spec, _pixels = cli_spec(prompt=prompt or "plan", height=height, width=width, frames=frames,
                              frame_rate=frame_rate, seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio,
                              stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
-                             text_encoder=text_encoder, image_blob="plan")
+                             text_encoder=text_encoder, image_blob="plan",
+                             lora_fields=user_loras.fields)
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)
@@ -95,3 +127,9 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         print_plan(result)
+        if spec.loras:
+            from coordinator.plan.costs import lora_fuse_seconds
+
+            seconds = lora_fuse_seconds({"loras": spec.loras, "lora_mode": spec.lora_mode})
+            typer.echo(f"LoRA set: {len(spec.loras)} {spec.lora_mode}; a worker without it warm spends ~{seconds:.0f} s "
+                       "(reference seconds) building it before its first DiT task, counted in the times above")

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ import typer
 
 from farm_cli import common
 from farm_cli.config import local_token
-from farm_cli.session import one_line
+from farm_cli.session import fail, one_line
 
 if TYPE_CHECKING:
     from farm_cli.client import FarmClient
@@ -62,24 +63,57 @@ def client(coordinator: str, token: str | None) -> FarmClient:
     return FarmClient(coordinator, token or local_token())
 
 
-def submit_render(spec: dict, pixels: list[np.ndarray], coordinator: str, token: str | None) -> str:
+def submit_render(spec: dict, pixels: list[np.ndarray], coordinator: str, token: str | None,
+                  unreachable: str = "") -> str:
     """Upload the images (one blob each, in order) and queue the render; one line and exit 2 on refusal."""
     from farm_cli.images import with_blobs
     from protos.tensors import encode_tensor
 
-    with one_line(), client(coordinator, token) as farm:
+    refuse_local_folder(str(spec.get("pack") or ""))
+    with one_line(unreachable=unreachable), client(coordinator, token) as farm:
         if pixels:
             spec = with_blobs(spec, [farm.put_blob(encode_tensor(p)) for p in pixels])
         return farm.submit(spec)
 
 
-def wait_for(render_id: str, coordinator: str, token: str | None, quiet: bool = False) -> dict:
+@contextlib.contextmanager
+def goes_on(render_id: str, output: Path | None = None, group: str | None = None) -> Iterator[None]:
+    """Ctrl-C while following a render (or a batch) stops the following, not the render: one line says
+    so and how to get its output later; exit 130 (the shell's code for an interrupt)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if group:
+            typer.echo(f"farm: stopped following group {group}; its renders go on on the farm: `farm ls --group "
+                       f"{group}` to see them, `farm fetch {group} -o {output or 'DIR'}` once they are done",
+                       err=True)
+        else:
+            typer.echo(f"farm: stopped following {render_id}; the render goes on on the farm: `farm watch "
+                       f"{render_id}` to follow it again, `farm fetch {render_id} -o {output or 'FILE.mp4'}` "
+                       f"once it is done, `farm cancel {render_id}` to stop it", err=True)
+        raise SystemExit(130) from None
+
+
+def refuse_local_folder(pack: str) -> None:
+    """`--pack /path/to/pack` names a folder on this machine, which the farm's workers cannot read: one
+    line with the way to give it to the farm (workers copy what the coordinator's packs folder holds)."""
+    if not pack or not Path(pack).expanduser().is_dir() or not any(c in pack for c in ("/", "~", "\\")):
+        return
+    name = Path(pack).expanduser().resolve().name
+    fail(f"--pack {pack} is a folder on this machine, which the farm's workers cannot see: put it in the "
+         f"coordinator's packs folder (on that machine: `farm pack pull {pack} --packs-dir ~/.ltx-farm/packs`, "
+         f"or copy it to DATA/packs/{name}), then submit with --pack {name}; or render it here with "
+         f"`farm render --local --pack {pack}`")
+
+
+def wait_for(render_id: str, coordinator: str, token: str | None, quiet: bool = False,
+             output: Path | None = None, group: str | None = None) -> dict:
     """Follow the render's events until it ends, through coordinator outages; returns its final record."""
     from farm_cli.follow import Outage, follow_events, ride
 
     show = progress_printer()
     outage = Outage()
-    with one_line(code=1), client(coordinator, token) as farm:
+    with goes_on(render_id, output, group), one_line(code=1), client(coordinator, token) as farm:
         get = lambda: ride(lambda: farm.get(render_id), outage)  # noqa: E731
         if not quiet and sys.stderr.isatty():  # a person is watching: the live view with bars
             from rich.console import Console
@@ -99,7 +133,7 @@ def watch_live(render_id: str, coordinator: str, token: str | None) -> dict:
     from farm_cli.watch_view import watch_render
 
     outage = Outage()
-    with one_line(code=1), client(coordinator, token) as farm:
+    with goes_on(render_id), one_line(code=1), client(coordinator, token) as farm:
         return watch_render(follow_events(farm, render_id, outage), lambda: ride(lambda: farm.get(render_id), outage))
 
 

@@ -23,6 +23,8 @@ from farm_cli.options import (
     ImageBinding,
     ImageCrf,
     Json,
+    Lora,
+    LoraMode,
     NoAudio,
     Output,
     PackRef,
@@ -57,17 +59,22 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
+           lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
+    from farm_cli import loras
     from farm_cli.spec import cli_spec
 
+    user_loras = loras.resolve(lora, lora_mode)
     typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                              seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
                              tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                              text_encoder=text_encoder, detailing_lora=detailing_lora,
-                             detailing_strength=detailing_strength, priority=priority, notify=notify)
+                             detailing_strength=detailing_strength, priority=priority, notify=notify,
+                             lora_fields=user_loras.fields)
     spec = typed.to_dict()
+    loras.upload_to(user_loras.files, coordinator, token)
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch
 
@@ -77,7 +84,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
     typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)
     if not (wait or output or save_latents):
         return
-    render = wait_for(render_id, coordinator, token, quiet=as_json)
+    render = wait_for(render_id, coordinator, token, quiet=as_json, output=output)
     desktop_notice(render)
     if render.get("state") != "done":
         fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
@@ -88,20 +95,32 @@ def watch(render_id: str, *, coordinator: Coordinator, token: Token = None) -> N
     """Follow a render live (stages, tile grid, workers, ETA); exits non-zero unless it is done."""
     render = watch_live(render_id, coordinator, token) if sys.stdout.isatty() else wait_for(render_id, coordinator, token)
     typer.echo(f"{render_id} {render.get('state')} {render.get('error') or ''}".rstrip())
+    if render.get("state") == "done" and render.get("output"):  # where it is, and how to get it here
+        typer.echo(f"output {render['output']} on the coordinator; here: farm fetch {render_id} -o {render_id}.mp4")
     raise typer.Exit(0 if render.get("state") == "done" else 1)
 
 
 def status(render_id: str = typer.Argument(None), *, coordinator: Coordinator,
            token: Token = None, as_json: Json = False) -> None:
     """One render's record, or the list of renders."""
+    from protos.states import TERMINAL
+
     with one_line(code=1), client(coordinator, token) as farm:
         data = farm.get(render_id) if render_id else farm.list()
+        workers = farm.workers() if render_id and data.get("state") not in TERMINAL else []
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    from farm_cli.views import render_details, render_row
+    from farm_cli.views import pack_copies, render_details, render_header, render_row
 
-    for line in render_details(data) if render_id else [render_row(r) for r in data]:
+    # a render waiting on its pack: the copies under way, with their progress
+    copies = pack_copies(str((data.get("spec") or {}).get("pack") or ""), workers) if render_id else []
+
+    if not render_id and not data:
+        typer.echo("no renders yet: `farm submit -p \"...\"` queues one")
+        return
+    for line in (render_details(data) + copies if render_id
+                 else [render_header(data), *(render_row(r) for r in data)]):
         typer.echo(line)
 
 
@@ -136,9 +155,13 @@ def workers(*, coordinator: Coordinator, token: Token = None,
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    for w in rows:  # the dashboard's rows: same states (idle, busy, lost, draining, drained), same blocklists
-        blocked = f"  blocklisted for {', '.join(w['blocklisted_for'])}" if w.get("blocklisted_for") else ""
-        typer.echo(f"{w.get('id')}  {w.get('state', '?'):<8} {w.get('chip', '')}{blocked}")
+    from farm_cli.views import worker_rows
+
+    if not rows:
+        typer.echo("no workers registered: start one with `farm worker --coordinator HOST:8471` (or `farm up`)")
+        return
+    for line in worker_rows(rows):  # the dashboard's rows: same states (idle, busy, lost, draining, drained)
+        typer.echo(line)
 
 
 def requeue(render_id: str, task: str = typer.Option("", "--task", help="Also take this leased task back."),

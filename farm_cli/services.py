@@ -69,7 +69,9 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
             dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data,
                                                    token_file=data / "token")  # follows `farm token rotate`
             stack.callback(stop_dashboard, dashboard)
-            typer.echo(f"dashboard http://{dashboard_host}:{dash_port}/", err=True)
+            from coordinator.dashboard.security import login_url
+
+            typer.echo(f"dashboard {login_url(dashboard_host, dash_port, token)}  (this link logs in)", err=True)
         address = f"127.0.0.1:{bound}"
         log_dir = log_dir or data / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)

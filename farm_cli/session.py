@@ -21,13 +21,18 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+UNREACHABLE_NEXT = ": start one with `farm up`, or name yours with --coordinator / FARM_COORDINATOR"
+
+
 @contextlib.contextmanager
-def one_line(*also: type[Exception], code: int = 2, hint: str = "") -> Iterator[None]:
+def one_line(*also: type[Exception], code: int = 2, hint: str = "", unreachable: str = "") -> Iterator[None]:
     """A FarmError (and any of `also`: a token, spec or pack error) raised inside becomes
-    `farm: MESSAGE{hint}` on stderr and exit `code`."""
-    from farm_cli.client import FarmError
+    `farm: MESSAGE{hint}` on stderr and exit `code`; a coordinator that does not answer gets the next
+    step (start one, name it; `unreachable` adds a command's own, e.g. render's `--local`)."""
+    from farm_cli.client import CoordinatorUnreachable, FarmError
 
     try:
         yield
     except (FarmError, *also) as exc:
-        fail(f"{exc}{hint}", code=code)
+        next_step = f"{UNREACHABLE_NEXT}{unreachable}" if isinstance(exc, CoordinatorUnreachable) else ""
+        fail(f"{exc}{next_step}{hint}", code=code)

@@ -24,7 +24,8 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
              data: Path | None = None, detailing_lora: str | None = None, detailing_strength: float = 0.5,
              priority: int | None = None, notify: str | None = None, image_blob: str | None = None,
              image_binding: list[str] | None = None, image_crf: list[int] | None = None,
-             num_generated_keyframes: int = 0) -> tuple[RenderSpec, list[np.ndarray]]:
+             num_generated_keyframes: int = 0, lora_fields: dict | None = None,
+             ) -> tuple[RenderSpec, list[np.ndarray]]:
     """The typed spec of the command's options and the decoded images (one per --image, in order); one
     line, exit 2, for a value the spec refuses. `image_blob`: the images are not decoded, each file's
     sha256 stands in for its blob (`farm plan`)."""
@@ -33,6 +34,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
     raw["num_generated_keyframes"] = num_generated_keyframes
     raw |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
     raw |= common.detailing_spec(detailing_lora, detailing_strength)
+    raw |= lora_fields or {}  # --lora / --lora-mode, resolved by farm_cli.loras
     raw["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     raw["priority"] = priority
     if notify:

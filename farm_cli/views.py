@@ -43,6 +43,58 @@ def render_row(render: dict) -> str:
             f"{_clip(render.get('prompt') or '', 40)}")
 
 
+def render_header(renders: list[dict]) -> str:
+    """The column names over render_row's lines, at their widths."""
+    width = max([2, *(len(str(r.get("id"))) for r in renders)])
+    return (f"{'id':<{width}}  {'state':<10} {'stage':<10} {'done':>4} {'eta':>6} {'age':>6}  {'by':<16} "
+            "prompt")
+
+
+def pack_copies(pack: str, workers: list[dict]) -> list[str]:
+    """The copies of a render's pack under way on workers (`farm status ID`): a render waiting for its
+    pack says so, with how far each copy is, rather than only an ETA."""
+    lines = []
+    for w in workers:
+        sync = (w.get("pack_sync") or {}).get(pack) or {}
+        if sync.get("state") in ("copying", "failed") and pack not in (w.get("packs") or {}):
+            done, total = int(sync.get("bytes") or 0), int(sync.get("total") or 0)
+            share = f"{done / total:.0%} ({done / 1e6:.1f} of {total / 1e6:.1f} MB)" if total else "starting"
+            what = f"failed: {sync.get('error')}" if sync["state"] == "failed" else share
+            lines.append(f"  pack copy  {w.get('id')} is copying pack {pack} from the coordinator: {what}")
+    return lines
+
+
+WORKER_HEADER = ("worker", "state", "chip", "memory", "packs", "task", "speed")
+
+
+def worker_rows(workers: list[dict]) -> list[str]:
+    """`farm workers`: a header, then per worker its state, chip, memory, packs, current task and speed
+    (tasks done and mean seconds per task), and the renders it is blocklisted for."""
+    cells = [WORKER_HEADER]
+    for w in workers:
+        memory = f"{int(w['memory_bytes']) / 2**30:.0f} GiB" if w.get("memory_bytes") else "-"
+        mean = w.get("mean_s_per_tile")
+        speed = f"{w.get('tasks_done') or 0} tasks, {mean:.1f} s/task" if mean else "no tasks yet"
+        packs = ",".join(sorted(w.get("packs") or {})) or "-"
+        cells.append((str(w.get("id")), str(w.get("state") or "?"), str(w.get("chip") or "-"), memory, packs,
+                      str(w.get("current_task") or "-"), speed))
+    widths = [max(len(row[i]) for row in cells) for i in range(len(WORKER_HEADER) - 1)]
+    lines = ["  ".join(c.ljust(n) for c, n in zip(row, widths, strict=False)) + "  " + row[-1] for row in cells]
+    for w, i in zip(workers, range(1, len(cells)), strict=True):
+        if w.get("blocklisted_for"):
+            lines[i] += f"  blocklisted for {', '.join(w['blocklisted_for'])}"
+    return lines
+
+
+def spent(task: dict) -> str:
+    """What a task's retries cost, as README's failure policy counts them: a raise spends an attempt,
+    a lost lease (its worker died or went silent) spends none."""
+    failures, lost = int(task.get("failures") or 0), int(task.get("lost") or 0)
+    words = [f"{failures} attempt{'s' if failures != 1 else ''} spent on {task.get('failed_on') or '?'}"] if failures else []
+    words += [f"lost {lost} time{'s' if lost != 1 else ''}, no attempt spent"] if lost else []
+    return "; ".join(words) or "no attempt spent"
+
+
 def _when(ms: object) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(ms) / 1000)) if ms and int(ms) else "-"
 
@@ -94,6 +146,5 @@ def render_details(render: dict) -> list[str]:
         lines.append(f"  error      {render['error']}")
     for t in render.get("tasks") or []:
         if t.get("error"):  # the failure text of a failed or retried task, and where it ran
-            lines.append(f"  {t['id']}  {t.get('state')} on {t.get('worker') or '?'} "
-                         f"(attempt {t.get('attempts')}): {t['error']}")
+            lines.append(f"  {t['id']}  {t.get('state')} on {t.get('worker') or '?'} ({spent(t)}): {t['error']}")
     return lines

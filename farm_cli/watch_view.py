@@ -18,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator import metrics
-from coordinator.plan import placement
 from farm_cli.views import length_note
 from protos.states import TERMINAL
 
@@ -40,6 +39,8 @@ STATE_STYLE = {
     "cancelled": "grey50",
 }
 GRID_COLS = 32
+ETA_REFRESH_MS = 2000  # a task's end re-reads the render (its ETA) at most this often
+_ENDS = ("task_done", "task_failed", "task_retry", "task_expired", "task_lost")
 
 
 class WatchState:
@@ -52,9 +53,18 @@ class WatchState:
     def reset(self, render: dict) -> None:
         self.render = {k: v for k, v in render.items() if k != "tasks"}
         self.tasks = {str(t["id"]): dict(t) for t in render.get("tasks") or []}
+        if render.get("eta_ms") is not None and render.get("eta_s") is not None:  # the coordinator's clock
+            self.now_ms = int(render["eta_ms"] - float(render["eta_s"]) * 1000)
+        self.read_ms = self.now_ms
+
+    def eta_s(self) -> float | None:
+        """The coordinator's ETA (coordinator/eta.py, the one every view shows), counted down since it was read."""
+        eta_ms = self.render.get("eta_ms")
+        return None if eta_ms is None or self.render.get("state") in TERMINAL else max(0.0, (eta_ms - self.now_ms) / 1000)
 
     def apply(self, event: dict) -> bool:
-        """Fold one event in; True when the render must be re-read (a task we have never seen)."""
+        """Fold one event in; True when the render must be re-read: a task we have never seen, or a task
+        ended and the coordinator's ETA is older than ETA_REFRESH_MS."""
         kind = str(event.get("type", ""))
         self.now_ms = int(event.get("ts") or self.now_ms)
         if kind == "tasks_added":
@@ -72,7 +82,7 @@ class WatchState:
         if task is None:
             return bool(event.get("task"))
         _fold_task_event(task, kind, event, self.now_ms)
-        return False
+        return kind in _ENDS and self.now_ms - self.read_ms >= ETA_REFRESH_MS
 
     def views(self) -> list[dict]:
         return [metrics.task_view(t) for t in self.tasks.values()]
@@ -176,8 +186,7 @@ def grid_text(grid: dict) -> Text:
 def render_view(state: WatchState) -> Group:
     """The whole screen for the current state."""
     views = state.views()
-    fleet = placement.fleet_from(state.render.get("fleet"))  # the cost model's ETA, as tasks finish
-    summary = metrics.render_summary(state.render, views, state.now_ms, fleet=fleet)
+    summary = metrics.render_summary(state.render, views, state.now_ms, state.eta_s())
     stages = metrics.stage_summaries(state.render, views)
     head = Text(f"render {summary['id']}  ", style="bold")
     head.append(str(summary.get("state")), style=STATE_STYLE.get(str(summary.get("state")), "blue"))

@@ -28,6 +28,7 @@ from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import EULER
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
+from worker.loras import DIT_KINDS, LoraSets
 
 Progress = Callable[[int, int], None]
 EMBEDDINGS_KEPT = 32
@@ -78,6 +79,7 @@ class Runner:
         self.engine = engine or Engine(ModelRegistry(budget_bytes=model_budget_bytes()))
         self._packs: dict[str, WeightPack] = {}
         self._embeddings: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()  # recent prompts
+        self.loras = LoraSets(self.packs_dir / ".farm-loras" if self.packs_dir else None)  # user LoRAs (#22)
 
     def _local(self, ref: str) -> Path | None:
         """Where `ref` lives in the packs folder: a folder or file by name, or a repo id's HF cache folder."""
@@ -194,7 +196,14 @@ class Runner:
         if handler is None:
             raise ValueError(f"unknown task kind {kind!r}")
         pack = self.pack(params["pack"])
+        if kind in DIT_KINDS:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
+            pack = self.loras.view(pack, params)
+        elif kind == "text_encode":  # a set with connector factors: fused into the connector that encodes
+            pack = self.loras.connector_view(pack, params)
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
+        fusions = self.loras.fusions[0]
+        if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead
+            self.loras.attach(self.engine.registry, pack)
         mx.reset_peak_memory()
         start = time.perf_counter()
         loads = self.engine.registry.load_seconds
@@ -212,6 +221,9 @@ class Runner:
         metrics = {"seconds": round(time.perf_counter() - start, 4), "peak_memory_bytes": int(mx.get_peak_memory()),
                    "models": self.engine.registry.loaded(),  # warm after this task: the scheduler's affinity
                    "load_s": round(self.engine.registry.load_seconds - loads, 4)}  # the cost model's cold start
+        if params.get("loras"):  # LoRA sets fused (or adapters attached) by this task, and the sets kept warm
+            metrics["lora_fusions"] = self.loras.fusions[0] - fusions
+            metrics["models"] = metrics["models"] + self.loras.warm_names(self.engine.registry.has)
         return {k: np.ascontiguousarray(v) for k, v in outputs.items()}, metrics
 
     def _throttle(self, last: list[float]) -> None:
@@ -273,7 +285,9 @@ class Runner:
         if Path(lora).name != lora or not (pack.root / lora).is_file():
             raise PackError(f"pack {params['pack']!r} has no detailing LoRA file {lora!r} (put it in the pack folder)")
         params = {**params, "reference_downscale": reference_downscale(pack.root / lora)}
-        return WithLoras(pack, ((lora, float(params["detailing_strength"])),)), params
+        detailed = WithLoras(pack, ((lora, float(params["detailing_strength"])),))
+        self.loras.attach(self.engine.registry, detailed)  # unfused user LoRAs: their adapters on this DiT too
+        return detailed, params
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
         """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named)."""

@@ -16,16 +16,17 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from coordinator import fleet, metrics, prometheus
+from coordinator import fleet, metrics, prometheus, schedule
 from coordinator.dashboard.context import Farm, Json, checked_id, error, farm_of
 from coordinator.dashboard.events import all_events, render_events
 from coordinator.dashboard.security import (
     BODY_KEY,
     CSRF_COOKIE,
+    LOGIN_PARAM,
     SESSION_COOKIE,
     cookies_of,
     csrf_token,
@@ -74,11 +75,26 @@ def action(need_token: bool = True) -> Callable:
 
 
 def index(request: Request) -> Response:
-    """The page shell: no farm data in it, so it is served to anyone (it shows the login form)."""
+    """The page shell: no farm data in it, so it is served to anyone (it shows the login form). With
+    `?token=` (the login link), the token is traded for the session cookie and the browser sent on to
+    the clean URL, so the secret stays in neither the address bar nor the history; a wrong one lands on
+    the page with the login form's inline error (`#login=failed`)."""
+    if LOGIN_PARAM in request.query_params:
+        return link_login(request, request.query_params[LOGIN_PARAM])
     response = HTMLResponse((STATIC_DIR / "index.html").read_bytes())
     value, fresh = csrf_token(cookies_of(request.headers.get("cookie", "")))
     if fresh:
         response.set_cookie(CSRF_COOKIE, value, path="/", samesite="strict")
+    return response
+
+
+def link_login(request: Request, token: str) -> Response:
+    gate = farm_of(request).gate
+    good = gate.enabled and gate.secret_matches(token.strip())
+    response = RedirectResponse("/" if good or not gate.enabled else "/#login=failed", 303)
+    if good:
+        response.set_cookie(SESSION_COOKIE, gate.session_value(), path="/", httponly=True, samesite="strict")
+    response.headers["referrer-policy"] = "no-referrer"
     return response
 
 
@@ -124,7 +140,17 @@ def render(request: Request) -> Response:
     output = detail["render"].get("output")
     done = detail["render"].get("state") == RenderState.DONE and output and Path(output).is_file()
     detail["video"] = f"/api/renders/{render_id}/video.mp4" if done else None
+    detail["schedule"] = schedule.render_schedule(farm.store, render_id)
+    detail["feed"] = schedule.feed(farm.store, render_id)
     return Json(detail)
+
+
+@reader
+def farm_schedule(request: Request) -> Response:
+    """The farm's Gantt over the last `minutes` (60 by default, at most a day) and its event feed."""
+    minutes = max(1, min(int(request.query_params.get("minutes", schedule.FARM_WINDOW_MIN)), 1440))
+    store = farm_of(request).store
+    return Json({"schedule": schedule.farm_schedule(store, minutes), "feed": schedule.feed(store)})
 
 
 def video(request: Request) -> Response:
@@ -289,6 +315,7 @@ def routes() -> list:
         Route("/api/renders/{render_id}/video.mp4", video, methods=get),
         Route("/api/events", all_events, methods=["GET"]),
         Route("/api/workers", workers, methods=get),
+        Route("/api/schedule", farm_schedule, methods=get),
         Route("/api/metrics-summary", summary, methods=get),
         Route("/metrics", metrics_page, methods=get),
         Route("/api/login", login, methods=["POST"]), Route("/api/logout", logout, methods=["POST"]),

@@ -19,14 +19,15 @@ from starlette.responses import JSONResponse
 
 from coordinator.dashboard.security import Gate
 from coordinator.prometheus import SnapshotStore
+from coordinator.schedule import ScheduleStore
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,200}")
 BlobReader = Callable[[str], bytes | None]
 
 
-class DashboardStore(SnapshotStore, Protocol):
+class DashboardStore(SnapshotStore, ScheduleStore, Protocol):
     """What the dashboard asks of the store: the farm's numbers and /metrics' reads, the event
-    streams the page follows, and the actions its buttons take (each one Lua script)."""
+    streams the page follows, the schedule and feed (schedule.py), and the actions its buttons take (each one Lua script)."""
 
     def read_event_streams(self, positions: dict[str, str], block_ms: int = 0,
                            count: int = 200) -> dict[str, list[tuple[str, dict]]]: ...

@@ -20,7 +20,7 @@ import socket
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import anyio
 
@@ -28,6 +28,7 @@ from coordinator.auth import FollowedSecret
 from protos.auth import JoinToken
 
 CSRF_COOKIE, SESSION_COOKIE, CSRF_HEADER = "farm_csrf", "farm_session", "x-csrf-token"
+LOGIN_PARAM = "token"  # `/?token=SECRET`: the link `farm up` prints and `farm dashboard` opens
 MAX_BODY = 64 * 1024
 REQUEST_TIMEOUT_S = 15.0  # a request line, headers or body that stalls this long ends the connection
 BODY_KEY = "farm.body"  # where the middleware leaves the request body, read whole, in the ASGI scope
@@ -55,6 +56,15 @@ def host_of(header: str) -> str:
         return urlsplit(f"//{header}").hostname or ""
     except ValueError:
         return ""
+
+
+def login_url(host: str, port: int, token: str) -> str:
+    """The link that logs a browser in, as Jupyter's does: the farm secret in the query, traded by the
+    page shell for the session cookie and redirected at once to the clean URL (index in app.py). A
+    dashboard bound to every address is linked by this machine's name, which host_allowed accepts."""
+    shown = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
+    netloc = f"[{shown}]" if ":" in shown else shown
+    return f"http://{netloc}:{port}/?{LOGIN_PARAM}={quote(JoinToken.parse(token).secret, safe='')}"
 
 
 def cookies_of(header: str) -> dict[str, str]:

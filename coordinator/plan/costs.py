@@ -141,6 +141,23 @@ def load_seconds(kind: str, pack_bytes: int | None = None) -> float:
     return sum(WEIGHTS.get(c, 0) for c in KIND_WEIGHTS.get(kind, ())) * scale / LOAD_BYTES_PER_S
 
 
+# Fusing a user LoRA set into a cold DiT (ltx_engine.lora.fuse_loras): read and sum each LoRA's factors
+# (float32 B @ A per targeted weight), then dequantize, add and requantize each targeted weight once.
+# Reference seconds on a full-size q8 pack (estimates scaled by the pack's size, not yet measured on an
+# M4 Pro): LORA_READ_S per LoRA, LORA_REQUANTIZE_S once per set; unfused adapters only read the factors.
+LORA_READ_S, LORA_REQUANTIZE_S = 1.5, 6.0
+
+
+def lora_fuse_seconds(params: Mapping, pack_bytes: int | None = None) -> float:
+    """Seconds a cold DiT task spends on its LoRA set before its first forward (0 without one)."""
+    loras = params.get("loras") or ()
+    if not loras:
+        return 0.0
+    scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
+    fixed = LORA_REQUANTIZE_S if params.get("lora_mode", "fused") == "fused" else 0.0
+    return (fixed + LORA_READ_S * len(loras)) * scale
+
+
 def min_memory_bytes(peak: int) -> int:
     """The smallest unified memory whose usable part holds `peak`."""
     return math.ceil(peak / USABLE_FRACTION)
@@ -161,7 +178,8 @@ def annotate(tasks: list[dict], spec: Mapping) -> None:
     for t in tasks:
         params = t["params"]
         params["cost_s"] = round(reference_seconds(t["kind"], params), 4)
-        params["load_s"] = round(load_seconds(t["kind"], pack_bytes), 4)
+        fuse = lora_fuse_seconds(params, pack_bytes) if t["kind"] in DIT_KINDS else 0.0  # the DiT's, not the connector's
+        params["load_s"] = round(load_seconds(t["kind"], pack_bytes) + fuse, 4)
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)

@@ -174,31 +174,29 @@ def eta_seconds(views: list[Mapping], slots: list[Slot], now_ms: int, coordinato
                 ) -> float | None:
     """Seconds until a render's tasks are done on these workers (task views carrying `cost_s` and
     `deps`), running tasks first; None when the plan has no costs (planned before the cost model)."""
-    if not slots or not any(v.get("cost_s") for v in views):
-        return None
+    return farm_eta_seconds([views], slots, now_ms, coordinator)[0]
+
+
+def farm_eta_seconds(renders: list[list[Mapping]], slots: list[Slot], now_ms: int,
+                     coordinator: Slot | None = None) -> list[float | None]:
+    """Each render's seconds until its tasks are done when the fleet takes every render's tasks in
+    this order (the scheduler's: priority, then age), running tasks first: one simulation for the whole
+    farm, so a queued render waits behind those before it. None for a render without costs. Works on
+    copies: the caller's slots are left as they were."""
+    slots = [Slot(**asdict(s)) for s in slots]
+    coordinator = Slot(**asdict(coordinator)) if coordinator is not None else None
     by_name = {s.name: s for s in slots}
-    done = {str(v["id"]): 0.0 for v in views if v.get("display") in ("done", "cancelled")}
-    running = {str(v["id"]): (str(v["worker"]), _left(v, by_name[str(v["worker"])], now_ms)) for v in views
+    costed = [bool(slots) and any(v.get("cost_s") for v in views) for views in renders]
+    views_all = [v for views, ok in zip(renders, costed, strict=True) if ok for v in views]
+    done = {str(v["id"]): 0.0 for v in views_all if v.get("display") in ("done", "cancelled")}
+    running = {str(v["id"]): (str(v["worker"]), _left(v, by_name[str(v["worker"])], now_ms)) for v in views_all
                if v.get("display") in ("leased", "running") and str(v.get("worker")) in by_name}
-    for v in views:
+    for v in views_all:
         if str(v["id"]) in running:  # its models are warm there once it ends
             slot = by_name[str(v["worker"])]
             slot.warm = sorted(set(slot.warm) | set(_needs(v)))
-    rest = [v for v in views if str(v["id"]) not in done and str(v["id"]) not in running]
-    placed = simulate(rest, slots, done, running, coordinator)
-    return max([p.end for p in placed] + [left for _, left in running.values()], default=0.0)
-
-
-def fleet_json(fleet: tuple[list[Slot], Slot]) -> dict:
-    """The fleet an ETA was computed on, as JSON a client (`farm watch`) re-runs the ETA with."""
-    return {"slots": [asdict(s) for s in fleet[0]], "coordinator": asdict(fleet[1])}
-
-
-def fleet_from(data: object) -> tuple[list[Slot], Slot] | None:
-    """`fleet_json`'s inverse; None for anything else (a render read from an older coordinator)."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("slots"), list):
-        return None
-    try:
-        return [Slot(**s) for s in data["slots"]], Slot(**(data.get("coordinator") or {"name": COORDINATOR_SLOT}))
-    except TypeError:
-        return None
+    rest = [v for v in views_all if str(v["id"]) not in done and str(v["id"]) not in running]
+    ends = {p.task: p.end for p in simulate(rest, slots, done, running, coordinator)}
+    ends.update({tid: left for tid, (_w, left) in running.items()})
+    return [max((ends.get(str(v["id"]), 0.0) for v in views), default=0.0) if ok else None
+            for views, ok in zip(renders, costed, strict=True)]

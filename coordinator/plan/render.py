@@ -42,6 +42,7 @@ from coordinator.plan.images import (
     resolved_images,
 )
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
+from coordinator.plan.loras import with_loras
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
@@ -93,7 +94,9 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     for key in ("height", "width"):
         value = spec[key]
         if value <= 0 or value % 64:
-            raise SpecError(f"{key} {value} is not a positive multiple of 64 (two-stage renders halve it for stage 1)")
+            near = max(64, round(value / 64) * 64) if value > 0 else 64
+            raise SpecError(f"{key} {value} is not a positive multiple of 64 (two-stage renders halve it for "
+                            f"stage 1): try {near}")
         if value > MAX_SIDE:
             raise SpecError(f"{key} {value} is beyond the model's {MAX_SIDE} px positional range")
     frames = spec["frames"]
@@ -223,7 +226,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                                                "text_key": text_key(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
-        return plan_length_phase(rid, spec, tasks[0])
+        return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
     tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params))
@@ -239,6 +242,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     costs.annotate(tasks, spec)
     return tasks
 

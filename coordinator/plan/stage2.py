@@ -36,7 +36,10 @@ def check_tiling(spec: Mapping, fleet: list[dict]) -> str | None:
             spec["height"] // SPATIAL_FACTOR,
             spec["width"] // SPATIAL_FACTOR,
         )
-        tdp.plan(grid, counts, int(spec["tile_overlap"]))
+        try:
+            tdp.plan(grid, counts, int(spec["tile_overlap"]))
+        except ValueError as exc:
+            raise ValueError(tiling_in_pixels(spec, grid, counts)) from exc
         if str(spec["stage2_tiles"]) == "auto":
             counts = fit_smallest(spec, holders, grid, counts)
     except ValueError as exc:
@@ -45,6 +48,32 @@ def check_tiling(spec: Mapping, fleet: list[dict]) -> str | None:
     if sigmas is not None and (len(sigmas) < 2 or float(sigmas[-1]) != 0.0):
         raise SpecError("stage-2 sigmas must have at least two values and end with 0")
     return "x".join(str(n) for n in counts)
+
+
+def _most_tiles(grid: tuple[int, int, int], counts: tuple[int, int, int], overlap: int, axis: int) -> int:
+    """The most tiles along one axis (the others untiled) that split with this overlap."""
+    best = 1
+    for n in range(2, counts[axis] + 1):
+        trial = [1, 1, 1]
+        trial[axis] = n
+        try:
+            tdp.plan(grid, (trial[0], trial[1], trial[2]), overlap)
+        except ValueError:
+            break
+        best = n
+    return best
+
+
+def tiling_in_pixels(spec: Mapping, grid: tuple[int, int, int], counts: tuple[int, int, int]) -> str:
+    """Why a tiling does not split, in the pixels the user gave (a latent cell is SPATIAL_FACTOR px), and
+    the most tiles that would."""
+    overlap = int(spec["tile_overlap"])
+    most = [_most_tiles(grid, counts, overlap, axis) for axis in range(3)]
+    fits = "x".join(str(n) for n in (most[1:] if counts[0] == 1 else most))
+    return (f"{spec['stage2_tiles']} does not fit {spec['height']}x{spec['width']} px (height x width): tiles overlap by "
+            f"{overlap * SPATIAL_FACTOR} px (--tile-overlap {overlap}, in latent cells of {SPATIAL_FACTOR} px) "
+            f"and each must be wider than its overlaps, so at most {fits} tiles fit: give --stage2-tiles {fits}, "
+            "a smaller --tile-overlap or a larger frame")
 
 
 def tile_box(tile: tdp.Tile) -> dict[str, list[int]]:

@@ -219,6 +219,26 @@ class StoreReads:
         *each, fleet = pipe.execute()
         return each, fleet
 
+    def render_attempts(self, render_id: str) -> list[dict]:
+        """The render's ended leases, oldest first (record_attempt in common.lua)."""
+        return [json.loads(r) for r in self.client.lrange(self.key("render", render_id, "attempts"), 0, -1)]
+
+    def farm_attempts(self, since_ms: int) -> list[dict]:
+        """Every lease of the farm that ended since `since_ms` (kept two hours), oldest first."""
+        return [json.loads(r) for r in self.client.zrangebyscore(self.key("attempts"), since_ms, "+inf")]
+
+    def leased_tasks(self) -> list[dict]:
+        """The tasks leased now (running or fetching inputs), whoever holds them."""
+        ids = self.client.zrange(self.key("leases"), 0, -1)
+        pipe = self.client.pipeline(transaction=False)
+        for tid in ids:
+            pipe.hgetall(self.key("task", tid))
+        return [self._task(raw, tid) for tid, raw in zip(ids, pipe.execute(), strict=True) if raw]
+
+    def read_feed(self, count: int = 100) -> list[dict]:
+        """The farm's event feed (workers lost or drained, leases lost, retries, blocklists), newest first."""
+        return [json.loads(fields["e"]) for _id, fields in self.client.xrevrange(self.key("feed"), count=count)]
+
     def newest_event_id(self, render_id: str) -> str:
         """The id of the render's newest event ("0" before any): where a live follower starts."""
         newest = self.client.xrevrange(self.key("events", render_id), count=1)

@@ -29,6 +29,9 @@ Keys under the prefix p (default "farm"):
   {p}:to_assemble             set   renders whose every task is done and that have not ended yet
   {p}:kindtime:{kind}         hash  n, sum_ms: lease-to-done times of finished tasks (the stuck check)
   {p}:submitters              set   every submitter that ever had a render (one: lease.lua skips fair share)
+  {p}:render:{id}:attempts    list  every ended lease of the render (JSON: task, worker, attempt, start_ms,
+                                    end_ms, outcome), for the schedule; {p}:attempts the farm's, scored
+                                    by end ms, kept 2 h; {p}:feed stream: workers lost/drained, retries
 Render hashes also hold blocklist (workers, space-separated); task hashes failures (raised), failed_on
 (distinct workers, space-separated), lost (leases lost with a worker), stuck_ms, session (the holder
 process); worker hashes session and blocklisted (renders, space-separated).

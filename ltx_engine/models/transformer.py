@@ -25,6 +25,7 @@ from ltx_engine.models.dit_blocks import (
     modulation,
 )
 from ltx_engine.models.rope import parse_rope_type, rope_table
+from ltx_engine.transformer_keys import _RENAMES, OTHER_COMPONENTS, reference_name  # noqa: F401
 
 AUDIO_VIDEO, VIDEO_ONLY, AUDIO_ONLY = "AudioVideo", "VideoOnly", "AudioOnly"
 
@@ -147,25 +148,7 @@ def quantizable(path: str) -> bool:
     return path.removeprefix("transformer.").startswith("transformer_blocks.")
 
 
-_RENAMES = (
-    (".to_out.0.", ".to_out."),
-    (".ff.net.0.proj.", ".ff.proj_in."),
-    (".ff.net.2.", ".ff.proj_out."),
-    (".audio_ff.net.0.proj.", ".audio_ff.proj_in."),
-    (".audio_ff.net.2.", ".audio_ff.proj_out."),
-    (".linear_1.", ".linear1."),
-    (".linear_2.", ".linear2."),
-)
-_OTHER_COMPONENTS = ("video_embeddings_connector.", "audio_embeddings_connector.")
-
-
-def reference_name(pack_key: str) -> str:
-    """A pack key back in the reference checkpoint's names (the inverse of `sanitize`'s renames), so
-    a LoRA written with underscores for dots (kohya) can be matched against the pack's modules."""
-    k = "." + pack_key
-    for old, new in reversed(_RENAMES):
-        k = k.replace(new, old)
-    return k[1:]
+_OTHER_COMPONENTS = OTHER_COMPONENTS
 
 
 def _additive_context_mask(mask: mx.array | None, dtype: mx.Dtype) -> mx.array | None:

@@ -97,8 +97,14 @@ class Browser:
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
                   mobile=mobile)
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+    def screenshot(self, path: Path, selector: str | None = None) -> Path:
+        """The viewport, or (given a CSS selector) just that element's box."""
+        params: dict[str, Any] = {"format": "png"}
+        if selector:
+            box = self.js(f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+                          " return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height}; })()")
+            params.update(clip={**box, "scale": 1}, captureBeyondViewport=True)
+        data = self.call("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
 

@@ -42,6 +42,7 @@ def test_second_farm_up_on_busy_ports_says_so_in_one_line(tmp_path: Path) -> Non
         while "farm up: coordinator" not in (tmp_path / "first.log").read_text() and time.monotonic() < deadline:
             assert first.poll() is None, (tmp_path / "first.log").read_text()
             time.sleep(0.2)
+        _logs_in_with_the_printed_link((tmp_path / "first.log").read_text(), first_data, dash)
         same = _farm("up", "--workers", "0", "--port", str(free_port()), "--dashboard-port", str(free_port()),
                      data=first_data)
         assert same.returncode == 1
@@ -74,3 +75,21 @@ def test_farm_worker_without_coordinator_is_one_line(tmp_path: Path) -> None:
     result = subprocess.run([*FARM, "worker"], capture_output=True, text=True, timeout=60,
                             env={**env, "FARM_TOKEN": "x"}, cwd=ROOT)
     assert result.returncode == 2 and "--coordinator" in _one_line(result)
+
+
+def _logs_in_with_the_printed_link(output: str, data: Path, dash: int) -> None:
+    """`farm up` prints a dashboard link that logs in (issue #27): the farm's secret in the query, traded
+    by the dashboard for the session cookie and a redirect to the clean URL."""
+    import http.client
+
+    from protos.auth import JoinToken
+
+    secret = JoinToken.parse((data / "token").read_text()).secret
+    link = f"http://127.0.0.1:{dash}/?token={secret}"
+    assert f"dashboard {link}" in output, output
+    conn = http.client.HTTPConnection("127.0.0.1", dash, timeout=10)
+    conn.request("GET", link.split(str(dash), 1)[1])
+    reply = conn.getresponse()
+    assert reply.status == 303 and reply.getheader("location") == "/"
+    assert "farm_session=" in (reply.getheader("set-cookie") or "")
+    conn.close()

@@ -37,8 +37,8 @@ def test_config_shows_values_and_sources(tmp_path: Path) -> None:
     data.mkdir()
     rows = settings(farm("config", data=data))
     assert rows["coordinator"] == ("127.0.0.1:8471", "default") and rows["pack"] == ("tiny", "default")
-    (data / "packs" / "ltx-2.3-mlx-q8").mkdir(parents=True)  # a real pack pulled: the default from now on
-    assert settings(farm("config", data=data))["pack"] == ("ltx-2.3-mlx-q8", f"found in {data / 'packs'}")
+    (data / "packs" / "ltx-2.3-mlx-q8").mkdir(parents=True)  # a pack appears: the default stays put (#27)
+    assert settings(farm("config", data=data))["pack"] == ("tiny", "default")
     (data / "config.toml").write_text('coordinator = "studio.local:8471,backup.local:8471"\npack = "p1"\n'
                                       'output_dir = "~/Movies"\n[text_encoders]\np1 = "org/gemma"\n')
     rows = settings(farm("config", data=data, FARM_PACK="p2", FARM_USER="ana"))

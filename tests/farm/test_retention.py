@@ -91,12 +91,13 @@ def test_fifty_renders_leave_no_key_blob_or_folder_after_farm_prune(store, tmp_d
             client.cancel(cancelled[-1])
         renders = finished + cancelled
         assert all(_keys_of(store, r) for r in renders) and len(_blob_files(tmp_data)) > 48
-        for render_id in finished:  # a finished render keeps its hash, task list, capped events, a hash per task
+        for render_id in finished:  # a finished render keeps its hash, task list, attempts (the schedule's
+            # rows), capped events, a hash per task
             kinds = {k.removeprefix(f"{store.prefix}:").split(":")[0] + (":tasks" if k.endswith(":tasks") else "")
                      for k in _keys_of(store, render_id)}
             assert kinds == {"render", "render:tasks", "events", "task"}, kinds
             tasks = store.client.llen(store.key("render", render_id, "tasks"))
-            assert len(_keys_of(store, render_id)) == 3 + tasks
+            assert len(_keys_of(store, render_id)) == 4 + tasks
             assert store.client.xlen(store.key("events", render_id)) <= store.events_maxlen
             used = sum(store.client.memory_usage(k) or 0 for k in _keys_of(store, render_id))
             print(f"finished render {render_id}: {len(_keys_of(store, render_id))} keys, {used} bytes in Redis")
@@ -109,5 +110,6 @@ def test_fifty_renders_leave_no_key_blob_or_folder_after_farm_prune(store, tmp_d
                 if any(r in k for r in renders)]
         assert left == []
         assert not any(r in m for r in renders for m in store.client.zrange(store.key("renders"), 0, -1))
+        assert not any(r in m for r in renders for m in store.client.zrange(store.key("attempts"), 0, -1))
         assert not list(store.client.scan_iter(match=f"{store.prefix}:blob:*")) and _blob_files(tmp_data) == []
         assert not (tmp_data / "renders").exists() or not any((tmp_data / "renders").iterdir())

@@ -151,3 +151,14 @@ def test_auto_tiles_fit_the_smallest_worker_holding_the_pack() -> None:
     too_small = normalize_spec(raw)
     too_small = validate_spec(too_small, _fleet(64) + _fleet(24))  # no count up to 4 a Mac fits 24 GB: the lease keeps them off
     assert too_small["stage2_tiles"] == "1x1x2"
+
+
+def test_the_farm_eta_queues_a_render_behind_the_one_before_it_and_leaves_the_slots_alone() -> None:
+    """One simulation for every unfinished render (coordinator/eta.py): the second waits for the first,
+    whoever asks, and the caller's slots are not moved (the dashboard list once reused them per row)."""
+    slots = [placement.Slot("w", ratios={"a": 1.0})]
+    first = [{"id": "r1.a", "kind": "a", "cost_s": 10.0, "deps": [], "display": "queued"}]
+    second = [{"id": "r2.a", "kind": "a", "cost_s": 5.0, "deps": [], "display": "queued"}]
+    assert placement.farm_eta_seconds([first, second], slots, 0) == [pytest.approx(10), pytest.approx(15)]
+    assert placement.farm_eta_seconds([first, [{**second[0], "cost_s": None}]], slots, 0)[1] is None
+    assert slots[0].free_at == 0.0 and placement.eta_seconds(second, slots, 0) == pytest.approx(5)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.metrics import STAGES, render_summary
+from coordinator.eta import render_eta
+from coordinator.metrics import STAGES
 from coordinator.progress import eta_from_speeds, task_label
 
 ORDER = [s for s, _ in STAGES]
@@ -34,6 +35,6 @@ def test_summary_eta_is_not_linear_in_elapsed_time() -> None:
     views = [*[view("text", "text_encode", "done") for _ in range(16)],
              view("stage2", "denoise_stage2", "running", leased_ms=40_000), view("decode", "decode_video", "waiting")]
     render = {"id": "r", "state": "running", "started_ms": 1, "created_ms": 1, "spec": {}}
-    linear = render_summary(render, views, 49_000)["eta_s"]
-    measured = render_summary(render, views, 49_000, {"denoise_stage2": 40.0, "decode_video": 8.0}, 1)["eta_s"]
+    linear = render_eta(render, views, 49_000, None, None, None, 1)
+    measured = render_eta(render, views, 49_000, None, None, {"denoise_stage2": 40.0, "decode_video": 8.0}, 1)
     assert linear < 10 and measured == 31 + 8

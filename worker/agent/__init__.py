@@ -33,6 +33,7 @@ from worker.blobcache import BlobCache
 from worker.connection import RECONNECT_MAX_S, RESULT_RETRY_S, RPC_TIMEOUT_S, Coordinators, default_worker_id
 from worker.heartbeat import Heartbeat
 from worker.packsync import PackSync
+from worker.packwatch import PackWatch, listing
 from worker.prefetch import UPCOMING_TIMEOUT_S, Prefetcher
 from worker.presence import Presence
 from worker.tasklog import TaskLog
@@ -82,6 +83,8 @@ class Agent:
         self.channel = self.coordinators.channel()
         self.stopping = threading.Event()
         self.transfer = BlobTransfer(self.coordinators, self.metadata, self.cache, self.stopping)
+        if hasattr(runner, "loras"):  # user LoRA files: fetched once from the coordinator, kept by sha256
+            runner.loras.root, runner.loras.fetch = self.cache.root.parent / "loras", self.transfer.fetch_blob
         self.prefetch = Prefetcher(  # the next task's inputs fetched while this one's forward runs
             lambda request: self.worker.Upcoming(request, timeout=UPCOMING_TIMEOUT_S, metadata=self.metadata),
             self.transfer.fetch_blob, self.cache.has)
@@ -97,6 +100,7 @@ class Agent:
         packs_dir = getattr(runner, "packs_dir", None)  # packs it lacks are copied here from the coordinator
         self.packsync = PackSync(self.coordinators.channel, self.metadata, self.worker_id, packs_dir,
                                  pack_max_bytes_per_s) if packs_dir else None
+        self.packwatch = PackWatch(Path(packs_dir)) if packs_dir else None  # packs written here while we run
 
     @property
     def address(self) -> str:
@@ -161,7 +165,7 @@ class Agent:
                     self.tasks_done += 1
                     if max_tasks is not None and self.tasks_done >= max_tasks:
                         break
-                if self._packs_arrived():
+                if self._packs_arrived() or (self.packwatch is not None and self.packwatch.settled_change()):
                     registered = False  # register again: the new pack is in our capabilities
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
@@ -187,6 +191,7 @@ class Agent:
         return 0
 
     def register(self) -> None:
+        seen = listing(self.packwatch.packs_dir) if self.packwatch is not None else ()
         self.capabilities = WorkerCapabilities.from_dict(self.runner.capabilities())  # the contract's rules
         request = farm_pb2.WorkerInfo(
             worker_id=self.worker_id, capabilities_json=self.capabilities.to_json(), resumed=self._registered_once,
@@ -199,10 +204,13 @@ class Agent:
         reply = self.worker.Register(request, timeout=RPC_TIMEOUT_S, metadata=self.metadata)
         self.transfer.announce(address, reply.bulk_port, reply.bulk_tls)  # blobs at line rate, when it has one
         self._registered_once = True
+        if self.packwatch is not None:
+            self.packwatch.mark_registered(seen)
         self.heartbeat_ms = int(reply.heartbeat_ms) or defaults.heartbeat_ms(reply.lease_ms)
         if not self.presence.is_alive():
             self.presence.start()  # the Attach stream: our death is noticed from it at once
-        log.info("registered %s with %s (heartbeat %d ms)", self.worker_id, self.address, self.heartbeat_ms)
+        log.info("registered %s with %s (heartbeat %d ms; packs: %s)", self.worker_id, self.address,
+                 self.heartbeat_ms, ", ".join(self.capabilities.packs or []) or "none")
 
     def _packs_arrived(self) -> bool:
         """Between leases: start copying packs unfinished renders need; True once a copy finished."""
@@ -248,7 +256,7 @@ class Agent:
         """Run one leased task to a reported end. Returns the coordinator's final status name. lease_next:
         the Complete call asks for the next task too (kept in self.next_lease): one RPC per task."""
         tasklog = TaskLog.start()  # this task's log lines travel with its result (`farm logs`)
-        log.info("task %s (%s) of %s, attempt %d", lease.task_id, lease.kind, lease.render_id, lease.attempts)
+        log.info("task %s (%s) of %s, lease %d", lease.task_id, lease.kind, lease.render_id, lease.attempts)
         beat = Heartbeat(self, lease, self.heartbeat_ms / 1000.0)
         beat.start()
 

@@ -49,11 +49,15 @@ function csrf() {
   const m = document.cookie.match(/(?:^|;\s*)farm_csrf=([^;]+)/);
   return m ? decodeURIComponent(m[1]) : "";
 }
+const postJson = (path, body) => api(path, { method: "POST", body: JSON.stringify(body || {}),
+  headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf() } });
+// A refused action says why in a line under the header (no modal alert that blocks the page).
 async function post(path, body) {
-  try {
-    return await api(path, { method: "POST", body: JSON.stringify(body || {}),
-      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf() } });
-  } catch (e) { alert(path + ": " + e.message); return null; } finally { scheduleRefresh(); }
+  try { const out = await postJson(path, body); notice(""); return out; }
+  catch (e) { notice(path + ": " + e.message); return null; } finally { scheduleRefresh(); }
+}
+function notice(text) {
+  $("notice").textContent = text; $("notice").classList.toggle("hidden", !text);
 }
 
 // ---------------------------------------------------------------- renders list
@@ -65,9 +69,9 @@ function drawRenders() {
     class: r.id === S.selected ? "selected" : "", title: r.prompt,
     onclick: () => { location.hash = "render=" + encodeURIComponent(r.id); },
   }, h("td", {}, shortId(r.id)), h("td", { class: "prompt" }, r.prompt || "–"), h("td", {}, pill(r.state)),
-    h("td", {}, ended(r.state) ? "–" : r.current_stage_label || "–"),
-    h("td", {}, bar(r.progress, r.state === "failed" ? "failed" : ""), ), h("td", {}, dur(r.eta_s)),
-    h("td", {}, r.submitter || "–"), h("td", {}, dur(r.age_s)))));
+    h("td", { class: "wide-only" }, ended(r.state) ? "–" : r.current_stage_label || "–"),
+    h("td", {}, bar(r.progress, r.state === "failed" ? "failed" : ""), ), h("td", { class: "eta" }, dur(r.eta_s)),
+    h("td", { class: "wide-only" }, r.submitter || "–"), h("td", { class: "wide-only" }, dur(r.age_s)))));
 }
 
 // ---------------------------------------------------------------- one render
@@ -102,6 +106,9 @@ function drawRender() {
   $("failures").replaceChildren(...blocked, ...fails.map((t) => h("div", { class: "fail" },
     `${t.display.toUpperCase()} ${t.label} on ${t.worker || "?"} (attempt ${t.attempts}/${t.max_attempts}): ${t.error}`,
     d.actions && t.display === "failed" ? [" ", h("button", { onclick: () => post(`/api/tasks/${t.id}/requeue`) }, "requeue")] : null)));
+  $("facts").replaceChildren(...(d.facts || []).map(([k, v]) => [h("dt", {}, k), h("dd", { title: v }, v)]).flat());
+  drawGantt($("render-gantt"), $("render-gantt-legend"), d.schedule, false);
+  drawFeed($("render-feed"), d.feed || []);
   $("legend").replaceChildren(...["queued", "leased", "running", "done", "failed", "retried"]
     .map((s) => h("span", { class: "tile-legend " + s, style: `background:var(--${s})` }, s)));
   $("grids").replaceChildren(...d.grids.map((g) => drawGrid(g, r.spec)));
@@ -152,7 +159,8 @@ function tileText(t) {
 }
 
 function drawGrid(g, spec) {
-  const width = g.tiled ? 240 : 90;
+  const cols = Math.max(1, ...g.rows.map((row) => new Set(row.tiles.map((t) => t.box[0])).size));
+  const width = g.tiled ? Math.min(420, Math.max(240, 64 * cols)) : 90; // room for a worker's name per column
   const aspect = g.aspect || (spec.height && spec.width ? spec.height / spec.width : 0.5625);
   const rows = g.rows.map((row) => h("div", { class: "frame", style: `width:${width}px;height:${Math.round(width * aspect)}px` },
     row.tiles.map((t) => {
@@ -169,6 +177,60 @@ function drawGrid(g, spec) {
       return el;
     })));
   return h("div", { class: "grid" }, h("div", { class: "label" }, h("span", {}, g.label), h("span", {}, `${g.done}/${g.total}`)), rows);
+}
+
+// ---------------------------------------------------------------- the schedule (Gantt) and the feed
+// A lane per worker, a bar per task attempt over real time, coloured by stage; a failed attempt is
+// crossed (✗), a lost or expired lease struck (⚡), a task that ran more than once marked (↻).
+const MARK = { failed: "✗", lost: "⚡", expired: "⚡" };
+const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
+function tickTimes(t0, t1, most) {
+  const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600].map((s) => s * 1000);
+  const step = steps.find((s) => (t1 - t0) / s <= most) || 3600e3;
+  const out = [];
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) out.push(t);
+  return out;
+}
+function barText(b) {
+  return [`${b.name} — ${b.what}`, `stage ${b.stage_label} · render ${b.render}`,
+    `worker ${b.worker || "–"} · attempt ${b.attempt}`,
+    `${clock(b.start_ms)} – ${b.outcome === "running" ? "now" : clock(b.end_ms)} (${dur((b.end_ms - b.start_ms) / 1000)})`,
+    b.outcome === "lost" || b.outcome === "expired" ? `${b.outcome}: the lease ended without a result (no attempt spent)`
+      : b.outcome].join("\n");
+}
+function ganttBar(b, pct) {
+  const left = pct(b.start_ms), width = Math.max(0, pct(b.end_ms) - left);
+  const el = h("div", { class: `g-bar st-${b.stage} o-${b.outcome}${b.again ? " again" : ""}`,
+    style: `left:${left.toFixed(3)}%;width:max(3px, ${width.toFixed(3)}%)`, "data-bar": b.task, "data-outcome": b.outcome },
+    MARK[b.outcome] || (b.again ? "↻" : ""));
+  el.addEventListener("mousemove", (e) => showTip(e, barText(b)));
+  el.addEventListener("mouseleave", hideTip);
+  return el;
+}
+function drawGantt(box, legend, g, farm) {
+  if (!g || !g.lanes.length) {
+    box.replaceChildren(h("div", { class: "sub" }, farm ? "no task ran in the last hour" : "no task has run yet"));
+    legend.replaceChildren(); return;
+  }
+  const span = Math.max(1000, g.end_ms - g.start_ms);
+  const pct = (ms) => Math.min(100, Math.max(0, 100 * (ms - g.start_ms) / span));
+  const most = Math.max(3, Math.floor(box.clientWidth / 90));
+  const axis = h("div", { class: "g-lane g-axis" }, h("div", { class: "g-label" }, ""),
+    h("div", { class: "g-track" }, tickTimes(g.start_ms, g.end_ms, most).map((t) =>
+      h("span", { class: "g-tick" + (pct(t) > 88 ? " end" : pct(t) < 8 ? " start" : ""),
+        style: `left:${pct(t).toFixed(3)}%` }, clock(t)))));
+  const lanes = g.lanes.map((l) => h("div", { class: "g-lane", "data-worker": l.worker },
+    h("div", { class: "g-label", title: l.worker }, l.worker.replace(/^worker-/, "w")),
+    h("div", { class: "g-track" }, l.bars.map((b) => ganttBar(b, pct)))));
+  box.replaceChildren(axis, ...lanes);
+  const m = g.marks;
+  legend.replaceChildren(...g.stages.map(([s, label]) => h("span", { class: "st-" + s }, label)),
+    h("span", { class: "mark" }, `✗ failed ${m.failed}`), h("span", { class: "mark" }, `⚡ lost lease ${m.lost}`),
+    h("span", { class: "mark" }, `↻ ran again ${m.retried}`));
+}
+function drawFeed(box, events) {
+  box.replaceChildren(...(events.length ? events.map((e) => h("div", { class: "ev " + e.type },
+    h("span", { class: "t" }, clock(e.ts)), e.line)) : [h("div", { class: "sub" }, "no worker lost, task retried or worker drained")]));
 }
 
 // The tip stays inside the window (a phone is narrower than the tip's 380 px), and goes when the view
@@ -242,19 +304,30 @@ function drawSession() {
   document.body.classList.toggle("locked", !canRead());
   $("locked").classList.toggle("hidden", canRead());
 }
+// A wrong token (typed, or a login link of another farm or from before `farm token rotate`) is said
+// beside the form, which stays open for another try.
+function loginError(text) {
+  $("login-error").textContent = text; $("login-error").classList.toggle("hidden", !text);
+}
 async function login(token) {
-  if (await post("/api/login", { token })) { S.session = await api("/api/session"); drawSession(); connect(); }
+  try { await postJson("/api/login", { token }); } catch (e) {
+    loginError(e.status === 403 && /wrong/.test(e.message) ? "wrong farm token: paste DATA/token, or run `farm dashboard`"
+      : "log in failed: " + e.message);
+    return;
+  }
+  loginError(""); $("login-token").value = "";
+  S.session = await api("/api/session"); drawSession(); connect(); scheduleRefresh();
 }
 
 // ---------------------------------------------------------------- data flow
 async function refresh() {
   if (!canRead()) return;
   const sel = S.selected;
-  let renders, workers, summary, detail;
+  let renders, workers, summary, detail, farm;
   try {
-    [renders, workers, summary, detail] = await Promise.all([
+    [renders, workers, summary, detail, farm] = await Promise.all([
       api("/api/renders"), api("/api/workers"), api("/api/metrics-summary"),
-      sel ? api("/api/renders/" + encodeURIComponent(sel)).catch(() => null) : null]);
+      sel ? api("/api/renders/" + encodeURIComponent(sel)).catch(() => null) : null, api("/api/schedule")]);
   } catch (e) {
     if (e.status === 401) { S.session = await api("/api/session"); drawSession(); return; } // token rotated
     throw e;
@@ -262,6 +335,8 @@ async function refresh() {
   S.renders = renders.renders; S.workers = workers.workers; S.summary = summary;
   if (sel === S.selected) S.detail = detail;
   drawRenders(); drawRender(); drawWorkers(); drawStats();
+  drawGantt($("farm-gantt"), $("farm-gantt-legend"), farm.schedule, true); drawFeed($("farm-feed"), farm.feed);
+  $("farm-gantt-window").textContent = `${clock(farm.schedule.start_ms)} – now`;
 }
 let timer = null;
 function scheduleRefresh() {
@@ -295,12 +370,20 @@ function tokenFromHash() {
   return decodeURIComponent(m[1]);
 }
 
+// A login link that did not log in (coordinator/dashboard/app.py link_login) lands on "#login=failed".
+function loginFailedFromHash() {
+  if (!/(?:^#|&)login=failed/.test(location.hash)) return false;
+  history.replaceState(null, "", location.pathname + location.hash.replace(/(^#|&)login=failed&?/, "$1").replace(/^#$/, ""));
+  return true;
+}
+
 async function init() {
   $("filter").addEventListener("input", (e) => { S.filter = e.target.value; drawRenders(); });
   $("login").addEventListener("submit", async (e) => { e.preventDefault(); await login($("login-token").value); });
   window.addEventListener("hashchange", () => { hideTip(); route(); });
   window.addEventListener("resize", hideTip);
   const token = tokenFromHash();
+  if (loginFailedFromHash()) loginError("that login link's token is not this farm's (rotated?): `farm dashboard` prints a new one");
   S.session = await api("/api/session"); drawSession();
   if (token && S.session.token_required && !S.session.logged_in) await login(token);
   route();

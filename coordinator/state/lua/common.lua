@@ -59,8 +59,31 @@ local function push_ready(tid, front)
   redis.call('SADD', key('capabilities'), t[1])
 end
 
--- End a lease: drop the deadline and book the worker's time (outcome: 'done', 'failed' or nil).
-local function release(tid, worker, leased_ms, outcome)
+-- The farm's event feed (the dashboard's): workers lost, leases lost, tasks retried, workers
+-- blocklisted, draining and drained; one capped stream beside the renders' own.
+local FEED_MAXLEN = 2000
+local function feed(ev)
+  ev.ts = NOW
+  return redis.call('XADD', key('feed'), 'MAXLEN', '~', FEED_MAXLEN, '*', 'e', cjson.encode(ev))
+end
+
+-- Every lease that ended, for the schedule (the dashboard's Gantt): who ran which attempt of a task
+-- from when to when and how it ended ('done', 'failed', 'lost', 'expired', 'requeued', 'cancelled'):
+-- in the render's list and in the farm's, scored by its end and kept ATTEMPTS_KEEP_MS.
+local ATTEMPTS_KEEP_MS = 2 * 3600 * 1000
+local function record_attempt(tid, worker, leased_ms, how)
+  local t = redis.call('HMGET', key('task', tid), 'render', 'kind', 'attempts')
+  local row = cjson.encode({task = tid, render = t[1] or '', kind = t[2] or '', worker = worker,
+    attempt = tonumber(t[3]) or 0, start_ms = tonumber(leased_ms) or NOW, end_ms = NOW, outcome = how})
+  if t[1] then redis.call('RPUSH', key('render', t[1], 'attempts'), row) end
+  redis.call('ZADD', key('attempts'), NOW, row)
+  redis.call('ZREMRANGEBYSCORE', key('attempts'), '-inf', NOW - ATTEMPTS_KEEP_MS)
+end
+
+-- End a lease: drop the deadline and book the worker's time (outcome: 'done', 'failed' or nil; `how`
+-- names what ended it otherwise, for the schedule: 'lost', 'expired', 'requeued', 'cancelled').
+local function release(tid, worker, leased_ms, outcome, how)
+  record_attempt(tid, worker, leased_ms, outcome or how or 'cancelled')
   redis.call('ZREM', key('leases'), tid)
   local wk = key('worker', worker)
   redis.call('HINCRBY', wk, 'busy_ms', math.max(0, NOW - (tonumber(leased_ms) or NOW)))
@@ -237,6 +260,7 @@ local LOST_LIMIT = 8
 
 -- Back to the front of its queue with a new fence (the old holder is stale at once), no attempt spent.
 -- event: 'task_lost' (its connection broke) or 'task_expired' (its lease deadline passed).
+local LEASE_ENDS = {task_lost = 'lost', task_expired = 'expired'}  -- the schedule's word for each
 local function lose_task(tid, event, reason)
   local tk = key('task', tid)
   local t = redis.call('HMGET', tk, 'state', 'worker', 'render', 'leased_ms', 'attempts', 'capability')
@@ -245,7 +269,8 @@ local function lose_task(tid, event, reason)
     return false
   end
   redis.call('HSET', tk, 'fence', redis.call('INCR', key('fence')))
-  release(tid, t[2], t[4], nil)
+  release(tid, t[2], t[4], nil, LEASE_ENDS[event])
+  feed({type = 'lease_lost', task = tid, worker = t[2], render = t[3], how = event, reason = reason})
   local lost = redis.call('HINCRBY', tk, 'lost', 1)
   redis.call('HINCRBY', key('worker', t[2]), 'lost', 1)
   if not render_active(t[3]) then
@@ -278,6 +303,7 @@ local function note_worker_failure(render, worker)
   redis.call('HSET', rk, 'blocklist', add_word(redis.call('HGET', rk, 'blocklist'), worker))
   redis.call('HSET', wk, 'blocklisted', add_word(redis.call('HGET', wk, 'blocklisted'), render))
   emit(render, {type = 'worker_blocklisted', worker = worker, failures = n})
+  feed({type = 'worker_blocklisted', worker = worker, render = render, failures = n})
 end
 
 -- An operator gives the render's blocklisted workers another chance (farm requeue, the dashboard).
@@ -336,11 +362,13 @@ local function task_failed(tid, worker, err, retryable)
   if why then
     redis.call('HSET', tk, 'state', 'failed', 'error', err, 'done_ms', NOW)
     emit(render, {type = 'task_failed', task = tid, worker = worker, attempt = attempt, error = err})
+    feed({type = 'task_failed', task = tid, worker = worker, render = render, error = err})
     fail_render(render, tid, why)
     return 'failed'
   end
   redis.call('HSET', tk, 'state', 'queued', 'error', err, 'queued_ms', NOW)
   push_ready(tid, true)  -- to the front: the rest of its step is waiting on it
   emit(render, {type = 'task_retry', task = tid, worker = worker, attempt = attempt, error = err})
+  feed({type = 'task_retried', task = tid, worker = worker, render = render, error = err})
   return 'requeued'
 end

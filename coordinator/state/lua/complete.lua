@@ -8,7 +8,7 @@ local tk = key('task', tid)
 if not render_active(render) then
   -- The render stopped while this ran: the result is not wanted.
   redis.call('HSET', tk, 'state', 'cancelled')
-  release(tid, worker, t[1], nil)
+  release(tid, worker, t[1], nil, 'cancelled')
   return 'stale'
 end
 redis.call('HSET', tk, 'state', 'done', 'outputs', ARGV[6], 'metrics', ARGV[7], 'done_ms', NOW, 'error', '')

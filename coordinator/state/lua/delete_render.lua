@@ -1,4 +1,4 @@
--- ARGV[3] render id. Forget a finished render: its hash, task graph, events and blocklist.
+-- ARGV[3] render id. Forget a finished render: its hash, task graph, events, blocklist and schedule rows.
 -- Returns 'deleted', 'missing', or the state of a render still running (cancel it first).
 local rid = ARGV[3]
 local rk = key('render', rid)
@@ -11,7 +11,11 @@ for _, tid in ipairs(redis.call('LRANGE', key('render', rid, 'tasks'), 0, -1)) d
   redis.call('ZREM', key('leases'), tid)
   for _, cap in ipairs(caps) do redis.call('ZREM', key('ready', cap), tid) end
 end
-redis.call('DEL', rk, key('render', rid, 'tasks'), key('events', rid), key('render', rid, 'wfail'))
+for _, row in ipairs(redis.call('LRANGE', key('render', rid, 'attempts'), 0, -1)) do
+  redis.call('ZREM', key('attempts'), row)  -- the farm's schedule forgets it too
+end
+redis.call('DEL', rk, key('render', rid, 'tasks'), key('events', rid), key('render', rid, 'wfail'),
+  key('render', rid, 'attempts'))
 redis.call('ZREM', key('renders'), rid)
 redis.call('SREM', key('to_assemble'), rid)
 return 'deleted'

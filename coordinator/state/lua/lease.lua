@@ -8,6 +8,9 @@ local seen = ARGV[5] == '1'
 -- The worker's own fields, read once (nothing below changes them before the lease is written).
 local W = redis.call('HMGET', key('worker', worker), 'drain', 'info', 'models', 'session')
 if W[1] == '1' then  -- draining: no more
+  if seen and redis.call('HGET', key('worker', worker), 'state') ~= 'drained' then
+    feed({type = 'worker_drained', worker = worker})
+  end
   if seen then worker_seen(worker, 'drained', '') end
   return false
 end
@@ -89,6 +92,11 @@ if POLICY.affinity ~= '0' then
 end
 local function is_warm(tid)
   local params = decoded(tid)
+  if type(params.warm) == 'table' then  -- a DiT with the render's LoRA set (protos/lora_set.py)
+    for _, m in ipairs(params.warm) do
+      if not warm[m] then return false end
+    end
+  end
   if type(params.needs) ~= 'table' or #params.needs == 0 then return true end
   for _, c in ipairs(params.needs) do
     if not warm[c] then return false end

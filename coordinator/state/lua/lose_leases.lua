@@ -15,5 +15,6 @@ local wk = key('worker', worker)
 local w = redis.call('HMGET', wk, 'session', 'state')
 if session ~= '' and w[1] == session and w[2] ~= 'drained' then
   redis.call('HSET', wk, 'state', 'lost', 'current_task', '')
+  feed({type = 'worker_lost', worker = worker, reason = reason, leases = #lost})
 end
 return lost

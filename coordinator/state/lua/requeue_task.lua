@@ -12,7 +12,7 @@ if (redis.call('HGET', key('render', t[3]), 'blocklist') or '') ~= '' then
 end
 if t[1] ~= 'leased' then return done end
 redis.call('HSET', tk, 'fence', redis.call('INCR', key('fence')))
-release(tid, t[2], t[4], nil)  -- not the worker's failure
+release(tid, t[2], t[4], nil, 'requeued')  -- not the worker's failure
 redis.call('HSET', tk, 'state', 'queued', 'error', 'requeued by an operator from ' .. t[2], 'queued_ms', NOW)
 push_ready(tid, true)
 emit(t[3], {type = 'task_requeued', task = tid, worker = t[2]})

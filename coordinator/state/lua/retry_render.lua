@@ -26,7 +26,7 @@ for _, tid in ipairs(tids) do
   local tk = key('task', tid)
   local t = redis.call('HMGET', tk, 'state', 'worker', 'leased_ms', 'capability')
   if t[1] ~= 'done' then
-    if t[1] == 'leased' then release(tid, t[2], t[3], nil) end
+    if t[1] == 'leased' then release(tid, t[2], t[3], nil, 'cancelled') end
     if t[1] == 'queued' then redis.call('ZREM', key('ready', t[4]), tid) end
     redis.call('HSET', tk, 'state', 'waiting', 'fence', redis.call('INCR', key('fence')), 'attempts', 0,
       'failures', 0, 'failed_on', '', 'lost', 0, 'error', '', 'worker', '', 'outputs', '{}', 'inputs', '{}',
