@@ -89,12 +89,12 @@ def lora_blobs(spec: object) -> set[str]:
 
 
 def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[str]:
-    """Every sha a render still needs: task inputs ({"blob": sha}), outputs ({name: sha}), its image."""
+    """Every sha a render still needs: task inputs ({"blob": sha}), outputs ({name: sha}), its images."""
     found: set[str] = set()
     for render, tasks in tasks_by_render:
-        image = (render.get("spec") or {}).get("image") if isinstance(render.get("spec"), dict) else None
-        if isinstance(image, dict) and isinstance(image.get("blob"), str):
-            found.add(image["blob"])
+        spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
+        images = [spec.get("image"), *(spec.get("images") or [])]  # an older render's one image, or its keyframes
+        found.update(im["blob"] for im in images if isinstance(im, dict) and isinstance(im.get("blob"), str))
         found.update(lora_blobs(render.get("spec")))
         for task in tasks:
             for ref in (task.get("inputs") or {}).values():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from coordinator.reducer import run_reduce_task
 from ltx_engine import text_encoders
 from ltx_engine.components import TEXT_ENCODER
 from ltx_engine.generation import LTX_25
-from protos.spec import ImageCondition, RenderSpec
+from protos.spec import RenderSpec
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
 from worker.runner import Runner, device_memory_bytes
 
@@ -69,13 +69,15 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
     return outputs
 
 
-def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner, image: np.ndarray | None = None,
+def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
+                 images: Sequence[np.ndarray] | np.ndarray | None = (),
                  on_event: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, dict[str, str]], LocalBlobs]:
     """Validate, plan and run a render in-process; writes the mp4 and its metadata JSON (out_path with .json)."""
     blobs = LocalBlobs()
     spec = normalize_spec(raw_spec).spec
-    if image is not None:
-        spec = replace(spec, image=replace(spec.image or ImageCondition(), blob=blobs.put(image)))
+    images = [] if images is None else [images] if isinstance(images, np.ndarray) else list(images)
+    if images:  # each image (one decoded array per spec image, in order) into the local blob store, as uploaded
+        spec = replace(spec, images=tuple(replace(im, blob=blobs.put(px)) for im, px in zip(spec.images, images, strict=True)))
     exr_dir = Path(str(spec.exr)).expanduser().resolve() if spec.exr else None
     if exr_dir is not None:  # the folder as this machine names it, before the spec is checked
         spec = replace(spec, exr=str(exr_dir))

@@ -10,7 +10,8 @@ import typer
 from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
 from farm_cli import options as opt
 from farm_cli.benches import bench_app
-from farm_cli.options import (  # issue #26
+from farm_cli.image_option import ImageCommand
+from farm_cli.options import (
     SPEC,
     ComputeDtype,
     Coordinator,
@@ -21,8 +22,11 @@ from farm_cli.options import (  # issue #26
     Exr,
     FrameRate,
     Frames,
+    GeneratedKeyframes,
     Height,
     Image,
+    ImageBinding,
+    ImageCrf,
     Lora,
     LoraMode,
     NoAudio,
@@ -70,7 +74,7 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
 
 def render(
     prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
-    frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None,
+    frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None, image_binding: ImageBinding = None, image_crf: ImageCrf = None, num_generated_keyframes: GeneratedKeyframes = 0,
     output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
     stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap, stage2_sigmas: Stage2Sigmas = None,
     temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings, decode_tiles: DecodeTiles = SPEC.decode_tiles, exr: Exr = None,
@@ -93,7 +97,7 @@ def render(
 
     user_loras = loras.resolve(lora, lora_mode)
     spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
-                            seed=seed, pack=pack, image=image, no_audio=no_audio, stage2_tiles=stage2_tiles,
+                            seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
@@ -140,15 +144,17 @@ def refuse_token_argv(argv: list[str]) -> None:
 
 
 # The commands, in the order `farm --help` lists them (sub-apps after the commands, as typer does).
-app.command()(render)
-for command in (renders.submit, renders.watch, renders.status, renders.cancel, renders.fetch, renders.workers,
+app.command(cls=ImageCommand)(render)  # --image PATH FRAME STRENGTH, repeatable (farm_cli/image_option.py)
+app.command(cls=ImageCommand)(renders.submit)
+for command in (renders.watch, renders.status, renders.cancel, renders.fetch, renders.workers,
                 renders.requeue, renders.drain, services.coordinator, services.worker, services.up, services.demo,
                 doctor.doctor):
     app.command()(command)
 app.command("config")(config.show)
 app.command("dashboard")(dashboard.dashboard)
-for command in (manage.ls, manage.retry, manage.rerun, manage.delete, manage.prune, manage.logs, plan.plan):
+for command in (manage.ls, manage.retry, manage.rerun, manage.delete, manage.prune, manage.logs):
     app.command()(command)
+app.command(cls=ImageCommand)(plan.plan)
 pack_app.command("tiny")(pack_tiny)
 pack_app.command("pull")(packs.pack_pull)
 pack_app.command("list")(packs.pack_list)

@@ -57,7 +57,14 @@ Frames = Annotated[int | None, typer.Option(
 FrameRate = Annotated[float, typer.Option("--frame-rate")]
 Seed = Annotated[int, typer.Option("--seed")]
 PackRef = Annotated[str, typer.Option("--pack", help="Pack name in the packs folder, a path, or a HF repo id.")]
-Image = Annotated[tuple[Path, int, float] | None, typer.Option("--image", help="PATH FRAME STRENGTH")]
+Image = Annotated[list[str] | None, typer.Option(  # three values per use: farm_cli/image_option.py
+    "--image", help="PATH FRAME STRENGTH, repeatable (keyframes). FRAME: an index, negative from the end, or last.")]
+ImageBinding = Annotated[list[str] | None, typer.Option(
+    "--image-binding", help="replace | guide | auto, per --image in order (auto: frame 0 replaces, else guide).")]
+GeneratedKeyframes = Annotated[int, typer.Option(
+    "--num-generated-keyframes", help="LTX-2.5, without DFR: N generated keyframe slots in stage 1.")]
+ImageCrf = Annotated[list[int] | None, typer.Option(
+    "--image-crf", help="H.264 CRF per --image in order (default 33 on LTX-2.3, 18 on 2.5; 0: none).")]
 Output = Annotated[Path | None, typer.Option("-o", "--output")]
 SaveLatents = Annotated[Path | None, typer.Option("--save-latents", help="Write each stage's latent here.")]
 NoAudio = Annotated[bool, typer.Option("--no-audio")]

@@ -19,8 +19,11 @@ from farm_cli.options import (
     FleetFile,
     FrameRate,
     Frames,
+    GeneratedKeyframes,
     Height,
     Image,
+    ImageBinding,
+    ImageCrf,
     Json,
     Lora,
     LoraMode,
@@ -101,7 +104,7 @@ def print_plan(plan: dict) -> None:
 
 
 def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
-         frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None,
+         frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None, image_binding: ImageBinding = None, image_crf: ImageCrf = None, num_generated_keyframes: GeneratedKeyframes = 0,
          no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap,
          stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
          decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
@@ -122,7 +125,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
 
     user_loras = loras.resolve(lora, lora_mode)
     spec, _pixels = cli_spec(prompt=prompt or "plan", height=height, width=width, frames=frames,
-                             frame_rate=frame_rate, seed=seed, pack=pack, image=image, no_audio=no_audio,
+                             frame_rate=frame_rate, seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio,
                              stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
                              text_encoder=text_encoder, image_blob="plan",

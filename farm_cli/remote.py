@@ -63,15 +63,16 @@ def client(coordinator: str, token: str | None) -> FarmClient:
     return FarmClient(coordinator, token or local_token())
 
 
-def submit_render(spec: dict, pixels: np.ndarray | None, coordinator: str, token: str | None,
+def submit_render(spec: dict, pixels: list[np.ndarray], coordinator: str, token: str | None,
                   unreachable: str = "") -> str:
-    """Upload the image (if any) and queue the render; one line and exit 2 on refusal."""
+    """Upload the images (one blob each, in order) and queue the render; one line and exit 2 on refusal."""
+    from farm_cli.images import with_blobs
     from protos.tensors import encode_tensor
 
     refuse_local_folder(str(spec.get("pack") or ""))
     with one_line(unreachable=unreachable), client(coordinator, token) as farm:
-        if pixels is not None:
-            spec["image"]["blob"] = farm.put_blob(encode_tensor(pixels))
+        if pixels:
+            spec = with_blobs(spec, [farm.put_blob(encode_tensor(p)) for p in pixels])
         return farm.submit(spec)
 
 

@@ -19,8 +19,11 @@ from farm_cli.options import (
     Exr,
     FrameRate,
     Frames,
+    GeneratedKeyframes,
     Height,
     Image,
+    ImageBinding,
+    ImageCrf,
     Json,
     Lora,
     LoraMode,
@@ -44,7 +47,7 @@ from farm_cli.session import fail, one_line
 
 
 def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
-           frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None,
+           frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None, image_binding: ImageBinding = None, image_crf: ImageCrf = None, num_generated_keyframes: GeneratedKeyframes = 0,
            output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
            stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap, stage2_sigmas: Stage2Sigmas = None,
            temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings, decode_tiles: DecodeTiles = SPEC.decode_tiles, exr: Exr = None,
@@ -73,7 +76,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
 
     user_loras = loras.resolve(lora, lora_mode)
     typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
-                             seed=seed, pack=pack, image=image, no_audio=no_audio, stage2_tiles=stage2_tiles,
+                             seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
                              tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                              text_encoder=text_encoder, detailing_lora=detailing_lora,

@@ -13,24 +13,26 @@ import numpy as np
 
 from farm_cli import common
 from farm_cli.common import fail
+from farm_cli.images import cli_images
 from protos.spec import RenderSpec, SpecError
 
 
 def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_rate: float, seed: int, pack: str,
-             image: tuple[Path, int, float] | None = None, no_audio: bool = False, stage2_tiles: str | None = None,
+             image: list[tuple[Path, str, float]] | None = None, no_audio: bool = False, stage2_tiles: str | None = None,
              tile_overlap: int = 5, stage2_sigmas: str | None = None, temporal_upscalings: int = 0,
              decode_tiles: str = "auto", exr: Path | None = None, text_encoder: str | None = None,
              data: Path | None = None, detailing_lora: str | None = None, detailing_strength: float = 0.5,
              priority: int | None = None, notify: str | None = None, image_blob: str | None = None,
-             lora_fields: dict | None = None, guidance: dict | None = None,
+             image_binding: list[str] | None = None, image_crf: list[int] | None = None,
+             num_generated_keyframes: int = 0, lora_fields: dict | None = None, guidance: dict | None = None,
              sparse_attention: str | None = None, compute_dtype: str | None = None,
-             ) -> tuple[RenderSpec, np.ndarray | None]:
-    """The typed spec of the command's options and the decoded image, if any; one line, exit 2, for a
-    value the spec refuses. `image_blob`: stands in for the image without reading it (`farm plan`)."""
-    raw, pixels = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack,
-                                     None if image_blob else image, no_audio)
-    if image_blob is not None and image is not None:
-        raw["image"] = {"blob": image_blob, "frame": int(image[1]), "strength": float(image[2])}
+             ) -> tuple[RenderSpec, list[np.ndarray]]:
+    """The typed spec of the command's options and the decoded images (one per --image, in order); one
+    line, exit 2, for a value the spec refuses. `image_blob`: the images are not decoded, each file's
+    sha256 stands in for its blob (`farm plan`)."""
+    raw, _ = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, None, no_audio)
+    raw["images"], pixels = cli_images(image, image_binding, image_crf, read=image_blob is None)
+    raw["num_generated_keyframes"] = num_generated_keyframes
     raw |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
     raw |= common.detailing_spec(detailing_lora, detailing_strength)
     raw |= lora_fields or {}  # --lora / --lora-mode, resolved by farm_cli.loras

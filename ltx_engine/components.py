@@ -188,7 +188,7 @@ def render_components(spec: dict) -> tuple[str, ...]:
         out[out.index("transformer"):out.index("spatial_upscaler") + 1] = ["transformer_dev"]
     elif spec.get("pipeline") not in (None, "distilled"):  # dev guided stage 1, then the distilled stage 2
         out.insert(out.index("transformer"), "transformer_dev")
-    if spec.get("image"):
+    if spec.get("images") or spec.get("image"):
         out.append("vae_encoder")
     if str(spec.get("temporal_upscalings") or 0) not in ("0", "0.0"):  # a bad value is refused elsewhere
         out.append("temporal_upscaler")

@@ -22,17 +22,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from ltx_engine import patchify
+from ltx_engine.keyframes import (  # noqa: F401 - the pure rules, part of this module's surface
+    AUTO,
+    BINDINGS,
+    GUIDE,
+    LAST,
+    REPLACE,
+    ConditioningError,
+    binding_for,
+    replacement_latent_index,
+    resolve_frame,
+)
 from ltx_engine.sampling import LatentState
 from ltx_engine.tokens import patchify_video
 
-REPLACE, GUIDE, AUTO = "replace", "guide", "auto"
-BINDINGS = (REPLACE, GUIDE, AUTO)
-LAST = "last"
 F32 = np.float32
-
-
-class ConditioningError(ValueError):
-    """An image condition that cannot apply: one line naming the image."""
 
 
 @dataclass(frozen=True)
@@ -46,34 +50,9 @@ class ImageCondition:
     name: str = "image"
 
 
-def resolve_frame(frame: int | str, frames: int, name: str = "image") -> int:
-    """The pixel frame index in [0, frames) a written index means (negative from the end, `last`)."""
-    if frame == LAST:
-        return frames - 1
-    if isinstance(frame, str):
-        raise ConditioningError(f"{name}: frame {frame!r} is not an integer or 'last'")
-    index = frame + frames if frame < 0 else frame
-    if not 0 <= index < frames:
-        raise ConditioningError(f"{name}: frame {frame} is outside the clip's {frames} frames")
-    return index
-
-
 def binding_of(condition: ImageCondition) -> str:
     """`replace` or `guide`; `auto` decides from the index as written: frame 0 replaces."""
-    if condition.binding not in BINDINGS:
-        raise ConditioningError(f"{condition.name}: binding {condition.binding!r} is not one of {', '.join(BINDINGS)}")
-    if condition.binding != AUTO:
-        return condition.binding
-    return REPLACE if condition.frame == 0 else GUIDE
-
-
-def replacement_latent_index(pixel_frame: int, name: str = "image") -> int:
-    """The latent frame a pixel frame starts under the causal VAE: 0 -> 0, 1 + 8k -> k + 1."""
-    if pixel_frame == 0:
-        return 0
-    if (pixel_frame - 1) % 8:
-        raise ConditioningError(f"{name}: replace needs frame 0 or 1 + 8k (a latent frame's first), got {pixel_frame}")
-    return (pixel_frame - 1) // 8 + 1
+    return binding_for(condition.binding, condition.frame, condition.name)
 
 
 def guide_positions(grid: tuple[int, int, int], pixel_frame: int, fps: float, num_pixel_frames: int = 1) -> np.ndarray:

@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from ltx_engine import patchify, sampling
-from ltx_engine.dfr_layout import TEMPORAL_SCALE, DfrTile, RoundPlan
+from ltx_engine.dfr_layout import TEMPORAL_SCALE, DfrTile, RoundPlan, tile_image_frame  # noqa: F401
 from ltx_engine.sampling import F32, LatentState, lerp_noise
 from ltx_engine.tokens import patchify_video, unpatchify_video
 
@@ -86,14 +86,6 @@ def _slot_seeds(tile_video: np.ndarray, local_slots: Sequence[int]) -> np.ndarra
 
 def _frame_positions(frame: int, h: int, w: int, fps: float) -> np.ndarray:
     return np.array(patchify.keyframe_positions(1, frame, h, w, fps), dtype=F32)
-
-
-def tile_image_frame(tile: DfrTile, frame: int) -> int | None:
-    """Where an image at `frame` conditions a tile, tile-local, as upstream re-attaches images per tile:
-    every image on the first tile (its window starts at frame 0), else only one inside the window."""
-    if tile.pixel_start == 0:
-        return frame
-    return frame - tile.pixel_start if tile.pixel_start <= frame <= tile.pixel_end else None
 
 
 def _condition_on_image(tokens: TileTokens, image: tuple[np.ndarray, int, float], tile: DfrTile,

@@ -146,6 +146,14 @@ class RoundPlan:
         return tuple(sorted(set(self.seams) | set(self.new_slots())))
 
 
+def tile_image_frame(tile: DfrTile, frame: int) -> int | None:
+    """Where an image at `frame` conditions a tile, tile-local, as upstream re-attaches images per tile:
+    every image on the first tile (its window starts at frame 0), else only one inside the window."""
+    if tile.pixel_start == 0:
+        return frame
+    return frame - tile.pixel_start if tile.pixel_start <= frame <= tile.pixel_end else None
+
+
 def _owned_counts(n_segments: int, n_tiles: int) -> list[int]:
     base, extra = divmod(n_segments, n_tiles)
     return [base + (1 if i < extra else 0) for i in range(n_tiles)]

@@ -27,6 +27,7 @@ import numpy as np
 
 from ltx_engine import dfr, text_encoders
 from ltx_engine.components import KIND_COMPONENTS, TEXT_ENCODER
+from ltx_engine.crf import h264_round_trip
 from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise, stage_marker, stage_slots
 from ltx_engine.media import image_to_pixels
 from ltx_engine.pack import Pack
@@ -63,9 +64,10 @@ class Engine:
         encoder = self.registry.get(EncoderFolder(encoder_dir or pack.text_encoder_dir), TEXT_ENCODER)
         return encode_prompt(encoder, self.model(pack, "connector"), prompt)
 
-    def encode_image(self, pack: Pack, image: np.ndarray, height: int, width: int) -> np.ndarray:
-        """uint8 (H, W, 3) → resized, centre-cropped → VAE encoder → latent (1, C, 1, h, w)."""
-        pixels = image_to_pixels(image, height, width)
+    def encode_image(self, pack: Pack, image: np.ndarray, height: int, width: int, crf: int = 0) -> np.ndarray:
+        """uint8 (H, W, 3) → H.264 round trip at `crf` (0: none) → resized, centre-cropped → VAE encoder
+        → latent (1, C, 1, h, w)."""
+        pixels = image_to_pixels(h264_round_trip(image, crf), height, width)
         latent = self.model(pack, "vae_encoder")(mx.array(pixels))
         return np.array(latent.astype(mx.float32))
 

@@ -58,27 +58,57 @@ def sigmas(name: str, value: object) -> tuple[float, ...]:
 
 @dataclass(frozen=True, slots=True)
 class ImageCondition:
-    """An image that conditions the render at one frame (`blob`: the uploaded image's sha256)."""
+    """An image that conditions the render at one frame (`blob`: the uploaded image's sha256). `frame`: a
+    pixel index, negative from the end, or "last"; `binding`: replace | guide | auto (None: auto);
+    `crf`: the H.264 round trip's CRF before encoding (None: the pack generation's default, 0: none)."""
 
     blob: str | None = None
-    frame: int | None = None
+    frame: int | str | None = None
     strength: float | None = None
+    binding: str | None = None
+    crf: int | None = None
 
     def to_dict(self) -> dict:
         """The JSON form: only the keys given."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
+MAX_IMAGES = 16  # keyframes of one render: each is two encode tasks and its guide tokens in every stage
+MAX_CRF = 51  # libx264's range
+IMAGE_KEYS = ("blob", "frame", "strength", "binding", "crf")
+IMAGE_BINDINGS = ("replace", "guide", "auto")
+
+
+def _image_frame(name: str, value: object) -> int | str:
+    if value == "last":
+        return "last"
+    return integer(-10_000, 10_000)(f"{name} frame", value)
+
+
 def image(name: str, value: object) -> ImageCondition:
     if isinstance(value, ImageCondition):
         value = value.to_dict()
-    if not isinstance(value, dict) or set(value) - {"blob", "frame", "strength"}:
-        raise SpecError(f"{name} must be {{blob, frame, strength}}")
+    if not isinstance(value, dict) or set(value) - set(IMAGE_KEYS):
+        raise SpecError(f"{name} must be {{{', '.join(IMAGE_KEYS)}}}")
     blob, frame, strength = value.get("blob"), value.get("frame"), value.get("strength")
+    binding, crf = value.get("binding"), value.get("crf")
+    if binding is not None and binding not in IMAGE_BINDINGS:
+        raise SpecError(f"{name} binding {short_repr(binding)} is not one of {', '.join(IMAGE_BINDINGS)}")
     return ImageCondition(
         blob=None if blob is None else text(64, pattern=SHA256)(f"{name} blob", blob),
-        frame=None if frame is None else integer(0, 10_000)(f"{name} frame", frame),
-        strength=None if strength is None else number(0.0, 1.0)(f"{name} strength", strength))
+        frame=None if frame is None else _image_frame(name, frame),
+        strength=None if strength is None else number(0.0, 1.0)(f"{name} strength", strength),
+        binding=binding,
+        crf=None if crf is None else integer(0, MAX_CRF)(f"{name} crf", crf))
+
+
+def images(name: str, value: object) -> tuple[ImageCondition, ...]:
+    """Several images / keyframes, in order (image 1, image 2, ... in the one-line refusals)."""
+    if not isinstance(value, list | tuple):
+        raise SpecError(f"{name} must be a list of images")
+    if len(value) > MAX_IMAGES:
+        raise SpecError(f"{len(value)} images: at most {MAX_IMAGES} per render")
+    return tuple(image(f"image {i + 1}", one) for i, one in enumerate(value))
 
 
 # ------------------------------------------------------------------ user LoRAs (issue #22)
@@ -189,7 +219,8 @@ SPEC_FIELDS: dict[str, Rule] = {
     "frame_rate": number(0.0, MAX_FRAME_RATE, open_low=True),
     "seed": integer(0, MAX_SEED),
     "pack": text(256, pattern=re.compile(r"[^\s:][^\x00-\x1f]*")),
-    "image": image,
+    "images": images,
+    "num_generated_keyframes": integer(0, MAX_IMAGES),
     "audio": boolean,
     "stage2_tiles": text(32),
     "tile_overlap": integer(0, 64),
@@ -224,7 +255,8 @@ class RenderSpec:
     frame_rate: float = 24.0
     seed: int = 1
     pack: str = "tiny"
-    image: ImageCondition | None = None
+    images: tuple[ImageCondition, ...] = ()  # keyframes, in order (the old single `image` maps to one)
+    num_generated_keyframes: int = 0  # LTX-2.5 generated keyframe slots in stage 1 outside DFR
     audio: bool = True
     stage2_tiles: str | None = None  # None: one stage-2 task; "auto" | "HxW" | "FxHxW": tiled data parallel
     tile_overlap: int = 5
@@ -260,6 +292,7 @@ class RenderSpec:
     @classmethod
     def from_dict(cls, raw: Mapping[str, object]) -> RenderSpec:
         """The spec a client sent, checked field by field (None = the default); unknown fields refused."""
+        raw = _legacy_image(raw)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - names - set(RESOLVED_ONLY))
         if unknown:
@@ -279,6 +312,16 @@ class RenderSpec:
                 continue
             out[f.name] = json_value(value)
         return out
+
+
+def _legacy_image(raw: Mapping[str, object]) -> Mapping[str, object]:
+    """An older client's single `image` object, as the first of `images` (mapped once, here)."""
+    if "image" not in raw:
+        return raw
+    out = {k: v for k, v in raw.items() if k != "image"}
+    if raw["image"] is not None:
+        out["images"] = [raw["image"], *(raw.get("images") or [])]
+    return out
 
 
 def json_value(value: object) -> JsonValue:

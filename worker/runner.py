@@ -27,6 +27,7 @@ from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import EULER
+from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import DIT_KINDS, LoraSets
 
 Progress = Callable[[int, int], None]
@@ -262,7 +263,9 @@ class Runner:
         return self._embeddings[key]
 
     def _run_image_encode(self, pack, params, inputs, step):
-        return {"latent": self.engine.encode_image(pack, inputs["image"], params["height"], params["width"])}
+        """One image at one stage's size, after its H.264 round trip at the planned CRF (worker/images.py)."""
+        crf = image_crf(params, pack.generation)
+        return {"latent": self.engine.encode_image(pack, inputs["image"], params["height"], params["width"], crf)}
 
     def _stage(self, pack, params, inputs) -> StageInputs:
         audio_cfg = pack.config.get("audio_vae", {})
@@ -274,10 +277,11 @@ class Runner:
             initial_video=inputs.get("latent"), initial_audio=inputs.get("audio_latent"),
             image_latent=inputs.get("image_latent"), image_frame=int(params.get("image_frame", 0)),
             image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
-            sampler=params.get("sampler") or EULER, slots=tuple(int(p) for p in params.get("dfr_slots") or ()),
+            sampler=params.get("sampler") or EULER, slots=stage_slots(params),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             **_forward_params(params),
+            images=stage_images(params, inputs),
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
@@ -342,7 +346,8 @@ class Runner:
         tile = DfrTileInputs(latent=inputs["latent"], carry=inputs["carry"], contexts=_contexts(inputs), plan=plan,
                              tile=plan.tiles[int(params["tile_index"])], image_latent=inputs.get("image_latent"),
                              image_frame=int(params.get("image_frame", 0)),
-                             image_strength=float(params.get("image_strength", 1.0)))
+                             image_strength=float(params.get("image_strength", 1.0)),
+                             images=dfr_images(params, inputs))
         return self.engine.dfr_tile(pack, tile, step)
 
     def _run_predict_duration(self, pack, params, inputs, step):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, ref, task
+from coordinator.plan.images import dfr_tile_images
 from ltx_engine.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params
 
 MAX_TILE_SECONDS = 20.0  # the DiT's temporal positional range (positional_embedding_max_pos[0])
@@ -133,21 +134,23 @@ def plan_slot_upsample(rid: str, spec: Mapping, slots: dict) -> list[dict]:
             "latent": slot_expect(spec, spec["height"], spec["width"])["slots"]}}, {"latent": slots})]
 
 
-def _tile_tasks(rid: str, spec: Mapping, rnd, shared: dict, inputs: dict) -> list[dict]:
+def _tile_tasks(rid: str, spec: Mapping, rnd, shared: dict, inputs: dict, images: dict) -> list[dict]:
     h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
     out = []
     for tile in rnd.tiles:
         want = {"latent": expect("float32", 1, -1, tile.latent_frames, h, w),
                 "slots": expect("float32", 1, -1, len(tile.slots), h, w)}
-        params = {**shared, "round": rnd.round, "tile_index": tile.index, "expect": want}
-        out.append(task(rid, f"dfr.r{rnd.round}.t{tile.index}", "dfr_tile", params, inputs))
+        held, held_inputs = dfr_tile_images(shared.get("images") or [], images, tile, rnd.round)  # in its window
+        params = {**shared, **held, "round": rnd.round, "tile_index": tile.index, "expect": want}
+        out.append(task(rid, f"dfr.r{rnd.round}.t{tile.index}", "dfr_tile", params, {**inputs, **held_inputs}))
     return out
 
 
 def plan_dfr_rounds(rid: str, spec: Mapping, latent: dict, carry: dict, ctx: dict, image: dict,
                     image_params: dict) -> tuple[list[dict], dict]:
     """The rounds' tasks after stage 2, and the reference to the final (trimmed) video latent. Round 1's
-    anchors are stage 2's keyframe slots (`carry`); an image conditions the tiles whose window holds it."""
+    anchors are stage 2's keyframe slots (`carry`); an image conditions the tiles whose window holds it
+    (`image`: the full-size image latents, `image_params`: their `images` param, plan/images.py)."""
     plan = spec_plan(spec)
     dfr = plan_params(spec["frames"], spec["frame_rate"], len(plan.rounds), spec["seed"])
     h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
@@ -158,8 +161,8 @@ def plan_dfr_rounds(rid: str, spec: Mapping, latent: dict, carry: dict, ctx: dic
         tasks.append(task(rid, up, "upsample_temporal", {
             "pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, rnd.latent_frames, h, w)}},
             {"latent": latent}))
-        tile_in = {"latent": ref(f"{rid}.{up}", "latent"), "carry": carry, **image, **ctx}
-        tiles = _tile_tasks(rid, spec, rnd, shared, tile_in)
+        tile_in = {"latent": ref(f"{rid}.{up}", "latent"), "carry": carry, **ctx}
+        tiles = _tile_tasks(rid, spec, rnd, shared, tile_in, image)
         stitch_in = {"carry": carry}
         for t in tiles:
             index = t["params"]["tile_index"]

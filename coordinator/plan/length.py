@@ -40,8 +40,8 @@ def probe_spec(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     if described and not any(DURATION_HEAD in w["pack_components"][spec["pack"]] for w in described):
         raise no_head(spec["pack"])
     asked = spec.spec
-    image = None if asked.image is None else replace(asked.image, frame=0)  # checked against the picked length
-    return spec.with_spec(replace(asked, frames=shortest_frames(asked.frame_rate), image=image))
+    # the images' frames are checked against the picked length, with the rest of phase 2
+    return spec.with_spec(replace(asked, frames=shortest_frames(asked.frame_rate), images=()))
 
 
 def no_head(pack: str) -> SpecError:

@@ -37,6 +37,12 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
 )
 from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of, negative_text_task, plan_guided_stage1
+from coordinator.plan.images import (
+    generated_slot_params,
+    generated_slots,
+    plan_image_encodes,
+    resolved_images,
+)
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
 from coordinator.plan.loras import with_loras
 from coordinator.plan.resolved import RenderPlan, Resolved
@@ -104,14 +110,8 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
         raise SpecError("frame rate must be positive")
     if spec["seed"] < 0:
         raise SpecError(f"seed {spec['seed']} is negative")
-    image = spec.get("image")
-    if image is not None:
-        if not isinstance(image, dict) or not image.get("blob"):
-            raise SpecError("image condition has no uploaded image")
-        if not 0 <= int(image.get("frame", 0)) < frames:
-            raise SpecError(f"image frame {image.get('frame')} is outside 0..{frames - 1}")
-        if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
-            raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
+    resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
+    generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
     _check_components(spec, fleet)
@@ -238,7 +238,6 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         spec = RenderPlan(spec)
     rid = render_id
     pack = spec["pack"]
-    h2, w2 = spec["height"] // 2, spec["width"] // 2
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
     tasks = [task(rid, "text", "text_encode", {"pack": pack, "prompt": spec["prompt"], **text_params(spec),
@@ -246,17 +245,8 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
         return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
-    image = spec.get("image")
-    cond1, cond2 = {}, {}
-    if image:
-        for name, (h, w) in (("image_s1", (h2, w2)), ("image_s2", (spec["height"], spec["width"]))):
-            tasks.append(task(rid, name, "image_encode", {
-                "pack": pack, "height": h, "width": w,
-                "expect": {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}},
-                {"image": {"blob": image["blob"]}}))
-        cond1 = {"image_latent": ref(f"{rid}.image_s1", "latent")}
-        cond2 = {"image_latent": ref(f"{rid}.image_s2", "latent")}
-    image_params = {"image_frame": int(image.get("frame", 0)), "image_strength": float(image.get("strength", 1.0))} if image else {}
+    encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
+    tasks.extend(encodes)
     s1 = f"{rid}.stage1"
     guided = check_recipe(spec)
     one_stage = guided is not None and guided.pipeline == "one-stage"
@@ -264,7 +254,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         tasks.append(negative_text_task(rid, spec, guided, tasks[0], text_key))
         guided_ctx = (ctx, contexts_of(f"{rid}.negative"))
     if one_stage:  # at full resolution, decoded as it is
-        tasks = [t for t in tasks if t["id"] != f"{rid}.image_s1"]
+        tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
         tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec["height"],
                                         spec["width"]))
     else:
@@ -304,12 +294,13 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
     shape1 = (1, -1, f_lat, h2 // SPATIAL_FACTOR, w2 // SPATIAL_FACTOR)
     shape2 = (1, -1, f_lat, spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
     s1 = f"{rid}.stage1"
+    generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
     tasks = [task(rid, "stage1", "denoise_stage1", {
         "pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": h2, "width": w2,
-        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **_stage1_sampler(spec),
-        **sparse.stage1_params(spec),
+        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **generated,
+        **_stage1_sampler(spec), **sparse.stage1_params(spec),
         "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
-                   **slot_expect(spec, h2, w2)}},
+                   **slot_expect(spec, h2, w2), **generated_expect}},
         {**ctx, **cond1})]
     if guided is not None:
         tasks = plan_guided_stage1(rid, spec, guided[0], guided[1], guided[2], cond1, image_params, h2, w2)

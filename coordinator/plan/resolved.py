@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from protos.guidance_spec import DISTILLED, GUIDANCE_FIELDS
 from protos.spec import JsonValue, RenderSpec, json_value
 
-ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pack", "image", "audio",
+ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pack", "images", "num_generated_keyframes",
+               "audio",
                "stage2_tiles", "tile_overlap", "stage2_sigmas", "temporal_upscalings", "decode_tiles", "exr",
                "text_encoder", "generation", "predicted_seconds", "detailing_lora", "detailing_strength",
                "loras", "lora_mode")

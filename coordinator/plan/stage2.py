@@ -18,6 +18,7 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
+from coordinator.plan.images import guide_tokens
 from ltx_engine import tdp
 from ltx_engine.generation import LTX_25
 from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
@@ -132,15 +133,14 @@ def stage2_sigmas(spec: Mapping) -> list[float]:
 
 def _marker_params(spec: Mapping, params: dict, grid: tuple[int, int, int]) -> dict:
     """A 2.5 render's tiles read a keyframe marker (the first latent frame, and DFR's slots, whose token
-    range — after an appended image guide, before the IC-LoRA reference — the step also reads them out of)."""
+    range — after the appended image guides, before the IC-LoRA reference — the step also reads them out of)."""
     if spec.get("generation") != LTX_25:
         return {}
     slots = params.get("dfr_slots") or []
     if not slots:
         return {"marker": True}
     hw = grid[1] * grid[2]
-    guide = hw if "image_strength" in params and int(params.get("image_frame", 0)) != 0 else 0
-    start = grid[0] * hw + guide
+    start = grid[0] * hw + guide_tokens(params, hw)
     return {"marker": True, "slot_range": [start, start + len(slots) * hw]}
 
 

@@ -33,7 +33,7 @@ def references(local_runner, tmp_path_factory):
         _, outputs, blobs = render_local(_spec(tiles, overlap), folder / f"{tiles}.mp4", local_runner)
         out[tiles] = local_results(outputs, blobs)
     image_spec = {**_spec("2x2", 5), "image": {"frame": 0, "strength": 1.0}}
-    _, outputs, blobs = render_local(image_spec, folder / "image.mp4", local_runner, IMAGE)
+    _, outputs, blobs = render_local(image_spec, folder / "image.mp4", local_runner, [IMAGE])
     out["image"] = local_results(outputs, blobs)
     return out
 

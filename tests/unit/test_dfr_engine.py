@@ -155,8 +155,8 @@ def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
     assert tasks["r.stage2"]["inputs"]["slots"] == {"task": "r.upsample.slots", "output": "latent"}
     tile = tasks["r.dfr.r1.t0"]
     assert tile["inputs"]["carry"] == {"task": "r.stage2", "output": "slots"} and "audio_latent" not in tile["inputs"]
-    assert tile["inputs"]["image_latent"] == {"task": "r.image_s2", "output": "latent"}
-    assert tile["params"]["image_strength"] == 0.9
+    assert tile["inputs"]["image1_latent"] == {"task": "r.image1_s2", "output": "latent"}
+    assert tile["params"]["images"] == [{"frame": 0, "strength": 0.9, "binding": "replace", "input": "image1_latent"}]
     assert tasks["r.dfr.r2.t0"]["inputs"]["carry"] == {"task": "r.dfr.r1", "output": "keyframes"}
     assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][0] == 161
 

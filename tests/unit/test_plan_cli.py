@@ -56,3 +56,18 @@ def test_plan_refuses_a_render_no_worker_can_hold_with_the_numbers(tmp_path: Pat
     assert result.returncode == 2
     line = result.stderr.strip()
     assert "GiB at its peak" in line and "12.0 of its 16.0 GiB" in line and len(line.splitlines()) == 1
+
+
+@pytest.mark.timeout(150)
+def test_plan_counts_one_encode_task_per_keyframe_per_stage(tmp_path: Path) -> None:
+    keys = []
+    for k in range(4):
+        keys += ["--image", str(tmp_path / f"k{k}.png"), str((-1, 0, 24, 48)[k]), "1"]
+        (tmp_path / f"k{k}.png").write_bytes(bytes([k]) * 64)  # `farm plan` hashes the file, it decodes nothing
+    result = _plan(tmp_path, "-H", "576", "-W", "1024", "-f", "121", "--json", *keys)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    kinds = {k: n for row in plan["stages"] for k, n in row["kinds"].items()}
+    assert kinds["image_encode"] == 4 * 2
+    missing = _plan(tmp_path, "-f", "121", "--image", str(tmp_path / "nope.png"), "0", "1")
+    assert missing.returncode == 2 and "cannot read image" in missing.stderr

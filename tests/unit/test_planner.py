@@ -35,7 +35,8 @@ def test_image_condition_adds_encodes_at_both_resolutions():
     encodes = [t for t in tasks if t["kind"] == "image_encode"]
     assert [(t["params"]["height"], t["params"]["width"]) for t in encodes] == [(128, 192), (256, 384)]
     stage2 = next(t for t in tasks if t["id"] == "r.stage2")
-    assert stage2["params"]["image_strength"] == 0.9 and "image_latent" in stage2["inputs"]
+    assert stage2["params"]["images"] == [{"frame": 0, "strength": 0.9, "binding": "replace", "input": "image1_latent"}]
+    assert stage2["inputs"]["image1_latent"] == {"task": "r.image1_s2", "output": "latent"}
 
 
 def test_tiled_stage2_expands_into_steps_and_tiles():
@@ -84,7 +85,7 @@ def test_tasks_name_the_components_they_need():
     assert tasks["text"]["params"]["needs"] == ["text_encoder", "connector"] and tasks["text"]["params"]["pack"] == "p"
     assert tasks["stage1"]["params"]["needs"] == ["transformer"]
     assert tasks["upsample"]["params"]["needs"] == ["spatial_upscaler", "vae_decoder"]
-    assert tasks["image_s1"]["params"]["needs"] == ["vae_encoder"]
+    assert tasks["image1_s1"]["params"]["needs"] == ["vae_encoder"]
     tiled = _plan(pack="p", stage2_tiles="1x2")
     assert all("needs" not in t["params"] for t in tiled if t["capability"] == "coordinator")
     assert all("needs" in t["params"] for t in tiled if t["capability"] == "mlx")

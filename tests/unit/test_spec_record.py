@@ -24,7 +24,8 @@ def test_the_spec_is_frozen_and_holds_tuples():
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.frames = 25
     with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.image.frame = 0
+        spec.images[0].frame = 0
+    assert isinstance(spec.images, tuple) and spec.images[0].frame == 2  # an older client's `image`: images[0]
     assert spec.stage2_sigmas == (0.9, 0.5, 0.0) and not hasattr(spec, "__dict__")  # slots, tuples
     plan = validate_spec(spec, FLEET)
     with pytest.raises(TypeError):
