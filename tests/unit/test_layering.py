@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FARM_PACKAGES = ("coordinator", "worker", "protos", "farm_cli", "ltx_engine")
 # The engine modules the coordinator may import: planning and tiling math, tables, no model code.
-PURE_ENGINE = {"components", "decode_tiling", "dfr_layout", "duration", "generation", "sampling", "tdp", "text_encoders",
+PURE_ENGINE = {"color", "components", "decode_tiling", "dfr_layout", "duration", "generation", "sampling", "tdp", "text_encoders",
                "tiling", "tokens"}
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
