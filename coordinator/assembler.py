@@ -23,6 +23,7 @@ import OpenEXR
 from coordinator.plan.decode import DECODE, decode_tile_plan, tile_task_name
 from coordinator.previews import PreviewWriter, to_uint8
 from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
+from ltx_engine import color
 from ltx_engine.decode_tiling import TileFrames, blend_frames, frame_bytes
 
 VIDEO_CODEC = "libx264"
@@ -53,17 +54,18 @@ class Staged:
         return path
 
 
-def srgb_to_linear(frame: np.ndarray) -> np.ndarray:
-    """The sRGB EOTF: display-referred [0, 1] → scene-linear, what EXR consumers expect."""
-    x = np.asarray(frame, dtype=F32)
-    return np.where(x <= F32(0.04045), x / F32(12.92), ((x + F32(0.055)) / F32(1.055)) ** F32(2.4)).astype(F32)
+srgb_to_linear = color.srgb_eotf  # display-referred [0, 1] → linear light, what EXR consumers expect
 
 
-def write_exr(path: Path, frame: np.ndarray) -> None:
-    """One (H, W, 3) [0, 1] frame as a half-float, scene-linear RGB EXR (ZIP, scanlines)."""
-    linear = srgb_to_linear(frame).astype(np.float16)
-    channels = {name: np.ascontiguousarray(linear[..., i]) for i, name in enumerate("RGB")}
-    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+def write_exr(path: Path, frame: np.ndarray, colorspace: str = color.EXR_COLORSPACES[0]) -> None:
+    """One (H, W, 3) [0, 1] sRGB frame as a half-float RGB EXR (ZIP, scanlines) in `colorspace`
+    (`--exr-colorspace`: srgb-linear, acescg or acescct; ltx_engine/color.py), its primaries in the
+    chromaticities header and upstream's colorSpace tag beside them."""
+    values = color.sdr_to_exr(frame, colorspace).astype(np.float16)
+    channels = {name: np.ascontiguousarray(values[..., i]) for i, name in enumerate("RGB")}
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+              "chromaticities": color.exr_primaries(colorspace).chromaticities(),
+              "colorSpace": color.EXR_TAGS[colorspace]}
     with OpenEXR.File(header, channels) as exr:
         exr.write(str(path))
 
@@ -178,6 +180,7 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
     fps = float(spec.get("output_fps") or spec["frame_rate"])
     waveform, rate = get("audio", "waveform"), get("audio", "sample_rate")
     rate = int(rate.reshape(-1)[0]) if waveform is not None and rate is not None else None
+    exr_colorspace = spec.get("exr_colorspace") or color.EXR_COLORSPACES[0]
     started = time.perf_counter()
     with PeakMemory() as memory:
         frames, decode_info = video_frames(spec, get)
@@ -189,7 +192,7 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
                 if thumbs is not None:
                     thumbs.add(frame)
                 if exr_dir is not None:
-                    write_exr(staged.part(exr_dir / f"frame_{index:05d}.exr"), frame)
+                    write_exr(staged.part(exr_dir / f"frame_{index:05d}.exr"), frame, exr_colorspace)
                     staged.publish(exr_dir / f"frame_{index:05d}.exr")
             if waveform is not None and rate:
                 waveform = fit_audio(waveform, rate, writer.frames_written, fps)

@@ -17,7 +17,7 @@ import numpy as np
 from coordinator.assembler import assemble_streaming
 from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.graph import COORDINATOR
-from coordinator.plan.length import length_line, no_head, picked
+from coordinator.plan.length import head_params, length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.reducer import run_reduce_task
@@ -113,7 +113,7 @@ def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
     params = {"pack": plan["pack"], "prompt": plan["prompt"], **text_params(plan)}
     contexts, _ = runner.run("text_encode", params, {})
-    out, _ = runner.run("predict_duration", {"pack": plan["pack"], "fps": plan["frame_rate"]}, contexts)
+    out, _ = runner.run("predict_duration", head_params(plan), contexts)
     frames, seconds = picked(out)
     print(length_line(frames, seconds, plan.spec.frame_rate), file=sys.stderr)
     return replace(plan.resolved, frames=frames, predicted_seconds=seconds)

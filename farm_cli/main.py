@@ -11,12 +11,14 @@ from farm_cli import common, config, dashboard, doctor, manage, packs, plan, ren
 from farm_cli.benches import bench_app
 from farm_cli.options import (
     SPEC,
+    AutoDuration,
     Coordinator,
     DataDir,
     DecodeTiles,
     DetailingLora,
     DetailingStrength,
     Exr,
+    ExrColorspace,
     FrameRate,
     Frames,
     Height,
@@ -73,9 +75,11 @@ def render(
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
+    exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
+    from farm_cli.hdr_spec import hdr_fields
     from farm_cli.spec import cli_spec
 
     spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
@@ -83,7 +87,8 @@ def render(
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
-                            detailing_strength=detailing_strength)
+                            detailing_strength=detailing_strength,
+                            hdr_fields=hdr_fields(exr_colorspace, auto_duration))
     if not local:
         from farm_cli.remote import fetch_results, submit_render, wait_for
 

@@ -88,3 +88,8 @@ DashPort = Annotated[int, typer.Option("--dashboard-port")]
 # Packs (pack pull).
 Kinds = Annotated[str, typer.Option("--kinds", help="Render kinds to fetch for: t2v, i2v, dfr (comma-separated).")]
 PacksDir = Annotated[Path | None, typer.Option("--packs-dir", help="Pull into DIR/NAME (default: the HF cache).")]
+# issue #29: the EXR frames' colourspace, the duration head's length range
+ExrColorspace = Annotated[str | None, typer.Option(
+    "--exr-colorspace", help="srgb-linear (default) | acescg | acescct: the colourspace of --exr frames.")]
+AutoDuration = Annotated[str | None, typer.Option(
+    "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.")]

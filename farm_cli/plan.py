@@ -12,6 +12,7 @@ import typer
 
 from farm_cli.options import (
     SPEC,
+    AutoDuration,
     Coordinator,
     DecodeTiles,
     FleetFile,
@@ -101,17 +102,19 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
          decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
          *, coordinator: Coordinator, token: Token = None,
-         as_json: Json = False) -> None:
+         as_json: Json = False, auto_duration: AutoDuration = None) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
+    from farm_cli.hdr_spec import hdr_fields
     from farm_cli.spec import cli_spec
 
     spec, _pixels = cli_spec(prompt=prompt or "plan", height=height, width=width, frames=frames,
                              frame_rate=frame_rate, seed=seed, pack=pack, image=image, no_audio=no_audio,
                              stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
-                             text_encoder=text_encoder, image_blob="plan")
+                             text_encoder=text_encoder, image_blob="plan",
+                             hdr_fields=hdr_fields(None, auto_duration))
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -10,11 +10,13 @@ import typer
 
 from farm_cli.options import (
     SPEC,
+    AutoDuration,
     Coordinator,
     DecodeTiles,
     DetailingLora,
     DetailingStrength,
     Exr,
+    ExrColorspace,
     FrameRate,
     Frames,
     Height,
@@ -54,8 +56,10 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
+           exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None,
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
+    from farm_cli.hdr_spec import hdr_fields
     from farm_cli.spec import cli_spec
 
     typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
@@ -63,7 +67,8 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                              tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                              text_encoder=text_encoder, detailing_lora=detailing_lora,
-                             detailing_strength=detailing_strength, priority=priority, notify=notify)
+                             detailing_strength=detailing_strength, priority=priority, notify=notify,
+                             hdr_fields=hdr_fields(exr_colorspace, auto_duration))
     spec = typed.to_dict()
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch

@@ -103,6 +103,17 @@ def text_encoder(name: str, value: object) -> str:
     return value
 
 
+# ------------------------------------------------------------------ issue #29: EXR colourspace, length range
+def seconds_range(name: str, value: object) -> tuple[float, float]:
+    """--auto-duration MIN:MAX as [min, max] seconds (the planner checks it against the head's range)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise SpecError(f"{name} must be [min, max] seconds, e.g. 2:8")
+    low, high = (number(0.0, 3600.0, open_low=True)(name, v) for v in value)
+    if low > high:
+        raise SpecError(f"{name} {low:g}:{high:g} has its minimum above its maximum")
+    return low, high
+
+
 SPEC_FIELDS: dict[str, Rule] = {
     "prompt": text(MAX_PROMPT_CHARS),
     "height": integer(1, 1 << 16),
@@ -127,6 +138,7 @@ SPEC_FIELDS: dict[str, Rule] = {
     "group": text(128, pattern=ID),
     "notify": text(2048, pattern=re.compile(r"https?://\S+")),
 }
+SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range}  # issue #29 (names: the planner)
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -153,6 +165,8 @@ class RenderSpec:
     text_encoder: str | None = None  # "pack" (its own tower), a repo id or a folder
     detailing_lora: str | None = None  # DFR: an IC-LoRA file in the pack, fused into stage 2's DiT
     detailing_strength: float = 0.5
+    exr_colorspace: str | None = None  # issue #29: srgb-linear (None) | acescg | acescct (ltx_engine/color.py)
+    auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None
