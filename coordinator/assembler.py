@@ -20,6 +20,7 @@ import av
 import numpy as np
 import OpenEXR
 
+from coordinator.hdr_master import HLG_FILE, HlgMasterWriter
 from coordinator.plan.decode import DECODE, decode_tile_plan, tile_task_name
 from coordinator.previews import PreviewWriter, to_uint8
 from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
@@ -124,6 +125,34 @@ class Mp4Writer:
         self._container.close()
 
 
+class SideOutputs:
+    """A frame's files beside the mp4: EXR frames in their colourspace (`--exr-colorspace`) and the HLG
+    master (`--hdr`, render_hlg.mp4 in the render's folder), each staged and published like the mp4."""
+
+    def __init__(self, spec: dict, staged: Staged, out_dir: Path, exr_dir: Path | None, fps: float) -> None:
+        self.staged, self.exr_dir = staged, exr_dir
+        self.colorspace = spec.get("exr_colorspace") or color.EXR_COLORSPACES[0]
+        self.hlg_path = out_dir / HLG_FILE if spec.get("hdr") else None
+        self.hlg = None if self.hlg_path is None else HlgMasterWriter(
+            staged.part(self.hlg_path), width=spec["width"], height=spec["height"], fps=fps)
+
+    def add(self, index: int, frame: np.ndarray) -> None:
+        if self.hlg is not None:
+            self.hlg.write_linear(color.srgb_eotf(frame))
+        if self.exr_dir is not None:
+            path = self.exr_dir / f"frame_{index:05d}.exr"
+            write_exr(self.staged.part(path), frame, self.colorspace)
+            self.staged.publish(path)
+
+    def close(self) -> None:
+        if self.hlg is not None:
+            self.hlg.close()
+
+    def publish(self) -> None:
+        if self.hlg_path is not None:
+            self.staged.publish(self.hlg_path)
+
+
 def fit_audio(waveform: np.ndarray, sample_rate: int, frames: int, fps: float) -> np.ndarray:
     """Trim or zero-pad the waveform to the video's duration, so the streams end together."""
     wave = np.asarray(waveform, dtype=np.float32)
@@ -180,20 +209,18 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
     fps = float(spec.get("output_fps") or spec["frame_rate"])
     waveform, rate = get("audio", "waveform"), get("audio", "sample_rate")
     rate = int(rate.reshape(-1)[0]) if waveform is not None and rate is not None else None
-    exr_colorspace = spec.get("exr_colorspace") or color.EXR_COLORSPACES[0]
     started = time.perf_counter()
     with PeakMemory() as memory:
         frames, decode_info = video_frames(spec, get)
         writer = Mp4Writer(staged.part(out_dir / "render.mp4"), width=width, height=height, fps=fps, audio_rate=rate)
         thumbs = PreviewWriter(preview, int(spec.get("output_frames") or spec["frames"])) if preview else None
+        sides = SideOutputs(spec, staged, out_dir, exr_dir, fps)
         try:
             for index, frame in enumerate(frames):
                 writer.write_frame(frame)
                 if thumbs is not None:
                     thumbs.add(frame)
-                if exr_dir is not None:
-                    write_exr(staged.part(exr_dir / f"frame_{index:05d}.exr"), frame, exr_colorspace)
-                    staged.publish(exr_dir / f"frame_{index:05d}.exr")
+                sides.add(index, frame)
             if waveform is not None and rate:
                 waveform = fit_audio(waveform, rate, writer.frames_written, fps)
                 writer.write_audio(waveform, rate)
@@ -201,14 +228,17 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
             writer.close()
             if thumbs is not None:
                 thumbs.close()
+            sides.close()
         mp4 = staged.publish(out_dir / "render.mp4")
+        sides.publish()
     assembly = {"seconds": round(time.perf_counter() - started, 3), "peak_traced_bytes": memory.peak,
                 "window_bytes": decode_info["window_bytes"],
                 "clip_bytes": writer.frames_written * height * width * 3 * 4, **decode_info}
     audio = None if waveform is None else {"sample_rate": rate, "samples": int(waveform.shape[-1]),
                                            "seconds": round(waveform.shape[-1] / rate, 4)}
     outputs = {"mp4": str(mp4), "exr_dir": str(exr_dir) if exr_dir else None,
-               "exr_frames": writer.frames_written if exr_dir else 0}
+               "exr_frames": writer.frames_written if exr_dir else 0,
+               "hlg_mp4": str(sides.hlg_path) if sides.hlg_path else None}
     meta = build_metadata(spec, frames=writer.frames_written, fps=fps, audio=audio, assembly=assembly,
                           runs=runs or [], outputs=outputs)
     for folder in (out_dir, exr_dir) if exr_dir is not None else (out_dir,):

@@ -7,6 +7,8 @@ point: no adaptation) -> diffuse white (1.0) onto HLG's reference white at 75 % 
 E = OETF^-1(0.75)), values above it rolled off exponentially toward the signal's top as upstream's
 converter does (continuous in value and slope at 1.0) -> the HLG OETF -> Y'CbCr by the BT.2020 NCL
 equations, 4:2:0 (the mean of each 2x2 block), 10-bit limited-range codes. Frames stream one at a time.
+x265 runs single-threaded at preset ultrafast, CRF 12: the same frames give the same bytes (its medium
+preset does not), so the farm's master equals `farm render --local`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from ltx_engine import color
 
 F32 = np.float32
+HLG_FILE = "render_hlg.mp4"  # in the render's folder (`--hdr`); clients write it as OUTPUT.hlg.mp4
 CODEC = "libx265"
 PIX_FMT = "yuv420p10le"
 HLG_REFERENCE_WHITE = 0.75  # the signal diffuse white maps to (BT.2408)
@@ -27,6 +30,11 @@ HLG_REFERENCE_WHITE = 0.75  # the signal diffuse white maps to (BT.2408)
 TAGS = {"color_primaries": 9, "color_trc": 18, "colorspace": 9, "color_range": 1}  # bt2020, arib-std-b67, bt2020nc, tv
 X265_TAGS = "colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc:range=limited"
 KR, KB = 0.2627, 0.0593  # BT.2020 luma weights (red, blue)
+
+
+def hlg_path(output: Path) -> Path:
+    """Where a client (or `--local`) puts the master of the mp4 it writes to `output`."""
+    return Path(output).with_suffix(".hlg.mp4")
 
 
 def hlg_signal(linear_709: np.ndarray) -> np.ndarray:
@@ -75,8 +83,8 @@ class HlgMasterWriter:
         self._video.width, self._video.height, self._video.pix_fmt = width, height, PIX_FMT
         for name, value in TAGS.items():
             setattr(self._video.codec_context, name, value)
-        params = f"{X265_TAGS}:log-level=error:pools=1:frame-threads=1" + (":lossless=1" if lossless else "")
-        self._video.options = {"crf": str(crf), "preset": "medium", "x265-params": params}
+        params = f"{X265_TAGS}:info=0:log-level=error:pools=1:frame-threads=1" + (":lossless=1" if lossless else "")
+        self._video.options = {"crf": str(crf), "preset": "ultrafast", "x265-params": params}  # medium: not repeatable
         self._video.codec_tag = "hvc1"
         self.frames_written = 0
 

@@ -1,4 +1,4 @@
-"""Issue #29's flags as spec fields: `--exr-colorspace NAME` and `--auto-duration MIN:MAX`.
+"""Issue #29's flags as spec fields: `--exr-colorspace NAME`, `--auto-duration MIN:MAX` and `--hdr`.
 
 The planner checks what they mean (a colourspace the assembler writes, a range inside the duration
 head's); here only the shape of MIN:MAX is read, one line and exit 2 when it is not two numbers.
@@ -9,9 +9,11 @@ from __future__ import annotations
 from farm_cli.common import fail
 
 
-def hdr_fields(exr_colorspace: str | None, auto_duration: str | None) -> dict:
-    """The spec fields of the two flags (left out when not given)."""
+def hdr_fields(exr_colorspace: str | None, auto_duration: str | None, hdr: bool = False) -> dict:
+    """The spec fields of the flags (left out when not given; --hdr: the HLG master too)."""
     out: dict = {"exr_colorspace": exr_colorspace} if exr_colorspace else {}
+    if hdr:
+        out["hdr"] = True
     if auto_duration:
         low, sep, high = auto_duration.partition(":")
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.assembler import assemble_streaming
+from coordinator.hdr_master import HLG_FILE, hlg_path
 from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.graph import COORDINATOR
 from coordinator.plan.length import head_params, length_line, no_head, picked
@@ -101,6 +102,8 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner, im
     written = assemble_streaming(plan.as_dict(), get, out_path.parent / (out_path.stem + ".parts"), runs,
                                  exr_dir=exr_dir)
     written.replace(out_path)
+    if plan.spec.hdr:  # issue #29: the HLG master beside the mp4
+        (written.parent / HLG_FILE).replace(hlg_path(out_path))
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()
     return out_path, outputs, blobs

@@ -21,6 +21,7 @@ from farm_cli.options import (
     ExrColorspace,
     FrameRate,
     Frames,
+    Hdr,
     Height,
     Image,
     NoAudio,
@@ -75,7 +76,7 @@ def render(
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
-    exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None,
+    exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
@@ -88,7 +89,7 @@ def render(
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
                             detailing_strength=detailing_strength,
-                            hdr_fields=hdr_fields(exr_colorspace, auto_duration))
+                            hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr))
     if not local:
         from farm_cli.remote import fetch_results, submit_render, wait_for
 

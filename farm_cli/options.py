@@ -93,3 +93,4 @@ ExrColorspace = Annotated[str | None, typer.Option(
     "--exr-colorspace", help="srgb-linear (default) | acescg | acescct: the colourspace of --exr frames.")]
 AutoDuration = Annotated[str | None, typer.Option(
     "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.")]
+Hdr = Annotated[bool, typer.Option("--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).")]

@@ -19,6 +19,7 @@ from farm_cli.options import (
     ExrColorspace,
     FrameRate,
     Frames,
+    Hdr,
     Height,
     Image,
     Json,
@@ -56,7 +57,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
-           exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None,
+           exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
     from farm_cli.hdr_spec import hdr_fields
@@ -68,7 +69,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                              text_encoder=text_encoder, detailing_lora=detailing_lora,
                              detailing_strength=detailing_strength, priority=priority, notify=notify,
-                             hdr_fields=hdr_fields(exr_colorspace, auto_duration))
+                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr))
     spec = typed.to_dict()
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch

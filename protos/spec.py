@@ -138,7 +138,7 @@ SPEC_FIELDS: dict[str, Rule] = {
     "group": text(128, pattern=ID),
     "notify": text(2048, pattern=re.compile(r"https?://\S+")),
 }
-SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range}  # issue #29 (names: the planner)
+SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range, "hdr": boolean}  # issue #29
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -167,6 +167,7 @@ class RenderSpec:
     detailing_strength: float = 0.5
     exr_colorspace: str | None = None  # issue #29: srgb-linear (None) | acescg | acescct (ltx_engine/color.py)
     auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
+    hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None

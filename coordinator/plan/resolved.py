@@ -19,7 +19,7 @@ from protos.spec import JsonValue, RenderSpec, json_value
 ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pack", "image", "audio",
                "stage2_tiles", "tile_overlap", "stage2_sigmas", "temporal_upscalings", "decode_tiles", "exr",
                "text_encoder", "generation", "predicted_seconds", "detailing_lora", "detailing_strength")
-ASKED_ORDER += ("exr_colorspace", "auto_duration")  # issue #29: EXR colourspace, the head's length range
+ASKED_ORDER += ("exr_colorspace", "auto_duration", "hdr")  # issue #29: EXR colourspace, the head's length range
 SUBMIT_ORDER = ("submitter", "priority", "group", "notify")
 DERIVED_ORDER = ("output_frames", "output_fps", "pack_bytes", "assemble_s")  # stored only once known
 

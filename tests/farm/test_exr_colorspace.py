@@ -1,7 +1,8 @@
 """`--exr-colorspace` (issue #29): a tiny render's EXR frames in acescg / acescct, read back with OpenEXR,
 hold the colour transforms (ltx_engine/color.py) of the frames the sRGB-linear EXR holds, with the
 primaries in their chromaticities header; an unknown colourspace or an --auto-duration range outside the
-duration head's is refused at submit through the real CLI and coordinator: one line, exit 2, nothing queued."""
+duration head's is refused at submit through the real CLI and coordinator: one line, exit 2, nothing queued;
+`--hdr` writes the HLG master (coordinator/hdr_master.py), the farm's bit for bit the same as --local's."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import av
 import numpy as np
 import OpenEXR
 import pytest
 
 from coordinator.assembler import assemble_streaming, video_frames
+from coordinator.hdr_master import hlg_frame, hlg_path
 from coordinator.server import serve, stop
 from farm_cli.local import render_local
 from ltx_engine import color
-from tests.farm.farm_harness import ROOT, join_token
+from tests.farm.farm_harness import ROOT, farm, join_token
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 TOKEN = "h" * 24
@@ -97,3 +100,38 @@ def test_unknown_colourspaces_and_ranges_are_refused_at_submit(coordinator, stor
     assert not store.client.keys(f"{store.prefix}:render:*")  # nothing queued
     taken = _submit(address, token, "-f", "9", "--exr", str(tmp_path / "e"), "--exr-colorspace", "acescct")
     assert taken.returncode == 0 and taken.stdout.strip(), taken.stderr[-2000:]
+
+
+def _planes(path: Path) -> tuple[list[np.ndarray], tuple]:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        ctx = stream.codec_context
+        tags = (ctx.name, ctx.pix_fmt, ctx.color_primaries, ctx.color_trc, ctx.colorspace, ctx.color_range)
+        return [f.to_ndarray() for f in container.decode(stream)], tags
+
+
+@pytest.mark.timeout(600)
+def test_hdr_writes_the_hlg_master_on_the_farm_as_locally(local_runner, store, tmp_data, tiny_packs, tmp_path):
+    spec = {**SPEC, "hdr": True}
+    mp4, outputs, blobs = render_local(spec, tmp_path / "local.mp4", local_runner)
+    local, tags = _planes(hlg_path(mp4))
+    assert tags == ("hevc", "yuv420p10le", 9, 18, 9, 1) and len(local) == 9
+    plan = json.loads(mp4.with_suffix(".json").read_text())["spec"]
+    sdr, _ = video_frames(plan, lambda name, out: blobs.get(outputs[f"local.{name}"][out])
+                          if out in outputs.get(f"local.{name}", {}) else None)
+    for frame, planes in zip(sdr, local, strict=True):  # the master holds the pure functions' planes (CRF 12)
+        want = hlg_frame(color.srgb_eotf(frame)).astype(np.int32)
+        diff = planes.astype(np.int32) - want
+        err, bias = float(np.abs(diff).mean()), float(diff.mean())
+        print(f"HLG master: mean abs error {err:.2f} codes, bias {bias:.2f}, spread {float(want.std()):.1f}")
+        assert err < 0.15 * float(want.std()) and abs(bias) < 2.0, (err, bias)  # noise-like tiny frames, lossy
+    with farm(store, tmp_data, tiny_packs, workers=1) as (client, _procs):
+        env = {"PATH": "/usr/bin:/bin", "FARM_DATA": str(tmp_data), "HOME": "/nonexistent",
+               "FARM_TOKEN": (tmp_data / "token").read_text().strip()}
+        args = ["render", *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in SPEC.items()
+                                if k in ("height", "width", "frames", "seed", "pack", "decode_tiles")), []),
+                "-p", SPEC["prompt"], "--hdr", "-o", str(tmp_path / "farm.mp4"), "--coordinator", client.address]
+        done = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=500, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"wrote {tmp_path / 'farm.hlg.mp4'}" in done.stdout, done.stdout
+    assert (tmp_path / "farm.hlg.mp4").read_bytes() == hlg_path(mp4).read_bytes()  # bit for bit
