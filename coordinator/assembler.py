@@ -20,9 +20,11 @@ import av
 import numpy as np
 import OpenEXR
 
+from coordinator.hdr_master import HLG_FILE, HlgMasterWriter
 from coordinator.plan.decode import DECODE, decode_tile_plan, tile_task_name
 from coordinator.previews import PreviewWriter, to_uint8
 from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
+from ltx_engine import color
 from ltx_engine.decode_tiling import TileFrames, blend_frames, frame_bytes
 
 VIDEO_CODEC = "libx264"
@@ -53,17 +55,18 @@ class Staged:
         return path
 
 
-def srgb_to_linear(frame: np.ndarray) -> np.ndarray:
-    """The sRGB EOTF: display-referred [0, 1] → scene-linear, what EXR consumers expect."""
-    x = np.asarray(frame, dtype=F32)
-    return np.where(x <= F32(0.04045), x / F32(12.92), ((x + F32(0.055)) / F32(1.055)) ** F32(2.4)).astype(F32)
+srgb_to_linear = color.srgb_eotf  # display-referred [0, 1] → linear light, what EXR consumers expect
 
 
-def write_exr(path: Path, frame: np.ndarray) -> None:
-    """One (H, W, 3) [0, 1] frame as a half-float, scene-linear RGB EXR (ZIP, scanlines)."""
-    linear = srgb_to_linear(frame).astype(np.float16)
-    channels = {name: np.ascontiguousarray(linear[..., i]) for i, name in enumerate("RGB")}
-    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+def write_exr(path: Path, frame: np.ndarray, colorspace: str = color.EXR_COLORSPACES[0]) -> None:
+    """One (H, W, 3) [0, 1] sRGB frame as a half-float RGB EXR (ZIP, scanlines) in `colorspace`
+    (`--exr-colorspace`: srgb-linear, acescg or acescct; ltx_engine/color.py), its primaries in the
+    chromaticities header and upstream's colorSpace tag beside them."""
+    values = color.sdr_to_exr(frame, colorspace).astype(np.float16)
+    channels = {name: np.ascontiguousarray(values[..., i]) for i, name in enumerate("RGB")}
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+              "chromaticities": color.exr_primaries(colorspace).chromaticities(),
+              "colorSpace": color.EXR_TAGS[colorspace]}
     with OpenEXR.File(header, channels) as exr:
         exr.write(str(path))
 
@@ -120,6 +123,34 @@ class Mp4Writer:
             for packet in self._audio.encode():
                 self._container.mux(packet)
         self._container.close()
+
+
+class SideOutputs:
+    """A frame's files beside the mp4: EXR frames in their colourspace (`--exr-colorspace`) and the HLG
+    master (`--hdr`, render_hlg.mp4 in the render's folder), each staged and published like the mp4."""
+
+    def __init__(self, spec: dict, staged: Staged, out_dir: Path, exr_dir: Path | None, fps: float) -> None:
+        self.staged, self.exr_dir = staged, exr_dir
+        self.colorspace = spec.get("exr_colorspace") or color.EXR_COLORSPACES[0]
+        self.hlg_path = out_dir / HLG_FILE if spec.get("hdr") else None
+        self.hlg = None if self.hlg_path is None else HlgMasterWriter(
+            staged.part(self.hlg_path), width=spec["width"], height=spec["height"], fps=fps)
+
+    def add(self, index: int, frame: np.ndarray) -> None:
+        if self.hlg is not None:
+            self.hlg.write_linear(color.srgb_eotf(frame))
+        if self.exr_dir is not None:
+            path = self.exr_dir / f"frame_{index:05d}.exr"
+            write_exr(self.staged.part(path), frame, self.colorspace)
+            self.staged.publish(path)
+
+    def close(self) -> None:
+        if self.hlg is not None:
+            self.hlg.close()
+
+    def publish(self) -> None:
+        if self.hlg_path is not None:
+            self.staged.publish(self.hlg_path)
 
 
 def fit_audio(waveform: np.ndarray, sample_rate: int, frames: int, fps: float) -> np.ndarray:
@@ -183,14 +214,13 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
         frames, decode_info = video_frames(spec, get)
         writer = Mp4Writer(staged.part(out_dir / "render.mp4"), width=width, height=height, fps=fps, audio_rate=rate)
         thumbs = PreviewWriter(preview, int(spec.get("output_frames") or spec["frames"])) if preview else None
+        sides = SideOutputs(spec, staged, out_dir, exr_dir, fps)
         try:
             for index, frame in enumerate(frames):
                 writer.write_frame(frame)
                 if thumbs is not None:
                     thumbs.add(frame)
-                if exr_dir is not None:
-                    write_exr(staged.part(exr_dir / f"frame_{index:05d}.exr"), frame)
-                    staged.publish(exr_dir / f"frame_{index:05d}.exr")
+                sides.add(index, frame)
             if waveform is not None and rate:
                 waveform = fit_audio(waveform, rate, writer.frames_written, fps)
                 writer.write_audio(waveform, rate)
@@ -198,14 +228,17 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
             writer.close()
             if thumbs is not None:
                 thumbs.close()
+            sides.close()
         mp4 = staged.publish(out_dir / "render.mp4")
+        sides.publish()
     assembly = {"seconds": round(time.perf_counter() - started, 3), "peak_traced_bytes": memory.peak,
                 "window_bytes": decode_info["window_bytes"],
                 "clip_bytes": writer.frames_written * height * width * 3 * 4, **decode_info}
     audio = None if waveform is None else {"sample_rate": rate, "samples": int(waveform.shape[-1]),
                                            "seconds": round(waveform.shape[-1] / rate, 4)}
     outputs = {"mp4": str(mp4), "exr_dir": str(exr_dir) if exr_dir else None,
-               "exr_frames": writer.frames_written if exr_dir else 0}
+               "exr_frames": writer.frames_written if exr_dir else 0,
+               "hlg_mp4": str(sides.hlg_path) if sides.hlg_path else None}
     meta = build_metadata(spec, frames=writer.frames_written, fps=fps, audio=audio, assembly=assembly,
                           runs=runs or [], outputs=outputs)
     for folder in (out_dir, exr_dir) if exr_dir is not None else (out_dir,):

@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.assembler import assemble_streaming
+from coordinator.hdr_master import HLG_FILE, hlg_path
 from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.graph import COORDINATOR
-from coordinator.plan.length import length_line, no_head, picked
+from coordinator.plan.length import head_params, length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.reducer import run_reduce_task
@@ -103,6 +104,8 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
     written = assemble_streaming(plan.as_dict(), get, out_path.parent / (out_path.stem + ".parts"), runs,
                                  exr_dir=exr_dir)
     written.replace(out_path)
+    if plan.spec.hdr:  # issue #29: the HLG master beside the mp4
+        (written.parent / HLG_FILE).replace(hlg_path(out_path))
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()
     return out_path, outputs, blobs
@@ -115,7 +118,7 @@ def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
     params = {"pack": plan["pack"], "prompt": plan["prompt"], **text_params(plan)}
     contexts, _ = runner.run("text_encode", params, {})
-    out, _ = runner.run("predict_duration", {"pack": plan["pack"], "fps": plan["frame_rate"]}, contexts)
+    out, _ = runner.run("predict_duration", head_params(plan), contexts)
     frames, seconds = picked(out)
     print(length_line(frames, seconds, plan.spec.frame_rate), file=sys.stderr)
     return replace(plan.resolved, frames=frames, predicted_seconds=seconds)

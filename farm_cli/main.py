@@ -13,6 +13,7 @@ from farm_cli.benches import bench_app
 from farm_cli.image_option import ImageCommand
 from farm_cli.options import (
     SPEC,
+    AutoDuration,
     ComputeDtype,
     Coordinator,
     DataDir,
@@ -20,9 +21,11 @@ from farm_cli.options import (
     DetailingLora,
     DetailingStrength,
     Exr,
+    ExrColorspace,
     FrameRate,
     Frames,
     GeneratedKeyframes,
+    Hdr,
     Height,
     Image,
     ImageBinding,
@@ -89,10 +92,12 @@ def render(
     modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
     audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
     audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
+    exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
     from farm_cli import loras
+    from farm_cli.hdr_spec import hdr_fields
     from farm_cli.spec import cli_spec
 
     user_loras = loras.resolve(lora, lora_mode)
@@ -105,7 +110,8 @@ def render(
                             guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
-        sparse_attention=sparse_attention, compute_dtype=compute_dtype)
+        sparse_attention=sparse_attention, compute_dtype=compute_dtype,
+        hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr))
     out = output or Path("render.mp4")
     if not local:
         loras.upload_to(user_loras.files, coordinator, token)
@@ -118,15 +124,19 @@ def render(
         if render.get("state") != "done":
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
         return fetch_results(render, out, save_latents, coordinator, token)
+    _render_here(spec, pixels, out, data, save_latents, user_loras.files)
+
+
+def _render_here(spec, pixels, out: Path, data: Path | None, save_latents: Path | None, lora_files: dict) -> None:
+    """`farm render --local`: the farm's stage graph in this process (the reference for every farm run)."""
     from coordinator.plan.render import SpecError
     from farm_cli.local import render_local
     from farm_cli.remote import latents_from_outputs, progress_printer
     from ltx_engine.loader import PackError
     from worker.runner import Runner
 
-    folder = common.data_dir(data) / "packs"
-    runner = Runner(folder)
-    runner.loras.known.update(user_loras.files)  # the client's LoRA files, read where they are
+    runner = Runner(common.data_dir(data) / "packs")
+    runner.loras.known.update(lora_files)  # the client's LoRA files, read where they are
     with one_line(SpecError, PackError):
         path, outputs, blobs = render_local(spec, out, runner, pixels, progress_printer())
     if save_latents:

@@ -134,3 +134,10 @@ SparseAttention = Annotated[str | None, typer.Option(
     "--sparse-attention", help="TAUS: sparse stage-2 self-attention, one tau per stage-2 step (e.g. 1.0,1.25,1.5).")]
 ComputeDtype = Annotated[str | None, typer.Option(
     "--compute-dtype", help="float16 | bfloat16: the DiT's attention and feed-forward in it (default float32).")]
+
+# issue #29: the EXR frames' colourspace, the duration head's length range
+ExrColorspace = Annotated[str | None, typer.Option(
+    "--exr-colorspace", help="srgb-linear (default) | acescg | acescct: the colourspace of --exr frames.")]
+AutoDuration = Annotated[str | None, typer.Option(
+    "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.")]
+Hdr = Annotated[bool, typer.Option("--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).")]

@@ -160,6 +160,11 @@ def fetch_results(render: dict, output: Path | None, save_latents: Path | None, 
         if output:
             ride(lambda: farm.fetch_output(render["id"], output), Outage())
             typer.echo(f"wrote {output}")
+            if (render.get("spec") or {}).get("hdr"):  # issue #29: the HLG master beside it
+                from coordinator.hdr_master import HLG_FILE, hlg_path
+
+                master = ride(lambda: farm.fetch_output(render["id"], hlg_path(output), file=HLG_FILE), Outage())
+                typer.echo(f"wrote {master}")
         exr = exr or ((render.get("spec") or {}).get("exr") if isinstance(render.get("spec"), dict) else None)
         if exr:
             count = ride(lambda: farm.fetch_exr(render["id"], Path(exr)), Outage())

@@ -25,7 +25,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
              priority: int | None = None, notify: str | None = None, image_blob: str | None = None,
              image_binding: list[str] | None = None, image_crf: list[int] | None = None,
              num_generated_keyframes: int = 0, lora_fields: dict | None = None, guidance: dict | None = None,
-             sparse_attention: str | None = None, compute_dtype: str | None = None,
+             sparse_attention: str | None = None, compute_dtype: str | None = None, hdr_fields: dict | None = None,
              ) -> tuple[RenderSpec, list[np.ndarray]]:
     """The typed spec of the command's options and the decoded images (one per --image, in order); one
     line, exit 2, for a value the spec refuses. `image_blob`: the images are not decoded, each file's
@@ -36,6 +36,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
     raw |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
     raw |= common.detailing_spec(detailing_lora, detailing_strength)
     raw |= lora_fields or {}  # --lora / --lora-mode, resolved by farm_cli.loras
+    raw |= hdr_fields or {}  # issue #29: --exr-colorspace / --auto-duration (farm_cli.hdr_spec)
     raw["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     raw["priority"] = priority
     raw |= {k: v for k, v in (guidance or {}).items() if v is not None}  # the guided recipe's knobs

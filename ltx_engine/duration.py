@@ -24,6 +24,20 @@ def frames_for(seconds: float, frame_rate: float, min_seconds: float = MIN_SECON
     return frames
 
 
-def shortest_frames(frame_rate: float) -> int:
+def shortest_frames(frame_rate: float, min_seconds: float = MIN_SECONDS, max_seconds: float = MAX_SECONDS) -> int:
     """The shortest length the head can pick at this rate (its prediction clamped to the minimum)."""
-    return frames_for(0.0, frame_rate)
+    return frames_for(0.0, frame_rate, min_seconds, max_seconds)
+
+
+def range_problem(min_seconds: float, max_seconds: float, frame_rate: float) -> str | None:
+    """Why `--auto-duration MIN:MAX` cannot bound the head's pick at this rate, or None: the range must lie
+    inside the head's own (upstream's AutoDuration defaults) and hold at least one 8k + 1 length."""
+    if min_seconds < MIN_SECONDS or max_seconds > MAX_SECONDS or min_seconds > max_seconds:
+        return (f"--auto-duration {min_seconds:g}:{max_seconds:g} is outside the duration head's "
+                f"{MIN_SECONDS:g}:{MAX_SECONDS:g} s")
+    low, high = round(min_seconds * frame_rate), round(max_seconds * frame_rate)
+    first = -(-(low - 1) // TEMPORAL_SCALE) * TEMPORAL_SCALE + 1  # the first 8k + 1 length at or above low
+    if first > high:
+        return (f"--auto-duration {min_seconds:g}:{max_seconds:g} holds no 8k+1 length at {frame_rate:g} fps "
+                f"({low}..{high} frames): widen it")
+    return None

@@ -153,13 +153,15 @@ class Engine:
         final = dfr.run_tile_loop(state, tile.plan, tile.tile.noise_seed, forward, progress)
         return dfr.tile_outputs(final, state)
 
-    def predict_duration(self, pack: Pack, contexts: dict[str, np.ndarray], fps: float) -> tuple[float, int]:
-        """LTX-2.5's DurationHead on the prompt's connector outputs: (seconds, clip frames 8k + 1)."""
+    def predict_duration(self, pack: Pack, contexts: dict[str, np.ndarray], fps: float,
+                         bounds: tuple[float, ...] = ()) -> tuple[float, int]:
+        """LTX-2.5's DurationHead on the prompt's connector outputs: (seconds, clip frames 8k + 1); bounds:
+        the (min, max) seconds the length is clamped to (`--auto-duration`), else the head's 1-20 s."""
         from ltx_engine.duration import frames_for
 
         head = self.model(pack, "duration_head")
         seconds = float(np.array(head(mx.array(contexts["video_context"]), mx.array(contexts["audio_context"])))[0])
-        return seconds, frames_for(seconds, fps)
+        return seconds, frames_for(seconds, fps, *bounds)
 
     def decode_video(self, pack: Pack, latent: np.ndarray) -> np.ndarray:
         pixels = self.model(pack, "vae_decoder")(mx.array(latent))

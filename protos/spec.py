@@ -211,6 +211,17 @@ def taus(name: str, value: object) -> tuple[float, ...]:
     return tuple(number(-1e6, 1e6)(name, v) for v in value)
 
 
+# ------------------------------------------------------------------ issue #29: EXR colourspace, length range
+def seconds_range(name: str, value: object) -> tuple[float, float]:
+    """--auto-duration MIN:MAX as [min, max] seconds (the planner checks it against the head's range)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise SpecError(f"{name} must be [min, max] seconds, e.g. 2:8")
+    low, high = (number(0.0, 3600.0, open_low=True)(name, v) for v in value)
+    if low > high:
+        raise SpecError(f"{name} {low:g}:{high:g} has its minimum above its maximum")
+    return low, high
+
+
 SPEC_FIELDS: dict[str, Rule] = {
     "prompt": text(MAX_PROMPT_CHARS),
     "height": integer(1, 1 << 16),
@@ -240,6 +251,7 @@ SPEC_FIELDS: dict[str, Rule] = {
 }
 SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
 SPEC_FIELDS |= {"sparse_attention": taus, "compute_dtype": text(32)}  # issue #26 (dtype names: the planner)
+SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range, "hdr": boolean}  # issue #29
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -284,6 +296,9 @@ class RenderSpec:
     negative_prompt: str | None = None  # None: upstream's default negative prompt (guided recipes)
     sparse_attention: tuple[float, ...] | None = None  # issue #26: stage-2 taus, one per step (None: dense)
     compute_dtype: str | None = None  # issue #26: "float16" / "bfloat16" attention and FF (None: float32)
+    exr_colorspace: str | None = None  # issue #29: srgb-linear (None) | acescg | acescct (ltx_engine/color.py)
+    auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
+    hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None

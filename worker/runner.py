@@ -351,7 +351,8 @@ class Runner:
         return self.engine.dfr_tile(pack, tile, step)
 
     def _run_predict_duration(self, pack, params, inputs, step):
-        seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]))
+        bounds = tuple(float(params[k]) for k in ("min_seconds", "max_seconds") if k in params)  # --auto-duration
+        seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]), bounds)
         return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
 
     def _run_decode_video(self, pack, params, inputs, step):

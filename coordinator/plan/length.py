@@ -19,7 +19,7 @@ from coordinator.plan import costs
 from coordinator.plan.graph import COORDINATOR, SpecError, expect, ref, task
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.components import missing_line
-from ltx_engine.duration import shortest_frames
+from ltx_engine.duration import range_problem, shortest_frames
 from ltx_engine.generation import LTX_25
 
 PLAN_KIND = "plan_length"     # the coordinator task that plans the rest of the graph
@@ -41,7 +41,37 @@ def probe_spec(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
         raise no_head(spec["pack"])
     asked = spec.spec
     # the images' frames are checked against the picked length, with the rest of phase 2
-    return spec.with_spec(replace(asked, frames=shortest_frames(asked.frame_rate), images=()))
+    return spec.with_spec(replace(asked, frames=shortest_frames(asked.frame_rate, *seconds_range(spec)), images=()))
+
+
+def seconds_range(spec: Mapping) -> tuple[float, ...]:
+    """The head's (min, max) seconds that `--auto-duration MIN:MAX` asked for; () for the head's own."""
+    bounds = spec.get("auto_duration")
+    return (float(bounds[0]), float(bounds[1])) if bounds else ()
+
+
+def check_auto_duration(spec: RenderPlan) -> None:
+    """`--auto-duration` bounds the head's pick: refused with -f (asked, not the head's pick), on a pack not
+    known to be LTX-2.5, and for a range outside the head's own or without an 8k+1 length at the rate."""
+    bounds = seconds_range(spec)
+    if not bounds:
+        return
+    problem = range_problem(*bounds, float(spec["frame_rate"]))
+    if problem:
+        raise SpecError(problem)
+    if spec.spec.frames is not None:
+        raise SpecError("--auto-duration bounds the length the duration head picks: give it or -f/--frames, not both")
+    if spec.get("generation") != LTX_25:
+        raise SpecError(f"--auto-duration needs an LTX-2.5 pack (its duration_head picks the length); pack "
+                        f"{spec['pack']!r} is not known to be one")
+
+
+def head_params(spec: Mapping) -> dict:
+    """The DurationHead task's params (`farm render --local` runs it with the same): the pack, the rate and,
+    with --auto-duration, the range its seconds are clamped to."""
+    bounds = seconds_range(spec)
+    extra = {"min_seconds": bounds[0], "max_seconds": bounds[1]} if bounds else {}
+    return {"pack": spec["pack"], "fps": spec["frame_rate"], **extra}
 
 
 def no_head(pack: str) -> SpecError:
@@ -60,12 +90,12 @@ def plan_length_phase(rid: str, spec: Mapping, text: dict) -> list[dict]:
     rest from the spec as it stands now (before any length-dependent resolution)."""
     ctx = {k: ref(text["id"], k) for k in ("video_context", "audio_context")}
     head = task(rid, "length.head", "predict_duration", {
-        "pack": spec["pack"], "fps": spec["frame_rate"],
-        "expect": {"seconds": expect("float32", 1), "frames": expect("int32", 1)}}, ctx)
+        **head_params(spec), "expect": {"seconds": expect("float32", 1), "frames": expect("int32", 1)}}, ctx)
     plan = task(rid, "length.plan", PLAN_KIND, {"spec": dict(spec), "expect": {"frames": expect("int32", 1)}},
                 {k: ref(head["id"], k) for k in ("seconds", "frames")}, capability=COORDINATOR)
     tasks = [text, head, plan]
-    costs.annotate(tasks, {**spec, "frames": shortest_frames(spec["frame_rate"])})  # their costs need no length
+    shortest = shortest_frames(spec["frame_rate"], *seconds_range(spec))
+    costs.annotate(tasks, {**spec, "frames": shortest})  # their costs need no length
     return tasks
 
 

@@ -43,8 +43,15 @@ from coordinator.plan.images import (
     plan_image_encodes,
     resolved_images,
 )
-from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
+from coordinator.plan.length import (
+    check_auto_duration,
+    length_pending,
+    plan_length_phase,
+    probe_spec,
+    settled,
+)
 from coordinator.plan.loras import with_loras
+from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
@@ -84,6 +91,8 @@ def validate_spec(spec: RenderSpec | RenderPlan, fleet: list[dict], known: Resol
     if not str(plan.get("prompt", "")).strip():
         raise SpecError("prompt is empty: give one with -p/--prompt")
     plan = plan.resolve(generation=resolve_generation(plan, fleet))
+    check_exr_colorspace(plan)
+    check_auto_duration(plan)
     if length_pending(plan):  # the head picks the length on the farm: check the rest at the shortest it can pick
         return plan.resolve(**settled(_validate_sized(probe_spec(plan, fleet), fleet)))
     if plan["frames"] is None:  # a left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always
