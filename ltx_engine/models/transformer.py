@@ -321,11 +321,16 @@ class LTXModel(nn.Module):
             raise ValueError("this model has no audio stream")
         v = self._prepare(video, audio, "") if video is not None and video.enabled else None
         a = self._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
-        for block in self.transformer_blocks:
-            v, a = block(v, a)
+        v, a = self._run_blocks(v, a)
         vx = self._output("", v).astype(video.latent.dtype) if v is not None else None
         ax = self._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
         return vx, ax
+
+    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None) -> tuple:
+        """Every block in order (`ltx_engine.streaming` binds them one at a time instead)."""
+        for block in self.transformer_blocks:
+            v, a = block(v, a)
+        return v, a
 
     @staticmethod
     def sanitize(weights: dict) -> dict[str, mx.array]:
