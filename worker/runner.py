@@ -36,8 +36,19 @@ class TaskCancelled(RuntimeError):
     """The render was cancelled while the task ran."""
 
 
+MEMORY_ENV = "FARM_WORKER_MEMORY_MB"
+DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
+
+
 def device_memory_bytes() -> int:
-    """Unified memory on a Mac (Metal reports it); physical memory elsewhere."""
+    """The memory this worker advertises: FARM_WORKER_MEMORY_MB when set (a Mac shared with other work,
+    or a test playing a 16 GB Mac), else unified memory on a Mac (Metal reports it), physical elsewhere."""
+    mb = os.environ.get(MEMORY_ENV, "").strip()
+    if mb:
+        try:
+            return int(float(mb) * 2**20)
+        except ValueError:
+            raise SystemExit(f"farm worker: {MEMORY_ENV}={mb!r} is not a number of megabytes") from None
     try:
         info = mx.device_info()
         if "memory_size" in info:
@@ -55,6 +66,14 @@ def model_budget_bytes() -> int:
         return int(float(mb) * 2**20) if mb else int(device_memory_bytes() * 0.6)
     except ValueError:
         raise SystemExit(f"farm worker: FARM_MODEL_BUDGET_MB={mb!r} is not a number of megabytes") from None
+
+
+def streams(kind: str, params: dict, memory_bytes: int) -> bool:
+    """Run this task with its DiT blocks streamed: a DiT kind whose predicted resident need
+    (`min_memory_bytes`, the planner's cost model) is above this worker's memory (the lease gave it the
+    task because its streamed need, `min_memory_stream_bytes`, fits)."""
+    need = int(params.get("min_memory_bytes") or 0)
+    return kind in DIT_KINDS and bool(memory_bytes) and need > memory_bytes
 
 
 def _problem(pack: WeightPack, component: str) -> str | None:
@@ -193,6 +212,7 @@ class Runner:
         if handler is None:
             raise ValueError(f"unknown task kind {kind!r}")
         pack = self.pack(params["pack"])
+        self.engine.stream_blocks = streams(kind, params, device_memory_bytes())
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
         mx.reset_peak_memory()
         start = time.perf_counter()
@@ -211,6 +231,8 @@ class Runner:
         metrics = {"seconds": round(time.perf_counter() - start, 4), "peak_memory_bytes": int(mx.get_peak_memory()),
                    "models": self.engine.registry.loaded(),  # warm after this task: the scheduler's affinity
                    "load_s": round(self.engine.registry.load_seconds - loads, 4)}  # the cost model's cold start
+        if self.engine.stream_blocks:
+            metrics["streamed"] = True
         return {k: np.ascontiguousarray(v) for k, v in outputs.items()}, metrics
 
     def _throttle(self, last: list[float]) -> None:

@@ -41,7 +41,9 @@ def test_plan_lists_stages_tiles_workers_and_predictions(tmp_path: Path) -> None
     assert [w["name"] for w in plan["workers"]] == ["m1max", "m2pro#1", "m2pro#2"]
     stage2 = plan["stages"][3]
     assert stage2["kinds"]["transformer_forward"] == 2 * 4  # TDP's 2 steps × 4 tiles
-    assert "m2pro#1" not in stage2["workers"]  # its 32 GB cannot hold a tile's ~30 GiB peak
+    # Its 32 GB cannot hold a tile's ~30 GiB resident peak: it takes tiles streamed (blocks from disk).
+    assert stage2["workers"].get("m2pro#1") and stage2["streamed"]["m2pro#1"] == stage2["workers"]["m2pro#1"]
+    assert "m1max" not in stage2["streamed"]
     assert stage2["peak_bytes"] > 24 * 2**30
     ends = [row["end_s"] for row in plan["stages"]]
     assert plan["total_s"] == pytest.approx(max(ends)) and all(e > 0 for e in ends)
@@ -56,3 +58,17 @@ def test_plan_refuses_a_render_no_worker_can_hold_with_the_numbers(tmp_path: Pat
     assert result.returncode == 2
     line = result.stderr.strip()
     assert "GiB at its peak" in line and "12.0 of its 16.0 GiB" in line and len(line.splitlines()) == 1
+
+
+@pytest.mark.timeout(150)
+def test_a_16_gb_mac_takes_stage2_tiles_streamed(tmp_path: Path) -> None:
+    fleet = ('[[workers]]\nname = "studio"\nchip = "Apple M2 Ultra"\nmemory_gb = 128\n\n'
+             '[[workers]]\nname = "mbp16"\nchip = "Apple M4 Pro"\nmemory_gb = 16\n')
+    result = _plan(tmp_path, "-H", "1088", "-W", "1920", "-f", "121", "--stage2-tiles", "2x2", fleet=fleet)
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("Stage 2"))
+    assert "mbp16×" in row and "streamed)" in row, result.stdout
+    plan = json.loads(_plan(tmp_path, "-H", "1088", "-W", "1920", "-f", "121", "--stage2-tiles", "2x2", "--json",
+                            fleet=fleet).stdout)
+    stage2 = next(r for r in plan["stages"] if r["stage"] == "stage2")
+    assert stage2["streamed"] == {"mbp16": stage2["workers"]["mbp16"]} and "studio" not in stage2["streamed"]
