@@ -197,3 +197,15 @@ def watchers(
     if count < 1 or pairs < 1 or workers < 1:
         common.fail("--watchers, --pairs and --workers must be at least 1")
     watchers_bench(count, pairs, workers, data)
+
+
+@bench_app.command("lowram")
+def lowram(
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved resident/streamed rounds.")] = 3,
+    gb: Annotated[float, typer.Option("--gb", help="GiB of seeded bf16 weights in the synthetic DiT.")] = 1.2,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object (peak_ratio, time_ratio, ...).")] = False,
+) -> None:
+    """Peak RSS and seconds of a DiT forward, resident vs block-streamed, on a synthetic transformer."""
+    from farm_cli.bench.lowram import run
+
+    run(pairs, gb, as_json)

@@ -50,9 +50,9 @@ class Engine:
     def _seen(self, pack: Pack, component: str):
         """The pack as this task loads `component` from it: with its DiT streamed when the worker chose so."""
         if component == "transformer" and self.stream_blocks:
-            from ltx_engine.streaming import StreamedPack
+            from ltx_engine.streaming import StreamedPack, can_stream
 
-            return StreamedPack(pack)
+            return StreamedPack(pack) if can_stream(pack) else pack
         return pack
 
     def prepare(self, pack: Pack, kind: str, encoder_dir: Path | None = None) -> None:

@@ -29,6 +29,7 @@ from ltx_engine.loader import PackError, apply_weights, read_safetensors, strip_
 from ltx_engine.lora import Update, apply_updates, check_loras
 from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, StreamArgs, StreamDims
 from ltx_engine.models.transformer import LTXModel, TransformerConfig
+from ltx_engine.pack import Pack
 
 STREAMED_SUFFIX = "|streamed"
 _BLOCK = re.compile(r"transformer_blocks\.(\d+)\.")
@@ -183,6 +184,14 @@ def build_streamed(pack) -> StreamedLTX:
     rest = [u for u in updates if not _BLOCK.match(u.target)]
     apply_weights(model, apply_updates(resident, rest), file=parts["label"])
     return model
+
+
+def can_stream(pack) -> bool:
+    """Whether `pack` (through LoRA views) is a pack folder streaming can read; a single-file checkpoint
+    (its keys routed and renamed on load) runs resident."""
+    while not isinstance(pack, Pack) and "pack" in getattr(pack, "__dict__", {}):
+        pack = vars(pack)["pack"]
+    return isinstance(pack, Pack)
 
 
 class StreamedPack:

@@ -16,7 +16,7 @@ from ltx_engine.lora import WithLoras
 from ltx_engine.models.transformer import Modality
 from ltx_engine.pack import Pack
 from ltx_engine.registry import ModelRegistry
-from ltx_engine.streaming import StreamedLTX, StreamedPack
+from ltx_engine.streaming import StreamedLTX, StreamedPack, can_stream
 from ltx_engine.tiny_loras import tiny_lora_factors, write_tiny_lora
 from ltx_engine.tiny_pack import write_tiny_pack
 
@@ -100,3 +100,16 @@ def test_a_pack_file_truncated_while_streaming_is_named(tmp_path):
     with pytest.raises(PackError, match=rf"{path}: tensor '.*' ends at byte \d+ but the file has {size // 2} "
                                         r"\(truncated while streaming\)"):
         _forward(streamed, pack.config)
+
+
+def test_the_engine_streams_a_pack_folder_through_lora_views_only(tmp_path):
+    from ltx_engine.engine import Engine
+
+    write_tiny_pack(tmp_path / "p", seed=0)
+    pack = Pack(tmp_path / "p")
+    assert can_stream(pack) and can_stream(WithLoras(pack, ())) and can_stream(StreamedPack(pack))
+    assert not can_stream(WithLoras(object(), ()))  # e.g. a single-file checkpoint: resident
+    engine = Engine(ModelRegistry())
+    engine.stream_blocks = True
+    assert isinstance(engine.model(pack, "transformer"), StreamedLTX)
+    assert not isinstance(engine.model(pack, "connector"), StreamedLTX)
