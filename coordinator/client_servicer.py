@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from coordinator.fleet import FleetStore
+from coordinator.lora_check import check_render_loras
 from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
@@ -158,6 +159,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             asked = planner.normalize_spec(spec)  # the typed spec, built and checked once, where it enters
             fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
             plan = planner.validate_spec(asked, fleet)
+            check_render_loras(plan, self.scheduler.blobs, self.shelf)  # uploaded, and fitting the pack
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
         tasks = planner.plan_render(plan, render_id)

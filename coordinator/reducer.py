@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.guide_step import guide_step
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.plan.length import PLAN_KIND, picked
 from coordinator.state.store import NotLeader, is_transient
@@ -65,6 +66,7 @@ def dfr_stitch(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
 
 
 DFR_KINDS = {"dfr_stitch": dfr_stitch}
+GUIDE_KINDS = {"guide_step": guide_step}  # a guided step: combine its passes, step (coordinator/guide_step.py)
 
 
 def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -75,6 +77,8 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
         return dict(inputs)
     if kind in DFR_KINDS:
         return DFR_KINDS[kind](params, inputs)
+    if kind in GUIDE_KINDS:
+        return GUIDE_KINDS[kind](params, inputs)
     positions, mask = inputs["positions"], inputs["mask"]
     sets = _sets(params, positions)
     sigmas = [float(s) for s in params["sigmas"]]

@@ -82,6 +82,12 @@ def forget_render(store: RetentionStore, data_dir: Path, render_id: str) -> str:
     return result
 
 
+def lora_blobs(spec: object) -> set[str]:
+    """The uploaded LoRA files a render's spec names (issue #22): kept while the render is."""
+    loras = spec.get("loras") if isinstance(spec, dict) else None
+    return {str(x["blob"]) for x in loras or () if isinstance(x, dict) and isinstance(x.get("blob"), str)}
+
+
 def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[str]:
     """Every sha a render still needs: task inputs ({"blob": sha}), outputs ({name: sha}), its image."""
     found: set[str] = set()
@@ -89,6 +95,7 @@ def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[
         image = (render.get("spec") or {}).get("image") if isinstance(render.get("spec"), dict) else None
         if isinstance(image, dict) and isinstance(image.get("blob"), str):
             found.add(image["blob"])
+        found.update(lora_blobs(render.get("spec")))
         for task in tasks:
             for ref in (task.get("inputs") or {}).values():
                 if isinstance(ref, dict) and isinstance(ref.get("blob"), str):

@@ -30,6 +30,22 @@ def overhead(
     run(height, width, frames, tiles, pack, data, pairs)
 
 
+@bench_app.command("guidance")
+def guidance(
+    height: Annotated[int, typer.Option("-H", "--height")] = 512,
+    width: Annotated[int, typer.Option("-W", "--width")] = 768,
+    frames: Annotated[int, typer.Option("-f", "--frames")] = 49,
+    steps: Annotated[int, typer.Option("--steps")] = 4,
+    pack: Annotated[str, typer.Option("--pack", help="A pack with a dev DiT (tiny-dev: written if missing).")] = "tiny-dev",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved 1-worker / 2-worker rounds.")] = 3,
+) -> None:
+    """A guided (CFG, 2 passes) step's wall time on 2 workers against 1: paired speed-up beside the ideal 2x."""
+    from farm_cli.bench.guidance import run
+
+    run(height, width, frames, steps, pack, data, pairs)
+
+
 @bench_app.command("failover")
 def failover(
     kills: Annotated[int, typer.Option("--kills", help="How many kill -9s (one render each).")] = 3,
@@ -209,3 +225,20 @@ def lowram(
     from farm_cli.bench.lowram import run
 
     run(pairs, gb, as_json)
+
+
+@bench_app.command("sp")
+def sp(
+    frames: Annotated[int, typer.Option("--latent-frames", help="Latent frames of the stage-1 grid.")] = 4,
+    height: Annotated[int, typer.Option("--latent-height")] = 16,
+    width: Annotated[int, typer.Option("--latent-width")] = 32,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved 1-worker / 2-worker SP pairs.")] = 3,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed forwards per side per pair.")] = 2,
+    macs: Annotated[int, typer.Option("--macs", help="Macs in the projection.")] = 4,
+    chip: Annotated[str, typer.Option("--chip", help="Chip of the full-size projection.")] = "M1 Max",
+) -> None:
+    """Stage-1 DiT forward sequence-parallel on 2 workers vs 1 (ring on 127.0.0.1), bytes per step, ratio,
+    and a projection for N Macs over 10 GbE and Thunderbolt 5."""
+    from farm_cli.bench.sp import run
+
+    run(frames, height, width, pairs, repeats, macs, chip)

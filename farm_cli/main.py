@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
+from farm_cli import options as opt
 from farm_cli.benches import bench_app
 from farm_cli.options import (
     SPEC,
@@ -21,6 +22,8 @@ from farm_cli.options import (
     Frames,
     Height,
     Image,
+    Lora,
+    LoraMode,
     NoAudio,
     Output,
     PackRef,
@@ -73,18 +76,30 @@ def render(
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
+    lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
+    pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
+    stg_scale: opt.StgScale = None, stg_blocks: opt.StgBlocks = None, rescale: opt.Rescale = None,
+    modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
+    audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
+    audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
+    from farm_cli import loras
     from farm_cli.spec import cli_spec
 
+    user_loras = loras.resolve(lora, lora_mode)
     spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                             seed=seed, pack=pack, image=image, no_audio=no_audio, stage2_tiles=stage2_tiles,
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                             text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
-                            detailing_strength=detailing_strength)
+                            detailing_strength=detailing_strength, lora_fields=user_loras.fields,
+                            guidance=opt.guidance_fields(
+        pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt))
     if not local:
+        loras.upload_to(user_loras.files, coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for
 
         render_id = submit_render(spec.to_dict(), pixels, coordinator, token,
@@ -103,8 +118,10 @@ def render(
 
     out = output or Path("render.mp4")
     folder = common.data_dir(data) / "packs"
+    runner = Runner(folder)
+    runner.loras.known.update(user_loras.files)  # the client's LoRA files, read where they are
     with one_line(SpecError, PackError):
-        path, outputs, blobs = render_local(spec, out, Runner(folder), pixels, progress_printer())
+        path, outputs, blobs = render_local(spec, out, runner, pixels, progress_printer())
     if save_latents:
         common.save_latents(save_latents, latents_from_outputs(outputs, "local", blobs.get))
     typer.echo(f"wrote {path}")
@@ -140,6 +157,9 @@ token_app.command("rotate")(manage.token_rotate)
 def main() -> None:
     """The `farm` entry point: refuse a token on argv, read the settings file's defaults, run the app."""
     refuse_token_argv(sys.argv[1:])
+    from farm_cli.loras import pair_argv
+
+    sys.argv[1:] = pair_argv(sys.argv[1:])  # `--lora SOURCE STRENGTH`: two values, which typer options cannot take
     try:  # DATA/config.toml and FARM_* settings become the commands' defaults
         defaults = config.default_map(typer.main.get_command(app))
     except typer.Exit as exc:  # a broken config file: its one line is printed

@@ -70,9 +70,43 @@ Exr = Annotated[Path | None, typer.Option("--exr", help="Also write EXR frames i
 DetailingLora = Annotated[str | None, typer.Option(
     "--detailing-lora", help="DFR: an IC-LoRA .safetensors in the pack folder, fused into stage 2.")]
 DetailingStrength = Annotated[float, typer.Option("--detailing-strength", help="The detailing LoRA's strength.")]
+Lora = Annotated[list[str] | None, typer.Option(  # two values each: farm_cli.loras.pair_argv
+    "--lora", metavar="SOURCE STRENGTH", help="A LoRA on every DiT stage (repeatable, at most 8): a .safetensors "
+    "here, a file name in the pack folder, or a Hugging Face REPO[/FILE]; with its strength.")]
+LoraMode = Annotated[str, typer.Option(
+    "--lora-mode", help="fused: summed into the weights once per worker (fastest); unfused: run-time adapters "
+    "(no requantization loss on q8/q4 packs).")]
 TextEncoder = Annotated[str | None, typer.Option(
     "--text-encoder", help="Gemma 3 (mlx-lm) repo id or folder for packs without their own "
     "(default: the pack's entry in DATA/config.toml, else mlx-community/gemma-3-12b-it-4bit).")]
+# The guided recipes (protos/guidance_spec.py; a knob left out takes the recipe's upstream default).
+Pipeline = Annotated[str, typer.Option(
+    "--pipeline", help="distilled (8+3 steps, no guidance) | one-stage (dev DiT, full resolution, guided).")]
+Steps = Annotated[int | None, typer.Option("--steps", help="Guided steps (LTX2 scheduler; default 30, HQ 15).")]
+CfgScale = Annotated[float | None, typer.Option("--cfg-scale", help="Video CFG (default 3; 1 = off).")]
+StgScale = Annotated[float | None, typer.Option("--stg-scale", help="Video STG (default 1; 0 = off).")]
+StgBlocks = Annotated[str | None, typer.Option("--stg-blocks", help="Blocks whose self-attention STG skips (28).")]
+Rescale = Annotated[float | None, typer.Option("--rescale", help="Guidance rescale in [0, 1] (default 0.7).")]
+ModalityScale = Annotated[float | None, typer.Option("--modality-scale", help="Modality guidance (default 3).")]
+AudioCfgScale = Annotated[float | None, typer.Option("--audio-cfg-scale", help="Audio CFG (default 7).")]
+AudioStgScale = Annotated[float | None, typer.Option("--audio-stg-scale", help="Audio STG (default 1).")]
+AudioRescale = Annotated[float | None, typer.Option("--audio-rescale", help="Audio rescale (default 0.7).")]
+AudioModalityScale = Annotated[float | None, typer.Option("--audio-modality-scale", help="Audio modality (3).")]
+NegativePrompt = Annotated[str | None, typer.Option(
+    "--negative-prompt", help="What the uncond pass steers from (default: upstream's).")]
+
+
+def guidance_fields(pipeline: str, steps: int | None, cfg_scale: float | None, stg_scale: float | None,
+                    stg_blocks: str | None, rescale: float | None, modality_scale: float | None,
+                    audio_cfg_scale: float | None, audio_stg_scale: float | None, audio_rescale: float | None,
+                    audio_modality_scale: float | None, negative_prompt: str | None) -> dict:
+    """The guided recipe's flags as spec fields (None: left out; the spec refuses what does not apply)."""
+    return {"pipeline": pipeline, "steps": steps, "cfg_scale": cfg_scale, "stg_scale": stg_scale,
+            "stg_blocks": stg_blocks, "rescale": rescale, "modality_scale": modality_scale,
+            "audio_cfg_scale": audio_cfg_scale, "audio_stg_scale": audio_stg_scale, "audio_rescale": audio_rescale,
+            "audio_modality_scale": audio_modality_scale, "negative_prompt": negative_prompt}
+
+
 FleetFile = Annotated[Path | None, typer.Option(
     "--fleet", help="A described fleet (JSON/TOML: workers with name, chip, memory_gb, count) instead of the live one.")]
 

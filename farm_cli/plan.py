@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from farm_cli import options as opt
 from farm_cli.options import (
     SPEC,
     Coordinator,
@@ -20,6 +21,8 @@ from farm_cli.options import (
     Height,
     Image,
     Json,
+    Lora,
+    LoraMode,
     NoAudio,
     PackRef,
     Prompt,
@@ -103,17 +106,29 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
          decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
          *, coordinator: Coordinator, token: Token = None,
-         as_json: Json = False) -> None:
+         as_json: Json = False, lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
+         pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
+         stg_scale: opt.StgScale = None, stg_blocks: opt.StgBlocks = None, rescale: opt.Rescale = None,
+         modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
+         audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
+         audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
+         ) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
+    from farm_cli import loras
     from farm_cli.spec import cli_spec
 
+    user_loras = loras.resolve(lora, lora_mode)
     spec, _pixels = cli_spec(prompt=prompt or "plan", height=height, width=width, frames=frames,
                              frame_rate=frame_rate, seed=seed, pack=pack, image=image, no_audio=no_audio,
                              stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
-                             text_encoder=text_encoder, image_blob="plan")
+                             text_encoder=text_encoder, image_blob="plan",
+                             lora_fields=user_loras.fields,
+                             guidance=opt.guidance_fields(
+        pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt))
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)
@@ -121,3 +136,23 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         print_plan(result)
+        if spec.loras:
+            from coordinator.plan.costs import lora_fuse_seconds
+
+            seconds = lora_fuse_seconds({"loras": spec.loras, "lora_mode": spec.lora_mode})
+            typer.echo(f"LoRA set: {len(spec.loras)} {spec.lora_mode}; a worker without it warm spends ~{seconds:.0f} s "
+                       "(reference seconds) building it before its first DiT task, counted in the times above")
+        print_guidance(spec)
+
+
+def print_guidance(spec) -> None:
+    """A guided recipe's passes per step (each a task any worker takes at once)."""
+    from coordinator.plan.guidance import RES_2S, recipe
+    from coordinator.plan.resolved import RenderPlan
+
+    rec = recipe(RenderPlan(spec))
+    if rec is None:
+        return
+    rounds = "2 evaluations x " if rec.sampler == RES_2S else ""
+    typer.echo(f"guidance: {len(rec.sigmas) - 1} steps x {rounds}{len(rec.passes)} passes ({', '.join(rec.passes)}) "
+               f"= {rec.forwards_per_step()} forwards per step, combined on the coordinator")

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from farm_cli import options as opt
 from farm_cli.options import (
     SPEC,
     Coordinator,
@@ -20,6 +21,8 @@ from farm_cli.options import (
     Height,
     Image,
     Json,
+    Lora,
+    LoraMode,
     NoAudio,
     Output,
     PackRef,
@@ -54,17 +57,30 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
+           lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
+           pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
+           stg_scale: opt.StgScale = None, stg_blocks: opt.StgBlocks = None, rescale: opt.Rescale = None,
+           modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
+           audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
+           audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
+    from farm_cli import loras
     from farm_cli.spec import cli_spec
 
+    user_loras = loras.resolve(lora, lora_mode)
     typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                              seed=seed, pack=pack, image=image, no_audio=no_audio, stage2_tiles=stage2_tiles,
                              tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
                              temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
                              text_encoder=text_encoder, detailing_lora=detailing_lora,
-                             detailing_strength=detailing_strength, priority=priority, notify=notify)
+                             detailing_strength=detailing_strength, priority=priority, notify=notify,
+                             lora_fields=user_loras.fields,
+                             guidance=opt.guidance_fields(
+        pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt))
     spec = typed.to_dict()
+    loras.upload_to(user_loras.files, coordinator, token)
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch
 

@@ -22,6 +22,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
              decode_tiles: str = "auto", exr: Path | None = None, text_encoder: str | None = None,
              data: Path | None = None, detailing_lora: str | None = None, detailing_strength: float = 0.5,
              priority: int | None = None, notify: str | None = None, image_blob: str | None = None,
+             lora_fields: dict | None = None, guidance: dict | None = None,
              ) -> tuple[RenderSpec, np.ndarray | None]:
     """The typed spec of the command's options and the decoded image, if any; one line, exit 2, for a
     value the spec refuses. `image_blob`: stands in for the image without reading it (`farm plan`)."""
@@ -31,8 +32,10 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
         raw["image"] = {"blob": image_blob, "frame": int(image[1]), "strength": float(image[2])}
     raw |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
     raw |= common.detailing_spec(detailing_lora, detailing_strength)
+    raw |= lora_fields or {}  # --lora / --lora-mode, resolved by farm_cli.loras
     raw["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     raw["priority"] = priority
+    raw |= {k: v for k, v in (guidance or {}).items() if v is not None}  # the guided recipe's knobs
     if notify:
         if not notify.startswith(("http://", "https://")):
             fail(f"--notify {notify!r}: give an http:// or https:// URL")

@@ -85,6 +85,7 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "decode_tile": ("vae_decoder",),
     "decode_audio": ("audio_vae", "vocoder"),
     "predict_duration": ("duration_head",),
+    "guidance_pass": ("transformer_dev",),  # one pass of a guided step (the dev recipes)
 }
 
 # Render kinds a user pulls a pack for (`farm pack pull --kinds`): the components their graphs load.
@@ -183,6 +184,10 @@ def render_components(spec: dict) -> tuple[str, ...]:
     own_tower = spec.get("text_encoder") in (None, text_encoders.PACK)  # else a separate encoder, matched apart
     out = [TEXT_ENCODER] if own_tower else []
     out += ["connector", "transformer", "spatial_upscaler", "vae_decoder"]
+    if spec.get("pipeline") == "one-stage":  # the dev DiT at full resolution: no distilled DiT, no upsample
+        out[out.index("transformer"):out.index("spatial_upscaler") + 1] = ["transformer_dev"]
+    elif spec.get("pipeline") not in (None, "distilled"):  # dev guided stage 1, then the distilled stage 2
+        out.insert(out.index("transformer"), "transformer_dev")
     if spec.get("image"):
         out.append("vae_encoder")
     if str(spec.get("temporal_upscalings") or 0) not in ("0", "0.0"):  # a bad value is refused elsewhere

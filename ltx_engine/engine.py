@@ -101,7 +101,14 @@ class Engine:
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
         return {"latent": video.latent, "clean": video.clean_latent, "mask": video.denoise_mask,
                 "positions": video.positions, "audio_latent": audio.latent, "audio_mask": audio.denoise_mask,
-                "audio_positions": audio.positions}
+                "audio_positions": audio.positions, "audio_clean": audio.clean_latent}
+
+    def guidance_pass(self, pack: Pack, params: dict, arrays: dict[str, np.ndarray],
+                      contexts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One pass of a guided step on the pack's dev DiT (`guided.run_pass`): x0 of both modalities."""
+        from ltx_engine.guided import run_pass
+
+        return run_pass(self.model(pack, "transformer_dev"), params, arrays, contexts)
 
     def forward(self, pack: Pack, tokens: dict[str, np.ndarray], sigma: float,
                 contexts: dict[str, np.ndarray]) -> np.ndarray:
@@ -184,3 +191,13 @@ class Engine:
 
         wave, rate = decode_audio(self.model(pack, "audio_vae"), self.model(pack, "vocoder"), mx.array(audio_latent))
         return np.asarray(wave, dtype=np.float32), int(rate)
+
+    # Sequence-parallel stage 1 (issue #25): the video tokens split as `exchange` says.
+    def denoise_stage1_sp(self, pack: Pack, inputs: StageInputs, exchange, progress: Progress | None = None,
+                          resume=None, on_step=None) -> dict:
+        """`denoise_stage1` with a sequence-parallel forward (`ltx_engine.sp_denoise`): k shards in this
+        process (`LocalExchange`) or this rank's over a group (`GroupExchange`); same outputs."""
+        from ltx_engine import sp_denoise
+
+        return sp_denoise.denoise_stage1(self.model(pack, "transformer"), inputs, self._latent_channels(pack),
+                                         exchange, progress, resume, on_step)

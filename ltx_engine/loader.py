@@ -15,10 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-
-class PackError(ValueError):
-    """A pack that cannot be loaded: the message names the file and the key."""
-
+from ltx_engine.errors import PackError  # noqa: F401 - defined where pure modules can raise it too
 
 _MAX_HEADER = 100 * 2**20
 

@@ -18,131 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import mlx.core as mx
 
-from ltx_engine.loader import PackError, read_header
-from ltx_engine.lora_keys import (
-    Factor,
-    LoraError,
-    LoraKeyError,
-    LoraModelError,
-    LoraShapeError,
-    component_of,
-    read_factors,
-)
+from ltx_engine.loader import read_header
+from ltx_engine.lora_check import MAX_LORAS, LoraInput, Rename, Update, check_loras, quantization_of  # noqa: F401
+from ltx_engine.lora_keys import LoraError, LoraKeyError, LoraModelError, LoraShapeError  # noqa: F401
 
 __all__ = ["LoraError", "LoraKeyError", "LoraModelError", "LoraShapeError", "LoraInput", "check_loras",
            "apply_updates", "file_sha256", "fuse_lora", "fuse_loras", "lora_deltas", "lora_set_identity", "quantization_of", "reference_downscale", "WithLoras"]
-
-Rename = Callable[[dict], dict]
-MAX_LORAS = 8  # more than this in one set is refused (each adds a delta per weight and its load time)
-
-
-@dataclass(frozen=True)
-class LoraInput:
-    """One LoRA of a set: its tensors (file keys), strength, and the label its errors name."""
-
-    tensors: dict[str, mx.array]
-    strength: float
-    file: str
-
-
-@dataclass(frozen=True)
-class Update:
-    """One factor resolved onto a pack weight: the target key and its (out, in) shape."""
-
-    target: str
-    factor: Factor
-    strength: float
-    quantized: bool
-
-
-def _pack_target(module: str, component: str, rename: Rename) -> str:
-    """The pack weight a reference module's factors update (the transformer's own renames)."""
-    if component != "transformer":
-        return module + ".weight"
-    return next(iter(rename({f"model.diffusion_model.{module}.weight": mx.array(0)})))
-
-
-def _reference_modules(weights: dict[str, mx.array], component: str) -> tuple[str, ...]:
-    """The reference names of a component's modules (the connector's pack keys are those names)."""
-    from ltx_engine.models.transformer import reference_name
-
-    names = [reference_name(k) if component == "transformer" else k for k in weights if k.endswith(".weight")]
-    return tuple(n.removesuffix(".weight") for n in names)
-
-
-def quantization_of(packed: mx.array, scales: mx.array, in_features: int) -> tuple[int, int]:
-    """(bits, group size) of an MLX-quantized Linear from its shapes: (O, I*bits/32) uint32, (O, I/group)."""
-    bits, group = packed.shape[-1] * 32 // in_features, in_features // scales.shape[-1]
-    if bits not in (2, 3, 4, 5, 6, 8) or group * scales.shape[-1] != in_features:
-        raise PackError(f"weight {tuple(packed.shape)} with scales {tuple(scales.shape)} is not an MLX quantization "
-                        f"of {in_features} inputs")
-    return bits, group
-
-
-def _weight_shape(weights: dict[str, mx.array], target: str, in_features: int) -> tuple[int, int] | None:
-    """(out, in) of a float or quantized pack weight (a quantized one read at the LoRA's
-    `in_features`); None when a quantized weight cannot have that many inputs."""
-    base = target.removesuffix(".weight")
-    w = weights[target]
-    if f"{base}.scales" not in weights:
-        return (int(w.shape[0]), int(w.shape[1])) if w.ndim == 2 else (int(w.shape[0]), -1)
-    try:
-        quantization_of(w, weights[f"{base}.scales"], in_features)
-    except PackError:
-        return None
-    return int(w.shape[0]), in_features
-
-
-def _check_shapes(update: Update, shape: tuple[int, int] | None, lora_file: str) -> None:
-    a, b, key = update.factor.a, update.factor.b, update.factor.key
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise LoraShapeError(f"{lora_file}: key {key!r} has factors of {len(b.shape)} and {len(a.shape)} dims, not 2")
-    if b.shape[1] != a.shape[0]:
-        raise LoraShapeError(f"{lora_file}: key {key!r} has rank {a.shape[0]} in its down factor but {b.shape[1]} "
-                             "in its up factor")
-    if shape is None or (b.shape[0], a.shape[1]) != shape:
-        want = "a quantized layer of other inputs" if shape is None else f"{shape[0]}x{shape[1]}"
-        raise LoraModelError(f"{lora_file}: key {key!r} is for a {b.shape[0]}x{a.shape[1]} layer, "
-                             f"{update.target!r} is {want}: a LoRA trained for another model (LTX-2.3 vs 2.5 widths?)")
-
-
-def _resolve(weights: dict[str, mx.array], lora: LoraInput, rename: Rename, component: str,
-             file: str) -> list[Update]:
-    factors = read_factors(lora.tensors, file=lora.file, modules=_reference_modules(weights, component))
-    updates = []
-    for module, factor in factors.items():
-        if component_of(module) != component:
-            continue
-        target = _pack_target(module, component, rename)
-        if target not in weights:
-            raise LoraKeyError(f"{lora.file}: key {factor.key!r} targets {target!r}, which {file} does not have")
-        quantized = f"{target.removesuffix('.weight')}.scales" in weights
-        update = Update(target, factor, lora.strength, quantized)
-        _check_shapes(update, _weight_shape(weights, target, int(factor.a.shape[-1])), lora.file)
-        updates.append(update)
-    return updates
-
-
-def check_loras(weights: dict[str, mx.array], loras: Sequence[LoraInput], rename: Rename, *, file: str,
-                component: str = "transformer") -> list[Update]:
-    """Every update the set makes on `weights` (one component), or the first refusal: too many LoRAs,
-    a strength that is not finite, a key of no layout or no module, a rank or shape that does not fit.
-    Reads shapes only (lazy arrays), so the farm can refuse at submit before any fusion."""
-    if len(loras) > MAX_LORAS:
-        raise LoraError(f"{len(loras)} LoRAs in one set; at most {MAX_LORAS}")
-    updates: list[Update] = []
-    for lora in loras:
-        if not math.isfinite(lora.strength):
-            raise LoraError(f"{lora.file}: strength {lora.strength} is not a finite number")
-        updates += _resolve(weights, lora, rename, component, file)
-    return updates
-
 
 def lora_deltas(updates: Sequence[Update]) -> dict[str, mx.array]:
     """Pack weight -> the float32 sum, in set order, of `strength * scale * B @ A` over the set."""
@@ -253,5 +139,7 @@ class WithLoras:
     def tensors(self, component: str) -> dict[str, mx.array]:
         return self.pack.tensors(component, loras=self.loras)
 
-    def stream_parts(self, component: str = "transformer") -> dict:
-        return self.pack.stream_parts(component, loras=self.loras)
+    def stream_parts(self, component: str = "transformer", loras: tuple[tuple[str, float], ...] = ()) -> dict:
+        """What block streaming reads: the set `tensors` fuses, this view's LoRAs then `loras` (a view over
+        this one, e.g. DFR's detailing LoRA), in the order the fused sum takes them."""
+        return self.pack.stream_parts(component, loras=self.loras + tuple(loras))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ltx_engine.loader import PackError
+from ltx_engine.errors import PackError
 
 
 class Shaped(Protocol):

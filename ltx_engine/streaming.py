@@ -27,7 +27,7 @@ import numpy as np
 
 from ltx_engine.loader import PackError, apply_weights, read_safetensors, strip_prefix
 from ltx_engine.lora import Update, apply_updates, check_loras
-from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, StreamArgs, StreamDims
+from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, BlockSkip, StreamArgs, StreamDims
 from ltx_engine.models.transformer import LTXModel, TransformerConfig
 from ltx_engine.pack import Pack
 
@@ -119,29 +119,33 @@ class StreamedLTX(LTXModel):
         head = f"transformer_blocks.{index}."
         return [u for u in self._updates if u.target.startswith(head)]
 
+    def _fetch(self, index: int) -> dict[str, np.ndarray]:
+        """Block `index`'s bytes (on the prefetch thread: numpy only, since an MLX array made on another
+        thread belongs to that thread's stream)."""
+        return read_spans(self._spans[index])
+
     def bind(self, index: int, raw: dict[str, np.ndarray]) -> BasicAVTransformerBlock:
         """Block `index` built and loaded strictly from its bytes, its LoRA updates fused."""
-        spans = self._spans[index]
         head = f"transformer_blocks.{index}."
-        weights = apply_updates(to_mlx(raw, spans), self._block_updates(index))
+        weights = apply_updates(to_mlx(raw, self._spans[index]), self._block_updates(index))
         c, (video, audio) = self.config, self._dims
         block = BasicAVTransformerBlock(video, audio, rope_type=c.rope_type, norm_eps=c.norm_eps,
                                         gated=c.apply_gated_attention, cross_attention_adaln=c.cross_attention_adaln)
         return apply_weights(block, {k.removeprefix(head): v for k, v in weights.items()},
                              file=f"{self._label} [{head}*]")
 
-    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None) -> tuple:
+    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
         if self.num_blocks == 0:
             return v, a
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch") as pool:
-            pending: Future = pool.submit(read_spans, self._spans[0])
+            pending: Future = pool.submit(self._fetch, 0)
             for index in range(self.num_blocks):
                 raw = pending.result()
                 if index + 1 < self.num_blocks:
-                    pending = pool.submit(read_spans, self._spans[index + 1])
+                    pending = pool.submit(self._fetch, index + 1)
                 block = self.bind(index, raw)
                 del raw
-                v, a = block(v, a)
+                v, a = block(v, a, skips[index])
                 mx.eval([s.x for s in (v, a) if s is not None])
                 del block
         return v, a
@@ -210,5 +214,5 @@ class StreamedPack:
     def key(self) -> str:
         return self.pack.key + STREAMED_SUFFIX
 
-    def stream_parts(self, component: str = "transformer") -> dict:
-        return self.pack.stream_parts(component)
+    def stream_parts(self, component: str = "transformer", loras: tuple[tuple[str, float], ...] = ()) -> dict:
+        return self.pack.stream_parts(component, loras=loras)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 
 from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
+from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_PROMPT_CHARS = 20_000
@@ -80,6 +81,75 @@ def image(name: str, value: object) -> ImageCondition:
         strength=None if strength is None else number(0.0, 1.0)(f"{name} strength", strength))
 
 
+# ------------------------------------------------------------------ user LoRAs (issue #22)
+
+MAX_LORAS = 8  # LoRAs in one set (ltx_engine.lora.MAX_LORAS holds the engine to the same number)
+MAX_LORA_STRENGTH = 8.0  # |strength| above this is refused (upstream's CLI takes any float; past 2 is noise)
+LORA_MODES = ("fused", "unfused")  # ltx_engine.lora.LORA_MODES
+
+
+@dataclass(frozen=True, slots=True)
+class LoraRef:
+    """One user LoRA of a render: exactly one of `blob` (the sha256 of a file uploaded from the client,
+    or fetched from the hub by it) and `file` (a .safetensors name in the pack folder); `repo` records
+    the hub REPO/FILE a blob came from and `name` the client's file name, for the lines that name it."""
+
+    strength: float
+    blob: str | None = None
+    file: str | None = None
+    repo: str | None = None
+    name: str | None = None
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def _lora(name: str, value: object) -> LoraRef:
+    if isinstance(value, LoraRef):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"strength", "blob", "file", "repo", "name"}:
+        raise SpecError(f"{name} must be {{strength, blob | file, repo, name}}")
+    if (value.get("blob") is None) == (value.get("file") is None):
+        raise SpecError(f"{name} names neither or both of an uploaded blob and a pack file")
+    strength = value.get("strength")
+    if not isinstance(strength, int | float) or isinstance(strength, bool) or not math.isfinite(strength):
+        raise SpecError(f"{name} strength {short_repr(strength)} is not a finite number")
+    if abs(strength) > MAX_LORA_STRENGTH:
+        raise SpecError(f"{name} strength {strength} is outside [-{MAX_LORA_STRENGTH:g}, {MAX_LORA_STRENGTH:g}]")
+    file = value.get("file")
+    if file is not None and (not isinstance(file, str) or "/" in file or "\\" in file or file.startswith(".")
+                             or not file.endswith(".safetensors") or len(file) > 255):
+        raise SpecError(f"{name} file {short_repr(file)} is not a .safetensors file name in the pack folder")
+    return LoraRef(strength=float(strength),
+                   blob=None if value.get("blob") is None else text(64, pattern=SHA256)(f"{name} blob", value["blob"]),
+                   file=file, repo=None if value.get("repo") is None else text(512)(f"{name} repo", value["repo"]),
+                   name=None if value.get("name") is None else text(255)(f"{name} name", value["name"]))
+
+
+def loras(name: str, value: object) -> tuple[LoraRef, ...]:
+    """At most MAX_LORAS LoRAs, each with a finite strength; the set's order is kept (it is the order
+    the float32 sum of their updates runs in)."""
+    if not isinstance(value, list | tuple):
+        raise SpecError(f"{name} must be a list of LoRAs")
+    if len(value) > MAX_LORAS:
+        raise SpecError(f"{len(value)} LoRAs in one render; at most {MAX_LORAS}")
+    return tuple(_lora(f"LoRA {_named(v) or i + 1}", v) for i, v in enumerate(value))
+
+
+def _named(value: object) -> str | None:
+    """The name a LoRA's refusal gives it: its client file, hub repo or pack file (bounded)."""
+    if not isinstance(value, dict):
+        return None
+    name = value.get("name") or value.get("repo") or value.get("file")
+    return name[:120] if isinstance(name, str) else None
+
+
+def lora_mode(name: str, value: object) -> str:
+    if value not in LORA_MODES:
+        raise SpecError(f"{name} {short_repr(value)} is not one of {', '.join(LORA_MODES)}")
+    return str(value)
+
+
 def exr(name: str, value: object) -> str | bool:
     """Only a yes on the farm (the coordinator writes into its render folder); the client's own folder
     rides along for the client that fetches them."""
@@ -122,11 +192,14 @@ SPEC_FIELDS: dict[str, Rule] = {
     "text_encoder": text_encoder,
     "detailing_lora": scalar,
     "detailing_strength": number(0.0, 4.0),
+    "loras": loras,
+    "lora_mode": lora_mode,
     "priority": integer(-1_000_000, 1_000_000),
     "submitter": text(256),
     "group": text(128, pattern=ID),
     "notify": text(2048, pattern=re.compile(r"https?://\S+")),
 }
+SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -153,6 +226,21 @@ class RenderSpec:
     text_encoder: str | None = None  # "pack" (its own tower), a repo id or a folder
     detailing_lora: str | None = None  # DFR: an IC-LoRA file in the pack, fused into stage 2's DiT
     detailing_strength: float = 0.5
+    loras: tuple[LoraRef, ...] = ()  # user LoRAs on every DiT task of the render (issue #22)
+    lora_mode: str = "fused"  # fused: summed into the weights once per worker; unfused: run-time adapters
+    # The recipe and its guidance (protos/guidance_spec.py); None = the recipe's upstream default.
+    pipeline: str = "distilled"  # distilled | one-stage | two-stage | two-stage-hq
+    steps: int | None = None  # dev stage 1 / one-stage steps (LTX2 scheduler)
+    cfg_scale: float | None = None
+    stg_scale: float | None = None
+    stg_blocks: tuple[int, ...] | None = None
+    rescale: float | None = None
+    modality_scale: float | None = None
+    audio_cfg_scale: float | None = None
+    audio_stg_scale: float | None = None
+    audio_rescale: float | None = None
+    audio_modality_scale: float | None = None
+    negative_prompt: str | None = None  # None: upstream's default negative prompt (guided recipes)
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None
@@ -167,7 +255,9 @@ class RenderSpec:
             raise SpecError(f"unknown spec field {str(unknown[0])[:60]!r}")
         typed = {key: SPEC_FIELDS.get(key, scalar)(key, value) for key, value in raw.items()
                  if value is not None and key in names}
-        return cls(**typed)
+        spec = cls(**typed)
+        check_guidance(spec)
+        return spec
 
     def to_dict(self) -> dict[str, JsonValue]:
         """The JSON form: every asked field (None where left out), the submit fields only when given."""
@@ -182,10 +272,10 @@ class RenderSpec:
 
 def json_value(value: object) -> JsonValue:
     """A spec field as JSON holds it (an image as its object, sigmas as a list)."""
-    if isinstance(value, ImageCondition):
+    if isinstance(value, ImageCondition | LoraRef):
         return value.to_dict()
     if isinstance(value, tuple):
-        return list(value)
+        return [json_value(v) for v in value]
     return value if isinstance(value, str | int | float | bool | list | dict) else None
 
 

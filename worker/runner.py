@@ -27,6 +27,7 @@ from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import EULER
+from worker.loras import DIT_KINDS, LoraSets
 
 Progress = Callable[[int, int], None]
 EMBEDDINGS_KEPT = 32
@@ -37,7 +38,6 @@ class TaskCancelled(RuntimeError):
 
 
 MEMORY_ENV = "FARM_WORKER_MEMORY_MB"
-DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
 
 
 def device_memory_bytes() -> int:
@@ -73,6 +73,8 @@ def streams(kind: str, params: dict, memory_bytes: int) -> bool:
     (`min_memory_bytes`, the planner's cost model) is above this worker's memory (the lease gave it the
     task because its streamed need, `min_memory_stream_bytes`, fits)."""
     need = int(params.get("min_memory_bytes") or 0)
+    if params.get("loras") and params.get("lora_mode") == "unfused":
+        return False  # run-time adapters attach to a resident DiT's layers (worker/loras.py): not streamed yet
     return kind in DIT_KINDS and bool(memory_bytes) and need > memory_bytes
 
 
@@ -96,6 +98,7 @@ class Runner:
         self.engine = engine or Engine(ModelRegistry(budget_bytes=model_budget_bytes()))
         self._packs: dict[str, WeightPack] = {}
         self._embeddings: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()  # recent prompts
+        self.loras = LoraSets(self.packs_dir / ".farm-loras" if self.packs_dir else None)  # user LoRAs (#22)
 
     def _local(self, ref: str) -> Path | None:
         """Where `ref` lives in the packs folder: a folder or file by name, or a repo id's HF cache folder."""
@@ -213,7 +216,14 @@ class Runner:
             raise ValueError(f"unknown task kind {kind!r}")
         pack = self.pack(params["pack"])
         self.engine.stream_blocks = streams(kind, params, device_memory_bytes())
+        if kind in DIT_KINDS:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
+            pack = self.loras.view(pack, params)
+        elif kind == "text_encode":  # a set with connector factors: fused into the connector that encodes
+            pack = self.loras.connector_view(pack, params)
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
+        fusions = self.loras.fusions[0]
+        if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead
+            self.loras.attach(self.engine.registry, pack)
         mx.reset_peak_memory()
         start = time.perf_counter()
         loads = self.engine.registry.load_seconds
@@ -233,6 +243,9 @@ class Runner:
                    "load_s": round(self.engine.registry.load_seconds - loads, 4)}  # the cost model's cold start
         if self.engine.stream_blocks:
             metrics["streamed"] = True
+        if params.get("loras"):  # LoRA sets fused (or adapters attached) by this task, and the sets kept warm
+            metrics["lora_fusions"] = self.loras.fusions[0] - fusions
+            metrics["models"] = metrics["models"] + self.loras.warm_names(self.engine.registry.has)
         return {k: np.ascontiguousarray(v) for k, v in outputs.items()}, metrics
 
     def _throttle(self, last: list[float]) -> None:
@@ -280,6 +293,11 @@ class Runner:
         worker's pack calls for."""
         if not params.get("sampler"):
             params = {**params, "sampler": stage1_sampler(pack.generation, bool(params.get("dfr_slots")))}
+        degree = int(params.get("stage1_parallel") or 1)  # issue #25: a k-way plan, its k shards here
+        if degree > 1:
+            from ltx_engine.sp_denoise import Split
+
+            return self.engine.denoise_stage1_sp(pack, self._stage(pack, params, inputs), Split(degree), step)
         return self.engine.denoise_stage1(pack, self._stage(pack, params, inputs), step)
 
     def _detailing(self, pack, params):
@@ -291,7 +309,9 @@ class Runner:
         if Path(lora).name != lora or not (pack.root / lora).is_file():
             raise PackError(f"pack {params['pack']!r} has no detailing LoRA file {lora!r} (put it in the pack folder)")
         params = {**params, "reference_downscale": reference_downscale(pack.root / lora)}
-        return WithLoras(pack, ((lora, float(params["detailing_strength"])),)), params
+        detailed = WithLoras(pack, ((lora, float(params["detailing_strength"])),))
+        self.loras.attach(self.engine.registry, detailed)  # unfused user LoRAs: their adapters on this DiT too
+        return detailed, params
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
         """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named)."""
@@ -308,6 +328,13 @@ class Runner:
         velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs))
         step(1, 1)
         return {"velocity": velocity}
+
+    def _run_guidance_pass(self, pack, params, inputs, step):
+        """One pass (cond, uncond, perturbed, isolated) of a guided step: its x0 (coordinator/plan/guidance.py)."""
+        arrays = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
+        out = self.engine.guidance_pass(pack, params, arrays, _contexts(inputs))
+        step(1, 1)
+        return out
 
     def _run_upsample_spatial(self, pack, params, inputs, step):
         return {"latent": self.engine.upsample_spatial(pack, inputs["latent"])}

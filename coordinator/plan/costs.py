@@ -42,7 +42,8 @@ DIT_FORWARD_S = 0.6         # audio stream, AdaLN, per forward
 DECODE_S_PER_VOXEL = 3.5e-7  # conv VAE decode, reference seconds per output pixel·frame
 UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
 FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
-           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05}
+           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05,
+           "guide_step": 0.1}  # a guided step's combine (+ res_2s' float64 midpoint), on the coordinator
 
 REF_PACK_BYTES = 26 * GB     # a full-size q8 pack: activations scale from it for reduced (test) packs
 REAL_PACK_BYTES = 4 * GB     # any real LTX pack (q4 included) has the full width: activations unscaled
@@ -53,7 +54,8 @@ DIT_BYTES_PER_TOKEN = int(0.9 * MB)
 MUX_S, MUX_S_PER_VOXEL = 0.5, 1e-8  # assembly: ~100 M pixel·frames per second through H.264
 LOAD_BYTES_PER_S = 2 * GB  # a cold model: weights read from the SSD into unified memory
 DECODE_BYTES_PER_VOXEL = 3 * 4 * 24  # the decode working set per output pixel (plan_decode's factor)
-DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
+DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile",
+             "guidance_pass")  # one pass of a guided step: one forward over the stage's tokens
 KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("vae_encoder",),
                 "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
                 "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
@@ -69,6 +71,8 @@ def chip_speed(chip: str | None) -> float:
 
 def _cells(params: Mapping) -> int:
     """Latent cells of a task's video: its tile or window, else the (height, width, frames) it samples."""
+    if params.get("cells"):  # a guidance pass: the stage's latent cells, as its planner counted them
+        return int(params["cells"])
     tile = params.get("tile") or params.get("latent")
     if isinstance(tile, Mapping) and tile:
         return math.prod(max(0, int(e) - int(s)) for s, e in tile.values())
@@ -87,7 +91,7 @@ def dit_forward_s(tokens: int) -> float:
 
 
 def _forwards(kind: str, params: Mapping) -> int:
-    if kind == "transformer_forward":
+    if kind in ("transformer_forward", "guidance_pass"):
         return 1
     sigmas = params.get("sigmas") or ()
     return max(1, len(sigmas) - 1) if kind != "dfr_tile" or sigmas else 4
@@ -168,6 +172,23 @@ def load_seconds(kind: str, pack_bytes: int | None = None) -> float:
     return sum(WEIGHTS.get(c, 0) for c in KIND_WEIGHTS.get(kind, ())) * scale / LOAD_BYTES_PER_S
 
 
+# Fusing a user LoRA set into a cold DiT (ltx_engine.lora.fuse_loras): read and sum each LoRA's factors
+# (float32 B @ A per targeted weight), then dequantize, add and requantize each targeted weight once.
+# Reference seconds on a full-size q8 pack (estimates scaled by the pack's size, not yet measured on an
+# M4 Pro): LORA_READ_S per LoRA, LORA_REQUANTIZE_S once per set; unfused adapters only read the factors.
+LORA_READ_S, LORA_REQUANTIZE_S = 1.5, 6.0
+
+
+def lora_fuse_seconds(params: Mapping, pack_bytes: int | None = None) -> float:
+    """Seconds a cold DiT task spends on its LoRA set before its first forward (0 without one)."""
+    loras = params.get("loras") or ()
+    if not loras:
+        return 0.0
+    scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
+    fixed = LORA_REQUANTIZE_S if params.get("lora_mode", "fused") == "fused" else 0.0
+    return (fixed + LORA_READ_S * len(loras)) * scale
+
+
 def min_memory_bytes(peak: int) -> int:
     """The smallest unified memory whose usable part holds `peak`."""
     return math.ceil(peak / USABLE_FRACTION)
@@ -189,11 +210,14 @@ def annotate(tasks: list[dict], spec: Mapping) -> None:
     for t in tasks:
         params = t["params"]
         params["cost_s"] = round(reference_seconds(t["kind"], params), 4)
-        params["load_s"] = round(load_seconds(t["kind"], pack_bytes), 4)
+        fuse = lora_fuse_seconds(params, pack_bytes) if t["kind"] in DIT_KINDS else 0.0  # the DiT's, not the connector's
+        params["load_s"] = round(load_seconds(t["kind"], pack_bytes) + fuse, 4)
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
-            if t["kind"] in DIT_KINDS:  # the smaller Macs may take it streamed (stream_peak_bytes)
+            # The smaller Macs may take it streamed (stream_peak_bytes); run-time LoRA adapters attach
+            # to a resident DiT only, so an unfused set keeps its tasks resident.
+            if t["kind"] in DIT_KINDS and not (spec.get("loras") and spec.get("lora_mode") == "unfused"):
                 params["stream_peak_bytes"] = stream = stream_peak_bytes(t["kind"], params, pack_bytes)
                 params["min_memory_stream_bytes"] = min_memory_bytes(stream)
 

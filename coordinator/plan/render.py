@@ -35,7 +35,10 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     ref,
     task,
 )
+from coordinator.plan.guidance import check_recipe
+from coordinator.plan.guided_render import contexts_of, negative_text_task, plan_guided_stage1
 from coordinator.plan.length import length_pending, plan_length_phase, probe_spec, settled
+from coordinator.plan.loras import with_loras
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine import text_encoders
@@ -110,12 +113,27 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
         if not 0.0 <= float(image.get("strength", 1.0)) <= 1.0:
             raise SpecError(f"image strength {image.get('strength')} is outside [0, 1]")
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
+    _check_guided(spec)
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
     spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks
     spec = spec.resolve(pack_bytes=_check_fleet(spec, fleet))
     return spec.resolve(assemble_s=round(costs.assemble_seconds(spec), 4))
+
+
+def _check_guided(spec: RenderPlan) -> None:
+    """A guided recipe's refusals (plan/guidance.py), and what the farm does not build for it yet."""
+    if check_recipe(spec) is None:
+        return
+    if spec["pipeline"] not in ("one-stage", "two-stage"):
+        raise SpecError(f"--pipeline {spec['pipeline']} is not built on the farm yet (one-stage and two-stage are)")
+    for key, flag in (("stage2_tiles", "--stage2-tiles"), ("stage2_sigmas", "--stage2-sigmas"),
+                      ("detailing_lora", "--detailing-lora")):
+        if spec.get(key) is not None and spec["pipeline"] == "one-stage":
+            raise SpecError(f"{flag} is a stage-2 option; --pipeline one-stage has no stage 2")
+    if int(spec.get("temporal_upscalings") or 0):
+        raise SpecError("--temporal-upscalings (DFR) runs after the distilled pipeline only")
 
 
 def _check_fleet(spec: RenderPlan, fleet: list[dict]) -> int | None:
@@ -226,7 +244,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                                                "text_key": text_key(spec),
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
-        return plan_length_phase(rid, spec, tasks[0])
+        return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     image = spec.get("image")
     cond1, cond2 = {}, {}
     if image:
@@ -238,9 +256,20 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         cond1 = {"image_latent": ref(f"{rid}.image_s1", "latent")}
         cond2 = {"image_latent": ref(f"{rid}.image_s2", "latent")}
     image_params = {"image_frame": int(image.get("frame", 0)), "image_strength": float(image.get("strength", 1.0))} if image else {}
-    tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params))
     s1 = f"{rid}.stage1"
-    final, decode_spec = ref(f"{rid}.stage2", "video_latent"), spec
+    guided = check_recipe(spec)
+    one_stage = guided is not None and guided.pipeline == "one-stage"
+    if guided is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
+        tasks.append(negative_text_task(rid, spec, guided, tasks[0], text_key))
+        guided_ctx = (ctx, contexts_of(f"{rid}.negative"))
+    if one_stage:  # at full resolution, decoded as it is
+        tasks = [t for t in tasks if t["id"] != f"{rid}.image_s1"]
+        tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec["height"],
+                                        spec["width"]))
+    else:
+        tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params,
+                                  (guided, *guided_ctx) if guided is not None else None))
+    final, decode_spec = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec
     if dfr_rounds(spec):
         dfr_tasks, final = plan_dfr_rounds(rid, spec, final, ref(f"{rid}.stage2", "slots"), ctx, cond2, image_params)
         tasks.extend(dfr_tasks)
@@ -251,6 +280,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     costs.annotate(tasks, spec)
     return tasks
 
@@ -262,8 +292,10 @@ def _stage1_sampler(spec: Spec) -> dict:
     return {"sampler": stage1_sampler(generation, bool(dfr_rounds(spec)))} if generation else {}
 
 
-def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, image_params: dict) -> list[dict]:
-    """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots)."""
+def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
+                 guided: tuple | None = None) -> list[dict]:
+    """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots);
+    `guided` (recipe, prompt contexts, negative contexts): stage 1 is the dev recipe's guided stage."""
     pack, seed, fps = spec["pack"], spec["seed"], spec["frame_rate"]
     frames, slots = canvas_frames(spec), slot_params(spec)
     f_lat, a_lat = latent_frames(frames), audio_latent_frames(frames, fps)
@@ -277,6 +309,8 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
         "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
                    **slot_expect(spec, h2, w2)}},
         {**ctx, **cond1})]
+    if guided is not None:
+        tasks = plan_guided_stage1(rid, spec, guided[0], guided[1], guided[2], cond1, image_params, h2, w2)
     tasks.append(task(rid, "upsample", "upsample_spatial", {
         "pack": pack, "expect": {"latent": expect("float32", *shape2)}}, {"latent": ref(s1, "video_latent")}))
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))

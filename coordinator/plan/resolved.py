@@ -14,12 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 
+from protos.guidance_spec import DISTILLED, GUIDANCE_FIELDS
 from protos.spec import JsonValue, RenderSpec, json_value
 
 ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pack", "image", "audio",
                "stage2_tiles", "tile_overlap", "stage2_sigmas", "temporal_upscalings", "decode_tiles", "exr",
-               "text_encoder", "generation", "predicted_seconds", "detailing_lora", "detailing_strength")
+               "text_encoder", "generation", "predicted_seconds", "detailing_lora", "detailing_strength",
+               "loras", "lora_mode")
 SUBMIT_ORDER = ("submitter", "priority", "group", "notify")
+GUIDANCE_ORDER = tuple(GUIDANCE_FIELDS)  # a dev recipe's knobs: stored only when given (distilled stores none)
 DERIVED_ORDER = ("output_frames", "output_fps", "pack_bytes", "assemble_s")  # stored only once known
 
 
@@ -60,11 +63,18 @@ class RenderPlan(Mapping[str, JsonValue]):
                 raise KeyError(key)
         if key in ASKED_ORDER or (key in SUBMIT_ORDER and getattr(self.spec, key) is not None):
             return json_value(getattr(self.spec, key))
+        if key in GUIDANCE_ORDER and self._guided(key):
+            return json_value(getattr(self.spec, key))
         raise KeyError(key)
+
+    def _guided(self, key: str) -> bool:
+        value = getattr(self.spec, key)
+        return value is not None and not (key == "pipeline" and value == DISTILLED)
 
     def __iter__(self) -> Iterator[str]:
         yield from ASKED_ORDER
         yield from (k for k in SUBMIT_ORDER if getattr(self.spec, k) is not None)
+        yield from (k for k in GUIDANCE_ORDER if self._guided(k))
         yield from (k for k in DERIVED_ORDER if getattr(self.resolved, k) is not None)
 
     def __len__(self) -> int:

@@ -166,22 +166,51 @@ class Attention(nn.Module):
         return self._heads(apply_interleaved(x, pe))
 
     def __call__(self, x: mx.array, context: mx.array | None = None, mask: mx.array | None = None,
-                 pe: RopeTable | None = None, k_pe: RopeTable | None = None) -> mx.array:
+                 pe: RopeTable | None = None, k_pe: RopeTable | None = None, skip: bool = False) -> mx.array:
+        """`skip` (STG): the value projection passes through in place of attention; gates still apply."""
         context = x if context is None else context
-        q = self.q_norm(self.to_q(x))
-        k = self.k_norm(self.to_k(context))
-        v = self._heads(self.to_v(context))
-        q = self._rope(q, pe)
-        k = self._rope(k, pe if k_pe is None else k_pe)
+        if skip:
+            b, t = x.shape[:2]
+            return self._output(self.to_v(context).reshape(b, t, self.heads, self.dim_head), x)
+        k, v = self.project_kv(context, pe if k_pe is None else k_pe)
+        return self.attend(x, self.project_q(x, pe), k, v, mask)
+
+    def project_q(self, x: mx.array, pe: RopeTable | None) -> mx.array:
+        """Queries (B, H, T, Dh): normed, rotated. Row-local, so a shard of x gives a shard of q."""
+        return self._rope(self.q_norm(self.to_q(x)), pe)
+
+    def project_kv(self, context: mx.array, pe: RopeTable | None) -> tuple[mx.array, mx.array]:
+        """Keys (normed, rotated) and values (B, H, T, Dh) of `context`; row-local like the queries
+        (`ltx_engine.sequence_parallel` computes them per shard and gathers them)."""
+        return self._rope(self.k_norm(self.to_k(context)), pe), self._heads(self.to_v(context))
+
+    def attend(self, x: mx.array, q: mx.array, k: mx.array, v: mx.array, mask: mx.array | None) -> mx.array:
+        """Attention of the queries over (k, v), the per-head gates read from x, the output projection."""
         if mask is not None:
             mask = mask.astype(q.dtype)
         out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.dim_head), mask=mask)
-        out = out.transpose(0, 2, 1, 3)  # (B, T, H, Dh)
+        return self._output(out.transpose(0, 2, 1, 3), x)
+
+    def _output(self, out: mx.array, x: mx.array) -> mx.array:
+        """Heads output (B, T, H, Dh) -> per-head gates (when gated) -> output projection."""
         if "to_gate_logits" in self:
             gates = 2.0 * mx.sigmoid(self.to_gate_logits(x))
             out = out * gates[..., None].astype(out.dtype)
         b, t = out.shape[:2]
         return self.to_out(out.reshape(b, t, -1))
+
+
+@dataclass(frozen=True)
+class BlockSkip:
+    """What one block skips in a perturbed pass (STG self-attention, modality-isolating cross-attention)."""
+
+    video_self: bool = False
+    audio_self: bool = False
+    a2v: bool = False
+    v2a: bool = False
+
+
+NO_SKIP = BlockSkip()
 
 
 @dataclass
@@ -246,14 +275,20 @@ class BasicAVTransformerBlock(nn.Module):
             self.scale_shift_table_a2v_ca_audio = mx.zeros((5, audio.dim))
             self.scale_shift_table_a2v_ca_video = mx.zeros((5, video.dim))
 
-    def _self_and_text(self, s: StreamArgs, prefix: str) -> mx.array:
+    def _self_and_text(self, s: StreamArgs, prefix: str, skip_self: bool = False) -> mx.array:
         """Self-attention then text cross-attention of one modality (prefix "" or "audio_")."""
-        table = self[f"{prefix}scale_shift_table"]
-        attn1, attn2 = self[f"{prefix}attn1"], self[f"{prefix}attn2"]
-        x = s.x
-        shift, scale, gate = s.mod.values(table, 0, 3)
-        h = _rms(x, self.eps) * (1 + scale) + shift
-        x = x + attn1(h, pe=s.pe, mask=s.self_mask) * gate
+        h, gate = self._self_in(s, prefix)
+        x = s.x + self[f"{prefix}attn1"](h, pe=s.pe, mask=s.self_mask, skip=skip_self) * gate
+        return self._text(s, x, prefix)
+
+    def _self_in(self, s: StreamArgs, prefix: str) -> tuple[mx.array, mx.array]:
+        """The self-attention's modulated input and its gate."""
+        shift, scale, gate = s.mod.values(self[f"{prefix}scale_shift_table"], 0, 3)
+        return _rms(s.x, self.eps) * (1 + scale) + shift, gate
+
+    def _text(self, s: StreamArgs, x: mx.array, prefix: str) -> mx.array:
+        """Text cross-attention of one modality on x (the state after self-attention)."""
+        table, attn2 = self[f"{prefix}scale_shift_table"], self[f"{prefix}attn2"]
         if self.ca_adaln:
             shift_q, scale_q, gate_q = s.mod.values(table, 6, 9)
             shift_kv, scale_kv = s.prompt_mod.values(self[f"{prefix}prompt_scale_shift_table"], 0, 2)
@@ -274,28 +309,44 @@ class BasicAVTransformerBlock(nn.Module):
         (gate,) = s.cross_gate.values(table[4:], 0, 1)
         return scale, shift, gate
 
-    def _cross_av(self, v: StreamArgs, a: StreamArgs, vx: mx.array, ax: mx.array) -> tuple[mx.array, mx.array]:
-        """a2v then v2a; both read the states normed before either update (v2a sees pre-a2v video)."""
+    def _cross_av(self, v: StreamArgs, a: StreamArgs, vx: mx.array, ax: mx.array,
+                  skip: BlockSkip = NO_SKIP) -> tuple[mx.array, mx.array]:
+        """a2v then v2a; both read the states normed before either update (v2a sees pre-a2v video).
+        A skipped direction leaves its stream as it was."""
         vn, an = _rms(vx, self.eps), _rms(ax, self.eps)
+        new_vx = vx if skip.a2v else self._a2v(v, a, vx, vn, an)
+        if skip.v2a:
+            return new_vx, ax
+        query, gate_v2a = self._v2a_query(a, an)
+        out = self.video_to_audio_attn(query, context=self._v2a_context(v, vn), pe=a.cross_pe, k_pe=v.cross_pe)
+        return new_vx, ax + out * gate_v2a
+
+    def _a2v(self, v: StreamArgs, a: StreamArgs, vx: mx.array, vn: mx.array, an: mx.array) -> mx.array:
+        """Audio -> video cross-attention: video rows (any shard of them) over the whole audio."""
         tv, ta = self.scale_shift_table_a2v_ca_video, self.scale_shift_table_a2v_ca_audio
         scale_v, shift_v, gate_a2v = self._av_values(tv, v, 0)
         scale_a, shift_a, _ = self._av_values(ta, a, 0)
         out = self.audio_to_video_attn(vn * (1 + scale_v) + shift_v, context=an * (1 + scale_a) + shift_a,
                                        pe=v.cross_pe, k_pe=a.cross_pe)
-        new_vx = vx + out * gate_a2v
-        scale_a, shift_a, gate_v2a = self._av_values(ta, a, 2)
-        scale_v, shift_v, _ = self._av_values(tv, v, 2)
-        out = self.video_to_audio_attn(an * (1 + scale_a) + shift_a, context=vn * (1 + scale_v) + shift_v,
-                                       pe=a.cross_pe, k_pe=v.cross_pe)
-        return new_vx, ax + out * gate_v2a
+        return vx + out * gate_a2v
 
-    def __call__(self, video: StreamArgs | None, audio: StreamArgs | None) -> tuple:
+    def _v2a_query(self, a: StreamArgs, an: mx.array) -> tuple[mx.array, mx.array]:
+        """Video -> audio cross-attention: the audio query input and its gate."""
+        scale_a, shift_a, gate_v2a = self._av_values(self.scale_shift_table_a2v_ca_audio, a, 2)
+        return an * (1 + scale_a) + shift_a, gate_v2a
+
+    def _v2a_context(self, v: StreamArgs, vn: mx.array) -> mx.array:
+        """Video -> audio cross-attention: the video context rows (row-local)."""
+        scale_v, shift_v, _ = self._av_values(self.scale_shift_table_a2v_ca_video, v, 2)
+        return vn * (1 + scale_v) + shift_v
+
+    def __call__(self, video: StreamArgs | None, audio: StreamArgs | None, skip: BlockSkip = NO_SKIP) -> tuple:
         run_v = video is not None and video.x.size > 0
         run_a = audio is not None and audio.x.size > 0
-        vx = self._self_and_text(video, "") if run_v else None
-        ax = self._self_and_text(audio, "audio_") if run_a else None
+        vx = self._self_and_text(video, "", skip.video_self) if run_v else None
+        ax = self._self_and_text(audio, "audio_", skip.audio_self) if run_a else None
         if run_v and run_a and video.cross_gate is not None and audio.cross_gate is not None:
-            vx, ax = self._cross_av(video, audio, vx, ax)
+            vx, ax = self._cross_av(video, audio, vx, ax, skip)
         if run_v:
             video = replace(video, x=self._ff(video, vx, ""))
         if run_a:

@@ -16,15 +16,19 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ltx_engine.guidance import NO_PERTURBATION, Perturbation
 from ltx_engine.models.dit_blocks import (
+    NO_SKIP,
     AdaLayerNormSingle,
     BasicAVTransformerBlock,
+    BlockSkip,
     StreamArgs,
     StreamDims,
     TextProjection,
     modulation,
 )
 from ltx_engine.models.rope import parse_rope_type, rope_table
+from ltx_engine.transformer_keys import _RENAMES, OTHER_COMPONENTS, reference_name  # noqa: F401
 
 AUDIO_VIDEO, VIDEO_ONLY, AUDIO_ONLY = "AudioVideo", "VideoOnly", "AudioOnly"
 
@@ -147,25 +151,7 @@ def quantizable(path: str) -> bool:
     return path.removeprefix("transformer.").startswith("transformer_blocks.")
 
 
-_RENAMES = (
-    (".to_out.0.", ".to_out."),
-    (".ff.net.0.proj.", ".ff.proj_in."),
-    (".ff.net.2.", ".ff.proj_out."),
-    (".audio_ff.net.0.proj.", ".audio_ff.proj_in."),
-    (".audio_ff.net.2.", ".audio_ff.proj_out."),
-    (".linear_1.", ".linear1."),
-    (".linear_2.", ".linear2."),
-)
-_OTHER_COMPONENTS = ("video_embeddings_connector.", "audio_embeddings_connector.")
-
-
-def reference_name(pack_key: str) -> str:
-    """A pack key back in the reference checkpoint's names (the inverse of `sanitize`'s renames), so
-    a LoRA written with underscores for dots (kohya) can be matched against the pack's modules."""
-    k = "." + pack_key
-    for old, new in reversed(_RENAMES):
-        k = k.replace(new, old)
-    return k[1:]
+_OTHER_COMPONENTS = OTHER_COMPONENTS
 
 
 def _additive_context_mask(mask: mx.array | None, dtype: mx.Dtype) -> mx.array | None:
@@ -311,7 +297,21 @@ class LTXModel(nn.Module):
         x = mx.fast.layer_norm(s.x, None, None, self.config.norm_eps)
         return self[f"{p}proj_out"](x * (1 + scale) + shift)
 
-    def __call__(self, video: Modality | None, audio: Modality | None) -> tuple[mx.array | None, mx.array | None]:
+    def block_skips(self, perturbation: Perturbation | None) -> list[BlockSkip]:
+        """Per-block skips of a perturbed pass; STG blocks outside the model are refused."""
+        p = perturbation or NO_PERTURBATION
+        n = self.num_blocks
+        outside = sorted(b for b in p.video_self_blocks | p.audio_self_blocks if not 0 <= b < n)
+        if outside:
+            raise ValueError(f"STG blocks {outside} outside the model's {n} blocks (0..{n - 1})")
+        if p.is_identity():
+            return [NO_SKIP] * n
+        return [BlockSkip(i in p.video_self_blocks, i in p.audio_self_blocks, p.skip_a2v, p.skip_v2a)
+                for i in range(n)]
+
+    def __call__(self, video: Modality | None, audio: Modality | None,
+                 perturbation: Perturbation | None = None) -> tuple[mx.array | None, mx.array | None]:
+        """Velocities of both modalities; `perturbation` makes it a STG or modality-isolated pass."""
         c = self.config
         if video is None and audio is None:
             raise ValueError("at least one of video or audio is required")
@@ -321,15 +321,19 @@ class LTXModel(nn.Module):
             raise ValueError("this model has no audio stream")
         v = self._prepare(video, audio, "") if video is not None and video.enabled else None
         a = self._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
-        v, a = self._run_blocks(v, a)
+        v, a = self._run_blocks(v, a, self.block_skips(perturbation))
         vx = self._output("", v).astype(video.latent.dtype) if v is not None else None
         ax = self._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
         return vx, ax
 
-    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None) -> tuple:
+    @property
+    def num_blocks(self) -> int:
+        return len(self.transformer_blocks)
+
+    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
         """Every block in order (`ltx_engine.streaming` binds them one at a time instead)."""
-        for block in self.transformer_blocks:
-            v, a = block(v, a)
+        for block, skip in zip(self.transformer_blocks, skips, strict=True):
+            v, a = block(v, a, skip)
         return v, a
 
     @staticmethod

@@ -102,3 +102,21 @@ def without_ff_bias(connector: torch.nn.Module) -> torch.nn.Module:
             if ".ff." in name and name.endswith(".bias"):
                 param.zero_()
     return connector
+
+
+# ---------------------------------------------------------------- guidance (ltx-core main / 1.2.0)
+
+
+def multimodal_calculate_main(guider, cond: torch.Tensor, uncond, perturbed, isolated) -> torch.Tensor:
+    """`MultiModalGuider.calculate` as main has it, before its final cast back to the model dtype.
+
+    1.0.0 combines the passes in the model's dtype (bf16 on real runs): `cond - perturbed` and the
+    std ratio of the rescale lose most of their bits to cancellation there. Main upcasts every pass
+    to float32 first, combines, and casts the result back (`pred.to(dtype)`). The engine's combine is
+    float32 throughout and its sampler steps in float32, so it keeps the float32 result; the math and
+    its order are 1.0.0's (held by the float32 parity tests), only the dtype rule is main's.
+    """
+    def f32(t):
+        return t.float() if isinstance(t, torch.Tensor) else t
+
+    return guider.calculate(f32(cond), f32(uncond), f32(perturbed), f32(isolated))

@@ -21,8 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FARM_PACKAGES = ("coordinator", "worker", "protos", "farm_cli", "ltx_engine")
 # The engine modules the coordinator may import: planning and tiling math, tables, no model code.
-PURE_ENGINE = {"components", "decode_tiling", "dfr_layout", "duration", "generation", "sampling", "tdp", "text_encoders",
-               "tiling", "tokens"}
+PURE_ENGINE = {"components", "decode_tiling", "dfr_layout", "duration", "generation", "sampling", "sp_plan", "tdp", "text_encoders",
+               "tiling", "tokens", "errors", "lora_check", "lora_keys", "transformer_keys"}
+PURE_ENGINE |= {"guidance", "res2s", "schedule"}  # the guided recipes' combine, sampler and sigma schedule
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
 pytestmark = pytest.mark.timeout(120)

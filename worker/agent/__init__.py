@@ -83,6 +83,8 @@ class Agent:
         self.channel = self.coordinators.channel()
         self.stopping = threading.Event()
         self.transfer = BlobTransfer(self.coordinators, self.metadata, self.cache, self.stopping)
+        if hasattr(runner, "loras"):  # user LoRA files: fetched once from the coordinator, kept by sha256
+            runner.loras.root, runner.loras.fetch = self.cache.root.parent / "loras", self.transfer.fetch_blob
         self.prefetch = Prefetcher(  # the next task's inputs fetched while this one's forward runs
             lambda request: self.worker.Upcoming(request, timeout=UPCOMING_TIMEOUT_S, metadata=self.metadata),
             self.transfer.fetch_blob, self.cache.has)

@@ -97,6 +97,11 @@ if POLICY.affinity ~= '0' then
 end
 local function is_warm(tid)
   local params = decoded(tid)
+  if type(params.warm) == 'table' then  -- a DiT with the render's LoRA set (protos/lora_set.py)
+    for _, m in ipairs(params.warm) do
+      if not warm[m] then return false end
+    end
+  end
   if type(params.needs) ~= 'table' or #params.needs == 0 then return true end
   for _, c in ipairs(params.needs) do
     if not warm[c] then return false end

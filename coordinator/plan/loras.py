@@ -1,0 +1,44 @@
+"""User LoRAs in the plan (issue #22): every DiT task of a render carries the render's LoRA set.
+
+As upstream's pipelines do: `distilled.py` builds one transformer with the user's LoRAs for both
+stages, and `ti2vid_two_stages.py` loads them into stage 1's and (with the distilled LoRA) stage 2's
+transformer. So stage 1, stage 2 (untiled, or each tile's forward at each step) and every DFR round tile
+run with the set; the set is in each task's params (`loras`, `lora_mode`) and in the recorded spec.
+A DiT task also asks for the set's warm name (`params["warm"]`, `protos.lora_set.warm_key`): the lease
+script's affinity prefers a worker whose DiT with that set is already built. The fusion's cold seconds
+are part of the DiT task's `load_s` (`costs.lora_fuse_seconds`), which the placement and `farm plan` count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from coordinator.plan.costs import DIT_KINDS
+from protos.lora_set import warm_key
+
+
+def lora_params(spec: Mapping) -> dict:
+    """A DiT task's LoRA params: the set as the spec records it and its mode; none without LoRAs."""
+    loras = list(spec.get("loras") or ())
+    if not loras:
+        return {}
+    mode = str(spec.get("lora_mode") or "fused")
+    return {"loras": loras, "lora_mode": mode, "warm": [warm_key(loras, mode)]}
+
+
+def with_loras(tasks: list[dict], spec: Mapping) -> list[dict]:
+    """Every DiT task of `tasks` given the render's LoRA set, and its text task too: a LoRA's factors for
+    the embeddings connector (upstream's connector sits inside the checkpoint the LoRA was trained on) are
+    fused into the connector that encodes the prompt, so the prompt-embedding cache keys on the set as
+    well (in place; the list is returned)."""
+    params = lora_params(spec)
+    if params:
+        for t in tasks:
+            if t["kind"] in DIT_KINDS:
+                t["params"].update(params)
+            elif t["kind"] == "text_encode":
+                warm = params["warm"][0]
+                t["params"].update(loras=params["loras"], lora_mode=params["lora_mode"],
+                                   text_key=hashlib.sha256(f"{t['params'].get('text_key')}|{warm}".encode()).hexdigest())
+    return tasks

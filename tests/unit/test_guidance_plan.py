@@ -1,0 +1,207 @@
+"""The guided recipes' spec fields, their resolution and refusals, and a guided stage planned as pass
+tasks + guide steps: run task by task on the tiny DiT (no Redis), it takes the engine's local steps bit
+for bit."""
+
+import math
+
+import numpy as np
+import pytest
+
+from coordinator.guide_step import guide_step
+from coordinator.plan import guidance as PG
+from coordinator.plan.graph import COORDINATOR
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine import guidance as G
+from ltx_engine import res2s
+from protos.fields import SpecError
+from protos.spec import RenderSpec
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("raw,line", [
+    ({"pipeline": "one-stage", "cfg_scale": math.inf}, "cfg_scale inf is not a finite number"),
+    ({"pipeline": "one-stage", "cfg_scale": math.nan}, "is not a finite number"),
+    ({"pipeline": "one-stage", "stg_scale": -1}, "stg_scale -1 is outside [0.0, 100.0]"),
+    ({"pipeline": "one-stage", "rescale": 1.5}, "rescale 1.5 is outside [0.0, 1.0]"),
+    ({"pipeline": "one-stage", "stg_blocks": [28, 28]}, "names a block twice"),
+    ({"pipeline": "one-stage", "stg_blocks": "-3"}, "is negative"),
+    ({"pipeline": "one-stage", "stg_blocks": "a,b"}, "block numbers like 28"),
+    ({"pipeline": "one-stage", "steps": 0}, "steps 0 is outside 1..200"),
+    ({"pipeline": "one-stage", "steps": 100_000}, "steps 100000 is outside 1..200"),
+    ({"pipeline": "four-stage"}, "is not one of distilled, one-stage"),
+    ({"negative_prompt": "blurry"}, "--negative-prompt does not apply to the distilled pipeline (it has no uncond"),
+    ({"cfg_scale": 3.0}, "--cfg-scale does not apply to the distilled pipeline"),
+])
+def test_spec_refusals(raw, line):
+    with pytest.raises(SpecError) as err:
+        RenderSpec.from_dict({"prompt": "a cat", **raw})
+    assert line in str(err.value) and "\n" not in str(err.value)
+
+
+def test_spec_fields_round_trip():
+    spec = RenderSpec.from_dict({"prompt": "a", "pipeline": "two-stage", "stg_blocks": "28,29", "cfg_scale": 4})
+    assert spec.stg_blocks == (28, 29) and spec.cfg_scale == 4.0
+    assert RenderSpec.from_dict(spec.to_dict()) == spec
+    assert RenderSpec().pipeline == "distilled" and RenderSpec.from_dict({"prompt": "a"}).negative_prompt is None
+
+
+def test_recipes_default_to_upstream():
+    dev = PG.recipe(RenderPlan(RenderSpec.from_dict({"prompt": "a", "pipeline": "one-stage"})))
+    assert dev.video == G.VIDEO_DEV and dev.audio == G.AUDIO_DEV and dev.sampler == PG.EULER
+    assert len(dev.sigmas) == 31 and dev.negative_prompt == G.DEFAULT_NEGATIVE_PROMPT
+    assert dev.passes == (G.COND, G.UNCOND, G.PERTURBED, G.ISOLATED) and dev.forwards_per_step() == 4
+    hq = PG.recipe({"pipeline": "two-stage-hq"})
+    assert hq.sampler == PG.RES_2S and len(hq.sigmas) == 16 and hq.passes == (G.COND, G.UNCOND, G.ISOLATED)
+    assert hq.forwards_per_step() == 6
+    cfg_only = PG.recipe({"pipeline": "two-stage", "stg_scale": 0, "modality_scale": 1, "audio_stg_scale": 0,
+                          "audio_modality_scale": 1, "steps": 8})
+    assert cfg_only.passes == (G.COND, G.UNCOND) and len(cfg_only.sigmas) == 9
+    assert PG.recipe({"pipeline": "distilled"}) is None
+    # HQ hands the scheduler its stage-1 latent (upstream's ti2vid_two_stages_hq); the others the 4096 anchor.
+    from ltx_engine.schedule import ltx2_sigmas
+
+    sized = {"frames": 121, "height": 1088, "width": 1920}
+    assert PG.recipe({"pipeline": "two-stage-hq", **sized}).sigmas == ltx2_sigmas(15, tokens=16 * 17 * 30)
+    assert PG.recipe({"pipeline": "two-stage", **sized}).sigmas == ltx2_sigmas(30)
+
+
+@pytest.mark.parametrize("spec,line", [
+    ({"pipeline": "one-stage", "stg_blocks": [50]}, "--stg-blocks 50: outside the model's 48 blocks (0..47)"),
+    ({"pipeline": "two-stage-hq", "stg_scale": 1.0}, "an STG scale needs --stg-blocks"),
+    ({"pipeline": "one-stage", "cfg_scale": 1, "audio_cfg_scale": 1, "negative_prompt": "x"},
+     "--negative-prompt needs a cfg scale other than 1"),
+])
+def test_recipe_refusals(spec, line):
+    with pytest.raises(SpecError, match=line.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        PG.check_recipe(spec)
+
+
+def test_stg_blocks_checked_against_the_pack_model():
+    assert PG.check_recipe({"pipeline": "one-stage", "stg_blocks": [1]}, num_layers=2) is not None
+    with pytest.raises(SpecError, match="outside the model's 2 blocks"):
+        PG.check_recipe({"pipeline": "one-stage"}, num_layers=2)  # upstream's block 28 on the tiny DiT
+
+
+CTX = {"prompt": {k: {"task": "r.text", "output": k} for k in ("video_context", "audio_context")},
+       "negative": {k: {"task": "r.negative", "output": k} for k in ("video_context", "audio_context")}}
+
+
+def test_plan_shape_euler():
+    rec = PG.recipe({"pipeline": "one-stage", "steps": 3})
+    tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
+    kinds = [t["kind"] for t in tasks]
+    assert kinds == (["guidance_pass"] * 4 + ["guide_step"]) * 3
+    assert tasks[-1]["id"] == "r.stage1" and tasks[-1]["capability"] == COORDINATOR
+    first = tasks[:4]
+    assert [t["params"]["pass"] for t in first] == list(rec.passes)
+    assert all(t["deps"] == ["r.prep", "r.text"] for t in first if t["params"]["pass"] != G.UNCOND)
+    assert next(t for t in first if t["params"]["pass"] == G.UNCOND)["deps"] == ["r.negative", "r.prep"]
+    step1_passes = tasks[5:9]
+    assert all("r.stage1.s0" in t["deps"] for t in step1_passes)  # each step reads the previous guide step
+    assert sorted(tasks[4]["deps"]) == sorted({"r.prep"} | {t["id"] for t in first})
+
+
+def test_plan_shape_res2s():
+    rec = PG.recipe({"pipeline": "two-stage-hq", "steps": 2})
+    tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
+    steps = [t["params"]["evaluation"] for t in tasks if t["kind"] == "guide_step"]
+    assert steps == ["mid", "end", "mid", "end", "final"]
+    assert sum(t["kind"] == "guidance_pass" for t in tasks) == 3 * res2s.evaluations(rec.sigmas)
+    end = next(t for t in tasks if t["params"].get("evaluation") == "end")
+    assert "r.stage1.s0a" in end["deps"]
+    mid_pass = next(t for t in tasks if t["id"] == "r.stage1.s0b.cond")
+    assert mid_pass["params"]["sigma"] == pytest.approx(math.sqrt(rec.sigmas[0] * rec.sigmas[1]), rel=1e-6)
+
+
+# ---------------------------------------------------------------- run the planned tasks on the tiny DiT
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    mx = pytest.importorskip("mlx.core")
+    from ltx_engine import patchify as P
+    from ltx_engine.models.transformer import LTXModel, TransformerConfig, tiny_config
+
+    mx.random.seed(3)
+    model = LTXModel(TransformerConfig.from_config({"transformer": tiny_config()}))
+    rng = np.random.default_rng(0)
+    frames, h, w = 2, 2, 3
+    vpos = np.array(P.video_positions(1, frames, h, w, 24.0), np.float32)
+    apos = np.array(P.audio_positions(1, 5), np.float32)
+    n = vpos.shape[2]
+    prep = {"latent": rng.standard_normal((1, n, 128), np.float32), "positions": vpos,
+            "mask": np.ones((1, n, 1), np.float32), "clean": np.zeros((1, n, 128), np.float32),
+            "audio_latent": rng.standard_normal((1, 5, 128), np.float32), "audio_positions": apos,
+            "audio_mask": np.ones((1, 5, 1), np.float32), "audio_clean": np.zeros((1, 5, 128), np.float32)}
+    prep["mask"][:, :h * w] = 0.0  # first latent frame conditioned (clean 0 there)
+    prep["latent"][:, :h * w] = 0.0
+
+    def ctx():
+        return {"video_context": rng.standard_normal((1, 7, 64), np.float32),
+                "audio_context": rng.standard_normal((1, 7, 32), np.float32)}
+    return model, {"r.prep": prep, "r.text": ctx(), "r.negative": ctx()}
+
+
+def _execute(model, tasks, outputs):
+    from ltx_engine.guided import run_pass
+
+    outputs = dict(outputs)
+    for t in tasks:
+        arrays = {name: outputs[r["task"]][r["output"]] for name, r in t["inputs"].items()}
+        if t["kind"] == "guidance_pass":
+            contexts = {k: arrays.pop(k) for k in ("video_context", "audio_context")}
+            outputs[t["id"]] = run_pass(model, t["params"], arrays, contexts)
+        else:
+            outputs[t["id"]] = guide_step(t["params"], arrays)
+    return outputs
+
+
+SPEC_TINY = {"stg_blocks": [1], "steps": 3}
+
+
+def test_planned_euler_stage_equals_the_local_loop(tiny):
+    from ltx_engine.guided import guided_euler_step
+    from ltx_engine.sampling import LatentState
+
+    model, blobs = tiny
+    rec = PG.check_recipe({"pipeline": "one-stage", **SPEC_TINY}, num_layers=2)
+    out = _execute(model, PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX), blobs)
+    p = blobs["r.prep"]
+    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
+    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
+    pos = {**blobs["r.text"], "context_mask": None}
+    neg = {**blobs["r.negative"], "context_mask": None}
+    for step in range(len(rec.sigmas) - 1):
+        video, audio = guided_euler_step(model, video, audio, list(rec.sigmas), step, pos, neg, rec.video, rec.audio)
+    np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
+    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+    assert not np.array_equal(video.latent, p["latent"])
+
+
+def test_planned_res2s_stage_equals_the_local_steps(tiny):
+    from ltx_engine.guided import guided_x0
+    from ltx_engine.sampling import LatentState
+
+    model, blobs = tiny
+    rec = PG.check_recipe({"pipeline": "two-stage-hq", **SPEC_TINY}, num_layers=2)
+    out = _execute(model, PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX), blobs)
+    p = blobs["r.prep"]
+    pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}
+    ext = res2s.res2s_sigmas(rec.sigmas)
+    v = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
+    a = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
+    for i in range(res2s.full_steps(rec.sigmas)):
+        x0 = guided_x0(model, v, a, ext[i], pos, neg, rec.video, rec.audio)
+        mids = [res2s.res2s_midpoint(s.latent, x, s.denoise_mask, s.clean_latent, ext, i,
+                                     res2s.sde_noise(s.latent.shape, 5, (st + i * (1 << 20))))
+                for s, x, st in ((v, x0[0], res2s.STREAM_VIDEO_SUBSTEP), (a, x0[1], res2s.STREAM_AUDIO_SUBSTEP))]
+        vm, am = (s.with_latent(m.x_mid.astype(np.float32)) for s, m in zip((v, a), mids, strict=True))
+        x0 = guided_x0(model, vm, am, mids[0].sub_sigma, pos, neg, rec.video, rec.audio)
+        v, a = (s.with_latent(res2s.res2s_finish(m, x, s.denoise_mask, s.clean_latent, ext, i,
+                                                 res2s.sde_noise(s.latent.shape, 5, st + i * (1 << 20))))
+                for s, m, x, st in zip((v, a), mids, x0, (res2s.STREAM_VIDEO_STEP, res2s.STREAM_AUDIO_STEP),
+                                       strict=True))
+    x0 = guided_x0(model, v, a, ext[res2s.full_steps(rec.sigmas)], pos, neg, rec.video, rec.audio)
+    np.testing.assert_array_equal(out["r.stage1"]["latent"], (x0[0] * p["mask"] + p["clean"] * (1 - p["mask"])))
+    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], x0[1])

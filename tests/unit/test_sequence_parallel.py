@@ -1,0 +1,166 @@
+"""Sequence-parallel stage 1 against the unsplit DiT: k shards in one process and k ring processes.
+
+Measured on MLX's CPU backend (0.32): the SP forward is BIT-IDENTICAL to the unsplit forward for 2, 3
+and 4 ranks, padded or not (every op outside attention is row-local, the gathered K/V are the
+unsplit ones, and the kernels compute each query row alike whatever the row count). The tests
+assert exact equality; docs/ARCHITECTURE.md ("Sequence-parallel stage 1") states it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from ltx_engine.sampling import LatentState
+from ltx_engine.sequence_parallel import LocalExchange, ShardPlan, forward_bytes, sp_forward
+from ltx_engine.sp_denoise import Resume, denoise_stage1
+from ltx_engine.sp_group import run_ring
+from tests.unit import sp_model
+
+ROOT = Path(__file__).resolve().parents[2]
+RING_TIMEOUT_S = 90  # a ring that hangs is killed, and the test fails instead of hanging
+
+
+@pytest.fixture(scope="module")
+def model():
+    return sp_model.seeded_model()
+
+
+def _unsplit(model, grid):
+    video, audio = sp_model.forward_inputs(grid)
+    v, a = model(video, audio)
+    mx.eval(v, a)
+    return np.array(v), np.array(a)
+
+
+def _local(model, grid, k):
+    video, audio = sp_model.forward_inputs(grid)
+    ex = LocalExchange(ShardPlan(video.latent.shape[1], k))
+    v, a = sp_forward(model, video, audio, ex)
+    mx.eval(v, a)
+    return np.array(v), np.array(a), ex
+
+
+def _ring(tmp_path: Path, k: int, *case: str) -> list[dict]:
+    results = run_ring([sys.executable, "-m", "tests.unit.sp_rank", case[0], str(tmp_path), *case[1:]], k,
+                       RING_TIMEOUT_S, cwd=ROOT)
+    for r in results:
+        assert r.returncode == 0, f"rank {r.rank} ({r.returncode}): {r.output[-2000:]}"
+    return [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(k)]
+
+
+def test_shard_plan_pads_to_a_multiple_of_k() -> None:
+    plan = ShardPlan(105, 2)
+    assert (plan.per_rank, plan.padding) == (53, 1)
+    assert plan.indices(1)[-2:].tolist() == [104, 104]  # the padded row repeats the last token
+    assert ShardPlan(105, 3).padding == 0 and ShardPlan(70, 3).padding == 2
+    with pytest.raises(ValueError):
+        ShardPlan(2, 3)
+
+
+@pytest.mark.parametrize("grid,k", [((3, 5, 7), 2), ((3, 5, 7), 3), ((2, 5, 7), 3), ((3, 5, 7), 4)])
+def test_local_split_is_bit_identical_to_the_unsplit_forward(model, grid, k) -> None:
+    rv, ra = _unsplit(model, grid)
+    sv, sa, ex = _local(model, grid, k)
+    assert np.array_equal(sv, rv) and np.array_equal(sa, ra)
+    # per block: self K, V and v2a K, V; plus the output once; the byte formula counts the same
+    assert ex.gathers == 4 * len(model.transformer_blocks) + 1
+    c = model.config
+    assert ex.bytes_received == forward_bytes(ex.plan, c.num_layers, c.num_attention_heads * c.attention_head_dim,
+                                              c.audio_num_attention_heads * c.audio_attention_head_dim, 4,
+                                              c.out_channels)
+
+
+@pytest.mark.parametrize("grid,k", [((3, 5, 7), 2), ((2, 5, 7), 3)])
+def test_ring_ranks_equal_the_one_process_split_and_the_unsplit_forward(model, tmp_path, grid, k) -> None:
+    """k real processes over mx.distributed's ring on 127.0.0.1 (105 tokens over 2, 70 over 3: padded)."""
+    ranks = _ring(tmp_path, k, "forward", *map(str, grid))
+    rv, ra = _unsplit(model, grid)
+    sv, sa, ex = _local(model, grid, k)
+    for got in ranks:
+        assert np.array_equal(got["video"], sv) and np.array_equal(got["audio"], sa)
+        assert int(got["bytes"]) == ex.bytes_received > 0
+    assert np.array_equal(sv, rv) and np.array_equal(sa, ra)
+
+
+def _local_denoise(model, k, resume=None):
+    inputs = sp_model.stage1_inputs()
+    kept = {}
+
+    def keep(step, video, audio):
+        kept[step] = (video, audio)
+
+    out = denoise_stage1(model, inputs, 128, LocalExchange(ShardPlan(inputs.video_tokens, k)), resume=resume,
+                         on_step=keep)
+    return out, kept
+
+
+def test_sp_denoise_ring_equals_one_process_and_resumes_on_another_degree(model, tmp_path) -> None:
+    """Stage 1 (4 steps) on a 2-rank ring == the same 2-way plan in one process, bit for bit, at every
+    step; and the latent kept after step 2, continued on 3 shards (and unsplit), ends identical."""
+    ranks = _ring(tmp_path, 2, "denoise", "0", "0", "0")
+    out2, kept2 = _local_denoise(model, 2)
+    for got in ranks:
+        for step, (video, audio) in kept2.items():
+            assert np.array_equal(got[f"video{step}"], video.latent)
+            assert np.array_equal(got[f"audio{step}"], audio.latent)
+        assert np.array_equal(got["video_latent"], out2["video_latent"])
+        assert np.array_equal(got["audio_latent"], out2["audio_latent"])
+    video, audio = kept2[2]
+    for k in (3, 1):
+        resumed, _ = _local_denoise(model, k, Resume(2, video, audio))
+        assert np.array_equal(resumed["video_latent"], out2["video_latent"])
+        assert np.array_equal(resumed["audio_latent"], out2["audio_latent"])
+    assert isinstance(video, LatentState) and not np.array_equal(video.latent, kept2[4][0].latent)
+
+
+def test_engine_stage1_on_the_tiny_pack_equals_its_k_way_plans(tiny_packs) -> None:
+    """The tiny pack through the Engine: `denoise_stage1` (what `farm render --local` runs today) and
+    `denoise_stage1_sp` with 2 and 3 shards in one process (a k-way plan) give the same latents, bit for bit."""
+    from ltx_engine.engine import Engine
+    from ltx_engine.pack import open_pack
+
+    engine, pack = Engine(), open_pack(tiny_packs / "tiny")
+    inputs = sp_model.stage1_inputs()
+    plain = engine.denoise_stage1(pack, inputs)
+    for k in (2, 3):
+        split = engine.denoise_stage1_sp(pack, inputs, LocalExchange(ShardPlan(inputs.video_tokens, k)))
+        assert split.keys() == plain.keys()
+        for key in plain:
+            assert np.array_equal(split[key], plain[key]), (k, key)
+
+
+def test_runner_stage1_task_with_a_planned_degree_equals_the_plain_task(local_runner) -> None:
+    """A `denoise_stage1` task whose plan records `stage1_parallel: k` runs its k shards in the process
+    (`farm render --local` of a k-way plan) and equals the task without it: 105 generated tokens plus
+    a keyframe image at frame 8 appended (35 conditioning tokens at timestep 0; 140 = 3·47 - 1: padded)."""
+    inputs = sp_model.stage1_inputs()
+    params = {"pack": "tiny", "frames": inputs.frames, "height": inputs.height, "width": inputs.width,
+              "fps": inputs.fps, "seed": inputs.seed, "sigmas": inputs.sigmas, "audio_frames": inputs.audio_frames,
+              "sampler": "euler", "image_frame": 8}
+    task_inputs = {**inputs.contexts,
+                   "image_latent": np.random.default_rng(3).standard_normal((1, 128, 1, 5, 7)).astype(np.float32)}
+    plain, _ = local_runner.run("denoise_stage1", params, task_inputs)
+    for k in (2, 3):
+        split, _ = local_runner.run("denoise_stage1", {**params, "stage1_parallel": k}, task_inputs)
+        assert split.keys() == plain.keys()
+        assert all(np.array_equal(split[key], plain[key]) for key in plain), k
+
+
+@pytest.mark.parametrize("mode", ["freeze", "fail"])
+def test_a_ring_with_a_frozen_or_dead_peer_is_killed_not_left_hanging(tmp_path, mode) -> None:
+    """Rank 1 SIGSTOPs itself (or exits) after the group opens; rank 0 blocks in its first all_gather
+    forever. `run_ring` ends both: at the deadline for a frozen peer, at once for a dead one."""
+    start = time.monotonic()
+    results = run_ring([sys.executable, "-m", "tests.unit.sp_rank", mode, str(tmp_path), "3", "5", "7"], 2,
+                       8 if mode == "freeze" else RING_TIMEOUT_S, cwd=ROOT)
+    took = time.monotonic() - start
+    assert results[0].returncode is None  # blocked in the collective, killed
+    assert results[1].returncode == (None if mode == "freeze" else 3)
+    assert not (tmp_path / "rank0.npz").exists()
+    assert took < (15 if mode == "freeze" else 10), took

@@ -1,0 +1,27 @@
+"""The stage-1 sequence-parallel degree chosen from idle workers (pure, no Redis)."""
+
+import pytest
+
+from coordinator.plan.sp_degree import LINKS, stage1_degree
+
+FULL = 17 * 30 * 16  # stage 1 of 1920x1088x121: 8,160 tokens
+
+
+def test_a_lone_full_size_render_spreads_over_every_idle_mac() -> None:
+    assert stage1_degree(None, 4, FULL, LINKS["thunderbolt5"], "M1 Max") == 4
+    assert stage1_degree(None, 4, FULL, LINKS["10gbe"], "M1 Max") == 4
+
+
+def test_fewer_idle_workers_or_a_slow_link_lower_the_degree() -> None:
+    assert stage1_degree(None, 1, FULL, LINKS["10gbe"]) == 1
+    assert stage1_degree(None, 2, FULL, LINKS["10gbe"]) == 2
+    assert stage1_degree(None, 4, FULL, 12e6) == 1  # 100 Mb/s: the gathers cost more than they save
+    assert stage1_degree(None, 4, 64, LINKS["10gbe"]) < 4  # a tiny stage: the replicated part dominates
+
+
+def test_an_explicit_degree_is_an_upper_bound_and_one_is_off() -> None:
+    assert stage1_degree(1, 4, FULL, LINKS["thunderbolt5"]) == 1
+    assert stage1_degree(3, 4, FULL, 12e6) == 3
+    assert stage1_degree(3, 2, FULL, LINKS["thunderbolt5"]) == 2
+    with pytest.raises(ValueError):
+        stage1_degree(0, 4, FULL, LINKS["10gbe"])
