@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ltx_engine import patchify as P
+from ltx_engine.guidance import Perturbation
 from ltx_engine.loader import PackError
 from ltx_engine.lora import WithLoras
 from ltx_engine.models.transformer import Modality
@@ -40,8 +41,8 @@ def _inputs(cfg: dict) -> tuple[Modality, Modality]:
     return video, audio
 
 
-def _forward(model, cfg):
-    v, a = model(*_inputs(cfg))
+def _forward(model, cfg, perturbation=None):
+    v, a = model(*_inputs(cfg), perturbation)
     mx.eval(v, a)
     return np.array(v.astype(mx.float32)), np.array(a.astype(mx.float32))
 
@@ -70,6 +71,9 @@ def test_streamed_forward_is_bit_identical_to_resident(tmp_path, bits, loras):
     want, got = _forward(resident, pack.config), _forward(streamed, pack.config)
     for w, g in zip(want, got, strict=True):
         assert np.isfinite(w).all() and np.array_equal(w, g)
+    stg = Perturbation(video_self_blocks=frozenset({1}), skip_a2v=True)  # a guided pass skips per block too
+    assert all(np.array_equal(w, g) for w, g in zip(_forward(resident, pack.config, stg),
+                                                    _forward(streamed, pack.config, stg), strict=True))
     if loras:  # the set really changed the model: the plain pack's forward differs
         plain = _forward(registry.get(pack.pack, "transformer"), pack.config)
         assert not np.array_equal(plain[0], want[0])
