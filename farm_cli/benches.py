@@ -223,6 +223,10 @@ def lowram(
 ) -> None:
     """Peak RSS and seconds of a DiT forward, resident vs block-streamed, on a synthetic transformer."""
     from farm_cli.bench.lowram import run
+    from farm_cli.session import fail
+
+    if pairs < 1 or not 0.01 <= gb <= 4:
+        fail(f"farm bench lowram: --pairs {pairs} --gb {gb:g}: give at least 1 pair and 0.01-4 GiB")
 
     run(pairs, gb, as_json)
 
