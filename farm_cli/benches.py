@@ -226,7 +226,7 @@ def lowram(
     from farm_cli.session import fail
 
     if pairs < 1 or not 0.01 <= gb <= 4:
-        fail(f"farm bench lowram: --pairs {pairs} --gb {gb:g}: give at least 1 pair and 0.01-4 GiB")
+        fail(f"bench lowram: --pairs {pairs} --gb {gb:g}: give at least 1 pair and 0.01-4 GiB")
 
     run(pairs, gb, as_json)
 
