@@ -117,3 +117,18 @@ def test_the_engine_streams_a_pack_folder_through_lora_views_only(tmp_path):
     engine.stream_blocks = True
     assert isinstance(engine.model(pack, "transformer"), StreamedLTX)
     assert not isinstance(engine.model(pack, "connector"), StreamedLTX)
+
+
+def test_a_worker_lora_view_with_detailing_on_top_streams_bit_identical(tmp_path):
+    """The views a worker stacks (worker/loras.FusedLoras, then DFR's detailing WithLoras over it) stream
+    the same set in the same order as the resident build fuses it."""
+    from worker.loras import FusedLoras
+
+    write_tiny_pack(tmp_path / "p", seed=0, bits=8)
+    (style, s1), (camera, s2) = _lora_pack(tmp_path / "p")
+    pack = Pack(tmp_path / "p")
+    view = WithLoras(FusedLoras(pack, ((str(tmp_path / "p" / style), s1),), "set", [0]), ((camera, s2),))
+    registry = ModelRegistry()
+    want = _forward(registry.get(view, "transformer"), pack.config)
+    got = _forward(registry.get(StreamedPack(view), "transformer"), pack.config)
+    assert all(np.array_equal(w, g) for w, g in zip(want, got, strict=True))
