@@ -116,6 +116,8 @@ def task_view(task: dict, sizes: dict[str, int] | None = None) -> dict:
         "grid": params.get("grid"),
         "cost_s": params.get("cost_s"),  # the cost model's reference seconds (coordinator.plan.costs)
         "min_memory_bytes": params.get("min_memory_bytes"),
+        "min_memory_stream_bytes": params.get("min_memory_stream_bytes"),  # a DiT task streamed (costs.py)
+        "streamed": bool(metrics.get("streamed")),  # the worker ran its DiT blocks streamed
         "load_s": params.get("load_s"),
         "needs": list(params.get("needs") or []),
         "deps": list(task.get("deps") or []),

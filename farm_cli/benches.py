@@ -215,6 +215,22 @@ def watchers(
     watchers_bench(count, pairs, workers, data)
 
 
+@bench_app.command("lowram")
+def lowram(
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved resident/streamed rounds.")] = 3,
+    gb: Annotated[float, typer.Option("--gb", help="GiB of seeded bf16 weights in the synthetic DiT.")] = 1.2,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object (peak_ratio, time_ratio, ...).")] = False,
+) -> None:
+    """Peak RSS and seconds of a DiT forward, resident vs block-streamed, on a synthetic transformer."""
+    from farm_cli.bench.lowram import run
+    from farm_cli.session import fail
+
+    if pairs < 1 or not 0.01 <= gb <= 4:
+        fail(f"bench lowram: --pairs {pairs} --gb {gb:g}: give at least 1 pair and 0.01-4 GiB")
+
+    run(pairs, gb, as_json)
+
+
 @bench_app.command("sp")
 def sp(
     frames: Annotated[int, typer.Option("--latent-frames", help="Latent frames of the stage-1 grid.")] = 4,

@@ -97,7 +97,9 @@ def print_plan(plan: dict) -> None:
     width = max([34, *map(len, kinds)])  # the widest row sets the column: every row lines up
     typer.echo(f"{'stage':<10} {'tasks':<{width}} {'start':>8} {'end':>8}  {'peak/task':>10}  workers")
     for row, tasks in zip(plan["stages"], kinds, strict=True):
-        workers = ", ".join(f"{w}×{n}" for w, n in row["workers"].items())
+        streamed = row.get("streamed") or {}  # tasks a small Mac runs with its DiT blocks streamed
+        workers = ", ".join(f"{w}×{n}" + (f" ({streamed[w]} streamed)" if streamed.get(w) else "")
+                            for w, n in row["workers"].items())
         typer.echo(f"{row['label']:<10} {tasks:<{width}} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
                    f"{_gib(row['peak_bytes']):>10}  {workers}")
     typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/plan/costs.py; "

@@ -43,13 +43,23 @@ class Engine:
     def __init__(self, registry: ModelRegistry | None = None):
         self.registry = registry or ModelRegistry()
 
+    stream_blocks = False  # the worker's per-task choice: the DiT streamed block by block (ltx_engine.streaming)
+
     def model(self, pack: Pack, component: str):
-        return self.registry.get(pack, component)
+        return self.registry.get(self._seen(pack, component), component)
+
+    def _seen(self, pack: Pack, component: str):
+        """The pack as this task loads `component` from it: with its DiT streamed when the worker chose so."""
+        if component == "transformer" and self.stream_blocks:
+            from ltx_engine.streaming import StreamedPack, can_stream
+
+            return StreamedPack(pack) if can_stream(pack) else pack
+        return pack
 
     def prepare(self, pack: Pack, kind: str, encoder_dir: Path | None = None) -> None:
         """Make room for what `kind` needs (models it does not need are dropped first); a text encoder
         not loaded yet counts with its weight files' size before it loads."""
-        needed = [(pack.key, c) for c in KIND_COMPONENTS.get(kind, ()) if c != TEXT_ENCODER]
+        needed = [(self._seen(pack, c).key, c) for c in KIND_COMPONENTS.get(kind, ()) if c != TEXT_ENCODER]
         incoming = 0
         if encoder_dir is not None:
             key = (EncoderFolder(encoder_dir).key, TEXT_ENCODER)

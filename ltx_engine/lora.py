@@ -28,7 +28,7 @@ from ltx_engine.lora_check import MAX_LORAS, LoraInput, Rename, Update, check_lo
 from ltx_engine.lora_keys import LoraError, LoraKeyError, LoraModelError, LoraShapeError  # noqa: F401
 
 __all__ = ["LoraError", "LoraKeyError", "LoraModelError", "LoraShapeError", "LoraInput", "check_loras",
-           "file_sha256", "fuse_lora", "fuse_loras", "lora_deltas", "lora_set_identity", "quantization_of", "reference_downscale", "WithLoras"]
+           "apply_updates", "file_sha256", "fuse_lora", "fuse_loras", "lora_deltas", "lora_set_identity", "quantization_of", "reference_downscale", "WithLoras"]
 
 def lora_deltas(updates: Sequence[Update]) -> dict[str, mx.array]:
     """Pack weight -> the float32 sum, in set order, of `strength * scale * B @ A` over the set."""
@@ -44,7 +44,12 @@ def fuse_loras(weights: dict[str, mx.array], loras: Sequence[LoraInput], rename:
                component: str = "transformer") -> dict[str, mx.array]:
     """`weights` (pack keys, prefix stripped) with the set's summed update added to every weight it
     affects, each quantized weight requantized once; the rest untouched."""
-    updates = check_loras(weights, loras, rename, file=file, component=component)
+    return apply_updates(weights, check_loras(weights, loras, rename, file=file, component=component))
+
+
+def apply_updates(weights: dict[str, mx.array], updates: Sequence[Update]) -> dict[str, mx.array]:
+    """`weights` with the checked `updates` summed and added (what `fuse_loras` does after its checks;
+    block streaming applies one block's updates to that block's weights as it binds it)."""
     out = dict(weights)
     for target, delta in lora_deltas(updates).items():
         base = target.removesuffix(".weight")
@@ -133,3 +138,8 @@ class WithLoras:
 
     def tensors(self, component: str) -> dict[str, mx.array]:
         return self.pack.tensors(component, loras=self.loras)
+
+    def stream_parts(self, component: str = "transformer", loras: tuple[tuple[str, float], ...] = ()) -> dict:
+        """What block streaming reads: the set `tensors` fuses, this view's LoRAs then `loras` (a view over
+        this one, e.g. DFR's detailing LoRA), in the order the fused sum takes them."""
+        return self.pack.stream_parts(component, loras=self.loras + tuple(loras))

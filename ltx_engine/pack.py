@@ -245,6 +245,16 @@ class Pack:
         to_model = getattr(model_class(component), "pack_to_model", None)
         return to_model(out) if to_model is not None else out
 
+    def stream_parts(self, component: str = "transformer", loras: tuple[tuple[str, float], ...] = ()) -> dict:
+        """What block streaming reads instead of `tensors`: the component's files (paths), their key
+        prefix, the label errors name, and the LoRA set `tensors` would fuse (distilled LoRA first)."""
+        fused_dev = component == "transformer" and self._fused_dev
+        found = self._found("transformer_dev" if fused_dev else component)
+        lora_set = [self._lora(self.layout.found["distilled_lora"].files[0], DISTILLED_LORA_STRENGTH)] if fused_dev else []
+        lora_set += [self._lora(name, strength) for name, strength in loras]
+        return {"files": [self.root / name for name in found.files], "prefix": found.prefix,
+                "label": self.file_label(component), "loras": lora_set}
+
     def _lora(self, name: str, strength: float) -> LoraInput:
         path = self.root / name
         if not path.is_file():

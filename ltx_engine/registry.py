@@ -30,6 +30,10 @@ def _model(component: str) -> Callable[[WeightPack], nn.Module]:
     `from_weights`, from its config and the sizes its tensors fix), then the strict load."""
 
     def build(pack: WeightPack) -> nn.Module:
+        if component == "transformer" and getattr(pack, "streamed", False):  # blocks bound one at a time
+            from ltx_engine.streaming import build_streamed
+
+            return build_streamed(pack)
         cls, cfg, tensors = model_class(component), pack.component_config(component), pack.tensors(component)
         from_weights = getattr(cls, "from_weights", None)
         model = cls.from_config(cfg) if from_weights is None else from_weights(cfg, tensors)

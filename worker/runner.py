@@ -38,8 +38,18 @@ class TaskCancelled(RuntimeError):
     """The render was cancelled while the task ran."""
 
 
+MEMORY_ENV = "FARM_WORKER_MEMORY_MB"
+
+
 def device_memory_bytes() -> int:
-    """Unified memory on a Mac (Metal reports it); physical memory elsewhere."""
+    """The memory this worker advertises: FARM_WORKER_MEMORY_MB when set (a Mac shared with other work,
+    or a test playing a 16 GB Mac), else unified memory on a Mac (Metal reports it), physical elsewhere."""
+    mb = os.environ.get(MEMORY_ENV, "").strip()
+    if mb:
+        try:
+            return int(float(mb) * 2**20)
+        except ValueError:
+            raise SystemExit(f"farm worker: {MEMORY_ENV}={mb!r} is not a number of megabytes") from None
     try:
         info = mx.device_info()
         if "memory_size" in info:
@@ -57,6 +67,16 @@ def model_budget_bytes() -> int:
         return int(float(mb) * 2**20) if mb else int(device_memory_bytes() * 0.6)
     except ValueError:
         raise SystemExit(f"farm worker: FARM_MODEL_BUDGET_MB={mb!r} is not a number of megabytes") from None
+
+
+def streams(kind: str, params: dict, memory_bytes: int) -> bool:
+    """Run this task with its DiT blocks streamed: a DiT kind whose predicted resident need
+    (`min_memory_bytes`, the planner's cost model) is above this worker's memory (the lease gave it the
+    task because its streamed need, `min_memory_stream_bytes`, fits)."""
+    need = int(params.get("min_memory_bytes") or 0)
+    if params.get("loras") and params.get("lora_mode") == "unfused":
+        return False  # run-time adapters attach to a resident DiT's layers (worker/loras.py): not streamed yet
+    return kind in DIT_KINDS and bool(memory_bytes) and need > memory_bytes
 
 
 def _problem(pack: WeightPack, component: str) -> str | None:
@@ -210,6 +230,7 @@ class Runner:
         if handler is None:
             raise ValueError(f"unknown task kind {kind!r}")
         pack = self.pack(params["pack"])
+        self.engine.stream_blocks = streams(kind, params, device_memory_bytes())
         if kind in DIT_KINDS:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
             pack = self.loras.view(pack, params)
         elif kind == "text_encode":  # a set with connector factors: fused into the connector that encodes
@@ -235,6 +256,8 @@ class Runner:
         metrics = {"seconds": round(time.perf_counter() - start, 4), "peak_memory_bytes": int(mx.get_peak_memory()),
                    "models": self.engine.registry.loaded(),  # warm after this task: the scheduler's affinity
                    "load_s": round(self.engine.registry.load_seconds - loads, 4)}  # the cost model's cold start
+        if self.engine.stream_blocks:
+            metrics["streamed"] = True
         if params.get("loras"):  # LoRA sets fused (or adapters attached) by this task, and the sets kept warm
             metrics["lora_fusions"] = self.loras.fusions[0] - fusions
             metrics["models"] = metrics["models"] + self.loras.warm_names(self.engine.registry.has)

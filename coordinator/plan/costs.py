@@ -139,6 +139,33 @@ def peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None) -> int
     return int(weights + act)
 
 
+# Block streaming (`ltx_engine.streaming`): a worker whose memory cannot hold a DiT task's resident
+# peak runs it with the non-block weights resident and two blocks at a time (the bound one and the
+# prefetched next), ~5 % slower (the MLX port's `--low-ram`: q8 distilled 10-12 GB -> 2.76 GB).
+DIT_BLOCKS = 48               # blocks of every full-size LTX-2.x DiT
+NONBLOCK_FRACTION = 0.02      # patchify, AdaLN, output projection: bf16, beside the (q8) blocks
+STREAM_BLOCKS_RESIDENT = 2
+STREAM_TIME_FACTOR = 1.05
+
+
+def stream_peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None) -> int:
+    """A DiT task's predicted peak when streamed: its resident peak less the transformer blocks that
+    are not resident (all but STREAM_BLOCKS_RESIDENT); a non-DiT kind's resident peak."""
+    peak = peak_bytes(kind, params, pack_bytes)
+    if kind not in DIT_KINDS:
+        return peak
+    scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
+    blocks = WEIGHTS["transformer"] * scale * (1 - NONBLOCK_FRACTION)
+    return int(peak - blocks * (1 - STREAM_BLOCKS_RESIDENT / DIT_BLOCKS))
+
+
+def streams_on(memory_bytes: int, params: Mapping) -> bool:
+    """Whether a worker of `memory_bytes` runs a task streamed: its resident peak does not fit, its
+    streamed one does (lease.lua's rule; the worker's own choice is the first half)."""
+    need, stream = int(params.get("min_memory_bytes") or 0), int(params.get("min_memory_stream_bytes") or 0)
+    return bool(memory_bytes and need > memory_bytes and stream and stream <= memory_bytes)
+
+
 def load_seconds(kind: str, pack_bytes: int | None = None) -> float:
     """Seconds to load a kind's models cold, before any worker measured it (then its own EWMA wins)."""
     scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
@@ -176,7 +203,8 @@ def assemble_seconds(spec: Mapping) -> float:
 def annotate(tasks: list[dict], spec: Mapping) -> None:
     """Write each task's reference seconds (`cost_s`, `load_s`) and, for worker tasks when the fleet
     described the pack's size, its peak (`peak_bytes`) and the memory a worker needs to be leased it
-    (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`). The assembly's
+    (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`), and for DiT kinds
+    the same two when streamed (`stream_peak_bytes`, `min_memory_stream_bytes`). The assembly's
     (`assemble_s`, which set_render_state.lua measures against) is in the resolved plan, not here."""
     pack_bytes = spec.get("pack_bytes")
     for t in tasks:
@@ -187,6 +215,11 @@ def annotate(tasks: list[dict], spec: Mapping) -> None:
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
+            # The smaller Macs may take it streamed (stream_peak_bytes); run-time LoRA adapters attach
+            # to a resident DiT only, so an unfused set keeps its tasks resident.
+            if t["kind"] in DIT_KINDS and not (spec.get("loras") and spec.get("lora_mode") == "unfused"):
+                params["stream_peak_bytes"] = stream = stream_peak_bytes(t["kind"], params, pack_bytes)
+                params["min_memory_stream_bytes"] = min_memory_bytes(stream)
 
 
 def worker_seconds(cost_s: float, kind: str, ratios: Mapping[str, float], chip: str | None = None) -> float:

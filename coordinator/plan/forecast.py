@@ -83,9 +83,12 @@ def _stages(placed: list[placement.Placed], by_id: dict[str, dict]) -> list[dict
     for p in placed:
         stage = stage_of(p.kind, p.task)
         row = out.setdefault(stage, {"stage": stage, "label": STAGE_LABELS.get(stage, stage), "kinds": Counter(),
-                                     "workers": Counter(), "start_s": p.start, "end_s": p.end, "peak_bytes": 0})
+                                     "workers": Counter(), "start_s": p.start, "end_s": p.end, "peak_bytes": 0,
+                                     "streamed": Counter()})
         row["kinds"][p.kind] += 1
         row["workers"][p.slot] += 1
+        row["streamed"][p.slot] += int(p.streamed)
         row["start_s"], row["end_s"] = min(row["start_s"], p.start), max(row["end_s"], p.end)
         row["peak_bytes"] = max(row["peak_bytes"], int(by_id[p.task]["params"].get("peak_bytes") or 0))
-    return [{**r, "kinds": dict(r["kinds"]), "workers": dict(r["workers"])} for r in out.values()]
+    return [{**r, "kinds": dict(r["kinds"]), "workers": dict(r["workers"]),
+             "streamed": {w: n for w, n in r["streamed"].items() if n}} for r in out.values()]

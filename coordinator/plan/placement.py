@@ -39,6 +39,8 @@ class Slot:
         cost = float(_params(task).get("cost_s") or task.get("cost_s") or 0.0)
         kind = str(task.get("kind", ""))
         run = costs.worker_seconds(cost, kind, self.ratios, self.chip)
+        if costs.streams_on(self.memory_bytes, _params(task) or task):
+            run *= costs.STREAM_TIME_FACTOR
         if not set(_needs(task)) <= set(self.warm):
             run += self.loads.get(kind, float(_params(task).get("load_s") or task.get("load_s") or 0.0))
         return run
@@ -51,7 +53,13 @@ class Slot:
 
     def holds(self, task: Mapping) -> bool:
         need = int(_params(task).get("min_memory_bytes") or task.get("min_memory_bytes") or 0)
+        if need and self.memory_bytes and costs.streams_on(self.memory_bytes, _params(task) or task):
+            return True  # runs streamed (ltx_engine.streaming)
         return not need or not self.memory_bytes or need <= self.memory_bytes
+
+    def streams(self, task: Mapping) -> bool:
+        """Whether this worker would run `task` with its DiT blocks streamed."""
+        return costs.streams_on(self.memory_bytes, _params(task) or task)
 
 
 def _needs(task: Mapping) -> list[str]:
@@ -72,6 +80,7 @@ class Placed:
     slot: str
     start: float
     end: float
+    streamed: bool = False  # its DiT blocks streamed on that slot (resident peak too large there)
 
 
 def fleet_pack_bytes(pack: str, fleet: Iterable[Mapping]) -> int | None:
@@ -85,11 +94,13 @@ def refuse_oversize(spec: Mapping, tasks: list[dict], holders: list[Mapping]) ->
     largest = max((int(w.get("memory_bytes") or 0) for w in holders), default=0)
     if not largest:
         return
-    worst = max((t for t in tasks if t.get("capability") == CAPABILITY),
-                key=lambda t: int(t["params"].get("peak_bytes") or 0), default=None)
-    if worst is None or int(worst["params"].get("min_memory_bytes") or 0) <= largest:
+    def need(t: Mapping) -> int:  # a DiT task fits where its streamed peak does
+        return int(t["params"].get("min_memory_stream_bytes") or t["params"].get("min_memory_bytes") or 0)
+
+    worst = max((t for t in tasks if t.get("capability") == CAPABILITY), key=need, default=None)
+    if worst is None or need(worst) <= largest:
         return
-    peak = int(worst["params"]["peak_bytes"])
+    peak = int(worst["params"].get("stream_peak_bytes") or worst["params"]["peak_bytes"])
     raise SpecError(
         f"{spec['width']}x{spec['height']}x{spec['frames']}: task {worst['id'].split('.', 1)[-1]} "
         f"({worst['kind']}) needs ~{peak / 2**30:.1f} GiB at its peak; the largest worker holding "
@@ -149,7 +160,7 @@ def simulate(tasks: list[Mapping], slots: list[Slot], done: Mapping[str, float] 
             continue
         start = max(slot.free_at, ready)
         ends[tid] = slot.run(t, start)
-        out.append(Placed(tid, str(t.get("kind", "")), slot.name, start, ends[tid]))
+        out.append(Placed(tid, str(t.get("kind", "")), slot.name, start, ends[tid], slot.streams(t)))
     return out
 
 

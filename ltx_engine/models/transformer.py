@@ -300,7 +300,7 @@ class LTXModel(nn.Module):
     def block_skips(self, perturbation: Perturbation | None) -> list[BlockSkip]:
         """Per-block skips of a perturbed pass; STG blocks outside the model are refused."""
         p = perturbation or NO_PERTURBATION
-        n = len(self.transformer_blocks)
+        n = self.num_blocks
         outside = sorted(b for b in p.video_self_blocks | p.audio_self_blocks if not 0 <= b < n)
         if outside:
             raise ValueError(f"STG blocks {outside} outside the model's {n} blocks (0..{n - 1})")
@@ -321,11 +321,20 @@ class LTXModel(nn.Module):
             raise ValueError("this model has no audio stream")
         v = self._prepare(video, audio, "") if video is not None and video.enabled else None
         a = self._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
-        for block, skip in zip(self.transformer_blocks, self.block_skips(perturbation), strict=True):
-            v, a = block(v, a, skip)
+        v, a = self._run_blocks(v, a, self.block_skips(perturbation))
         vx = self._output("", v).astype(video.latent.dtype) if v is not None else None
         ax = self._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
         return vx, ax
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.transformer_blocks)
+
+    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
+        """Every block in order (`ltx_engine.streaming` binds them one at a time instead)."""
+        for block, skip in zip(self.transformer_blocks, skips, strict=True):
+            v, a = block(v, a, skip)
+        return v, a
 
     @staticmethod
     def sanitize(weights: dict) -> dict[str, mx.array]:

@@ -28,6 +28,18 @@ def test_a_task_whose_peak_exceeds_a_workers_memory_is_never_leased_to_it(store:
     assert leased is not None and leased["id"] == "m.big"
 
 
+def test_a_task_whose_streamed_peak_fits_is_leased_to_the_small_worker(store: FarmStore) -> None:
+    """Block streaming: resident 40 GB does not fit 16 GB, streamed 10 GB does; 4 GB fits neither."""
+    store.register_worker("small", {"memory_bytes": 16 * GB})
+    store.register_worker("tiny", {"memory_bytes": 4 * GB})
+    task = _task("s.tile", 40 * GB)
+    task["params"]["min_memory_stream_bytes"] = 10 * GB
+    store.create_render("s", {"prompt": "fox"}, [task])
+    assert store.lease("tiny", ["mlx"], 10_000) is None
+    leased = store.lease("small", ["mlx"], 10_000)
+    assert leased is not None and leased["id"] == "s.tile"
+
+
 def test_complete_keeps_a_running_ratio_per_worker_and_kind(store: FarmStore) -> None:
     store.register_worker("w", {})
     store.create_render("c", {"prompt": "fox"}, [_task("c.a"), _task("c.b")])

@@ -162,3 +162,22 @@ def test_the_farm_eta_queues_a_render_behind_the_one_before_it_and_leaves_the_sl
     assert placement.farm_eta_seconds([first, second], slots, 0) == [pytest.approx(10), pytest.approx(15)]
     assert placement.farm_eta_seconds([first, [{**second[0], "cost_s": None}]], slots, 0)[1] is None
     assert slots[0].free_at == 0.0 and placement.eta_seconds(second, slots, 0) == pytest.approx(5)
+
+
+def test_streamed_peak_and_time_and_who_streams() -> None:
+    """Block streaming: the streamed peak is the resident one less all but two blocks (non-block weights +
+    2 blocks + activations); a slot streams only where the resident peak does not fit, ~5 % slower."""
+    params = {"tile": {"frames": [0, 16], "height": [0, 20], "width": [0, 32]}}
+    resident = costs.peak_bytes("transformer_forward", params)
+    streamed = costs.stream_peak_bytes("transformer_forward", params)
+    acts = costs.DIT_BYTES_PER_TOKEN * 16 * 20 * 32
+    weights = costs.WEIGHTS["transformer"]
+    held = weights * (costs.NONBLOCK_FRACTION + (1 - costs.NONBLOCK_FRACTION) * 2 / costs.DIT_BLOCKS)
+    assert streamed == pytest.approx(acts + held, rel=1e-6) and streamed < 0.5 * resident
+    assert costs.stream_peak_bytes("decode_tile", {}) == costs.peak_bytes("decode_tile", {})
+    task = {"kind": "transformer_forward", "params": {**params, "cost_s": 100.0,
+            "min_memory_bytes": costs.min_memory_bytes(resident), "min_memory_stream_bytes": costs.min_memory_bytes(streamed)}}
+    big, small, tiny = (placement.Slot(n, "Apple M4 Pro", m * GB) for n, m in (("big", 64), ("small", 16), ("tiny", 8)))
+    assert big.holds(task) and not big.streams(task) and big.seconds(task) == pytest.approx(100.0)
+    assert small.holds(task) and small.streams(task) and small.seconds(task) == pytest.approx(100.0 * 1.05)
+    assert not tiny.holds(task)  # not even its streamed peak fits 8 GB

@@ -41,7 +41,9 @@ def test_plan_lists_stages_tiles_workers_and_predictions(tmp_path: Path) -> None
     assert [w["name"] for w in plan["workers"]] == ["m1max", "m2pro#1", "m2pro#2"]
     stage2 = plan["stages"][3]
     assert stage2["kinds"]["transformer_forward"] == 2 * 4  # TDP's 2 steps × 4 tiles
-    assert "m2pro#1" not in stage2["workers"]  # its 32 GB cannot hold a tile's ~30 GiB peak
+    # Its 32 GB cannot hold a tile's ~30 GiB resident peak: it takes tiles streamed (blocks from disk).
+    assert stage2["workers"].get("m2pro#1") and stage2["streamed"]["m2pro#1"] == stage2["workers"]["m2pro#1"]
+    assert "m1max" not in stage2["streamed"]
     assert stage2["peak_bytes"] > 24 * 2**30
     ends = [row["end_s"] for row in plan["stages"]]
     assert plan["total_s"] == pytest.approx(max(ends)) and all(e > 0 for e in ends)
@@ -71,3 +73,16 @@ def test_plan_counts_one_encode_task_per_keyframe_per_stage(tmp_path: Path) -> N
     assert kinds["image_encode"] == 4 * 2
     missing = _plan(tmp_path, "-f", "121", "--image", str(tmp_path / "nope.png"), "0", "1")
     assert missing.returncode == 2 and "cannot read image" in missing.stderr
+
+
+def test_a_16_gb_mac_takes_stage2_tiles_streamed(tmp_path: Path) -> None:
+    fleet = ('[[workers]]\nname = "studio"\nchip = "Apple M2 Ultra"\nmemory_gb = 128\n\n'
+             '[[workers]]\nname = "mbp16"\nchip = "Apple M4 Pro"\nmemory_gb = 16\n')
+    result = _plan(tmp_path, "-H", "1088", "-W", "1920", "-f", "121", "--stage2-tiles", "2x2", fleet=fleet)
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("Stage 2"))
+    assert "mbp16×" in row and "streamed)" in row, result.stdout
+    plan = json.loads(_plan(tmp_path, "-H", "1088", "-W", "1920", "-f", "121", "--stage2-tiles", "2x2", "--json",
+                            fleet=fleet).stdout)
+    stage2 = next(r for r in plan["stages"] if r["stage"] == "stage2")
+    assert stage2["streamed"] == {"mbp16": stage2["workers"]["mbp16"]} and "studio" not in stage2["streamed"]

@@ -58,7 +58,12 @@ local function holds_needs(tid)
   local params = decoded(tid)
   if not holds_encoder(params) then return false end
   -- The cost model's predicted peak (coordinator/plan/costs.py) must fit this worker's usable memory.
-  if memory and tonumber(params.min_memory_bytes) and tonumber(params.min_memory_bytes) > memory then return false end
+  -- A DiT task whose resident peak does not fit may still: streamed (its blocks read one at a time).
+  local need = tonumber(params.min_memory_bytes)
+  if memory and need and need > memory then
+    local stream = tonumber(params.min_memory_stream_bytes)
+    if not stream or stream > memory then return false end
+  end
   if not holdings or type(params.needs) ~= 'table' then return true end
   local held = holdings[params.pack]
   if type(held) ~= 'table' then return false end
@@ -205,7 +210,7 @@ local function deal_declines(q, tid, render)
     local r = w ~= worker and ratio(w, info.kind)
     if r and not blocklisted(render, w) then
       local free = free_in(w, redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'current_task',
-        'info'), tonumber(params.min_memory_bytes))
+        'info'), tonumber(params.min_memory_stream_bytes) or tonumber(params.min_memory_bytes))
       if free and free + cost * r < limit then
         before = before + math.ceil((limit - free) / (cost * r)) - 1
       end
