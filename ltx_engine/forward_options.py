@@ -55,25 +55,46 @@ def _modules(model) -> Iterator:
             yield module
 
 
+@dataclass(frozen=True)
+class BlockSettings:
+    """What one forward sets on a block's modules; kept on the model too, so a block built during the
+    forward (`ltx_engine.streaming` binds them one at a time) gets the same as a resident one."""
+
+    routing: Routing | None = None
+    dtype: mx.Dtype | None = None
+
+
+def configure_block(block, index: int, settings: BlockSettings | None) -> None:
+    """Block `index`'s attention / feed-forward modules set for this forward (None clears them)."""
+    settings = settings or BlockSettings()
+    if "attn1" in block and index >= SPARSE_DENSE_BLOCKS:
+        block.attn1._sparse = settings.routing
+    for _, module in block.named_modules():
+        if isinstance(module, Attention | FeedForward):
+            module._compute = settings.dtype
+
+
 @contextmanager
 def applied(model, options: ForwardOptions, positions: np.ndarray | None) -> Iterator[None]:
     """The options set on the model's modules for one forward; video `positions` give the frame size."""
-    dt = dtype_of(options.compute_dtype)
-    sparse = []
+    routing = None
     if options.sparse_tau is not None and positions is not None:
         routing = Routing(float(options.sparse_tau), frame_tokens(positions))
-        sparse = [block.attn1 for block in model.transformer_blocks[SPARSE_DENSE_BLOCKS:] if "attn1" in block]
-        for attn in sparse:
-            attn._sparse = routing
-    touched = list(_modules(model)) if dt is not None else []
-    for module in touched:
-        module._compute = dt
+    settings = BlockSettings(routing, dtype_of(options.compute_dtype))
+    model._block_settings = settings
+    for index, block in enumerate(model.transformer_blocks):
+        configure_block(block, index, settings)
+    others = [m for name, m in model.named_modules() if isinstance(m, Attention | FeedForward)
+              and not name.startswith("transformer_blocks")] if settings.dtype is not None else []
+    for module in others:
+        module._compute = settings.dtype
     try:
         yield
     finally:
-        for attn in sparse:
-            attn._sparse = None
-        for module in touched:
+        model._block_settings = None
+        for index, block in enumerate(model.transformer_blocks):
+            configure_block(block, index, None)
+        for module in others:
             module._compute = None
 
 

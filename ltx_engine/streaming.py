@@ -25,6 +25,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ltx_engine.forward_options import configure_block
 from ltx_engine.loader import PackError, apply_weights, read_safetensors, strip_prefix
 from ltx_engine.lora import Update, apply_updates, check_loras
 from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, BlockSkip, StreamArgs, StreamDims
@@ -144,6 +145,7 @@ class StreamedLTX(LTXModel):
                 if index + 1 < self.num_blocks:
                     pending = pool.submit(self._fetch, index + 1)
                 block = self.bind(index, raw)
+                configure_block(block, index, getattr(self, "_block_settings", None))  # sparse / compute dtype
                 del raw
                 v, a = block(v, a, skips[index])
                 mx.eval([s.x for s in (v, a) if s is not None])

@@ -132,3 +132,44 @@ def test_a_worker_lora_view_with_detailing_on_top_streams_bit_identical(tmp_path
     want = _forward(registry.get(view, "transformer"), pack.config)
     got = _forward(registry.get(StreamedPack(view), "transformer"), pack.config)
     assert all(np.array_equal(w, g) for w, g in zip(want, got, strict=True))
+
+
+def _grid_inputs(cfg: dict, grid=(4, 32, 32)) -> tuple[Modality, Modality, np.ndarray]:
+    """4096 video tokens (the smallest forward sparse attention routes) and a short audio stream."""
+    video, audio = _inputs(cfg)
+    rng = np.random.default_rng(11)
+    tv = int(np.prod(grid))
+    positions = P.video_positions(1, *grid, 24.0)
+    video = Modality(latent=mx.array(rng.standard_normal((1, tv, 128), np.float32)), sigma=video.sigma,
+                     timesteps=mx.full((1, tv), 0.7), positions=positions, context=video.context)
+    return video, audio, np.array(positions, np.float32)
+
+
+@pytest.mark.timeout(180)
+def test_a_streamed_forward_takes_the_renders_sparse_attention_and_compute_dtype(tmp_path):
+    """The per-forward settings (issue #26) reach blocks bound during the forward, as they reach resident
+    ones: sparse stage-2 attention and float16 compute give the resident model's bits streamed too."""
+    from ltx_engine.forward_options import ForwardOptions, run
+
+    write_tiny_pack(tmp_path / "p", seed=0)
+    pack = Pack(tmp_path / "p")
+    registry = ModelRegistry()
+    resident = registry.get(pack, "transformer")
+    streamed = registry.get(StreamedPack(pack), "transformer")
+    video, audio, positions = _grid_inputs(pack.config)
+
+    def forward(model, options):
+        def call():
+            v, a = model(video, audio)
+            mx.eval(v, a)
+            return v, a
+        v, a = run(model, call, options, positions)
+        return np.array(v.astype(mx.float32)), np.array(a.astype(mx.float32))
+
+    plain = forward(resident, None)
+    for options in (ForwardOptions(sparse_tau=1.0), ForwardOptions(compute_dtype="float16"),
+                    ForwardOptions(sparse_tau=1.0, compute_dtype="float16")):
+        want, got = forward(resident, options), forward(streamed, options)
+        assert all(np.array_equal(w, g) for w, g in zip(want, got, strict=True)), options
+        assert not np.array_equal(want[0], plain[0]), options  # the setting really changed the forward
+    assert all(np.array_equal(w, g) for w, g in zip(plain, forward(streamed, None), strict=True))
