@@ -7,8 +7,6 @@ the shapes (packed weight (O, I*bits/32), scales (O, I/group)), so no constant i
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import mlx.core as mx
@@ -16,22 +14,11 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from ltx_engine.errors import PackError  # noqa: F401 - defined where pure modules can raise it too
-
-_MAX_HEADER = 100 * 2**20
+from ltx_engine.safetensors_header import read_raw_header
 
 
 def _header(path: Path) -> tuple[int, dict]:
-    try:
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > _MAX_HEADER:
-                raise ValueError(f"header of {size} bytes")
-            header = json.loads(f.read(size))
-    except (OSError, ValueError, struct.error) as exc:
-        raise PackError(f"{path}: not a readable safetensors file ({exc})") from exc
-    if not isinstance(header, dict):
-        raise PackError(f"{path}: not a readable safetensors file (header is not a JSON object)")
-    return size, header
+    return read_raw_header(path)
 
 
 def read_header(path: str | Path) -> tuple[list[str], dict[str, str]]:

@@ -7,7 +7,6 @@ fit the pack is refused in one line naming the file and the first bad key before
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from ltx_engine.lora_keys import (
     component_of,
     read_factors,
 )
+from ltx_engine.safetensors_header import read_raw_header
 from ltx_engine.transformer_keys import reference_name
 
 Rename = Callable[[dict], dict]
@@ -135,7 +135,6 @@ def check_loras(weights: dict, loras: Sequence[LoraInput], rename: Rename, *, fi
 
 # ------------------------------------------------------------------ header-only checks (the coordinator's)
 
-_MAX_HEADER = 100 * 2**20
 _SCALARS = {"F64": ("<d", 8), "F32": ("<f", 4), "F16": ("<e", 2)}
 
 
@@ -171,15 +170,10 @@ def header_tensors(path: str | Path, prefix: str = "", label: str | None = None)
     """Key (prefix stripped) -> shape of every tensor of a safetensors file, read from its header (a
     one-element tensor's value too); refuses a file that is no safetensors in one line."""
     label = label or str(path)
+    size, header = read_raw_header(path, label, LoraError)
+    header.pop("__metadata__", None)
     try:
         with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > _MAX_HEADER:
-                raise ValueError(f"header of {size} bytes")
-            header = json.loads(f.read(size))
-            if not isinstance(header, dict):
-                raise ValueError("header is not a JSON object")
-            header.pop("__metadata__", None)
             out = {}
             for key, info in header.items():
                 shape = tuple(int(x) for x in info["shape"])

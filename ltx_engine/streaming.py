@@ -15,10 +15,8 @@ operations on the same bytes, evaluated block by block. Peak ≈ non-block weigh
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
-import struct
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from ltx_engine.lora import Update, apply_updates, check_loras
 from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, BlockSkip, StreamArgs, StreamDims
 from ltx_engine.models.transformer import LTXModel, TransformerConfig
 from ltx_engine.pack import Pack
+from ltx_engine.safetensors_header import read_raw_header
 
 STREAMED_SUFFIX = "|streamed"
 _BLOCK = re.compile(r"transformer_blocks\.(\d+)\.")
@@ -52,12 +51,7 @@ class Span:
 
 def file_spans(path: Path, prefix: str) -> dict[str, Span]:
     """Every tensor of one safetensors file by its key (component prefix stripped) -> its Span."""
-    try:
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
-    except (OSError, ValueError, struct.error) as exc:
-        raise PackError(f"{path}: not a readable safetensors file ({exc})") from exc
+    size, header = read_raw_header(path)
     header.pop("__metadata__", None)
     want = prefix.rstrip(".") + "."
     out = {}

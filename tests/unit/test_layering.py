@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FARM_PACKAGES = ("coordinator", "worker", "protos", "farm_cli", "ltx_engine")
 # The engine modules the coordinator may import: planning and tiling math, tables, no model code.
 PURE_ENGINE = {"color", "components", "decode_tiling", "dfr_layout", "duration", "generation", "keyframes", "sampling", "sp_plan",
-               "tdp", "text_encoders", "tiling", "tokens", "errors", "lora_check", "lora_keys", "transformer_keys"}
+               "tdp", "text_encoders", "tiling", "tokens", "errors", "lora_check", "lora_keys", "transformer_keys", "safetensors_header"}
 PURE_ENGINE |= {"guidance", "res2s", "schedule"}  # the guided recipes' combine, sampler and sigma schedule
 PURE_ENGINE |= {"forward_rules"}  # issue #26: sparse-attention and compute-dtype rules
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
