@@ -139,8 +139,7 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
             model.apply(lambda x: x.astype(dtype) if mx.issubdtype(x.dtype, mx.floating) else x)
             quantize_weights(model, bits=bits, group_size=group_size, predicate=quantizable)
         weights = to_pack(dict(tree_flatten(model.parameters())))
-        if component == "connector" and variant == "2.5":  # its aggregate embeds live in the Gemma 4 tower file
-            weights = {k: v for k, v in weights.items() if not k.startswith("text_embedding_projection.")}
+        weights = _file_weights(component, weights, cfg, seed, variant)
         _write_component(folder, component, weights, dtype)
     for component, ucfg in up_cfgs.items():
         (folder / f"{standard_stem(component)}_config.json").write_text(json.dumps(ucfg, indent=2))
@@ -166,6 +165,27 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
         _ltx25_names(folder)
         write_detailing_lora(folder / DETAILING_LORA, cfg["transformer"], seed)
     return LAYOUTS[layout](folder, seed)
+
+
+def _file_weights(component: str, weights: dict, cfg: dict, seed: int, variant: str) -> dict:
+    """What a component's file holds beyond (or short of) its model's own weights."""
+    if component == "audio_vae":  # the encoder beside the decoder, from a seed of its own
+        return weights | _tiny_audio_encoder(cfg, seed)
+    if component == "connector" and variant == "2.5":  # its aggregate embeds live in the Gemma 4 tower file
+        return {k: v for k, v in weights.items() if not k.startswith("text_embedding_projection.")}
+    return weights
+
+
+AUDIO_ENCODER_SEED_OFFSET = 90  # past every component index, so no other component's draw moves
+
+
+def _tiny_audio_encoder(cfg: dict, seed: int) -> dict[str, mx.array]:
+    """`encoder.*` weights of the tiny audio VAE (its statistics are the decoder's, written once)."""
+    from ltx_engine.models.audio_encoder import AudioEncoder
+
+    model = AudioEncoder.from_config(cfg)
+    params = {k: v for k, v in tree_flatten(model.parameters()) if not k.startswith("per_channel_statistics.")}
+    return AudioEncoder.model_to_pack(_seeded_like(params, seed * 100 + AUDIO_ENCODER_SEED_OFFSET))
 
 
 DETAILING_LORA = "ltx-2.5-22b-ic-lora-pixel-spatial-upscaler.safetensors"
