@@ -169,9 +169,7 @@ def _bad_loras(folder, pack_dir) -> dict[str, tuple]:
 
 
 @pytest.mark.timeout(300)
-def test_refusals_at_submit_name_the_file_and_key_and_queue_nothing(request, lora_farm, loras, tiny_packs, tmp_path):
-    if request.node.callspec.params["lora_farm"] != WORKERS[0]:
-        pytest.skip("refusals happen at submit: the first farm of the module shows them")
+def test_refusals_at_submit_name_the_file_and_key_and_queue_nothing(lora_farm, loras, tiny_packs, tmp_path):
     client, store, env, address = lora_farm
     before = len(store.list_renders())
     bad = _bad_loras(tmp_path, tiny_packs / "tiny")
