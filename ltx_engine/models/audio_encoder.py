@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from ltx_engine.audio_mel import MelConfig, log_mel
 from ltx_engine.models.audio_vae import (
@@ -27,6 +26,8 @@ from ltx_engine.models.audio_vae import (
     ResnetBlock,
     _apply_norm,
     _norm,
+    pack_weights_to_model,
+    reference_to_model,
 )
 
 # (time_before, time_after), (freq_before, freq_after) of the strided downsampling conv, per causal axis.
@@ -161,31 +162,12 @@ class AudioEncoder(nn.Module):
     @staticmethod
     def sanitize(weights: dict) -> dict[str, mx.array]:
         """Reference keys (`encoder.*` + `per_channel_statistics.*`) -> ours, float32, convs NHWC."""
-        out = {}
-        for key, value in weights.items():
-            name = AudioEncoder._rename(key)
-            if name is None:
-                continue
-            v = np.asarray(value, dtype=np.float32) if not isinstance(value, mx.array) else value
-            if AudioDecoder._is_attn_weight(name):
-                v = v.reshape(v.shape[0], -1)
-            elif v.ndim == 4:
-                v = v.transpose(0, 2, 3, 1)
-            out[name] = mx.array(v).astype(mx.float32)
-        return out
+        return reference_to_model(weights, AudioEncoder._rename)
 
     @staticmethod
     def pack_to_model(weights: dict[str, mx.array]) -> dict[str, mx.array]:
         """Pack file keys (`audio_vae.` stripped; convs channels-last) -> ours, float32."""
-        out = {}
-        for key, value in weights.items():
-            name = AudioEncoder._rename(key)
-            if name is None:
-                continue
-            if AudioDecoder._is_attn_weight(name):
-                value = value.reshape(value.shape[0], -1)
-            out[name] = value.astype(mx.float32)
-        return out
+        return pack_weights_to_model(weights, AudioEncoder._rename)
 
     @staticmethod
     def model_to_pack(params: dict[str, mx.array]) -> dict[str, mx.array]:

@@ -8,6 +8,7 @@ keys; the pack file `audio_vae.safetensors` holds `audio_vae.decoder.*` (convs c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -296,18 +297,7 @@ class AudioDecoder(nn.Module):
     @staticmethod
     def sanitize(weights: dict) -> dict[str, mx.array]:
         """Reference keys (an `audio_vae.` state dict or the decoder's own) -> ours, float32, convs NHWC."""
-        out = {}
-        for key, value in weights.items():
-            name = AudioDecoder._rename(key)
-            if name is None:
-                continue
-            v = np.asarray(value, dtype=np.float32) if not isinstance(value, mx.array) else value
-            if AudioDecoder._is_attn_weight(name):
-                v = v.reshape(v.shape[0], -1)
-            elif v.ndim == 4:
-                v = v.transpose(0, 2, 3, 1)
-            out[name] = mx.array(v).astype(mx.float32)
-        return out
+        return reference_to_model(weights, AudioDecoder._rename)
 
     @staticmethod
     def pack_to_model(weights: dict[str, mx.array]) -> dict[str, mx.array]:
@@ -316,15 +306,7 @@ class AudioDecoder(nn.Module):
         The converter leaves 1x1 attention weights (no "conv" in their key) in torch layout; both
         layouts flatten to the same (O, I) Linear weight.
         """
-        out = {}
-        for key, value in weights.items():
-            name = AudioDecoder._rename(key)
-            if name is None:
-                continue
-            if AudioDecoder._is_attn_weight(name):
-                value = value.reshape(value.shape[0], -1)
-            out[name] = value.astype(mx.float32)
-        return out
+        return pack_weights_to_model(weights, AudioDecoder._rename)
 
     @staticmethod
     def model_to_pack(params: dict[str, mx.array]) -> dict[str, mx.array]:
@@ -336,3 +318,33 @@ class AudioDecoder(nn.Module):
             else:
                 out["decoder." + key] = value
         return out
+
+
+def reference_to_model(weights: dict, rename: Callable[[str], str | None]) -> dict[str, mx.array]:
+    """A reference (torch-layout) audio VAE state dict -> our keys (`rename`; None drops a key), float32,
+    convs NHWC, attention 1x1 weights flattened: the encoder's and the decoder's one conversion."""
+    out = {}
+    for key, value in weights.items():
+        name = rename(key)
+        if name is None:
+            continue
+        v = np.asarray(value, dtype=np.float32) if not isinstance(value, mx.array) else value
+        if AudioDecoder._is_attn_weight(name):
+            v = v.reshape(v.shape[0], -1)
+        elif v.ndim == 4:
+            v = v.transpose(0, 2, 3, 1)
+        out[name] = mx.array(v).astype(mx.float32)
+    return out
+
+
+def pack_weights_to_model(weights: dict[str, mx.array], rename: Callable[[str], str | None]) -> dict[str, mx.array]:
+    """Pack file tensors (convs already channels-last) -> our keys, float32, attention weights flattened."""
+    out = {}
+    for key, value in weights.items():
+        name = rename(key)
+        if name is None:
+            continue
+        if AudioDecoder._is_attn_weight(name):
+            value = value.reshape(value.shape[0], -1)
+        out[name] = value.astype(mx.float32)
+    return out
