@@ -108,3 +108,14 @@ def assert_identical(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None
 
 def clean(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_until(check, timeout: float, what: str, poll: float = 0.1):
+    """check()'s first truthy value within timeout seconds, polled; else an AssertionError naming what."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(poll)
+    raise AssertionError(f"not within {timeout} s: {what}")

@@ -5,7 +5,6 @@ it predicted; the farm (the head on a worker, the range in its task's params) eq
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import av
@@ -15,6 +14,7 @@ import pytest
 from farm_cli.local import render_local
 from ltx_engine.duration import frames_for
 from tests.farm.farm_harness import farm, wait_done
+from tests.farm.test_cli_length import _described
 
 SPEC = {"prompt": "a fox walks through snow", "height": 64, "width": 64, "frame_rate": 24.0, "seed": 3,
         "pack": "tiny25", "decode_tiles": "off", "audio": False}
@@ -27,15 +27,6 @@ def packs(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("packs-auto-duration")
     write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
     return folder
-
-
-def _registered(client, pack: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any((w.get("packs") or {}).get(pack) for w in client.workers()):
-            return
-        time.sleep(0.2)
-    raise AssertionError("the worker did not describe its pack")
 
 
 def _frames(path: Path) -> list[np.ndarray]:
@@ -55,7 +46,7 @@ def test_the_range_holds_the_heads_pick_on_the_farm_as_locally(packs, store, tmp
     local = _frames(mp4)
     assert len(local) == 73
     with farm(store, tmp_data, packs, workers=1) as (client, _procs):
-        _registered(client, "tiny25")  # the pack's generation is known once its holder describes it
+        _described(client, "tiny25")  # the pack's generation is known once its holder describes it
         render = wait_done(client, client.submit({**SPEC, "auto_duration": [3.0, 4.0]}), timeout=800)
         fetched = client.fetch_output(render["id"], tmp_path / "farm.mp4")
     assert render["spec"]["frames"] == 73 and render["spec"]["predicted_seconds"] == seconds

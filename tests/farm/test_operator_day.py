@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.state.redis_server import free_port
-from tests.farm.farm_harness import ROOT
+from tests.farm.farm_harness import ROOT, wait_until
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 SMALL = ["-H", "256", "-W", "384", "-f", "25"]
@@ -97,16 +97,6 @@ def one_line(result: subprocess.CompletedProcess) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr[-3000:]
     return lines[0]
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 @pytest.mark.timeout(300)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.farm.farm_harness import ROOT
+from tests.farm.farm_harness import ROOT, wait_until
 from tests.farm.test_failover import CLI, free_port
 
 
@@ -29,16 +29,6 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"{what} within {timeout} s")
 
 
 @pytest.mark.timeout(180)

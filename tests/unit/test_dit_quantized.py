@@ -4,31 +4,14 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_flatten
 
 from ltx_engine import patchify as P
 from ltx_engine.loader import apply_weights, quantize_weights
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, quantizable, tiny_config
+from tests.unit.sp_model import seeded_model
 
 GROUP = 32
-
-
-def _seeded_model() -> LTXModel:
-    model = LTXModel(TransformerConfig.from_config({"transformer": tiny_config()}))
-    rng = np.random.default_rng(0)
-    params = []
-    for name, p in tree_flatten(model.parameters()):
-        r = rng.standard_normal(p.shape).astype(np.float32)
-        if name.endswith("norm.weight"):
-            r = 1 + 0.1 * r
-        elif p.ndim == 2 and "scale_shift_table" not in name:
-            r = r / np.sqrt(p.shape[1])
-        else:
-            r = 0.2 * r
-        params.append((name, mx.array(r)))
-    model.update(tree_unflatten(params))
-    return model
-
 
 def _inputs(cfg: dict) -> tuple[Modality, Modality]:
     rng = np.random.default_rng(1)
@@ -61,11 +44,11 @@ def test_quantizable_rule():
 @pytest.mark.parametrize("bits,tol", [(8, 2e-2), (4, 0.2)])
 def test_quantized_pack_roundtrip(bits, tol):
     cfg = tiny_config()
-    ref = _seeded_model()
+    ref = seeded_model()
     video, audio = _inputs(cfg)
     rv, ra = ref(video, audio)
 
-    packed = _seeded_model()
+    packed = seeded_model()
     quantize_weights(packed, bits=bits, group_size=GROUP, predicate=quantizable)
     n_linear = sum(1 for p, m in ref.named_modules() if isinstance(m, nn.Linear) and quantizable(p))
     n_quant = sum(1 for _, m in packed.named_modules() if isinstance(m, nn.QuantizedLinear))
@@ -83,10 +66,10 @@ def test_quantized_pack_roundtrip(bits, tol):
 
 def test_bf16_weights_keep_float32_positions():
     cfg = tiny_config()
-    ref = _seeded_model()
+    ref = seeded_model()
     video, audio = _inputs(cfg)
     rv, ra = ref(video, audio)
-    half = _seeded_model()
+    half = seeded_model()
     half.set_dtype(mx.bfloat16)
     hv, ha = half(video, audio)
     assert hv.dtype == mx.float32  # output follows the latent's dtype
