@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from farm_cli.bench.failover import wait_for
 from farm_cli.client import FarmClient
 from farm_cli.remote import latents_from_outputs
 from farm_cli.services import worker_command
@@ -111,11 +112,9 @@ def clean(path: Path) -> None:
 
 
 def wait_until(check, timeout: float, what: str, poll: float = 0.1):
-    """check()'s first truthy value within timeout seconds, polled; else an AssertionError naming what."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(poll)
-    raise AssertionError(f"not within {timeout} s: {what}")
+    """check()'s first truthy value within timeout seconds (`farm_cli.bench.failover.wait_for`); else an
+    AssertionError naming what."""
+    found = wait_for(check, timeout, poll)
+    if not found:
+        raise AssertionError(f"not within {timeout} s: {what}")
+    return found

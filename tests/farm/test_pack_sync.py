@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 from coordinator.packs import BLOCK_BYTES, PackShelf
 from farm_cli.local import render_local
 from protos.packpaths import STAGING
-from tests.farm.farm_harness import ROOT, assert_identical, farm_results, local_results, wait_done
+from tests.farm.farm_harness import ROOT, assert_identical, farm_results, local_results, wait_done, wait_until
 
 BIG = "synthetic_large.bin"
 BIG_BYTES = 256 << 20
@@ -57,13 +56,7 @@ def end(proc: subprocess.Popen) -> None:
 
 
 def wait_for(check, timeout: float, what: str, poll: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(check, timeout, what, poll)
 
 
 def worker_record(store, worker_id: str) -> dict:
