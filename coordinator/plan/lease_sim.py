@@ -251,6 +251,8 @@ class Simulation:
         request = sp_degree.requested(dict(params), self.sp.default)
         if request == 1:
             return 1
+        if costs.cells(params) < 2:  # a view without its grid: nothing to split
+            return 1
         idle = 1 + sum(1 for s in self.idle if s is not slot and s.holds(job.task))
         table = params.get(sp_degree.TABLE_PARAM) or sp_degree.degree_table(
             request, len(self.slots), costs.cells(params), self.sp.link_bytes_per_s, slot.chip)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from coordinator.plan import costs
 from coordinator.plan.graph import CAPABILITY, SpecError
 from coordinator.plan.lease_sim import DEAL_MARGIN, Placed, Simulation, SpRule, deal_takes, peer_tiles_before
+from coordinator.plan.sp_degree import LINKS
 
 __all__ = ["DEAL_MARGIN", "Placed", "SpRule", "Slot", "deal_takes", "peer_tiles_before", "simulate"]
 
@@ -135,12 +136,21 @@ def eta_seconds(views: list[Mapping], slots: list[Slot], now_ms: int, coordinato
     return farm_eta_seconds([views], slots, now_ms, coordinator)[0]
 
 
+# The live ETA: a stage-1 task runs sequence parallel only where it carries its request (the gang lease).
+ETA_SP = SpRule(LINKS["10gbe"], default=1)
+
+
 def farm_eta_seconds(renders: list[list[Mapping]], slots: list[Slot], now_ms: int,
-                     coordinator: Slot | None = None) -> list[float | None]:
+                     coordinator: Slot | None = None, meta: list[tuple[int, str]] | None = None,
+                     sp: SpRule | None = ETA_SP) -> list[float | None]:
     """Each render's seconds until its tasks are done when the fleet takes every render's tasks in
     this order (the scheduler's: priority, then age), running tasks first: one simulation for the whole
-    farm, so a queued render waits behind those before it. None for a render without costs. Works on
-    copies: the caller's slots are left as they were."""
+    farm, so a queued render waits behind those before it. `meta`: each render's (priority, submitter),
+    for the queue's priority bands and fair share. None for a render without costs. Works on copies:
+    the caller's slots are left as they were."""
+    if meta is not None:
+        renders = [[{**v, "priority": p, "submitter": s} for v in views]
+                   for views, (p, s) in zip(renders, meta, strict=True)]
     slots = [Slot(**asdict(s)) for s in slots]
     coordinator = Slot(**asdict(coordinator)) if coordinator is not None else None
     by_name = {s.name: s for s in slots}
@@ -154,7 +164,7 @@ def farm_eta_seconds(renders: list[list[Mapping]], slots: list[Slot], now_ms: in
             slot = by_name[str(v["worker"])]
             slot.warm = sorted(set(slot.warm) | set(_needs(v)))
     rest = [v for v in views_all if str(v["id"]) not in done and str(v["id"]) not in running]
-    ends = {p.task: p.end for p in simulate(rest, slots, done, running, coordinator)}
+    ends = {p.task: p.end for p in simulate(rest, slots, done, running, coordinator, sp)}
     ends.update({tid: left for tid, (_w, left) in running.items()})
     return [max((ends.get(str(v["id"]), 0.0) for v in views), default=0.0) if ok else None
             for views, ok in zip(renders, costed, strict=True)]
