@@ -153,10 +153,12 @@ class Simulation:
             self.waiting[tid] = {d for d in deps if d not in done}
             if not self.waiting[tid]:
                 self._enqueue(job)
-        free = sorted((s for s in self.slots if s.name not in busy), key=lambda s: (s.free_at, pace(s)))
+        free = [s for s in self.slots if s.name not in busy]
+        self.idle = [s for s in free if s.free_at <= 0]  # registered and idle: each asks in turn
         for slot in free:
-            self._push(slot.free_at, slot, None, None)  # a free worker's first ask
-        self._start_coordinator()
+            if slot.free_at > 0:
+                self._push(slot.free_at, slot, None, None)  # free later: its first ask then
+        self._dispatch(None)
         while self.events:
             self.now, _, who, tid = heapq.heappop(self.events)
             self._event(who, tid)
