@@ -77,7 +77,8 @@ def forecast(raw_spec: dict, caps: list[dict], slots: list[placement.Slot],
             t["capability"] == CAPABILITY for t in tasks):
         raise SpecError("no worker of this fleet can hold some of its tasks (see peaks with --json)")
     by_id = {t["id"]: t for t in tasks}
-    return {"spec": spec, "stages": _stages(placed, by_id), "total_s": max((p.end for p in placed), default=0.0),
+    order = {tid: i for i, tid in enumerate(by_id)}  # rows in plan order (the simulation lists lease order)
+    return {"spec": spec, "stages": _stages(sorted(placed, key=lambda p: order[p.task]), by_id), "total_s": max((p.end for p in placed), default=0.0),
             "tiles": {"stage2": spec.get("stage2_tiles"), "decode": spec.get("decode_tiles")},
             "workers": [{"name": s.name, "chip": s.chip, "memory_bytes": s.memory_bytes} for s in slots]}
 

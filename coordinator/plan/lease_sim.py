@@ -70,7 +70,9 @@ def peer_tiles_before(own_s: float, free_in_s: float, seconds: float, margin: fl
     return math.ceil((limit - free_in_s) / seconds) - 1
 
 
-def deal_takes(queued: int, own_s: float, peers: Iterable[tuple[float, float]], margin: float = DEAL_MARGIN) -> bool:
+def deal_takes(
+    queued: int, own_s: float, peers: Iterable[tuple[float, float]], margin: float = DEAL_MARGIN
+) -> bool:
     """Speed-aware dealing, the rule lease.lua applies: a worker asking for one of a step's `queued`
     tiles takes one now unless its faster peers ((seconds until free, seconds per tile) each) would end
     all of them before it ended one; dealing each tile to whoever ends it soonest, it gets none."""
@@ -166,7 +168,9 @@ class Simulation:
 
     def _push(self, at: float, who: Any, job: _Job | None, tid: str | None = None) -> None:
         self.seq += 1
-        heapq.heappush(self.events, (at, self.seq, who, tid if tid is not None else (job.tid if job else None)))
+        heapq.heappush(
+            self.events, (at, self.seq, who, tid if tid is not None else (job.tid if job else None))
+        )
 
     def _enqueue(self, job: _Job) -> None:
         self.seq += 1
@@ -209,8 +213,18 @@ class Simulation:
 
     def _record(self, job: _Job, slot: Any, members: list, end: float) -> None:
         self.ends[job.tid] = end
-        self.placed.append(Placed(job.tid, str(job.task.get("kind", "")), slot.name, self.now, end,
-                                  slot.streams(job.task), len(members), tuple(m.name for m in members[1:])))
+        self.placed.append(
+            Placed(
+                job.tid,
+                str(job.task.get("kind", "")),
+                slot.name,
+                self.now,
+                end,
+                slot.streams(job.task),
+                len(members),
+                tuple(m.name for m in members[1:]),
+            )
+        )
         self._push(end, self.coordinator if slot is self.coordinator else slot, job)
 
     def _dispatch(self, asker: Any) -> None:
@@ -218,7 +232,8 @@ class Simulation:
         if asker is not None and asker not in self.idle:
             self.idle.append(asker)
         order = ([asker] if asker is not None else []) + sorted(
-            (s for s in self.idle if s is not asker), key=lambda s: (pace(s), self.slots.index(s)))
+            (s for s in self.idle if s is not asker), key=lambda s: (pace(s), self.slots.index(s))
+        )
         for slot in order:
             if slot in self.idle and self._lease(slot):
                 self.idle.remove(slot)
@@ -228,8 +243,13 @@ class Simulation:
         """lease.lua for one ask: join the open gang, else the next task (maybe opening a gang)."""
         if self.gang is not None and slot.holds(self.gang.job.task):
             self.gang.members.append(slot)
-            if sp_degree.gang_starts(len(self.gang.members), self.gang.k, self.gang.opened_s, self.now,
-                                     self.sp.window_s if self.sp else 0.0):
+            if sp_degree.gang_starts(
+                len(self.gang.members),
+                self.gang.k,
+                self.gang.opened_s,
+                self.now,
+                self.sp.window_s if self.sp else 0.0,
+            ):
                 self._start_gang()
             return True
         job = self._next_job(slot)
@@ -257,7 +277,8 @@ class Simulation:
             return 1
         idle = 1 + sum(1 for s in self.idle if s is not slot and s.holds(job.task))
         table = params.get(sp_degree.TABLE_PARAM) or sp_degree.degree_table(
-            request, len(self.slots), costs.cells(params), self.sp.link_bytes_per_s, slot.chip)
+            request, len(self.slots), costs.cells(params), self.sp.link_bytes_per_s, slot.chip
+        )
         return sp_degree.degree_for_idle(list(table), idle)
 
     def _start_gang(self) -> None:
@@ -268,8 +289,9 @@ class Simulation:
         ratio = max(m.compute_seconds(task) / cost if cost else pace(m) for m in gang.members)
         steps = max(1, len(params.get("sigmas") or ()) - 1)
         loads = max(m.seconds(task) - m.compute_seconds(task) for m in gang.members)
-        run = loads + sp_degree.gang_seconds(cost, steps, costs.cells(params), len(gang.members), ratio,
-                                             self.sp.link_bytes_per_s)
+        run = loads + sp_degree.gang_seconds(
+            cost, steps, costs.cells(params), len(gang.members), ratio, self.sp.link_bytes_per_s
+        )
         for m in gang.members:
             m.run(task, self.now)
             m.free_at = self.now + run
@@ -304,9 +326,13 @@ class Simulation:
         if not slot.warm or _is_warm(slot, pick.task) or self.now - pick.ready_s > AFFINITY_WAIT_S:
             return None
         rank = self.queue.index(pick)
-        for job in self.queue[rank + 1:rank + 1 + AFFINITY_LOOKAHEAD]:
-            if (job.key[0] == pick.key[0] and job.submitter == pick.submitter and _is_warm(slot, job.task)
-                    and self._eligible(slot, job)):
+        for job in self.queue[rank + 1 : rank + 1 + AFFINITY_LOOKAHEAD]:
+            if (
+                job.key[0] == pick.key[0]
+                and job.submitter == pick.submitter
+                and _is_warm(slot, job.task)
+                and self._eligible(slot, job)
+            ):
                 return job
         return None
 
@@ -315,10 +341,16 @@ class Simulation:
         if job.tile is None:
             return False
         render, step = _render_of(job.tid), params_of(job.task).get("step")
-        queued = sum(1 for j in self.queue if j.tile is not None and _render_of(j.tid) == render
-                     and params_of(j.task).get("step") == step)
-        peers = [(max(0.0, p.free_at - self.now) if p not in self.idle else 0.0, p.seconds(job.task))
-                 for p in self.slots if p is not slot and p.holds(job.task)]
+        queued = sum(
+            1
+            for j in self.queue
+            if j.tile is not None and _render_of(j.tid) == render and params_of(j.task).get("step") == step
+        )
+        peers = [
+            (max(0.0, p.free_at - self.now) if p not in self.idle else 0.0, p.seconds(job.task))
+            for p in self.slots
+            if p is not slot and p.holds(job.task)
+        ]
         return not deal_takes(queued, slot.seconds(job.task), peers)
 
 

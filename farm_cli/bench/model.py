@@ -24,8 +24,9 @@ GUIDED = ("two-stage", "one-stage")  # the dev recipes (4 passes a step: cond, u
 
 
 def _plan(spec: dict, macs: int, chip: str, memory_gb: float, render: str) -> tuple[list[dict], list, dict]:
-    caps, slots = described_fleet([{"name": "mac", "chip": chip, "memory_gb": memory_gb, "count": macs}],
-                                  spec["pack"])
+    caps, slots = described_fleet(
+        [{"name": "mac", "chip": chip, "memory_gb": memory_gb, "count": macs}], spec["pack"]
+    )
     s = validate_spec(normalize_spec(dict(spec)), caps)
     return plan_render(s, render), slots, s.as_dict()
 
@@ -58,7 +59,11 @@ def redundancy(spec: dict) -> float:
 
 def _tokens(params: dict) -> int:
     iv = params["tile"]
-    return (iv["frames"][1] - iv["frames"][0]) * (iv["height"][1] - iv["height"][0]) * (iv["width"][1] - iv["width"][0])
+    return (
+        (iv["frames"][1] - iv["frames"][0])
+        * (iv["height"][1] - iv["height"][0])
+        * (iv["width"][1] - iv["width"][0])
+    )
 
 
 def degrees(placed: list[placement.Placed]) -> str:
@@ -74,8 +79,10 @@ def _bound(placed: list[placement.Placed], macs: int, goal: float, t1: float) ->
     wall = _wall(placed)
     busy = sum((p.end - p.start) * (1 + len(p.gang)) for p in placed if p.slot != placement.COORDINATOR_SLOT)
     s1 = sum(p.end - p.start for p in placed if p.kind == "denoise_stage1")
-    return (f"bounded by: {busy / macs:.0f} s of work per Mac, {s1:.0f} s in stage 1, Macs busy "
-            f"{busy / (macs * wall):.0%} of the wall; the goal needs a wall of {t1 / goal:.0f} s")
+    return (
+        f"bounded by: {busy / macs:.0f} s of work per Mac, {s1:.0f} s in stage 1, Macs busy "
+        f"{busy / (macs * wall):.0%} of the wall; the goal needs a wall of {t1 / goal:.0f} s"
+    )
 
 
 def _row(label: str, t1: float, placed: list[placement.Placed], macs: int, goal: float | None) -> list[str]:
@@ -98,12 +105,17 @@ def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -
     for name, bw in LINKS:
         sp = placement.SpRule(bw)
         fleet_tasks, fleet_slots, resolved = _plan(many, macs, chip, memory_gb, "many")
-        alone, queued = _run(fleet_tasks, fleet_slots, sp), _run(*_queue_tasks(many, macs, chip, memory_gb, queue), sp)
+        alone, queued = (
+            _run(fleet_tasks, fleet_slots, sp),
+            _run(*_queue_tasks(many, macs, chip, memory_gb, queue), sp),
+        )
         lines.append(f"linked by {name} ({bw / 1e9:g} GB/s):")
         lines += _row("  one render, wall s", t1, alone, macs, GOALS["one"])
         lines += _row(f"  queue of {queue}, wall s", q1, queued, macs, GOALS["queue"])
-        lines.append(f"    the same tiled plan on 1 Mac ({same1:.0f} s, queue {same_q:.0f} s): "
-                     f"{same1 / _wall(alone):.2f}x one render, {same_q / _wall(queued):.2f}x the queue")
+        lines.append(
+            f"    the same tiled plan on 1 Mac ({same1:.0f} s, queue {same_q:.0f} s): "
+            f"{same1 / _wall(alone):.2f}x one render, {same_q / _wall(queued):.2f}x the queue"
+        )
     return lines, resolved
 
 
@@ -112,8 +124,11 @@ def _guided(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
     lines = []
     for pipeline in GUIDED:
         spec = {**SPEC, "pipeline": pipeline}
-        fleet = {**spec, "stage2_tiles": tiles, "decode_tiles": "auto"} if pipeline == "two-stage" else \
-            {**spec, "decode_tiles": "auto"}
+        fleet = (
+            {**spec, "stage2_tiles": tiles, "decode_tiles": "auto"}
+            if pipeline == "two-stage"
+            else {**spec, "decode_tiles": "auto"}
+        )
         try:
             one_tasks, one_slots, _ = _plan({**spec, "decode_tiles": "off"}, 1, chip, memory_gb, "g1")
             fleet_tasks, fleet_slots, _ = _plan(fleet, macs, chip, memory_gb, "gn")
@@ -123,8 +138,10 @@ def _guided(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
         passes = sorted({t["id"].rsplit(".", 1)[-1] for t in fleet_tasks if t["kind"] == "guidance_pass"})
         t1 = _wall(_run(one_tasks, one_slots, None))
         tn = _wall(_run(fleet_tasks, fleet_slots, placement.SpRule(LINKS[0][1])))
-        lines.append(f"  {pipeline} ({len(passes)} passes a step: {', '.join(passes)}): "
-                     f"{t1:.0f} s on 1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x")
+        lines.append(
+            f"  {pipeline} ({len(passes)} passes a step: {', '.join(passes)}): "
+            f"{t1:.0f} s on 1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x"
+        )
     return lines
 
 

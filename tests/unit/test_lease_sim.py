@@ -33,8 +33,10 @@ def test_a_queued_render_starts_on_an_idle_mac_while_the_first_runs() -> None:
 
 
 def test_every_task_lands_where_its_peak_fits_resident_or_streamed() -> None:
-    caps_rows = [{"name": "studio", "chip": "Apple M1 Max", "memory_gb": 64},
-                 {"name": "mini", "chip": "Apple M4 Pro", "memory_gb": 24, "count": 2}]
+    caps_rows = [
+        {"name": "studio", "chip": "Apple M1 Max", "memory_gb": 64},
+        {"name": "mini", "chip": "Apple M4 Pro", "memory_gb": 24, "count": 2},
+    ]
     from coordinator.plan.forecast import described_fleet
     from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 
@@ -44,7 +46,8 @@ def test_every_task_lands_where_its_peak_fits_resident_or_streamed() -> None:
     by_id, by_slot = {t["id"]: t for t in tasks}, {s.name: s for s in slots}
     placed = placement.simulate(tasks, slots, sp=TB5)
     assert len([p for p in placed if p.slot != placement.COORDINATOR_SLOT]) == sum(
-        t["capability"] == "mlx" for t in tasks)
+        t["capability"] == "mlx" for t in tasks
+    )
     for p in placed:
         for name in (p.slot, *p.gang):
             if name == placement.COORDINATOR_SLOT:
@@ -73,14 +76,29 @@ def test_a_gang_starts_with_the_members_it_has_when_its_window_ends() -> None:
     assert sp_degree.degree_for_idle([1, 2, 3], 5) == 3 and sp_degree.degree_for_idle([1, 2], 0) == 1
     # A reservation of 3 (the task's table says 3) on a fleet where one Mac cannot hold stage 1: it
     # fills with 2 (the small Mac is neither counted nor let in) and starts when its window ends.
-    stage1 = {"id": "r.stage1", "kind": "denoise_stage1", "capability": "mlx", "deps": [],
-              "params": {"cost_s": 400.0, "height": 544, "width": 960, "frames": 121, "sigmas": [1.0] * 9,
-                         "min_memory_bytes": 40 * GB, sp_degree.TABLE_PARAM: [3, 3, 3]}}
+    stage1 = {
+        "id": "r.stage1",
+        "kind": "denoise_stage1",
+        "capability": "mlx",
+        "deps": [],
+        "params": {
+            "cost_s": 400.0,
+            "height": 544,
+            "width": 960,
+            "frames": 121,
+            "sigmas": [1.0] * 9,
+            "min_memory_bytes": 40 * GB,
+            sp_degree.TABLE_PARAM: [3, 3, 3],
+        },
+    }
     slots = [placement.Slot(n, "Apple M1 Max", m * GB) for n, m in (("a", 64), ("b", 64), ("c", 16))]
     (gang,) = placement.simulate([stage1], slots, sp=TB5)
     assert gang.degree == 2 and gang.start == pytest.approx(sp_degree.GANG_WINDOW_S) and "c" not in gang.gang
-    alone = placement.simulate([{**stage1, "params": {**stage1["params"], sp_degree.REQUEST_PARAM: 1}}],
-                               [placement.Slot(n, "Apple M1 Max", 64 * GB) for n in "ab"], sp=TB5)
+    alone = placement.simulate(
+        [{**stage1, "params": {**stage1["params"], sp_degree.REQUEST_PARAM: 1}}],
+        [placement.Slot(n, "Apple M1 Max", 64 * GB) for n in "ab"],
+        sp=TB5,
+    )
     assert alone[0].degree == 1  # --stage1-parallel 1: off
 
 
