@@ -136,6 +136,7 @@ class Simulation:
         self.ends: dict[str, float] = {}
         self.placed: list[Placed] = []
         self.held: dict[str, int] = {}  # leases per submitter (fair share)
+        self.leases: dict[str, int] = {}  # a gang's task: the leases its members hold
 
     def run(self, done: Mapping[str, float], running: Mapping[str, tuple[str, float]]) -> list[Placed]:
         by_name = {s.name: s for s in self.slots}
@@ -196,8 +197,11 @@ class Simulation:
     def _complete(self, tid: str) -> None:
         """A task ended: its lease is given back and the tasks waiting only on it are queued."""
         job = self.jobs.get(tid)
-        if job is not None and job.task.get("capability") in (None, CAPABILITY):
-            self.held[job.submitter] = max(0, self.held.get(job.submitter, 0) - 1)
+        if job is not None and job.task.get("capability") in (
+            None,
+            CAPABILITY,
+        ):  # a gang: each member's lease
+            self.held[job.submitter] = max(0, self.held.get(job.submitter, 0) - self.leases.pop(tid, 1))
         for other, deps in self.waiting.items():
             if tid in deps:
                 deps.discard(tid)
@@ -296,6 +300,7 @@ class Simulation:
             m.run(task, self.now)
             m.free_at = self.now + run
         self.held[gang.job.submitter] = self.held.get(gang.job.submitter, 0) + len(gang.members) - 1
+        self.leases[gang.job.tid] = len(gang.members)
         self._record(gang.job, gang.members[0], gang.members, self.now + run)
         for m in gang.members[1:]:
             self._push(self.now + run, m, None)
