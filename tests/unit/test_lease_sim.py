@@ -133,3 +133,26 @@ def test_bench_model_prints_the_goals_and_what_bounds_a_figure_under_one() -> No
     assert "two-stage (4 passes a step" in text and "one-stage (4 passes a step" in text
     two = [line for line in model(2, "M1 Max", 96, 2, "2x2") if "goal ≥" in line or "bounded by" in line]
     assert all("NOT met" not in r for r in two) or any("bounded by" in r for r in two)
+
+
+def test_the_farm_eta_follows_priority_and_backfills() -> None:
+    """coordinator/eta.py hands each render's (priority, submitter): a later render of higher priority
+    goes first, and a small Mac runs a later render's task while the first render's waits for the big one."""
+    slots = [placement.Slot("w", ratios={"a": 1.0})]
+    low = [{"id": "r1.a", "kind": "a", "cost_s": 10.0, "deps": [], "display": "queued"}]
+    high = [{"id": "r2.a", "kind": "a", "cost_s": 5.0, "deps": [], "display": "queued"}]
+    assert placement.farm_eta_seconds([low, high], slots, 0, meta=[(0, ""), (5, "")]) == [15.0, 5.0]
+    big, small = placement.Slot("big", memory_bytes=64 * GB), placement.Slot("small", memory_bytes=16 * GB)
+    first = [
+        {
+            "id": f"r1.{i}",
+            "kind": "a",
+            "cost_s": 10.0,
+            "deps": [],
+            "display": "queued",
+            "min_memory_bytes": 40 * GB,
+        }
+        for i in range(2)
+    ]
+    second = [{"id": "r2.a", "kind": "a", "cost_s": 3.0, "deps": [], "display": "queued"}]
+    assert placement.farm_eta_seconds([first, second], [big, small], 0) == [20.0, 3.0]
