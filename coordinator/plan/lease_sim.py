@@ -188,10 +188,10 @@ class Simulation:
             return
         if tid is not None:
             self._complete(tid)
-        if who is self.coordinator:
+        if who is self.coordinator or who is None:  # None: a running task on a worker not in the fleet
             self._start_coordinator()
             self._dispatch(None)
-        elif who is not None:
+        else:
             self._dispatch(who)
 
     def _complete(self, tid: str) -> None:
@@ -351,10 +351,11 @@ class Simulation:
             for j in self.queue
             if j.tile is not None and _render_of(j.tid) == render and params_of(j.task).get("step") == step
         )
+        reserved = self.gang.members if self.gang is not None else []  # held for a gang: not coming
         peers = [
             (max(0.0, p.free_at - self.now) if p not in self.idle else 0.0, p.seconds(job.task))
             for p in self.slots
-            if p is not slot and p.holds(job.task)
+            if p is not slot and p not in reserved and p.holds(job.task)
         ]
         return not deal_takes(queued, slot.seconds(job.task), peers)
 
