@@ -1,0 +1,106 @@
+"""IC-LoRA control: a control video's latent as reference tokens of stage 1, with its attention strength.
+
+As upstream 1.0.0 (`ICLoraPipeline._create_conditionings`, ltx-core `VideoConditionByReferenceLatent`
+wrapped in `ConditioningItemAttentionStrengthWrapper`, `mask_utils.build_attention_mask`):
+- the control clip is encoded at the stage's size over the LoRA's `reference_downscale_factor`
+  (`control_size`; both sides must divide), its tokens appended after every other token with latent =
+  clean = the reference, denoise mask 1 - strength, positions of its own grid (causal fix, seconds at
+  the stage's fps) with height and width scaled by the factor into the target's pixels;
+- an attention strength below 1 builds the (1, N+M, N+M) self-attention mask: 1 among the N existing
+  tokens (generated + guides) and among the M reference tokens, the strength between the generated
+  tokens and the reference (both ways), 0 between earlier conditioning tokens and the reference. At
+  strength 1 there is no mask (full attention), as upstream passes none. The DiT reads the mask as the
+  additive bias log(m) (`models.transformer._self_attention_bias`, upstream `_prepare_self_attention_mask`);
+- stage 2 runs on the plain DiT with no reference (the farm's warm distilled DiT, TDP-tileable).
+Pure numpy but for the position helpers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ltx_engine.sampling import LatentState
+from ltx_engine.tokens import patchify_video
+
+F32 = np.float32
+
+
+class ControlError(ValueError):
+    """A control reference the stage cannot take (one line)."""
+
+
+@dataclass(frozen=True)
+class ControlReference:
+    """A control (or Dub-It reference) video's latent (1, C, F, h, w) and how it conditions the stage."""
+
+    latent: np.ndarray
+    strength: float = 1.0               # 1: the reference stays clean (mask 0)
+    attention_strength: float = 1.0     # upstream's conditioning_attention_strength, in [0, 1]
+    downscale: int = 1                  # the LoRA's reference_downscale_factor
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.attention_strength <= 1.0:
+            raise ControlError(f"attention strength {self.attention_strength} must be in [0, 1]")
+        if self.downscale < 1:
+            raise ControlError(f"reference downscale {self.downscale} must be >= 1")
+
+    @property
+    def tokens(self) -> int:
+        return int(np.prod(np.shape(self.latent)[2:]))
+
+
+def control_size(height: int, width: int, downscale: int) -> tuple[int, int]:
+    """(height, width) in pixels the control clip is resized to and encoded at, for a stage of that size."""
+    if height % downscale or width % downscale:
+        raise ControlError(f"the stage's {height}x{width} must be divisible by the IC-LoRA's reference "
+                           f"downscale factor {downscale}")
+    return height // downscale, width // downscale
+
+
+def reference_positions(grid: tuple[int, int, int], fps: float, downscale: int) -> np.ndarray:
+    """(1, 3, F*h*w, 2) float32 positions of reference tokens, height/width scaled into the target's pixels."""
+    from ltx_engine.patchify import pixel_coords, video_latent_coords
+
+    px = pixel_coords(video_latent_coords(1, *grid), causal_fix=True).astype(F32)
+    px[:, 0] = px[:, 0] / F32(fps)
+    if downscale != 1:
+        px[:, 1:] *= F32(downscale)
+    return px
+
+
+def build_attention_mask(existing: np.ndarray | None, num_noisy: int, num_existing: int,
+                         cross: np.ndarray) -> np.ndarray:
+    """(B, N+M, N+M) mask for M new reference tokens after N existing ones (upstream's block layout)."""
+    batch, num_new = cross.shape
+    total = num_existing + num_new
+    mask = np.zeros((batch, total, total), F32)
+    mask[:, :num_existing, :num_existing] = 1.0 if existing is None else existing
+    mask[:, num_existing:, num_existing:] = 1.0
+    mask[:, :num_noisy, num_existing:] = cross[:, None, :]
+    mask[:, num_existing:, :num_noisy] = cross[:, :, None]
+    return mask
+
+
+def update_attention_mask(existing: np.ndarray | None, strength: float | np.ndarray | None, num_noisy: int,
+                          num_existing: int, num_new: int) -> np.ndarray | None:
+    """The state's mask after appending `num_new` tokens: None stays None when no strength is asked;
+    an existing mask grows with full attention (1) for tokens appended without a strength."""
+    if strength is None:
+        if existing is None:
+            return None
+        strength = 1.0
+    cross = np.broadcast_to(np.asarray(strength, F32), (1, num_new)).astype(F32)
+    return build_attention_mask(existing, num_noisy, num_existing, cross)
+
+
+def append_control(video: LatentState, attention: np.ndarray | None, ref: ControlReference, fps: float,
+                   num_noisy: int) -> tuple[LatentState, np.ndarray | None]:
+    """`video` with the reference tokens appended last, and the self-attention mask after it."""
+    latent = np.asarray(ref.latent, F32)
+    tokens = patchify_video(latent)
+    positions = reference_positions(tuple(latent.shape[2:]), fps, ref.downscale)
+    strength = ref.attention_strength if ref.attention_strength < 1.0 else None
+    mask = update_attention_mask(attention, strength, num_noisy, video.num_tokens, tokens.shape[1])
+    return video.append_tokens(tokens, positions, ref.strength), mask
