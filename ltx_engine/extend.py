@@ -49,8 +49,10 @@ class ExtendLayout:
         if self.new_latent_frames < 1:
             raise ExtendError(f"--extend-frames {self.new_latent_frames}: at least 1 latent frame")
         if self.source_frames < CONTEXT_PIXEL_FRAMES or (self.source_frames - 1) % 8:
-            raise ExtendError(f"the source has {self.source_frames} frames; extend needs 8k + 1 frames, "
-                              f"at least {CONTEXT_PIXEL_FRAMES}")
+            raise ExtendError(
+                f"the source has {self.source_frames} frames; extend needs 8k + 1 frames, "
+                f"at least {CONTEXT_PIXEL_FRAMES}"
+            )
 
     @property
     def window_frames(self) -> int:
@@ -94,7 +96,9 @@ class ExtendLayout:
     def source_audio_slice(self, source_audio_frames: int) -> slice:
         """The source audio latents pinned (its last or first `context_audio`)."""
         n = min(self.context_audio, source_audio_frames)
-        return slice(source_audio_frames - n, source_audio_frames) if self.direction == "after" else slice(0, n)
+        return (
+            slice(source_audio_frames - n, source_audio_frames) if self.direction == "after" else slice(0, n)
+        )
 
 
 def context_condition(layout: ExtendLayout, context_latent: np.ndarray):
@@ -102,7 +106,9 @@ def context_condition(layout: ExtendLayout, context_latent: np.ndarray):
     from ltx_engine.conditioning import ImageCondition
 
     if context_latent.shape[2] != CONTEXT_LATENT_FRAMES:
-        raise ExtendError(f"the extend context has {context_latent.shape[2]} latent frames, not {CONTEXT_LATENT_FRAMES}")
+        raise ExtendError(
+            f"the extend context has {context_latent.shape[2]} latent frames, not {CONTEXT_LATENT_FRAMES}"
+        )
     return ImageCondition(context_latent, layout.context_frame, 1.0, REPLACE, "extend context")
 
 

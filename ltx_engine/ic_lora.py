@@ -36,9 +36,9 @@ class ControlReference:
     """A control (or Dub-It reference) video's latent (1, C, F, h, w) and how it conditions the stage."""
 
     latent: np.ndarray
-    strength: float = 1.0               # 1: the reference stays clean (mask 0)
-    attention_strength: float = 1.0     # upstream's conditioning_attention_strength, in [0, 1]
-    downscale: int = 1                  # the LoRA's reference_downscale_factor
+    strength: float = 1.0  # 1: the reference stays clean (mask 0)
+    attention_strength: float = 1.0  # upstream's conditioning_attention_strength, in [0, 1]
+    downscale: int = 1  # the LoRA's reference_downscale_factor
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.attention_strength <= 1.0:
@@ -54,8 +54,10 @@ class ControlReference:
 def control_size(height: int, width: int, downscale: int) -> tuple[int, int]:
     """(height, width) in pixels the control clip is resized to and encoded at, for a stage of that size."""
     if height % downscale or width % downscale:
-        raise ControlError(f"the stage's {height}x{width} must be divisible by the IC-LoRA's reference "
-                           f"downscale factor {downscale}")
+        raise ControlError(
+            f"the stage's {height}x{width} must be divisible by the IC-LoRA's reference "
+            f"downscale factor {downscale}"
+        )
     return height // downscale, width // downscale
 
 
@@ -70,8 +72,9 @@ def reference_positions(grid: tuple[int, int, int], fps: float, downscale: int) 
     return px
 
 
-def build_attention_mask(existing: np.ndarray | None, num_noisy: int, num_existing: int,
-                         cross: np.ndarray) -> np.ndarray:
+def build_attention_mask(
+    existing: np.ndarray | None, num_noisy: int, num_existing: int, cross: np.ndarray
+) -> np.ndarray:
     """(B, N+M, N+M) mask for M new reference tokens after N existing ones (upstream's block layout)."""
     batch, num_new = cross.shape
     total = num_existing + num_new
@@ -83,8 +86,13 @@ def build_attention_mask(existing: np.ndarray | None, num_noisy: int, num_existi
     return mask
 
 
-def update_attention_mask(existing: np.ndarray | None, strength: float | np.ndarray | None, num_noisy: int,
-                          num_existing: int, num_new: int) -> np.ndarray | None:
+def update_attention_mask(
+    existing: np.ndarray | None,
+    strength: float | np.ndarray | None,
+    num_noisy: int,
+    num_existing: int,
+    num_new: int,
+) -> np.ndarray | None:
     """The state's mask after appending `num_new` tokens: None stays None when no strength is asked;
     an existing mask grows with full attention (1) for tokens appended without a strength."""
     if strength is None:
@@ -95,8 +103,9 @@ def update_attention_mask(existing: np.ndarray | None, strength: float | np.ndar
     return build_attention_mask(existing, num_noisy, num_existing, cross)
 
 
-def append_control(video: LatentState, attention: np.ndarray | None, ref: ControlReference, fps: float,
-                   num_noisy: int) -> tuple[LatentState, np.ndarray | None]:
+def append_control(
+    video: LatentState, attention: np.ndarray | None, ref: ControlReference, fps: float, num_noisy: int
+) -> tuple[LatentState, np.ndarray | None]:
     """`video` with the reference tokens appended last, and the self-attention mask after it."""
     latent = np.asarray(ref.latent, F32)
     tokens = patchify_video(latent)

@@ -27,9 +27,17 @@ def retake_stage_states(inputs, vpos: np.ndarray, apos: np.ndarray) -> tuple[Lat
     """Noised retake states; without source audio the audio is generated whole (upstream: no mask item)."""
     if inputs.initial_video is None:
         raise ValueError("a retake stage needs the source's video latent (initial_video)")
-    audio_src = None if inputs.initial_audio is None else patchify_audio(inputs.initial_audio.astype(np.float32))
-    video, audio = retake.retake_states(patchify_video(inputs.initial_video.astype(np.float32)), audio_src,
-                                        inputs.retake, inputs.latent_grid, inputs.fps, (vpos, apos))
+    audio_src = (
+        None if inputs.initial_audio is None else patchify_audio(inputs.initial_audio.astype(np.float32))
+    )
+    video, audio = retake.retake_states(
+        patchify_video(inputs.initial_video.astype(np.float32)),
+        audio_src,
+        inputs.retake,
+        inputs.latent_grid,
+        inputs.fps,
+        (vpos, apos),
+    )
     sigma0 = float(inputs.sigmas[0])
     v_stream = sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream)
     a_stream = sampling.stream_id(sampling.STREAM_AUDIO, inputs.noise_stream)
@@ -52,8 +60,9 @@ def attention_mask(inputs, num_tokens: int) -> np.ndarray | None:
     ref = inputs.control
     if ref is None or ref.attention_strength >= 1.0:
         return None
-    return ic_lora.update_attention_mask(None, ref.attention_strength, inputs.video_tokens,
-                                         num_tokens - ref.tokens, ref.tokens)
+    return ic_lora.update_attention_mask(
+        None, ref.attention_strength, inputs.video_tokens, num_tokens - ref.tokens, ref.tokens
+    )
 
 
 def pin_audio(audio: LatentState, inputs) -> LatentState:

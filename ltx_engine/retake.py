@@ -91,15 +91,24 @@ def window_latent_frames(frames: int, fps: float, start: float, end: float) -> l
     return [k for k, m in enumerate(_overlap(bounds[:, 0], bounds[:, 1], start, end)) if m]
 
 
-def retake_states(video_clean: np.ndarray, audio_clean: np.ndarray | None, window: RetakeWindow,
-                  grid: tuple[int, int, int], fps: float, positions: tuple[np.ndarray, np.ndarray]
-                  ) -> tuple[LatentState, LatentState | None]:
+def retake_states(
+    video_clean: np.ndarray,
+    audio_clean: np.ndarray | None,
+    window: RetakeWindow,
+    grid: tuple[int, int, int],
+    fps: float,
+    positions: tuple[np.ndarray, np.ndarray],
+) -> tuple[LatentState, LatentState | None]:
     """Un-noised stage states from the source's patchified latents (video (1, T, C), audio (1, A, C*M)
     or None: no source audio, generated whole) with the window's masks applied."""
     vpos, apos = positions
     video = LatentState.initial(video_clean, vpos)
-    video = LatentState(video.latent, video_window_mask(grid, fps, window.start, window.end),
-                        video.clean_latent, video.positions)
+    video = LatentState(
+        video.latent,
+        video_window_mask(grid, fps, window.start, window.end),
+        video.clean_latent,
+        video.positions,
+    )
     if audio_clean is None:
         return video, None
     audio = LatentState.initial(audio_clean, apos)
