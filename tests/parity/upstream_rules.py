@@ -120,3 +120,22 @@ def multimodal_calculate_main(guider, cond: torch.Tensor, uncond, perturbed, iso
         return t.float() if isinstance(t, torch.Tensor) else t
 
     return guider.calculate(f32(cond), f32(uncond), f32(perturbed), f32(isolated))
+
+
+def temporal_region_mask(state, tools, start_time: float, end_time: float, fps: float):
+    """`TemporalRegionMask.apply_to` of ltx-pipelines 1.0.0 (retake.py; later ltx-core's
+    conditioning/types/temporal_region_mask.py, the same rule). ltx-pipelines is not installed (its
+    `__init__` imports every pipeline), so the rule is written here on ltx-core 1.0.0's own patchifier
+    bounds and `get_pixel_coords`: mask 1 where a token's [t_start, t_end) seconds overlap [start, end)."""
+    from ltx_core.components.patchifiers import get_pixel_coords
+
+    coords = tools.patchifier.get_patch_grid_bounds(tools.target_shape, device=state.denoise_mask.device)
+    if coords.shape[1] == 1:  # audio: the patchifier's bounds are seconds already
+        t_start, t_end = coords[:, 0, :, 0], coords[:, 0, :, 1]
+    else:
+        pixel = get_pixel_coords(coords, tools.scale_factors, causal_fix=tools.causal_fix)
+        t_start, t_end = (pixel[0, 0] / fps).unbind(dim=-1)
+    in_region = (t_end > start_time) & (t_start < end_time)
+    out = state.clone()
+    out.denoise_mask.copy_(in_region.to(out.denoise_mask.dtype).reshape(out.denoise_mask.shape))
+    return out

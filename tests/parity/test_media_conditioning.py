@@ -1,0 +1,120 @@
+"""Retake's temporal region mask and IC-LoRA's reference conditioning against ltx-core 1.0.0, float32.
+
+- the window masks (video and audio) == `TemporalRegionMask` (ltx-pipelines 1.0.0, its rule written in
+  `upstream_rules.temporal_region_mask` on 1.0.0's patchifiers) over windows that start / end inside,
+  on and between latent frames, and the empty window of `--no-regen-audio`;
+- the control reference (latent, clean, mask, positions, attention mask) == `VideoConditionByReferenceLatent`
+  (downscale 2, strength 0.8) wrapped in `ConditioningItemAttentionStrengthWrapper` (0.5), after a guide
+  (`VideoConditionByKeyframeIndex`), on 1.0.0's initial state; and at attention strength 1 no mask;
+- the DiT's bias from that mask == 1.0.0's `_prepare_self_attention_mask`.
+torch and ltx_core are imported at module level: a missing one fails collection (CI never skips).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+from ltx_core.components.patchifiers import AudioPatchifier, VideoLatentPatchifier
+from ltx_core.conditioning import (
+    ConditioningItemAttentionStrengthWrapper,
+    VideoConditionByKeyframeIndex,
+    VideoConditionByReferenceLatent,
+)
+from ltx_core.model.transformer.transformer_args import TransformerArgsPreprocessor
+from ltx_core.tools import AudioLatentTools, VideoLatentTools
+from ltx_core.types import AudioLatentShape, VideoLatentShape
+
+from ltx_engine import ic_lora, retake
+from ltx_engine.conditioning import ImageCondition, apply_image_conditions
+from ltx_engine.models.transformer import _self_attention_bias
+from ltx_engine.patchify import video_positions
+from ltx_engine.sampling import LatentState
+from tests.parity.upstream_rules import temporal_region_mask
+
+pytestmark = pytest.mark.timeout(30)
+C, F, H, W, FPS = 8, 6, 2, 3, 24.0
+WINDOWS = [(0.0, 0.01), (0.3, 0.7), (1 / 24, 9 / 24), (9 / 24, 17 / 24), (1.0, 1.75), (0.0, 0.0), (0.5, 5.0)]
+
+
+def _close(got: np.ndarray, want: torch.Tensor) -> None:
+    np.testing.assert_allclose(got, want.float().numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("start,end", WINDOWS)
+def test_video_window_mask_equals_temporal_region_mask(start, end):
+    tools = VideoLatentTools(VideoLatentPatchifier(1), VideoLatentShape(1, C, F, H, W), fps=FPS)
+    state = tools.create_initial_state("cpu", torch.float32)
+    want = temporal_region_mask(state, tools, start, end, FPS).denoise_mask
+    np.testing.assert_array_equal(retake.video_window_mask((F, H, W), FPS, start, end), want.numpy())
+
+
+@pytest.mark.parametrize("start,end", WINDOWS)
+def test_audio_window_mask_equals_temporal_region_mask(start, end):
+    frames = 44  # 1.76 s of audio latents
+    tools = AudioLatentTools(AudioPatchifier(1), AudioLatentShape(1, C, frames, 16))
+    state = tools.create_initial_state("cpu", torch.float32)
+    want = temporal_region_mask(state, tools, start, end, FPS).denoise_mask
+    np.testing.assert_array_equal(retake.audio_window_mask(frames, start, end), want.numpy())
+
+
+def test_window_latent_frames_names_the_masked_frames():
+    frames = (F - 1) * 8 + 1
+    for start, end in WINDOWS:
+        mask = retake.video_window_mask((F, 1, 1), FPS, start, end)[0, :, 0]
+        assert retake.window_latent_frames(frames, FPS, start, end) == [k for k in range(F) if mask[k]]
+
+
+def _upstream_control(ref: torch.Tensor, guide: torch.Tensor, attention: float | None):
+    tools = VideoLatentTools(VideoLatentPatchifier(1), VideoLatentShape(1, C, F, H, W), fps=FPS)
+    state = tools.create_initial_state("cpu", torch.float32)
+    state = VideoConditionByKeyframeIndex(keyframes=guide, frame_idx=9, strength=0.7).apply_to(state, tools)
+    cond = VideoConditionByReferenceLatent(latent=ref, downscale_factor=2, strength=0.8)
+    if attention is not None:
+        cond = ConditioningItemAttentionStrengthWrapper(cond, attention_mask=attention)
+    return cond.apply_to(state, tools)
+
+
+def _engine_control(ref: np.ndarray, guide: np.ndarray, attention: float):
+    pos = np.array(video_positions(1, F, H, W, FPS), np.float32)
+    video = LatentState.initial(np.zeros((1, F * H * W, C), np.float32), pos)
+    video = apply_image_conditions(
+        video, [ImageCondition(guide, 9, 0.7, "guide")], (F, H, W), (F - 1) * 8 + 1, FPS
+    )
+    control = ic_lora.ControlReference(ref, strength=0.8, attention_strength=attention, downscale=2)
+    return ic_lora.append_control(video, None, control, FPS, F * H * W)
+
+
+@pytest.mark.parametrize("attention", [0.5, 1.0])
+def test_control_reference_equals_reference_latent_with_attention_strength(attention):
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal((1, C, F, 1, 2)).astype(np.float32)  # half-size control, downscale 2
+    guide = rng.standard_normal((1, C, 1, H, W)).astype(np.float32)
+    want = _upstream_control(
+        torch.from_numpy(ref), torch.from_numpy(guide), attention if attention < 1 else None
+    )
+    got, mask = _engine_control(ref, guide, attention)
+    _close(got.latent, want.latent)
+    _close(got.clean_latent, want.clean_latent)
+    _close(got.denoise_mask, want.denoise_mask)
+    # 1.0.0 positions a one-frame guide over [f, f + 8); the engine follows main's [f, f + 1) (see
+    # test_image_conditions): the reference tokens' positions, the ones this test is about, are compared.
+    n = F * H * W + H * W
+    _close(got.positions[:, :, :n][:, 1:], want.positions[:, :, :n][:, 1:])
+    _close(got.positions[:, :, n:], want.positions[:, :, n:])
+    if attention >= 1.0:
+        assert mask is None and want.attention_mask is None
+        return
+    _close(mask, want.attention_mask)
+    assert mask[0, : F * H * W, n:].max() == np.float32(0.5) and mask[0, F * H * W : n, n:].max() == 0
+
+
+def test_attention_bias_equals_prepare_self_attention_mask():
+    rng = np.random.default_rng(4)
+    mask = rng.choice(np.array([0.0, 0.25, 0.5, 1.0], np.float32), size=(1, 7, 7)).astype(np.float32)
+    want = TransformerArgsPreprocessor._prepare_self_attention_mask(
+        None, torch.from_numpy(mask), torch.float32
+    )
+    got = np.array(_self_attention_bias(mx.array(mask), mx.float32))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
