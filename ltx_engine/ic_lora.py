@@ -113,3 +113,22 @@ def append_control(
     strength = ref.attention_strength if ref.attention_strength < 1.0 else None
     mask = update_attention_mask(attention, strength, num_noisy, video.num_tokens, tokens.shape[1])
     return video.append_tokens(tokens, positions, ref.strength), mask
+
+
+def control_downscale(paths) -> int:
+    """The reference downscale of a set of IC-LoRA files, from their metadata, as upstream 1.0.0's
+    `ICLoraPipeline` reads it: factors other than 1 must agree. Unlike DFR's detailing LoRA (default 2)
+    a control LoRA without `reference_downscale_factor` is refused: the factor must match training."""
+    from ltx_engine.safetensors_header import read_raw_header
+
+    factor = 1
+    for path in paths:
+        metadata = read_raw_header(path, error=ControlError)[1].get("__metadata__") or {}
+        raw = metadata.get("reference_downscale_factor")
+        if raw is None or not str(raw).isdigit() or int(raw) < 1:
+            raise ControlError(f"{path}: an IC-LoRA without a reference_downscale_factor in its metadata")
+        scale = int(raw)
+        if scale != 1 and factor not in (1, scale):
+            raise ControlError(f"{path}: reference_downscale_factor {scale} conflicts with another LoRA's {factor}")
+        factor = scale if scale != 1 else factor
+    return factor
