@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltx_engine.keyframes import REPLACE
-
 CONTEXT_PIXEL_FRAMES = 25
 CONTEXT_LATENT_FRAMES = 4
 AUDIO_LATENTS_PER_SECOND = 25.0
@@ -99,17 +97,6 @@ class ExtendLayout:
         return (
             slice(source_audio_frames - n, source_audio_frames) if self.direction == "after" else slice(0, n)
         )
-
-
-def context_condition(layout: ExtendLayout, context_latent: np.ndarray):
-    """The pinned context as a stage's replace condition (strength 1)."""
-    from ltx_engine.conditioning import ImageCondition
-
-    if context_latent.shape[2] != CONTEXT_LATENT_FRAMES:
-        raise ExtendError(
-            f"the extend context has {context_latent.shape[2]} latent frames, not {CONTEXT_LATENT_FRAMES}"
-        )
-    return ImageCondition(context_latent, layout.context_frame, 1.0, REPLACE, "extend context")
 
 
 def assemble_video(layout: ExtendLayout, source: np.ndarray, window: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ wrapped in `ConditioningItemAttentionStrengthWrapper`, `mask_utils.build_attenti
   strength 1 there is no mask (full attention), as upstream passes none. The DiT reads the mask as the
   additive bias log(m) (`models.transformer._self_attention_bias`, upstream `_prepare_self_attention_mask`);
 - stage 2 runs on the plain DiT with no reference (the farm's warm distilled DiT, TDP-tileable).
-Pure numpy but for the position helpers.
+Pure numpy (the coordinator may check control sizes and LoRA metadata at submit).
 """
 
 from __future__ import annotations
@@ -62,11 +62,20 @@ def control_size(height: int, width: int, downscale: int) -> tuple[int, int]:
 
 
 def reference_positions(grid: tuple[int, int, int], fps: float, downscale: int) -> np.ndarray:
-    """(1, 3, F*h*w, 2) float32 positions of reference tokens, height/width scaled into the target's pixels."""
-    from ltx_engine.patchify import pixel_coords, video_latent_coords
-
-    px = pixel_coords(video_latent_coords(1, *grid), causal_fix=True).astype(F32)
-    px[:, 0] = px[:, 0] / F32(fps)
+    """(1, 3, F*h*w, 2) float32 positions of reference tokens (token order f, h, w): time in seconds after
+    the causal fix, height/width in pixels (32 per latent) scaled by the downscale into the target's."""
+    f, h, w = grid
+    ff, hh, ww = (
+        a.reshape(-1).astype(F32)
+        for a in np.meshgrid(np.arange(f), np.arange(h), np.arange(w), indexing="ij")
+    )
+    t0, t1 = np.maximum(ff * 8 + 1 - 8, 0), np.maximum((ff + 1) * 8 + 1 - 8, 0)
+    axes = [
+        np.stack([t0, t1], -1) / F32(fps),
+        np.stack([hh, hh + 1], -1) * 32,
+        np.stack([ww, ww + 1], -1) * 32,
+    ]
+    px = np.stack(axes)[None].astype(F32)
     if downscale != 1:
         px[:, 1:] *= F32(downscale)
     return px
@@ -129,6 +138,8 @@ def control_downscale(paths) -> int:
             raise ControlError(f"{path}: an IC-LoRA without a reference_downscale_factor in its metadata")
         scale = int(raw)
         if scale != 1 and factor not in (1, scale):
-            raise ControlError(f"{path}: reference_downscale_factor {scale} conflicts with another LoRA's {factor}")
+            raise ControlError(
+                f"{path}: reference_downscale_factor {scale} conflicts with another LoRA's {factor}"
+            )
         factor = scale if scale != 1 else factor
     return factor

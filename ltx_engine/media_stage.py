@@ -6,7 +6,7 @@ StageInputs fields they read:
 - `retake` (`retake.RetakeWindow`): `initial_video` / `initial_audio` are the source's latents at the
   stage's grid; the window's masks replace the all-ones ones; one stage, from noise inside the window.
 - `audio_pin` / `audio_pin_start` (extend): the source's boundary audio latent pinned (mask 0) into the
-  generated audio; the video context is an `images` replace (`extend.context_condition`).
+  generated audio; the video context is an `images` replace (`extend_context`).
 - `control` (`ic_lora.ControlReference`): reference tokens appended last, before the noise is drawn;
   an attention strength below 1 gives the forward a self-attention mask (`attention_mask`).
 - `audio_reference` (Dub-It): reference audio tokens appended after the noised audio (mask 0, so the
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ltx_engine import ic_lora, retake, sampling
+from ltx_engine import extend, ic_lora, retake, sampling
+from ltx_engine.conditioning import REPLACE, ImageCondition
 from ltx_engine.dubit import append_audio_reference
 from ltx_engine.sampling import LatentState
 from ltx_engine.tokens import patchify_audio, patchify_video
@@ -78,3 +79,12 @@ def reference_audio(audio: LatentState, inputs) -> LatentState:
 def generated_audio(audio: LatentState, inputs) -> LatentState:
     """The audio state without Dub-It's appended reference tokens."""
     return audio if inputs.audio_reference is None else audio.truncate(inputs.audio_frames)
+
+
+def extend_context(layout: extend.ExtendLayout, context_latent: np.ndarray) -> ImageCondition:
+    """Extend's pinned context (the source's re-encoded 25 boundary frames) as a stage's replace condition."""
+    if context_latent.shape[2] != extend.CONTEXT_LATENT_FRAMES:
+        raise extend.ExtendError(
+            f"the extend context has {context_latent.shape[2]} latent frames, not {extend.CONTEXT_LATENT_FRAMES}"
+        )
+    return ImageCondition(context_latent, layout.context_frame, 1.0, REPLACE, "extend context")

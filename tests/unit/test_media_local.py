@@ -21,6 +21,7 @@ import pytest
 
 from ltx_engine import extend, ic_lora
 from ltx_engine.denoise import StageInputs
+from ltx_engine.media_stage import extend_context
 from ltx_engine.retake import RetakeWindow
 from ltx_engine.sampling import DISTILLED_SIGMAS
 
@@ -59,15 +60,25 @@ def media(local_runner, tmp_path_factory):
 
 
 def _inputs(contexts, frames: int, audio_frames: int, **kw) -> StageInputs:
-    return StageInputs(frames=frames, height=SIZE, width=SIZE, fps=FPS, seed=11, sigmas=list(DISTILLED_SIGMAS),
-                       contexts=contexts, audio_frames=audio_frames, **kw)
+    return StageInputs(
+        frames=frames,
+        height=SIZE,
+        width=SIZE,
+        fps=FPS,
+        seed=11,
+        sigmas=list(DISTILLED_SIGMAS),
+        contexts=contexts,
+        audio_frames=audio_frames,
+        **kw,
+    )
 
 
 def test_retake_keeps_everything_outside_its_window(media):
     engine, pack, latent, _, audio, contexts = media
     window = RetakeWindow(0.4, 0.6).check(25 / FPS)
-    out = engine.denoise_stage1(pack, _inputs(contexts, 25, 26, initial_video=latent, initial_audio=audio,
-                                               retake=window))
+    out = engine.denoise_stage1(
+        pack, _inputs(contexts, 25, 26, initial_video=latent, initial_audio=audio, retake=window)
+    )
     video, got_audio = out["video_latent"], out["audio_latent"]
     assert video.shape == latent.shape
     keep = [0, 1, 3]  # latent frame 2 spans pixel frames [9, 17) = [0.375, 0.708) s
@@ -77,8 +88,17 @@ def test_retake_keeps_everything_outside_its_window(media):
     outside = [k for k in range(26) if k not in inside]
     np.testing.assert_array_equal(got_audio[:, :, outside], audio[:, :, outside])
     assert inside and not np.allclose(got_audio[:, :, inside], audio[:, :, inside])
-    kept = engine.denoise_stage1(pack, _inputs(contexts, 25, 26, initial_video=latent, initial_audio=audio,
-                                                retake=RetakeWindow(0.4, 0.6, regen_audio=False)))
+    kept = engine.denoise_stage1(
+        pack,
+        _inputs(
+            contexts,
+            25,
+            26,
+            initial_video=latent,
+            initial_audio=audio,
+            retake=RetakeWindow(0.4, 0.6, regen_audio=False),
+        ),
+    )
     np.testing.assert_array_equal(kept["audio_latent"], audio)
     np.testing.assert_array_equal(kept["video_latent"][:, :, keep], latent[:, :, keep])
 
@@ -87,8 +107,14 @@ def test_extend_pins_the_source_tail_and_its_audio(media):
     engine, pack, latent, _, audio, contexts = media
     layout = extend.ExtendLayout(source_frames=25, fps=FPS, new_latent_frames=1)
     pin = audio[:, :, layout.source_audio_slice(audio.shape[2])]
-    inputs = _inputs(contexts, layout.window_frames, layout.window_audio, images=(extend.context_condition(layout, latent),),
-                     audio_pin=pin, audio_pin_start=layout.audio_pin_start)
+    inputs = _inputs(
+        contexts,
+        layout.window_frames,
+        layout.window_audio,
+        images=(extend_context(layout, latent),),
+        audio_pin=pin,
+        audio_pin_start=layout.audio_pin_start,
+    )
     out = engine.denoise_stage1(pack, inputs)
     window, window_audio = out["video_latent"], out["audio_latent"]
     assert window.shape[2] == 5 and window_audio.shape[2] == layout.window_audio == 34
@@ -118,8 +144,11 @@ def test_ic_lora_control_reference_and_its_attention_strength(media, tmp_path):
     fused = WithLoras(pack, ((path, 1.0),))
     ref = half[:, :, :, :1, :1]  # a (1, C, 4, 1, 1) control latent at the stage's size / 2
     runs = {}
-    for name, control in {"none": None, "0": ic_lora.ControlReference(ref, attention_strength=0.0, downscale=2),
-                          "0.5": ic_lora.ControlReference(ref, attention_strength=0.5, downscale=2)}.items():
+    for name, control in {
+        "none": None,
+        "0": ic_lora.ControlReference(ref, attention_strength=0.0, downscale=2),
+        "0.5": ic_lora.ControlReference(ref, attention_strength=0.5, downscale=2),
+    }.items():
         runs[name] = engine.denoise_stage1(fused, _inputs(contexts, 25, 26, control=control))["video_latent"]
     # strength 0 cuts the generated <-> reference self-attention only: the audio still cross-attends to
     # every video token (as upstream, the mask is the video self-attention's), so it ends closer, not equal
