@@ -118,3 +118,77 @@ def test_attention_bias_equals_prepare_self_attention_mask():
     )
     got = np.array(_self_attention_bias(mx.array(mask), mx.float32))
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+
+
+def test_control_conditioned_forward_of_the_tiny_dit_equals_1_0_0():
+    """The reference-conditioning step whole: each side's own conditioned state (a control reference at
+    attention strength 0.5 after the generated tokens) through the same seeded AV DiT, the mask read as
+    1.0.0's self-attention bias; both velocities <= 1e-4 relative."""
+    from ltx_core.model.transformer.modality import Modality as RefModality
+
+    from ltx_engine.models.transformer import Modality
+    from tests.parity.test_transformer import _audio_inputs, _cfg, _models, _rel
+
+    ref_model, ours = _models(_cfg("split"), video_only=False)
+    t = _cfg("split")["transformer"]
+    f, h, w, c, sigma = 2, 2, 2, 128, 0.7
+    rng = np.random.default_rng(8)
+    control = rng.standard_normal((1, c, f, 1, 1)).astype(np.float32)
+    tools = VideoLatentTools(VideoLatentPatchifier(1), VideoLatentShape(1, c, f, h, w), fps=FPS)
+    noise = rng.standard_normal((1, f * h * w, c)).astype(np.float32)
+    want = tools.create_initial_state("cpu", torch.float32, torch.from_numpy(noise.T.reshape(1, c, f, h, w)))
+    cond = VideoConditionByReferenceLatent(latent=torch.from_numpy(control), downscale_factor=2, strength=1.0)
+    want = ConditioningItemAttentionStrengthWrapper(cond, attention_mask=0.5).apply_to(want, tools)
+    pos = np.array(video_positions(1, f, h, w, FPS), np.float32)
+    got, mask = ic_lora.append_control(
+        LatentState.initial(noise, pos),
+        None,
+        ic_lora.ControlReference(control, attention_strength=0.5, downscale=2),
+        FPS,
+        f * h * w,
+    )
+    ctx = rng.standard_normal((1, 7, t["cross_attention_dim"])).astype(np.float32)
+    audio = {
+        k: (v[:1] if isinstance(v, np.ndarray) else v)
+        for k, v in _audio_inputs(rng, t["audio_cross_attention_dim"]).items()
+    }
+    with torch.no_grad():
+        rv, ra = ref_model(
+            RefModality(
+                latent=want.latent,
+                sigma=torch.tensor([sigma]),
+                timesteps=(want.denoise_mask * sigma)[..., 0],
+                positions=want.positions,
+                context=torch.from_numpy(ctx),
+                attention_mask=want.attention_mask,
+            ),
+            RefModality(
+                **{k: (torch.from_numpy(np.asarray(v)) if v is not None else None) for k, v in audio.items()}
+            ),
+            None,
+        )
+    ov, oa = ours(
+        Modality(
+            latent=mx.array(got.latent),
+            sigma=mx.array([sigma]),
+            timesteps=mx.array((got.denoise_mask * sigma)[..., 0]),
+            positions=mx.array(got.positions),
+            context=mx.array(ctx),
+            attention_mask=mx.array(mask),
+        ),
+        Modality(**{k: (mx.array(v) if v is not None else None) for k, v in audio.items()}),
+    )
+    errs = (_rel(np.array(ov), rv.numpy()), _rel(np.array(oa), ra.numpy()))
+    print("control-conditioned forward", errs)
+    assert max(errs) <= 1e-4
+    unmasked, _ = ours(
+        Modality(
+            latent=mx.array(got.latent),
+            sigma=mx.array([sigma]),
+            timesteps=mx.array((got.denoise_mask * sigma)[..., 0]),
+            positions=mx.array(got.positions),
+            context=mx.array(ctx),
+        ),
+        Modality(**{k: (mx.array(v) if v is not None else None) for k, v in audio.items()}),
+    )
+    assert _rel(np.array(unmasked), rv.numpy()) > 1e-3  # the mask matters at this size
