@@ -66,6 +66,18 @@ def attention_mask(inputs, num_tokens: int) -> np.ndarray | None:
     )
 
 
+def refuse_unmasked(inputs, where: str) -> None:
+    """A stage path that carries no self-attention mask or drops no reference audio (sequence-parallel
+    stage 1, a stage run as prepared token arrays) refuses what would need one, rather than run without."""
+    if (
+        attention_mask(inputs, inputs.video_tokens + inputs.control.tokens if inputs.control else 0)
+        is not None
+    ):
+        raise ValueError(f"{where}: an IC-LoRA control with attention strength below 1 is not built there")
+    if inputs.audio_reference is not None and where.startswith("sequence-parallel"):
+        raise ValueError(f"{where}: a Dub-It reference audio is not built there")
+
+
 def pin_audio(audio: LatentState, inputs) -> LatentState:
     """Extend: the source's boundary audio tokens pinned at `audio_pin_start` (mask 0, clean = latent)."""
     tokens = patchify_audio(inputs.audio_pin.astype(np.float32))

@@ -161,3 +161,18 @@ def test_attention_mask_blocks():
 def test_dubit_reference_audio_sits_before_time_zero():
     pos = dubit.reference_audio_positions(3)
     np.testing.assert_allclose(pos[0, 0], [[-0.13, -0.12], [-0.12, -0.08], [-0.08, -0.04]], rtol=1e-5)
+
+
+def test_paths_without_an_attention_mask_refuse_a_partial_strength():
+    from ltx_engine.denoise import StageInputs
+    from ltx_engine.media_stage import refuse_unmasked
+
+    control = ic_lora.ControlReference(np.zeros((1, 8, 1, 1, 1), np.float32), attention_strength=0.5)
+    inputs = StageInputs(
+        frames=9, height=64, width=64, fps=24.0, seed=0, sigmas=[1.0, 0.0], contexts={}, control=control
+    )
+    with pytest.raises(
+        ValueError, match="sequence-parallel stage 1: an IC-LoRA control with attention strength below 1"
+    ):
+        refuse_unmasked(inputs, "sequence-parallel stage 1")
+    refuse_unmasked(StageInputs(**{**inputs.__dict__, "control": None}), "sequence-parallel stage 1")
