@@ -39,12 +39,24 @@ class ControlReference:
     strength: float = 1.0  # 1: the reference stays clean (mask 0)
     attention_strength: float = 1.0  # upstream's conditioning_attention_strength, in [0, 1]
     downscale: int = 1  # the LoRA's reference_downscale_factor
+    attention_mask: np.ndarray | None = None  # (1, M) per-token [0, 1] from a mask video (`latent_mask`)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.attention_strength <= 1.0:
             raise ControlError(f"attention strength {self.attention_strength} must be in [0, 1]")
         if self.downscale < 1:
             raise ControlError(f"reference downscale {self.downscale} must be >= 1")
+        if self.attention_mask is not None and np.shape(self.attention_mask) != (1, self.tokens):
+            raise ControlError(
+                f"attention mask {np.shape(self.attention_mask)} != (1, {self.tokens}) reference tokens"
+            )
+
+    def cross(self) -> float | np.ndarray | None:
+        """The reference's attention strengths as upstream picks them: mask x strength when a mask video is
+        given, the scalar below 1, else None (no mask at all)."""
+        if self.attention_mask is not None:
+            return (np.asarray(self.attention_mask, F32) * F32(self.attention_strength)).astype(F32)
+        return self.attention_strength if self.attention_strength < 1.0 else None
 
     @property
     def tokens(self) -> int:
@@ -79,6 +91,44 @@ def reference_positions(grid: tuple[int, int, int], fps: float, downscale: int) 
     if downscale != 1:
         px[:, 1:] *= F32(downscale)
     return px
+
+
+def mask_from_pixels(pixels: np.ndarray) -> np.ndarray:
+    """A mask video's (1, 3, F, H, W) pixels in [-1, 1] -> (1, 1, F, H, W) in [0, 1] (channel mean), as
+    upstream's `_load_mask_video` (the clip resized to the stage's size as any control clip)."""
+    return np.clip((np.asarray(pixels, F32).mean(axis=1, keepdims=True) + F32(1.0)) / F32(2.0), 0.0, 1.0)
+
+
+def _area(x: np.ndarray, size: int, axis: int) -> np.ndarray:
+    """Adaptive average pooling along one axis (torch's `interpolate(mode="area")`)."""
+    n = x.shape[axis]
+    parts = [
+        np.take(x, range((i * n) // size, -((-(i + 1) * n) // size)), axis=axis).mean(
+            axis=axis, keepdims=True
+        )
+        for i in range(size)
+    ]
+    return np.concatenate(parts, axis=axis).astype(F32)
+
+
+def latent_mask(mask: np.ndarray, grid: tuple[int, int, int]) -> np.ndarray:
+    """(1, 1, F, H, W) pixel mask -> (1, f*h*w) per reference token (upstream `_downsample_mask_to_latent`):
+    area-pooled to the latent's h x w, then the first frame alone and each later group of
+    (F - 1) / (f - 1) frames averaged."""
+    f, h, w = grid
+    m = _area(_area(np.asarray(mask, F32), h, 3), w, 4)
+    f_pix = m.shape[2]
+    if f_pix > 1 and f > 1:
+        if (f_pix - 1) % (f - 1):
+            raise ControlError(
+                f"a mask of {f_pix} frames does not fit {f} latent frames ((F - 1) % (f - 1) != 0)"
+            )
+        t = (f_pix - 1) // (f - 1)
+        rest = m[:, :, 1:].reshape(1, 1, f - 1, t, h, w).mean(axis=3)
+        m = np.concatenate([m[:, :, :1], rest], axis=2)
+    else:
+        m = m[:, :, :1]
+    return m.reshape(1, -1).astype(F32)
 
 
 def build_attention_mask(
@@ -119,8 +169,7 @@ def append_control(
     latent = np.asarray(ref.latent, F32)
     tokens = patchify_video(latent)
     positions = reference_positions(tuple(latent.shape[2:]), fps, ref.downscale)
-    strength = ref.attention_strength if ref.attention_strength < 1.0 else None
-    mask = update_attention_mask(attention, strength, num_noisy, video.num_tokens, tokens.shape[1])
+    mask = update_attention_mask(attention, ref.cross(), num_noisy, video.num_tokens, tokens.shape[1])
     return video.append_tokens(tokens, positions, ref.strength), mask
 
 

@@ -59,20 +59,17 @@ def apply_control(video: LatentState, inputs) -> LatentState:
 def attention_mask(inputs, num_tokens: int) -> np.ndarray | None:
     """The stage's (1, T, T) self-attention mask, or None for full attention."""
     ref = inputs.control
-    if ref is None or ref.attention_strength >= 1.0:
+    if ref is None or ref.cross() is None:
         return None
     return ic_lora.update_attention_mask(
-        None, ref.attention_strength, inputs.video_tokens, num_tokens - ref.tokens, ref.tokens
+        None, ref.cross(), inputs.video_tokens, num_tokens - ref.tokens, ref.tokens
     )
 
 
 def refuse_unmasked(inputs, where: str) -> None:
     """A stage path that carries no self-attention mask or drops no reference audio (sequence-parallel
     stage 1, a stage run as prepared token arrays) refuses what would need one, rather than run without."""
-    if (
-        attention_mask(inputs, inputs.video_tokens + inputs.control.tokens if inputs.control else 0)
-        is not None
-    ):
+    if inputs.control is not None and inputs.control.cross() is not None:
         raise ValueError(f"{where}: an IC-LoRA control with attention strength below 1 is not built there")
     if inputs.audio_reference is not None and where.startswith("sequence-parallel"):
         raise ValueError(f"{where}: a Dub-It reference audio is not built there")

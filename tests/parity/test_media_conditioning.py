@@ -192,3 +192,36 @@ def test_control_conditioned_forward_of_the_tiny_dit_equals_1_0_0():
         Modality(**{k: (mx.array(v) if v is not None else None) for k, v in audio.items()}),
     )
     assert _rel(np.array(unmasked), rv.numpy()) > 1e-3  # the mask matters at this size
+
+
+@pytest.mark.parametrize(
+    "pixels,grid", [((17, 64, 96), (3, 2, 3)), ((9, 70, 45), (2, 3, 2)), ((1, 32, 32), (1, 1, 1))]
+)
+def test_latent_mask_equals_downsample_mask_to_latent(pixels, grid):
+    from tests.parity.upstream_rules import downsample_mask_to_latent
+
+    rng = np.random.default_rng(9)
+    video = rng.uniform(-1, 1, (1, 3, *pixels)).astype(np.float32)
+    mask = ic_lora.mask_from_pixels(video)
+    want_mask = ((torch.from_numpy(video).mean(dim=1, keepdim=True) + 1.0) / 2.0).clamp(0.0, 1.0)
+    _close(mask, want_mask)
+    _close(ic_lora.latent_mask(mask, grid), downsample_mask_to_latent(want_mask, *grid))
+
+
+def test_control_with_a_mask_video_equals_the_wrapper_with_a_tensor_mask():
+    rng = np.random.default_rng(10)
+    ref = rng.standard_normal((1, C, F, 1, 2)).astype(np.float32)
+    per_token = rng.uniform(0, 1, (1, F * 2)).astype(np.float32)
+    tools = VideoLatentTools(VideoLatentPatchifier(1), VideoLatentShape(1, C, F, H, W), fps=FPS)
+    state = tools.create_initial_state("cpu", torch.float32)
+    cond = VideoConditionByReferenceLatent(latent=torch.from_numpy(ref), downscale_factor=2, strength=1.0)
+    want = ConditioningItemAttentionStrengthWrapper(cond, attention_mask=torch.from_numpy(per_token) * 0.8)
+    want = want.apply_to(state, tools)
+    pos = np.array(video_positions(1, F, H, W, FPS), np.float32)
+    control = ic_lora.ControlReference(ref, attention_strength=0.8, downscale=2, attention_mask=per_token)
+    got, mask = ic_lora.append_control(
+        LatentState.initial(np.zeros((1, F * H * W, C), np.float32), pos), None, control, FPS, F * H * W
+    )
+    _close(mask, want.attention_mask)
+    full = ic_lora.ControlReference(ref, attention_strength=1.0, downscale=2, attention_mask=per_token)
+    assert full.cross() is not None  # a mask video always masks, even at strength 1 (upstream)

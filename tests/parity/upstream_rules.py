@@ -139,3 +139,19 @@ def temporal_region_mask(state, tools, start_time: float, end_time: float, fps: 
     out = state.clone()
     out.denoise_mask.copy_(in_region.to(out.denoise_mask.dtype).reshape(out.denoise_mask.shape))
     return out
+
+
+def downsample_mask_to_latent(mask: torch.Tensor, frames: int, height: int, width: int) -> torch.Tensor:
+    """`ICLoraPipeline._downsample_mask_to_latent` of ltx-pipelines 1.0.0 (ic_lora.py; not installed, see
+    `temporal_region_mask`): a (B, 1, F, H, W) [0, 1] mask area-pooled to the latent's h x w, the first
+    frame kept, each later group of (F - 1) / (f - 1) frames averaged, flattened (B, f*h*w)."""
+    from einops import rearrange
+
+    b, f_pix = mask.shape[0], mask.shape[2]
+    down = torch.nn.functional.interpolate(rearrange(mask, "b 1 f h w -> (b f) 1 h w"), size=(height, width), mode="area")
+    down = rearrange(down, "(b f) 1 h w -> b 1 f h w", b=b)
+    first = down[:, :, :1]
+    if f_pix > 1 and frames > 1:
+        rest = rearrange(down[:, :, 1:], "b 1 (f t) h w -> b 1 f t h w", t=(f_pix - 1) // (frames - 1)).mean(dim=3)
+        first = torch.cat([first, rest], dim=2)
+    return rearrange(first, "b 1 f h w -> b (f h w)")
