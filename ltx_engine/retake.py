@@ -119,3 +119,18 @@ def retake_states(
 def noised(state: LatentState, seed: int, stream: int, sigma0: float) -> LatentState:
     """The state noised at sigma0 from the stage's named Philox stream (mask-0 tokens stay clean exactly)."""
     return state.noised(sampling.noise(state.latent.shape, seed, stream), sigma0)
+
+
+def audio_frames_for(frames: int, fps: float) -> int:
+    """Audio latents of a clip (upstream `AudioLatentShape.from_video_pixel_shape`: round(s * 25))."""
+    return round(frames / fps * AUDIO_RATE / AUDIO_HOP / AUDIO_DOWNSAMPLE)
+
+
+def fit_audio(latent: np.ndarray, frames: int) -> np.ndarray:
+    """The source's audio latent (1, C, T, M) cut or zero-padded to `frames` latents, as upstream's
+    `_encode_audio_for_retake` fits it to the clip."""
+    t = latent.shape[2]
+    if t >= frames:
+        return np.ascontiguousarray(latent[:, :, :frames])
+    pad = np.zeros((*latent.shape[:2], frames - t, latent.shape[3]), latent.dtype)
+    return np.concatenate([latent, pad], axis=2)

@@ -225,3 +225,18 @@ def test_control_with_a_mask_video_equals_the_wrapper_with_a_tensor_mask():
     _close(mask, want.attention_mask)
     full = ic_lora.ControlReference(ref, attention_strength=1.0, downscale=2, attention_mask=per_token)
     assert full.cross() is not None  # a mask video always masks, even at strength 1 (upstream)
+
+
+@pytest.mark.parametrize("frames,fps", [(25, 24.0), (97, 24.0), (121, 30.0), (49, 25.0), (33, 23.976)])
+def test_retake_audio_length_equals_from_video_pixel_shape(frames, fps):
+    from ltx_core.types import VideoPixelShape
+
+    want = AudioLatentShape.from_video_pixel_shape(VideoPixelShape(1, frames, 64, 64, fps)).frames
+    assert retake.audio_frames_for(frames, fps) == want
+    source = np.ones((1, 8, 30, 16), np.float32)
+    fitted = retake.fit_audio(source, want)
+    assert (
+        fitted.shape == (1, 8, want, 16)
+        and fitted[:, :, 30:].sum() == 0
+        and fitted[:, :, : min(30, want)].min() == 1
+    )
