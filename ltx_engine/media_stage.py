@@ -97,3 +97,28 @@ def extend_context(layout: extend.ExtendLayout, context_latent: np.ndarray) -> I
             f"the extend context has {context_latent.shape[2]} latent frames, not {extend.CONTEXT_LATENT_FRAMES}"
         )
     return ImageCondition(context_latent, layout.context_frame, 1.0, REPLACE, "extend context")
+
+
+def stage_fields(params: dict, inputs: dict) -> dict:
+    """The media pipelines' StageInputs fields from a task's params and input arrays, the names written
+    once for the planner and the worker (`**stage_fields(params, inputs)` beside the others):
+    params `retake` [start, end, regen_audio], `audio_pin_start`, `control` {strength, attention_strength,
+    downscale}; inputs `audio_pin`, `control_latent`, `control_mask` (1, M), `audio_reference`."""
+    out: dict = {}
+    if params.get("retake") is not None:
+        start, end, regen = params["retake"]
+        out["retake"] = retake.RetakeWindow(float(start), float(end), bool(regen))
+    if inputs.get("audio_pin") is not None:
+        out |= {"audio_pin": inputs["audio_pin"], "audio_pin_start": int(params.get("audio_pin_start", 0))}
+    if inputs.get("control_latent") is not None:
+        c = params.get("control") or {}
+        out["control"] = ic_lora.ControlReference(
+            inputs["control_latent"],
+            float(c.get("strength", 1.0)),
+            float(c.get("attention_strength", 1.0)),
+            int(c.get("downscale", 1)),
+            inputs.get("control_mask"),
+        )
+    if inputs.get("audio_reference") is not None:
+        out["audio_reference"] = inputs["audio_reference"]
+    return out

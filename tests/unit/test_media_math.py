@@ -176,3 +176,25 @@ def test_paths_without_an_attention_mask_refuse_a_partial_strength():
     ):
         refuse_unmasked(inputs, "sequence-parallel stage 1")
     refuse_unmasked(StageInputs(**{**inputs.__dict__, "control": None}), "sequence-parallel stage 1")
+
+
+def test_stage_fields_from_task_params_and_inputs():
+    from ltx_engine.media_stage import stage_fields
+
+    latent, pin = np.zeros((1, 8, 2, 1, 1), np.float32), np.ones((1, 8, 3, 16), np.float32)
+    params = {
+        "retake": [0.4, 0.6, False],
+        "audio_pin_start": 7,
+        "control": {"strength": 0.9, "attention_strength": 0.5, "downscale": 2},
+    }
+    fields = stage_fields(params, {"audio_pin": pin, "control_latent": latent, "audio_reference": pin})
+    assert fields["retake"] == retake.RetakeWindow(0.4, 0.6, False) and fields["audio_pin_start"] == 7
+    control = fields["control"]
+    assert (control.strength, control.attention_strength, control.downscale, control.cross()) == (
+        0.9,
+        0.5,
+        2,
+        0.5,
+    )
+    assert fields["audio_pin"] is pin and fields["audio_reference"] is pin
+    assert stage_fields({}, {}) == {}
