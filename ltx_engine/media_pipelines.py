@@ -10,7 +10,9 @@ encode / denoise / upsample tasks must equal bit for bit (each call here is one 
   the half size over the downscale), stage 2 on the plain pack without it (upstream's clean stage 2);
 - Dub-It: both stages on the pack with the Dub-It LoRA fused, the reference video in each (its own size),
   stage 1's audio reference the source's audio, stage 2's stage 1's audio (also kept frozen).
-Video latents come out at full size; the audio is stage 1's (what the decode reads).
+Video latents come out at full size; the audio is stage 1's (what the decode reads). Stage 2 keeps the
+audio frozen as the farm's distilled stage 2 does (upstream from v1.4 `freeze_audio`); 1.0.0's
+`ICLoraPipeline` re-noised it from sigma 0.909 in stage 2, Dub-It (1.2) freezes it.
 """
 
 from __future__ import annotations
