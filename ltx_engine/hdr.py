@@ -48,7 +48,7 @@ def _native(transfer: str) -> color.Primaries:
     return color.AP1 if transfer == ACESCCT else color.BT709
 
 
-def _convert(src: color.Primaries, dst: color.Primaries, rgb: np.ndarray) -> np.ndarray:
+def convert(src: color.Primaries, dst: color.Primaries, rgb: np.ndarray) -> np.ndarray:
     rgb = np.asarray(rgb, F32)
     return rgb if src == dst else color.apply_matrix(color.rgb_to_rgb_matrix(src, dst), rgb)
 
@@ -76,12 +76,12 @@ def decompress(codes: np.ndarray, transfer: str) -> np.ndarray:
 
 def to_working(linear: np.ndarray, primaries: color.Primaries, transfer: str) -> np.ndarray:
     """Scene-linear RGB in `primaries` -> the transfer's [0, 1] codes (rotated into its primaries)."""
-    return compress(np.maximum(_convert(primaries, _native(transfer), linear), F32(0.0)), transfer)
+    return compress(np.maximum(convert(primaries, _native(transfer), linear), F32(0.0)), transfer)
 
 
 def to_linear(codes: np.ndarray, transfer: str, primaries: color.Primaries = color.BT709) -> np.ndarray:
     """[0, 1] codes -> scene-linear RGB in `primaries`, clamped at 0."""
-    return np.maximum(_convert(_native(transfer), primaries, decompress(codes, transfer)), F32(0.0))
+    return np.maximum(convert(_native(transfer), primaries, decompress(codes, transfer)), F32(0.0))
 
 
 def to_vae_range(codes: np.ndarray) -> np.ndarray:
