@@ -38,7 +38,11 @@ PORT_ACESCG_TO_REC709 = np.array(
     ]
 )
 UP_REC709_TO_2020 = np.array(
-    [[0.62740389, 0.32928304, 0.04331307], [0.06909729, 0.91954040, 0.01136232], [0.01639144, 0.08801331, 0.89559525]]
+    [
+        [0.62740389, 0.32928304, 0.04331307],
+        [0.06909729, 0.91954040, 0.01136232],
+        [0.01639144, 0.08801331, 0.89559525],
+    ]
 )
 
 
@@ -50,7 +54,9 @@ def up_acescct_compress(x):
 
 def up_acescct_decompress(ct):
     ct = np.clip(ct, 0.0, 1.0)
-    return np.where(ct > 0.155251141552511, 2.0 ** (ct * 17.52 - 9.72), (ct - 0.0729055341958355) / 10.5402377416545)
+    return np.where(
+        ct > 0.155251141552511, 2.0 ** (ct * 17.52 - 9.72), (ct - 0.0729055341958355) / 10.5402377416545
+    )
 
 
 def up_logc3_compress(x):
@@ -62,7 +68,9 @@ def up_logc3_compress(x):
 def up_logc3_decompress(c):
     c = np.clip(c, 0.0, 1.0)
     cut = 5.367655 * 0.010591 + 0.092809
-    return np.where(c >= cut, (10.0 ** ((c - 0.385537) / 0.247190) - 0.052272) / 5.555556, (c - 0.092809) / 5.367655)
+    return np.where(
+        c >= cut, (10.0 ** ((c - 0.385537) / 0.247190) - 0.052272) / 5.555556, (c - 0.092809) / 5.367655
+    )
 
 
 def up_srgb_eotf(x):
@@ -76,7 +84,9 @@ def up_hlg_signal(linear_709, white_signal=0.75):
     k = white / (1.0 - white)
     lin = np.maximum(linear_709 @ UP_REC709_TO_2020.T, 0.0)
     x = np.where(lin <= 1.0, lin * white, 1.0 - (1.0 - white) * np.exp(-k * (lin - 1.0)))
-    sig = np.where(x <= 1 / 12, np.sqrt(np.maximum(3 * x, 0.0)), a * np.log(np.maximum(12 * x - b, 1e-12)) + c)
+    sig = np.where(
+        x <= 1 / 12, np.sqrt(np.maximum(3 * x, 0.0)), a * np.log(np.maximum(12 * x - b, 1e-12)) + c
+    )
     return np.clip(sig, 0.0, 1.0)
 
 
@@ -86,13 +96,18 @@ def close(got, want, tol=1e-4):
     np.testing.assert_array_less(np.abs(got - want), tol * np.maximum(1.0, np.abs(want)))
 
 
-LINEAR = np.concatenate([[-1.0, 0.0, 1e-5, 0.0078125, 0.0078126, 0.18, 1.0, 10.0, 222.0, 1e4], np.geomspace(1e-6, 300, 200)])
+LINEAR = np.concatenate(
+    [[-1.0, 0.0, 1e-5, 0.0078125, 0.0078126, 0.18, 1.0, 10.0, 222.0, 1e4], np.geomspace(1e-6, 300, 200)]
+)
 CODES = np.concatenate([[-0.5, 0.0, 0.155251141552511, 0.1553, 0.5, 1.0, 1.5], np.linspace(0, 1, 301)])
 
 
 @pytest.mark.parametrize(
     "transfer, comp, decomp",
-    [(hdr.ACESCCT, up_acescct_compress, up_acescct_decompress), (hdr.LOGC3, up_logc3_compress, up_logc3_decompress)],
+    [
+        (hdr.ACESCCT, up_acescct_compress, up_acescct_decompress),
+        (hdr.LOGC3, up_logc3_compress, up_logc3_decompress),
+    ],
 )
 def test_transfers_match_upstreams_curves(transfer, comp, decomp):
     close(hdr.compress(LINEAR, transfer), comp(LINEAR))
@@ -111,10 +126,14 @@ def test_primaries_match_upstream_and_the_ports_tables():
 
 def test_sdr_input_chain_is_upstreams():
     rng = np.random.default_rng(1)
-    rgb8 = np.concatenate([np.repeat(np.arange(256)[:, None], 3, 1), rng.integers(0, 256, (500, 3))]).astype(np.uint8)
+    rgb8 = np.concatenate([np.repeat(np.arange(256)[:, None], 3, 1), rng.integers(0, 256, (500, 3))]).astype(
+        np.uint8
+    )
     want = up_acescct_compress(np.maximum(up_srgb_eotf(rgb8 / 255.0) @ UP_SRGB_TO_ACESCG.T, 0.0)) * 2 - 1
     close(hdr.to_vae_range(hdr.sdr_working(rgb8)), want)
-    linear = up_acescct_compress(np.maximum((rgb8 / 255.0) @ UP_SRGB_TO_ACESCG.T, 0.0)) * 2 - 1  # --input-colorspace srgb
+    linear = (
+        up_acescct_compress(np.maximum((rgb8 / 255.0) @ UP_SRGB_TO_ACESCG.T, 0.0)) * 2 - 1
+    )  # --input-colorspace srgb
     close(hdr.to_vae_range(hdr.sdr_working(rgb8, input_colorspace="srgb")), linear)
     close(hdr.sdr_working(rgb8, hdr.LOGC3), rgb8 / 255.0)  # 1.2.0: compress_ldr, the identity clamp
     with pytest.raises(hdr.HdrInputError, match=r"\[0, 1\]"):
@@ -140,7 +159,10 @@ def test_output_chain_and_the_hlg_signal_are_upstreams():
 def test_exr_plates_enter_the_working_space_as_upstream():
     plates = np.random.default_rng(3).uniform(0, 8, (5, 3))
     close(hdr.exr_working(plates, "acescg"), up_acescct_compress(plates))
-    close(hdr.exr_working(plates, "srgb-linear"), up_acescct_compress(np.maximum(plates @ UP_SRGB_TO_ACESCG.T, 0)))
+    close(
+        hdr.exr_working(plates, "srgb-linear"),
+        up_acescct_compress(np.maximum(plates @ UP_SRGB_TO_ACESCG.T, 0)),
+    )
     close(hdr.exr_working(plates, "acescct"), np.clip(plates, 0, 1))
     with pytest.raises(hdr.HdrInputError, match="rec2020"):
         hdr.exr_working(plates, "rec2020")

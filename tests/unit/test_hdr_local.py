@@ -1,0 +1,151 @@
+"""The HDR IC-LoRA render in process on the tiny 2.5 pack (`ltx_engine.hdr_pipeline`, the oracle a farm
+graph must equal), and its rules (`ltx_engine.hdr_lora`).
+
+A 25-frame 32x32 SDR clip written with PyAV (libx264) is read back as rgb24; the scene embedding is a
+`.safetensors` with `video_context` (the pack's own connector output for a prompt); the pack's tiny HDR
+LoRA (`farm pack tiny --variant 2.5`, metadata hdr_transform=acescct, downscale 1) is fused. One
+full-size stage (8 Euler steps) with the reference tokens, a slot and a guide at the clip's one seam
+(frame 24), the conv decode -> ACEScct codes -> Rec.709 linear (HLG master) and ACEScg (EXR).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from ltx_engine import hdr_lora, hdr_pipeline
+
+pytestmark = pytest.mark.timeout(120)
+FPS, SIZE, FRAMES = 24.0, 32, 25
+
+
+def _sdr_clip(path) -> np.ndarray:
+    """A moving coloured gradient written as H.264 with PyAV and read back: (F, H, W, 3) uint8."""
+    import av
+
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=Fraction(24))
+        stream.width = stream.height = SIZE
+        stream.pix_fmt = "yuv420p"
+        for i in range(FRAMES):
+            ramp = (np.arange(SIZE)[None, :, None] * 3 + i * 9 + np.array([0, 60, 120])) % 256
+            img = np.broadcast_to(ramp, (SIZE, SIZE, 3)).astype(np.uint8)
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")))
+        out.mux(stream.encode(None))
+    with av.open(str(path)) as src:
+        return np.stack([f.to_ndarray(format="rgb24") for f in src.decode(video=0)])
+
+
+@pytest.fixture(scope="module")
+def hdr_setup(tmp_path_factory):
+    import mlx.core as mx
+
+    from ltx_engine.lora import WithLoras
+    from ltx_engine.tiny_pack import write_tiny_pack
+    from worker.runner import Runner
+
+    folder = tmp_path_factory.mktemp("packs25")
+    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
+    runner = Runner(folder)
+    engine, pack = runner.engine, runner.pack("tiny25")
+    emb = folder / "scene-emb.safetensors"
+    mx.save_safetensors(
+        str(emb), {"video_context": mx.array(engine.encode_prompt(pack, "a scene")["video_context"])}
+    )
+    lora = folder / "tiny25" / hdr_lora.HDR_LORA_FILE
+    config = hdr_lora.refuse_lora(lora)
+    render = hdr_pipeline.HdrRender(FPS, 11, hdr_lora.load_video_context(emb), config.transfer)
+    fused = WithLoras(pack, ((str(lora), hdr_lora.HDR_LORA_STRENGTH),))
+    return engine, pack, fused, render, _sdr_clip(tmp_path_factory.mktemp("sdr") / "sdr.mp4")
+
+
+def _run(setup, packs=None, **changes):
+    from dataclasses import replace
+
+    engine, pack, fused, render, clip = setup
+    decode = hdr_pipeline.conv_decode(engine, pack)
+    return hdr_pipeline.hdr_ic_lora(engine, packs or (pack, fused), clip, replace(render, **changes), decode)
+
+
+@pytest.fixture(scope="module")
+def base(hdr_setup):
+    return _run(hdr_setup)
+
+
+def test_the_local_hdr_render_is_finite_in_range_and_deterministic(hdr_setup, base):
+    from coordinator.hdr_master import hlg_signal
+
+    out, again = base, _run(hdr_setup)
+    for name in out:
+        np.testing.assert_array_equal(out[name], again[name])
+    assert out["video_latent"].shape == (1, 128, 4, 1, 1) and out["slots"].shape == (1, 128, 1, 1, 1)
+    assert out["codes"].shape == out["linear_709"].shape == out["exr"].shape == (FRAMES, SIZE, SIZE, 3)
+    for name in ("codes", "linear_709", "exr"):
+        assert np.isfinite(out[name]).all() and out[name].min() >= 0.0
+    signal = hlg_signal(out["linear_709"])
+    assert np.isfinite(signal).all() and 0.0 <= signal.min() and signal.max() <= 1.0
+    assert out["exr"].max() <= 2 ** (17.52 - 9.72) + 1e-3  # ACEScct's code 1.0 in ACEScg
+
+
+def test_the_lora_the_keyframes_and_the_input_colorspace_each_change_the_render(hdr_setup, base):
+    from dataclasses import replace
+
+    _, pack, _, render, clip = hdr_setup
+    plain = _run(hdr_setup, packs=(pack, pack))
+    assert not np.allclose(plain["video_latent"], base["video_latent"], atol=1e-4)
+    unkeyed = _run(hdr_setup, keyframes=False)
+    assert "slots" not in unkeyed and not np.allclose(
+        unkeyed["video_latent"], base["video_latent"], atol=1e-4
+    )
+    gamma, linear = (
+        hdr_pipeline.reference_pixels(clip, replace(render, input_colorspace=name))
+        for name in ("srgb_gamma", "srgb")
+    )
+    assert gamma.shape == (1, 3, FRAMES, SIZE, SIZE) and gamma.min() >= -1.0 and gamma.max() <= 1.0
+    assert (linear >= gamma).all() and (linear > gamma).any()  # the sRGB EOTF darkens every code below 1
+
+
+def test_hdr_rules_seams_fps_and_lora_metadata(tmp_path):
+    import mlx.core as mx
+
+    assert (
+        hdr_lora.seam_frames(25) == (24,) and hdr_lora.seam_frames(17) == () and hdr_lora.seam_frames(1) == ()
+    )
+    assert hdr_lora.seam_frames(49) == (24, 48) and hdr_lora.seam_frames(25, high_quality=True) == (48,)
+    assert hdr_lora.conditioning_fps(60.0) == 30.0 and hdr_lora.conditioning_fps(24.0) == 24.0
+    cases = {
+        "flag": ({"use_hdr_transform": "1"}, "logc3"),
+        "true": ({"hdr_transform": "true"}, "logc3"),
+        "acescct": ({"hdr_transform": "acescct", "reference_downscale_factor": "1"}, "acescct"),
+    }
+    for name, (metadata, transfer) in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        mx.save_safetensors(str(path), {"x": mx.zeros((1,))}, metadata=metadata)
+        assert hdr_lora.read_hdr_lora_config(path) == hdr_lora.HdrLoraConfig(transfer, 1)
+    plain = tmp_path / "plain.safetensors"
+    mx.save_safetensors(str(plain), {"x": mx.zeros((1,))}, metadata={"reference_downscale_factor": "2"})
+    assert hdr_lora.read_hdr_lora_config(plain) is None
+
+
+def test_hdr_refusals_are_one_line_and_say_how(tmp_path):
+    with pytest.raises(hdr_lora.HdrRefusal, match=r"needs an LTX-2.5 pack; 'tiny' is LTX-2.3"):
+        hdr_lora.refuse_pack("2.3", "tiny")
+    hdr_lora.refuse_pack("2.5", "tiny25")
+    missing = tmp_path / hdr_lora.HDR_LORA_FILE
+    with pytest.raises(hdr_lora.HdrRefusal) as err:
+        hdr_lora.refuse_lora(missing)
+    line = str(err.value)
+    assert "\n" not in line and hdr_lora.HDR_LORA_FILE in line
+    assert f"hf download {hdr_lora.HDR_LORA_REPO} {hdr_lora.HDR_LORA_FILE}" in line
+    import mlx.core as mx
+
+    plain = tmp_path / "detailing.safetensors"
+    mx.save_safetensors(str(plain), {"x": mx.zeros((1,))}, metadata={"reference_downscale_factor": "2"})
+    with pytest.raises(hdr_lora.HdrRefusal, match="not an HDR IC-LoRA"):
+        hdr_lora.refuse_lora(plain)
+    with pytest.raises(hdr_lora.HdrRefusal, match="8k\\+1 frames; it has 24: trim it to 17"):
+        hdr_lora.refuse_frames(24)
+    with pytest.raises(hdr_lora.HdrRefusal, match="text-embeddings file"):
+        hdr_lora.load_video_context(tmp_path / "none.safetensors")
