@@ -1,6 +1,6 @@
 """The HDR IC-LoRA's rules outside the model: its metadata, the refusals, DFR seam roles, the conditioning
-fps, the scene-embedding file and a tiny HDR LoRA for the tiny 2.5 pack. Pure (headers only) except the
-writers and the embedding loader, which import mlx when called.
+fps. Pure (safetensors headers only): the coordinator can call the refusals at submit. The scene
+embedding's loader is `hdr_pipeline.load_video_context`, the tiny LoRA's writer `tiny_hdr_lora`.
 
 As upstream (`ltx_pipelines.hdr_ic_lora.read_hdr_lora_config`, main) and the MLX port (`hdr_ic_lora.py`):
 - a LoRA is an HDR LoRA when its metadata has `hdr_transform` (a transfer name, or "true") or
@@ -17,16 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from ltx_engine.hdr import ACESCCT, LOGC3, TRANSFERS
+from ltx_engine.hdr import LOGC3, TRANSFERS
 
 HDR_LORA_REPO = "Lightricks/LTX-2.5-22b-IC-LoRA-SDR-To-HDR"
 HDR_LORA_FILE = "ltx-2.5-22b-ic-lora-sdr-to-hdr-1.0.safetensors"  # also the tiny 2.5 pack's file name
 HDR_LORA_STRENGTH = 1.0
 KEYFRAME_STRENGTH = 0.95
 SNAP_FPS_ABOVE, SNAPPED_FPS = 30.0, 30.0
-HDR_LORA_SEED_OFFSET = 2929  # the tiny HDR LoRA's own draw, apart from every other tiny file's
 
 
 class HdrRefusal(ValueError):
@@ -100,39 +97,3 @@ def seam_frames(frames: int, high_quality: bool = False) -> tuple[int, ...]:
         return ()
     seams = [s for s in resolve_canvas(frames).slots if s < frames]
     return tuple(2 * s for s in seams) if high_quality else tuple(seams)
-
-
-def load_video_context(path: str | Path) -> np.ndarray:
-    """The scene embedding's `video_context` (or the trainer's `video_prompt_embeds`), float32."""
-    import mlx.core as mx
-
-    if not Path(path).is_file():
-        raise HdrRefusal(f"the text-embeddings file {str(path)!r} is missing (from {HDR_LORA_REPO})")
-    tensors = mx.load(str(path))
-    for name in ("video_context", "video_prompt_embeds"):
-        if name in tensors:
-            return np.array(tensors[name].astype(mx.float32))
-    raise HdrRefusal(f"{path}: no video_context or video_prompt_embeds (keys {sorted(tensors)})")
-
-
-def write_hdr_lora(path: Path, tcfg: dict, seed: int, rank: int = 4) -> None:
-    """A tiny SDR-to-HDR IC-LoRA in the reference layout (`diffusion_model.<module>.lora_A/B.weight`, bf16)
-    on every block's video self- and cross-attention query/output, with upstream's HDR metadata."""
-    import mlx.core as mx
-
-    rng = np.random.default_rng(seed + HDR_LORA_SEED_OFFSET)
-    dim = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
-    tensors = {}
-    for block in range(tcfg["num_layers"]):
-        for module in ("attn1.to_q", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_out.0"):
-            key = f"diffusion_model.transformer_blocks.{block}.{module}"
-            tensors[f"{key}.lora_A.weight"] = mx.array(
-                (rng.standard_normal((rank, dim)) / np.sqrt(dim)).astype(np.float32)
-            )
-            tensors[f"{key}.lora_B.weight"] = mx.array(
-                (0.5 * rng.standard_normal((dim, rank))).astype(np.float32)
-            )
-    tensors = {k: v.astype(mx.bfloat16) for k, v in tensors.items()}
-    mx.eval(tensors)
-    metadata = {"hdr_transform": ACESCCT, "reference_downscale_factor": "1"}
-    mx.save_safetensors(str(path), tensors, metadata=metadata)

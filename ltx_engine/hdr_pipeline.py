@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -59,6 +60,19 @@ class HdrRender:
     keyframe_strength: float = hdr_lora.KEYFRAME_STRENGTH
 
 
+def load_video_context(path: str | Path) -> np.ndarray:
+    """The scene embedding's `video_context` (or the trainer's `video_prompt_embeds`), float32."""
+    if not Path(path).is_file():
+        raise hdr_lora.HdrRefusal(
+            f"the text-embeddings file {str(path)!r} is missing (from {hdr_lora.HDR_LORA_REPO})"
+        )
+    tensors = mx.load(str(path))
+    for name in ("video_context", "video_prompt_embeds"):
+        if name in tensors:
+            return np.array(tensors[name].astype(mx.float32))
+    raise hdr_lora.HdrRefusal(f"{path}: no video_context or video_prompt_embeds (keys {sorted(tensors)})")
+
+
 def conv_decode(engine, pack) -> Decode:
     """The pack's conv VAE decoder (keyframes unread), [0, 1] frames."""
     return lambda latent, slots, frames: engine.decode_video(pack, latent)
@@ -74,13 +88,23 @@ def pad_frames(frames: np.ndarray, align: int = ALIGN) -> np.ndarray:
     return np.pad(frames, ((0, 0), (0, ph), (0, pw), (0, 0)), mode=mode)
 
 
-def reference_pixels(rgb8: np.ndarray, render: HdrRender) -> np.ndarray:
-    """(F, H, W, 3) uint8 SDR frames -> (1, 3, F', H', W') float32 VAE input (F' = 2F - 1 under --high-quality)."""
-    hdr_lora.refuse_frames(rgb8.shape[0])
-    codes = pad_frames(hdr.sdr_working(rgb8, render.transfer, render.input_colorspace))
-    pixels = hdr.to_vae_range(codes).transpose(3, 0, 1, 2)[None]
+def source_codes(source: np.ndarray, render: HdrRender) -> np.ndarray:
+    """(F, H, W, 3) source frames -> [0, 1] working codes: uint8 is an SDR clip (srgb_gamma / srgb), float
+    an EXR folder's plates (--input-colorspace srgb = scene-linear Rec.709, acescg, acescct)."""
+    if np.asarray(source).dtype == np.uint8:
+        return hdr.sdr_working(source, render.transfer, render.input_colorspace)
+    if render.input_colorspace not in hdr.EXR_INPUT:
+        raise hdr.HdrInputError(f"EXR plates' --input-colorspace is one of {', '.join(hdr.EXR_INPUT)}")
+    return hdr.exr_working(source, hdr.EXR_INPUT[render.input_colorspace], render.transfer)
+
+
+def reference_pixels(source: np.ndarray, render: HdrRender) -> np.ndarray:
+    """(F, H, W, 3) source frames -> (1, 3, F', H', W') float32 VAE input, sides padded to 32
+    (F' = 2F - 1 under --high-quality: every frame twice)."""
+    hdr_lora.refuse_frames(source.shape[0])
+    pixels = hdr.to_vae_range(pad_frames(source_codes(source, render))).transpose(3, 0, 1, 2)[None]
     if render.high_quality:
-        pixels = np.repeat(pixels, 2, axis=2)[:, :, : 2 * rgb8.shape[0] - 1]
+        pixels = np.repeat(pixels, 2, axis=2)[:, :, : 2 * source.shape[0] - 1]
     return np.ascontiguousarray(pixels, dtype=F32)
 
 
@@ -121,13 +145,13 @@ def denoise_video(engine, pack, inputs: StageInputs) -> dict:
     return out | ({"slots": stage_slots(inputs, video)} if inputs.slots else {})
 
 
-def hdr_ic_lora(engine, packs: tuple, rgb8: np.ndarray, render: HdrRender, decode: Decode) -> dict:
-    """The whole render from (F, H, W, 3) uint8 SDR frames; packs: (the plain pack for the VAE encoder,
+def hdr_ic_lora(engine, packs: tuple, source: np.ndarray, render: HdrRender, decode: Decode) -> dict:
+    """The whole render from (F, H, W, 3) source frames (`source_codes`); packs: (the plain pack for the VAE encoder,
     the pack with the HDR LoRA fused for the DiT). Returns the latents, the decoded codes, `linear_709`
     (the HLG master's input) and `exr` (the EXR frames' values)."""
     pack, fused_pack = packs
-    frames, height, width = rgb8.shape[:3]
-    pixels = reference_pixels(rgb8, render)
+    frames, height, width = source.shape[:3]
+    pixels = reference_pixels(source, render)
     reference = encode(engine, pack, pixels)
     seams = hdr_lora.seam_frames(frames, render.high_quality) if render.keyframes else ()
     guides = tuple(

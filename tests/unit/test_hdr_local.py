@@ -56,7 +56,7 @@ def hdr_setup(tmp_path_factory):
     )
     lora = folder / "tiny25" / hdr_lora.HDR_LORA_FILE
     config = hdr_lora.refuse_lora(lora)
-    render = hdr_pipeline.HdrRender(FPS, 11, hdr_lora.load_video_context(emb), config.transfer)
+    render = hdr_pipeline.HdrRender(FPS, 11, hdr_pipeline.load_video_context(emb), config.transfer)
     fused = WithLoras(pack, ((str(lora), hdr_lora.HDR_LORA_STRENGTH),))
     return engine, pack, fused, render, _sdr_clip(tmp_path_factory.mktemp("sdr") / "sdr.mp4")
 
@@ -105,6 +105,12 @@ def test_the_lora_the_keyframes_and_the_input_colorspace_each_change_the_render(
     )
     assert gamma.shape == (1, 3, FRAMES, SIZE, SIZE) and gamma.min() >= -1.0 and gamma.max() <= 1.0
     assert (linear >= gamma).all() and (linear > gamma).any()  # the sRGB EOTF darkens every code below 1
+    hq = hdr_pipeline.reference_pixels(clip[:, :30, :30], replace(render, high_quality=True))
+    assert hq.shape == (1, 3, 2 * FRAMES - 1, 32, 32)  # every frame twice, sides reflect-padded to 32
+    np.testing.assert_array_equal(hq[:, :, 1::2], hq[:, :, 0:-1:2])
+    np.testing.assert_array_equal(hq[:, :, :, 30:], hq[:, :, :, 28:26:-1])
+    plates = hdr_pipeline.reference_pixels(np.float32(clip) / 255, replace(render, input_colorspace="acescg"))
+    assert plates.shape == gamma.shape and not np.allclose(plates, linear)
 
 
 def test_hdr_rules_seams_fps_and_lora_metadata(tmp_path):
@@ -148,4 +154,4 @@ def test_hdr_refusals_are_one_line_and_say_how(tmp_path):
     with pytest.raises(hdr_lora.HdrRefusal, match="8k\\+1 frames; it has 24: trim it to 17"):
         hdr_lora.refuse_frames(24)
     with pytest.raises(hdr_lora.HdrRefusal, match="text-embeddings file"):
-        hdr_lora.load_video_context(tmp_path / "none.safetensors")
+        hdr_pipeline.load_video_context(tmp_path / "none.safetensors")
