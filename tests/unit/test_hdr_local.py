@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from ltx_engine import hdr_lora, hdr_pipeline
+from ltx_engine.hdr_sources import read_exr_dir, read_sdr_clip
 
 pytestmark = pytest.mark.timeout(120)
 FPS, SIZE, FRAMES = 24.0, 32, 25
@@ -34,8 +35,9 @@ def _sdr_clip(path) -> np.ndarray:
             img = np.broadcast_to(ramp, (SIZE, SIZE, 3)).astype(np.uint8)
             out.mux(stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")))
         out.mux(stream.encode(None))
-    with av.open(str(path)) as src:
-        return np.stack([f.to_ndarray(format="rgb24") for f in src.decode(video=0)])
+    frames, fps = read_sdr_clip(path)
+    assert fps == FPS and frames.shape == (FRAMES, SIZE, SIZE, 3)
+    return frames
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +137,24 @@ def test_hdr_rules_seams_fps_and_lora_metadata(tmp_path):
     assert hdr_lora.read_hdr_lora_config(plain) is None
 
 
+def test_an_exr_folder_reads_back_as_plates_for_the_reference(tmp_path):
+    import OpenEXR
+
+    plates = np.random.default_rng(4).uniform(0, 6, (2, 8, 8, 3)).astype(np.float16)
+    for i, plate in enumerate(plates):
+        channels = {c: np.ascontiguousarray(plate[..., k]) for k, c in enumerate("RGB")}
+        header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+        with OpenEXR.File(header, channels) as exr:
+            exr.write(str(tmp_path / f"frame_{i:05d}.exr"))
+    got = read_exr_dir(tmp_path)
+    np.testing.assert_array_equal(got, plates.astype(np.float32))
+    render = hdr_pipeline.HdrRender(FPS, 0, np.zeros((1, 1, 1), np.float32), input_colorspace="acescg")
+    pixels = hdr_pipeline.reference_pixels(got[:1], render)
+    assert pixels.shape == (1, 3, 1, 32, 32) and -1.0 <= pixels.min() and pixels.max() <= 1.0
+    with pytest.raises(hdr_lora.HdrRefusal, match="8k\\+1"):
+        hdr_pipeline.reference_pixels(got, render)
+
+
 def test_hdr_refusals_are_one_line_and_say_how(tmp_path):
     with pytest.raises(hdr_lora.HdrRefusal, match=r"needs an LTX-2.5 pack; 'tiny' is LTX-2.3"):
         hdr_lora.refuse_pack("2.3", "tiny")
@@ -153,5 +173,8 @@ def test_hdr_refusals_are_one_line_and_say_how(tmp_path):
         hdr_lora.refuse_lora(plain)
     with pytest.raises(hdr_lora.HdrRefusal, match="8k\\+1 frames; it has 24: trim it to 17"):
         hdr_lora.refuse_frames(24)
+    (tmp_path / "bad.mp4").write_bytes(b"not a video")
+    with pytest.raises(ValueError, match="bad.mp4: not a readable video"):
+        read_sdr_clip(tmp_path / "bad.mp4")
     with pytest.raises(hdr_lora.HdrRefusal, match="text-embeddings file"):
         hdr_pipeline.load_video_context(tmp_path / "none.safetensors")
