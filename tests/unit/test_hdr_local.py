@@ -178,3 +178,25 @@ def test_hdr_refusals_are_one_line_and_say_how(tmp_path):
         read_sdr_clip(tmp_path / "bad.mp4")
     with pytest.raises(hdr_lora.HdrRefusal, match="text-embeddings file"):
         hdr_pipeline.load_video_context(tmp_path / "none.safetensors")
+
+
+def test_the_stage_layout_generated_guides_slots_then_the_clean_reference():
+    from ltx_engine.conditioning import GUIDE, ImageCondition
+    from ltx_engine.denoise import build_stage_states
+    from ltx_engine.tokens import patchify_video
+
+    rng = np.random.default_rng(5)
+    ref, seam = (rng.standard_normal((1, 128, f, 1, 1)).astype(np.float32) for f in (4, 1))
+    render = hdr_pipeline.HdrRender(FPS, 1, np.zeros((1, 4, 64), np.float32))
+    pixels = np.zeros((1, 3, FRAMES, 32, 32), np.float32)
+    masks = {}
+    for seams in ((24,), ()):
+        guides = tuple(ImageCondition(seam, s, hdr_lora.KEYFRAME_STRENGTH, GUIDE, "seam") for s in seams)
+        video, _ = build_stage_states(hdr_pipeline.stage_inputs(render, pixels, ref, guides, seams), 128)
+        np.testing.assert_array_equal(video.latent[:, -4:], patchify_video(ref))  # the reference stays clean
+        masks[seams] = video.denoise_mask[0, :, 0]
+    want = (
+        [1.0] * 4 + [1 - hdr_lora.KEYFRAME_STRENGTH, 1.0] + [0.0] * 4
+    )  # generated, seam guide, slot, reference
+    np.testing.assert_allclose(masks[(24,)], want, atol=1e-7)
+    np.testing.assert_allclose(masks[()], [1.0] * 4 + [0.0] * 4)
