@@ -76,6 +76,18 @@ def base(hdr_setup):
     return _run(hdr_setup)
 
 
+def test_the_tiny_hdr_lora_fits_the_pack_from_headers(hdr_setup):
+    """The submit-time LoRA check (safetensors headers only) finds a module for every pair of factors."""
+    from coordinator.lora_check import _components
+    from ltx_engine.lora_check import check_lora_files
+    from ltx_engine.transformer_keys import pack_keys
+
+    pack = hdr_setup[1]
+    lora = pack.root / hdr_lora.HDR_LORA_FILE
+    layers = pack.config["transformer"]["num_layers"]
+    assert check_lora_files(_components(pack.root), [(lora, 1.0, "hdr")], pack_keys) == 5 * layers
+
+
 def test_the_local_hdr_render_is_finite_in_range_and_deterministic(hdr_setup, base):
     from coordinator.hdr_master import hlg_signal
 
