@@ -123,6 +123,19 @@ def test_the_lora_the_keyframes_and_the_input_colorspace_each_change_the_render(
     assert hq.shape == (1, 3, 2 * FRAMES - 1, 32, 32)  # every frame twice, sides reflect-padded to 32
     np.testing.assert_array_equal(hq[:, :, 1::2], hq[:, :, 0:-1:2])
     np.testing.assert_array_equal(hq[:, :, :, 30:], hq[:, :, :, 28:26:-1])
+    engine, _, fused, _, _ = hdr_setup
+    decode = hdr_pipeline.conv_decode(engine, pack)
+    odd = hdr_pipeline.hdr_ic_lora(
+        engine, (pack, fused), clip[:, :30, :28], replace(render, high_quality=True), decode
+    )
+    assert odd["video_latent"].shape == (1, 128, 7, 1, 1) and odd["slots"].shape == (
+        1,
+        128,
+        1,
+        1,
+        1,
+    )  # seam 48
+    assert odd["exr"].shape == (FRAMES, 30, 28, 3)  # cropped back, every other generated frame kept
     plates = hdr_pipeline.reference_pixels(np.float32(clip) / 255, replace(render, input_colorspace="acescg"))
     assert plates.shape == gamma.shape and not np.allclose(plates, linear)
 
