@@ -137,6 +137,10 @@ def denoise_video(engine, pack, inputs: StageInputs) -> dict:
     """The stage video-only (upstream: `SimpleDenoiser(video_context, None)`, no audio modality)."""
     video, _ = build_stage_states(inputs, int(pack.config.get("transformer", {}).get("in_channels", 128)))
     model = engine.model(pack, "transformer")
+    if inputs.slots and not model.config.use_keyframes_abs_pos_embedding:  # as the port's 2.5 check
+        raise hdr_lora.HdrRefusal(
+            f"{pack.root}: seam keyframe slots need an LTX-2.5 DiT (use --no-keyframes)"
+        )
     marker = stage_marker(inputs, video.num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
     mask = attention_mask(inputs, video.num_tokens)
     forward = lambda v, a, sigma: model_forward(model, v, None, sigma, inputs.contexts, marker, None, mask)  # noqa: E731

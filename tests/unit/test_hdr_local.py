@@ -225,3 +225,12 @@ def test_the_stage_layout_generated_guides_slots_then_the_clean_reference():
     )  # generated, seam guide, slot, reference
     np.testing.assert_allclose(masks[(24,)], want, atol=1e-7)
     np.testing.assert_allclose(masks[()], [1.0] * 4 + [0.0] * 4)
+
+
+def test_seam_slots_on_a_23_dit_are_refused(local_runner):
+    """A 2.3 DiT has no keyframe position embedding: the slots would be unmarked, so the stage refuses."""
+    render = hdr_pipeline.HdrRender(FPS, 1, np.zeros((1, 4, 64), np.float32))
+    pixels, ref = np.zeros((1, 3, FRAMES, 32, 32), np.float32), np.zeros((1, 128, 4, 1, 1), np.float32)
+    inputs = hdr_pipeline.stage_inputs(render, pixels, ref, (), (24,))
+    with pytest.raises(hdr_lora.HdrRefusal, match="need an LTX-2.5 DiT"):
+        hdr_pipeline.denoise_video(local_runner.engine, local_runner.pack("tiny"), inputs)
