@@ -17,6 +17,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ltx_engine import tiny_hdr_lora  # issue #29: the tiny HDR IC-LoRA of a 2.5 pack
 from ltx_engine.components import PARTS
 from ltx_engine.loader import quantize_weights
 from ltx_engine.model_classes import model_class
@@ -164,6 +165,7 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     if variant == "2.5":
         _ltx25_names(folder)
         write_detailing_lora(folder / DETAILING_LORA, cfg["transformer"], seed)
+        tiny_hdr_lora.write_hdr_lora(folder / tiny_hdr_lora.HDR_LORA_FILE, cfg["transformer"], seed)  # issue #29
     return LAYOUTS[layout](folder, seed)
 
 
