@@ -141,3 +141,5 @@ ExrColorspace = Annotated[str | None, typer.Option(
 AutoDuration = Annotated[str | None, typer.Option(
     "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.")]
 Hdr = Annotated[bool, typer.Option("--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).")]
+VideoDecoder = Annotated[str | None, typer.Option(  # issue #29
+    "--video-decoder", help="conv (default) | diffusion: LTX-2.5's diffusion decoder (vae_decoder_av), sharper, ~15x the time.")]

@@ -25,6 +25,7 @@ from coordinator.plan.dfr import (
     slot_expect,
     slot_params,
 )
+from coordinator.plan.diffusion_decode import check_video_decoder
 from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
@@ -124,6 +125,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
     _check_components(spec, fleet)
+    check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
     spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks

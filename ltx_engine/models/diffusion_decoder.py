@@ -232,3 +232,10 @@ class DiffusionVideoDecoder(nn.Module):
         wb, _ = symmetric_pad(w, padded[1])
         x = pixels[:, :, :1 + (f - 1) * TIME_SCALE]
         return x[:, :, :, hb * SPACE_SCALE:(hb + h) * SPACE_SCALE, wb * SPACE_SCALE:(wb + w) * SPACE_SCALE]
+
+
+def decode_seeded(model: DiffusionVideoDecoder, latent: mx.array, seed: int) -> mx.array:
+    """Decode with stage-5 noise drawn from `seed` in the padded latent's pixel shape (what a farm
+    decode task and `--local` both do; a keyframe-aware decode calls this per window)."""
+    noise = mx.random.normal(model.noise_shape(latent.shape), key=mx.random.key(int(seed)))
+    return model(latent, noise)
