@@ -124,8 +124,8 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
-    _check_components(spec, fleet)
     check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
+    _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
     spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks
