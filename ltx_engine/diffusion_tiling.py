@@ -43,9 +43,11 @@ class DiffusionTileSizes:
 
     def check(self) -> str | None:
         """One line naming the first bad size, or None."""
-        for name, size, overlap, factor in (("frames", self.frames, self.frames_overlap, TIME_FACTOR),
-                                            ("height", self.height, self.spatial_overlap, SPACE_FACTOR),
-                                            ("width", self.width, self.spatial_overlap, SPACE_FACTOR)):
+        for name, size, overlap, factor in (
+            ("frames", self.frames, self.frames_overlap, TIME_FACTOR),
+            ("height", self.height, self.spatial_overlap, SPACE_FACTOR),
+            ("width", self.width, self.spatial_overlap, SPACE_FACTOR),
+        ):
             if size % factor:
                 return f"diffusion decode tiles: {name} {size} is not a multiple of {factor}"
             if size <= overlap:
@@ -53,12 +55,13 @@ class DiffusionTileSizes:
         return None
 
 
-def min_latent_shape(stage_kernels: Sequence[Sequence[int]], strides: Sequence[Sequence[int]],
-                     stage5_kernel: Sequence[int]) -> tuple[int, int, int]:
+def min_latent_shape(
+    stage_kernels: Sequence[Sequence[int]], strides: Sequence[Sequence[int]], stage5_kernel: Sequence[int]
+) -> tuple[int, int, int]:
     """Latent (T, H, W) floor so every stage's attention sees at least its kernel (upstream's rule)."""
     mins = [1, 1, 1]
     cumulative = [1, 1, 1]
-    for stage, kernel in enumerate([*stage_kernels[:len(strides)], stage5_kernel]):
+    for stage, kernel in enumerate([*stage_kernels[: len(strides)], stage5_kernel]):
         for axis in range(3):
             mins[axis] = max(mins[axis], -(-int(kernel[axis]) // cumulative[axis]))
         if stage < len(strides):
@@ -72,7 +75,9 @@ def symmetric_pad(length: int, size: int) -> tuple[int, int]:
     return need // 2, need - need // 2
 
 
-def stage_frames(latent_frames: int, strides: Sequence[Sequence[int]], drop_leading_frame: bool = True) -> int:
+def stage_frames(
+    latent_frames: int, strides: Sequence[Sequence[int]], drop_leading_frame: bool = True
+) -> int:
     """Frames after the upsample hops `strides` (a 2x time hop drops its duplicate leading frame)."""
     t = latent_frames
     for stride in strides:
@@ -99,12 +104,17 @@ def tile_plan(grid: tuple[int, int, int], sizes: DiffusionTileSizes) -> list[Dec
     t_size, t_ov = sizes.frames // TIME_FACTOR, sizes.frames_overlap // TIME_FACTOR
     s_ov = sizes.spatial_overlap // SPACE_FACTOR
     t_ivs = [Interval(0, f, 0, 0)] if f <= t_size else split_temporal_causal(t_size, t_ov, f)
-    return tiles_from_axes((t_ivs, split_symmetric(sizes.height // SPACE_FACTOR, s_ov, h),
-                            split_symmetric(sizes.width // SPACE_FACTOR, s_ov, w)))
+    return tiles_from_axes(
+        (
+            t_ivs,
+            split_symmetric(sizes.height // SPACE_FACTOR, s_ov, h),
+            split_symmetric(sizes.width // SPACE_FACTOR, s_ov, w),
+        )
+    )
 
 
 def parse_sizes(value: object) -> DiffusionTileSizes:
-    """"F,H,W" pixels -> sizes with the 40 / 160 overlaps; ValueError with one line when bad."""
+    """ "F,H,W" pixels -> sizes with the 40 / 160 overlaps; ValueError with one line when bad."""
     try:
         f, h, w = (int(x) for x in str(value).replace("x", ",").split(","))
     except ValueError:

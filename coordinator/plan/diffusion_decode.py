@@ -32,8 +32,10 @@ def check_video_decoder(spec: Mapping, has_component: bool | None = None) -> Non
     if not is_diffusion(spec):
         return
     if spec.get("generation") != LTX_25:
-        raise SpecError(f"--video-decoder diffusion needs an LTX-2.5 pack (its vae_decoder_av); pack "
-                        f"{spec['pack']!r} is {spec.get('generation') or 'not described by any worker yet'}")
+        raise SpecError(
+            f"--video-decoder diffusion needs an LTX-2.5 pack (its vae_decoder_av); pack "
+            f"{spec['pack']!r} is {spec.get('generation') or 'not described by any worker yet'}"
+        )
     if has_component is False:
         raise SpecError(missing_line(COMPONENT, str(spec["pack"])))
 

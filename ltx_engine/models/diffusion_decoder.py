@@ -37,7 +37,12 @@ class DiffusionDecoderConfig:
     stage_channels: tuple[int, ...] = (1024, 512, 256, 256, 128)
     stage_depths: tuple[int, ...] = (4, 6, 4, 2, 8)
     stage_kernels: tuple[Kernel, ...] = ((3, 7, 7), (3, 7, 7), (3, 5, 5), (3, 5, 5), (3, 3, 3))
-    upsamples: tuple[tuple[Kernel, int], ...] = (((1, 2, 2), 2), ((2, 1, 1), 2), ((2, 2, 2), 1), ((2, 2, 2), 2))
+    upsamples: tuple[tuple[Kernel, int], ...] = (
+        ((1, 2, 2), 2),
+        ((2, 1, 1), 2),
+        ((2, 2, 2), 1),
+        ((2, 2, 2), 2),
+    )
     stage5_kernel: Kernel = (3, 7, 7)
     t_emb_dim: int = 384
     num_steps: int = 2
@@ -53,7 +58,14 @@ class DiffusionDecoderConfig:
         """From a `vae` config dict (fields under `decoder`, as upstream's `_build_diffusion_video_decoder`)."""
         d = vae.get("decoder", vae)
         out: dict = {}
-        for name in ("in_channels", "out_channels", "patch_size", "head_dim", "t_emb_dim", "timestep_scale_multiplier"):
+        for name in (
+            "in_channels",
+            "out_channels",
+            "patch_size",
+            "head_dim",
+            "t_emb_dim",
+            "timestep_scale_multiplier",
+        ):
             if name in d:
                 out[name] = d[name]
         if "default_num_inference_steps" in d:
@@ -71,13 +83,24 @@ class DiffusionDecoderConfig:
 
     def to_vae(self) -> dict:
         """The `vae` dict a pack file's metadata carries (inverse of `from_vae`)."""
-        return {"_class_name": "CausalDiffusionVAE", "model_output_type": self.model_output_type, "decoder": {
-            "in_channels": self.in_channels, "out_channels": self.out_channels, "patch_size": self.patch_size,
-            "head_dim": self.head_dim, "t_emb_dim": self.t_emb_dim, "default_num_inference_steps": self.num_steps,
-            "timestep_scale_multiplier": self.timestep_scale_multiplier,
-            "stage_channels": list(self.stage_channels), "stage_depths": list(self.stage_depths),
-            "stage_kernels": [list(k) for k in self.stage_kernels],
-            "upsamples": [[list(s), r] for s, r in self.upsamples], "stage5_kernel": list(self.stage5_kernel)}}
+        return {
+            "_class_name": "CausalDiffusionVAE",
+            "model_output_type": self.model_output_type,
+            "decoder": {
+                "in_channels": self.in_channels,
+                "out_channels": self.out_channels,
+                "patch_size": self.patch_size,
+                "head_dim": self.head_dim,
+                "t_emb_dim": self.t_emb_dim,
+                "default_num_inference_steps": self.num_steps,
+                "timestep_scale_multiplier": self.timestep_scale_multiplier,
+                "stage_channels": list(self.stage_channels),
+                "stage_depths": list(self.stage_depths),
+                "stage_kernels": [list(k) for k in self.stage_kernels],
+                "upsamples": [[list(s), r] for s, r in self.upsamples],
+                "stage5_kernel": list(self.stage5_kernel),
+            },
+        }
 
     @property
     def ghost_latents(self) -> int:
@@ -93,8 +116,14 @@ def tiny_config() -> DiffusionDecoderConfig:
     """The tiny pack's decoder: the real stage ladder (x8 time, x32 space) at widths 128 -> 16, one block
     per stage and two diffusion blocks, 3x3x3 windows."""
     k = (3, 3, 3)
-    return DiffusionDecoderConfig(head_dim=16, stage_channels=(128, 64, 32, 32, 16), stage_depths=(1, 1, 1, 1, 2),
-                                  stage_kernels=(k, k, k, k, k), stage5_kernel=k, t_emb_dim=32)
+    return DiffusionDecoderConfig(
+        head_dim=16,
+        stage_channels=(128, 64, 32, 32, 16),
+        stage_depths=(1, 1, 1, 1, 2),
+        stage_kernels=(k, k, k, k, k),
+        stage5_kernel=k,
+        t_emb_dim=32,
+    )
 
 
 def _edge_pad(x: mx.array, axis: int, before: int, after: int) -> mx.array:
@@ -133,16 +162,20 @@ class DiffusionVideoDecoder(nn.Module):
         ch = cfg.stage_channels
         self.per_channel_statistics = PerChannelStatistics(cfg.in_channels)
         self.conv_in = nn.Linear(cfg.in_channels, ch[0])
-        self.det_stages = [[NABlock(ch[i], cfg.stage_kernels[i], cfg.head_dim) for _ in range(cfg.stage_depths[i])]
-                           for i in range(len(ch) - 1)]
+        self.det_stages = [
+            [NABlock(ch[i], cfg.stage_kernels[i], cfg.head_dim) for _ in range(cfg.stage_depths[i])]
+            for i in range(len(ch) - 1)
+        ]
         self.upsamples = [PixelShuffleUpsample(ch[i], s, r) for i, (s, r) in enumerate(cfg.upsamples)]
         self.t_embedder = TimestepEmbedder(cfg.t_emb_dim)
-        pixels = cfg.out_channels * cfg.patch_size ** 2
+        pixels = cfg.out_channels * cfg.patch_size**2
         self.conv_in_x_t = nn.Linear(pixels, ch[-1])
         self.shared_adaln = nn.Module()
         self.shared_adaln.proj = nn.Linear(cfg.t_emb_dim, 7 * ch[-1])
-        self.diff_blocks = [DiffusionNABlock(ch[-1], cfg.stage5_kernel, ch[-1], cfg.head_dim)
-                            for _ in range(cfg.stage_depths[-1])]
+        self.diff_blocks = [
+            DiffusionNABlock(ch[-1], cfg.stage5_kernel, ch[-1], cfg.head_dim)
+            for _ in range(cfg.stage_depths[-1])
+        ]
         self.norm_out = nn.RMSNorm(ch[-1], eps=1e-6)
         self.conv_out = nn.Linear(ch[-1], pixels)
 
@@ -164,7 +197,13 @@ class DiffusionVideoDecoder(nn.Module):
     def noise_shape(self, latent_shape: tuple[int, ...]) -> tuple[int, int, int, int, int]:
         """The stage-5 noise a decode of this latent takes: the padded latent's pixels (upstream draws it so)."""
         f, h, w = self.work_latent(latent_shape)
-        return latent_shape[0], self.cfg.out_channels, 1 + (f - 1) * TIME_SCALE, h * SPACE_SCALE, w * SPACE_SCALE
+        return (
+            latent_shape[0],
+            self.cfg.out_channels,
+            1 + (f - 1) * TIME_SCALE,
+            h * SPACE_SCALE,
+            w * SPACE_SCALE,
+        )
 
     def _stage(self, x: mx.array, i: int) -> mx.array:
         for block in self.det_stages[i]:
@@ -217,7 +256,9 @@ class DiffusionVideoDecoder(nn.Module):
         latent's own extent (B, 3, 1 + 8(f-1), 32h, 32w)."""
         _, _, f, h, w = latent.shape
         wf, wh, ww = self.work_latent(latent.shape)
-        x = _resize(_resize(_resize(latent, 2, wf, symmetric=False), 3, wh, symmetric=True), 4, ww, symmetric=True)
+        x = _resize(
+            _resize(_resize(latent, 2, wf, symmetric=False), 3, wh, symmetric=True), 4, ww, symmetric=True
+        )
         context = self.context(x)
         pixel_frames = 1 + (wf - 1) * TIME_SCALE
         x_t = _resize(noise, 2, max(pixel_frames, self.cfg.stage5_kernel[0]), symmetric=False)
@@ -230,8 +271,10 @@ class DiffusionVideoDecoder(nn.Module):
         f, h, w = content
         hb, _ = symmetric_pad(h, padded[0])
         wb, _ = symmetric_pad(w, padded[1])
-        x = pixels[:, :, :1 + (f - 1) * TIME_SCALE]
-        return x[:, :, :, hb * SPACE_SCALE:(hb + h) * SPACE_SCALE, wb * SPACE_SCALE:(wb + w) * SPACE_SCALE]
+        x = pixels[:, :, : 1 + (f - 1) * TIME_SCALE]
+        return x[
+            :, :, :, hb * SPACE_SCALE : (hb + h) * SPACE_SCALE, wb * SPACE_SCALE : (wb + w) * SPACE_SCALE
+        ]
 
 
 def decode_seeded(model: DiffusionVideoDecoder, latent: mx.array, seed: int) -> mx.array:

@@ -56,9 +56,14 @@ def apply_rope(x: mx.array, split: tuple[int, int, int]) -> mx.array:
     """(B, T, H, W, NH, D): the first d_t channels rotate with T, the next d_h with H, the rest with W."""
     d_t, d_h, d_w = split
     _, t, h, w = x.shape[:4]
-    return mx.concatenate([_rotate_axis(x[..., :d_t], t, d_t, 1),
-                           _rotate_axis(x[..., d_t:d_t + d_h], h, d_h, 2),
-                           _rotate_axis(x[..., d_t + d_h:], w, d_w, 3)], axis=-1)
+    return mx.concatenate(
+        [
+            _rotate_axis(x[..., :d_t], t, d_t, 1),
+            _rotate_axis(x[..., d_t : d_t + d_h], h, d_h, 2),
+            _rotate_axis(x[..., d_t + d_h :], w, d_w, 3),
+        ],
+        axis=-1,
+    )
 
 
 def window_starts(length: int, kernel: int) -> tuple[np.ndarray, int]:
@@ -87,7 +92,7 @@ def na3d(q: mx.array, k: mx.array, v: mx.array, kernel: tuple[int, int, int]) ->
     for t0 in range(t):  # one frame of queries at a time bounds the gathered K/V
         idx = _neighbour_index((t, h, w), kernel, t0, t0 + 1)
         kg, vg = kf[:, idx], vf[:, idx]  # (B, 1, H, W, K, NH, D)
-        scores = mx.sum(q[:, t0:t0 + 1, :, :, None] * kg, axis=-1)
+        scores = mx.sum(q[:, t0 : t0 + 1, :, :, None] * kg, axis=-1)
         weights = mx.softmax(scores, axis=4, precise=True)
         out.append(mx.sum(weights[..., None] * vg, axis=4))
     return mx.concatenate(out, axis=1)
@@ -107,8 +112,10 @@ class NeighbourhoodAttention3D(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         b, t, h, w, c = x.shape
-        q, k, v = (y.reshape(b, t, h, w, self.heads, self.head_dim) for y in mx.split(self.qkv(x), 3, axis=-1))
-        q = apply_rope(self.q_norm(q) * (self.head_dim ** -0.5), self.split)
+        q, k, v = (
+            y.reshape(b, t, h, w, self.heads, self.head_dim) for y in mx.split(self.qkv(x), 3, axis=-1)
+        )
+        q = apply_rope(self.q_norm(q) * (self.head_dim**-0.5), self.split)
         k = apply_rope(self.k_norm(k), self.split)
         return self.proj(na3d(q, k, v, self.kernel).reshape(b, t, h, w, c))
 

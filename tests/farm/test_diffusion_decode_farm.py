@@ -22,10 +22,32 @@ from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done, wait_until
 
-ARGS = ["-p", "a fox", "-H", "64", "-W", "256", "-f", "9", "--seed", "5", "--decode-tiles", "48,192,192",
-        "--video-decoder", "diffusion"]
-SPEC = {"prompt": "a fox", "height": 64, "width": 256, "frames": 9, "seed": 5, "pack": "tiny25",
-        "decode_tiles": "48,192,192", "video_decoder": "diffusion"}
+ARGS = [
+    "-p",
+    "a fox",
+    "-H",
+    "64",
+    "-W",
+    "256",
+    "-f",
+    "9",
+    "--seed",
+    "5",
+    "--decode-tiles",
+    "48,192,192",
+    "--video-decoder",
+    "diffusion",
+]
+SPEC = {
+    "prompt": "a fox",
+    "height": 64,
+    "width": 256,
+    "frames": 9,
+    "seed": 5,
+    "pack": "tiny25",
+    "decode_tiles": "48,192,192",
+    "video_decoder": "diffusion",
+}
 WORKERS = (3, 2)
 
 
@@ -36,7 +58,9 @@ def packs(tmp_path_factory, tiny_packs):
 
     folder = tmp_path_factory.mktemp("diffdec-packs")
     write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    shutil.copytree(folder / "tiny25", folder / "tiny25-conv", ignore=shutil.ignore_patterns("vae_decoder_av.*"))
+    shutil.copytree(
+        folder / "tiny25", folder / "tiny25-conv", ignore=shutil.ignore_patterns("vae_decoder_av.*")
+    )
     shutil.copytree(tiny_packs / "tiny", folder / "tiny")
     return folder
 
@@ -61,17 +85,31 @@ def diff_farm(request, redis_server, tmp_path_factory, packs):
     with farm(FarmStore(redis), data, packs, workers=request.param) as (client, _procs):
         from coordinator.auth import load_or_create_token
 
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data), "FARM_DATA": str(data / "client"),
-               "PYTHONPATH": str(ROOT), "FARM_TOKEN": join_token(data, load_or_create_token(data))}
-        wait_until(lambda: sum(len((w.get("packs") or {})) >= 3 for w in client.workers()) >= request.param,
-                   60, "the workers to describe their packs")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(data),
+            "FARM_DATA": str(data / "client"),
+            "PYTHONPATH": str(ROOT),
+            "FARM_TOKEN": join_token(data, load_or_create_token(data)),
+        }
+        wait_until(
+            lambda: sum(len(w.get("packs") or {}) >= 3 for w in client.workers()) >= request.param,
+            60,
+            "the workers to describe their packs",
+        )
         yield client, env, request.param
     redis.close()
 
 
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from farm_cli.main import main; main()", *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=240, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", "from farm_cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=240,
+        env=env,
+    )
 
 
 @pytest.mark.timeout(600)
@@ -84,7 +122,9 @@ def test_tiled_diffusion_decode_matches_local(diff_farm, local_shas):
     tiles = [tasks[f"decode.t{i}"] for i in range(3)]
     assert "decode.t3" not in tasks and "decode" not in tasks
     assert [t["params"]["noise_seed"] for t in tiles] == [30005, 30006, 30007]
-    assert all(t["params"]["decoder"] == "diffusion" and t["params"]["needs"] == ["vae_decoder_av"] for t in tiles)
+    assert all(
+        t["params"]["decoder"] == "diffusion" and t["params"]["needs"] == ["vae_decoder_av"] for t in tiles
+    )
     for name, shas in local_shas.items():
         assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
 
@@ -97,10 +137,19 @@ def test_refusals_are_one_line_exit_2_nothing_queued(diff_farm):
     queued = [r["id"] for r in client.list()]
     cases = [
         (("render", "--local", *ARGS, "--pack", "tiny"), "needs an LTX-2.5 pack"),
-        (("render", "--local", *ARGS, "--pack", "tiny25-conv"), "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av"),
+        (
+            ("render", "--local", *ARGS, "--pack", "tiny25-conv"),
+            "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av",
+        ),
         (("submit", *ARGS, "--pack", "tiny", "--coordinator", client.address), "needs an LTX-2.5 pack"),
-        (("submit", *ARGS, "--pack", "tiny25-conv", "--coordinator", client.address), "vae_decoder_av.safetensors"),
-        (("submit", *ARGS[:-1], "bogus", "--pack", "tiny25", "--coordinator", client.address), "give conv or diffusion"),
+        (
+            ("submit", *ARGS, "--pack", "tiny25-conv", "--coordinator", client.address),
+            "vae_decoder_av.safetensors",
+        ),
+        (
+            ("submit", *ARGS[:-1], "bogus", "--pack", "tiny25", "--coordinator", client.address),
+            "give conv or diffusion",
+        ),
     ]
     for args, says in cases:
         done = _cli(env, *args)

@@ -36,7 +36,9 @@ def _seeded_model(seed: int = 3) -> tuple[DiffusionVideoDecoder, dict[str, np.nd
         shape = value.shape
         scale = 1.0 / np.sqrt(shape[-1]) if len(shape) == 2 else 0.3
         drawn = rng.standard_normal(shape) * scale
-        if key.endswith(("norm1.weight", "norm2.weight", "norm_out.weight", "q_norm.weight", "k_norm.weight")):
+        if key.endswith(
+            ("norm1.weight", "norm2.weight", "norm_out.weight", "q_norm.weight", "k_norm.weight")
+        ):
             drawn = 1.0 + 0.2 * drawn
         if key.endswith("per_channel_statistics.std"):
             drawn = 1.0 + 0.5 * np.abs(drawn)
@@ -65,6 +67,7 @@ def _upstream_names(pack: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 # ---- upstream's formulas, in torch ----
 
+
 def _rms(x, w):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
@@ -77,15 +80,23 @@ def _rope(x, split):
     """rope_math.rot_abs_axis_impl over (T, H, W) chunks, positions arange per axis."""
     parts, start = [], 0
     for axis, d in zip((1, 2, 3), split, strict=True):
-        xc = x[..., start:start + d]
-        inv = 1.0 / torch.pow(torch.tensor(10000.0, dtype=torch.float64),
-                              torch.arange(0, d, 2, dtype=torch.float64) / d).float()
+        xc = x[..., start : start + d]
+        inv = (
+            1.0
+            / torch.pow(
+                torch.tensor(10000.0, dtype=torch.float64), torch.arange(0, d, 2, dtype=torch.float64) / d
+            ).float()
+        )
         pos = torch.arange(x.shape[axis], dtype=torch.float32)
         shape = [1, 1, 1, 1, 1, d // 2]
         shape[axis] = pos.shape[0]
         ang = (pos[:, None] * inv[None, :]).reshape(shape)
         xe, xo = xc[..., 0::2], xc[..., 1::2]
-        parts.append(torch.stack([xe * ang.cos() - xo * ang.sin(), xe * ang.sin() + xo * ang.cos()], -1).reshape(xc.shape))
+        parts.append(
+            torch.stack([xe * ang.cos() - xo * ang.sin(), xe * ang.sin() + xo * ang.cos()], -1).reshape(
+                xc.shape
+            )
+        )
         start += d
     return torch.cat(parts, -1)
 
@@ -107,8 +118,8 @@ def _na(q, k, v, kernel):
     out = torch.empty_like(q)
     for ti in range(t):
         qs = q[:, ti].reshape(b, h * w, nh, d).transpose(1, 2)
-        ks = k[:, st[ti]:st[ti] + kt].reshape(b, kt * h * w, nh, d).transpose(1, 2)
-        vs = v[:, st[ti]:st[ti] + kt].reshape(b, kt * h * w, nh, d).transpose(1, 2)
+        ks = k[:, st[ti] : st[ti] + kt].reshape(b, kt * h * w, nh, d).transpose(1, 2)
+        vs = v[:, st[ti] : st[ti] + kt].reshape(b, kt * h * w, nh, d).transpose(1, 2)
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=1.0)
         out[:, ti] = o.transpose(1, 2).reshape(b, h, w, nh, d)
     return out
@@ -118,7 +129,7 @@ def _attention(sd, p, x, kernel):
     b, t, h, w, c = x.shape
     hd = CFG.head_dim
     q, k, v = (_lin(sd, f"{p}.attn.qkv.to_{n}", x).view(b, t, h, w, c // hd, hd) for n in "qkv")
-    q = _rms(q, sd[f"{p}.attn.q_norm.weight"]) * hd ** -0.5
+    q = _rms(q, sd[f"{p}.attn.q_norm.weight"]) * hd**-0.5
     k = _rms(k, sd[f"{p}.attn.k_norm.weight"])
     split = (4, 6, 6)  # rope_math.default_rope_dim_split(16)
     out = _na(_rope(q, split), _rope(k, split), v, kernel)
@@ -126,16 +137,21 @@ def _attention(sd, p, x, kernel):
 
 
 def _swiglu(sd, p, x):
-    return F.linear(F.silu(F.linear(x, sd[f"{p}.mlp.w_gate.weight"])) * F.linear(x, sd[f"{p}.mlp.w_up.weight"]),
-                    sd[f"{p}.mlp.w_down.weight"])
+    return F.linear(
+        F.silu(F.linear(x, sd[f"{p}.mlp.w_gate.weight"])) * F.linear(x, sd[f"{p}.mlp.w_up.weight"]),
+        sd[f"{p}.mlp.w_down.weight"],
+    )
 
 
 def _upsample(sd, i, x, stride, drop):
     b, t, h, w, _ = x.shape
     y = _lin(sd, f"upsamples.{i}.proj", x)
     c = y.shape[-1] // (stride[0] * stride[1] * stride[2])
-    y = y.view(b, t, h, w, c, *stride).permute(0, 1, 5, 2, 6, 3, 7, 4).reshape(b, t * stride[0], h * stride[1],
-                                                                              w * stride[2], c)
+    y = (
+        y.view(b, t, h, w, c, *stride)
+        .permute(0, 1, 5, 2, 6, 3, 7, 4)
+        .reshape(b, t * stride[0], h * stride[1], w * stride[2], c)
+    )
     return y[:, 1:] if stride[0] == 2 and drop else y
 
 
@@ -148,20 +164,33 @@ def _resize(x, dim, size, symmetric):
         return x.narrow(dim, start, size)
     need = size - n
     before = need // 2 if symmetric else 0
-    parts = [x.narrow(dim, 0, 1).expand(*[before if i == dim else s for i, s in enumerate(x.shape)])] if before else []
+    parts = (
+        [x.narrow(dim, 0, 1).expand(*[before if i == dim else s for i, s in enumerate(x.shape)])]
+        if before
+        else []
+    )
     last = x.narrow(dim, n - 1, 1)
-    return torch.cat([*parts, x, last.expand(*[need - before if i == dim else s for i, s in enumerate(x.shape)])], dim)
+    return torch.cat(
+        [*parts, x, last.expand(*[need - before if i == dim else s for i, s in enumerate(x.shape)])], dim
+    )
 
 
 def _diff_step(sd, embedder, context, x_t, t):
-    x = _lin(sd, "conv_in_x_t", patchify(x_t, patch_size_hw=CFG.patch_size, patch_size_t=1).permute(0, 2, 3, 4, 1))
+    x = _lin(
+        sd, "conv_in_x_t", patchify(x_t, patch_size_hw=CFG.patch_size, patch_size_t=1).permute(0, 2, 3, 4, 1)
+    )
     t_emb = embedder(t, hidden_dtype=torch.float32)
     mod = _lin(sd, "shared_adaln.proj", F.silu(t_emb)).chunk(7, dim=-1)
     for i in range(CFG.stage_depths[-1]):
         p = f"diff_blocks.{i}"
-        rows = [mod[j][:, None, None, None, :] + sd[f"{p}.scale_shift_table"][j].view(1, 1, 1, 1, -1) for j in range(7)]
+        rows = [
+            mod[j][:, None, None, None, :] + sd[f"{p}.scale_shift_table"][j].view(1, 1, 1, 1, -1)
+            for j in range(7)
+        ]
         x = x + _lin(sd, f"{p}.context_proj", context)
-        x = x + _attention(sd, p, _rms(x, sd[f"{p}.norm1.weight"]) * (1 + rows[0]) + rows[1], CFG.stage5_kernel)
+        x = x + _attention(
+            sd, p, _rms(x, sd[f"{p}.norm1.weight"]) * (1 + rows[0]) + rows[1], CFG.stage5_kernel
+        )
         x = x + _swiglu(sd, p, _rms(x, sd[f"{p}.norm2.weight"]) * (1 + rows[3]) + rows[4])
     x = _lin(sd, "conv_out", _rms(x, sd["norm_out.weight"])).permute(0, 4, 1, 2, 3)
     return unpatchify(x, patch_size_hw=CFG.patch_size, patch_size_t=1)
@@ -170,14 +199,18 @@ def _diff_step(sd, embedder, context, x_t, t):
 def _reference_decode(sd, latent, noise):
     """DiffusionVideoDecoder.forward (one full tile): floor pad, ghost pad, stages 1-4, crop, Euler, crops."""
     embedder = PixArtAlphaCombinedTimestepSizeEmbeddings(embedding_dim=CFG.t_emb_dim, size_emb_dim=0)
-    embedder.load_state_dict({k.removeprefix("t_embedder."): v for k, v in sd.items() if k.startswith("t_embedder.")})
+    embedder.load_state_dict(
+        {k.removeprefix("t_embedder."): v for k, v in sd.items() if k.startswith("t_embedder.")}
+    )
     _, _, f, h, w = latent.shape
     mt, mh, mw = min_latent_shape(CFG.stage_kernels, CFG.strides, CFG.stage5_kernel)
     x = _resize(_resize(_resize(latent, 2, max(f, mt), False), 3, max(h, mh), True), 4, max(w, mw), True)
     wf, wh, ww = x.shape[2:]
     ghost = (CFG.stage_kernels[0][0] // 2) * 2
     x = _resize(x, 2, wf + ghost, False)
-    x = x * sd["per_channel_statistics.std"].view(1, -1, 1, 1, 1) + sd["per_channel_statistics.mean"].view(1, -1, 1, 1, 1)
+    x = x * sd["per_channel_statistics.std"].view(1, -1, 1, 1, 1) + sd["per_channel_statistics.mean"].view(
+        1, -1, 1, 1, 1
+    )
     x = _lin(sd, "conv_in", x.permute(0, 2, 3, 4, 1))
     for s in range(4):
         for b in range(CFG.stage_depths[s]):
@@ -191,12 +224,12 @@ def _reference_decode(sd, latent, noise):
     x_t = _resize(noise, 2, max(frames, CFG.stage5_kernel[0]), False)
     steps = torch.linspace(1.0, 1.0 / CFG.num_steps, CFG.num_steps)
     for i in range(CFG.num_steps):
-        t_now = steps[i:i + 1]
-        t_next = steps[i + 1:i + 2] if i + 1 < CFG.num_steps else torch.zeros(1)
+        t_now = steps[i : i + 1]
+        t_next = steps[i + 1 : i + 2] if i + 1 < CFG.num_steps else torch.zeros(1)
         x_t = x_t - (t_now - t_next).view(-1, 1, 1, 1, 1) * _diff_step(sd, embedder, context, x_t, t_now)
     x_t = _resize(x_t, 2, frames, False)
     hb, wb = (wh - h) // 2, (ww - w) // 2
-    return x_t[:, :, :1 + (f - 1) * 8, hb * 32:(hb + h) * 32, wb * 32:(wb + w) * 32]
+    return x_t[:, :, : 1 + (f - 1) * 8, hb * 32 : (hb + h) * 32, wb * 32 : (wb + w) * 32]
 
 
 @pytest.mark.timeout(240)
@@ -209,7 +242,9 @@ def test_decode_matches_upstream(shape):
     noise = rng.standard_normal(model.noise_shape(shape)).astype(np.float32)
     ours = np.array(model(mx.array(latent), mx.array(noise)))
     with torch.no_grad():
-        ref = _reference_decode(_upstream_names(pack), torch.from_numpy(latent), torch.from_numpy(noise)).numpy()
+        ref = _reference_decode(
+            _upstream_names(pack), torch.from_numpy(latent), torch.from_numpy(noise)
+        ).numpy()
     assert ours.shape == ref.shape == (1, 3, 1 + (shape[2] - 1) * 8, shape[3] * 32, shape[4] * 32)
     rel = np.abs(ours - ref).max() / np.abs(ref).max()
     assert rel <= 1e-4, rel
