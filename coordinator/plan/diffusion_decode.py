@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from coordinator.plan.costs import DIFF_DECODE_BYTES_PER_VOXEL
 from coordinator.plan.graph import SpecError
 from ltx_engine.components import DIFFUSION, missing_line
 from ltx_engine.decode_tiling import DecodeTile
@@ -19,7 +20,6 @@ from ltx_engine.generation import LTX_25
 
 COMPONENT = "vae_decoder_av"
 DEFAULT = DiffusionTileSizes()
-BYTES_PER_PIXEL = 16 * 4 * 27 * 3  # stage 5's gathered window per pixel token (the planner's coarse factor)
 
 
 def is_diffusion(spec: Mapping) -> bool:
@@ -62,13 +62,17 @@ def diffusion_tile_plan(spec: Mapping, grid: tuple[int, int, int]) -> list[Decod
 
 
 def resolve_tiles(spec: Mapping, fleet: list[dict]) -> str:
-    """auto -> the default sizes when more than one worker holds the pack, else off (one task)."""
+    """auto -> the default sizes when more than one worker holds the pack or the whole decode would not
+    fit the smallest holder's memory (the seed's ~500 B per output pixel·frame), else off (one task)."""
     value = str(spec.get("decode_tiles") or "auto").strip().lower()
     if value != "auto":
         sizes_of(spec)
         return value
     holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
-    if len(holders) <= 1:
+    memories = [int(w.get("memory_bytes") or 0) for w in holders if int(w.get("memory_bytes") or 0) > 0]
+    frames = int(spec.get("output_frames") or spec["frames"])
+    whole = frames * int(spec["height"]) * int(spec["width"]) * DIFF_DECODE_BYTES_PER_VOXEL
+    if len(holders) <= 1 and (not memories or whole <= min(memories)):
         return "off"
     return f"{DEFAULT.frames},{DEFAULT.height},{DEFAULT.width}"
 

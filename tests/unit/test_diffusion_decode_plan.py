@@ -54,6 +54,12 @@ def test_auto_tiles_only_across_workers_and_bad_sizes_are_one_line():
     spec = {**SPEC, "decode_tiles": "auto"}
     assert resolve_decode_tiles(spec, [{"packs": ["p"]}]) == "off"
     assert resolve_decode_tiles(spec, [{"packs": ["p"]}] * 2) == "96,512,512"
+    small_mac = [{"packs": ["p"], "memory_bytes": 16 * 2**30}]
+    big = {**spec, "height": 1024, "width": 1536, "frames": 121}  # ~95 GB whole: tiled even on one Mac
+    assert (
+        resolve_decode_tiles(big, small_mac) == "96,512,512"
+        and resolve_decode_tiles(spec, small_mac) == "off"
+    )
     assert decode_tile_plan({**SPEC, "decode_tiles": "off"}) is None
     with pytest.raises(SpecError, match="height tile 128 is no larger than its overlap 160"):
         resolve_decode_tiles({**SPEC, "decode_tiles": "48,128,192"}, [])
