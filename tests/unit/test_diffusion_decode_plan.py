@@ -83,3 +83,45 @@ def test_costs_are_the_seeds_15x_and_load_the_diffusion_weights():
     assert costs.peak_bytes("decode_video", {**params, "decoder": "diffusion"}) > costs.peak_bytes(
         "decode_video", params
     )
+
+
+FLEET = '[[workers]]\nname = "studio"\nchip = "Apple M4 Pro"\nmemory_gb = 48\ngeneration = "GEN"\ncount = 2\n'
+
+
+def _plan(tmp_path, generation: str, decoder: str):
+    import subprocess
+    import sys
+
+    (tmp_path / "fleet.toml").write_text(FLEET.replace("GEN", generation))
+    code = "from farm_cli.main import main; main()"
+    args = ["plan", "-p", "fox", "-H", "512", "-W", "768", "-f", "49", "--pack", "dgrauet/ltx-2.5-mlx-q8"]
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            *args,
+            "--fleet",
+            str(tmp_path / "fleet.toml"),
+            "--video-decoder",
+            decoder,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.mark.timeout(150)
+def test_farm_plan_tiles_and_prices_the_diffusion_decode(tmp_path):
+    diffusion, conv = _plan(tmp_path, "2.5", "diffusion"), _plan(tmp_path, "2.5", "conv")
+    assert diffusion.returncode == 0 and conv.returncode == 0, diffusion.stderr + conv.stderr
+    assert "decode tiles 96,512,512 (2 tiles)" in diffusion.stdout and "2 decode_tile" in diffusion.stdout
+
+    def wall(out: str) -> float:
+        return float(out.split("predicted wall time: ")[1].split(" s")[0])
+
+    assert wall(diffusion.stdout) > wall(conv.stdout) + 30  # the decode alone: ~7 s conv, ~69 s in two tiles
+    refused = _plan(tmp_path, "2.3", "diffusion")
+    assert refused.returncode == 2 and "needs an LTX-2.5 pack" in refused.stderr.strip().splitlines()[-1]
