@@ -24,6 +24,16 @@ from ltx_engine.models.vae_blocks import PerChannelStatistics, patchify, unpatch
 
 Kernel = tuple[int, int, int]
 TIME_SCALE, SPACE_SCALE = 8, 32  # latent -> pixel (the conv VAE's)
+_UNUSED = ("coarse_", "type_emb")  # carried by checkpoints, read by neither upstream nor the port
+_GATES = {"gate_msa": "attn.proj", "gate_mlp": "mlp.w_down", "gate_ctx": "context_proj"}
+_RENAMES = {
+    "t_embedder.timestep_embedder.linear_1.weight": "t_embedder.mlp.0.weight",
+    "t_embedder.timestep_embedder.linear_1.bias": "t_embedder.mlp.0.bias",
+    "t_embedder.timestep_embedder.linear_2.weight": "t_embedder.mlp.2.weight",
+    "t_embedder.timestep_embedder.linear_2.bias": "t_embedder.mlp.2.bias",
+    "per_channel_statistics.mean-of-means": "per_channel_statistics.mean",
+    "per_channel_statistics.std-of-means": "per_channel_statistics.std",
+}
 
 
 @dataclass(frozen=True)
@@ -185,8 +195,24 @@ class DiffusionVideoDecoder(nn.Module):
 
     @staticmethod
     def pack_to_model(weights: dict[str, mx.array]) -> dict[str, mx.array]:
-        """The pack's keys are the model's (the fused qkv, `mlp.0`/`mlp.2` and mean/std included)."""
-        return dict(weights)
+        """The pack's keys are the model's (fused qkv, `mlp.0`/`mlp.2`, mean/std); also read: upstream's
+        names (split to_q/k/v, `timestep_embedder.linear_*`, `mean-of-means`), static gates folded into
+        their Linear as upstream's loader does, and what neither reference uses (`coarse_*`, `type_emb`)
+        dropped."""
+        out = {_RENAMES.get(k, k): v for k, v in weights.items() if not k.startswith(_UNUSED)}
+        for k in [k for k in out if k.endswith(".qkv.to_q.weight") or k.endswith(".qkv.to_q.bias")]:
+            base, leaf = k.rsplit(".to_q.", 1)
+            out[f"{base}.{leaf}"] = mx.concatenate([out.pop(f"{base}.to_{n}.{leaf}") for n in "qkv"], axis=0)
+        for k in [k for k in out if k.endswith(tuple(_GATES))]:
+            gate, block = out.pop(k).astype(mx.float32), k.rsplit(".", 1)[0]
+            for leaf in ("weight", "bias"):
+                name = f"{block}.{_GATES[k.rsplit('.', 1)[1]]}.{leaf}"
+                if name in out:
+                    w = out[name]
+                    out[name] = ((gate[:, None] if w.ndim == 2 else gate) * w.astype(mx.float32)).astype(
+                        w.dtype
+                    )
+        return out
 
     def work_latent(self, latent_shape: tuple[int, ...]) -> tuple[int, int, int]:
         """The latent (f, h, w) after the size floor (edge pads) the attention windows need."""

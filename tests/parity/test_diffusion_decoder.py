@@ -255,3 +255,28 @@ def test_pack_keys_load_strictly():
     model, pack = _seeded_model()
     assert set(pack) == {k for k, _ in tree_flatten(model.parameters())}
     assert "diff_blocks.1.attn.qkv.weight" in pack and "t_embedder.mlp.2.bias" in pack
+
+
+def test_upstream_names_gates_and_baggage_load_as_the_pack_layout():
+    """A checkpoint in upstream's names with static gates and `type_emb` reads into the pack layout, the
+    gates folded into their Linear rows as upstream's loader does (W <- g * W, b <- g * b)."""
+    _, pack = _seeded_model()
+    upstream = {k: mx.array(v.numpy()) for k, v in _upstream_names(pack).items()}
+    gate = np.linspace(0.5, 1.5, CFG.stage_channels[-1]).astype(np.float32)
+    upstream |= {
+        "diff_blocks.0.gate_msa": mx.array(gate),
+        "type_emb": mx.zeros((128,)),
+        "coarse_head.weight": mx.zeros((2,)),
+    }
+    loaded = {k: np.array(v) for k, v in DiffusionVideoDecoder.pack_to_model(upstream).items()}
+    assert set(loaded) == set(pack)
+    np.testing.assert_allclose(
+        loaded["diff_blocks.0.attn.proj.weight"],
+        gate[:, None] * pack["diff_blocks.0.attn.proj.weight"],
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(
+        loaded["diff_blocks.0.attn.proj.bias"], gate * pack["diff_blocks.0.attn.proj.bias"], rtol=1e-6
+    )
+    for key in ("det_stages.2.0.attn.qkv.weight", "t_embedder.mlp.0.bias", "per_channel_statistics.std"):
+        np.testing.assert_array_equal(loaded[key], pack[key])
