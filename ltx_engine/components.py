@@ -97,6 +97,7 @@ RENDER_KINDS: dict[str, tuple[str, ...]] = {
     "t2v": _BASE,
     "i2v": (*_BASE, "vae_encoder"),
     "dfr": (*_BASE, "temporal_upscaler"),
+    "diffusion": (*_BASE, "vae_decoder_av"),  # --video-decoder diffusion (LTX-2.5)
 }
 
 _SHARD = re.compile(r"^(?P<stem>.+?)(?:-(?P<i>\d{5})-of-(?P<n>\d{5}))?\.safetensors$")

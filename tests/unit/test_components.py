@@ -60,6 +60,8 @@ def test_diffusion_decode_needs_vae_decoder_av():
     assert task_needs("decode_tile", {"decoder": "diffusion"}) == ["vae_decoder_av"]
     assert task_needs("decode_tile", {}) == ["vae_decoder"]
     assert "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av.safetensors" in missing_line("vae_decoder_av", "tiny")
+    assert "vae_decoder_av.safetensors" in pull_files(PUBLISHED, RENDER_KINDS["diffusion"])
+    assert "vae_decoder_av.safetensors" not in pull_files(PUBLISHED, RENDER_KINDS["t2v"])
 
 
 def test_missing_line_names_file_and_command():
