@@ -130,10 +130,11 @@ def test_tiled_diffusion_decode_matches_local(diff_farm, local_shas):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "diff_farm", WORKERS[:1], indirect=True, ids=["3-workers"]
+)  # once, on the first farm
 def test_refusals_are_one_line_exit_2_nothing_queued(diff_farm):
-    client, env, workers = diff_farm
-    if workers != WORKERS[0]:
-        pytest.skip("the refusals run once, on the first farm")
+    client, env, _workers = diff_farm
     queued = [r["id"] for r in client.list()]
     cases = [
         (("render", "--local", *ARGS, "--pack", "tiny"), "needs an LTX-2.5 pack"),
