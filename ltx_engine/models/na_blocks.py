@@ -14,6 +14,7 @@ one frame's queries times the kernel volume (upstream runs NATTEN's fused kernel
 
 from __future__ import annotations
 
+import functools
 import math
 
 import mlx.core as mx
@@ -73,6 +74,7 @@ def window_starts(length: int, kernel: int) -> tuple[np.ndarray, int]:
     return np.clip(idx - k // 2, 0, length - k), k
 
 
+@functools.lru_cache(maxsize=256)
 def _neighbour_index(dims: tuple[int, int, int], kernel: tuple[int, int, int], t0: int, t1: int) -> mx.array:
     """Flat (T*H*W) key indices of every query in frames [t0, t1): (t1-t0, H, W, kt*kh*kw)."""
     (st, kt), (sh, kh), (sw, kw) = (window_starts(d, k) for d, k in zip(dims, kernel, strict=True))
@@ -90,7 +92,7 @@ def na3d(q: mx.array, k: mx.array, v: mx.array, kernel: tuple[int, int, int]) ->
     kf, vf = k.reshape(b, t * h * w, nh, d), v.reshape(b, t * h * w, nh, d)
     out = []
     for t0 in range(t):  # one frame of queries at a time bounds the gathered K/V
-        idx = _neighbour_index((t, h, w), kernel, t0, t0 + 1)
+        idx = _neighbour_index((t, h, w), tuple(kernel), t0, t0 + 1)  # the same every block and step
         kg, vg = kf[:, idx], vf[:, idx]  # (B, 1, H, W, K, NH, D)
         scores = mx.sum(q[:, t0 : t0 + 1, :, :, None] * kg, axis=-1)
         weights = mx.softmax(scores, axis=4, precise=True)
