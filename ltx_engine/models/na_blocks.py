@@ -74,25 +74,25 @@ def window_starts(length: int, kernel: int) -> tuple[np.ndarray, int]:
     return np.clip(idx - k // 2, 0, length - k), k
 
 
-@functools.lru_cache(maxsize=256)
-def _neighbour_index(dims: tuple[int, int, int], kernel: tuple[int, int, int], t0: int, t1: int) -> mx.array:
-    """Flat (T*H*W) key indices of every query in frames [t0, t1): (t1-t0, H, W, kt*kh*kw)."""
-    (st, kt), (sh, kh), (sw, kw) = (window_starts(d, k) for d, k in zip(dims, kernel, strict=True))
-    _, h, w = dims
-    tt = (st[t0:t1, None] + np.arange(kt))[:, None, None, :, None, None]
-    hh = (sh[:, None] + np.arange(kh))[None, :, None, None, :, None]
-    ww = (sw[:, None] + np.arange(kw))[None, None, :, None, None, :]
-    flat = (tt * h + hh) * w + ww
-    return mx.array(flat.reshape(t1 - t0, h, w, kt * kh * kw).astype(np.int32))
+@functools.lru_cache(maxsize=32)
+def _plane_index(h: int, w: int, kh: int, kw: int) -> mx.array:
+    """Flat (H*W) indices of every query's spatial window: (H, W, kh'*kw'), the same for every frame."""
+    (sh, kh), (sw, kw) = window_starts(h, kh), window_starts(w, kw)
+    hh = (sh[:, None] + np.arange(kh))[:, None, :, None]
+    ww = (sw[:, None] + np.arange(kw))[None, :, None, :]
+    return mx.array((hh * w + ww).reshape(h, w, kh * kw).astype(np.int32))
 
 
 def na3d(q: mx.array, k: mx.array, v: mx.array, kernel: tuple[int, int, int]) -> mx.array:
     """Neighbourhood attention over (B, T, H, W, NH, D) with Q already scaled; out (B, T, H, W, NH, D)."""
     b, t, h, w, nh, d = q.shape
     kf, vf = k.reshape(b, t * h * w, nh, d), v.reshape(b, t * h * w, nh, d)
+    starts, kt = window_starts(t, kernel[0])
+    plane = _plane_index(h, w, kernel[1], kernel[2])
     out = []
     for t0 in range(t):  # one frame of queries at a time bounds the gathered K/V
-        idx = _neighbour_index((t, h, w), tuple(kernel), t0, t0 + 1)  # the same every block and step
+        frames = mx.array(((starts[t0] + np.arange(kt)) * h * w).astype(np.int32))
+        idx = (frames[None, None, :, None] + plane[:, :, None, :]).reshape(1, h, w, -1)  # (t, h, w) flat
         kg, vg = kf[:, idx], vf[:, idx]  # (B, 1, H, W, K, NH, D)
         scores = mx.sum(q[:, t0 : t0 + 1, :, :, None] * kg, axis=-1)
         weights = mx.softmax(scores, axis=4, precise=True)
