@@ -24,6 +24,7 @@ import numpy as np
 ADALN_CHUNKS = 7  # scale_msa, shift_msa, gate_msa, scale_mlp, shift_mlp, gate_mlp, gate_ctx
 SCALE_MSA, SHIFT_MSA, SCALE_MLP, SHIFT_MLP = 0, 1, 3, 4
 TIME_PROJ_DIM = 256
+GATHER_BUDGET = 2**26  # gathered K (or V) elements per chunk: 256 MB in float32
 
 
 def rope_split(head_dim: int) -> tuple[int, int, int]:
@@ -89,14 +90,18 @@ def na3d(q: mx.array, k: mx.array, v: mx.array, kernel: tuple[int, int, int]) ->
     kf, vf = k.reshape(b, t * h * w, nh, d), v.reshape(b, t * h * w, nh, d)
     starts, kt = window_starts(t, kernel[0])
     plane = _plane_index(h, w, kernel[1], kernel[2])
+    rows = max(1, GATHER_BUDGET // max(1, b * w * kt * plane.shape[-1] * nh * d))
     out = []
-    for t0 in range(t):  # one frame of queries at a time bounds the gathered K/V
+    for t0 in range(t):  # a frame of queries at a time (rows of it at full size) bounds the gathered K/V
         frames = mx.array(((starts[t0] + np.arange(kt)) * h * w).astype(np.int32))
         idx = (frames[None, None, :, None] + plane[:, :, None, :]).reshape(1, h, w, -1)  # (t, h, w) flat
-        kg, vg = kf[:, idx], vf[:, idx]  # (B, 1, H, W, K, NH, D)
-        scores = mx.sum(q[:, t0 : t0 + 1, :, :, None] * kg, axis=-1)
-        weights = mx.softmax(scores, axis=4, precise=True)
-        out.append(mx.sum(weights[..., None] * vg, axis=4))
+        parts = []
+        for h0 in range(0, h, rows):
+            kg, vg = kf[:, idx[:, h0 : h0 + rows]], vf[:, idx[:, h0 : h0 + rows]]  # (B, 1, rows, W, K, NH, D)
+            scores = mx.sum(q[:, t0 : t0 + 1, h0 : h0 + rows, :, None] * kg, axis=-1)
+            weights = mx.softmax(scores, axis=4, precise=True)
+            parts.append(mx.sum(weights[..., None] * vg, axis=4))
+        out.append(parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=2))
     return mx.concatenate(out, axis=1)
 
 

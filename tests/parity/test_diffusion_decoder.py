@@ -280,3 +280,15 @@ def test_upstream_names_gates_and_baggage_load_as_the_pack_layout():
     )
     for key in ("det_stages.2.0.attn.qkv.weight", "t_embedder.mlp.0.bias", "per_channel_statistics.std"):
         np.testing.assert_array_equal(loaded[key], pack[key])
+
+
+def test_attention_in_row_chunks_equals_whole_frames(monkeypatch):
+    """The gather budget (rows of a frame at a time at full size) changes the working set, not the values."""
+    from ltx_engine.models import na_blocks
+
+    q, k, v = (mx.random.normal((1, 5, 9, 11, 2, 16), key=mx.random.key(i)) for i in range(3))
+    whole = np.array(na_blocks.na3d(q, k, v, (3, 5, 3)))
+    monkeypatch.setattr(na_blocks, "GATHER_BUDGET", 1)
+    np.testing.assert_array_equal(np.array(na_blocks.na3d(q, k, v, (3, 5, 3))), whole)
+    ref = _na(*(torch.from_numpy(np.array(x)) for x in (q, k, v)), (3, 5, 3)).numpy()
+    assert np.abs(whole - ref).max() <= 1e-5 * np.abs(ref).max()
