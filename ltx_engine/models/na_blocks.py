@@ -8,8 +8,8 @@ with local 0-based positions, Q/K RMS norms, SwiGLU MLPs without biases, AdaLN-Z
 upsampler that drops the duplicate leading frame of a 2x time hop. Tensors are channels-last
 (B, T, H, W, C) as upstream's.
 
-Attention gathers each query's window by index, a frame of queries at a time, so the working set is
-one frame's queries times the kernel volume (upstream runs NATTEN's fused kernels instead).
+Attention gathers each query's window by index, rows of a frame of queries at a time, so the working
+set is at most GATHER_BUDGET gathered elements (upstream runs NATTEN's fused kernels instead).
 """
 
 from __future__ import annotations
