@@ -125,3 +125,19 @@ def test_farm_plan_tiles_and_prices_the_diffusion_decode(tmp_path):
     assert wall(diffusion.stdout) > wall(conv.stdout) + 30  # the decode alone: ~7 s conv, ~69 s in two tiles
     refused = _plan(tmp_path, "2.3", "diffusion")
     assert refused.returncode == 2 and "needs an LTX-2.5 pack" in refused.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.timeout(120)
+def test_help_shows_the_flag(tmp_path):
+    """`submit --help` renders (a `[/FILE]` in --lora's help once broke rich's markup) and lists the flag."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from farm_cli.main import main; main()", "submit", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    )
+    assert done.returncode == 0 and "--video-decoder" in done.stdout, done.stderr[-1500:]
