@@ -166,6 +166,7 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
         _ltx25_names(folder)
         write_detailing_lora(folder / DETAILING_LORA, cfg["transformer"], seed)
         tiny_hdr_lora.write_hdr_lora(folder / tiny_hdr_lora.HDR_LORA_FILE, cfg["transformer"], seed)  # issue #29
+        write_diffusion_decoder(folder, seed)
     return LAYOUTS[layout](folder, seed)
 
 
@@ -188,6 +189,23 @@ def _tiny_audio_encoder(cfg: dict, seed: int) -> dict[str, mx.array]:
     model = AudioEncoder.from_config(cfg)
     params = {k: v for k, v in tree_flatten(model.parameters()) if not k.startswith("per_channel_statistics.")}
     return AudioEncoder.model_to_pack(_seeded_like(params, seed * 100 + AUDIO_ENCODER_SEED_OFFSET))
+
+
+DIFFUSION_DECODER_SEED_OFFSET = 91  # its own draw: no other component's weights move
+
+
+def write_diffusion_decoder(folder: Path, seed: int, dtype: mx.Dtype = mx.bfloat16) -> None:
+    """A tiny `vae_decoder_av.safetensors` in the MLX packs' layout (`vae_decoder_av.` keys, fused qkv)
+    with its architecture in the file's `config` metadata, as a real 2.5 pack ships it."""
+    from ltx_engine.models.diffusion_decoder import DiffusionVideoDecoder, tiny_config
+
+    cfg = tiny_config()
+    params = dict(tree_flatten(DiffusionVideoDecoder(cfg).parameters()))
+    weights = _seeded_like(params, seed * 100 + DIFFUSION_DECODER_SEED_OFFSET)
+    cast = {f"vae_decoder_av.{k}": v.astype(dtype) for k, v in DiffusionVideoDecoder.pack_to_model(weights).items()}
+    mx.eval(cast)
+    mx.save_safetensors(str(folder / "vae_decoder_av.safetensors"), cast,
+                        metadata={"format": "mlx", "config": json.dumps({"vae": cfg.to_vae()})})
 
 
 DETAILING_LORA = "ltx-2.5-22b-ic-lora-pixel-spatial-upscaler.safetensors"

@@ -252,6 +252,16 @@ SPEC_FIELDS: dict[str, Rule] = {
 SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
 SPEC_FIELDS |= {"sparse_attention": taus, "compute_dtype": text(32)}  # issue #26 (dtype names: the planner)
 SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range, "hdr": boolean}  # issue #29
+VIDEO_DECODERS = ("conv", "diffusion")  # issue #29: the conv VAE decoder, or LTX-2.5's vae_decoder_av
+
+
+def video_decoder(name: str, value: object) -> str:
+    if value not in VIDEO_DECODERS:
+        raise SpecError(f"{name} {str(value)[:40]!r}: give conv or diffusion")
+    return str(value)
+
+
+SPEC_FIELDS |= {"video_decoder": video_decoder}  # issue #29: --video-decoder conv|diffusion
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -299,6 +309,7 @@ class RenderSpec:
     exr_colorspace: str | None = None  # issue #29: srgb-linear (None) | acescg | acescct (ltx_engine/color.py)
     auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
     hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
+    video_decoder: str | None = None  # issue #29: "conv" (None) | "diffusion" (LTX-2.5's vae_decoder_av)
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None

@@ -379,10 +379,16 @@ class Runner:
         return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
 
     def _run_decode_video(self, pack, params, inputs, step):
+        if params.get("decoder") == "diffusion":  # issue #29: LTX-2.5's vae_decoder_av
+            pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]))
+            return {"frames": np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)}
         return {"frames": self.engine.decode_video(pack, inputs["latent"])}
 
     def _run_decode_tile(self, pack, params, inputs, step):
         bounds = tuple(tuple(int(x) for x in params["latent"][axis]) for axis in ("frames", "height", "width"))
+        if params.get("decoder") == "diffusion":  # issue #29
+            return {"pixels": self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
+                                                                 bounds)}
         return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
 
     def _run_decode_audio(self, pack, params, inputs, step):

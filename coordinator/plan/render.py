@@ -25,6 +25,7 @@ from coordinator.plan.dfr import (
     slot_expect,
     slot_params,
 )
+from coordinator.plan.diffusion_decode import check_video_decoder
 from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
@@ -123,6 +124,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
+    check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
