@@ -88,7 +88,8 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
         raise ValueError(f"unknown coordinator task kind {kind!r}")
     step = int(params["step"])
     velocities = [inputs[f"v{i}"] for i in range(len(sets))]
-    latent = tdp.reduce_step(inputs["latent"], inputs["clean"], mask, positions, velocities, sets, sigmas, step)
+    latent = tdp.reduce_step(inputs["latent"], inputs["clean"], mask, positions, velocities, sets, sigmas, step,
+                             tdp.step_ancestral(params))
     if step + 1 == len(sigmas) - 1:
         grid = tuple(params["grid"])
         out = {"video_latent": unpatchify_video(latent[:, : int(np.prod(grid))], grid)}

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from coordinator.plan import costs, placement, sparse
+from coordinator.plan import costs, placement, samplers, sparse
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -318,7 +318,8 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
     stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec["height"],
                      "width": spec["width"], "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
-                     "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec)}
+                     "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec),
+                     **samplers.stage2_params(spec)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         stage2_params["renoise_audio"] = spec.get("stage2_tiles") is None  # tiled: frozen, as TDP's audio

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from coordinator.plan import costs, placement
+from coordinator.plan import costs, placement, samplers
 from coordinator.plan.dfr import canvas_frames
 from coordinator.plan.graph import (
     CAPABILITY,
@@ -180,6 +180,7 @@ def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: 
         "overlap": int(spec["tile_overlap"]),
         "sigmas": params["sigmas"],
         **_marker_params(spec, params, grid),
+        **samplers.step_params(params),  # LTX-2.5: the step re-noises ancestrally (plan/samplers.py)
     }
     prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
     state = ("latent", "clean", "mask", "positions")
