@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from ltx_engine.generation import stage2_sampler
 from ltx_engine.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET
 
-STEP_KEYS = ("sampler", "seed", "ancestral_offset")  # what a coordinator step needs to re-noise as a worker does
+STEP_KEYS = (
+    "sampler",
+    "seed",
+    "ancestral_offset",
+)  # what a coordinator step needs to re-noise as a worker does
 
 
 def stage2_params(spec: Mapping) -> dict:

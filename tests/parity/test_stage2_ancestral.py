@@ -21,7 +21,9 @@ from tests.parity.upstream_rules import ANCESTRAL_ETA, ancestral_loop_step_main,
 def test_each_stage_samples_as_upstream_main(generation):
     main2 = ancestral_sampler_main(generation, "stage2")
     ours = samplers.stage2_params({"generation": generation})
-    assert (ours["sampler"], ours["ancestral_offset"]) == (main2 or (sampling.EULER, ours["ancestral_offset"]))
+    assert (ours["sampler"], ours["ancestral_offset"]) == (
+        main2 or (sampling.EULER, ours["ancestral_offset"])
+    )
     main1 = ancestral_sampler_main(generation, "stage1")
     assert stage1_sampler(generation, dfr=True) == (main1[0] if main1 else sampling.EULER)
     assert samplers.stage2_params({}) == {}  # generation unknown: the worker picks it from its pack
@@ -47,14 +49,27 @@ def test_tiled_ancestral_step_matches_main(step):
     sets = tdp.token_sets(grid, (1, 2, 2), 2, pos)
     velocities = [rng.standard_normal((1, len(s.keep_indices), 16)).astype(np.float32) for s in sets]
     params = {"sampler": sampling.EULER_ANCESTRAL, "seed": seed, "ancestral_offset": 20000}
-    ours = tdp.reduce_step(latent, clean, mask, pos, velocities, sets, sigmas, step, tdp.step_ancestral(params))
-    blended = reduce_masked_outputs(latent.shape, sets, [masked_tile_output(s, v) for s, v in zip(sets, velocities)])
+    ours = tdp.reduce_step(
+        latent, clean, mask, pos, velocities, sets, sigmas, step, tdp.step_ancestral(params)
+    )
+    masked = [masked_tile_output(s, v) for s, v in zip(sets, velocities, strict=True)]
+    blended = reduce_masked_outputs(latent.shape, sets, masked)
     ts = mask * np.float32(sigmas[step])
     denoised = torch.from_numpy(latent - blended * ts)
-    noise = sampling.noise(latent.shape, seed + 20000, sampling.stream_id(sampling.STREAM_VIDEO_ANCESTRAL, step))
+    noise = sampling.noise(
+        latent.shape, seed + 20000, sampling.stream_id(sampling.STREAM_VIDEO_ANCESTRAL, step)
+    )
     t = torch.from_numpy
-    ref = ancestral_loop_step_main(t(latent), denoised, t(clean), t(mask), torch.tensor(sigmas), step, t(noise),
-                                   _TorchAncestralOracle(ANCESTRAL_ETA)).numpy()
+    ref = ancestral_loop_step_main(
+        t(latent),
+        denoised,
+        t(clean),
+        t(mask),
+        torch.tensor(sigmas),
+        step,
+        t(noise),
+        _TorchAncestralOracle(ANCESTRAL_ETA),
+    ).numpy()
     err = np.abs(ours.astype(np.float64) - ref).max() / np.abs(ref).max()
     assert err <= 1e-6, err
     assert np.array_equal(ours[:, -36:], clean[:, -36:]) or step == len(sigmas) - 2
