@@ -23,3 +23,11 @@ def hdr_fields(exr_colorspace: str | None, auto_duration: str | None, hdr: bool 
         if out["auto_duration"] is None:
             fail(f"--auto-duration {auto_duration!r} is not MIN:MAX seconds, e.g. 2:8")
     return out
+
+
+def dfr_fields(dfr: bool, spatial_upscalings: int = 1) -> dict:
+    """`--dfr` / `--spatial-upscalings N` as spec fields (left out at their defaults; the planner checks N)."""
+    out: dict = {"dfr": True} if dfr else {}
+    if spatial_upscalings != 1:
+        out["spatial_upscalings"] = spatial_upscalings
+    return out

@@ -93,11 +93,12 @@ def render(
     audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
     audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
     exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
+    dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
     from farm_cli import loras
-    from farm_cli.hdr_spec import hdr_fields
+    from farm_cli.hdr_spec import dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
 
     user_loras = loras.resolve(lora, lora_mode)
@@ -111,7 +112,8 @@ def render(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
         sparse_attention=sparse_attention, compute_dtype=compute_dtype,
-        hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr))
+        hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr),
+        dfr_fields=dfr_fields(dfr, spatial_upscalings))
     out = output or Path("render.mp4")
     if not local:
         loras.upload_to(user_loras.files, coordinator, token)

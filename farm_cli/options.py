@@ -141,3 +141,6 @@ ExrColorspace = Annotated[str | None, typer.Option(
 AutoDuration = Annotated[str | None, typer.Option(
     "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.")]
 Hdr = Annotated[bool, typer.Option("--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).")]
+Dfr = Annotated[bool, typer.Option("--dfr", help="LTX-2.5 DFR even at 0 temporal rounds (canvas, keyframe slots).")]
+SpatialUpscalings = Annotated[int, typer.Option(
+    "--spatial-upscalings", help="DFR: 1, or 2 (stages at half size, then the per-window spatial epilogue).")]

@@ -73,10 +73,11 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
            audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
            exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
+           dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
     from farm_cli import loras
-    from farm_cli.hdr_spec import hdr_fields
+    from farm_cli.hdr_spec import dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
 
     user_loras = loras.resolve(lora, lora_mode)
@@ -91,7 +92,8 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
-                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr))
+                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr),
+        dfr_fields=dfr_fields(dfr, spatial_upscalings))
     spec = typed.to_dict()
     loras.upload_to(user_loras.files, coordinator, token)
     if seeds or prompts_file:

@@ -8,6 +8,7 @@ take the Euler step. The coordinator and the in-process reference both call thes
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,10 +41,11 @@ def parse_tile_counts(text: str, workers: int = 1) -> tuple[int, int, int]:
     return int(frames or 1), int(height), int(width)
 
 
-def tile_counts(counts: tuple[int, int, int], overlap: int) -> TileCountConfig:
-    """Counts per axis with the overlap on every tiled axis (an untiled axis has none)."""
-    f, h, w = counts
-    return TileCountConfig(*(DimensionTilingConfig(n, overlap if n > 1 else 0) for n in (f, h, w)))
+def tile_counts(counts: tuple[int, int, int], overlap: int | Sequence[int]) -> TileCountConfig:
+    """Counts per axis with the overlap on every tiled axis (an untiled axis has none); `overlap` one
+    for all axes, or one per axis (DFR's epilogue clamps each axis to its latent)."""
+    per_axis = [int(overlap)] * 3 if isinstance(overlap, int | np.integer) else [int(x) for x in overlap]
+    return TileCountConfig(*(DimensionTilingConfig(n, o if n > 1 else 0) for n, o in zip(counts, per_axis, strict=True)))
 
 
 def plan(grid: tuple[int, int, int], counts: tuple[int, int, int], overlap: int) -> list[Tile]:

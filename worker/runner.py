@@ -383,6 +383,11 @@ class Runner:
         seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]), bounds)
         return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
 
+    def _run_dfr_keyframe_plane(self, pack, params, inputs, step):
+        plane = int(params["plane"])
+        latent = inputs["keyframes"][:, :, plane : plane + 1]
+        return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
+
     def _run_decode_video(self, pack, params, inputs, step):
         return {"frames": self.engine.decode_video(pack, inputs["latent"])}
 

@@ -42,7 +42,7 @@ DIT_FORWARD_S = 0.6         # audio stream, AdaLN, per forward
 DECODE_S_PER_VOXEL = 3.5e-7  # conv VAE decode, reference seconds per output pixel·frame
 UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
 FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
-           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05,
+           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05, "dfr_trim": 0.05,
            "guide_step": 0.1}  # a guided step's combine (+ res_2s' float64 midpoint), on the coordinator
 
 REF_PACK_BYTES = 26 * GB     # a full-size q8 pack: activations scale from it for reduced (test) packs
@@ -60,6 +60,7 @@ KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("
                 "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
                 "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
                 "decode_audio": ("audio_vae", "vocoder"), "stage_prepare": ("vae_encoder",),
+                "dfr_keyframe_plane": ("vae_decoder", "vae_encoder"),
                 **{k: ("transformer",) for k in DIT_KINDS}}
 
 
@@ -103,6 +104,8 @@ def reference_seconds(kind: str, params: Mapping) -> float:
         return _forwards(kind, params) * dit_forward_s(_cells(params))
     if kind in ("decode_video", "decode_tile"):
         return DECODE_S_PER_VOXEL * _decode_voxels(params) + 0.2
+    if kind == "dfr_keyframe_plane":  # one frame decoded, then encoded again (an image encode)
+        return DECODE_S_PER_VOXEL * int(params["height"]) * int(params["width"]) + FIXED_S["image_encode"]
     if kind in ("upsample_spatial", "upsample_temporal"):
         shape = ((params.get("expect") or {}).get("latent") or {}).get("shape") or []
         cells = math.prod(d for d in shape[2:] if d > 0) if len(shape) == 5 else 0
