@@ -51,7 +51,9 @@ def farm_overlap(dim: int, tiles: int, overlap: int) -> int:
     return overlap
 
 
-def step_tilings(grid: tuple[int, int, int], steps: int) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+def step_tilings(
+    grid: tuple[int, int, int], steps: int
+) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
     """Per denoising step of a window: (tile counts, overlaps) per (frames, height, width) axis."""
     if steps < 1:
         raise ValueError(f"the epilogue needs at least one step, got {steps}")
@@ -64,7 +66,9 @@ def step_tilings(grid: tuple[int, int, int], steps: int) -> list[tuple[tuple[int
     return out
 
 
-def decode_keyframes(planes: np.ndarray, positions: Sequence[int], num_frames: int) -> tuple[np.ndarray, tuple[int, ...]]:
+def decode_keyframes(
+    planes: np.ndarray, positions: Sequence[int], num_frames: int
+) -> tuple[np.ndarray, tuple[int, ...]]:
     """The planes (B, C, K, h, w) and global pixel frames of the keyframes a decode of `num_frames`
     frames receives: those inside [0, num_frames) (the canvas padding's are dropped); K may be 0."""
     if planes.ndim != 5 or planes.shape[2] != len(positions):

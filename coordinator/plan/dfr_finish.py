@@ -51,11 +51,19 @@ def _dfr(spec: Mapping) -> dict:
 def _trim(rid: str, spec: Mapping, latent: dict, keyframes: dict) -> dict:
     """The coordinator's trim: the canvas latent cut to the asked frames, the keyframes inside them."""
     positions = list(spec_plan(spec).canvas.slots)
-    return task(rid, "dfr.trim", "dfr_trim", {"dfr": _dfr(spec), "positions": positions, "expect": {}},
-                {"latent": latent, **keyframes}, capability=COORDINATOR)
+    return task(
+        rid,
+        "dfr.trim",
+        "dfr_trim",
+        {"dfr": _dfr(spec), "positions": positions, "expect": {}},
+        {"latent": latent, **keyframes},
+        capability=COORDINATOR,
+    )
 
 
-def plan_dfr_finish(rid: str, spec: Mapping, ctx: dict, cond2: dict, image_params: dict) -> tuple[list[dict], dict]:
+def plan_dfr_finish(
+    rid: str, spec: Mapping, ctx: dict, cond2: dict, image_params: dict
+) -> tuple[list[dict], dict]:
     """The tasks after stage 2 and the reference to the latent the decode reads."""
     latent, slots = ref(f"{rid}.stage2", "video_latent"), ref(f"{rid}.stage2", "slots")
     if dfr_rounds(spec):
@@ -65,8 +73,14 @@ def plan_dfr_finish(rid: str, spec: Mapping, ctx: dict, cond2: dict, image_param
     else:
         tasks = _plan_epilogue(rid, spec, latent, slots, ctx)
         k = len(spec_plan(spec).canvas.slots)
-        tasks.append(_trim(rid, spec, ref(f"{rid}.{EPI}", "video_latent"),
-                           {f"kf{i}": ref(f"{rid}.{EPI}.kf{i}", "latent") for i in range(k)}))
+        tasks.append(
+            _trim(
+                rid,
+                spec,
+                ref(f"{rid}.{EPI}", "video_latent"),
+                {f"kf{i}": ref(f"{rid}.{EPI}.kf{i}", "latent") for i in range(k)},
+            )
+        )
     return tasks, ref(f"{rid}.dfr.trim", "video_latent")
 
 
@@ -88,9 +102,16 @@ def _keyframe_tasks(rid: str, spec: Mapping, slots: dict) -> list[dict]:
     """One worker task per carried plane: decode it alone, Lanczos x2, encode at the full size."""
     h, w = spec["height"], spec["width"]
     want = {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}
-    return [task(rid, f"{EPI}.kf{i}", "dfr_keyframe_plane", {"pack": spec["pack"], "plane": i, "height": h,
-                                                              "width": w, "expect": want}, {"keyframes": slots})
-            for i in range(len(spec_plan(spec).canvas.slots))]
+    return [
+        task(
+            rid,
+            f"{EPI}.kf{i}",
+            "dfr_keyframe_plane",
+            {"pack": spec["pack"], "plane": i, "height": h, "width": w, "expect": want},
+            {"keyframes": slots},
+        )
+        for i in range(len(spec_plan(spec).canvas.slots))
+    ]
 
 
 def _prepare_params(spec: Mapping) -> dict:
@@ -98,34 +119,63 @@ def _prepare_params(spec: Mapping) -> dict:
     stage 1's audio frozen, noise seed + 2000, ancestral re-noise (LTX-2.5) from seed + 30000."""
     canvas = spec_plan(spec).canvas
     seed = spec["seed"] + dfr_epilogue.NOISE_SEED_OFFSET
-    images = [{"frame": p, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": f"kf{i}_latent"}
-              for i, p in enumerate(canvas.slots)]
+    images = [
+        {"frame": p, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": f"kf{i}_latent"}
+        for i, p in enumerate(canvas.slots)
+    ]
     sampler = samplers.stage2_params(spec)
     if sampler:  # the farm keys re-noise by the stage's seed + offset: seed + 2000 + 28000 = seed + 30000
-        sampler["ancestral_offset"] = dfr_epilogue.ANCESTRAL_NOISE_SEED_OFFSET - dfr_epilogue.NOISE_SEED_OFFSET
-    return {"pack": spec["pack"], "seed": seed, "frames": canvas.frames, "fps": spec["frame_rate"],
-            "height": spec["height"], "width": spec["width"], "sigmas": list(STAGE_2_DISTILLED_SIGMAS),
-            "audio_frames": audio_latent_frames(canvas.frames, spec["frame_rate"]), "noise_stream": 1,
-            "images": images, **detailing_params(spec), **sampler}
+        sampler["ancestral_offset"] = (
+            dfr_epilogue.ANCESTRAL_NOISE_SEED_OFFSET - dfr_epilogue.NOISE_SEED_OFFSET
+        )
+    return {
+        "pack": spec["pack"],
+        "seed": seed,
+        "frames": canvas.frames,
+        "fps": spec["frame_rate"],
+        "height": spec["height"],
+        "width": spec["width"],
+        "sigmas": list(STAGE_2_DISTILLED_SIGMAS),
+        "audio_frames": audio_latent_frames(canvas.frames, spec["frame_rate"]),
+        "noise_stream": 1,
+        "images": images,
+        **detailing_params(spec),
+        **sampler,
+    }
 
 
 def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict) -> list[dict]:
     """Keyframe planes, the spatial upsample, the tiled detailing steps (their last gives `video_latent`)."""
-    grid = (latent_frames(spec_plan(spec).canvas.frames), spec["height"] // SPATIAL_FACTOR,
-            spec["width"] // SPATIAL_FACTOR)
+    grid = (
+        latent_frames(spec_plan(spec).canvas.frames),
+        spec["height"] // SPATIAL_FACTOR,
+        spec["width"] // SPATIAL_FACTOR,
+    )
     tasks = _keyframe_tasks(rid, spec, slots)
-    tasks.append(task(rid, f"{EPI}.up", "upsample_spatial", {
-        "pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, *grid)}}, {"latent": latent}))
+    tasks.append(
+        task(
+            rid,
+            f"{EPI}.up",
+            "upsample_spatial",
+            {"pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, *grid)}},
+            {"latent": latent},
+        )
+    )
     params = _prepare_params(spec)
-    inputs = {"latent": ref(f"{rid}.{EPI}.up", "latent"), "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
-              **{f"kf{i}_latent": ref(t["id"], "latent") for i, t in enumerate(tasks[:-1])}}
+    inputs = {
+        "latent": ref(f"{rid}.{EPI}.up", "latent"),
+        "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
+        **{f"kf{i}_latent": ref(t["id"], "latent") for i, t in enumerate(tasks[:-1])},
+    }
     if spec.get("detailing_lora"):  # the IC-LoRA's reference: the previous stage's video
         inputs["reference_latent"] = latent
     tasks.append(task(rid, f"{EPI}.prep", "stage_prepare", {**params, "expect": {}}, inputs))
     return tasks + _epilogue_steps(rid, spec, params, grid, ctx)
 
 
-def _epilogue_steps(rid: str, spec: Mapping, params: dict, grid: tuple[int, int, int], ctx: dict) -> list[dict]:
+def _epilogue_steps(
+    rid: str, spec: Mapping, params: dict, grid: tuple[int, int, int], ctx: dict
+) -> list[dict]:
     prep = f"{rid}.{EPI}.prep"
     tilings = dfr_epilogue.step_tilings(grid, len(params["sigmas"]) - 1)
     marker = {"marker": True} if spec.get("generation") == LTX_25 else {}
@@ -136,21 +186,42 @@ def _epilogue_steps(rid: str, spec: Mapping, params: dict, grid: tuple[int, int,
 
     state = {k: ref(prep, k) for k in ("clean", "mask", "positions")}
     audio = {k: ref(prep, k) for k in ("audio_latent", "audio_mask", "audio_positions")}
-    tasks = [task(rid, f"{EPI}.cut", "tdp_cut", {**geometry(0), "expect": {}}, {**state, "latent": ref(prep, "latent")},
-                  capability=COORDINATOR)]
+    tasks = [
+        task(
+            rid,
+            f"{EPI}.cut",
+            "tdp_cut",
+            {**geometry(0), "expect": {}},
+            {**state, "latent": ref(prep, "latent")},
+            capability=COORDINATOR,
+        )
+    ]
     source = latent_src = f"{rid}.{EPI}.cut"
     latent_src = prep
     for step in range(len(tilings)):
         tiles = tdp.plan(grid, tilings[step][0], tilings[step][1])
-        tasks += [_forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=EPI)
-                  for tile in tiles]
+        tasks += [
+            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=EPI)
+            for tile in tiles
+        ]
         last = step == len(tilings) - 1
         name = EPI if last else f"{EPI}.s{step}"
         step_in = {f"v{t.index}": ref(f"{rid}.{EPI}.s{step}.t{t.index}", "velocity") for t in tiles}
         step_params = {**geometry(step), "step": step, "expect": {}}
         if not last:
-            step_params["next_tiling"] = {"counts": list(tilings[step + 1][0]), "overlap": list(tilings[step + 1][1])}
-        tasks.append(task(rid, name, "tdp_step", step_params, {**state, "latent": ref(latent_src, "latent"), **step_in},
-                          capability=COORDINATOR))
+            step_params["next_tiling"] = {
+                "counts": list(tilings[step + 1][0]),
+                "overlap": list(tilings[step + 1][1]),
+            }
+        tasks.append(
+            task(
+                rid,
+                name,
+                "tdp_step",
+                step_params,
+                {**state, "latent": ref(latent_src, "latent"), **step_in},
+                capability=COORDINATOR,
+            )
+        )
         source = latent_src = f"{rid}.{name}"
     return tasks
