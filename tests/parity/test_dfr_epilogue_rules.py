@@ -60,14 +60,18 @@ def test_planes_for_a_decode_tile_and_their_stage_times():
     assert dfr_epilogue.planes_for_tile(positions, 0, 30) == [0, 1]
     assert dfr_epilogue.planes_for_tile(positions, 100, 120) == [3]
     times = dfr_epilogue.keyframe_stage_times([0, 24, 48], stride=8, origin=1.0)
-    expected = [0 - 1.0] + [(f + (8 - 1) / 2) / 8 - 1.0 for f in (24, 48)]  # t_s(0) = 0, t_s(f) = (f + (r-1)/2)/r
+    expected = [0 - 1.0] + [
+        (f + (8 - 1) / 2) / 8 - 1.0 for f in (24, 48)
+    ]  # t_s(0) = 0, t_s(f) = (f + (r-1)/2)/r
     np.testing.assert_allclose(times, expected, rtol=1e-6)
 
 
 def _lanczos_reference(x: float) -> float:
     """Pillow's `lanczos_filter`: sinc(x) * sinc(x / 3) inside (-3, 3)."""
+
     def sinc(v: float) -> float:
         return 1.0 if v == 0 else math.sin(math.pi * v) / (math.pi * v)
+
     return sinc(x) * sinc(x / 3) if -3 < x < 3 else 0.0
 
 
@@ -90,10 +94,28 @@ def test_lanczos_x2_follows_pillows_8_bit_resampler():
     frame = ((np.arange(6 * 10 * 3) * 37) % 256).astype(np.uint8).reshape(6, 10, 3)
     out = lanczos.lanczos_x2(frame)
     assert out.shape == (12, 20, 3) and out.dtype == np.uint8
-    wide = np.stack([np.clip(np.round(_float_resample(frame[r, :, c].astype(float), 20)), 0, 255)
-                     for r in range(6) for c in range(3)]).reshape(6, 3, 20).transpose(0, 2, 1)
-    tall = np.stack([np.clip(np.round(_float_resample(wide[:, x, c], 12)), 0, 255)
-                     for x in range(20) for c in range(3)]).reshape(20, 3, 12).transpose(2, 0, 1)
+    wide = (
+        np.stack(
+            [
+                np.clip(np.round(_float_resample(frame[r, :, c].astype(float), 20)), 0, 255)
+                for r in range(6)
+                for c in range(3)
+            ]
+        )
+        .reshape(6, 3, 20)
+        .transpose(0, 2, 1)
+    )
+    tall = (
+        np.stack(
+            [
+                np.clip(np.round(_float_resample(wide[:, x, c], 12)), 0, 255)
+                for x in range(20)
+                for c in range(3)
+            ]
+        )
+        .reshape(20, 3, 12)
+        .transpose(2, 0, 1)
+    )
     assert np.abs(out.astype(int) - tall.astype(int)).max() <= 1  # fixed point vs float: one 8-bit level
     flat = np.full((4, 4, 3), 200, np.uint8)
     assert (lanczos.lanczos_x2(flat) == 200).all()
@@ -108,5 +130,7 @@ def test_the_coordinators_trim_keeps_the_slots_inside_the_clip():
     out = run_reduce_task("dfr_trim", params, {"latent": latent, "keyframes": slots})
     np.testing.assert_array_equal(out["video_latent"], latent[:, :, :6])  # (41 - 1) / 8 + 1 latent frames
     np.testing.assert_array_equal(out["keyframes"], slots[:, :, :1])
-    split = run_reduce_task("dfr_trim", params, {"latent": latent, "kf0": slots[:, :, :1], "kf1": slots[:, :, 1:]})
+    split = run_reduce_task(
+        "dfr_trim", params, {"latent": latent, "kf0": slots[:, :, :1], "kf1": slots[:, :, 1:]}
+    )
     np.testing.assert_array_equal(split["keyframes"], out["keyframes"])

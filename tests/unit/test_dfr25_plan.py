@@ -17,8 +17,14 @@ from coordinator.plan.graph import SpecError
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from ltx_engine.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER, EULER_ANCESTRAL
 
-FLEET = [{"packs": ["p"], "pack_features": {"p": ["keyframes"]}, "pack_generation": {"p": "2.5"},
-          "memory_bytes": 2**40}]
+FLEET = [
+    {
+        "packs": ["p"],
+        "pack_features": {"p": ["keyframes"]},
+        "pack_generation": {"p": "2.5"},
+        "memory_bytes": 2**40,
+    }
+]
 
 
 def _plan(**kw) -> tuple[dict, dict]:
@@ -32,12 +38,17 @@ def test_base_path_at_0_rounds_has_the_canvas_slots_and_a_trim():
     assert s1["frames"] == s2["frames"] == 49 and s1["dfr_slots"] == s2["dfr_slots"] == [24, 48]
     assert tasks["r.stage2"]["inputs"]["slots"] == {"task": "r.upsample.slots", "output": "latent"}
     assert s2["detailing_lora"] == "d.safetensors" and "reference_latent" in tasks["r.stage2"]["inputs"]
-    assert (s1["sampler"], s2["sampler"], s2["ancestral_offset"]) == (EULER_ANCESTRAL, EULER_ANCESTRAL,
-                                                                     ANCESTRAL_STAGE2_NOISE_SEED_OFFSET)
+    assert (s1["sampler"], s2["sampler"], s2["ancestral_offset"]) == (
+        EULER_ANCESTRAL,
+        EULER_ANCESTRAL,
+        ANCESTRAL_STAGE2_NOISE_SEED_OFFSET,
+    )
     trim = tasks["r.dfr.trim"]
     assert trim["capability"] == "coordinator" and trim["params"]["positions"] == [24, 48]
-    assert trim["inputs"] == {"latent": {"task": "r.stage2", "output": "video_latent"},
-                              "keyframes": {"task": "r.stage2", "output": "slots"}}
+    assert trim["inputs"] == {
+        "latent": {"task": "r.stage2", "output": "video_latent"},
+        "keyframes": {"task": "r.stage2", "output": "slots"},
+    }
     assert tasks["r.decode"]["inputs"]["latent"] == {"task": "r.dfr.trim", "output": "video_latent"}
     assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][0] == 41
     assert final_keyframes("r", spec) == ({"task": "r.dfr.trim", "output": "keyframes"}, (24,))
@@ -51,9 +62,14 @@ def test_the_epilogue_rebuilds_planes_and_tiles_its_steps():
     planes = [t for t in tasks.values() if t["kind"] == "dfr_keyframe_plane"]
     assert [t["params"]["plane"] for t in planes] == [0, 1] and planes[0]["params"]["height"] == 256
     prep = tasks["r.dfr.epi.prep"]["params"]
-    assert prep["seed"] == spec["seed"] + 2000 and prep["seed"] + prep["ancestral_offset"] == spec["seed"] + 30000
-    assert [(im["frame"], im["strength"], im["binding"]) for im in prep["images"]] == [(24, 1.0, "guide"),
-                                                                                      (48, 1.0, "guide")]
+    assert (
+        prep["seed"] == spec["seed"] + 2000
+        and prep["seed"] + prep["ancestral_offset"] == spec["seed"] + 30000
+    )
+    assert [(im["frame"], im["strength"], im["binding"]) for im in prep["images"]] == [
+        (24, 1.0, "guide"),
+        (48, 1.0, "guide"),
+    ]
     forwards = [t for t in tasks.values() if t["kind"] == "transformer_forward"]
     assert len(forwards) == 4 + 16 + 16  # 2x2 at the first step, 4x4 after
     first = tasks["r.dfr.epi.s0"]["params"]
@@ -61,7 +77,9 @@ def test_the_epilogue_rebuilds_planes_and_tiles_its_steps():
     assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][1:3] == [256, 512]
     for kind in ("dfr_keyframe_plane", "dfr_trim"):
         task = next(t for t in tasks.values() if t["kind"] == kind)
-        assert task["params"]["cost_s"] == pytest.approx(costs.reference_seconds(kind, task["params"]), abs=1e-4)
+        assert task["params"]["cost_s"] == pytest.approx(
+            costs.reference_seconds(kind, task["params"]), abs=1e-4
+        )
         assert task["params"]["cost_s"] > 0
 
 
@@ -72,38 +90,69 @@ def test_stage_2_stays_euler_below_ltx_2_5():
     assert s2["sampler"] == EULER
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"spatial_upscalings": 2, "height": 192}, "height 192 is not a multiple of 128 .try 256."),
-    ({"spatial_upscalings": 2, "images": [{"blob": "ab" * 32, "frame": 0}]}, "with --image is not built"),
-    ({"dfr": True, "num_generated_keyframes": 1}, "DFR places its own slots"),
-])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"spatial_upscalings": 2, "height": 192}, "height 192 is not a multiple of 128 .try 256."),
+        ({"spatial_upscalings": 2, "images": [{"blob": "ab" * 32, "frame": 0}]}, "with --image is not built"),
+        ({"dfr": True, "num_generated_keyframes": 1}, "DFR places its own slots"),
+    ],
+)
 def test_the_planner_refuses_what_it_cannot_plan(changes, message):
     with pytest.raises(SpecError, match=message):
         _plan(**{"height": 256, "width": 256, **changes})
 
 
-@pytest.mark.parametrize("args", [
-    ["--spatial-upscalings", "2", "-H", "192", "-W", "256"],
-    ["--dfr", "--pipeline", "one-stage"],
-    ["--spatial-upscalings", "5"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--spatial-upscalings", "2", "-H", "192", "-W", "256"],
+        ["--dfr", "--pipeline", "one-stage"],
+        ["--spatial-upscalings", "5"],
+    ],
+)
 def test_bad_dfr_input_is_one_line_and_exit_2_through_the_cli(args, tmp_path):
     from farm_cli.main import app
 
-    result = CliRunner().invoke(app, ["render", "--local", "-p", "a fox", "-f", "41", "--pack", "tiny", *args],
-                                env={"FARM_DATA": str(tmp_path)})
+    result = CliRunner().invoke(
+        app,
+        ["render", "--local", "-p", "a fox", "-f", "41", "--pack", "tiny", *args],
+        env={"FARM_DATA": str(tmp_path)},
+    )
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
 
 
 @pytest.mark.timeout(150)
 def test_farm_plan_shows_the_epilogue_tasks(tmp_path: Path):
-    (tmp_path / "fleet.toml").write_text('[[workers]]\nname = "m1max"\nchip = "Apple M1 Max"\nmemory_gb = 64\n')
+    (tmp_path / "fleet.toml").write_text(
+        '[[workers]]\nname = "m1max"\nchip = "Apple M1 Max"\nmemory_gb = 64\n'
+    )
     code = "from farm_cli.main import main; main()"
-    result = subprocess.run([sys.executable, "-c", code, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"),
-                             "-H", "1024", "-W", "1536", "-f", "49", "--spatial-upscalings", "2"],
-                            capture_output=True, text=True, timeout=120,
-                            env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "plan",
+            "-p",
+            "fox",
+            "--fleet",
+            str(tmp_path / "fleet.toml"),
+            "-H",
+            "1024",
+            "-W",
+            "1536",
+            "-f",
+            "49",
+            "--spatial-upscalings",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("DFR"))
     assert "2 dfr_keyframe_plane" in row and "36 transformer_forward" in row and "1 dfr_trim" in row
