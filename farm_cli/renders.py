@@ -92,8 +92,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
-                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr),
-        dfr_fields=dfr_fields(dfr, spatial_upscalings))
+                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr), dfr_fields=dfr_fields(dfr, spatial_upscalings))
     spec = typed.to_dict()
     loras.upload_to(user_loras.files, coordinator, token)
     if seeds or prompts_file:
