@@ -94,3 +94,13 @@ def keyframe_stage_times(positions: Sequence[int], stride: int, origin: float = 
     frames = np.asarray(positions, np.float32)
     times = (frames + np.float32((stride - 1) / 2)) / np.float32(stride)
     return np.where(frames == 0, np.float32(0), times).astype(np.float32) - np.float32(origin)
+
+
+def task_keyframes(params: dict, inputs: dict) -> tuple[np.ndarray, tuple[int, ...]] | None:
+    """A decode task's keyframes as the planner named them (`plan/dfr_finish.keyframe_decode_io`): the
+    planes it attends to and their global pixel frames; None when it has none."""
+    if "keyframes" not in inputs or not params.get("keyframe_planes"):
+        return None
+    picked = [int(i) for i in params["keyframe_planes"]]
+    frames = tuple(int(params["keyframe_frames"][i]) for i in picked)
+    return np.ascontiguousarray(inputs["keyframes"][:, :, picked]), frames

@@ -156,3 +156,31 @@ def test_farm_plan_shows_the_epilogue_tasks(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("DFR"))
     assert "2 dfr_keyframe_plane" in row and "36 transformer_forward" in row and "1 dfr_trim" in row
+
+
+def test_a_keyframe_aware_decode_gets_the_planes_inside_the_clip_and_its_tile():
+    import numpy as np
+
+    from coordinator.plan.dfr_finish import keyframe_decode_io
+    from ltx_engine.dfr_epilogue import task_keyframes
+
+    spec, _ = _plan(dfr=True, height=128, width=192)
+    params, inputs = keyframe_decode_io("r", spec)
+    assert params == {"keyframe_frames": [24], "keyframe_planes": [0]}
+    assert inputs == {"keyframes": {"task": "r.dfr.trim", "output": "keyframes"}}
+    rounds = validate_spec(
+        normalize_spec({"prompt": "a fox", "frames": 97, "pack": "p", "temporal_upscalings": 1}),
+        [{**FLEET[0], "pack_features": {"p": ["keyframes", "temporal_upscaler"]}}],
+    )
+    params, inputs = keyframe_decode_io("r", rounds, frames=(0, 40))
+    assert inputs["keyframes"]["task"] == "r.dfr.r1" and params["keyframe_frames"][:3] == [32, 64, 96]
+    assert params["keyframe_planes"] == [0, 1]  # inside [0, 40] plus the nearest after
+    planes = np.arange(len(params["keyframe_frames"]), dtype=np.float32).reshape(1, 1, -1, 1, 1)
+    got, frames = task_keyframes(params, {"keyframes": planes})
+    assert frames == (32, 64) and got.ravel().tolist() == [0.0, 1.0]
+    assert keyframe_decode_io(
+        "r", validate_spec(normalize_spec({"prompt": "a", "frames": 25, "pack": "p"}), FLEET)
+    ) == (
+        {},
+        {},
+    )
