@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ltx_engine.generation import stage2_sampler
-from ltx_engine.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET
+from ltx_engine.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
 
 STEP_KEYS = (
     "sampler",
@@ -22,6 +22,8 @@ STEP_KEYS = (
 
 def stage2_params(spec: Mapping) -> dict:
     """Stage 2's sampler and its re-noise offset; nothing when the generation is not known."""
+    if spec.get("pipeline", "distilled") != "distilled":  # a guided two-stage's stage 2 keeps Euler (main's
+        return {"sampler": EULER}  # guided pipelines were not read for this rule)
     generation = spec.get("generation")
     if not generation:
         return {}
