@@ -113,19 +113,22 @@ def keyframe_decode_io(rid: str, spec: Mapping, frames: tuple[int, int] | None =
     return {"keyframe_frames": list(positions), "keyframe_planes": inside}, {"keyframes": source}
 
 
-def _keyframe_tasks(rid: str, spec: Mapping, slots: dict) -> list[dict]:
-    """One worker task per carried plane: decode it alone, Lanczos x2, encode at the full size."""
+def _keyframe_tasks(rid: str, spec: Mapping, slots: dict, latent: dict) -> list[dict]:
+    """One worker task per carried plane (`kf{i}`), and one for the opening frame (`open`: the previous
+    latent's first frame; upstream anchors frame 0 on it when no image sits there, and does not ship
+    it): each decoded alone, Lanczos x2, encoded at the full size."""
     h, w = spec["height"], spec["width"]
     want = {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}
+    planes = [(f"kf{i}", i, slots) for i in range(len(spec_plan(spec).canvas.slots))] + [("open", 0, latent)]
     return [
         task(
             rid,
-            f"{EPI}.kf{i}",
+            f"{EPI}.{name}",
             "dfr_keyframe_plane",
-            {"pack": spec["pack"], "plane": i, "height": h, "width": w, "expect": want},
-            {"keyframes": slots},
+            {"pack": spec["pack"], "plane": plane, "height": h, "width": w, "expect": want},
+            {"keyframes": source},
         )
-        for i in range(len(spec_plan(spec).canvas.slots))
+        for name, plane, source in planes
     ]
 
 
@@ -138,6 +141,9 @@ def _prepare_params(spec: Mapping) -> dict:
         {"frame": p, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": f"kf{i}_latent"}
         for i, p in enumerate(canvas.slots)
     ]
+    images.append(
+        {"frame": 0, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": "open_latent"}
+    )
     sampler = samplers.stage2_params(spec)
     if sampler:  # the farm keys re-noise by the stage's seed + offset: seed + 2000 + 28000 = seed + 30000
         sampler["ancestral_offset"] = (
@@ -166,7 +172,7 @@ def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict
         spec["height"] // SPATIAL_FACTOR,
         spec["width"] // SPATIAL_FACTOR,
     )
-    tasks = _keyframe_tasks(rid, spec, slots)
+    tasks = _keyframe_tasks(rid, spec, slots, latent)
     tasks.append(
         task(
             rid,
@@ -180,7 +186,7 @@ def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict
     inputs = {
         "latent": ref(f"{rid}.{EPI}.up", "latent"),
         "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
-        **{f"kf{i}_latent": ref(t["id"], "latent") for i, t in enumerate(tasks[:-1])},
+        **{f"{t['id'].rsplit('.', 1)[1]}_latent": ref(t["id"], "latent") for t in tasks[:-1]},
     }
     if spec.get("detailing_lora"):  # the IC-LoRA's reference: the previous stage's video
         inputs["reference_latent"] = latent

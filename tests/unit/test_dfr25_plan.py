@@ -60,7 +60,13 @@ def test_the_epilogue_rebuilds_planes_and_tiles_its_steps():
     assert (tasks["r.stage1"]["params"]["height"], tasks["r.stage1"]["params"]["width"]) == (64, 128)
     assert (tasks["r.stage2"]["params"]["height"], tasks["r.stage2"]["params"]["width"]) == (128, 256)
     planes = [t for t in tasks.values() if t["kind"] == "dfr_keyframe_plane"]
-    assert [t["params"]["plane"] for t in planes] == [0, 1] and planes[0]["params"]["height"] == 256
+    assert [(t["id"], t["params"]["plane"]) for t in planes] == [
+        ("r.dfr.epi.kf0", 0),
+        ("r.dfr.epi.kf1", 1),
+        ("r.dfr.epi.open", 0),
+    ]
+    assert planes[2]["inputs"]["keyframes"] == {"task": "r.stage2", "output": "video_latent"}
+    assert planes[0]["params"]["height"] == 256
     prep = tasks["r.dfr.epi.prep"]["params"]
     assert (
         prep["seed"] == spec["seed"] + 2000
@@ -69,6 +75,7 @@ def test_the_epilogue_rebuilds_planes_and_tiles_its_steps():
     assert [(im["frame"], im["strength"], im["binding"]) for im in prep["images"]] == [
         (24, 1.0, "guide"),
         (48, 1.0, "guide"),
+        (0, 1.0, "guide"),  # the opening frame, rebuilt
     ]
     forwards = [t for t in tasks.values() if t["kind"] == "transformer_forward"]
     assert len(forwards) == 4 + 16 + 16  # 2x2 at the first step, 4x4 after
@@ -155,7 +162,7 @@ def test_farm_plan_shows_the_epilogue_tasks(tmp_path: Path):
     )
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("DFR"))
-    assert "2 dfr_keyframe_plane" in row and "36 transformer_forward" in row and "1 dfr_trim" in row
+    assert "3 dfr_keyframe_plane" in row and "36 transformer_forward" in row and "1 dfr_trim" in row
 
 
 def test_a_keyframe_aware_decode_gets_the_planes_inside_the_clip_and_its_tile():
