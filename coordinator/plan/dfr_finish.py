@@ -18,7 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from coordinator.plan import samplers
-from coordinator.plan.dfr import detailing_params, dfr_rounds, plan_dfr_rounds, spatial_upscalings, spec_plan
+from coordinator.plan.dfr import (
+    detailing_params,
+    dfr_on,
+    dfr_rounds,
+    plan_dfr_rounds,
+    spatial_upscalings,
+    spec_plan,
+)
 from coordinator.plan.graph import (
     COORDINATOR,
     SPATIAL_FACTOR,
@@ -89,7 +96,7 @@ def final_keyframes(rid: str, spec: Mapping) -> tuple[dict, tuple[int, ...]] | N
     planes and their global pixel frames (the planes already cut to the clip; after rounds the last
     stitch's whole carry, to cut with `dfr_epilogue.decode_keyframes`); None without DFR. The conv
     decoder ignores them, as upstream's does."""
-    if not (spec.get("dfr") or dfr_rounds(spec) or spatial_upscalings(spec) == 2):
+    if not dfr_on(spec):
         return None
     plan = spec_plan(spec)
     if plan.rounds:
