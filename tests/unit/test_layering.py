@@ -26,6 +26,7 @@ PURE_ENGINE = {"color", "components", "decode_tiling", "dfr_layout", "duration",
 PURE_ENGINE |= {"guidance", "res2s", "schedule"}  # the guided recipes' combine, sampler and sigma schedule
 PURE_ENGINE |= {"forward_rules"}  # issue #26: sparse-attention and compute-dtype rules
 PURE_ENGINE |= {"dfr_epilogue"}  # issue #29: DFR's epilogue grid and the decode's keyframes
+PURE_ENGINE |= {"retake", "extend", "ic_lora", "dubit"}  # issue #24: media pipelines' masks and layouts
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
 pytestmark = pytest.mark.timeout(120)
