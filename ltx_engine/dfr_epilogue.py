@@ -13,7 +13,7 @@ from seed + 30000.
 The decode's keyframes (upstream `decode_keyframes_from_slots`): the final carried keyframe planes
 whose pixel frame lies inside the trimmed clip, with their global frames; a decode tile sees the planes
 inside its frames plus the nearest one on each side (`planes_for_tile`). The conv decoder ignores
-them, as upstream's does; the diffusion decoder attends to them.
+them, as the MLX port says its does; the diffusion decoder attends to them.
 """
 
 from __future__ import annotations
