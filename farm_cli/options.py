@@ -143,3 +143,6 @@ AutoDuration = Annotated[str | None, typer.Option(
 Hdr = Annotated[bool, typer.Option("--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).")]
 VideoDecoder = Annotated[str | None, typer.Option(  # issue #29
     "--video-decoder", help="conv (default) | diffusion: LTX-2.5's diffusion decoder (vae_decoder_av), sharper, ~15x the time.")]
+Dfr = Annotated[bool, typer.Option("--dfr", help="LTX-2.5 DFR even at 0 temporal rounds (canvas, keyframe slots).")]
+SpatialUpscalings = Annotated[int, typer.Option(
+    "--spatial-upscalings", help="DFR: 1, or 2 (stages at half size, then the per-window spatial epilogue).")]

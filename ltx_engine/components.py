@@ -84,6 +84,7 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "upsample_spatial": ("spatial_upscaler", "vae_decoder"),
     "upsample_temporal": ("temporal_upscaler", "vae_decoder"),
     "dfr_tile": ("transformer",),
+    "dfr_keyframe_plane": ("vae_decoder", "vae_encoder"),  # DFR's epilogue: a carried plane rebuilt at full size
     "decode_video": ("vae_decoder",),
     "decode_tile": ("vae_decoder",),
     "decode_audio": ("audio_vae", "vocoder"),

@@ -210,6 +210,13 @@ class Engine:
             (f0, f1), (h0, h1), (w0, w1) = bounds
             full = full[:, :, f0:f1, h0:h1, w0:w1]
         return np.array(decode_seeded(self.model(pack, "vae_decoder_av"), full, noise_seed).astype(mx.float32))
+    def rebuild_keyframe(self, pack: Pack, plane: np.ndarray, height: int, width: int) -> np.ndarray:
+        """DFR's epilogue: one carried plane (1, C, 1, h, w) decoded as its own one-frame clip, Lanczos x2
+        in 8-bit RGB (`ltx_engine.lanczos`, as upstream's PIL stretch) and encoded at height x width."""
+        from ltx_engine.lanczos import lanczos_x2, to_uint8
+
+        frame = self.decode_video(pack, plane)[0]
+        return self.encode_image(pack, lanczos_x2(to_uint8(frame)), height, width, 0)
 
     def decode_audio(self, pack: Pack, audio_latent: np.ndarray) -> tuple[np.ndarray, int]:
         from ltx_engine.models.vocoder import decode_audio

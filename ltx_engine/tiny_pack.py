@@ -154,20 +154,24 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     if bits:
         (folder / "quantize_config.json").write_text(json.dumps(
             {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))
-    if variant == "2.5":  # the Gemma 4 tower at the pack's top, as mlx-forge writes a 2.5 pack
-        from ltx_engine.models.gemma4 import write_tiny_tower
-
-        tcfg = cfg["transformer"]
-        write_tiny_tower(folder, tcfg["num_attention_heads"] * tcfg["attention_head_dim"],
-                         tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"], seed)
+    if variant == "2.5":
+        _write_25_extras(folder, cfg["transformer"], seed)
     else:
         write_tiny_text_encoder(folder / "text_encoder", seed)
-    if variant == "2.5":
-        _ltx25_names(folder)
-        write_detailing_lora(folder / DETAILING_LORA, cfg["transformer"], seed)
-        tiny_hdr_lora.write_hdr_lora(folder / tiny_hdr_lora.HDR_LORA_FILE, cfg["transformer"], seed)  # issue #29
-        write_diffusion_decoder(folder, seed)
     return LAYOUTS[layout](folder, seed)
+
+
+def _write_25_extras(folder: Path, tcfg: dict, seed: int) -> None:
+    """What a 2.5 pack holds beyond 2.3's: the Gemma 4 tower at the pack's top (as mlx-forge writes it),
+    2.5's file names, the detailing and HDR IC-LoRAs, the diffusion decoder (issue #29)."""
+    from ltx_engine.models.gemma4 import write_tiny_tower
+
+    write_tiny_tower(folder, tcfg["num_attention_heads"] * tcfg["attention_head_dim"],
+                     tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"], seed)
+    _ltx25_names(folder)
+    write_detailing_lora(folder / DETAILING_LORA, tcfg, seed)
+    tiny_hdr_lora.write_hdr_lora(folder / tiny_hdr_lora.HDR_LORA_FILE, tcfg, seed)
+    write_diffusion_decoder(folder, seed)
 
 
 def _file_weights(component: str, weights: dict, cfg: dict, seed: int, variant: str) -> dict:

@@ -262,6 +262,7 @@ def video_decoder(name: str, value: object) -> str:
 
 
 SPEC_FIELDS |= {"video_decoder": video_decoder}  # issue #29: --video-decoder conv|diffusion
+SPEC_FIELDS |= {"dfr": boolean, "spatial_upscalings": integer(1, 2)}  # issue #29: DFR's base path, epilogue
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -310,6 +311,8 @@ class RenderSpec:
     auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
     hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
     video_decoder: str | None = None  # issue #29: "conv" (None) | "diffusion" (LTX-2.5's vae_decoder_av)
+    dfr: bool = False  # issue #29: DFR (LTX-2.5) even at 0 temporal rounds: its canvas, slots, keyframes
+    spatial_upscalings: int = 1  # issue #29: 2 = DFR's stages at half size, then the spatial epilogue
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None

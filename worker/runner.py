@@ -21,12 +21,12 @@ from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import Engine
-from ltx_engine.generation import stage1_sampler
+from ltx_engine.generation import stage1_sampler, stage2_sampler
 from ltx_engine.loader import PackError
 from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
-from ltx_engine.sampling import EULER
+from ltx_engine.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import DIT_KINDS, LoraSets
 
@@ -301,6 +301,7 @@ class Runner:
             image_latent=inputs.get("image_latent"), image_frame=int(params.get("image_frame", 0)),
             image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
             sampler=params.get("sampler") or EULER, slots=stage_slots(params),
+            ancestral_offset=int(params.get("ancestral_offset", ANCESTRAL_NOISE_SEED_OFFSET)),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             **_forward_params(params),
@@ -333,7 +334,11 @@ class Runner:
         return detailed, params
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
-        """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named)."""
+        """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named), with the
+        sampler the planner recorded or (no generation known at submit) the one this pack calls for."""
+        if not params.get("sampler"):
+            params = {**params, "sampler": stage2_sampler(pack.generation),
+                      "ancestral_offset": ANCESTRAL_STAGE2_NOISE_SEED_OFFSET}
         pack, params = self._detailing(pack, params)
         return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
 
@@ -377,6 +382,11 @@ class Runner:
         bounds = tuple(float(params[k]) for k in ("min_seconds", "max_seconds") if k in params)  # --auto-duration
         seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]), bounds)
         return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
+
+    def _run_dfr_keyframe_plane(self, pack, params, inputs, step):
+        plane = int(params["plane"])
+        latent = inputs["keyframes"][:, :, plane : plane + 1]
+        return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
 
     def _run_decode_video(self, pack, params, inputs, step):
         if params.get("decoder") == "diffusion":  # issue #29: LTX-2.5's vae_decoder_av

@@ -47,7 +47,7 @@ DIFF_DECODE_S_PER_VOXEL = 5.3e-6  # the diffusion decoder (vae_decoder_av), per 
 DIFF_DECODE_BYTES_PER_VOXEL = 500
 UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
 FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
-           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05,
+           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05, "dfr_trim": 0.05,
            "guide_step": 0.1}  # a guided step's combine (+ res_2s' float64 midpoint), on the coordinator
 
 REF_PACK_BYTES = 26 * GB     # a full-size q8 pack: activations scale from it for reduced (test) packs
@@ -65,6 +65,7 @@ KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("
                 "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
                 "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
                 "decode_audio": ("audio_vae", "vocoder"), "stage_prepare": ("vae_encoder",),
+                "dfr_keyframe_plane": ("vae_decoder", "vae_encoder"),
                 **{k: ("transformer",) for k in DIT_KINDS}}
 
 
@@ -114,6 +115,8 @@ def reference_seconds(kind: str, params: Mapping) -> float:
     if kind in ("decode_video", "decode_tile"):
         per_voxel = DIFF_DECODE_S_PER_VOXEL if _diffusion(params) else DECODE_S_PER_VOXEL
         return per_voxel * _decode_voxels(params) + 0.2
+    if kind == "dfr_keyframe_plane":  # one frame decoded, then encoded again (an image encode)
+        return DECODE_S_PER_VOXEL * int(params["height"]) * int(params["width"]) + FIXED_S["image_encode"]
     if kind in ("upsample_spatial", "upsample_temporal"):
         shape = ((params.get("expect") or {}).get("latent") or {}).get("shape") or []
         cells = math.prod(d for d in shape[2:] if d > 0) if len(shape) == 5 else 0
