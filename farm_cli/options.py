@@ -141,3 +141,7 @@ ExrColorspace = Annotated[str | None, typer.Option(
 AutoDuration = Annotated[str | None, typer.Option(
     "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.")]
 Hdr = Annotated[bool, typer.Option("--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).")]
+Audio = Annotated[Path | None, typer.Option(  # issue #24: A2V (farm_cli/media.py)
+    "--audio", help="A2V: an audio file (wav, mp3, m4a, flac...) the video is generated to; the output keeps it.")]
+AudioStart = Annotated[float | None, typer.Option(
+    "--audio-start", help="Seconds into --audio where the clip starts (default 0).")]

@@ -120,11 +120,12 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
          auto_duration: AutoDuration = None,
+         audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
          ) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
-    from farm_cli import loras
+    from farm_cli import loras, media
     from farm_cli.hdr_spec import hdr_fields
     from farm_cli.spec import cli_spec
 
@@ -139,7 +140,8 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
-                             hdr_fields=hdr_fields(None, auto_duration))
+                             hdr_fields=hdr_fields(None, auto_duration),
+                             media_fields=media.resolve(audio, audio_start).fields)
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -86,6 +86,8 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "decode_audio": ("audio_vae", "vocoder"),
     "predict_duration": ("duration_head",),
     "guidance_pass": ("transformer_dev",),  # one pass of a guided step (the dev recipes)
+    "audio_encode": ("audio_vae",),  # issue #24: a user's track -> audio latent (the VAE's encoder half)
+    "video_encode": ("vae_encoder",),  # issue #24: one tile of a source clip -> its latent tile
 }
 
 # Render kinds a user pulls a pack for (`farm pack pull --kinds`): the components their graphs load.

@@ -27,6 +27,7 @@ from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import EULER
+from worker import media
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import DIT_KINDS, LoraSets
 
@@ -384,6 +385,12 @@ class Runner:
     def _run_decode_tile(self, pack, params, inputs, step):
         bounds = tuple(tuple(int(x) for x in params["latent"][axis]) for axis in ("frames", "height", "width"))
         return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
+
+    def _run_audio_encode(self, pack, params, inputs, step):  # issue #24 (worker/media.py)
+        return media.audio_encode(self.engine, pack, params, inputs)
+
+    def _run_video_encode(self, pack, params, inputs, step):  # issue #24: one tile of a source clip
+        return media.video_encode(self.engine, pack, params, inputs)
 
     def _run_decode_audio(self, pack, params, inputs, step):
         wave, rate = self.engine.decode_audio(pack, inputs["latent"])
