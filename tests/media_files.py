@@ -47,6 +47,13 @@ def forged_long_wav(path: Path, hours: float = 37.0) -> Path:
     rate, data = 16000, int(hours * 3600 * 16000 * 2)
     fmt = (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + rate.to_bytes(4, "little")
     fmt += (rate * 2).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
-    body = b"WAVE" + b"fmt " + (16).to_bytes(4, "little") + fmt + b"data" + (data & 0xFFFFFFFF).to_bytes(4, "little")
+    body = (
+        b"WAVE"
+        + b"fmt "
+        + (16).to_bytes(4, "little")
+        + fmt
+        + b"data"
+        + (data & 0xFFFFFFFF).to_bytes(4, "little")
+    )
     path.write_bytes(b"RIFF" + ((36 + data) & 0xFFFFFFFF).to_bytes(4, "little") + body + bytes(64))
     return path

@@ -18,9 +18,19 @@ from protos.tensors import encode_tensor
 from tests.farm.farm_harness import farm, wait_done, wait_until
 from tests.media_files import write_clip, write_wav
 
-SPEC = {"prompt": "a fox", "height": 128, "width": 192, "frames": 25, "frame_rate": 24.0, "seed": 5, "pack": "tiny",
-        "stage2_tiles": "1x2", "tile_overlap": 1, "encode_tiles": "24,128",
-        "images": [{"frame": 0, "strength": 1.0}]}
+SPEC = {
+    "prompt": "a fox",
+    "height": 128,
+    "width": 192,
+    "frames": 25,
+    "frame_rate": 24.0,
+    "seed": 5,
+    "pack": "tiny",
+    "stage2_tiles": "1x2",
+    "tile_overlap": 1,
+    "encode_tiles": "24,128",
+    "images": [{"frame": 0, "strength": 1.0}],
+}
 IMAGE = (np.arange(64 * 96 * 3) % 251).astype(np.uint8).reshape(64, 96, 3)
 
 
@@ -32,16 +42,20 @@ def _sha(path) -> str:
 def media(tmp_path_factory):
     folder = tmp_path_factory.mktemp("media")
     wav, clip = write_wav(folder / "tone.wav"), write_clip(folder / "clip.mp4")
-    spec = {**SPEC, "audio_input": {"blob": _sha(wav), "start": 0.25, "name": "tone.wav"},
-            "source_video": {"blob": _sha(clip), "name": "clip.mp4"}}
+    spec = {
+        **SPEC,
+        "audio_input": {"blob": _sha(wav), "start": 0.25, "name": "tone.wav"},
+        "source_video": {"blob": _sha(clip), "name": "clip.mp4"},
+    }
     return spec, {_sha(wav): wav, _sha(clip): clip}
 
 
 @pytest.fixture(scope="module")
 def reference(media, local_runner, tmp_path_factory):
     spec, files = media
-    path, outputs, blobs = render_local(spec, tmp_path_factory.mktemp("media-local") / "a2v.mp4", local_runner,
-                                        [IMAGE], media=files)
+    path, outputs, blobs = render_local(
+        spec, tmp_path_factory.mktemp("media-local") / "a2v.mp4", local_runner, [IMAGE], media=files
+    )
     return {tid.removeprefix("local."): out for tid, out in outputs.items()}, blobs, path
 
 
@@ -49,7 +63,10 @@ def reference(media, local_runner, tmp_path_factory):
 def module_farm(redis_server, tiny_packs, tmp_path_factory):
     client = connect(redis_server.url)
     client.flushdb()
-    with farm(FarmStore(client), tmp_path_factory.mktemp("media-farm"), tiny_packs, workers=3) as (farm_client, procs):
+    with farm(FarmStore(client), tmp_path_factory.mktemp("media-farm"), tiny_packs, workers=3) as (
+        farm_client,
+        procs,
+    ):
         yield farm_client, procs
     client.close()
 
@@ -68,7 +85,9 @@ def _check(tasks: dict, local: dict) -> None:
     assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
     kinds = [t["kind"] for t in tasks.values()]
     assert "decode_audio" not in kinds and kinds.count("audio_encode") == 1
-    assert kinds.count("video_encode") == 4 and kinds.count("video_encode_blend") == 1  # 2 frame x 2 width tiles
+    assert (
+        kinds.count("video_encode") == 4 and kinds.count("video_encode_blend") == 1
+    )  # 2 frame x 2 width tiles
     assert tasks["stage1"]["inputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]  # stored resolved
     # the track is frozen through stage 1: its audio latent out is the encoded one
     assert tasks["stage1"]["outputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
@@ -78,7 +97,9 @@ def _check(tasks: dict, local: dict) -> None:
 def test_a2v_and_a_tiled_source_encode_match_local_on_3_then_2_workers(module_farm, media, reference):
     farm_client, procs = module_farm
     local, blobs, path = reference
-    wait_until(lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered")
+    wait_until(
+        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
+    )
     _, tasks = _render(farm_client, media)
     _check(tasks, local)
     procs["w3"].terminate()

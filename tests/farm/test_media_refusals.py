@@ -19,22 +19,37 @@ SPEC = ["-p", "a fox", "-H", "128", "-W", "192", "-f", "25"]
 @pytest.fixture
 def files(tmp_path):
     (tmp_path / "notes.wav").write_text("not audio at all, only words")
-    return {"tone": str(write_wav(tmp_path / "tone.wav", seconds=1.0)), "notes": str(tmp_path / "notes.wav"),
-            "clip": str(write_clip(tmp_path / "clip.mp4", frames=8)),
-            "long": str(forged_long_wav(tmp_path / "long.wav")), "gone": str(tmp_path / "gone.wav")}
+    return {
+        "tone": str(write_wav(tmp_path / "tone.wav", seconds=1.0)),
+        "notes": str(tmp_path / "notes.wav"),
+        "clip": str(write_clip(tmp_path / "clip.mp4", frames=8)),
+        "long": str(forged_long_wav(tmp_path / "long.wav")),
+        "gone": str(tmp_path / "gone.wav"),
+    }
 
 
 def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
     return {
         "not audio": (["--audio", f["notes"]], "--audio notes.wav: "),
         "no audio stream": (["--audio", f["clip"]], "--audio clip.mp4: has no audio stream"),
-        "too long": (["--audio", f["long"]], "--audio long.wav: claims 133200.0 s of audio, longer than the 600 s limit"),
-        "start past the end": (["--audio", f["tone"], "--audio-start", "5"],
-                               "--audio tone.wav: --audio-start 5 s is outside the track's 1.00 s"),
+        "too long": (
+            ["--audio", f["long"]],
+            "--audio long.wav: claims 133200.0 s of audio, longer than the 600 s limit",
+        ),
+        "start past the end": (
+            ["--audio", f["tone"], "--audio-start", "5"],
+            "--audio tone.wav: --audio-start 5 s is outside the track's 1.00 s",
+        ),
         "start without a file": (["--audio-start", "1"], "--audio-start needs --audio FILE"),
         "no such file": (["--audio", f["gone"]], "no such file"),
-        "negative start": (["--audio", f["tone"], "--audio-start", "-1"], "audio_input start -1.0 is outside"),
-        "A2V on a dev recipe": (["--audio", f["tone"], "--pipeline", "one-stage"], "A2V runs with the distilled pipeline"),
+        "negative start": (
+            ["--audio", f["tone"], "--audio-start", "-1"],
+            "audio_input start -1.0 is outside",
+        ),
+        "A2V on a dev recipe": (
+            ["--audio", f["tone"], "--pipeline", "one-stage"],
+            "A2V runs with the distilled pipeline",
+        ),
     }
 
 
@@ -44,7 +59,9 @@ def test_audio_that_cannot_serve_a2v_is_refused_at_submit(coordinator, files, st
         result = farm(coordinator, "submit", *SPEC, *args)
         assert result.returncode == 2, (name, result.returncode, result.stderr[-2000:])
         assert line in one_line(result), (name, result.stderr)
-    assert not store.client.keys(f"{store.prefix}:render:*")  # nothing queued, and the coordinator still answers
+    assert not store.client.keys(
+        f"{store.prefix}:render:*"
+    )  # nothing queued, and the coordinator still answers
     uploaded = set(store.blob_shas())
     assert uploaded  # the refused files were uploaded before the probe refused them ...
     prune(store, tmp_data, 0, int(time.time() * 1000) + 3 * 3600 * 1000)
@@ -55,6 +72,8 @@ def test_audio_that_cannot_serve_a2v_is_refused_at_submit(coordinator, files, st
 
 @pytest.mark.timeout(120)
 def test_render_local_probes_the_file_as_the_coordinator_does(files, tmp_path):
-    result = farm("127.0.0.1:1", "render", "--local", *SPEC, "--audio", files["clip"], token="unused", data=tmp_path)
+    result = farm(
+        "127.0.0.1:1", "render", "--local", *SPEC, "--audio", files["clip"], token="unused", data=tmp_path
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "--audio clip.mp4: has no audio stream" in one_line(result)

@@ -1,0 +1,128 @@
+"""Media in (issue #24), the pure parts: the spec's media records, A2V's graph (the track's encode in
+the audio decode's place, frozen into every stage), the source clip's tiled encode plan and its blend
+on the coordinator, the resampler to the VAE's rate, and the track's window as the encoder takes it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coordinator.plan.media import plan_video_encode
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+from coordinator.reducer import run_reduce_task
+from ltx_engine.audio_resample import resample
+from ltx_engine.audio_source import decode_window, encoder_waveform
+from ltx_engine.encode_tiling import blend_encoded, plan_encode_tiles
+from protos.fields import SpecError
+from protos.spec import RenderSpec
+from tests.media_files import write_wav
+
+SHA = "ab" * 32
+BASE = {"prompt": "a fox", "height": 128, "width": 192, "frames": 25, "pack": "tiny"}
+A2V = {**BASE, "audio_input": {"blob": SHA, "start": 0.5, "name": "voice.wav"}}
+
+
+def _plan(raw: dict) -> dict[str, dict]:
+    return {t["id"].removeprefix("r."): t for t in plan_render(validate_spec(normalize_spec(raw), []), "r")}
+
+
+def test_the_spec_takes_media_records_and_refuses_malformed_ones():
+    spec = RenderSpec.from_dict({**A2V, "source_video": {"blob": SHA, "name": "clip.mp4"}})
+    assert spec.audio_input.start == 0.5 and spec.to_dict()["audio_input"] == A2V["audio_input"]
+    assert RenderSpec.from_dict(spec.to_dict()) == spec
+    for bad, line in (
+        ({"blob": "nope"}, "audio_input blob"),
+        ({"blob": SHA, "start": -1}, "start -1 is outside"),
+        ({"blob": SHA, "gain": 2}, "must be {blob, start, name}"),
+        ({"start": 1}, "names no uploaded"),
+    ):
+        with pytest.raises(SpecError, match=line):
+            RenderSpec.from_dict({**BASE, "audio_input": bad})
+
+
+def test_a2v_encodes_the_track_once_and_freezes_it_into_every_stage():
+    tasks = _plan({**A2V, "stage2_tiles": "1x2", "tile_overlap": 1})
+    assert "decode_audio" not in {t["kind"] for t in tasks.values()}
+    encode = tasks["audio"]
+    assert encode["kind"] == "audio_encode" and encode["inputs"] == {"audio": {"blob": SHA}}
+    assert encode["params"]["start"] == 0.5 and encode["params"]["audio_frames"] == 26  # round(25 / 24 * 25)
+    order = list(tasks)
+    assert order.index("audio") < order.index("stage1")  # --local runs tasks in plan order
+    latent = {"task": "r.audio", "output": "latent"}
+    assert tasks["stage1"]["inputs"]["audio_latent"] == latent and "r.audio" in tasks["stage1"]["deps"]
+    assert tasks["stage2.prep"]["inputs"]["audio_latent"] == latent  # the tiled stage 2 prepares from it
+    sources = {t["inputs"]["audio_latent"]["task"] for t in tasks.values() if "audio_latent" in t["inputs"]}
+    assert sources == {"r.audio", "r.stage2.prep"}  # the tiles' frozen audio comes from the prepared stage
+    assert all(
+        r != {"task": "r.stage1", "output": "audio_latent"}
+        for t in tasks.values()
+        for r in t["inputs"].values()
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [({"pipeline": "one-stage"}, "distilled pipeline"), ({"audio": False}, "drop --no-audio")],
+)
+def test_a2v_refuses_what_the_farm_does_not_build(extra, line):
+    with pytest.raises(SpecError, match=line):
+        validate_spec(normalize_spec({**A2V, **extra}), [])
+
+
+def test_a_source_clip_is_one_encode_task_per_tile_and_a_coordinator_blend():
+    spec = validate_spec(
+        normalize_spec({**BASE, "source_video": {"blob": SHA}, "encode_tiles": "24,128"}), []
+    )
+    tasks, latent = plan_video_encode("r", spec)
+    encodes, blend = tasks[:-1], tasks[-1]
+    assert [t["kind"] for t in encodes] == ["video_encode"] * 4 and blend["capability"] == "coordinator"
+    assert latent == {"task": "r.source_encode", "output": "latent"} and sorted(blend["inputs"]) == [
+        "t0",
+        "t1",
+        "t2",
+        "t3",
+    ]
+    assert all(t["inputs"] == {"video": {"blob": SHA}} for t in encodes)
+    rng = np.random.default_rng(0)
+    tiles = plan_encode_tiles(25, 128, 192, _sizes(blend))
+    latents = {
+        f"t{i}": rng.standard_normal((1, 4, *(s.stop - s.start for s in t.latents))).astype(np.float32)
+        for i, t in enumerate(tiles)
+    }
+    out = run_reduce_task("video_encode_blend", blend["params"], latents)["latent"]
+    assert np.array_equal(out, blend_encoded(out.shape, zip(tiles, latents.values(), strict=True)))
+    with pytest.raises(SpecError, match="--encode-tiles"):
+        validate_spec(normalize_spec({**BASE, "source_video": {"blob": SHA}, "encode_tiles": "7,7"}), [])
+
+
+def _sizes(blend: dict):
+    from ltx_engine.encode_tiling import EncodeTileSizes
+
+    t, to, s, so = blend["params"]["sizes"]
+    return EncodeTileSizes(frames=t, frames_overlap=to, spatial=s, spatial_overlap=so)
+
+
+def test_resampling_keeps_a_tone_and_the_reference_length():
+    tone = lambda rate, n: np.sin(2 * np.pi * 440 * np.arange(n) / rate).astype(np.float32)[None]  # noqa: E731
+    out = resample(tone(44100, 44100), 44100, 16000)
+    assert out.shape == (1, 16000) and out.dtype == np.float32
+    assert (
+        np.abs(out[:, 200:-200] - tone(16000, 16000)[:, 200:-200]).max() < 2e-3
+    )  # in band, away from the edges
+    assert resample(np.ones((2, 10), np.float32), 16000, 16000).shape == (2, 10)
+    assert resample(np.zeros((1, 1001), np.float32), 48000, 16000).shape == (1, 334)  # ceil(1001 / 3)
+
+
+def test_the_window_is_cut_at_the_source_rate_and_fitted_for_the_encoder(tmp_path):
+    data = np.frombuffer(
+        write_wav(tmp_path / "t.wav", seconds=1.0, rate=22050, layout="mono").read_bytes(), np.uint8
+    )
+    wave, rate = decode_window(data, 0.25, 0.5)
+    assert rate == 22050 and wave.shape == (1, round(0.5 * 22050)) and np.abs(wave).max() <= 0.51
+    tail, _ = decode_window(data, 0.75, 1.0)  # the track ends first: what is there
+    assert tail.shape[1] == round(0.25 * 22050)
+    fitted = encoder_waveform(tail, rate, 16000, 2, 1.0)
+    assert fitted.shape == (1, 2, 16000) and np.array_equal(
+        fitted[0, 0], fitted[0, 1]
+    )  # mono to both channels
+    assert not np.any(fitted[..., 4100:])  # silence after the track
