@@ -79,7 +79,6 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
     from farm_cli import loras, media
     from farm_cli.hdr_spec import hdr_fields
     from farm_cli.spec import cli_spec
-
     user_loras, user_media = loras.resolve(lora, lora_mode), media.resolve(audio, audio_start)
     typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                              seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
