@@ -6,11 +6,14 @@ retention's grace has passed. `farm render --local` refuses the same file the sa
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import grpc
 import pytest
 
 from coordinator.retention import prune
-from tests.farm.test_cli_messages import coordinator, farm, one_line  # noqa: F401 - the fixture
+from farm_cli.client import FarmClient, FarmError
+from tests.farm.test_cli_messages import JOIN, coordinator, farm, one_line  # noqa: F401 - the fixture
 from tests.media_files import forged_long_wav, write_clip, write_wav
 
 SPEC = ["-p", "a fox", "-H", "128", "-W", "192", "-f", "25"]
@@ -77,3 +80,22 @@ def test_render_local_probes_the_file_as_the_coordinator_does(files, tmp_path):
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "--audio clip.mp4: has no audio stream" in one_line(result)
+
+
+@pytest.mark.timeout(60)
+def test_a_client_past_the_cli_is_refused_by_the_coordinator(coordinator, files, store):  # noqa: F811
+    with FarmClient(coordinator, JOIN[coordinator], timeout=10) as client:
+        tone = client.put_blob(Path(files["tone"]).read_bytes())
+        base = {"prompt": "a fox", "height": 128, "width": 192, "frames": 25, "pack": "tiny"}
+        for extra, line in (
+            ({"source_video": {"blob": tone, "name": "tone.wav"}}, "source video tone.wav: has no video"),
+            (
+                {"audio_input": {"blob": "cd" * 32, "name": "x.wav"}},
+                "--audio x.wav: its blob cdcdcdcdcdcd was never",
+            ),
+            ({"audio_input": {"blob": tone, "start": 1.0}}, "--audio-start 1 s is outside"),
+        ):
+            with pytest.raises(FarmError, match=line) as refused:
+                client.submit({**base, **extra})
+            assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in str(refused.value)
+        assert client.list() == [] and not store.client.keys(f"{store.prefix}:render:*")
