@@ -126,3 +126,17 @@ def test_the_window_is_cut_at_the_source_rate_and_fitted_for_the_encoder(tmp_pat
         fitted[0, 0], fitted[0, 1]
     )  # mono to both channels
     assert not np.any(fitted[..., 4100:])  # silence after the track
+
+
+def test_the_worker_decodes_in_a_limited_child_and_a_bad_file_fails_only_the_task(tmp_path):
+    from tests.media_files import write_clip
+    from worker.media import MediaDecodeError, _decode, _read, tile_pixels
+
+    clip = np.frombuffer(write_clip(tmp_path / "c.mp4", frames=12).read_bytes(), np.uint8)
+    bounds = [[8, 17], [0, 64], [32, 96]]  # past the clip's 12 frames: its last frame repeats
+    got = _read(_decode("video", {"pixels": bounds, "height": 64, "width": 96}, clip), np.load)
+    assert got.shape == (1, 3, 9, 64, 64) and np.array_equal(got, tile_pixels(clip, bounds, 64, 96))
+    assert np.array_equal(got[:, :, 3], got[:, :, 8])
+    junk = np.frombuffer(np.random.default_rng(1).bytes(4096), np.uint8)
+    with pytest.raises(MediaDecodeError, match="audio decode failed"):
+        _decode("audio", {"start": 0.0, "seconds": 1.0}, junk)
