@@ -140,3 +140,36 @@ def test_the_worker_decodes_in_a_limited_child_and_a_bad_file_fails_only_the_tas
     junk = np.frombuffer(np.random.default_rng(1).bytes(4096), np.uint8)
     with pytest.raises(MediaDecodeError, match="audio decode failed"):
         _decode("audio", {"start": 0.0, "seconds": 1.0}, junk)
+
+
+@pytest.mark.timeout(120)
+def test_farm_plan_shows_the_audio_encode(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.unit.test_plan_cli import FLEET
+
+    (tmp_path / "fleet.toml").write_text(FLEET)
+    wav = write_wav(tmp_path / "voice.wav", seconds=1.0)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from farm_cli.main import main; main()",
+            "plan",
+            "-p",
+            "fox",
+            "--fleet",
+            str(tmp_path / "fleet.toml"),
+            "--audio",
+            str(wav),
+            "--audio-start",
+            "0.2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 audio_encode" in result.stdout and "decode_audio" not in result.stdout
