@@ -196,6 +196,8 @@ def render_components(spec: dict) -> tuple[str, ...]:
         out.append("temporal_upscaler")
     if spec.get("audio", True):
         out += ["audio_vae", "vocoder"]
+    if spec.get("audio_input") and "vocoder" in out:  # issue #24: A2V muxes the source track, decodes none
+        out.remove("vocoder")
     return tuple(out)
 
 

@@ -58,6 +58,10 @@ def test_a2v_encodes_the_track_once_and_freezes_it_into_every_stage():
         for t in tasks.values()
         for r in t["inputs"].values()
     )
+    from ltx_engine.components import render_components
+
+    needs = render_components(validate_spec(normalize_spec(A2V), []))
+    assert "audio_vae" in needs and "vocoder" not in needs  # the encoder's half of the audio VAE, no vocoder
 
 
 @pytest.mark.parametrize(
