@@ -24,6 +24,7 @@ from ltx_engine.engine import Engine
 from ltx_engine.generation import stage1_sampler
 from ltx_engine.loader import PackError
 from ltx_engine.lora import WithLoras, reference_downscale
+from ltx_engine.media_stage import stage_fields
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import EULER
@@ -306,6 +307,7 @@ class Runner:
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             **_forward_params(params),
             images=stage_images(params, inputs),
+            **stage_fields(params, inputs),  # issue #24: retake / extend / IC-LoRA control / Dub-It (media_stage)
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):

@@ -177,3 +177,22 @@ def test_farm_plan_shows_the_audio_encode(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "1 audio_encode" in result.stdout and "decode_audio" not in result.stdout
+
+
+def test_a_stage_task_hands_the_media_pipelines_fields_to_the_engine(local_runner):
+    """The worker's hook for the media pipelines' stage fields (`ltx_engine.media_stage.stage_fields`)."""
+    params = {
+        "frames": 25,
+        "height": 64,
+        "width": 96,
+        "fps": 24.0,
+        "seed": 1,
+        "sigmas": [1.0, 0.0],
+        "audio_frames": 26,
+        "retake": [0.4, 0.6, True],
+        "audio_pin_start": 3,
+    }
+    pin = np.zeros((1, 8, 4, 16), np.float32)
+    stage = local_runner._stage(local_runner.pack("tiny"), params, {"audio_pin": pin})
+    assert (stage.retake.start, stage.retake.end) == (0.4, 0.6) and stage.audio_pin_start == 3
+    assert stage.audio_pin is pin and stage.control is None
