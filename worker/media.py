@@ -114,6 +114,8 @@ def tile_pixels(data: np.ndarray, pixels: list, height: int, width: int) -> np.n
 
 def video_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One tile of the source clip -> its latent tile."""
-    args = {"pixels": params["pixels"], "height": int(params["height"]), "width": int(params["width"])}
+    first = int(params.get("first") or 0)  # the clip's frame the encoded frames start at
+    pixels = [[f + first for f in params["pixels"][0]], *params["pixels"][1:]]
+    args = {"pixels": pixels, "height": int(params["height"]), "width": int(params["width"])}
     video = _read(_decode("video", args, inputs["video"]), np.load)
     return {"latent": engine.encode_video_tile(pack, video)}

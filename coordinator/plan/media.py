@@ -50,29 +50,29 @@ def check_media(spec: Mapping) -> None:
         raise SpecError(f"--audio {name}: the output carries the source track; drop --no-audio")
 
 
-def audio_encode_task(rid: str, spec: Mapping) -> dict:
-    """The track's window [start, start + frames / fps] -> the clip's audio latent, and the window itself."""
-    audio, frames, fps = _get(spec, "audio_input"), int(spec["frames"]), float(spec["frame_rate"])
+def audio_encode_task(
+    rid: str, spec: Mapping, name: str = AUDIO_TASK, blob: str | None = None, start: float | None = None
+) -> dict:
+    """A track's window [start, start + frames / fps] -> the clip's audio latent, and the window itself:
+    the spec's `--audio` by default; a source clip's own track (`blob`, `start`) for the pipelines that
+    start from a clip, under their own `name`."""
+    audio, frames, fps = _get(spec, "audio_input") or {}, int(spec["frames"]), float(spec["frame_rate"])
     a_lat = audio_latent_frames(frames, fps)
-    return task(
-        rid,
-        AUDIO_TASK,
-        "audio_encode",
-        {
-            "pack": spec["pack"],
-            "start": float(audio.get("start") or 0.0),
-            "frames": frames,
-            "fps": fps,
-            "audio_frames": a_lat,
-            "product": "audio",
-            "expect": {
-                "latent": expect("float32", 1, -1, a_lat, -1),
-                "waveform": expect("float32", -1, -1),
-                "sample_rate": expect("int32", 1),
-            },
+    start = float(audio.get("start") or 0.0) if start is None else float(start)
+    params = {
+        "pack": spec["pack"],
+        "start": start,
+        "frames": frames,
+        "fps": fps,
+        "audio_frames": a_lat,
+        "product": "audio",
+        "expect": {
+            "latent": expect("float32", 1, -1, a_lat, -1),
+            "waveform": expect("float32", -1, -1),
+            "sample_rate": expect("int32", 1),
         },
-        {"audio": {"blob": audio["blob"]}},
-    )
+    }
+    return task(rid, name, "audio_encode", params, {"audio": {"blob": blob or audio["blob"]}})
 
 
 def _retarget(t: dict, old: dict, new: dict) -> None:
@@ -119,52 +119,44 @@ def encode_tile_sizes(spec: Mapping) -> EncodeTileSizes:
 
 
 def plan_video_encode(rid: str, spec: Mapping) -> tuple[list[dict], dict | None]:
-    """The source clip's tile encodes and their blend; the blended latent's reference (None: no source)."""
+    """The source clip's tile encodes and their blend at the render's size, from its first frame; the
+    blended latent's reference (None: no source)."""
     source = _get(spec, "source_video")
     if not source:
         return [], None
-    frames, height, width = crop_frames(int(spec["frames"])), int(spec["height"]), int(spec["width"])
-    tiles = plan_encode_tiles(frames, height, width, encode_tile_sizes(spec))
-    shape = latent_shape(frames, height, width)
-    base = {
-        "pack": spec["pack"],
+    size = (int(spec["frames"]), int(spec["height"]), int(spec["width"]))
+    return video_encode_tasks(rid, SOURCE_ENCODE, spec["pack"], source["blob"], size, encode_tile_sizes(spec))
+
+
+def video_encode_tasks(
+    rid: str,
+    name: str,
+    pack: str,
+    blob: str,
+    size: tuple[int, int, int],
+    sizes: EncodeTileSizes,
+    first: int = 0,
+) -> tuple[list[dict], dict]:
+    """Frames [first, first + F) of a clip blob (F cropped to 1 + 8k), each resized to H x W, encoded
+    one task per tile (`{name}.t{i}`) and blended by the coordinator (`{name}`): the tasks and the
+    blended latent's reference. What the pipelines that start from a clip plan (the source at a stage's
+    size, extend's boundary frames) with their own name, frames and size."""
+    frames, height, width = crop_frames(size[0]), size[1], size[2]
+    base = {"pack": pack, "frames": frames, "height": height, "width": width, "first": int(first)}
+    tasks, blend_in = [], {}
+    for i, tile in enumerate(plan_encode_tiles(frames, height, width, sizes)):
+        pixels = [[s.start, s.stop] for s in tile.pixels]
+        lat = tuple(s.stop - s.start for s in tile.latents)
+        params = {**base, "pixels": pixels, "expect": {"latent": expect("float32", 1, -1, *lat)}}
+        tasks.append(task(rid, f"{name}.t{i}", "video_encode", params, {"video": {"blob": blob}}))
+        blend_in[f"t{i}"] = ref(tasks[-1]["id"], "latent")
+    blend = {
         "frames": frames,
         "height": height,
         "width": width,
-        "fps": float(spec["frame_rate"]),
+        "tiles": len(tasks),
+        "sizes": [sizes.frames, sizes.frames_overlap, sizes.spatial, sizes.spatial_overlap],
+        "expect": {"latent": expect("float32", 1, -1, *latent_shape(frames, height, width))},
     }
-    tasks, blend_in = [], {}
-    for i, tile in enumerate(tiles):
-        f, h, w = tile.pixels
-        lat = tuple(s.stop - s.start for s in tile.latents)
-        tasks.append(
-            task(
-                rid,
-                f"{SOURCE_ENCODE}.t{i}",
-                "video_encode",
-                {
-                    **base,
-                    "pixels": [[f.start, f.stop], [h.start, h.stop], [w.start, w.stop]],
-                    "expect": {"latent": expect("float32", 1, -1, *lat)},
-                },
-                {"video": {"blob": source["blob"]}},
-            )
-        )
-        blend_in[f"t{i}"] = ref(tasks[-1]["id"], "latent")
-    sizes = encode_tile_sizes(spec)
-    tasks.append(
-        task(
-            rid,
-            SOURCE_ENCODE,
-            "video_encode_blend",
-            {
-                **{k: base[k] for k in ("frames", "height", "width")},
-                "tiles": len(tiles),
-                "sizes": [sizes.frames, sizes.frames_overlap, sizes.spatial, sizes.spatial_overlap],
-                "expect": {"latent": expect("float32", 1, -1, *shape)},
-            },
-            blend_in,
-            capability=COORDINATOR,
-        )
-    )
-    return tasks, ref(f"{rid}.{SOURCE_ENCODE}", "latent")
+    tasks.append(task(rid, name, "video_encode_blend", blend, blend_in, capability=COORDINATOR))
+    return tasks, ref(f"{rid}.{name}", "latent")

@@ -196,3 +196,33 @@ def test_a_stage_task_hands_the_media_pipelines_fields_to_the_engine(local_runne
     stage = local_runner._stage(local_runner.pack("tiny"), params, {"audio_pin": pin})
     assert (stage.retake.start, stage.retake.end) == (0.4, 0.6) and stage.audio_pin_start == 3
     assert stage.audio_pin is pin and stage.control is None
+
+
+def test_the_encodes_plan_under_other_names_for_the_pipelines_that_start_from_a_clip():
+    from coordinator.plan.media import audio_encode_task, video_encode_tasks
+    from ltx_engine.encode_tiling import EncodeTileSizes
+
+    spec = normalize_spec({**BASE, "frames": 49})
+    tasks, latent = video_encode_tasks(
+        "r", "boundary_s1", "tiny", SHA, (25, 64, 96), EncodeTileSizes(), first=24
+    )
+    assert [t["id"] for t in tasks] == ["r.boundary_s1.t0", "r.boundary_s1"] and latent[
+        "task"
+    ] == "r.boundary_s1"
+    assert tasks[0]["params"]["first"] == 24 and tasks[0]["params"]["pixels"] == [[0, 25], [0, 64], [0, 96]]
+    track = audio_encode_task("r", spec, "source_audio", blob=SHA, start=0.0)
+    assert track["id"] == "r.source_audio" and track["params"]["audio_frames"] == 51  # round(49 / 24 * 25)
+
+
+def test_a_video_encode_task_starts_at_its_first_frame(tmp_path):
+    from tests.media_files import write_clip
+    from worker.media import tile_pixels, video_encode
+
+    class Echo:  # the encoder's input, to see which pixels the task cut
+        def encode_video_tile(self, pack, video):
+            return video
+
+    clip = np.frombuffer(write_clip(tmp_path / "c.mp4", frames=12).read_bytes(), np.uint8)
+    params = {"first": 3, "pixels": [[0, 9], [0, 64], [0, 64]], "height": 64, "width": 96}
+    got = video_encode(Echo(), None, params, {"video": clip})["latent"]
+    assert np.array_equal(got, tile_pixels(clip, [[3, 12], [0, 64], [0, 64]], 64, 96))
