@@ -10,6 +10,7 @@ queued). A refused blob is named by no render, so retention removes it after its
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -25,10 +26,19 @@ def _field(spec: Mapping, key: str) -> dict | None:
     return value.to_dict() if hasattr(value, "to_dict") else value
 
 
-def probe_named(path: Path, need: str, flag: str, name: str, limits: ProbeLimits | None = None) -> MediaInfo:
-    """MediaInfo of `path`, or SpecError("<flag> <name>: <what is wrong>")."""
+@functools.lru_cache(maxsize=256)
+def _probe_blob(sha: str, path: Path, need: str, limits: ProbeLimits | None) -> MediaInfo:
+    """A blob's probe, once per sha (its content cannot change): a seed sweep of one track probes it once.
+    Refusals are not kept (an exception is not cached)."""
+    return probe_media(path, need, limits)
+
+
+def probe_named(
+    path: Path, need: str, flag: str, name: str, limits: ProbeLimits | None = None, sha: str | None = None
+) -> MediaInfo:
+    """MediaInfo of `path` (the blob `sha`, when given), or SpecError("<flag> <name>: <what is wrong>")."""
     try:
-        return probe_media(path, need, limits)
+        return _probe_blob(sha, path, need, limits) if sha else probe_media(path, need, limits)
     except MediaRefused as exc:
         reason = str(exc).removeprefix(f"{path.name}: ")
         raise SpecError(f"{flag} {name}: {reason}") from None
@@ -46,9 +56,8 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
     audio = _field(spec, "audio_input")
     if audio:
         name = audio.get("name") or audio["blob"][:12]
-        info = probe_named(
-            _blob_path(audio["blob"], path_of, "--audio", name), "audio", "--audio", name, limits
-        )
+        path = _blob_path(audio["blob"], path_of, "--audio", name)
+        info = probe_named(path, "audio", "--audio", name, limits, sha=audio["blob"])
         start = float(audio.get("start") or 0.0)
         if not 0.0 <= start < info.duration_s:
             raise SpecError(
@@ -57,9 +66,8 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
     source = _field(spec, "source_video")
     if source:
         name = source.get("name") or source["blob"][:12]
-        probe_named(
-            _blob_path(source["blob"], path_of, "source video", name), "video", "source video", name, limits
-        )
+        path = _blob_path(source["blob"], path_of, "source video", name)
+        probe_named(path, "video", "source video", name, limits, sha=source["blob"])
 
 
 def store_paths(blobs) -> PathOf:
