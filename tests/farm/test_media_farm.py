@@ -93,8 +93,19 @@ def _check(tasks: dict, local: dict) -> None:
     assert tasks["stage1"]["outputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
 
 
+def _streams(path) -> tuple[bytes, bytes, int]:
+    """An mp4's decoded frames and audio samples (bytes, for one comparison) and its audio rate."""
+    with av.open(str(path)) as container:
+        frames = b"".join(f.to_ndarray(format="rgb24").tobytes() for f in container.decode(video=0))
+    with av.open(str(path)) as container:
+        audio = b"".join(f.to_ndarray().tobytes() for f in container.decode(audio=0))
+        return frames, audio, container.streams.audio[0].rate
+
+
 @pytest.mark.timeout(600)
-def test_a2v_and_a_tiled_source_encode_match_local_on_3_then_2_workers(module_farm, media, reference):
+def test_a2v_and_a_tiled_source_encode_match_local_on_3_then_2_workers(
+    module_farm, media, reference, tmp_path
+):
     farm_client, procs = module_farm
     local, blobs, path = reference
     wait_until(
@@ -104,8 +115,10 @@ def test_a2v_and_a_tiled_source_encode_match_local_on_3_then_2_workers(module_fa
     _check(tasks, local)
     procs["w3"].terminate()
     procs["w3"].wait(timeout=20)
-    _, tasks = _render(farm_client, media)
+    render_id, tasks = _render(farm_client, media)
     _check(tasks, local)
+    farm_mp4 = farm_client.fetch_output(render_id, tmp_path / "farm.mp4")
+    assert _streams(farm_mp4) == _streams(path)  # the mp4's frames and decoded track equal --local's
     assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
     with av.open(str(path)) as container:  # the source track, at its own rate (upstream keeps it)
         assert container.streams.audio[0].rate == 44100
