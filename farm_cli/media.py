@@ -23,6 +23,19 @@ class ClientMedia:
     fields: dict = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
 
+    def add(self, flag: str, given: Path) -> dict:
+        """A client file as {blob, name} (its sha256 and file name), kept for the upload; one line, exit
+        2, when it is not a readable file. The clip pipelines' flags (a source video) use it too."""
+        path = Path(given).expanduser()
+        if not path.is_file():
+            fail(f"{flag} {given}: no such file")
+        try:
+            sha = _sha256(path)
+        except OSError as exc:
+            fail(f"{flag} {given}: cannot read it ({exc.strerror or exc})")
+        self.files[sha] = path.resolve()
+        return {"blob": sha, "name": path.name}
+
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -39,15 +52,8 @@ def resolve(audio: Path | None, audio_start: float | None) -> ClientMedia:
         if audio_start is not None:
             fail("--audio-start needs --audio FILE")
         return out
-    path = Path(audio).expanduser()
-    if not path.is_file():
-        fail(f"--audio {audio}: no such file")
-    try:
-        sha = _sha256(path)
-    except OSError as exc:
-        fail(f"--audio {audio}: cannot read it ({exc.strerror or exc})")
-    out.fields["audio_input"] = {"blob": sha, "start": float(audio_start or 0.0), "name": path.name}
-    out.files[sha] = path.resolve()
+    blob = out.add("--audio", audio)
+    out.fields["audio_input"] = {**blob, "start": float(audio_start or 0.0)}
     return out
 
 
@@ -61,4 +67,4 @@ def upload_to(files: dict[str, Path], coordinator: str, token: str | None) -> No
     with one_line(), client(coordinator, token) as farm:
         for sha, path in files.items():
             if farm.put_blob(path.read_bytes()) != sha:
-                fail(f"--audio {path}: changed while it was uploaded; submit again")
+                fail(f"{path}: changed while it was uploaded; submit again")
