@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.encode_blend import ENCODE_KINDS
 from coordinator.guide_step import guide_step
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.plan.length import PLAN_KIND, picked
@@ -93,6 +94,8 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
         return DFR_KINDS[kind](params, inputs)
     if kind in GUIDE_KINDS:
         return GUIDE_KINDS[kind](params, inputs)
+    if kind in ENCODE_KINDS:  # issue #24: a source clip's encode tiles blended (coordinator/encode_blend.py)
+        return ENCODE_KINDS[kind](params, inputs)
     positions, mask = inputs["positions"], inputs["mask"]
     sets = _sets(params, positions)
     sigmas = [float(s) for s in params["sigmas"]]

@@ -146,3 +146,7 @@ VideoDecoder = Annotated[str | None, typer.Option(  # issue #29
 Dfr = Annotated[bool, typer.Option("--dfr", help="LTX-2.5 DFR even at 0 temporal rounds (canvas, keyframe slots).")]
 SpatialUpscalings = Annotated[int, typer.Option(
     "--spatial-upscalings", help="DFR: 1, or 2 (stages at half size, then the per-window spatial epilogue).")]
+Audio = Annotated[Path | None, typer.Option(  # issue #24: A2V (farm_cli/media.py)
+    "--audio", help="A2V: an audio file (wav, mp3, m4a, flac...) the video is generated to; the output keeps it.")]
+AudioStart = Annotated[float | None, typer.Option(
+    "--audio-start", help="Seconds into --audio where the clip starts (default 0).")]

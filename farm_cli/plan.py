@@ -124,11 +124,12 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
          auto_duration: AutoDuration = None, video_decoder: VideoDecoder = None,  # issue #29
          dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
+         audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
          ) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
-    from farm_cli import loras
+    from farm_cli import loras, media
     from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
 
@@ -144,7 +145,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
                              hdr_fields=hdr_fields(None, auto_duration) | decoder_fields(video_decoder),
-                             dfr_fields=dfr_fields(dfr, spatial_upscalings))
+                             dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=media.resolve(audio, audio_start).fields)
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -76,13 +76,13 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
            video_decoder: VideoDecoder = None,  # issue #29
            dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
+           audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
-    from farm_cli import loras
+    from farm_cli import loras, media
     from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
-
-    user_loras = loras.resolve(lora, lora_mode)
+    user_loras, user_media = loras.resolve(lora, lora_mode), media.resolve(audio, audio_start)
     typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                              seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
                              tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
@@ -95,9 +95,10 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
                              hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
-                             dfr_fields=dfr_fields(dfr, spatial_upscalings))
+                             dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)
     spec = typed.to_dict()
     loras.upload_to(user_loras.files, coordinator, token)
+    media.upload_to(user_media.files, coordinator, token)
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch
 

@@ -90,6 +90,8 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "decode_audio": ("audio_vae", "vocoder"),
     "predict_duration": ("duration_head",),
     "guidance_pass": ("transformer_dev",),  # one pass of a guided step (the dev recipes)
+    "audio_encode": ("audio_vae",),  # issue #24: a user's track -> audio latent (the VAE's encoder half)
+    "video_encode": ("vae_encoder",),  # issue #24: one tile of a source clip -> its latent tile
 }
 
 # Render kinds a user pulls a pack for (`farm pack pull --kinds`): the components their graphs load.
@@ -201,6 +203,8 @@ def render_components(spec: dict) -> tuple[str, ...]:
         out += ["audio_vae", "vocoder"]
     if spec.get("video_decoder") == DIFFUSION:
         out[out.index("vae_decoder")] = "vae_decoder_av"
+    if spec.get("audio_input") and "vocoder" in out:  # issue #24: A2V muxes the source track, decodes none
+        out.remove("vocoder")
     return tuple(out)
 
 

@@ -12,6 +12,8 @@
     decode_video      latent (or a latent slice) → pixels in [0, 1], (F, H, W, 3)
     decode_video_tile one decode tile of a latent → raw decoder pixels (1, 3, f, h, w), blended later
     decode_audio      audio latent → waveform (channels, samples) and its sample rate
+    encode_audio      a user's track (the window A2V renders to) → audio latent (issue #24)
+    encode_video_tile one tile of a source clip's pixels → its latent tile (issue #24, blended later)
 
 Everything crossing this surface is numpy float32, so it can travel as a blob and the results do not
 depend on which process computed them. The sampler math lives in `ltx_engine.sampling`.
@@ -223,6 +225,23 @@ class Engine:
 
         wave, rate = decode_audio(self.model(pack, "audio_vae"), self.model(pack, "vocoder"), mx.array(audio_latent))
         return np.asarray(wave, dtype=np.float32), int(rate)
+
+    def encode_audio(self, pack: Pack, wave: np.ndarray, rate: int, seconds: float, audio_frames: int) -> np.ndarray:
+        """(channels, samples) at `rate` → the clip's audio latent (1, z, audio_frames, bins), as upstream's
+        A2V: resampled to the VAE's rate, mel, encoder, cut to the clip's latent frames."""
+        from ltx_engine.audio_source import encoder_waveform
+
+        encoder = self.registry.get(pack, "audio_encoder")
+        cfg = encoder.config
+        x = encoder_waveform(wave, rate, int(cfg.sample_rate), int(cfg.in_channels), seconds)
+        latent = np.array(encoder.encode_waveform(mx.array(x)).astype(mx.float32))
+        if latent.shape[2] < audio_frames:
+            raise ValueError(f"audio latent has {latent.shape[2]} frames, the clip needs {audio_frames}")
+        return np.ascontiguousarray(latent[:, :, :audio_frames])
+
+    def encode_video_tile(self, pack: Pack, pixels: np.ndarray) -> np.ndarray:
+        """One tile of source pixels (1, 3, f, h, w) in [-1, 1] → its normalised latent (1, C, f', h', w')."""
+        return np.array(self.model(pack, "vae_encoder")(mx.array(pixels)).astype(mx.float32))
 
     # Sequence-parallel stage 1 (issue #25): the video tokens split as `exchange` says.
     def denoise_stage1_sp(self, pack: Pack, inputs: StageInputs, exchange, progress: Progress | None = None,

@@ -230,6 +230,11 @@ class Pack:
             out.update(strip_prefix(read_safetensors(self.root / name), found.prefix, file=str(self.root / name)))
         return out
 
+    def raw_tensors(self, component: str) -> dict[str, mx.array]:
+        """A component's file tensors in the file's own key names (the audio encoder reads the
+        `audio_vae` file this way: its decoder's `pack_to_model` drops the encoder's keys)."""
+        return self._read(component)
+
     def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict[str, mx.array]:
         """A component's tensors in its model's keys and layout: prefix stripped (shards merged), then
         one LoRA set fused (summed in float32, each weight requantized once, as upstream's stage 2 fuses

@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
 from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
+from protos.media_spec import MEDIA_FIELDS, AudioInput, SourceVideo
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_PROMPT_CHARS = 20_000
@@ -263,6 +264,7 @@ def video_decoder(name: str, value: object) -> str:
 
 SPEC_FIELDS |= {"video_decoder": video_decoder}  # issue #29: --video-decoder conv|diffusion
 SPEC_FIELDS |= {"dfr": boolean, "spatial_upscalings": integer(1, 2)}  # issue #29: DFR's base path, epilogue
+SPEC_FIELDS |= MEDIA_FIELDS  # issue #24: --audio (A2V) and a source video (protos/media_spec.py)
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -313,6 +315,9 @@ class RenderSpec:
     video_decoder: str | None = None  # issue #29: "conv" (None) | "diffusion" (LTX-2.5's vae_decoder_av)
     dfr: bool = False  # issue #29: DFR (LTX-2.5) even at 0 temporal rounds: its canvas, slots, keyframes
     spatial_upscalings: int = 1  # issue #29: 2 = DFR's stages at half size, then the spatial epilogue
+    audio_input: AudioInput | None = None  # issue #24: --audio FILE [--audio-start S] (A2V: the track is frozen)
+    source_video: SourceVideo | None = None  # issue #24: a source clip the render encodes (video_encode tasks)
+    encode_tiles: str | None = None  # issue #24: the source's tiled encode, "F,S" pixels | auto | off
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None
@@ -355,7 +360,7 @@ def _legacy_image(raw: Mapping[str, object]) -> Mapping[str, object]:
 
 def json_value(value: object) -> JsonValue:
     """A spec field as JSON holds it (an image as its object, sigmas as a list)."""
-    if isinstance(value, ImageCondition | LoraRef):
+    if isinstance(value, ImageCondition | LoraRef | AudioInput | SourceVideo):
         return value.to_dict()
     if isinstance(value, tuple):
         return [json_value(v) for v in value]

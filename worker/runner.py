@@ -24,9 +24,11 @@ from ltx_engine.engine import Engine
 from ltx_engine.generation import stage1_sampler, stage2_sampler
 from ltx_engine.loader import PackError
 from ltx_engine.lora import WithLoras, reference_downscale
+from ltx_engine.media_stage import stage_fields
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
 from ltx_engine.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
+from worker import media
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import DIT_KINDS, LoraSets
 
@@ -306,6 +308,7 @@ class Runner:
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             **_forward_params(params),
             images=stage_images(params, inputs),
+            **stage_fields(params, inputs),  # issue #24: retake / extend / IC-LoRA control / Dub-It (media_stage)
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
@@ -400,6 +403,12 @@ class Runner:
             return {"pixels": self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
                                                                  bounds)}
         return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
+
+    def _run_audio_encode(self, pack, params, inputs, step):  # issue #24 (worker/media.py)
+        return media.audio_encode(self.engine, pack, params, inputs)
+
+    def _run_video_encode(self, pack, params, inputs, step):  # issue #24: one tile of a source clip
+        return media.video_encode(self.engine, pack, params, inputs)
 
     def _run_decode_audio(self, pack, params, inputs, step):
         wave, rate = self.engine.decode_audio(pack, inputs["latent"])

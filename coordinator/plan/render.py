@@ -52,6 +52,7 @@ from coordinator.plan.length import (
     settled,
 )
 from coordinator.plan.loras import with_loras
+from coordinator.plan.media import check_media, plan_video_encode, wire_audio
 from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
@@ -122,6 +123,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
         raise SpecError(f"seed {spec['seed']} is negative")
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
+    check_media(spec)  # issue #24: what A2V builds, the source's encode tiles (plan/media.py)
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
     check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
@@ -258,6 +260,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
+    tasks.extend(plan_video_encode(rid, spec)[0])  # issue #24: a source clip's tiled encode (plan/media.py)
     s1 = f"{rid}.stage1"
     guided = check_recipe(spec)
     one_stage = guided is not None and guided.pipeline == "one-stage"
@@ -282,6 +285,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    tasks = wire_audio(tasks, rid, spec)  # issue #24: A2V's frozen source track (plan/media.py)
     with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     costs.annotate(tasks, spec)
     return tasks

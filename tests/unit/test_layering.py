@@ -29,6 +29,7 @@ PURE_ENGINE |= {"dfr_epilogue"}  # issue #29: DFR's epilogue grid and the decode
 PURE_ENGINE |= {"retake", "extend", "ic_lora", "dubit"}  # issue #24: media pipelines' masks and layouts
 PURE_ENGINE |= {"hdr", "hdr_lora"}  # issue #29: the HDR IC-LoRA's colour ends, LoRA metadata and refusals
 PURE_ENGINE |= {"diffusion_tiling"}  # issue #29: the diffusion decoder's shape rules and tiles
+PURE_ENGINE |= {"encode_tiling"}  # issue #24: the source clip's encode tiles, planned and blended
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
 pytestmark = pytest.mark.timeout(120)
