@@ -46,6 +46,12 @@ class LocalBlobs:
         return decode_tensor(self._blobs[sha])
 
 
+def local_params(task: dict) -> dict:
+    """Issue #25: a stage 1 the farm may gang runs its k shards in this process (the same split)."""
+    cap = int(task["params"].get("gang_cap") or 1) if task["kind"] == "denoise_stage1" else 1
+    return {**task["params"], "stage1_parallel": cap} if cap > 1 else task["params"]
+
+
 def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
              on_event: Callable[[dict], None] | None = None) -> dict[str, dict[str, str]]:
     """Run tasks in plan (topological) order; returns task id → {output name: sha}."""
@@ -63,7 +69,7 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
         if task["capability"] == COORDINATOR:
             result, metrics = run_reduce_task(task["kind"], task["params"], inputs), {}
         else:
-            result, metrics = runner.run(task["kind"], task["params"], inputs, progress)
+            result, metrics = runner.run(task["kind"], local_params(task), inputs, progress)
         outputs[task["id"]] = {name: blobs.put(array) for name, array in result.items()}
         if on_event:
             on_event({"type": "task_done", "task": task["id"], "kind": task["kind"], **metrics})

@@ -119,6 +119,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
+         stage1_parallel: opt.Stage1Parallel = None,  # issue #25
          auto_duration: AutoDuration = None,
          ) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
@@ -138,7 +139,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
-                             sparse_attention=sparse_attention, compute_dtype=compute_dtype,
+                             sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
                              hdr_fields=hdr_fields(None, auto_duration))
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)

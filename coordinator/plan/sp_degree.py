@@ -32,3 +32,50 @@ def stage1_degree(requested: int | None, idle: int, tokens: int, link_bytes_per_
         if t < best_s * (1 - MIN_GAIN):
             best, best_s = k, t
     return best
+
+
+# ---------------------------------------------------------------- the gang lease (issue #25)
+GANG_MAX = 8  # protos/sp_spec.py MAX_DEGREE; coordinator/state/lua/gang.lua GANG_MAX
+GANG_WINDOW_S = 1.5  # policy gang_window_ms: how long a reservation waits for its members
+AUTO_IDLE = GANG_MAX  # auto's cap at submit: the degree the cost model would take with every Mac idle
+
+
+def gang_cap(requested: int | None, tokens: int, link_bytes_per_s: float = LINKS["10gbe"],
+             chip: str | None = None, dims: DitDims = FULL_SIZE) -> int:
+    """The most workers a stage-1 task may gang (its `params.gang_cap`, fixed at submit): K, or for
+    auto the cost model's degree with AUTO_IDLE Macs idle (`stage1_degree`). 1: never a gang."""
+    if requested is not None:
+        return max(1, min(requested, GANG_MAX, tokens))
+    return stage1_degree(None, AUTO_IDLE, tokens, link_bytes_per_s, chip, dims)
+
+
+def gang_degree(cap: int, idle_at_open: int, joined: int, window_passed: bool) -> int | None:
+    """THE gang lease rule (coordinator/state/lua/gang.lua does exactly this; the fleet simulation
+    follows it): the degree a stage-1 task runs at, or None while its reservation still waits.
+
+    - A worker that takes the task from its queue (queue order, backfilling and affinity as any task)
+      opens a reservation wanting `want = min(cap, 1 + idle_at_open)`: itself plus the live idle
+      workers that are in no other reservation at that moment. want < 2: a plain lease, degree 1.
+    - Until the reservation starts, every idle worker that asks for work and can run the task (pack,
+      memory, not blocklisted) JOINS it instead of taking other work; `joined` counts the members,
+      opener included.
+    - It starts as soon as joined == want, or when the window (GANG_WINDOW_S) has passed, with the
+      members it has: degree = joined (1: the opener runs it as a plain task). So a deep queue keeps
+      renders side by side (workers busy at open are not waited for) and a lone render spreads over
+      every idle Mac; a reservation holds at most `want` workers for at most one window, and a
+      reservation whose members stopped asking for 3 windows goes back to its queue (no deadlock).
+    """
+    want = min(cap, 1 + idle_at_open)
+    if want < 2:
+        return 1
+    if joined >= want or window_passed:
+        return max(1, min(joined, want))
+    return None
+
+
+def stage1_params(spec, tokens: int) -> dict:
+    """The stage-1 task's gang cap from the spec's `stage1_parallel` ({} when it can never gang)."""
+    from protos.sp_spec import requested_degree
+
+    cap = gang_cap(requested_degree(spec.get("stage1_parallel")), tokens)
+    return {"gang_cap": cap} if cap > 1 else {}
