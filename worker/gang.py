@@ -50,10 +50,11 @@ class GangBroke(Exception):
     """The group did not open, a rank failed, or a step passed its deadline."""
 
 
-def _start(folder: Path, params: dict, inputs: dict[str, np.ndarray], packs_dir) -> subprocess.Popen:
-    gang = params["gang"]
+def _start(folder: Path, params: dict, inputs: dict[str, np.ndarray], runner) -> subprocess.Popen:
+    gang, packs_dir = params["gang"], getattr(runner, "packs_dir", None)
     task = {"params": {k: v for k, v in params.items() if k != "gang"}, "rank": gang["rank"],
-            "hosts": gang["hosts"], "packs_dir": str(packs_dir) if packs_dir else None}
+            "hosts": gang["hosts"], "packs_dir": str(packs_dir) if packs_dir else None,
+            "throttle": float(getattr(runner, "throttle", 1.0))}  # a slower (shared) Mac stays as slow
     (folder / "task.json").write_text(json.dumps(task))
     np.savez(folder / "inputs.npz", **inputs)
     root = Path(__file__).resolve().parent.parent
@@ -130,7 +131,7 @@ def run(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat) -> tupl
         beat.progress = Progress(step=n, total=total, other={"resume": {"step": n, "blobs": shas}})
 
     try:
-        watch(_start(folder, params, inputs, getattr(agent.runner, "packs_dir", None)), gang, beat, on_step)
+        watch(_start(folder, params, inputs, agent.runner), gang, beat, on_step)
         if rank != 0:
             return None, {}
         with np.load(folder / "out.npz") as data:

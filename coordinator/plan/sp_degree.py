@@ -38,14 +38,19 @@ def stage1_degree(requested: int | None, idle: int, tokens: int, link_bytes_per_
 GANG_MAX = 8  # protos/sp_spec.py MAX_DEGREE; coordinator/state/lua/gang.lua GANG_MAX
 GANG_WINDOW_S = 1.5  # policy gang_window_ms: how long a reservation waits for its members
 AUTO_IDLE = GANG_MAX  # auto's cap at submit: the degree the cost model would take with every Mac idle
+AUTO_MIN_STAGE1_S = 60.0  # auto gangs only a stage 1 modelled this long on the reference Mac: a gang's
+# group open and rank start (a few seconds) must stay small beside what it saves
 
 
-def gang_cap(requested: int | None, tokens: int, link_bytes_per_s: float = LINKS["10gbe"],
+def gang_cap(requested: int | None, tokens: int, steps: int, link_bytes_per_s: float = LINKS["10gbe"],
              chip: str | None = None, dims: DitDims = FULL_SIZE) -> int:
     """The most workers a stage-1 task may gang (its `params.gang_cap`, fixed at submit): K, or for
-    auto the cost model's degree with AUTO_IDLE Macs idle (`stage1_degree`). 1: never a gang."""
+    auto the cost model's degree with AUTO_IDLE Macs idle (`stage1_degree`), for a stage 1 of at least
+    AUTO_MIN_STAGE1_S. 1: never a gang."""
     if requested is not None:
         return max(1, min(requested, GANG_MAX, tokens))
+    if steps * costs.dit_forward_s(tokens) < AUTO_MIN_STAGE1_S:
+        return 1
     return stage1_degree(None, AUTO_IDLE, tokens, link_bytes_per_s, chip, dims)
 
 
@@ -73,9 +78,9 @@ def gang_degree(cap: int, idle_at_open: int, joined: int, window_passed: bool) -
     return None
 
 
-def stage1_params(spec, tokens: int) -> dict:
+def stage1_params(spec, tokens: int, steps: int) -> dict:
     """The stage-1 task's gang cap from the spec's `stage1_parallel` ({} when it can never gang)."""
     from protos.sp_spec import requested_degree
 
-    cap = gang_cap(requested_degree(spec.get("stage1_parallel")), tokens)
+    cap = gang_cap(requested_degree(spec.get("stage1_parallel")), tokens, steps)
     return {"gang_cap": cap} if cap > 1 else {}

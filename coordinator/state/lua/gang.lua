@@ -82,6 +82,8 @@ local function gang_start(G, tid)
     gang_dissolve(tid, members)
     return G.grant(tid, members[1])
   end
+  -- A farm's first gang starts at a block of its own (a restarted farm's ports may still linger).
+  redis.call('SETNX', key('gangseq'), math.floor(NOW / 1000) % (GANG_PORT_SPAN / GANG_MAX))
   local seq = redis.call('INCR', key('gangseq'))
   local hosts = {}
   for r, w in ipairs(members) do
