@@ -9,8 +9,8 @@ import json
 
 import grpc
 
-from coordinator.plan.graph import SpecError
 from coordinator.gang import handout
+from coordinator.plan.graph import SpecError
 from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
 from coordinator.schema import check_capabilities, check_progress, check_small_object

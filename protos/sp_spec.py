@@ -12,7 +12,7 @@ AUTO, MAX_DEGREE = "auto", 8
 
 
 def stage1_parallel(name: str, value: Any) -> str:
-    """"auto" or a whole number 1..8, kept as text ("auto", "1" .. "8")."""
+    """ "auto" or a whole number 1..8, kept as text ("auto", "1" .. "8")."""
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     try:
@@ -20,7 +20,9 @@ def stage1_parallel(name: str, value: Any) -> str:
     except (TypeError, ValueError):
         k = None
     if k is None or not 1 <= k <= MAX_DEGREE:
-        raise SpecError(f"{name} {short_repr(value)} must be auto or a whole number 1..{MAX_DEGREE} (1 = off)")
+        raise SpecError(
+            f"{name} {short_repr(value)} must be auto or a whole number 1..{MAX_DEGREE} (1 = off)"
+        )
     return str(k)
 
 

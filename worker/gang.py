@@ -52,15 +52,28 @@ class GangBroke(Exception):
 
 def _start(folder: Path, params: dict, inputs: dict[str, np.ndarray], runner) -> subprocess.Popen:
     gang, packs_dir = params["gang"], getattr(runner, "packs_dir", None)
-    task = {"params": {k: v for k, v in params.items() if k != "gang"}, "rank": gang["rank"],
-            "hosts": gang["hosts"], "packs_dir": str(packs_dir) if packs_dir else None,
-            "throttle": float(getattr(runner, "throttle", 1.0))}  # a slower (shared) Mac stays as slow
+    task = {
+        "params": {k: v for k, v in params.items() if k != "gang"},
+        "rank": gang["rank"],
+        "hosts": gang["hosts"],
+        "packs_dir": str(packs_dir) if packs_dir else None,
+        "throttle": float(getattr(runner, "throttle", 1.0)),
+    }  # a slower (shared) Mac stays as slow
     (folder / "task.json").write_text(json.dumps(task))
     np.savez(folder / "inputs.npz", **inputs)
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen([sys.executable, "-m", "worker.gang_rank", str(folder)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.gang_rank", str(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def _lines(proc: subprocess.Popen) -> queue.Queue:
@@ -92,8 +105,10 @@ def watch(proc: subprocess.Popen, gang: dict, beat, on_step) -> None:
                 raise GangBroke(f"the gang ended ({beat.stop_reason})")
             left = deadline - time.monotonic()
             if left <= 0:
-                raise GangBroke(f"{'step' if opened else 'group open'} past its deadline "
-                                f"({step_s if opened else open_s:.0f} s)")
+                raise GangBroke(
+                    f"{'step' if opened else 'group open'} past its deadline "
+                    f"({step_s if opened else open_s:.0f} s)"
+                )
             try:
                 line = lines.get(timeout=min(left, 0.2))
             except queue.Empty:
@@ -152,8 +167,13 @@ def _alone(agent, lease, params, inputs, beat, kept, why: str) -> tuple[dict, di
     """Rank 0 after the gang broke: the members told (their beats go stale), stage 1 on from the last
     kept step here (the same result: resume across degrees is exact)."""
     degree, step = int(params["gang"]["degree"]), kept["step"]
-    log.warning("sp group of %d for %s broke (%s): stage 1 goes on on this worker from step %s",
-                degree, lease.task_id, why, step or 0)
+    log.warning(
+        "sp group of %d for %s broke (%s): stage 1 goes on on this worker from step %s",
+        degree,
+        lease.task_id,
+        why,
+        step or 0,
+    )
     beat.progress = Progress(other={"gang_ended": True, "reason": why[:200]})
     alone = {k: v for k, v in params.items() if k != "gang"}
     if step is not None:

@@ -34,7 +34,9 @@ def main(folder: Path) -> None:
             os.replace(tmp, folder / f"step{n}.npz")
         print(f"STEP {n}", flush=True)
 
-    runner = Runner(Path(task["packs_dir"]) if task.get("packs_dir") else None, throttle=task.get("throttle", 1.0))
+    runner = Runner(
+        Path(task["packs_dir"]) if task.get("packs_dir") else None, throttle=task.get("throttle", 1.0)
+    )
     runner.sp_group, runner.sp_on_step = group, on_step
     with np.load(folder / "inputs.npz") as data:
         inputs = {k: data[k] for k in data.files}

@@ -34,7 +34,9 @@ def resume_from(params: dict, inputs: dict[str, np.ndarray]):
     return Resume(int(step), state("video"), state("audio"))
 
 
-def run_stage1(runner, pack, params: dict, inputs: dict[str, np.ndarray], step, group=None, on_step=None) -> dict:
+def run_stage1(
+    runner, pack, params: dict, inputs: dict[str, np.ndarray], step, group=None, on_step=None
+) -> dict:
     """Stage 1 with the sampler the planner recorded (else the one the pack calls for); k shards
     (`stage1_parallel`, or the gang's group size) and a resume take the sequence-parallel loop, which is
     bit-identical to the plain one (ltx_engine/sequence_parallel.py)."""

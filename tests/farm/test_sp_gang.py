@@ -16,8 +16,18 @@ from farm_cli.local import render_local
 from tests.farm.chaos import assert_same_outputs
 from tests.farm.farm_harness import farm, wait_done, wait_until
 
-BASE = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3, "pack": "tiny",
-        "stage2_tiles": "2x2", "tile_overlap": 5, "decode_tiles": "32,256,256"}
+BASE = {
+    "prompt": "a fox",
+    "height": 256,
+    "width": 384,
+    "frames": 25,
+    "frame_rate": 24.0,
+    "seed": 3,
+    "pack": "tiny",
+    "stage2_tiles": "2x2",
+    "tile_overlap": 5,
+    "decode_tiles": "32,256,256",
+}
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +79,12 @@ def _ranks(workers: dict) -> dict[int, tuple[int, Path]]:
 
 def _mid_run(workers: dict, k: int, step: int) -> dict[int, tuple[int, Path]]:
     """The k ranks once rank 0 has kept `step` (the gang is between steps, in its collectives)."""
-    return wait_until(lambda: (r := _ranks(workers)) and len(r) == k and (r[0][1] / f"step{step}.npz").exists() and r,
-                      120, f"a gang of {k} past step {step}", poll=0.02)
+    return wait_until(
+        lambda: (r := _ranks(workers)) and len(r) == k and (r[0][1] / f"step{step}.npz").exists() and r,
+        120,
+        f"a gang of {k} past step {step}",
+        poll=0.02,
+    )
 
 
 def _start_throttled(address: str, token: str, packs: Path, data: Path, n: int, throttle: float) -> dict:
@@ -81,10 +95,17 @@ def _start_throttled(address: str, token: str, packs: Path, data: Path, n: int, 
     procs = {}
     for i in range(n):
         name = f"w{i + 1}"
-        cmd = worker_command(address, token_file(data, name, token), packs, name, data / f"cache-{name}", wait_ms=500)
+        cmd = worker_command(
+            address, token_file(data, name, token), packs, name, data / f"cache-{name}", wait_ms=500
+        )
         log = open(data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
-        procs[name] = subprocess.Popen([*cmd, "--throttle", str(throttle)], stdout=log, stderr=subprocess.STDOUT,
-                                       env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+        procs[name] = subprocess.Popen(
+            [*cmd, "--throttle", str(throttle)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+        )
     return procs
 
 
@@ -132,6 +153,10 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
         finally:
             blocker.close()
         assert metrics["gang_resumed_at"] == 0 and metrics["stage1_parallel"] == 1, metrics
-        lines = [line for f in tmp_data.glob("w*.log") for line in f.read_text().splitlines()
-                 if "sp group of 2" in line and "broke" in line]
+        lines = [
+            line
+            for f in tmp_data.glob("w*.log")
+            for line in f.read_text().splitlines()
+            if "sp group of 2" in line and "broke" in line
+        ]
         assert len(lines) == 1, lines
