@@ -48,8 +48,10 @@ class LocalBlobs:
 
 def local_params(task: dict) -> dict:
     """Issue #25: a stage 1 the farm may gang runs its k shards in this process (the same split)."""
-    cap = int(task["params"].get("gang_cap") or 1) if task["kind"] == "denoise_stage1" else 1
-    return {**task["params"], "stage1_parallel": cap} if cap > 1 else task["params"]
+    from coordinator.plan.sp_degree import local_degree
+
+    k = local_degree(task["params"]) if task["kind"] == "denoise_stage1" else 1
+    return {**task["params"], "stage1_parallel": k} if k > 1 else task["params"]
 
 
 def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,

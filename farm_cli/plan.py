@@ -100,10 +100,12 @@ def print_plan(plan: dict) -> None:
         streamed = row.get("streamed") or {}  # tasks a small Mac runs with its DiT blocks streamed
         workers = ", ".join(f"{w}×{n}" + (f" ({streamed[w]} streamed)" if streamed.get(w) else "")
                             for w, n in row["workers"].items())
+        workers += f" (sequence parallel ×{row['degree']})" if row.get("degree", 1) > 1 else ""  # issue #25
         typer.echo(f"{row['label']:<10} {tasks:<{width}} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
                    f"{_gib(row['peak_bytes']):>10}  {workers}")
     typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/plan/costs.py; "
-               "a worker's measured speeds where it has run tasks, else its chip's)")
+               "a worker's measured speeds where it has run tasks, else its chip's; lease.lua's rules, "
+               "stage 1's degree from the idle Macs over 10 GbE)")
 
 
 def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,

@@ -30,6 +30,7 @@ from ltx_engine.components import KIND_COMPONENTS, TEXT_ENCODER
 from ltx_engine.crf import h264_round_trip
 from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise, stage_marker, stage_slots
 from ltx_engine.media import image_to_pixels
+from ltx_engine.media_stage import attention_mask, generated_audio, refuse_unmasked
 from ltx_engine.pack import Pack
 from ltx_engine.registry import EncoderFolder, ModelRegistry
 from ltx_engine.tokens import unpatchify_audio, unpatchify_video
@@ -85,6 +86,7 @@ class Engine:
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
         forward = self._forward_fn(pack, inputs, video.num_tokens)
         video, audio = run_denoise(video, audio, inputs.sigmas, forward, progress, inputs.ancestral())
+        audio = generated_audio(audio, inputs)  # Dub-It's reference audio tokens dropped
         out = {
             "video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid),
             "audio_latent": unpatchify_audio(audio.latent, inputs.audio_channels),
@@ -100,6 +102,7 @@ class Engine:
 
     def prepare_stage(self, pack: Pack, inputs: StageInputs) -> dict[str, np.ndarray]:
         """The initial (noised) state of a stage as token arrays, for a stage run as tiled steps."""
+        refuse_unmasked(inputs, "a stage run as prepared token arrays")
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
         return {"latent": video.latent, "clean": video.clean_latent, "mask": video.denoise_mask,
                 "positions": video.positions, "audio_latent": audio.latent, "audio_mask": audio.denoise_mask,
@@ -127,9 +130,10 @@ class Engine:
         from ltx_engine.forward_options import step_options
 
         marker = stage_marker(inputs, num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
+        mask = attention_mask(inputs, num_tokens)  # IC-LoRA control's attention strength, else None
         return lambda video, audio, sigma: model_forward(
             model, video, audio, sigma, inputs.contexts, marker,
-            step_options(inputs.sparse_taus, inputs.sigmas, sigma, inputs.compute_dtype))
+            step_options(inputs.sparse_taus, inputs.sigmas, sigma, inputs.compute_dtype), mask)
 
     def _latent_channels(self, pack: Pack) -> int:
         return int(pack.config.get("transformer", {}).get("in_channels", 128))
@@ -207,5 +211,6 @@ class Engine:
         process (`LocalExchange`) or this rank's over a group (`GroupExchange`); same outputs."""
         from ltx_engine import sp_denoise
 
+        refuse_unmasked(inputs, "sequence-parallel stage 1")
         return sp_denoise.denoise_stage1(self.model(pack, "transformer"), inputs, self._latent_channels(pack),
                                          exchange, progress, resume, on_step)

@@ -85,6 +85,11 @@ def _cells(params: Mapping) -> int:
     return ((int(f) - 1) // 8 + 1) * (int(h) // 32) * (int(w) // 32)
 
 
+def cells(params: Mapping) -> int:
+    """A task's latent cells (video tokens of a DiT task), as the seconds and peaks count them."""
+    return _cells(params)
+
+
 def dit_forward_s(tokens: int) -> float:
     """Reference seconds of one DiT forward over `tokens` video tokens (linear + attention term)."""
     return DIT_LINEAR_S * tokens + DIT_ATTENTION_S * tokens * tokens + DIT_FORWARD_S

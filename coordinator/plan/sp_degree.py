@@ -34,53 +34,100 @@ def stage1_degree(requested: int | None, idle: int, tokens: int, link_bytes_per_
     return best
 
 
-# ---------------------------------------------------------------- the gang lease (issue #25)
-GANG_MAX = 8  # protos/sp_spec.py MAX_DEGREE; coordinator/state/lua/gang.lua GANG_MAX
-GANG_WINDOW_S = 1.5  # policy gang_window_ms: how long a reservation waits for its members
-AUTO_IDLE = GANG_MAX  # auto's cap at submit: the degree the cost model would take with every Mac idle
+# The gang lease (issue #25; lease.lua's gang follows these rules, the simulation in
+# coordinator/plan/lease_sim.py runs them): the first idle worker that asks for a stage-1 task opens a
+# reservation of degree k = the table's entry for the workers idle then (itself included); other
+# workers that ask join it until k are in or GANG_WINDOW_S has passed since it opened; then the gang
+# starts with the members it has (at least the opener).
+GANG_WINDOW_S = 2.0
+REQUEST_PARAM = "stage1_parallel_request"  # a stage-1 task's --stage1-parallel: "auto" / absent, or K
+DEGREE_PARAM = "stage1_parallel"  # the degree used, written at lease time (the worker reads it)
+TABLE_PARAM = "stage1_degrees"  # [degree when 1 idle, when 2 idle, ...], computed at submit
+
+
+def requested(params: dict, default: int | None = None) -> int | None:
+    """A stage-1 task's request: None (auto) or K (at most K; 1 = off); `default` when it names none."""
+    value = params.get(REQUEST_PARAM, "unset")
+    if value == "unset":
+        return default
+    return None if value in (None, "auto") else int(value)
+
+
+def degree_table(requested_k: int | None, workers: int, tokens: int, link_bytes_per_s: float,
+                 chip: str | None = None) -> list[int]:
+    """stage1_degree for 1..workers idle workers: what the Lua looks up by its idle count at lease time."""
+    return [stage1_degree(requested_k, idle, tokens, link_bytes_per_s, chip) for idle in range(1, workers + 1)]
+
+
+def degree_for_idle(table: list[int], idle: int) -> int:
+    """The table's degree for `idle` idle workers (past its end: its last entry)."""
+    return max(1, table[min(max(idle, 1), len(table)) - 1]) if table else 1
+
+
+def gang_starts(members: int, k: int, opened_s: float, now_s: float, window_s: float = GANG_WINDOW_S) -> bool:
+    """Whether a reservation of degree k with `members` in starts now: full, or its window is over."""
+    return members >= 1 and (members >= k or now_s >= opened_s + window_s)
+
+
+def gang_seconds(cost_s: float, steps: int, tokens: int, k: int, ratio: float, link_bytes_per_s: float,
+                 dims: DitDims = FULL_SIZE) -> float:
+    """Seconds of a stage 1 of `cost_s` reference seconds (`steps` forwards over `tokens` video tokens)
+    on k ranks whose slowest takes `ratio` seconds per reference second: per step the replicated part,
+    the split part over k, and the gathers over the link (step_seconds; no overlap of wire and compute)."""
+    steps = max(1, steps)
+    forward = cost_s / steps * ratio
+    replicated = min(forward, costs.DIT_FORWARD_S * ratio)
+    if k <= 1:
+        return forward * steps
+    return steps * step_seconds(k, tokens, forward - replicated, replicated, link_bytes_per_s, dims)
+
+
+# ---------------------------------------------------------------- the gang lease in the farm (issue #25)
+GANG_MAX = 8  # protos/sp_spec.py MAX_DEGREE; coordinator/state/lua/gang.lua GANG_MAX; the table's length
 AUTO_MIN_STAGE1_S = 60.0  # auto gangs only a stage 1 modelled this long on the reference Mac: a gang's
 # group open and rank start (a few seconds) must stay small beside what it saves
 
 
-def gang_cap(requested: int | None, tokens: int, steps: int, link_bytes_per_s: float = LINKS["10gbe"],
-             chip: str | None = None, dims: DitDims = FULL_SIZE) -> int:
-    """The most workers a stage-1 task may gang (its `params.gang_cap`, fixed at submit): K, or for
-    auto the cost model's degree with AUTO_IDLE Macs idle (`stage1_degree`), for a stage 1 of at least
-    AUTO_MIN_STAGE1_S. 1: never a gang."""
-    if requested is not None:
-        return max(1, min(requested, GANG_MAX, tokens))
-    if steps * costs.dit_forward_s(tokens) < AUTO_MIN_STAGE1_S:
-        return 1
-    return stage1_degree(None, AUTO_IDLE, tokens, link_bytes_per_s, chip, dims)
-
-
-def gang_degree(cap: int, idle_at_open: int, joined: int, window_passed: bool) -> int | None:
-    """THE gang lease rule (coordinator/state/lua/gang.lua does exactly this; the fleet simulation
-    follows it): the degree a stage-1 task runs at, or None while its reservation still waits.
-
-    - A worker that takes the task from its queue (queue order, backfilling and affinity as any task)
-      opens a reservation wanting `want = min(cap, 1 + idle_at_open)`: itself plus the live idle
-      workers that are in no other reservation at that moment. want < 2: a plain lease, degree 1.
-    - Until the reservation starts, every idle worker that asks for work and can run the task (pack,
-      memory, not blocklisted) JOINS it instead of taking other work; `joined` counts the members,
-      opener included.
-    - It starts as soon as joined == want, or when the window (GANG_WINDOW_S) has passed, with the
-      members it has: degree = joined (1: the opener runs it as a plain task). So a deep queue keeps
-      renders side by side (workers busy at open are not waited for) and a lone render spreads over
-      every idle Mac; a reservation holds at most `want` workers for at most one window, and a
-      reservation whose members stopped asking for 3 windows goes back to its queue (no deadlock).
-    """
-    want = min(cap, 1 + idle_at_open)
-    if want < 2:
-        return 1
-    if joined >= want or window_passed:
-        return max(1, min(joined, want))
-    return None
-
-
 def stage1_params(spec, tokens: int, steps: int) -> dict:
-    """The stage-1 task's gang cap from the spec's `stage1_parallel` ({} when it can never gang)."""
+    """The stage-1 task's request and degree table (REQUEST_PARAM, TABLE_PARAM), fixed at submit from
+    the spec's `stage1_parallel`; auto on a stage 1 shorter than AUTO_MIN_STAGE1_S never gangs."""
     from protos.sp_spec import requested_degree
 
-    cap = gang_cap(requested_degree(spec.get("stage1_parallel")), tokens, steps)
-    return {"gang_cap": cap} if cap > 1 else {}
+    value = spec.get("stage1_parallel") or "auto"
+    request = requested_degree(value)
+    if request is None and steps * costs.dit_forward_s(tokens) < AUTO_MIN_STAGE1_S:
+        table = [1]
+    else:
+        table = degree_table(request, GANG_MAX, tokens, LINKS["10gbe"])
+    return {REQUEST_PARAM: value, TABLE_PARAM: table}
+
+
+def local_degree(params: dict) -> int:
+    """The split `farm render --local` runs a stage 1 with: the table's degree with every Mac idle."""
+    return degree_for_idle(list(params.get(TABLE_PARAM) or [1]), GANG_MAX)
+
+
+def gang_degree(table: list[int], idle_at_open: int, joined: int, opened_s: float, now_s: float,
+                window_s: float = GANG_WINDOW_S) -> int | None:
+    """THE gang lease rule, as coordinator/state/lua/gang.lua runs it (the simulation, lease_sim.py,
+    follows the same two pieces, `degree_for_idle` and `gang_starts`): the degree a stage-1 task runs
+    at, or None while its reservation still waits for members.
+
+    - The worker that takes the task from its queue (queue order, fair share, affinity, as any task)
+      opens a reservation wanting k = degree_for_idle(table, idle_at_open): idle_at_open counts
+      itself plus the live idle workers in no other reservation that hold the task's pack. k < 2: a
+      plain lease (degree 1). The task leaves its queue while the reservation is open.
+    - Until it starts, every idle worker that asks for work and can run the task (its queue, pack,
+      memory, not blocklisted) JOINS it instead of taking other work; `joined` counts the members,
+      the opener included. Busy workers are never waited for.
+    - It starts when joined ≥ k or `window_s` has passed since it opened (gang_starts), with the
+      members it has: degree = min(joined, k); 1 = the opener runs it as a plain task. A reservation
+      no member asked about for 3 windows goes back to its queue: nothing holds workers for long, so
+      no deadlock with other renders' tasks.
+    """
+    k = degree_for_idle(table, idle_at_open)
+    if k < 2:
+        return 1
+    if not gang_starts(joined, k, opened_s, now_s, window_s):
+        return None
+    return max(1, min(joined, k))

@@ -26,14 +26,17 @@ def test_bad_stage1_parallel_is_one_line_exit_2_and_nothing_is_queued(coordinato
         render = client.get(good.stdout.strip())
         assert render["spec"]["stage1_parallel"] == "8"
         stage1 = next(t for t in render["tasks"] if t["kind"] == "denoise_stage1")
-        assert stage1["params"]["gang_cap"] == 8
+        assert stage1["params"]["stage1_parallel_request"] == "8"
+        assert stage1["params"]["stage1_degrees"] == [1, 2, 3, 4, 5, 6, 7, 8]  # by the idle count at lease time
 
 
 def test_gang_degree_rule():
     """The one rule gang.lua and the fleet simulation share (coordinator/plan/sp_degree.py)."""
-    assert gang_degree(4, idle_at_open=0, joined=1, window_passed=False) == 1  # nobody idle: a plain lease
-    assert gang_degree(4, idle_at_open=5, joined=2, window_passed=False) is None  # waits for 4
-    assert gang_degree(4, idle_at_open=5, joined=4, window_passed=False) == 4
-    assert gang_degree(8, idle_at_open=2, joined=3, window_passed=False) == 3  # K above the idle workers
-    assert gang_degree(4, idle_at_open=3, joined=2, window_passed=True) == 2  # the window: what it has
-    assert gang_degree(4, idle_at_open=3, joined=1, window_passed=True) == 1
+    table = [1, 2, 3, 4]
+    assert gang_degree(table, idle_at_open=1, joined=1, opened_s=0, now_s=0) == 1  # nobody idle: plain lease
+    assert gang_degree(table, idle_at_open=5, joined=2, opened_s=0, now_s=1) is None  # waits for 4
+    assert gang_degree(table, idle_at_open=5, joined=4, opened_s=0, now_s=1) == 4
+    assert gang_degree(table, idle_at_open=3, joined=3, opened_s=0, now_s=0) == 3  # K above the idle ones
+    assert gang_degree(table, idle_at_open=3, joined=2, opened_s=0, now_s=2.5) == 2  # the window: what it has
+    assert gang_degree(table, idle_at_open=3, joined=1, opened_s=0, now_s=2.5) == 1
+    assert gang_degree([1], idle_at_open=8, joined=1, opened_s=0, now_s=0) == 1  # auto on a short stage 1

@@ -120,3 +120,38 @@ def multimodal_calculate_main(guider, cond: torch.Tensor, uncond, perturbed, iso
         return t.float() if isinstance(t, torch.Tensor) else t
 
     return guider.calculate(f32(cond), f32(uncond), f32(perturbed), f32(isolated))
+
+
+def temporal_region_mask(state, tools, start_time: float, end_time: float, fps: float):
+    """`TemporalRegionMask.apply_to` of ltx-pipelines 1.0.0 (retake.py; later ltx-core's
+    conditioning/types/temporal_region_mask.py, the same rule). ltx-pipelines is not installed (its
+    `__init__` imports every pipeline), so the rule is written here on ltx-core 1.0.0's own patchifier
+    bounds and `get_pixel_coords`: mask 1 where a token's [t_start, t_end) seconds overlap [start, end)."""
+    from ltx_core.components.patchifiers import get_pixel_coords
+
+    coords = tools.patchifier.get_patch_grid_bounds(tools.target_shape, device=state.denoise_mask.device)
+    if coords.shape[1] == 1:  # audio: the patchifier's bounds are seconds already
+        t_start, t_end = coords[:, 0, :, 0], coords[:, 0, :, 1]
+    else:
+        pixel = get_pixel_coords(coords, tools.scale_factors, causal_fix=tools.causal_fix)
+        t_start, t_end = (pixel[0, 0] / fps).unbind(dim=-1)
+    in_region = (t_end > start_time) & (t_start < end_time)
+    out = state.clone()
+    out.denoise_mask.copy_(in_region.to(out.denoise_mask.dtype).reshape(out.denoise_mask.shape))
+    return out
+
+
+def downsample_mask_to_latent(mask: torch.Tensor, frames: int, height: int, width: int) -> torch.Tensor:
+    """`ICLoraPipeline._downsample_mask_to_latent` of ltx-pipelines 1.0.0 (ic_lora.py; not installed, see
+    `temporal_region_mask`): a (B, 1, F, H, W) [0, 1] mask area-pooled to the latent's h x w, the first
+    frame kept, each later group of (F - 1) / (f - 1) frames averaged, flattened (B, f*h*w)."""
+    from einops import rearrange
+
+    b, f_pix = mask.shape[0], mask.shape[2]
+    down = torch.nn.functional.interpolate(rearrange(mask, "b 1 f h w -> (b f) 1 h w"), size=(height, width), mode="area")
+    down = rearrange(down, "(b f) 1 h w -> b 1 f h w", b=b)
+    first = down[:, :, :1]
+    if f_pix > 1 and frames > 1:
+        rest = rearrange(down[:, :, 1:], "b 1 (f t) h w -> b 1 f t h w", t=(f_pix - 1) // (frames - 1)).mean(dim=3)
+        first = torch.cat([first, rest], dim=2)
+    return rearrange(first, "b 1 f h w -> b (f h w)")

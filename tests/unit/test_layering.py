@@ -25,6 +25,7 @@ PURE_ENGINE = {"color", "components", "decode_tiling", "dfr_layout", "duration",
                "tdp", "text_encoders", "tiling", "tokens", "errors", "lora_check", "lora_keys", "transformer_keys", "safetensors_header"}
 PURE_ENGINE |= {"guidance", "res2s", "schedule"}  # the guided recipes' combine, sampler and sigma schedule
 PURE_ENGINE |= {"forward_rules"}  # issue #26: sparse-attention and compute-dtype rules
+PURE_ENGINE |= {"retake", "extend", "ic_lora", "dubit"}  # issue #24: media pipelines' masks and layouts
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
 pytestmark = pytest.mark.timeout(120)

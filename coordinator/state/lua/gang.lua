@@ -1,12 +1,13 @@
--- Gang leases (issue #25): a sequence-parallel stage-1 task (params.gang_cap > 1) leased to k workers at
--- once, all or none, inside lease.lua's one call. The rule, in Python for the fleet simulation, is
--- coordinator/plan/sp_degree.py `gang_degree`; this file follows it.
+-- Gang leases (issue #25): a sequence-parallel stage-1 task (params.stage1_degrees, its degree table
+-- fixed at submit) leased to k workers at once, all or none, inside lease.lua's one call. The rule is
+-- coordinator/plan/sp_degree.py `gang_degree` (the fleet simulation follows it too):
 --   open:  the first idle worker whose next task is such a task opens a reservation on it (the task
---          leaves its ready queue), wanting min(gang_cap, itself + the idle live workers not in one).
+--          leaves its ready queue), wanting k = the table's degree for the workers idle then (itself
+--          plus the live idle workers in no reservation that hold the task's pack). k < 2: plain lease.
 --   join:  an idle worker that asks joins an open reservation whose task it can run, instead of work.
---   start: when it is full or GANG_WINDOW_MS has passed since it opened (on a member's ask), it starts
---          with the members it has: 1 member = a plain lease; k > 1 = the task leased to rank 0 (the
---          opener) with the handout (members, host:port per rank, step deadline) on the task; each
+--   start: when it is full or gang_window_ms (2000) has passed since it opened (on a member's ask), it
+--          starts with the members it has: 1 member = a plain lease; k > 1 = the task leased to rank 0
+--          (the opener) with the handout (members, host:port per rank, deadlines) on the task; each
 --          member gets the task and its rank on its next ask.
 --   stale: a reservation no member asked about for 3 windows (its members gone) puts the task back.
 -- Keys: gang:<task> {state open|started, members, cap, opened_ms, fence, handed}, gangs (open ones),
@@ -23,16 +24,25 @@ local function gang_words(s)
   return out
 end
 
--- Idle live workers other than `me` that are in no reservation.
-local function gang_idle_peers(me)
+-- Idle live workers other than `me` that are in no reservation and hold `pack` (or describe nothing).
+local function gang_idle_peers(me, pack)
   local n = 0
   for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
     if w ~= me and redis.call('EXISTS', key('gangof', w)) == 0 then
-      local h = redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain')
-      if h[1] == 'idle' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS then n = n + 1 end
+      local h = redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'info')
+      local ok, info = pcall(cjson.decode, h[4] or '')
+      local packs = ok and type(info) == 'table' and type(info.pack_components) == 'table' and info.pack_components
+      local holds = not packs or packs[pack] ~= nil
+      if h[1] == 'idle' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS and holds then n = n + 1 end
     end
   end
   return n
+end
+
+-- sp_degree.degree_for_idle: the table's degree for `idle` idle workers (past its end: its last entry).
+local function gang_want(table_, idle)
+  if type(table_) ~= 'table' or #table_ == 0 then return 1 end
+  return math.max(1, tonumber(table_[math.min(math.max(idle, 1), #table_)]) or 1)
 end
 
 -- The host a rank listens on: what the worker registered (`sp_host`), else the address it called from.
@@ -110,8 +120,8 @@ end
 -- Returns false (this worker waits in it), or nil: lease it as usual.
 local function gang_open(G, tid)
   local params = G.task_info(tid).params
-  local cap = math.min(GANG_MAX, tonumber(type(params) == 'table' and params.gang_cap) or 1)
-  local want = math.min(cap, 1 + gang_idle_peers(G.worker))
+  if type(params) ~= 'table' or type(params.stage1_degrees) ~= 'table' then return nil end
+  local want = math.min(GANG_MAX, gang_want(params.stage1_degrees, 1 + gang_idle_peers(G.worker, params.pack)))
   if want < 2 then return nil end
   local gk = key('gang', tid)
   redis.call('DEL', gk)
@@ -125,7 +135,7 @@ end
 -- A worker's ask, first: its own reservation (wait, start, or its handout), else joining an open one.
 -- Returns a lease reply, false (wait), or nil (lease as usual).
 local function gang_poll(G)
-  local w, window = G.worker, gang_policy('gang_window_ms', 1500)
+  local w, window = G.worker, gang_policy('gang_window_ms', 2000)
   local mine = redis.call('GET', key('gangof', w))
   if mine then
     local g = redis.call('HMGET', key('gang', mine), 'state', 'members', 'opened_ms', 'cap', 'fence', 'handed')

@@ -208,7 +208,7 @@ local function deal_declines(q, tid, render)
   local limit, before = own * DEAL_MARGIN, 0
   for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
     local r = w ~= worker and ratio(w, info.kind)
-    if r and not blocklisted(render, w) then
+    if r and not blocklisted(render, w) and redis.call('EXISTS', key('gangof', w)) == 0 then  -- held: no peer
       local free = free_in(w, redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'current_task',
         'info'), tonumber(params.min_memory_stream_bytes) or tonumber(params.min_memory_bytes))
       if free and free + cost * r < limit then
