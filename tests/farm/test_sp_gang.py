@@ -149,7 +149,8 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
         blocker.bind(("127.0.0.1", 47100 + (seq * 8 + 1) % 800))
         blocker.listen(1)
         try:
-            metrics = _check(client, client.submit({**BASE, "stage1_parallel": "2"}), reference)
+            render_id = client.submit({**BASE, "stage1_parallel": "2"})
+            metrics = _check(client, render_id, reference)
         finally:
             blocker.close()
         assert metrics["gang_resumed_at"] == 0 and metrics["stage1_parallel"] == 1, metrics
@@ -157,6 +158,6 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
             line
             for f in tmp_data.glob("w*.log")
             for line in f.read_text().splitlines()
-            if "sp group of 2" in line and "broke" in line
+            if f"sp group of 2 for {render_id}" in line and "broke" in line
         ]
         assert len(lines) == 1, lines

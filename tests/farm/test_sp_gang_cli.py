@@ -27,7 +27,7 @@ def test_bad_stage1_parallel_is_one_line_exit_2_and_nothing_is_queued(coordinato
         assert render["spec"]["stage1_parallel"] == "8"
         stage1 = next(t for t in render["tasks"] if t["kind"] == "denoise_stage1")
         assert stage1["params"]["stage1_parallel_request"] == "8"
-        assert stage1["params"]["stage1_degrees"] == [1, 2, 3, 4, 5, 6, 7, 8]  # by the idle count at lease time
+        assert stage1["params"]["stage1_degrees"] == list(range(1, 9))  # by the idle count at lease time
 
 
 def test_gang_degree_rule():

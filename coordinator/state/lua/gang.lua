@@ -10,7 +10,7 @@
 --          (the opener) with the handout (members, host:port per rank, deadlines) on the task; each
 --          member gets the task and its rank on its next ask.
 --   stale: a reservation no member asked about for 3 windows (its members gone) puts the task back.
--- Keys: gang:<task> {state open|started, members, cap, opened_ms, fence, handed}, gangs (open ones),
+-- Keys: gang:<task> {phase open|started, members, cap, opened_ms, fence, handed}, gangs (open ones),
 -- gangof:<worker> = the task of the reservation it is in.
 local GANG_MAX, GANG_PORT_BASE, GANG_PORT_SPAN = 8, 47100, 800
 
@@ -108,7 +108,7 @@ local function gang_start(G, tid)
     step_deadline_s = math.max(gang_policy('gang_step_floor_s', 10), per_step * gang_policy('gang_margin', 4)),
     open_deadline_s = gang_policy('gang_open_s', 20)}
   redis.call('HSET', key('task', tid), 'gang', cjson.encode(handout))
-  redis.call('HSET', gk, 'state', 'started', 'fence', fence, 'handed', '')
+  redis.call('HSET', gk, 'phase', 'started', 'fence', fence, 'handed', '')
   for i = 2, #members do
     redis.call('HSET', key('worker', members[i]), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
   end
@@ -125,7 +125,7 @@ local function gang_open(G, tid)
   if want < 2 then return nil end
   local gk = key('gang', tid)
   redis.call('DEL', gk)
-  redis.call('HSET', gk, 'state', 'open', 'members', G.worker, 'cap', want, 'opened_ms', NOW)
+  redis.call('HSET', gk, 'phase', 'open', 'members', G.worker, 'cap', want, 'opened_ms', NOW)
   redis.call('SADD', key('gangs'), tid)
   redis.call('SET', key('gangof', G.worker), tid)
   G.waiting()
@@ -138,12 +138,12 @@ local function gang_poll(G)
   local w, window = G.worker, gang_policy('gang_window_ms', 2000)
   local mine = redis.call('GET', key('gangof', w))
   if mine then
-    local g = redis.call('HMGET', key('gang', mine), 'state', 'members', 'opened_ms', 'cap', 'fence', 'handed')
+    local g = redis.call('HMGET', key('gang', mine), 'phase', 'members', 'opened_ms', 'cap', 'fence', 'handed')
     if g[1] == 'open' then
       if #gang_words(g[2]) >= tonumber(g[4]) or NOW - tonumber(g[3]) >= window then
         local single = gang_start(G, mine)
         if single then return single end
-        if redis.call('HGET', key('gang', mine), 'state') == 'started' then return gang_hand(mine, w) end
+        if redis.call('HGET', key('gang', mine), 'phase') == 'started' then return gang_hand(mine, w) end
         redis.call('DEL', key('gangof', w))
         return nil
       end
@@ -159,7 +159,7 @@ local function gang_poll(G)
   end
   for _, tid in ipairs(redis.call('SMEMBERS', key('gangs'))) do
     local gk = key('gang', tid)
-    local g = redis.call('HMGET', gk, 'state', 'members', 'opened_ms', 'cap')
+    local g = redis.call('HMGET', gk, 'phase', 'members', 'opened_ms', 'cap')
     local t = redis.call('HMGET', key('task', tid), 'render', 'capability')
     local render = t[1] or ''
     if g[1] ~= 'open' then
@@ -173,7 +173,7 @@ local function gang_poll(G)
       redis.call('SET', key('gangof', w), tid)
       if #gang_words(g[2]) + 1 >= tonumber(g[4]) then
         gang_start(G, tid)
-        if redis.call('HGET', gk, 'state') == 'started' then return gang_hand(tid, w) end
+        if redis.call('HGET', gk, 'phase') == 'started' then return gang_hand(tid, w) end
         redis.call('DEL', key('gangof', w))
         return nil
       end
@@ -189,7 +189,7 @@ end
 local function gang_member_render(tid, w, fence)
   local t = redis.call('HMGET', key('task', tid), 'state', 'fence', 'render', 'gang_ended')
   if t[1] ~= 'leased' or t[2] ~= fence or t[4] == '1' then return nil end
-  local g = redis.call('HMGET', key('gang', tid), 'members', 'state', 'fence')
+  local g = redis.call('HMGET', key('gang', tid), 'members', 'phase', 'fence')
   if g[2] ~= 'started' or g[3] ~= fence or not has_word(g[1], w) then return nil end
   return t[3]
 end
