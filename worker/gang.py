@@ -141,8 +141,12 @@ def run(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat) -> tupl
             return
         with np.load(folder / f"step{n}.npz") as data:
             arrays = {k: data[k] for k in data.files}
-        shas = agent.transfer.upload({k: encode_tensor(v) for k, v in arrays.items()})
         kept["step"], kept["arrays"] = n, arrays
+        try:  # the coordinator away (restarting): this step is kept here only; the ranks go on
+            shas = agent.transfer.upload({k: encode_tensor(v) for k, v in arrays.items()})
+        except Exception as exc:  # noqa: BLE001 - any transfer failure
+            log.warning("step %d of %s not kept on the coordinator: %s", n, lease.task_id, exc)
+            return
         beat.progress = Progress(step=n, total=total, other={"resume": {"step": n, "blobs": shas}})
 
     try:

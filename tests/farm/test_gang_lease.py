@@ -14,10 +14,22 @@ CAPS = {"pack_components": {"tiny": ["transformer"]}}
 
 
 def _stage1(rid: str, table: list[int]) -> dict:
-    params = {"pack": "tiny", "needs": ["transformer"], "sigmas": [1.0, 0.5, 0.0], "cost_s": 2.0,
-              "stage1_parallel_request": "auto", "stage1_degrees": table}
-    return {"id": f"{rid}.stage1", "kind": "denoise_stage1", "params": params, "inputs": {}, "deps": [],
-            "capability": "mlx"}
+    params = {
+        "pack": "tiny",
+        "needs": ["transformer"],
+        "sigmas": [1.0, 0.5, 0.0],
+        "cost_s": 2.0,
+        "stage1_parallel_request": "auto",
+        "stage1_degrees": table,
+    }
+    return {
+        "id": f"{rid}.stage1",
+        "kind": "denoise_stage1",
+        "params": params,
+        "inputs": {},
+        "deps": [],
+        "capability": "mlx",
+    }
 
 
 def _lease(store: FarmStore, worker: str) -> dict | None:
@@ -68,7 +80,11 @@ def test_an_unfilled_window_runs_with_what_it_has_and_the_reducer_never_joins(st
     assert store.lease("coordinator", ["coordinator", "mlx"], 30_000) is None  # the reducer takes no part
     time.sleep(0.35)
     alone = _lease(store, "w1")  # the window passed with 1 member: a plain lease
-    assert alone is not None and alone["id"] == "r.stage1" and "gang" not in handout(alone, alone["params"], {})[0]
+    assert (
+        alone is not None
+        and alone["id"] == "r.stage1"
+        and "gang" not in handout(alone, alone["params"], {})[0]
+    )
     store.create_render("q", {"prompt": "fox"}, [_stage1("q", [1])])  # auto on a short stage 1: never a gang
     assert _lease(store, "w2")["id"] == "q.stage1"
     assert json.loads(json.dumps(store.get_task("q.stage1")["params"]))["stage1_degrees"] == [1]

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,34 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
             if f"sp group of 2 for {render_id}" in line and "broke" in line
         ]
         assert len(lines) == 1, lines
+
+
+@pytest.mark.timeout(240)
+def test_coordinator_restarted_mid_gang(store, redis_url, tmp_data, tiny_packs, reference):
+    """kill -9 the coordinator while a gang of 2 runs and start it again on its port: the ranks never
+    needed it (peer to peer), rank 0 commits to the new one under the same fence."""
+    from coordinator.auth import load_or_create_token
+    from farm_cli.client import FarmClient
+    from farm_cli.supervise import stop_processes
+    from tests.farm.test_failover import free_port, serving_after, start_coordinator
+
+    token, port = load_or_create_token(tmp_data), free_port()
+    address = f"127.0.0.1:{port}"
+    coordinator = start_coordinator(redis_url, tmp_data, port, "coord-1")
+    procs: dict = {}
+    try:
+        serving_after(address, token, time.monotonic())
+        procs = _start_throttled(address, token, tiny_packs, tmp_data, 2, 2.0)
+        with FarmClient(address, token, timeout=30) as client:
+            wait_until(lambda: len(client.workers()) == 2, 60, "2 workers registered")
+            render_id = client.submit({**BASE, "stage1_parallel": "2"})
+            _mid_run(procs, 2, 1)
+            os.kill(coordinator.pid, signal.SIGKILL)
+            coordinator.wait()
+            coordinator = start_coordinator(redis_url, tmp_data, port, "coord-2")
+            serving_after(address, token, time.monotonic(), timeout=60)
+            render = wait_done(client, render_id)
+        assert_same_outputs(render["tasks"], render["id"], reference)
+        assert _stage1(render)["metrics"]["stage1_parallel"] == 2  # the gang rode through it
+    finally:
+        stop_processes([coordinator, *procs.values()])
