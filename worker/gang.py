@@ -128,6 +128,48 @@ def watch(proc: subprocess.Popen, gang: dict, beat, on_step) -> None:
         _kill(proc)
 
 
+class StepKeeper(threading.Thread):
+    """Rank 0's kept steps, uploaded beside the watchdog (an upload that waits for a restarting
+    coordinator must not hold the deadlines up): the latest step wins, and once stopped nothing more
+    is reported (the gang's end is)."""
+
+    def __init__(self, agent, task_id: str, beat, total: int) -> None:
+        super().__init__(name=f"gang-keep-{task_id}", daemon=True)
+        self.agent, self.task_id, self.beat, self.total = agent, task_id, beat, total
+        self._next: tuple[int, dict] | None = None
+        self._wake, self._stopped = threading.Condition(), False
+        self.start()
+
+    def keep(self, step: int, arrays: dict) -> None:
+        with self._wake:
+            self._next = (step, arrays)
+            self._wake.notify()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+
+    def run(self) -> None:
+        while True:
+            with self._wake:
+                while self._next is None and not self._stopped:
+                    self._wake.wait()
+                if self._stopped:
+                    return
+                (step, arrays), self._next = self._next, None
+            try:
+                shas = self.agent.transfer.upload({k: encode_tensor(v) for k, v in arrays.items()})
+            except Exception as exc:  # noqa: BLE001 - any transfer failure: this step stays kept here only
+                log.warning("step %d of %s not kept on the coordinator: %s", step, self.task_id, exc)
+                continue
+            with self._wake:
+                if not self._stopped:
+                    self.beat.progress = Progress(
+                        step=step, total=self.total, other={"resume": {"step": step, "blobs": shas}}
+                    )
+
+
 def run(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat) -> tuple[dict | None, dict]:
     """This worker's rank of the gang: rank 0 returns stage 1's outputs and metrics, a rank > 0 (None, {})."""
     gang, start = params["gang"], time.perf_counter()
@@ -136,18 +178,14 @@ def run(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat) -> tupl
     kept: dict = {"step": params.get("resume_step"), "arrays": {}}
     total = len(params.get("sigmas") or [0, 0]) - 1
 
+    keeper = StepKeeper(agent, lease.task_id, beat, total)
+
     def on_step(n: int) -> None:
         if rank != 0:
             return
         with np.load(folder / f"step{n}.npz") as data:
-            arrays = {k: data[k] for k in data.files}
-        kept["step"], kept["arrays"] = n, arrays
-        try:  # the coordinator away (restarting): this step is kept here only; the ranks go on
-            shas = agent.transfer.upload({k: encode_tensor(v) for k, v in arrays.items()})
-        except Exception as exc:  # noqa: BLE001 - any transfer failure
-            log.warning("step %d of %s not kept on the coordinator: %s", n, lease.task_id, exc)
-            return
-        beat.progress = Progress(step=n, total=total, other={"resume": {"step": n, "blobs": shas}})
+            kept["step"], kept["arrays"] = n, {k: data[k] for k in data.files}
+        keeper.keep(n, kept["arrays"])
 
     try:
         watch(_start(folder, params, inputs, agent.runner), gang, beat, on_step)
@@ -159,11 +197,13 @@ def run(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat) -> tupl
         metrics.update(stage1_parallel=degree, seconds=round(time.perf_counter() - start, 4))
         return outputs, metrics
     except GangBroke as exc:
+        keeper.stop()
         if rank != 0:
             log.warning("gang rank %d of %d for %s ended: %s", rank, degree, lease.task_id, exc)
             return None, {}
         return _alone(agent, lease, params, inputs, beat, kept, f"{exc}")
     finally:
+        keeper.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 
