@@ -57,8 +57,9 @@ def _start(folder: Path, params: dict, inputs: dict[str, np.ndarray], runner) ->
         "rank": gang["rank"],
         "hosts": gang["hosts"],
         "packs_dir": str(packs_dir) if packs_dir else None,
-        "throttle": float(getattr(runner, "throttle", 1.0)),
-    }  # a slower (shared) Mac stays as slow
+        "throttle": float(getattr(runner, "throttle", 1.0)),  # a slower (shared) Mac stays as slow
+        "loras": _lora_files(runner, params),
+    }
     (folder / "task.json").write_text(json.dumps(task))
     np.savez(folder / "inputs.npz", **inputs)
     root = Path(__file__).resolve().parent.parent
@@ -74,6 +75,14 @@ def _start(folder: Path, params: dict, inputs: dict[str, np.ndarray], runner) ->
         env=env,
         start_new_session=True,
     )
+
+
+def _lora_files(runner, params: dict) -> dict[str, str]:
+    """The render's user LoRA blobs as files here (fetched once by this worker): the rank process has
+    no coordinator to fetch them from."""
+    loras = getattr(runner, "loras", None)
+    blobs = [lora for lora in params.get("loras") or () if isinstance(lora, dict) and lora.get("blob")]
+    return {str(lora["blob"]): str(loras.path(None, lora)) for lora in blobs} if loras is not None else {}
 
 
 def _lines(proc: subprocess.Popen) -> queue.Queue:

@@ -38,6 +38,7 @@ def main(folder: Path) -> None:
         Path(task["packs_dir"]) if task.get("packs_dir") else None, throttle=task.get("throttle", 1.0)
     )
     runner.sp_group, runner.sp_on_step = group, on_step
+    runner.loras.known.update({sha: Path(path) for sha, path in (task.get("loras") or {}).items()})
     with np.load(folder / "inputs.npz") as data:
         inputs = {k: data[k] for k in data.files}
     outputs, metrics = runner.run("denoise_stage1", params, inputs)

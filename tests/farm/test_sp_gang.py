@@ -16,6 +16,7 @@ import pytest
 from farm_cli.local import render_local
 from tests.farm.chaos import assert_same_outputs
 from tests.farm.farm_harness import farm, wait_done, wait_until
+from tests.farm.user_loras import write_user_loras
 
 BASE = {
     "prompt": "a fox",
@@ -47,7 +48,7 @@ def _events(client, render_id: str) -> list[dict]:
 
 
 @pytest.mark.timeout(240)
-def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, reference):
+def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, reference, local_runner):
     with farm(store, tmp_data, tiny_packs, workers=3) as (client, _procs):
         wait_until(lambda: len(client.workers()) == 3, 60, "3 workers registered")
         for asked, degree in (("3", 3), ("2", 2), ("8", 3)):  # 8 > the live workers: the 3 idle ones
@@ -57,6 +58,15 @@ def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, referen
             started = [e for e in _events(client, render["id"]) if e.get("type") == "gang_started"]
             print(asked, s1["metrics"].get("stage1_parallel"), s1["metrics"].get("seconds"), started)
             assert s1["metrics"]["stage1_parallel"] == degree and started and started[0]["degree"] == degree
+        # a user LoRA: the worker fetches its blob and hands its rank process the file
+        lora = write_user_loras(tmp_data / "loras", tiny_packs / "tiny")[0]
+        sha = client.put_blob(lora.read_bytes())
+        spec = {**BASE, "stage1_parallel": "2", "loras": [{"blob": sha, "name": lora.name, "strength": 0.8}]}
+        render = wait_done(client, client.submit(spec))
+        local_runner.loras.known[sha] = lora
+        _, outputs, _ = render_local(spec, tmp_data / "lora-local.mp4", local_runner)
+        assert_same_outputs(render["tasks"], render["id"], outputs)
+        assert _stage1(render)["metrics"]["stage1_parallel"] == 2
 
 
 def _ranks(workers: dict) -> dict[int, tuple[int, Path]]:
