@@ -22,6 +22,8 @@ KIND_LABELS = {
     "transformer_forward": "tile",
     "dfr_tile": "tile",
     "dfr_stitch": "stitch round",
+    "dfr_trim": "trim to length",
+    "dfr_keyframe_plane": "rebuild keyframe",
     "decode_video": "video decode",
     "decode_tile": "decode tile",
     "decode_audio": "audio decode",

@@ -17,6 +17,7 @@ import numpy as np
 from coordinator.assembler import assemble_streaming
 from coordinator.hdr_master import HLG_FILE, hlg_path
 from coordinator.plan.decode import resolve_decode_tiles
+from coordinator.plan.diffusion_decode import check_video_decoder
 from coordinator.plan.graph import COORDINATOR
 from coordinator.plan.length import head_params, length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
@@ -96,6 +97,7 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
             raise no_head(spec.pack)
         known = predict_frames(RenderPlan(spec, known), runner)
     plan = validate_spec(spec, [], known)
+    check_video_decoder(plan, runner.pack(spec.pack).has("vae_decoder_av"))  # issue #29: this machine's pack
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
     if str(spec.decode_tiles).strip().lower() == "auto":  # this machine is the whole fleet: tile only if
         local = [{"packs": [spec.pack], "memory_bytes": device_memory_bytes()}]  # the decode would not fit

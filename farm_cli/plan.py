@@ -39,6 +39,7 @@ from farm_cli.options import (
     TextEncoder,
     TileOverlap,
     Token,
+    VideoDecoder,
     Width,
 )
 from farm_cli.session import fail, one_line
@@ -122,13 +123,14 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
          stage1_parallel: opt.Stage1Parallel = None,  # issue #25
-         auto_duration: AutoDuration = None,
+         auto_duration: AutoDuration = None, video_decoder: VideoDecoder = None,  # issue #29
+         dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
          ) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
     from farm_cli import loras
-    from farm_cli.hdr_spec import hdr_fields
+    from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
 
     user_loras = loras.resolve(lora, lora_mode)
@@ -142,7 +144,8 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
-                             hdr_fields=hdr_fields(None, auto_duration))
+                             hdr_fields=hdr_fields(None, auto_duration) | decoder_fields(video_decoder),
+                             dfr_fields=dfr_fields(dfr, spatial_upscalings))
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -53,7 +53,8 @@ class StageInputs:
     image_frame: int = 0
     image_strength: float = 1.0
     noise_stream: int = 0
-    sampler: str = sampling.EULER                # EULER_ANCESTRAL: LTX-2.5's stage 1 outside DFR
+    sampler: str = sampling.EULER                # EULER_ANCESTRAL: LTX-2.5's stages (generation.py)
+    ancestral_offset: int = sampling.ANCESTRAL_NOISE_SEED_OFFSET  # stage 2: ANCESTRAL_STAGE2_NOISE_SEED_OFFSET
     slots: tuple[int, ...] = ()                  # DFR: generated keyframe slots at these pixel frames
     slot_latent: np.ndarray | None = None        # (1, C, K, h, w) the slots start from (stage 2)
     renoise_audio: bool = False                  # DFR stage 2: stage 1's audio re-noised and denoised along
@@ -75,7 +76,7 @@ class StageInputs:
             return None
         if self.sampler != sampling.EULER_ANCESTRAL:
             raise ValueError(f"unknown sampler {self.sampler!r}")
-        return Ancestral(sampling.STAGE1_ANCESTRAL_ETA, self.seed + sampling.ANCESTRAL_NOISE_SEED_OFFSET)
+        return Ancestral(sampling.STAGE1_ANCESTRAL_ETA, self.seed + self.ancestral_offset)
 
     @property
     def latent_grid(self) -> tuple[int, int, int]:

@@ -198,6 +198,26 @@ class Engine:
         pixels = decoder(full[:, :, f0:f1, h0:h1, w0:w1], noise=noise)
         return np.array(pixels.astype(mx.float32))
 
+    def decode_video_diffusion(self, pack: Pack, latent: np.ndarray, noise_seed: int,
+                               bounds: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
+        """LTX-2.5's diffusion decoder (`vae_decoder_av`) on the latent, or on latent[bounds] (one tile of
+        it): raw pixels (1, 3, f, h, w), blended (tiles) or mapped to [0, 1] by the caller. Its stage-5
+        noise is drawn from `noise_seed` in the tile's own shape, so a tile decodes on any worker alone."""
+        from ltx_engine.models.diffusion_decoder import decode_seeded
+
+        full = mx.array(latent)
+        if bounds is not None:
+            (f0, f1), (h0, h1), (w0, w1) = bounds
+            full = full[:, :, f0:f1, h0:h1, w0:w1]
+        return np.array(decode_seeded(self.model(pack, "vae_decoder_av"), full, noise_seed).astype(mx.float32))
+    def rebuild_keyframe(self, pack: Pack, plane: np.ndarray, height: int, width: int) -> np.ndarray:
+        """DFR's epilogue: one carried plane (1, C, 1, h, w) decoded as its own one-frame clip, Lanczos x2
+        in 8-bit RGB (`ltx_engine.lanczos`, as upstream's PIL stretch) and encoded at height x width."""
+        from ltx_engine.lanczos import lanczos_x2, to_uint8
+
+        frame = self.decode_video(pack, plane)[0]
+        return self.encode_image(pack, lanczos_x2(to_uint8(frame)), height, width, 0)
+
     def decode_audio(self, pack: Pack, audio_latent: np.ndarray) -> tuple[np.ndarray, int]:
         from ltx_engine.models.vocoder import decode_audio
 

@@ -254,6 +254,17 @@ SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_s
 SPEC_FIELDS |= {"sparse_attention": taus, "compute_dtype": text(32)}  # issue #26 (dtype names: the planner)
 SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range, "hdr": boolean}  # issue #29
 SPEC_FIELDS |= {"stage1_parallel": stage1_parallel}  # issue #25 (protos/sp_spec.py)
+VIDEO_DECODERS = ("conv", "diffusion")  # issue #29: the conv VAE decoder, or LTX-2.5's vae_decoder_av
+
+
+def video_decoder(name: str, value: object) -> str:
+    if value not in VIDEO_DECODERS:
+        raise SpecError(f"{name} {str(value)[:40]!r}: give conv or diffusion")
+    return str(value)
+
+
+SPEC_FIELDS |= {"video_decoder": video_decoder}  # issue #29: --video-decoder conv|diffusion
+SPEC_FIELDS |= {"dfr": boolean, "spatial_upscalings": integer(1, 2)}  # issue #29: DFR's base path, epilogue
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -302,6 +313,9 @@ class RenderSpec:
     auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
     hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
     stage1_parallel: str = "auto"  # issue #25: "auto" | "1".."8" workers for sequence-parallel stage 1
+    video_decoder: str | None = None  # issue #29: "conv" (None) | "diffusion" (LTX-2.5's vae_decoder_av)
+    dfr: bool = False  # issue #29: DFR (LTX-2.5) even at 0 temporal rounds: its canvas, slots, keyframes
+    spatial_upscalings: int = 1  # issue #29: 2 = DFR's stages at half size, then the spatial epilogue
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None

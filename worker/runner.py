@@ -21,13 +21,15 @@ from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import Engine
+from ltx_engine.generation import stage2_sampler
 from ltx_engine.loader import PackError
 from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
-from ltx_engine.sampling import EULER
+from ltx_engine.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import DIT_KINDS, LoraSets
+from worker.sp_stage import run_stage1
 
 Progress = Callable[[int, int], None]
 EMBEDDINGS_KEPT = 32
@@ -103,7 +105,6 @@ def _tile_options(params: dict):
 
 class Runner:
     """Runs one task at a time on this process's engine."""
-
     sp_group = sp_on_step = None  # a gang rank's group and step hook (worker/gang_rank.py, issue #25)
 
     def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None, throttle: float = 1.0):
@@ -302,6 +303,7 @@ class Runner:
             image_latent=inputs.get("image_latent"), image_frame=int(params.get("image_frame", 0)),
             image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
             sampler=params.get("sampler") or EULER, slots=stage_slots(params),
+            ancestral_offset=int(params.get("ancestral_offset", ANCESTRAL_NOISE_SEED_OFFSET)),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             **_forward_params(params),
@@ -310,8 +312,6 @@ class Runner:
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
         """Stage 1: plain, k-way split, a gang's rank or resumed (worker/sp_stage.py, issue #25)."""
-        from worker.sp_stage import run_stage1
-
         return run_stage1(self, pack, params, inputs, step, self.sp_group, self.sp_on_step)
 
     def _detailing(self, pack, params):
@@ -328,7 +328,11 @@ class Runner:
         return detailed, params
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
-        """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named)."""
+        """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named), with the
+        sampler the planner recorded or (no generation known at submit) the one this pack calls for."""
+        if not params.get("sampler"):
+            params = {**params, "sampler": stage2_sampler(pack.generation),
+                      "ancestral_offset": ANCESTRAL_STAGE2_NOISE_SEED_OFFSET}
         pack, params = self._detailing(pack, params)
         return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
 
@@ -373,11 +377,22 @@ class Runner:
         seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]), bounds)
         return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
 
+    def _run_dfr_keyframe_plane(self, pack, params, inputs, step):
+        plane = int(params["plane"])
+        latent = inputs["keyframes"][:, :, plane : plane + 1]
+        return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
+
     def _run_decode_video(self, pack, params, inputs, step):
+        if params.get("decoder") == "diffusion":  # issue #29: LTX-2.5's vae_decoder_av
+            pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]))
+            return {"frames": np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)}
         return {"frames": self.engine.decode_video(pack, inputs["latent"])}
 
     def _run_decode_tile(self, pack, params, inputs, step):
         bounds = tuple(tuple(int(x) for x in params["latent"][axis]) for axis in ("frames", "height", "width"))
+        if params.get("decoder") == "diffusion":  # issue #29
+            return {"pixels": self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
+                                                                 bounds)}
         return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
 
     def _run_decode_audio(self, pack, params, inputs, step):

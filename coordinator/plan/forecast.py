@@ -43,7 +43,9 @@ def described_fleet(rows: list[dict], pack: str) -> tuple[list[dict], list[place
         packs = list(r.get("packs") or [pack])
         count = max(1, int(r.get("count") or 1))
         caps += [{"packs": packs, "memory_bytes": memory, "chip": r.get("chip") or "",
-                  "pack_bytes": {p: pack_bytes for p in packs}}] * count
+                  "pack_bytes": {p: pack_bytes for p in packs},
+                  **({"pack_generation": {p: str(r["generation"]) for p in packs}} if r.get("generation") else {})
+                  }] * count
         if pack in packs:
             slots.append(placement.Slot(str(r.get("name") or r.get("chip") or f"mac{i + 1}"), str(r.get("chip") or ""),
                                         memory, {}, count=count))

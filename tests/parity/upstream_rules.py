@@ -122,6 +122,38 @@ def multimodal_calculate_main(guider, cond: torch.Tensor, uncond, perturbed, iso
     return guider.calculate(f32(cond), f32(uncond), f32(perturbed), f32(isolated))
 
 
+# ---------------------------------------------------------------- samplers on LTX-2.5 (upstream after 1.2.0)
+
+# 1.2.0: the distilled pipeline's stage 1 on LTX-2.5 ran ancestral Euler (eta 1, re-noise seed + 10000); its
+# stage 2, and DFR's stages 1 and 2, ran plain Euler. Upstream v1.4+ (`distilled.py` `_sampler_kwargs` /
+# `ancestral_sampler_kwargs`, `dfr_pipeline.py` the same) samples EVERY pass of an LTX-2.5 pipeline
+# ancestrally, each pass from its own offset "so no two of them inject the same noise"; the MLX port
+# follows it (`ANCESTRAL_STAGE_2_NOISE_SEED_OFFSET = 20000`). 1.0.0 has no ancestral stepper at all, so the
+# step is the oracle of test_sampling_parity; the loop is `euler_ancestral_denoising_loop`'s order written
+# out below. Why follow it: it is what the 2.5 distilled checkpoint was trained to be sampled with.
+ANCESTRAL_ETA = 1.0
+STAGE_NOISE_SEED_OFFSETS = {"stage1": 10000, "stage2": 20000}
+
+
+def ancestral_sampler_main(generation: str, stage: str) -> tuple[str, int] | None:
+    """(sampler, re-noise seed offset) of a distilled pass on `generation` as upstream main picks it;
+    None where main samples plain Euler (every pass below LTX-2.5)."""
+    if tuple(int(x) for x in generation.split(".")[:2]) < (2, 5):
+        return None
+    return "euler_ancestral", STAGE_NOISE_SEED_OFFSETS[stage]
+
+
+def ancestral_loop_step_main(sample, denoised, clean, mask, sigmas, step_index, noise, stepper):
+    """One step of main's `euler_ancestral_denoising_loop`: x0 blended toward the clean conditioning
+    (`denoised * mask + clean * (1 - mask)`), the ancestral step, and (not the last step) the blend
+    applied again to its output, so conditioning tokens stay clean."""
+    x0 = denoised * mask + clean * (1 - mask)
+    out = stepper.step(sample, x0, sigmas, step_index, noise=noise)
+    if float(sigmas[step_index + 1]) != 0:
+        out = out * mask + clean * (1 - mask)
+    return out
+
+
 def temporal_region_mask(state, tools, start_time: float, end_time: float, fps: float):
     """`TemporalRegionMask.apply_to` of ltx-pipelines 1.0.0 (retake.py; later ltx-core's
     conditioning/types/temporal_region_mask.py, the same rule). ltx-pipelines is not installed (its
