@@ -9,6 +9,7 @@ import json
 
 import grpc
 
+from coordinator.gang import handout
 from coordinator.plan.graph import SpecError
 from coordinator.presence import Presence
 from coordinator.scheduler import Scheduler, as_dict
@@ -78,13 +79,14 @@ class FarmWorkerServicer(farm_pb2_grpc.FarmWorkerServicer):
             self.store.lose_leases(wid, "", "the lease reply found no worker", str(task["id"]))
             self.scheduler.wake()
             return farm_pb2.LeaseReply(has_task=False)
+        params, inputs = handout(task, as_dict(task.get("params")), as_dict(task.get("inputs")))  # issue #25
         return farm_pb2.LeaseReply(
             has_task=True,
             task_id=str(task["id"]),
             render_id=str(task.get("render") or ""),
             kind=str(task.get("kind") or ""),
-            params_json=json.dumps(as_dict(task.get("params")), sort_keys=True, default=str),
-            inputs={str(k): str(v) for k, v in as_dict(task.get("inputs")).items()},
+            params_json=json.dumps(params, sort_keys=True, default=str),
+            inputs={str(k): str(v) for k, v in inputs.items()},
             fence=int(task["fence"]),
             attempts=int(task.get("attempts") or 0),
             lease_ms=self.scheduler.lease_ms,

@@ -18,7 +18,7 @@ from coordinator.assembler import assemble_streaming
 from coordinator.hdr_master import HLG_FILE, hlg_path
 from coordinator.media_check import check_render_media
 from coordinator.plan.decode import resolve_decode_tiles
-from coordinator.plan.diffusion_decode import check_video_decoder
+from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
 from coordinator.plan.graph import COORDINATOR
 from coordinator.plan.length import head_params, length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
@@ -53,6 +53,14 @@ class LocalBlobs:
         self._blobs[sha] = encode_tensor(np.frombuffer(Path(path).read_bytes(), dtype=np.uint8))
 
 
+def local_params(task: dict) -> dict:
+    """Issue #25: a stage 1 the farm may gang runs its k shards in this process (the same split)."""
+    from coordinator.plan.sp_degree import local_degree
+
+    k = local_degree(task["params"]) if task["kind"] == "denoise_stage1" else 1
+    return {**task["params"], "stage1_parallel": k} if k > 1 else task["params"]
+
+
 def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
              on_event: Callable[[dict], None] | None = None) -> dict[str, dict[str, str]]:
     """Run tasks in plan (topological) order; returns task id → {output name: sha}."""
@@ -70,7 +78,7 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
         if task["capability"] == COORDINATOR:
             result, metrics = run_reduce_task(task["kind"], task["params"], inputs), {}
         else:
-            result, metrics = runner.run(task["kind"], task["params"], inputs, progress)
+            result, metrics = runner.run(task["kind"], local_params(task), inputs, progress)
         outputs[task["id"]] = {name: blobs.put(array) for name, array in result.items()}
         if on_event:
             on_event({"type": "task_done", "task": task["id"], "kind": task["kind"], **metrics})
@@ -97,8 +105,9 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
             raise no_head(spec.pack)
         known = predict_frames(RenderPlan(spec, known), runner)
     plan = validate_spec(spec, [], known)
-    check_video_decoder(plan, runner.pack(spec.pack).has("vae_decoder_av"))  # issue #29: this machine's pack
     check_render_media(plan, lambda sha: (media or {}).get(sha))  # issue #24: the coordinator's probe, here
+    if is_diffusion(plan):  # issue #29: this machine's pack is the fleet's (read only when it is asked for)
+        check_video_decoder(plan, runner.pack(spec.pack).has("vae_decoder_av"))
     for sha, path in (media or {}).items():
         blobs.put_file(sha, path)
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))

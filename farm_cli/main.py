@@ -86,6 +86,7 @@ def render(
     data: DataDir = None, text_encoder: TextEncoder = None,
     *, coordinator: Coordinator, token: Token = None,
     sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
+    stage1_parallel: opt.Stage1Parallel = None,  # issue #25
     detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
     lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
     pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
@@ -114,7 +115,7 @@ def render(
                             guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
-        sparse_attention=sparse_attention, compute_dtype=compute_dtype,
+        sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
         hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
         dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)
     out = output or Path("render.mp4")

@@ -135,6 +135,10 @@ SparseAttention = Annotated[str | None, typer.Option(
 ComputeDtype = Annotated[str | None, typer.Option(
     "--compute-dtype", help="float16 | bfloat16: the DiT's attention and feed-forward in it (default float32).")]
 
+# issue #25: sequence-parallel stage 1 over several Macs
+Stage1Parallel = Annotated[str | None, typer.Option(
+    "--stage1-parallel", help="auto (default) | K: stage 1 on up to K workers at once (1 = off; at most 8).")]
+
 # issue #29: the EXR frames' colourspace, the duration head's length range
 ExrColorspace = Annotated[str | None, typer.Option(
     "--exr-colorspace", help="srgb-linear (default) | acescg | acescct: the colourspace of --exr frames.")]

@@ -122,6 +122,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
+         stage1_parallel: opt.Stage1Parallel = None,  # issue #25
          auto_duration: AutoDuration = None, video_decoder: VideoDecoder = None,  # issue #29
          dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
          audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
@@ -143,7 +144,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
-                             sparse_attention=sparse_attention, compute_dtype=compute_dtype,
+                             sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
                              hdr_fields=hdr_fields(None, auto_duration) | decoder_fields(video_decoder),
                              dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=media.resolve(audio, audio_start).fields)
     with one_line(SpecError):

@@ -66,6 +66,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
            sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
+           stage1_parallel: opt.Stage1Parallel = None,  # issue #25
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
            lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
            pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
@@ -93,7 +94,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
-                             sparse_attention=sparse_attention, compute_dtype=compute_dtype,
+                             sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
                              hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
                              dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)
     spec = typed.to_dict()

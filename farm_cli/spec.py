@@ -28,6 +28,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
              sparse_attention: str | None = None, compute_dtype: str | None = None, hdr_fields: dict | None = None,
              dfr_fields: dict | None = None,
              media_fields: dict | None = None,
+             stage1_parallel: str | None = None,
              ) -> tuple[RenderSpec, list[np.ndarray]]:
     """The typed spec of the command's options and the decoded images (one per --image, in order); one
     line, exit 2, for a value the spec refuses. `image_blob`: the images are not decoded, each file's
@@ -45,6 +46,7 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
     raw["priority"] = priority
     raw |= {k: v for k, v in (guidance or {}).items() if v is not None}  # the guided recipe's knobs
     raw |= forward_spec(sparse_attention, compute_dtype)
+    raw["stage1_parallel"] = stage1_parallel  # issue #25 (checked by protos/sp_spec.py)
     if notify:
         if not notify.startswith(("http://", "https://")):
             fail(f"--notify {notify!r}: give an http:// or https:// URL")

@@ -22,6 +22,7 @@ from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
 from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
 from protos.media_spec import MEDIA_FIELDS, AudioInput, SourceVideo
+from protos.sp_spec import stage1_parallel
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_PROMPT_CHARS = 20_000
@@ -253,6 +254,7 @@ SPEC_FIELDS: dict[str, Rule] = {
 SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
 SPEC_FIELDS |= {"sparse_attention": taus, "compute_dtype": text(32)}  # issue #26 (dtype names: the planner)
 SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range, "hdr": boolean}  # issue #29
+SPEC_FIELDS |= {"stage1_parallel": stage1_parallel}  # issue #25 (protos/sp_spec.py)
 VIDEO_DECODERS = ("conv", "diffusion")  # issue #29: the conv VAE decoder, or LTX-2.5's vae_decoder_av
 
 
@@ -312,6 +314,7 @@ class RenderSpec:
     exr_colorspace: str | None = None  # issue #29: srgb-linear (None) | acescg | acescct (ltx_engine/color.py)
     auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
     hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
+    stage1_parallel: str = "auto"  # issue #25: "auto" | "1".."8" workers for sequence-parallel stage 1
     video_decoder: str | None = None  # issue #29: "conv" (None) | "diffusion" (LTX-2.5's vae_decoder_av)
     dfr: bool = False  # issue #29: DFR (LTX-2.5) even at 0 temporal rounds: its canvas, slots, keyframes
     spatial_upscalings: int = 1  # issue #29: 2 = DFR's stages at half size, then the spatial epilogue

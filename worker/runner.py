@@ -21,7 +21,7 @@ from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
 from ltx_engine.engine import Engine
-from ltx_engine.generation import stage1_sampler, stage2_sampler
+from ltx_engine.generation import stage2_sampler
 from ltx_engine.loader import PackError
 from ltx_engine.lora import WithLoras, reference_downscale
 from ltx_engine.media_stage import stage_fields
@@ -31,6 +31,7 @@ from ltx_engine.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NO
 from worker import media
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import DIT_KINDS, LoraSets
+from worker.sp_stage import run_stage1
 
 Progress = Callable[[int, int], None]
 EMBEDDINGS_KEPT = 32
@@ -106,6 +107,7 @@ def _tile_options(params: dict):
 
 class Runner:
     """Runs one task at a time on this process's engine."""
+    sp_group = sp_on_step = None  # a gang rank's group and step hook (worker/gang_rank.py, issue #25)
 
     def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None, throttle: float = 1.0):
         self.packs_dir = Path(packs_dir) if packs_dir else None
@@ -312,16 +314,8 @@ class Runner:
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
-        """Stage 1 with the sampler the planner recorded, or (no generation known at submit) the one this
-        worker's pack calls for."""
-        if not params.get("sampler"):
-            params = {**params, "sampler": stage1_sampler(pack.generation, bool(params.get("dfr_slots")))}
-        degree = int(params.get("stage1_parallel") or 1)  # issue #25: a k-way plan, its k shards here
-        if degree > 1:
-            from ltx_engine.sp_denoise import Split
-
-            return self.engine.denoise_stage1_sp(pack, self._stage(pack, params, inputs), Split(degree), step)
-        return self.engine.denoise_stage1(pack, self._stage(pack, params, inputs), step)
+        """Stage 1: plain, k-way split, a gang's rank or resumed (worker/sp_stage.py, issue #25)."""
+        return run_stage1(self, pack, params, inputs, step, self.sp_group, self.sp_on_step)
 
     def _detailing(self, pack, params):
         """DFR's detailing IC-LoRA: the pack seen with it fused into a DiT of its own (kept warm beside the

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from coordinator.plan import costs, placement, samplers, sparse
+from coordinator.plan import costs, placement, samplers, sp_degree, sparse
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -314,6 +314,8 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
         "pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": h2, "width": w2,
         "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **generated,
         **_stage1_sampler(spec), **sparse.stage1_params(spec),
+        **sp_degree.stage1_params(spec, f_lat * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR),
+                                  len(DISTILLED_SIGMAS) - 1),  # issue #25: its gang cap
         "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
                    **slot_expect(spec, h2, w2), **generated_expect}},
         {**ctx, **cond1})]

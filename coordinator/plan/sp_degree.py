@@ -80,3 +80,54 @@ def gang_seconds(cost_s: float, steps: int, tokens: int, k: int, ratio: float, l
     if k <= 1:
         return forward * steps
     return steps * step_seconds(k, tokens, forward - replicated, replicated, link_bytes_per_s, dims)
+
+
+# ---------------------------------------------------------------- the gang lease in the farm (issue #25)
+GANG_MAX = 8  # protos/sp_spec.py MAX_DEGREE; coordinator/state/lua/gang.lua GANG_MAX; the table's length
+AUTO_MIN_STAGE1_S = 60.0  # auto gangs only a stage 1 modelled this long on the reference Mac: a gang's
+# group open and rank start (a few seconds) must stay small beside what it saves
+
+
+def stage1_params(spec, tokens: int, steps: int) -> dict:
+    """The stage-1 task's request and degree table (REQUEST_PARAM, TABLE_PARAM), fixed at submit from
+    the spec's `stage1_parallel`; auto on a stage 1 shorter than AUTO_MIN_STAGE1_S never gangs."""
+    from protos.sp_spec import requested_degree
+
+    value = spec.get("stage1_parallel") or "auto"
+    request = requested_degree(value)
+    if request is None and steps * costs.dit_forward_s(tokens) < AUTO_MIN_STAGE1_S:
+        table = [1]
+    else:
+        table = degree_table(request, GANG_MAX, tokens, LINKS["10gbe"])
+    return {REQUEST_PARAM: value, TABLE_PARAM: table}
+
+
+def local_degree(params: dict) -> int:
+    """The split `farm render --local` runs a stage 1 with: the table's degree with every Mac idle."""
+    return degree_for_idle(list(params.get(TABLE_PARAM) or [1]), GANG_MAX)
+
+
+def gang_degree(table: list[int], idle_at_open: int, joined: int, opened_s: float, now_s: float,
+                window_s: float = GANG_WINDOW_S) -> int | None:
+    """THE gang lease rule, as coordinator/state/lua/gang.lua runs it (the simulation, lease_sim.py,
+    follows the same two pieces, `degree_for_idle` and `gang_starts`): the degree a stage-1 task runs
+    at, or None while its reservation still waits for members.
+
+    - The worker that takes the task from its queue (queue order, fair share, affinity, as any task)
+      opens a reservation wanting k = degree_for_idle(table, idle_at_open): idle_at_open counts
+      itself plus the live idle workers in no other reservation that hold the task's pack. k < 2: a
+      plain lease (degree 1). The task leaves its queue while the reservation is open.
+    - Until it starts, every idle worker that asks for work and can run the task (its queue, pack,
+      memory, not blocklisted) JOINS it instead of taking other work; `joined` counts the members,
+      the opener included. Busy workers are never waited for.
+    - It starts when joined ≥ k or `window_s` has passed since it opened (gang_starts), with the
+      members it has: degree = min(joined, k); 1 = the opener runs it as a plain task. A reservation
+      no member asked about for 3 windows goes back to its queue: nothing holds workers for long, so
+      no deadlock with other renders' tasks.
+    """
+    k = degree_for_idle(table, idle_at_open)
+    if k < 2:
+        return 1
+    if not gang_starts(joined, k, opened_s, now_s, window_s):
+        return None
+    return max(1, min(joined, k))

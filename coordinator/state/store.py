@@ -62,6 +62,7 @@ SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "co
            "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy", "complete_lease")
 # Scripts that run others: each part becomes a local function of its own ARGV, ahead of the script's text.
 PARTS = {"complete_lease": ("complete", "lease")}
+LIBS = {"lease": "gang", "complete_lease": "gang", "heartbeat": "gang"}  # issue #25: gang leases (lua/gang.lua)
 # Transitions that decide a render's fate (its plan, a task's result, its state): on a replicated set
 # each is acknowledged by a replica (WAIT) before its caller answers, so a failover cannot lose one.
 # WAIT covers every earlier write of the replication stream too (blob refs, leases).
@@ -87,6 +88,7 @@ def is_transient(exc: BaseException) -> bool:
 def _script_source(name: str) -> str:
     """common.lua + the script: one text per operation, loaded once per process."""
     common = (LUA_DIR / "common.lua").read_text()
+    common += "\n" + (LUA_DIR / f"{LIBS[name]}.lua").read_text() if name in LIBS else ""
     parts = "".join(f"local function {part}(ARGV)\n{(LUA_DIR / f'{part}.lua').read_text()}\nend\n"
                     for part in PARTS.get(name, ()))
     return common + "\n" + parts + (LUA_DIR / f"{name}.lua").read_text()

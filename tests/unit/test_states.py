@@ -32,6 +32,7 @@ ARGUMENTS = {
 # Words compared with something that is not a state (types, flags, capabilities, kinds, lease.lua's
 # text_shortcut answers that never leave the script); any other compared word must be in the vocabulary.
 NOT_STATES = {"", "0", "1", "table", "string", "coordinator", "text_encode", "moved", "wait"}
+NOT_STATES |= {"open", "started"}  # gang.lua: a reservation's phase (issue #25), never a task/worker/render state
 INTERNAL_RETURNS = {("lease.lua", "moved"), ("lease.lua", "wait")}  # text_shortcut's, read by lease.lua only
 WORD = re.compile(r"'([^']*)'")
 

@@ -29,6 +29,7 @@ from protos import defaults, farm_pb2, farm_pb2_grpc
 from protos.auth import auth_metadata, read_token
 from protos.records import Progress, WorkerCapabilities
 from protos.tensors import encode_tensor
+from worker import gang
 from worker.blobcache import BlobCache
 from worker.connection import RECONNECT_MAX_S, RESULT_RETRY_S, RPC_TIMEOUT_S, Coordinators, default_worker_id
 from worker.heartbeat import Heartbeat
@@ -192,7 +193,7 @@ class Agent:
 
     def register(self) -> None:
         seen = listing(self.packwatch.packs_dir) if self.packwatch is not None else ()
-        self.capabilities = WorkerCapabilities.from_dict(self.runner.capabilities())  # the contract's rules
+        self.capabilities = WorkerCapabilities.from_dict({**self.runner.capabilities(), **gang.capabilities()})
         request = farm_pb2.WorkerInfo(
             worker_id=self.worker_id, capabilities_json=self.capabilities.to_json(), resumed=self._registered_once,
             # registered between tasks only: a lease the farm has for us was never received (unless it
@@ -271,9 +272,13 @@ class Agent:
                 self.packsync.ensure(str(json.loads(lease.params_json or "{}").get("pack") or ""))
             inputs, moved = self._fetch_inputs(lease, lease_next)
             beat.progress = Progress(phase="run")  # the next beat tells the dashboard: computing, not fetching
-            outputs, metrics = self.runner.run(
-                lease.kind, json.loads(lease.params_json or "{}"), inputs, progress, cancelled
-            )
+            params = json.loads(lease.params_json or "{}")
+            if gang.is_gang(params):  # issue #25: this worker's rank of a sequence-parallel stage 1
+                outputs, metrics = gang.run(self, lease, params, inputs, beat)
+                if outputs is None:
+                    return "GANG_RANK_DONE"  # rank 0 reports the task
+            else:
+                outputs, metrics = self.runner.run(lease.kind, params, inputs, progress, cancelled)
             if cancelled():
                 return self._report_fail(lease, self._stop_reason(beat), retryable=True)
             ran = time.perf_counter()

@@ -8,6 +8,7 @@ local function beat(status)
   return {status, drain}
 end
 local render = holder_render(tid, worker, ARGV[5])
+if not render and gang_member_render(tid, worker, ARGV[5]) then return beat('ok') end  -- issue #25: a rank > 0
 if not render then return beat('stale') end
 if not render_active(render) then return beat('cancel') end
 local deadline = NOW + tonumber(ARGV[6])
@@ -15,6 +16,9 @@ redis.call('ZADD', key('leases'), deadline, tid)
 redis.call('HSET', key('task', tid), 'deadline_ms', deadline)
 if ARGV[7] ~= '' then
   redis.call('HSET', key('task', tid), 'progress', ARGV[7])
+  local p = cjson.decode(ARGV[7])
+  if type(p.resume) == 'table' then redis.call('HSET', key('task', tid), 'resume', cjson.encode(p.resume)) end
+  if p.gang_ended then redis.call('HSET', key('task', tid), 'gang_ended', '1') end  -- its members go stale
   emit(render, {type = 'task_progress', task = tid, worker = worker, progress = cjson.decode(ARGV[7])})
 end
 return beat('ok')

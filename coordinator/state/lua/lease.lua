@@ -208,7 +208,7 @@ local function deal_declines(q, tid, render)
   local limit, before = own * DEAL_MARGIN, 0
   for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
     local r = w ~= worker and ratio(w, info.kind)
-    if r and not blocklisted(render, w) then
+    if r and not blocklisted(render, w) and redis.call('EXISTS', key('gangof', w)) == 0 then  -- held: no peer
       local free = free_in(w, redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'current_task',
         'info'), tonumber(params.min_memory_stream_bytes) or tonumber(params.min_memory_bytes))
       if free and free + cost * r < limit then
@@ -313,30 +313,48 @@ local function next_task(q)
   return tid
 end
 
+-- Lease `tid` to this worker, or to `who` (a gang's rank 0, which holds the lease for its members).
+local function grant(tid, who)
+  local worker = who or worker
+  local tk = key('task', tid)
+  local t = redis.call('HMGET', tk, 'state', 'render', 'attempts')
+  local fence = redis.call('INCR', key('fence'))
+  local attempt = tonumber(t[3]) + 1
+  local deadline = NOW + lease_ms
+  local session = W[4] or ''
+  redis.call('HSET', tk, 'state', 'leased', 'worker', worker, 'fence', fence, 'attempts', attempt,
+    'leased_ms', NOW, 'deadline_ms', deadline, 'progress', '{}', 'session', session, 'stuck_ms', 0)
+  redis.call('ZADD', key('leases'), deadline, tid)
+  redis.call('HDEL', tk, 'gang', 'gang_ended')  -- a gang's handout is written after its grant
+  if seen and not who then
+    worker_seen(worker, 'busy', tid)
+  else
+    redis.call('HSET', key('worker', worker), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
+  end
+  if render_info(t[2]).state == 'queued' then
+    redis.call('HSET', key('render', t[2]), 'state', 'running', 'started_ms', NOW)
+    emit(t[2], {type = 'render_state', state = 'running'})
+  end
+  emit(t[2], {type = 'task_leased', task = tid, worker = worker, attempt = attempt, fence = fence,
+    leased_ms = NOW, deadline_ms = deadline})
+  return {tid, redis.call('HGETALL', tk)}
+end
+
+-- Gang leases (issue #25; the rule in Python: coordinator/plan/sp_degree.py gang_degree): sequence-
+-- parallel stage 1 on k workers at once, all or none, in this one script.
+local GANG = {grant = grant, task_info = task_info, holds_needs = holds_needs, render_info = render_info,
+  worker = worker, waiting = function() if seen then worker_seen(worker, 'idle', '') end end, queues = {}}
+for i = 6, #ARGV do GANG.queues[ARGV[i]] = true end
+if seen then  -- a worker asks (the coordinator's own reducer never gangs)
+  local gang_lease = gang_poll(GANG)
+  if gang_lease ~= nil then return gang_lease end
+end
+
 for i = 6, #ARGV do
   local tid = next_task(key('ready', ARGV[i]))
   if tid then
-    local tk = key('task', tid)
-    local t = redis.call('HMGET', tk, 'state', 'render', 'attempts')
-    local fence = redis.call('INCR', key('fence'))
-    local attempt = tonumber(t[3]) + 1
-    local deadline = NOW + lease_ms
-    local session = W[4] or ''
-    redis.call('HSET', tk, 'state', 'leased', 'worker', worker, 'fence', fence, 'attempts', attempt,
-      'leased_ms', NOW, 'deadline_ms', deadline, 'progress', '{}', 'session', session, 'stuck_ms', 0)
-    redis.call('ZADD', key('leases'), deadline, tid)
-    if seen then
-      worker_seen(worker, 'busy', tid)
-    else
-      redis.call('HSET', key('worker', worker), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
-    end
-    if render_info(t[2]).state == 'queued' then
-      redis.call('HSET', key('render', t[2]), 'state', 'running', 'started_ms', NOW)
-      emit(t[2], {type = 'render_state', state = 'running'})
-    end
-    emit(t[2], {type = 'task_leased', task = tid, worker = worker, attempt = attempt, fence = fence,
-      leased_ms = NOW, deadline_ms = deadline})
-    return {tid, redis.call('HGETALL', tk)}
+    if seen and gang_open(GANG, tid) == false then return false end  -- it waits in a reservation
+    return grant(tid)
   end
 end
 if seen then worker_seen(worker, 'idle', '') end

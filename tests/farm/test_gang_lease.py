@@ -1,0 +1,90 @@
+"""The gang lease in Lua (issue #25), against real Redis, no processes: all or none, the degree from the
+idle workers at lease time, the window, the reducer kept out, the handout through the lease reply, a
+member's heartbeat, the kept step on a re-lease (coordinator/state/lua/gang.lua, sp_degree.gang_degree)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from coordinator.gang import handout
+from coordinator.state.store import FarmStore
+
+CAPS = {"pack_components": {"tiny": ["transformer"]}}
+
+
+def _stage1(rid: str, table: list[int]) -> dict:
+    params = {
+        "pack": "tiny",
+        "needs": ["transformer"],
+        "sigmas": [1.0, 0.5, 0.0],
+        "cost_s": 2.0,
+        "stage1_parallel_request": "auto",
+        "stage1_degrees": table,
+    }
+    return {
+        "id": f"{rid}.stage1",
+        "kind": "denoise_stage1",
+        "params": params,
+        "inputs": {},
+        "deps": [],
+        "capability": "mlx",
+    }
+
+
+def _lease(store: FarmStore, worker: str) -> dict | None:
+    return store.lease(worker, ["mlx"], 30_000, seen=True)
+
+
+def _rank(task: dict) -> tuple[int, dict]:
+    params, _ = handout(task, task["params"], task.get("inputs") or {})
+    return params["gang"]["rank"], params["gang"]
+
+
+def test_a_gang_task_goes_to_k_workers_at_once_with_their_ranks(store: FarmStore) -> None:
+    for w in ("w1", "w2", "w3", "w4"):
+        store.register_worker(w, CAPS)
+        assert _lease(store, w) is None  # seen idle
+    store.create_render("r", {"prompt": "fox"}, [_stage1("r", [1, 2, 3, 3])])
+    assert _lease(store, "w1") is None  # opens a reservation for 3 (the table's degree for 4 idle)
+    assert store.get_task("r.stage1")["state"] == "queued"
+    assert _lease(store, "w2") is None  # joins
+    third = _lease(store, "w3")  # joins, it is full: the gang starts
+    task = store.get_task("r.stage1")
+    assert task["state"] == "leased" and task["worker"] == "w1"  # rank 0 holds the lease
+    assert _rank(third)[0] == 2
+    rank0, rank1 = _lease(store, "w1"), _lease(store, "w2")
+    assert (_rank(rank0)[0], _rank(rank1)[0]) == (0, 1)
+    gang = _rank(rank0)[1]
+    assert gang["degree"] == 3 and gang["members"] == ["w1", "w2", "w3"] and len(set(gang["hosts"])) == 3
+    assert int(rank0["fence"]) == int(rank1["fence"]) == gang["fence"]
+    assert _lease(store, "w4") is None  # nothing else to do; it was never held
+    assert store.heartbeat("r.stage1", "w2", int(rank1["fence"]), 30_000) == "ok"  # a member's beat
+    kept = {"step": 1, "blobs": {"resume.video.latent": "ab" * 32}}
+    assert store.heartbeat("r.stage1", "w1", int(rank0["fence"]), 30_000, {"step": 1, "resume": kept}) == "ok"
+    assert store.heartbeat("r.stage1", "w1", int(rank0["fence"]), 30_000, {"gang_ended": True}) == "ok"
+    assert store.heartbeat("r.stage1", "w2", int(rank1["fence"]), 30_000) == "stale"  # the gang ended
+    assert store.fail("r.stage1", "w1", int(rank0["fence"]), "rank 0 went away") == "requeued"
+    again = _lease(store, "w4")  # a plain lease now (w1..w3 not idle): it resumes at the kept step
+    params, inputs = handout(again, again["params"], again.get("inputs") or {})
+    assert "gang" not in params and params["resume_step"] == 1 and inputs["resume.video.latent"] == "ab" * 32
+
+
+def test_an_unfilled_window_runs_with_what_it_has_and_the_reducer_never_joins(store: FarmStore) -> None:
+    store.set_policy(gang_window_ms="300")
+    for w in ("w1", "w2"):
+        store.register_worker(w, CAPS)
+        assert _lease(store, w) is None
+    store.create_render("r", {"prompt": "fox"}, [_stage1("r", [1, 2])])
+    assert _lease(store, "w1") is None  # wants 2
+    assert store.lease("coordinator", ["coordinator", "mlx"], 30_000) is None  # the reducer takes no part
+    time.sleep(0.35)
+    alone = _lease(store, "w1")  # the window passed with 1 member: a plain lease
+    assert (
+        alone is not None
+        and alone["id"] == "r.stage1"
+        and "gang" not in handout(alone, alone["params"], {})[0]
+    )
+    store.create_render("q", {"prompt": "fox"}, [_stage1("q", [1])])  # auto on a short stage 1: never a gang
+    assert _lease(store, "w2")["id"] == "q.stage1"
+    assert json.loads(json.dumps(store.get_task("q.stage1")["params"]))["stage1_degrees"] == [1]
