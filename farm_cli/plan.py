@@ -118,6 +118,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
          audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
+    stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
          auto_duration: AutoDuration = None,
          ) -> None:
@@ -137,7 +138,8 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
                              lora_fields=user_loras.fields,
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
+        | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
                              hdr_fields=hdr_fields(None, auto_duration))
     with one_line(SpecError):

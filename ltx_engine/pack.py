@@ -238,7 +238,7 @@ class Pack:
         out = self._read("transformer_dev" if fused_dev else component)
         distilled = self.layout.found["distilled_lora"].files[0] if fused_dev else None
         lora_set = [self._lora(distilled, DISTILLED_LORA_STRENGTH)] if distilled else []
-        if component in ("transformer", "connector"):
+        if component in ("transformer", "transformer_dev", "connector"):  # the dev DiT: guided passes (#23)
             lora_set += [self._lora(name, strength) for name, strength in loras]
         if lora_set:
             out = fuse_loras(out, lora_set, sanitize, file=self.file_label(component), component=component)

@@ -27,7 +27,7 @@ from ltx_engine.loader import PackError, read_safetensors
 from ltx_engine.lora import FUSED, LoraInput, WithLoras, file_sha256, lora_set_identity
 
 Fetch = Callable[[str], bytes | bytearray | memoryview]
-DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
+DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile", "guidance_pass")
 
 
 class LoraFileError(PackError):
@@ -46,7 +46,7 @@ class FusedLoras(WithLoras):
         return f"{self.pack.key}|loras:{self.identity}"
 
     def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict:
-        if component == "transformer":
+        if component in ("transformer", "transformer_dev"):  # the dev DiT: a guided pass's (issue #23)
             self._counter[0] += 1
         return self.pack.tensors(component, loras=self.loras + tuple(loras))
 

@@ -20,6 +20,7 @@ from ltx_engine import text_encoders
 from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
+from ltx_engine.dev_distilled import dev_view
 from ltx_engine.engine import Engine
 from ltx_engine.generation import stage1_sampler
 from ltx_engine.loader import PackError
@@ -232,7 +233,7 @@ class Runner:
         pack = self.pack(params["pack"])
         self.engine.stream_blocks = streams(kind, params, device_memory_bytes())
         if kind in DIT_KINDS:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
-            pack = self.loras.view(pack, params)
+            pack = dev_view(self.loras.view(pack, params), params)  # dev + distilled LoRA (ltx_engine/dev_distilled.py)
         elif kind == "text_encode":  # a set with connector factors: fused into the connector that encodes
             pack = self.loras.connector_view(pack, params)
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
