@@ -169,3 +169,8 @@ def print_guidance(spec) -> None:
     rounds = "2 evaluations x " if rec.sampler == RES_2S else ""
     typer.echo(f"guidance: {len(rec.sigmas) - 1} steps x {rounds}{len(rec.passes)} passes ({', '.join(rec.passes)}) "
                f"= {rec.forwards_per_step()} forwards per step, combined on the coordinator")
+    from coordinator.plan.guided_render import stage2_line
+
+    line = stage2_line(RenderPlan(spec), rec)
+    if line:
+        typer.echo(line)

@@ -241,7 +241,8 @@ class Pack:
         if component in ("transformer", "transformer_dev", "connector"):  # the dev DiT: guided passes (#23)
             lora_set += [self._lora(name, strength) for name, strength in loras]
         if lora_set:
-            out = fuse_loras(out, lora_set, sanitize, file=self.file_label(component), component=component)
+            dit = "transformer" if component == "transformer_dev" else component  # the dev DiT takes the DiT's factors
+            out = fuse_loras(out, lora_set, sanitize, file=self.file_label(component), component=dit)
         to_model = getattr(model_class(component), "pack_to_model", None)
         return to_model(out) if to_model is not None else out
 

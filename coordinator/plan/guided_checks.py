@@ -29,8 +29,11 @@ def check_guided_extras(spec: Mapping) -> None:
         if int(n) > table:
             raise SpecError(f"--stage2-steps {n}: stage 2's sigma table has {table} steps (1..{table})")
     if pipeline == TWO_STAGE_HQ and spec.get("stage2_tiles") is not None:
-        raise SpecError("--stage2-tiles is not built for --pipeline two-stage-hq (its res_2s stage 2 runs untiled)")
+        raise SpecError(
+            "--stage2-tiles is not built for --pipeline two-stage-hq (its res_2s stage 2 runs untiled)"
+        )
     if spec.get("loras") and str(spec.get("lora_mode") or "fused") != "fused":
-        raise SpecError(f"--lora-mode {spec['lora_mode']} is not built for --pipeline {pipeline} "
-                        "(its dev DiT takes fused LoRAs): use --lora-mode fused")
-
+        raise SpecError(
+            f"--lora-mode {spec['lora_mode']} is not built for --pipeline {pipeline} "
+            "(its dev DiT takes fused LoRAs): use --lora-mode fused"
+        )

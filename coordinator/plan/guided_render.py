@@ -95,3 +95,17 @@ def plan_hq_stage2(rid: str, rec: Recipe, params: dict, inputs: dict, ctx: dict)
                               {"prompt": ctx, "negative": ctx}, audio=True, finish=finish)
     stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
     return [prep, *stage]
+
+
+def stage2_line(spec: Mapping, rec: Recipe) -> str | None:
+    """`farm plan`'s stage-2 line of a two-stage recipe: its steps, evaluations and pass, and its DiT."""
+    if rec.stage2_lora is None:
+        return None
+    from coordinator.plan.stage2 import stage2_sigmas
+
+    steps = len(stage2_sigmas(spec)) - 1
+    if rec.pipeline == TWO_STAGE_HQ:
+        how = f"{steps} steps x 2 evaluations x 1 pass (cond) + the final evaluation"
+    else:
+        how = f"{steps} steps x 1 forward (cond; tiles x steps with --stage2-tiles)"
+    return f"stage 2: {how} on dev + distilled LoRA {rec.stage2_lora:g}"

@@ -6,9 +6,11 @@ input is refused at submit with nothing queued."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 
+import numpy as np
 import pytest
 
 from coordinator.auth import load_or_create_token
@@ -27,14 +29,31 @@ from tests.farm.farm_harness import (
     wait_done,
     wait_until,
 )
+from tests.farm.user_loras import write_user_loras
 
-BASE = {"prompt": "a fox", "frames": 9, "seed": 3, "pack": "dev", "decode_tiles": "off", "negative_prompt": "blurry"}
+BASE = {
+    "prompt": "a fox",
+    "frames": 9,
+    "seed": 3,
+    "pack": "dev",
+    "decode_tiles": "off",
+    "negative_prompt": "blurry",
+}
 ONE = {**BASE, "pipeline": "one-stage", "height": 64, "width": 64, "steps": 2, "stg_blocks": [1]}
-TWO = {**BASE, "pipeline": "two-stage", "height": 128, "width": 128, "stage1_steps": 2, "stage2_steps": 1,
-       "stg_blocks": [1]}
+TWO = {
+    **BASE,
+    "pipeline": "two-stage",
+    "height": 128,
+    "width": 128,
+    "stage1_steps": 2,
+    "stage2_steps": 1,
+    "stg_blocks": [1],
+}
 HQ = {**BASE, "pipeline": "two-stage-hq", "height": 128, "width": 128, "stage1_steps": 2, "stage2_steps": 1}
 SPECS = {"one-stage": ONE, "two-stage": TWO, "two-stage-hq": HQ}
 KILLED = {**ONE, "steps": 4}  # more rounds of passes for the victim to take one of
+USER_LORA = "style-lora.safetensors"
+LORA = [{"file": USER_LORA, "strength": 0.8}]
 # Pass tasks: one-stage 2 steps x 4 passes; two-stage the same; HQ stage 1 (2 res_2s steps + the final
 # evaluation) x 3 passes (STG off) + stage 2 (1 step + final) x the cond pass.
 PASSES = {"one-stage": 8, "two-stage": 8, "two-stage-hq": 5 * 3 + 3}
@@ -47,6 +66,8 @@ def dev_packs(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("devpacks")
     write_tiny_pack(folder / "dev", seed=0, layout="dev-only")
+    style, _camera = write_user_loras(tmp_path_factory.mktemp("user-loras"), folder / "dev")
+    shutil.copy(style, folder / "dev" / USER_LORA)  # a pack file: no upload, no shelf needed
     return folder
 
 
@@ -59,9 +80,12 @@ def reference(dev_packs, tmp_path_factory):
     def local(name: str) -> dict:
         if name not in done:
             out = tmp_path_factory.mktemp("guided") / "local.mp4"
-            _, outputs, blobs = render_local(dict(SPECS.get(name, KILLED)), out, runner)
+            spec = SPECS.get(name.removesuffix("+lora"), KILLED)
+            spec = {**spec, "loras": LORA} if name.endswith("+lora") else spec
+            _, outputs, blobs = render_local(dict(spec), out, runner)
             done[name] = local_results(outputs, blobs)
         return done[name]
+
     return local
 
 
@@ -73,11 +97,22 @@ class ModuleFarm:
 
     def start(self, name: str, *extra: str) -> subprocess.Popen:
         token = load_or_create_token(self.data)
-        cmd = worker_command(str(self.client.endpoints), token_file(self.data, name, token), self.packs, name,
-                             self.data / f"cache-{name}", wait_ms=500)
+        cmd = worker_command(
+            str(self.client.endpoints),
+            token_file(self.data, name, token),
+            self.packs,
+            name,
+            self.data / f"cache-{name}",
+            wait_ms=500,
+        )
         log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
-        self.procs[name] = subprocess.Popen([*cmd, *extra], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        self.procs[name] = subprocess.Popen(
+            [*cmd, *extra],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         return self.procs[name]
 
     def workers(self, n: int) -> None:
@@ -119,17 +154,37 @@ def test_guided_on_the_farm_equals_local(workers, name, guided_farm, reference):
         assert strengths == {"stage1": 0.25, "stage2": 0.5}
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["one-stage", "two-stage-hq"])
+def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
+    """A user LoRA (a pack file) on every guidance pass (HQ: under the distilled LoRA too): farm == local,
+    and the passes' outputs differ from the render without it."""
+    guided_farm.workers(3)
+    spec = {**SPECS[name], "loras": LORA}
+    render = wait_done(guided_farm.client, guided_farm.client.submit(spec), timeout=100)
+    arrays = farm_results(guided_farm.client, render)
+    assert_identical(arrays, reference(f"{name}+lora"))
+    assert not np.array_equal(arrays["stage1_video"], reference(name)["stage1_video"])
+    passes = [t for t in render["tasks"] if t["kind"] == "guidance_pass"]
+    assert all(t["params"]["loras"] == LORA for t in passes)
+    assert sum(int(t["metrics"]["lora_fusions"]) for t in passes) <= 3 * (1 if name == "one-stage" else 2)
+
+
 @pytest.mark.timeout(90)
 def test_a_worker_killed_mid_pass_loses_only_that_pass(guided_farm, mstore, reference):
     """A throttled victim (each task 40x its compute) holds a guidance pass; SIGKILL it: the broken
     stream hands that lease back, another worker runs the pass again, and nothing else ran twice."""
     guided_farm.workers(2)
     victim = guided_farm.start("victim", "--throttle", "40")
-    wait_until(lambda: any(w.get("id") == "victim" for w in mstore.list_workers()), 30, "the victim registering")
+    wait_until(
+        lambda: any(w.get("id") == "victim" for w in mstore.list_workers()), 30, "the victim registering"
+    )
     render_id = guided_farm.client.submit(dict(KILLED))
 
     def victim_pass():
-        held = [t for t in mstore.render_tasks(render_id) if t["state"] == "leased" and t["worker"] == "victim"]
+        held = [
+            t for t in mstore.render_tasks(render_id) if t["state"] == "leased" and t["worker"] == "victim"
+        ]
         return [t["id"] for t in held if t["kind"] == "guidance_pass"] and held
 
     held = wait_until(victim_pass, 60, "the victim leasing a guidance pass")
@@ -144,14 +199,17 @@ def test_a_worker_killed_mid_pass_loses_only_that_pass(guided_farm, mstore, refe
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("bad,line", [
-    ({"stg_blocks": [99]}, "--stg-blocks 99: outside the model's"),
-    ({"cfg_scale": -1.0}, "cfg_scale -1.0 is outside [0.0, 100.0]"),
-    ({"pipeline": "distilled"}, "--steps does not apply to the distilled pipeline"),
-    ({"steps": 5000}, "steps 5000 is outside 1..200"),
-    ({"pipeline": "two-stage", "stage2_steps": 4}, "--stage2-steps 4: stage 2's sigma table has 3 steps"),
-    ({"stage1_steps": 3}, "--steps 2 and --stage1-steps 3 disagree"),
-])
+@pytest.mark.parametrize(
+    "bad,line",
+    [
+        ({"stg_blocks": [99]}, "--stg-blocks 99: outside the model's"),
+        ({"cfg_scale": -1.0}, "cfg_scale -1.0 is outside [0.0, 100.0]"),
+        ({"pipeline": "distilled"}, "--steps does not apply to the distilled pipeline"),
+        ({"steps": 5000}, "steps 5000 is outside 1..200"),
+        ({"pipeline": "two-stage", "stage2_steps": 4}, "--stage2-steps 4: stage 2's sigma table has 3 steps"),
+        ({"stage1_steps": 3}, "--steps 2 and --stage1-steps 3 disagree"),
+    ],
+)
 def test_bad_guidance_refused_at_submit(bad, line, guided_farm, mstore):
     before = len(mstore.list_renders())
     with pytest.raises(FarmError) as info:
