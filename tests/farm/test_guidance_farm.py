@@ -115,6 +115,11 @@ class ModuleFarm:
         )
         return self.procs[name]
 
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.terminate()
+        proc.wait(timeout=20)
+
     def workers(self, n: int) -> None:
         for i in range(1, n + 1):
             if f"w{i}" not in self.procs:
@@ -134,6 +139,43 @@ def guided_farm(mstore, dev_packs, tmp_path_factory):
     data = tmp_path_factory.mktemp("guided-farm")
     with farm(mstore, data, dev_packs, workers=0) as (client, procs):
         yield ModuleFarm(client, procs, data, dev_packs)
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_killed_mid_pass_loses_only_that_pass(guided_farm, mstore, reference):
+    """The module's first test. A healthy worker renders the prompts once (their embeddings are then
+    cached) and stops; a throttled victim (each task 25x its compute), the farm's only worker, takes a
+    guidance pass; the healthy worker comes back and the victim is SIGKILLed: its broken stream hands
+    that lease back, the pass runs again on the other worker, and nothing else ran twice."""
+    assert not guided_farm.procs, "runs first: the victim alone takes the first pass"
+    registered = lambda name: wait_until(  # noqa: E731 - the fleet at submit keys the prompt cache
+        lambda: any(w.get("id") == name for w in mstore.list_workers()), 30, f"{name} registering"
+    )
+    guided_farm.workers(1)
+    registered("w1")
+    wait_done(guided_farm.client, guided_farm.client.submit(dict(ONE)), timeout=60)
+    guided_farm.stop("w1")
+    victim = guided_farm.start("victim", "--throttle", "25")
+    registered("victim")
+    render_id = guided_farm.client.submit(dict(KILLED))
+
+    def victim_pass():
+        held = [
+            t for t in mstore.render_tasks(render_id) if t["state"] == "leased" and t["worker"] == "victim"
+        ]
+        return [t["id"] for t in held if t["kind"] == "guidance_pass"] and held
+
+    held = wait_until(victim_pass, 60, "the victim leasing a guidance pass")
+    guided_farm.workers(1)  # starting: it takes the pass once the lease is back
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=10)
+    render = wait_done(guided_farm.client, render_id, timeout=60)
+    assert_identical(farm_results(guided_farm.client, render), reference("killed"))
+    tasks = {t["id"]: t for t in mstore.render_tasks(render_id)}
+    again = {tid for tid, t in tasks.items() if int(t["attempts"]) > 1}
+    assert again == {t["id"] for t in held} and len(again) == 1, (again, [t["id"] for t in held])
+    assert tasks[next(iter(again))]["worker"] == "w1"  # run again, elsewhere
+    del guided_farm.procs["victim"]
 
 
 CASES = [(w, name) for w in (1, 2, 3) for name in SPECS]
@@ -168,34 +210,6 @@ def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
     passes = [t for t in render["tasks"] if t["kind"] == "guidance_pass"]
     assert all(t["params"]["loras"] == LORA for t in passes)
     assert sum(int(t["metrics"]["lora_fusions"]) for t in passes) <= 3 * (1 if name == "one-stage" else 2)
-
-
-@pytest.mark.timeout(90)
-def test_a_worker_killed_mid_pass_loses_only_that_pass(guided_farm, mstore, reference):
-    """A throttled victim (each task 40x its compute) holds a guidance pass; SIGKILL it: the broken
-    stream hands that lease back, another worker runs the pass again, and nothing else ran twice."""
-    guided_farm.workers(2)
-    victim = guided_farm.start("victim", "--throttle", "40")
-    wait_until(
-        lambda: any(w.get("id") == "victim" for w in mstore.list_workers()), 30, "the victim registering"
-    )
-    render_id = guided_farm.client.submit(dict(KILLED))
-
-    def victim_pass():
-        held = [
-            t for t in mstore.render_tasks(render_id) if t["state"] == "leased" and t["worker"] == "victim"
-        ]
-        return [t["id"] for t in held if t["kind"] == "guidance_pass"] and held
-
-    held = wait_until(victim_pass, 60, "the victim leasing a guidance pass")
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait(timeout=10)
-    render = wait_done(guided_farm.client, render_id, timeout=60)
-    assert_identical(farm_results(guided_farm.client, render), reference("killed"))
-    tasks = {t["id"]: t for t in mstore.render_tasks(render_id)}
-    again = {tid for tid, t in tasks.items() if int(t["attempts"]) > 1}
-    assert again == {t["id"] for t in held} and len(again) == 1, (again, [t["id"] for t in held])
-    assert tasks[next(iter(again))]["worker"] in ("w1", "w2")
 
 
 @pytest.mark.timeout(60)
