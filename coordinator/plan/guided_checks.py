@@ -9,9 +9,11 @@ distilled DiT only, not to the dev DiT the guided passes and stage 2 load.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from coordinator.plan.graph import SpecError
+from coordinator.plan.guidance import recipe
 from coordinator.plan.stage2 import stage2_sigmas
 from protos.guidance_spec import ONE_STAGE, TWO_STAGE_HQ
 
@@ -28,6 +30,12 @@ def check_guided_extras(spec: Mapping) -> None:
         table = len(stage2_sigmas({**spec, "stage2_steps": None})) - 1
         if int(n) > table:
             raise SpecError(f"--stage2-steps {n}: stage 2's sigma table has {table} steps (1..{table})")
+    sigmas = recipe(spec).sigmas
+    if not all(math.isfinite(x) for x in sigmas):  # upstream's LTX2Scheduler gives NaN there too
+        raise SpecError(
+            f"--steps {len(sigmas) - 1}: the LTX2 schedule on {pipeline}'s stage-1 latent is not finite "
+            "at that count (its stretch divides by zero): use --steps 2 or more"
+        )
     if pipeline == TWO_STAGE_HQ and spec.get("stage2_tiles") is not None:
         raise SpecError(
             "--stage2-tiles is not built for --pipeline two-stage-hq (its res_2s stage 2 runs untiled)"

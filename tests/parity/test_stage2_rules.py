@@ -18,7 +18,7 @@ def test_stage2_follows_main(pipeline, strengths):
     spec = {
         **BASE,
         "pipeline": pipeline,
-        "steps": 1,
+        "steps": 2,
         "stage2_steps": 1,
         "loras": [{"file": "s.safetensors", "strength": 1}],
     }

@@ -103,6 +103,10 @@ def test_step_flags():
             "--stage2-steps does not apply to the distilled pipeline",
         ),
         ({"negative_prompt": "blurry"}, "--negative-prompt does not apply to the distilled pipeline"),
+        (
+            {"pipeline": "two-stage-hq", "steps": 1},
+            "--steps 1: the LTX2 schedule on two-stage-hq's stage-1 latent is not",
+        ),
     ],
 )
 def test_step_refusals(extra, line):
