@@ -126,3 +126,26 @@ def test_farm_plan_shows_both_stages(capsys):
         "stage 2: 3 steps x 2 evaluations x 1 pass (cond) + the final evaluation on dev + distilled LoRA 0.5"
         in out
     )
+
+
+def test_two_stage_on_a_pack_without_the_distilled_lora_is_refused():
+    held = [
+        "text_encoder",
+        "connector",
+        "transformer",
+        "transformer_dev",
+        "spatial_upscaler",
+        "vae_decoder",
+        "audio_vae",
+        "vocoder",
+    ]
+    fleet = [{"packs": ["p"], "pack_components": {"p": held}}]
+    for pipeline in ("two-stage", "two-stage-hq"):
+        with pytest.raises(SpecError) as info:
+            validate_spec(normalize_spec({**BASE, "pack": "p", "pipeline": pipeline, "steps": 2}), fleet)
+        assert "pack 'p' has no distilled_lora (ltx-2.3-22b-distilled-lora-384.safetensors)" in str(
+            info.value
+        )
+    validate_spec(
+        normalize_spec({**BASE, "pack": "p", "pipeline": "one-stage", "steps": 2, "stg_blocks": [1]}), fleet
+    )
