@@ -23,6 +23,7 @@ import grpc
 
 from coordinator.fleet import FleetStore
 from coordinator.lora_check import check_render_loras
+from coordinator.media_check import check_render_media, store_paths
 from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
@@ -160,6 +161,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
             plan = planner.validate_spec(asked, fleet)
             check_render_loras(plan, self.scheduler.blobs, self.shelf)  # uploaded, and fitting the pack
+            check_render_media(plan, store_paths(self.scheduler.blobs))  # issue #24: probed in a child process
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
         tasks = planner.plan_render(plan, render_id)

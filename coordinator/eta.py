@@ -4,8 +4,8 @@ Why one place: the dashboard's list and detail, `farm ls`, `farm status` and `fa
 run the cost model on their own (the list reused one fleet for every row, so each row waited behind the
 rows above it, in list order; the detail ran its render alone), and showed 11 s and 4.8 s for the same
 render. Here the live fleet takes every unfinished render's tasks in the order the scheduler deals them
-(priority, then age) in one simulation (`placement.farm_eta_seconds`), so a queued render waits behind
-those before it, whoever asks. Every reader calls `farm_etas` and shows `eta_s` (seconds from the
+(priority, then age) in one simulation (`placement.farm_eta_seconds`: lease.lua's rules, lease_sim.py),
+so a queued render waits behind those before it, whoever asks, and a worker idle behind it backfills. Every reader calls `farm_etas` and shows `eta_s` (seconds from the
 Redis clock's `now_ms`) or `eta_ms` (the Redis-clock time it is predicted done).
 
 Fallbacks, per render, when the plan carries no costs: measured per-kind speeds when every kind left
@@ -96,7 +96,8 @@ def farm_etas(store: EtaStore, now_ms: int, known: Rows, view: Callable[[dict], 
 def _compute(store: EtaStore, now_ms: int, known: Rows, view: Callable[[dict], dict]) -> dict[str, float | None]:
     rows = unfinished_rows(store, known, view)
     slots, coordinator = live_slots(store, now_ms)
-    modelled = placement.farm_eta_seconds([vs for _, vs in rows], slots, now_ms, coordinator)
+    meta = [(int(float(r.get("priority") or 0)), str(r.get("submitter") or "")) for r, _ in rows]
+    modelled = placement.farm_eta_seconds([vs for _, vs in rows], slots, now_ms, coordinator, meta)
     speeds = kind_speeds(store, {v["kind"] for _, vs in rows for v in vs})
     workers = live_worker_count(store, now_ms)
     return {render["id"]: render_eta(render, vs, now_ms, model, coordinator, speeds, workers)

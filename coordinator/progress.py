@@ -22,9 +22,14 @@ KIND_LABELS = {
     "transformer_forward": "tile",
     "dfr_tile": "tile",
     "dfr_stitch": "stitch round",
+    "dfr_trim": "trim to length",
+    "dfr_keyframe_plane": "rebuild keyframe",
     "decode_video": "video decode",
     "decode_tile": "decode tile",
     "decode_audio": "audio decode",
+    "audio_encode": "audio encode",  # issue #24: A2V's track, a clip's own track
+    "video_encode": "encode tile",  # issue #24: one tile of a source clip
+    "video_encode_blend": "blend encode tiles",
 }
 _ENDED = ("done", "cancelled")
 
@@ -34,6 +39,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("text", "Text"),
     ("length", "Length"),  # an LTX-2.5 render's DurationHead picking its length (plan_length)
     ("image", "Image"),
+    ("source", "Source"),  # issue #24: a source clip's tiled encode (`source_encode`)
     ("stage1", "Stage 1"),
     ("upsample", "Upsample"),
     ("stage2", "Stage 2"),

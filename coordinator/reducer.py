@@ -15,11 +15,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.encode_blend import ENCODE_KINDS
 from coordinator.guide_step import guide_step
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.plan.length import PLAN_KIND, picked
 from coordinator.state.store import NotLeader, is_transient
-from ltx_engine import dfr_layout, tdp
+from ltx_engine import dfr_epilogue, dfr_layout, tdp
 from ltx_engine.tokens import unpatchify_video
 from protos.retry import Backoff, GaveUp, Outage, retry
 from protos.states import Outcome
@@ -31,7 +32,9 @@ REDUCER_ID = "coordinator"
 
 
 def _sets(params: dict, positions: np.ndarray):
-    return tdp.token_sets(tuple(params["grid"]), tuple(params["counts"]), int(params["overlap"]), positions)
+    overlap = params["overlap"]
+    overlap = int(overlap) if isinstance(overlap, int | float) else tuple(int(x) for x in overlap)
+    return tdp.token_sets(tuple(params["grid"]), tuple(params["counts"]), overlap, positions)
 
 
 def _tile_outputs(params: dict, latent: np.ndarray, mask: np.ndarray, positions: np.ndarray, sigma: float,
@@ -65,7 +68,19 @@ def dfr_stitch(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
-DFR_KINDS = {"dfr_stitch": dfr_stitch}
+def dfr_trim(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """DFR without rounds (the base path, or after the epilogue): the canvas latent trimmed to the asked
+    length and the keyframes a decode of it receives (`keyframes`, only when any lie inside the clip)."""
+    plan = dfr_layout.plan_from_params(params["dfr"])
+    planes = inputs["keyframes"] if "keyframes" in inputs else np.concatenate(
+        [inputs[f"kf{i}"] for i in range(len(params["positions"]))], axis=2)
+    kept, _ = dfr_epilogue.decode_keyframes(planes, params["positions"], plan.output_frames)
+    out = {"video_latent": dfr_layout.trim_latent(inputs["latent"], plan)}
+    out |= {"keyframes": kept} if kept.shape[2] else {}
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+DFR_KINDS = {"dfr_stitch": dfr_stitch, "dfr_trim": dfr_trim}
 GUIDE_KINDS = {"guide_step": guide_step}  # a guided step: combine its passes, step (coordinator/guide_step.py)
 
 
@@ -79,6 +94,8 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
         return DFR_KINDS[kind](params, inputs)
     if kind in GUIDE_KINDS:
         return GUIDE_KINDS[kind](params, inputs)
+    if kind in ENCODE_KINDS:  # issue #24: a source clip's encode tiles blended (coordinator/encode_blend.py)
+        return ENCODE_KINDS[kind](params, inputs)
     positions, mask = inputs["positions"], inputs["mask"]
     sets = _sets(params, positions)
     sigmas = [float(s) for s in params["sigmas"]]
@@ -88,7 +105,8 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
         raise ValueError(f"unknown coordinator task kind {kind!r}")
     step = int(params["step"])
     velocities = [inputs[f"v{i}"] for i in range(len(sets))]
-    latent = tdp.reduce_step(inputs["latent"], inputs["clean"], mask, positions, velocities, sets, sigmas, step)
+    latent = tdp.reduce_step(inputs["latent"], inputs["clean"], mask, positions, velocities, sets, sigmas, step,
+                             tdp.step_ancestral(params))
     if step + 1 == len(sigmas) - 1:
         grid = tuple(params["grid"])
         out = {"video_latent": unpatchify_video(latent[:, : int(np.prod(grid))], grid)}
@@ -96,6 +114,8 @@ def run_reduce_task(kind: str, params: dict, inputs: dict[str, np.ndarray]) -> d
             start, end = params["slot_range"]
             out["slots"] = unpatchify_video(latent[:, start:end], ((end - start) // (grid[1] * grid[2]), *grid[1:]))
         return out
+    if params.get("next_tiling"):  # DFR's epilogue retiles after its first step (plan/dfr_finish.py)
+        sets = _sets({**params, **params["next_tiling"]}, positions)
     return {"latent": latent, **_tile_outputs(params, latent, mask, positions, sigmas[step + 1], sets)}
 
 

@@ -23,3 +23,15 @@ def hdr_fields(exr_colorspace: str | None, auto_duration: str | None, hdr: bool 
         if out["auto_duration"] is None:
             fail(f"--auto-duration {auto_duration!r} is not MIN:MAX seconds, e.g. 2:8")
     return out
+
+
+def decoder_fields(video_decoder: str | None) -> dict:
+    """`--video-decoder conv|diffusion` as the spec's `video_decoder` (left out when not given); the
+    planner refuses diffusion on a 2.3 pack or a pack without vae_decoder_av."""
+    return {"video_decoder": video_decoder} if video_decoder else {}
+def dfr_fields(dfr: bool, spatial_upscalings: int = 1) -> dict:
+    """`--dfr` / `--spatial-upscalings N` as spec fields (left out at their defaults; the planner checks N)."""
+    out: dict = {"dfr": True} if dfr else {}
+    if spatial_upscalings != 1:
+        out["spatial_upscalings"] = spatial_upscalings
+    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +16,9 @@ import numpy as np
 
 from coordinator.assembler import assemble_streaming
 from coordinator.hdr_master import HLG_FILE, hlg_path
+from coordinator.media_check import check_render_media
 from coordinator.plan.decode import resolve_decode_tiles
+from coordinator.plan.diffusion_decode import check_video_decoder
 from coordinator.plan.graph import COORDINATOR
 from coordinator.plan.length import head_params, length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
@@ -45,6 +47,11 @@ class LocalBlobs:
     def get(self, sha: str) -> np.ndarray:
         return decode_tensor(self._blobs[sha])
 
+    def put_file(self, sha: str, path: Path) -> None:
+        """A client media file under its own sha256, read back as the uint8 bytes a worker's blob
+        transfer hands a raw file input (`worker.transfer.as_array`), so both encode the same input."""
+        self._blobs[sha] = encode_tensor(np.frombuffer(Path(path).read_bytes(), dtype=np.uint8))
+
 
 def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
              on_event: Callable[[dict], None] | None = None) -> dict[str, dict[str, str]]:
@@ -72,8 +79,10 @@ def run_plan(tasks: list[dict], runner: Runner, blobs: LocalBlobs,
 
 def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
                  images: Sequence[np.ndarray] | np.ndarray | None = (),
-                 on_event: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, dict[str, str]], LocalBlobs]:
-    """Validate, plan and run a render in-process; writes the mp4 and its metadata JSON (out_path with .json)."""
+                 on_event: Callable[[dict], None] | None = None, media: Mapping[str, Path] | None = None,
+                 ) -> tuple[Path, dict[str, dict[str, str]], LocalBlobs]:
+    """Validate, plan and run a render in-process; writes the mp4 and its metadata JSON (out_path with .json).
+    `media`: the client's media files by sha256 (`--audio`), probed as the coordinator probes them."""
     blobs = LocalBlobs()
     spec = normalize_spec(raw_spec).spec
     images = [] if images is None else [images] if isinstance(images, np.ndarray) else list(images)
@@ -88,6 +97,10 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
             raise no_head(spec.pack)
         known = predict_frames(RenderPlan(spec, known), runner)
     plan = validate_spec(spec, [], known)
+    check_video_decoder(plan, runner.pack(spec.pack).has("vae_decoder_av"))  # issue #29: this machine's pack
+    check_render_media(plan, lambda sha: (media or {}).get(sha))  # issue #24: the coordinator's probe, here
+    for sha, path in (media or {}).items():
+        blobs.put_file(sha, path)
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
     if str(spec.decode_tiles).strip().lower() == "auto":  # this machine is the whole fleet: tile only if
         local = [{"packs": [spec.pack], "memory_bytes": device_memory_bytes()}]  # the decode would not fit

@@ -45,6 +45,7 @@ from farm_cli.options import (
     TextEncoder,
     TileOverlap,
     Token,
+    VideoDecoder,
     Width,
 )
 from farm_cli.session import fail, one_line
@@ -94,14 +95,17 @@ def render(
     audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
     stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
     exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
+    video_decoder: VideoDecoder = None,  # issue #29
+    dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
+    audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
-    from farm_cli import loras
-    from farm_cli.hdr_spec import hdr_fields
+    from farm_cli import loras, media
+    from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
 
-    user_loras = loras.resolve(lora, lora_mode)
+    user_loras, user_media = loras.resolve(lora, lora_mode), media.resolve(audio, audio_start)
     spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                             seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
@@ -113,10 +117,12 @@ def render(
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
         | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
         sparse_attention=sparse_attention, compute_dtype=compute_dtype,
-        hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr))
+        hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
+        dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)
     out = output or Path("render.mp4")
     if not local:
         loras.upload_to(user_loras.files, coordinator, token)
+        media.upload_to(user_media.files, coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for
 
         render_id = submit_render(spec.to_dict(), pixels, coordinator, token,
@@ -126,10 +132,11 @@ def render(
         if render.get("state") != "done":
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
         return fetch_results(render, out, save_latents, coordinator, token)
-    _render_here(spec, pixels, out, data, save_latents, user_loras.files)
+    _render_here(spec, pixels, out, data, save_latents, user_loras.files, user_media.files)
 
 
-def _render_here(spec, pixels, out: Path, data: Path | None, save_latents: Path | None, lora_files: dict) -> None:
+def _render_here(spec, pixels, out: Path, data: Path | None, save_latents: Path | None, lora_files: dict,
+                 media_files: dict | None = None) -> None:
     """`farm render --local`: the farm's stage graph in this process (the reference for every farm run)."""
     from coordinator.plan.render import SpecError
     from farm_cli.local import render_local
@@ -140,7 +147,7 @@ def _render_here(spec, pixels, out: Path, data: Path | None, save_latents: Path 
     runner = Runner(common.data_dir(data) / "packs")
     runner.loras.known.update(lora_files)  # the client's LoRA files, read where they are
     with one_line(SpecError, PackError):
-        path, outputs, blobs = render_local(spec, out, runner, pixels, progress_printer())
+        path, outputs, blobs = render_local(spec, out, runner, pixels, progress_printer(), media=media_files)
     if save_latents:
         common.save_latents(save_latents, latents_from_outputs(outputs, "local", blobs.get))
     typer.echo(f"wrote {path}")

@@ -79,7 +79,7 @@ DetailingLora = Annotated[str | None, typer.Option(
 DetailingStrength = Annotated[float, typer.Option("--detailing-strength", help="The detailing LoRA's strength.")]
 Lora = Annotated[list[str] | None, typer.Option(  # two values each: farm_cli.loras.pair_argv
     "--lora", metavar="SOURCE STRENGTH", help="A LoRA on every DiT stage (repeatable, at most 8): a .safetensors "
-    "here, a file name in the pack folder, or a Hugging Face REPO[/FILE]; with its strength.")]
+    "here, a file name in the pack folder, or a Hugging Face REPO or REPO/FILE; with its strength.")]
 LoraMode = Annotated[str, typer.Option(
     "--lora-mode", help="fused: summed into the weights once per worker (fastest); unfused: run-time adapters "
     "(no requantization loss on q8/q4 packs).")]
@@ -144,3 +144,12 @@ ExrColorspace = Annotated[str | None, typer.Option(
 AutoDuration = Annotated[str | None, typer.Option(
     "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.")]
 Hdr = Annotated[bool, typer.Option("--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).")]
+VideoDecoder = Annotated[str | None, typer.Option(  # issue #29
+    "--video-decoder", help="conv (default) | diffusion: LTX-2.5's diffusion decoder (vae_decoder_av), sharper, ~15x the time.")]
+Dfr = Annotated[bool, typer.Option("--dfr", help="LTX-2.5 DFR even at 0 temporal rounds (canvas, keyframe slots).")]
+SpatialUpscalings = Annotated[int, typer.Option(
+    "--spatial-upscalings", help="DFR: 1, or 2 (stages at half size, then the per-window spatial epilogue).")]
+Audio = Annotated[Path | None, typer.Option(  # issue #24: A2V (farm_cli/media.py)
+    "--audio", help="A2V: an audio file (wav, mp3, m4a, flac...) the video is generated to; the output keeps it.")]
+AudioStart = Annotated[float | None, typer.Option(
+    "--audio-start", help="Seconds into --audio where the clip starts (default 0).")]

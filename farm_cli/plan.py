@@ -39,6 +39,7 @@ from farm_cli.options import (
     TextEncoder,
     TileOverlap,
     Token,
+    VideoDecoder,
     Width,
 )
 from farm_cli.session import fail, one_line
@@ -100,10 +101,12 @@ def print_plan(plan: dict) -> None:
         streamed = row.get("streamed") or {}  # tasks a small Mac runs with its DiT blocks streamed
         workers = ", ".join(f"{w}×{n}" + (f" ({streamed[w]} streamed)" if streamed.get(w) else "")
                             for w, n in row["workers"].items())
+        workers += f" (sequence parallel ×{row['degree']})" if row.get("degree", 1) > 1 else ""  # issue #25
         typer.echo(f"{row['label']:<10} {tasks:<{width}} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
                    f"{_gib(row['peak_bytes']):>10}  {workers}")
     typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/plan/costs.py; "
-               "a worker's measured speeds where it has run tasks, else its chip's)")
+               "a worker's measured speeds where it has run tasks, else its chip's; lease.lua's rules, "
+               "stage 1's degree from the idle Macs over 10 GbE)")
 
 
 def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
@@ -120,13 +123,15 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
     stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
-         auto_duration: AutoDuration = None,
+         auto_duration: AutoDuration = None, video_decoder: VideoDecoder = None,  # issue #29
+         dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
+         audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
          ) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
-    from farm_cli import loras
-    from farm_cli.hdr_spec import hdr_fields
+    from farm_cli import loras, media
+    from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
 
     user_loras = loras.resolve(lora, lora_mode)
@@ -141,7 +146,8 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
         | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
-                             hdr_fields=hdr_fields(None, auto_duration))
+                             hdr_fields=hdr_fields(None, auto_duration) | decoder_fields(video_decoder),
+                             dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=media.resolve(audio, audio_start).fields)
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -43,6 +43,7 @@ from farm_cli.options import (
     TextEncoder,
     TileOverlap,
     Token,
+    VideoDecoder,
     Width,
 )
 from farm_cli.remote import client, desktop_notice, fetch_results, submit_render, wait_for, watch_live
@@ -73,13 +74,15 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
            audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
            audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
            exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
+           video_decoder: VideoDecoder = None,  # issue #29
+           dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
+           audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
            ) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
-    from farm_cli import loras
-    from farm_cli.hdr_spec import hdr_fields
+    from farm_cli import loras, media
+    from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
     from farm_cli.spec import cli_spec
-
-    user_loras = loras.resolve(lora, lora_mode)
+    user_loras, user_media = loras.resolve(lora, lora_mode), media.resolve(audio, audio_start)
     typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
                              seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
                              tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
@@ -91,9 +94,11 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
         audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype,
-                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr))
+                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
+                             dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)
     spec = typed.to_dict()
     loras.upload_to(user_loras.files, coordinator, token)
+    media.upload_to(user_media.files, coordinator, token)
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch
 
@@ -101,8 +106,13 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
         return
     render_id = submit_render(spec, pixels, coordinator, token)
     typer.echo(json.dumps({"render_id": render_id}) if as_json else render_id)
-    if not (wait or output or save_latents):
-        return
+    if wait or output or save_latents:
+        _follow(render_id, coordinator, token, output, save_latents, as_json)
+
+
+def _follow(render_id: str, coordinator: str, token: str | None, output: Path | None,
+            save_latents: Path | None, as_json: bool) -> None:
+    """`submit --wait/-o`: wait for the render, fetch what was asked, exit non-zero unless it is done."""
     render = wait_for(render_id, coordinator, token, quiet=as_json, output=output)
     desktop_notice(render)
     if render.get("state") != "done":

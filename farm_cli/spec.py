@@ -26,6 +26,8 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
              image_binding: list[str] | None = None, image_crf: list[int] | None = None,
              num_generated_keyframes: int = 0, lora_fields: dict | None = None, guidance: dict | None = None,
              sparse_attention: str | None = None, compute_dtype: str | None = None, hdr_fields: dict | None = None,
+             dfr_fields: dict | None = None,
+             media_fields: dict | None = None,
              ) -> tuple[RenderSpec, list[np.ndarray]]:
     """The typed spec of the command's options and the decoded images (one per --image, in order); one
     line, exit 2, for a value the spec refuses. `image_blob`: the images are not decoded, each file's
@@ -37,6 +39,8 @@ def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_
     raw |= common.detailing_spec(detailing_lora, detailing_strength)
     raw |= lora_fields or {}  # --lora / --lora-mode, resolved by farm_cli.loras
     raw |= hdr_fields or {}  # issue #29: --exr-colorspace / --auto-duration (farm_cli.hdr_spec)
+    raw |= dfr_fields or {}  # issue #29: --dfr / --spatial-upscalings (farm_cli.hdr_spec.dfr_fields)
+    raw |= media_fields or {}  # issue #24: --audio / --audio-start, resolved by farm_cli.media
     raw["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
     raw["priority"] = priority
     raw |= {k: v for k, v in (guidance or {}).items() if v is not None}  # the guided recipe's knobs

@@ -53,9 +53,13 @@ PARTS: dict[str, Part] = {
                               f"{FORGE} --temporal-upscaler x2", config=True),
     "duration_head": Part(("duration_head",), "duration_head", "duration_head.safetensors",
                           "hf download dgrauet/ltx-2.5-mlx-q8 duration_head.safetensors"),
+    # LTX-2.5's diffusion video decoder (`--video-decoder diffusion`); its architecture is in the file's metadata
+    "vae_decoder_av": Part(("vae_decoder_av",), None, "vae_decoder_av.safetensors",
+                           "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av.safetensors"),
     "distilled_lora": Part((rf"ltx-[\d.]+-\d+b-distilled-lora-\d+-{_V}", r"ltx-[\d.]+-\d+b-distilled-lora-\d+"),
                            "diffusion_model", "ltx-2.3-22b-distilled-lora-384.safetensors", f"{FORGE} --variant dev"),
 }
+DIFFUSION = "diffusion"                # `--video-decoder diffusion`: the decode loads vae_decoder_av
 TEXT_ENCODER = "text_encoder"          # a folder (Gemma 3, mlx-lm format); not a weight file of the table
 TEXT_ENCODER_GET = ("a Gemma 3 folder (mlx-lm format) as text_encoder/ in the pack (an LTX-2.5 pack: its Gemma 4 tower, "
                     "text_encoder.safetensors + text_encoder_config.json), or `--text-encoder REPO_OR_PATH`")
@@ -66,7 +70,6 @@ METADATA = ("config.json", "embedded_config.json", "quantize_config.json", "spli
 KNOWN_UNUSED = (
     r"spatial_upscaler_x1_5_v\d+_\d+",          # 1.5x spatial upscaler: no farm render uses it
     r"text_encoder",                              # LTX-2.5 Gemma 4 tower
-    r"vae_decoder_av",                            # LTX-2.5 diffusion video decoder
     r".*lora.*",                                  # LoRA files beside the pack (task LoRAs)
 )
 
@@ -81,11 +84,14 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "upsample_spatial": ("spatial_upscaler", "vae_decoder"),
     "upsample_temporal": ("temporal_upscaler", "vae_decoder"),
     "dfr_tile": ("transformer",),
+    "dfr_keyframe_plane": ("vae_decoder", "vae_encoder"),  # DFR's epilogue: a carried plane rebuilt at full size
     "decode_video": ("vae_decoder",),
     "decode_tile": ("vae_decoder",),
     "decode_audio": ("audio_vae", "vocoder"),
     "predict_duration": ("duration_head",),
     "guidance_pass": ("transformer_dev",),  # one pass of a guided step (the dev recipes)
+    "audio_encode": ("audio_vae",),  # issue #24: a user's track -> audio latent (the VAE's encoder half)
+    "video_encode": ("vae_encoder",),  # issue #24: one tile of a source clip -> its latent tile
 }
 
 # Render kinds a user pulls a pack for (`farm pack pull --kinds`): the components their graphs load.
@@ -94,6 +100,7 @@ RENDER_KINDS: dict[str, tuple[str, ...]] = {
     "t2v": _BASE,
     "i2v": (*_BASE, "vae_encoder"),
     "dfr": (*_BASE, "temporal_upscaler"),
+    "diffusion": (*_BASE, "vae_decoder_av"),  # --video-decoder diffusion (LTX-2.5)
 }
 
 _SHARD = re.compile(r"^(?P<stem>.+?)(?:-(?P<i>\d{5})-of-(?P<n>\d{5}))?\.safetensors$")
@@ -195,16 +202,23 @@ def render_components(spec: dict) -> tuple[str, ...]:
         out.append("temporal_upscaler")
     if spec.get("audio", True):
         out += ["audio_vae", "vocoder"]
+    if spec.get("video_decoder") == DIFFUSION:
+        out[out.index("vae_decoder")] = "vae_decoder_av"
+    if spec.get("audio_input") and "vocoder" in out:  # issue #24: A2V muxes the source track, decodes none
+        out.remove("vocoder")
     return tuple(out)
 
 
 def task_needs(kind: str, params: dict | None = None) -> list[str]:
     """The components a task of `kind` needs from its pack (what the scheduler matches to workers); a
     text task needs the pack's own tower only when the spec chose it (else a separate encoder, matched
-    by name, or one the worker resolves when no live worker described the pack at submit)."""
+    by name, or one the worker resolves when no live worker described the pack at submit); a decode with
+    `decoder: diffusion` needs the diffusion decoder instead of the conv one."""
     needs = list(KIND_COMPONENTS.get(kind, ()))
     if (params or {}).get("distilled_lora_strength") is not None:  # the dev DiT + distilled LoRA (dev_distilled.py)
         needs = [c for c in needs if c not in ("transformer", "transformer_dev")] + ["transformer_dev", "distilled_lora"]
+    if (params or {}).get("decoder") == DIFFUSION and "vae_decoder" in needs:
+        needs[needs.index("vae_decoder")] = "vae_decoder_av"
     if kind == "text_encode" and (params or {}).get("text_encoder") != text_encoders.PACK:
         needs.remove(TEXT_ENCODER)
     return needs

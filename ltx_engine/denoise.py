@@ -53,7 +53,8 @@ class StageInputs:
     image_frame: int = 0
     image_strength: float = 1.0
     noise_stream: int = 0
-    sampler: str = sampling.EULER                # EULER_ANCESTRAL: LTX-2.5's stage 1 outside DFR
+    sampler: str = sampling.EULER                # EULER_ANCESTRAL: LTX-2.5's stages (generation.py)
+    ancestral_offset: int = sampling.ANCESTRAL_NOISE_SEED_OFFSET  # stage 2: ANCESTRAL_STAGE2_NOISE_SEED_OFFSET
     slots: tuple[int, ...] = ()                  # DFR: generated keyframe slots at these pixel frames
     slot_latent: np.ndarray | None = None        # (1, C, K, h, w) the slots start from (stage 2)
     renoise_audio: bool = False                  # DFR stage 2: stage 1's audio re-noised and denoised along
@@ -62,6 +63,11 @@ class StageInputs:
     images: tuple[ImageCondition, ...] = ()      # several images / keyframes (`ltx_engine.conditioning`)
     sparse_taus: tuple[float, ...] | None = None  # sparse self-attention, one tau per step (stage 2)
     compute_dtype: str | None = None             # "float16" / "bfloat16": attention and FF narrower
+    retake: object | None = None                 # retake.RetakeWindow: initial_video/audio are the source's
+    audio_pin: np.ndarray | None = None          # extend: the source's boundary audio latent, pinned
+    audio_pin_start: int = 0                     # ... at this audio token of the window
+    control: object | None = None                # ic_lora.ControlReference: IC-LoRA control / Dub-It video
+    audio_reference: np.ndarray | None = None    # Dub-It: reference audio latent appended (negative time)
     extra: dict = field(default_factory=dict)
 
     def ancestral(self) -> Ancestral | None:
@@ -70,7 +76,7 @@ class StageInputs:
             return None
         if self.sampler != sampling.EULER_ANCESTRAL:
             raise ValueError(f"unknown sampler {self.sampler!r}")
-        return Ancestral(sampling.STAGE1_ANCESTRAL_ETA, self.seed + sampling.ANCESTRAL_NOISE_SEED_OFFSET)
+        return Ancestral(sampling.STAGE1_ANCESTRAL_ETA, self.seed + self.ancestral_offset)
 
     @property
     def latent_grid(self) -> tuple[int, int, int]:
@@ -171,6 +177,10 @@ def _audio_state(inputs: StageInputs, apos: np.ndarray, sigma0: float) -> Latent
 def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[LatentState, LatentState]:
     """Initial (noised) video and audio states of a stage, with image conditioning and slots applied."""
     vpos, apos = _positions(inputs)
+    if inputs.retake is not None:  # media pipelines: `ltx_engine.media_stage`
+        from ltx_engine.media_stage import retake_stage_states
+
+        return retake_stage_states(inputs, vpos, apos)
     if inputs.initial_video is not None:
         video_clean = patchify_video(inputs.initial_video.astype(np.float32))
     else:
@@ -180,6 +190,10 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
         video = _condition_on_image(video, inputs, vpos)
     if inputs.images:
         video = apply_image_conditions(video, inputs.images, inputs.latent_grid, inputs.frames, inputs.fps)
+    if inputs.control is not None:
+        from ltx_engine.media_stage import apply_control
+
+        video = apply_control(video, inputs)
     sigma0 = float(inputs.sigmas[0])
     noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
     if inputs.slots:  # DFR stages follow upstream's noiser, which starts each token from its own latent
@@ -190,12 +204,29 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
         video = video.with_latent(sampling.lerp_noise(video.latent, video.clean_latent, noise, sigma0, video.denoise_mask))
     else:
         video = video.noised(noise, sigma0)
+    return video, _media_audio(_generated_audio_state(inputs, apos, sigma0), inputs)
+
+
+def _generated_audio_state(inputs: StageInputs, apos: np.ndarray, sigma0: float) -> LatentState:
     if inputs.initial_audio is not None:
-        return video, _audio_state(inputs, apos, sigma0)
+        return _audio_state(inputs, apos, sigma0)
     audio_clean = np.zeros((1, inputs.audio_frames, inputs.audio_channels * inputs.mel_bins), np.float32)
     audio = LatentState.initial(audio_clean, apos)
+    if inputs.audio_pin is not None:  # extend: the source's boundary audio, mask 0
+        from ltx_engine.media_stage import pin_audio
+
+        audio = pin_audio(audio, inputs)
     anoise = sampling.noise(audio.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_AUDIO, inputs.noise_stream))
-    return video, audio.noised(anoise, sigma0)
+    return audio.noised(anoise, sigma0)
+
+
+def _media_audio(audio: LatentState, inputs: StageInputs) -> LatentState:
+    """Dub-It's reference audio appended after the noise (mask 0: the noise would leave it as it is)."""
+    if inputs.audio_reference is None:
+        return audio
+    from ltx_engine.media_stage import reference_audio
+
+    return reference_audio(audio, inputs)
 
 
 def modality(latent: np.ndarray, timesteps: np.ndarray, positions: np.ndarray, sigma: float,
@@ -257,12 +288,15 @@ def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts:
 
 def model_forward(model, video: LatentState, audio: LatentState | None, sigma: float,
                   contexts: dict[str, np.ndarray], marker: np.ndarray | None = None,
-                  options=None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Velocities of one forward, as float32 numpy; `marker` (1, T, 1) flags single-pixel-frame tokens."""
+                  options=None, attention_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Velocities of one forward, as float32 numpy; `marker` (1, T, 1) flags single-pixel-frame tokens;
+    `attention_mask` (1, T, T) in [0, 1]: the video's self-attention strengths (IC-LoRA control)."""
     mask = contexts.get("context_mask")
     v_mod = state_modality(video, sigma, contexts["video_context"], mask)
     if marker is not None:
         v_mod.keyframes_mask = mx.array(marker)
+    if attention_mask is not None:
+        v_mod.attention_mask = mx.array(attention_mask)
     a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
     return _run_model(model, v_mod, a_mod, options, video.positions)
 

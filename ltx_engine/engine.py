@@ -12,6 +12,8 @@
     decode_video      latent (or a latent slice) → pixels in [0, 1], (F, H, W, 3)
     decode_video_tile one decode tile of a latent → raw decoder pixels (1, 3, f, h, w), blended later
     decode_audio      audio latent → waveform (channels, samples) and its sample rate
+    encode_audio      a user's track (the window A2V renders to) → audio latent (issue #24)
+    encode_video_tile one tile of a source clip's pixels → its latent tile (issue #24, blended later)
 
 Everything crossing this surface is numpy float32, so it can travel as a blob and the results do not
 depend on which process computed them. The sampler math lives in `ltx_engine.sampling`.
@@ -30,6 +32,7 @@ from ltx_engine.components import KIND_COMPONENTS, TEXT_ENCODER
 from ltx_engine.crf import h264_round_trip
 from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise, stage_marker, stage_slots
 from ltx_engine.media import image_to_pixels
+from ltx_engine.media_stage import attention_mask, generated_audio, refuse_unmasked
 from ltx_engine.pack import Pack
 from ltx_engine.registry import EncoderFolder, ModelRegistry
 from ltx_engine.tokens import unpatchify_audio, unpatchify_video
@@ -85,6 +88,7 @@ class Engine:
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
         forward = self._forward_fn(pack, inputs, video.num_tokens)
         video, audio = run_denoise(video, audio, inputs.sigmas, forward, progress, inputs.ancestral())
+        audio = generated_audio(audio, inputs)  # Dub-It's reference audio tokens dropped
         out = {
             "video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid),
             "audio_latent": unpatchify_audio(audio.latent, inputs.audio_channels),
@@ -100,6 +104,7 @@ class Engine:
 
     def prepare_stage(self, pack: Pack, inputs: StageInputs) -> dict[str, np.ndarray]:
         """The initial (noised) state of a stage as token arrays, for a stage run as tiled steps."""
+        refuse_unmasked(inputs, "a stage run as prepared token arrays")
         video, audio = build_stage_states(inputs, self._latent_channels(pack))
         return {"latent": video.latent, "clean": video.clean_latent, "mask": video.denoise_mask,
                 "positions": video.positions, "audio_latent": audio.latent, "audio_mask": audio.denoise_mask,
@@ -127,9 +132,10 @@ class Engine:
         from ltx_engine.forward_options import step_options
 
         marker = stage_marker(inputs, num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
+        mask = attention_mask(inputs, num_tokens)  # IC-LoRA control's attention strength, else None
         return lambda video, audio, sigma: model_forward(
             model, video, audio, sigma, inputs.contexts, marker,
-            step_options(inputs.sparse_taus, inputs.sigmas, sigma, inputs.compute_dtype))
+            step_options(inputs.sparse_taus, inputs.sigmas, sigma, inputs.compute_dtype), mask)
 
     def _latent_channels(self, pack: Pack) -> int:
         return int(pack.config.get("transformer", {}).get("in_channels", 128))
@@ -194,11 +200,48 @@ class Engine:
         pixels = decoder(full[:, :, f0:f1, h0:h1, w0:w1], noise=noise)
         return np.array(pixels.astype(mx.float32))
 
+    def decode_video_diffusion(self, pack: Pack, latent: np.ndarray, noise_seed: int,
+                               bounds: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
+        """LTX-2.5's diffusion decoder (`vae_decoder_av`) on the latent, or on latent[bounds] (one tile of
+        it): raw pixels (1, 3, f, h, w), blended (tiles) or mapped to [0, 1] by the caller. Its stage-5
+        noise is drawn from `noise_seed` in the tile's own shape, so a tile decodes on any worker alone."""
+        from ltx_engine.models.diffusion_decoder import decode_seeded
+
+        full = mx.array(latent)
+        if bounds is not None:
+            (f0, f1), (h0, h1), (w0, w1) = bounds
+            full = full[:, :, f0:f1, h0:h1, w0:w1]
+        return np.array(decode_seeded(self.model(pack, "vae_decoder_av"), full, noise_seed).astype(mx.float32))
+    def rebuild_keyframe(self, pack: Pack, plane: np.ndarray, height: int, width: int) -> np.ndarray:
+        """DFR's epilogue: one carried plane (1, C, 1, h, w) decoded as its own one-frame clip, Lanczos x2
+        in 8-bit RGB (`ltx_engine.lanczos`, as upstream's PIL stretch) and encoded at height x width."""
+        from ltx_engine.lanczos import lanczos_x2, to_uint8
+
+        frame = self.decode_video(pack, plane)[0]
+        return self.encode_image(pack, lanczos_x2(to_uint8(frame)), height, width, 0)
+
     def decode_audio(self, pack: Pack, audio_latent: np.ndarray) -> tuple[np.ndarray, int]:
         from ltx_engine.models.vocoder import decode_audio
 
         wave, rate = decode_audio(self.model(pack, "audio_vae"), self.model(pack, "vocoder"), mx.array(audio_latent))
         return np.asarray(wave, dtype=np.float32), int(rate)
+
+    def encode_audio(self, pack: Pack, wave: np.ndarray, rate: int, seconds: float, audio_frames: int) -> np.ndarray:
+        """(channels, samples) at `rate` → the clip's audio latent (1, z, audio_frames, bins), as upstream's
+        A2V: resampled to the VAE's rate, mel, encoder, cut to the clip's latent frames."""
+        from ltx_engine.audio_source import encoder_waveform
+
+        encoder = self.registry.get(pack, "audio_encoder")
+        cfg = encoder.config
+        x = encoder_waveform(wave, rate, int(cfg.sample_rate), int(cfg.in_channels), seconds)
+        latent = np.array(encoder.encode_waveform(mx.array(x)).astype(mx.float32))
+        if latent.shape[2] < audio_frames:
+            raise ValueError(f"audio latent has {latent.shape[2]} frames, the clip needs {audio_frames}")
+        return np.ascontiguousarray(latent[:, :, :audio_frames])
+
+    def encode_video_tile(self, pack: Pack, pixels: np.ndarray) -> np.ndarray:
+        """One tile of source pixels (1, 3, f, h, w) in [-1, 1] → its normalised latent (1, C, f', h', w')."""
+        return np.array(self.model(pack, "vae_encoder")(mx.array(pixels)).astype(mx.float32))
 
     # Sequence-parallel stage 1 (issue #25): the video tokens split as `exchange` says.
     def denoise_stage1_sp(self, pack: Pack, inputs: StageInputs, exchange, progress: Progress | None = None,
@@ -207,5 +250,6 @@ class Engine:
         process (`LocalExchange`) or this rank's over a group (`GroupExchange`); same outputs."""
         from ltx_engine import sp_denoise
 
+        refuse_unmasked(inputs, "sequence-parallel stage 1")
         return sp_denoise.denoise_stage1(self.model(pack, "transformer"), inputs, self._latent_channels(pack),
                                          exchange, progress, resume, on_step)

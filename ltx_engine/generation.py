@@ -52,9 +52,17 @@ def check_generation(value: object) -> str:
     return str(value)
 
 
-def stage1_sampler(generation: str, dfr: bool) -> str:
-    """Stage 1's sampler as upstream picks it: the distilled pipeline samples it with ancestral Euler
-    from LTX-2.5 on (`should_use_ancestral_sampler`); DFR's pipeline keeps plain Euler for its stage 1."""
+def stage1_sampler(generation: str, dfr: bool = False) -> str:
+    """Stage 1's sampler as upstream after 1.2.0 picks it (`should_use_ancestral_sampler`): ancestral Euler
+    from LTX-2.5 on, DFR's stage 1 included (1.2.0's DFR kept plain Euler there; `dfr` no longer matters)."""
     from ltx_engine.sampling import EULER, EULER_ANCESTRAL
 
-    return EULER_ANCESTRAL if check_generation(generation) == LTX_25 and not dfr else EULER
+    del dfr
+    return EULER_ANCESTRAL if check_generation(generation) == LTX_25 else EULER
+
+
+def stage2_sampler(generation: str) -> str:
+    """Stage 2's sampler: 1.2.0 sampled it with plain Euler on every generation; upstream after 1.2.0
+    (v1.4: `_sampler_kwargs(seed, ANCESTRAL_STAGE_2_NOISE_SEED_OFFSET)`) and the MLX port sample it
+    ancestrally (eta 1) on LTX-2.5, re-noise keyed by seed + 20000. The farm follows the newer rule."""
+    return stage1_sampler(generation)

@@ -29,6 +29,7 @@ MODELS: dict[str, str] = {
     "spatial_upscaler": "upsampler:LatentUpsampler",
     "temporal_upscaler": "upsampler:LatentUpsampler",
     "duration_head": "duration_head:DurationHead",
+    "vae_decoder_av": "diffusion_decoder:DiffusionVideoDecoder",
 }
 COMPONENTS = tuple(MODELS)
 

@@ -21,6 +21,7 @@ from ltx_engine.generation import detect_generation
 from ltx_engine.loader import PackError, check_safetensors, read_header, read_safetensors, strip_prefix
 from ltx_engine.lora import LoraInput, fuse_loras
 from ltx_engine.model_classes import model_class
+from ltx_engine.safetensors_header import file_config
 from ltx_engine.text_encoders import is_gemma4_tower
 
 if TYPE_CHECKING:
@@ -207,7 +208,10 @@ class Pack:
         return self.layout.found[component]
 
     def component_config(self, component: str) -> dict:
-        """A component's own `*_config.json` (the upsamplers have one)."""
+        """A component's own `*_config.json` (the upsamplers have one); the diffusion decoder's is in its
+        file's `config` metadata."""
+        if component == "vae_decoder_av":
+            return file_config(self.root / self._found(component).files[0])
         if component not in PARTS or not PARTS[component].config:
             return self.config
         return self._json(self._found(component).config_file)
@@ -225,6 +229,11 @@ class Pack:
         for name in found.files:
             out.update(strip_prefix(read_safetensors(self.root / name), found.prefix, file=str(self.root / name)))
         return out
+
+    def raw_tensors(self, component: str) -> dict[str, mx.array]:
+        """A component's file tensors in the file's own key names (the audio encoder reads the
+        `audio_vae` file this way: its decoder's `pack_to_model` drops the encoder's keys)."""
+        return self._read(component)
 
     def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict[str, mx.array]:
         """A component's tensors in its model's keys and layout: prefix stripped (shards merged), then

@@ -64,9 +64,23 @@ def _text_encoder(pack: WeightPack):
     return TextEncoder.load(pack.text_encoder_dir)
 
 
+def _audio_encoder(pack: WeightPack):
+    """Issue #24: the audio VAE's encoder half, from the same `audio_vae` file as the decoder (whose
+    `pack_to_model` drops `encoder.*`), so it reads the file's own keys."""
+    from ltx_engine.loader import PackError
+    from ltx_engine.models.audio_encoder import AudioEncoder
+
+    raw = getattr(pack, "raw_tensors", None)
+    if raw is None:
+        raise PackError(f"{pack.file_label('audio_vae')}: the audio encoder is read from pack folders only")
+    weights = AudioEncoder.pack_to_model(raw("audio_vae"))
+    return apply_weights(AudioEncoder.from_config(pack.config), weights, file=pack.file_label("audio_vae"))
+
+
 BUILDERS: dict[str, Callable[[WeightPack], object]] = {
     **{component: _model(component) for component in COMPONENTS},
     "text_encoder": _text_encoder,
+    "audio_encoder": _audio_encoder,  # issue #24 (the `audio_encode` task)
 }
 
 

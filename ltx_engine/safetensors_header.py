@@ -31,3 +31,13 @@ def read_raw_header(path: str | Path, label: str | None = None,
     if not isinstance(header, dict):
         raise error(f"{label or path}: not a readable safetensors file (header is not a JSON object)")
     return size, header
+
+
+def file_config(path: str | Path) -> dict:
+    """The model config a file carries in its `config` metadata (JSON; the diffusion decoder's `vae`)."""
+    _, header = read_raw_header(path)
+    text = (header.get("__metadata__") or {}).get("config")
+    try:
+        return json.loads(text) if text else {}
+    except ValueError as exc:
+        raise PackError(f"{path}: its `config` metadata is not JSON ({exc})") from exc

@@ -20,6 +20,9 @@ TDP_STAGE_2_SIGMAS: tuple[float, ...] = (0.625, 0.4, 0.0)
 EULER, EULER_ANCESTRAL = "euler", "euler_ancestral"
 STAGE1_ANCESTRAL_ETA = 1.0
 ANCESTRAL_NOISE_SEED_OFFSET = 10000
+# Upstream after 1.2.0 (distilled.py / dfr_pipeline.py, tests/parity/upstream_rules.py): on LTX-2.5 every
+# pass samples ancestrally, each pass from its own seed offset so no two inject the same noise.
+ANCESTRAL_STAGE2_NOISE_SEED_OFFSET = 20000
 
 # Named noise streams: distinct Philox keys so video, audio and per-tile noise never collide.
 STREAM_VIDEO = 0

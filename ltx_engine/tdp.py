@@ -8,6 +8,7 @@ take the Euler step. The coordinator and the in-process reference both call thes
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,10 +41,11 @@ def parse_tile_counts(text: str, workers: int = 1) -> tuple[int, int, int]:
     return int(frames or 1), int(height), int(width)
 
 
-def tile_counts(counts: tuple[int, int, int], overlap: int) -> TileCountConfig:
-    """Counts per axis with the overlap on every tiled axis (an untiled axis has none)."""
-    f, h, w = counts
-    return TileCountConfig(*(DimensionTilingConfig(n, overlap if n > 1 else 0) for n in (f, h, w)))
+def tile_counts(counts: tuple[int, int, int], overlap: int | Sequence[int]) -> TileCountConfig:
+    """Counts per axis with the overlap on every tiled axis (an untiled axis has none); `overlap` one
+    for all axes, or one per axis (DFR's epilogue clamps each axis to its latent)."""
+    per_axis = [int(overlap)] * 3 if isinstance(overlap, int | np.integer) else [int(x) for x in overlap]
+    return TileCountConfig(*(DimensionTilingConfig(n, o if n > 1 else 0) for n, o in zip(counts, per_axis, strict=True)))
 
 
 def plan(grid: tuple[int, int, int], counts: tuple[int, int, int], overlap: int) -> list[Tile]:
@@ -84,11 +86,29 @@ def step_tile_inputs(latent: np.ndarray, mask: np.ndarray, positions: np.ndarray
 
 
 def reduce_step(latent: np.ndarray, clean: np.ndarray, mask: np.ndarray, positions: np.ndarray,
-                velocities: list[np.ndarray], sets: list[TileTokens], sigmas: list[float], step: int) -> np.ndarray:
-    """Blend the tile velocities (mask × output, summed in tile order) and take the Euler step."""
+                velocities: list[np.ndarray], sets: list[TileTokens], sigmas: list[float], step: int,
+                ancestral: tuple[float, int] | None = None) -> np.ndarray:
+    """Blend the tile velocities (mask × output, summed in tile order) and take the Euler step; with
+    `ancestral` (eta, seed) the Euler-ancestral step, its re-noise keyed as the untiled stage keys it."""
     masked = [masked_tile_output(tokens, v) for tokens, v in zip(sets, velocities, strict=True)]
     velocity = reduce_masked_outputs(latent.shape, sets, masked)
     state = sampling.LatentState(latent=latent, denoise_mask=mask, clean_latent=clean, positions=positions)
     sigma = float(sigmas[step])
     x0 = sampling.x0_from_velocity(latent, velocity, sampling.timesteps_from_mask(mask, sigma))
-    return sampling.denoise_step(state, x0, sigmas, step).latent
+    if ancestral is None:
+        return sampling.denoise_step(state, x0, sigmas, step).latent
+    eta, seed = ancestral
+    fresh = None
+    if float(sigmas[step + 1]) != 0:
+        fresh = sampling.noise(latent.shape, seed, sampling.stream_id(sampling.STREAM_VIDEO_ANCESTRAL, step))
+    return sampling.ancestral_denoise_step(state, x0, sigmas, step, eta, fresh).latent
+
+
+def step_ancestral(params: dict) -> tuple[float, int] | None:
+    """A tiled step's (eta, re-noise seed) from its params (`coordinator/plan/samplers.py`), None for Euler."""
+    if params.get("sampler", sampling.EULER) == sampling.EULER:
+        return None
+    if params["sampler"] != sampling.EULER_ANCESTRAL:
+        raise ValueError(f"unknown sampler {params['sampler']!r}")
+    offset = int(params.get("ancestral_offset", sampling.ANCESTRAL_NOISE_SEED_OFFSET))
+    return sampling.STAGE1_ANCESTRAL_ETA, int(params["seed"]) + offset

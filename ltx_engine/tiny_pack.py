@@ -17,6 +17,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ltx_engine import tiny_hdr_lora  # issue #29: the tiny HDR IC-LoRA of a 2.5 pack
 from ltx_engine.components import PARTS
 from ltx_engine.loader import quantize_weights
 from ltx_engine.model_classes import model_class
@@ -153,18 +154,24 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     if bits:
         (folder / "quantize_config.json").write_text(json.dumps(
             {"bits": bits, "group_size": group_size, "scope": "transformer_blocks"}, indent=2))
-    if variant == "2.5":  # the Gemma 4 tower at the pack's top, as mlx-forge writes a 2.5 pack
-        from ltx_engine.models.gemma4 import write_tiny_tower
-
-        tcfg = cfg["transformer"]
-        write_tiny_tower(folder, tcfg["num_attention_heads"] * tcfg["attention_head_dim"],
-                         tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"], seed)
+    if variant == "2.5":
+        _write_25_extras(folder, cfg["transformer"], seed)
     else:
         write_tiny_text_encoder(folder / "text_encoder", seed)
-    if variant == "2.5":
-        _ltx25_names(folder)
-        write_detailing_lora(folder / DETAILING_LORA, cfg["transformer"], seed)
     return LAYOUTS[layout](folder, seed)
+
+
+def _write_25_extras(folder: Path, tcfg: dict, seed: int) -> None:
+    """What a 2.5 pack holds beyond 2.3's: the Gemma 4 tower at the pack's top (as mlx-forge writes it),
+    2.5's file names, the detailing and HDR IC-LoRAs, the diffusion decoder (issue #29)."""
+    from ltx_engine.models.gemma4 import write_tiny_tower
+
+    write_tiny_tower(folder, tcfg["num_attention_heads"] * tcfg["attention_head_dim"],
+                     tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"], seed)
+    _ltx25_names(folder)
+    write_detailing_lora(folder / DETAILING_LORA, tcfg, seed)
+    tiny_hdr_lora.write_hdr_lora(folder / tiny_hdr_lora.HDR_LORA_FILE, tcfg, seed)
+    write_diffusion_decoder(folder, seed)
 
 
 def _file_weights(component: str, weights: dict, cfg: dict, seed: int, variant: str) -> dict:
@@ -186,6 +193,23 @@ def _tiny_audio_encoder(cfg: dict, seed: int) -> dict[str, mx.array]:
     model = AudioEncoder.from_config(cfg)
     params = {k: v for k, v in tree_flatten(model.parameters()) if not k.startswith("per_channel_statistics.")}
     return AudioEncoder.model_to_pack(_seeded_like(params, seed * 100 + AUDIO_ENCODER_SEED_OFFSET))
+
+
+DIFFUSION_DECODER_SEED_OFFSET = 91  # its own draw: no other component's weights move
+
+
+def write_diffusion_decoder(folder: Path, seed: int, dtype: mx.Dtype = mx.bfloat16) -> None:
+    """A tiny `vae_decoder_av.safetensors` in the MLX packs' layout (`vae_decoder_av.` keys, fused qkv)
+    with its architecture in the file's `config` metadata, as a real 2.5 pack ships it."""
+    from ltx_engine.models.diffusion_decoder import DiffusionVideoDecoder, tiny_config
+
+    cfg = tiny_config()
+    params = dict(tree_flatten(DiffusionVideoDecoder(cfg).parameters()))
+    weights = _seeded_like(params, seed * 100 + DIFFUSION_DECODER_SEED_OFFSET)
+    cast = {f"vae_decoder_av.{k}": v.astype(dtype) for k, v in DiffusionVideoDecoder.pack_to_model(weights).items()}
+    mx.eval(cast)
+    mx.save_safetensors(str(folder / "vae_decoder_av.safetensors"), cast,
+                        metadata={"format": "mlx", "config": json.dumps({"vae": cfg.to_vae()})})
 
 
 DETAILING_LORA = "ltx-2.5-22b-ic-lora-pixel-spatial-upscaler.safetensors"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
 from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
+from protos.media_spec import MEDIA_FIELDS, AudioInput, SourceVideo
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_PROMPT_CHARS = 20_000
@@ -252,6 +253,18 @@ SPEC_FIELDS: dict[str, Rule] = {
 SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
 SPEC_FIELDS |= {"sparse_attention": taus, "compute_dtype": text(32)}  # issue #26 (dtype names: the planner)
 SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range, "hdr": boolean}  # issue #29
+VIDEO_DECODERS = ("conv", "diffusion")  # issue #29: the conv VAE decoder, or LTX-2.5's vae_decoder_av
+
+
+def video_decoder(name: str, value: object) -> str:
+    if value not in VIDEO_DECODERS:
+        raise SpecError(f"{name} {str(value)[:40]!r}: give conv or diffusion")
+    return str(value)
+
+
+SPEC_FIELDS |= {"video_decoder": video_decoder}  # issue #29: --video-decoder conv|diffusion
+SPEC_FIELDS |= {"dfr": boolean, "spatial_upscalings": integer(1, 2)}  # issue #29: DFR's base path, epilogue
+SPEC_FIELDS |= MEDIA_FIELDS  # issue #24: --audio (A2V) and a source video (protos/media_spec.py)
 SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
 
@@ -301,6 +314,12 @@ class RenderSpec:
     exr_colorspace: str | None = None  # issue #29: srgb-linear (None) | acescg | acescct (ltx_engine/color.py)
     auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
     hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
+    video_decoder: str | None = None  # issue #29: "conv" (None) | "diffusion" (LTX-2.5's vae_decoder_av)
+    dfr: bool = False  # issue #29: DFR (LTX-2.5) even at 0 temporal rounds: its canvas, slots, keyframes
+    spatial_upscalings: int = 1  # issue #29: 2 = DFR's stages at half size, then the spatial epilogue
+    audio_input: AudioInput | None = None  # issue #24: --audio FILE [--audio-start S] (A2V: the track is frozen)
+    source_video: SourceVideo | None = None  # issue #24: a source clip the render encodes (video_encode tasks)
+    encode_tiles: str | None = None  # issue #24: the source's tiled encode, "F,S" pixels | auto | off
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None
@@ -343,7 +362,7 @@ def _legacy_image(raw: Mapping[str, object]) -> Mapping[str, object]:
 
 def json_value(value: object) -> JsonValue:
     """A spec field as JSON holds it (an image as its object, sigmas as a list)."""
-    if isinstance(value, ImageCondition | LoraRef):
+    if isinstance(value, ImageCondition | LoraRef | AudioInput | SourceVideo):
         return value.to_dict()
     if isinstance(value, tuple):
         return [json_value(v) for v in value]

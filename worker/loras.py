@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ltx_engine.dev_distilled import dev_view
 from ltx_engine.loader import PackError, read_safetensors
 from ltx_engine.lora import FUSED, LoraInput, WithLoras, file_sha256, lora_set_identity
 
@@ -77,7 +78,11 @@ class LoraSets:
         self._shas: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256 of a pack file
 
     def view(self, pack, params: dict):
-        """The pack as this task's DiT sees it: with the set (fused or adapted), or the pack itself."""
+        """The pack as this task's DiT sees it: with the set (fused or adapted), or the pack itself; under
+        a dev recipe's distilled LoRA when the task names its strength (ltx_engine/dev_distilled.py)."""
+        return dev_view(self._user_view(pack, params), params)
+
+    def _user_view(self, pack, params: dict):
         loras = params.get("loras") or ()
         if not loras:
             return pack

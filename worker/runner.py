@@ -20,14 +20,15 @@ from ltx_engine import text_encoders
 from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
-from ltx_engine.dev_distilled import dev_view
 from ltx_engine.engine import Engine
-from ltx_engine.generation import stage1_sampler
+from ltx_engine.generation import stage1_sampler, stage2_sampler
 from ltx_engine.loader import PackError
 from ltx_engine.lora import WithLoras, reference_downscale
+from ltx_engine.media_stage import stage_fields
 from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.registry import ModelRegistry
-from ltx_engine.sampling import EULER
+from ltx_engine.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
+from worker import media
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import DIT_KINDS, LoraSets
 
@@ -233,7 +234,7 @@ class Runner:
         pack = self.pack(params["pack"])
         self.engine.stream_blocks = streams(kind, params, device_memory_bytes())
         if kind in DIT_KINDS:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
-            pack = dev_view(self.loras.view(pack, params), params)  # dev + distilled LoRA (ltx_engine/dev_distilled.py)
+            pack = self.loras.view(pack, params)
         elif kind == "text_encode":  # a set with connector factors: fused into the connector that encodes
             pack = self.loras.connector_view(pack, params)
         self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
@@ -302,10 +303,12 @@ class Runner:
             image_latent=inputs.get("image_latent"), image_frame=int(params.get("image_frame", 0)),
             image_strength=float(params.get("image_strength", 1.0)), noise_stream=int(params.get("noise_stream", 0)),
             sampler=params.get("sampler") or EULER, slots=stage_slots(params),
+            ancestral_offset=int(params.get("ancestral_offset", ANCESTRAL_NOISE_SEED_OFFSET)),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             **_forward_params(params),
             images=stage_images(params, inputs),
+            **stage_fields(params, inputs),  # issue #24: retake / extend / IC-LoRA control / Dub-It (media_stage)
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
@@ -334,7 +337,11 @@ class Runner:
         return detailed, params
 
     def _run_denoise_stage2(self, pack, params, inputs, step):
-        """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named)."""
+        """Stage 2 (with DFR's detailing IC-LoRA and stage 1's video as its reference when named), with the
+        sampler the planner recorded or (no generation known at submit) the one this pack calls for."""
+        if not params.get("sampler"):
+            params = {**params, "sampler": stage2_sampler(pack.generation),
+                      "ancestral_offset": ANCESTRAL_STAGE2_NOISE_SEED_OFFSET}
         pack, params = self._detailing(pack, params)
         return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
 
@@ -379,12 +386,29 @@ class Runner:
         seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]), bounds)
         return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
 
+    def _run_dfr_keyframe_plane(self, pack, params, inputs, step):
+        plane = int(params["plane"])
+        latent = inputs["keyframes"][:, :, plane : plane + 1]
+        return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
+
     def _run_decode_video(self, pack, params, inputs, step):
+        if params.get("decoder") == "diffusion":  # issue #29: LTX-2.5's vae_decoder_av
+            pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]))
+            return {"frames": np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)}
         return {"frames": self.engine.decode_video(pack, inputs["latent"])}
 
     def _run_decode_tile(self, pack, params, inputs, step):
         bounds = tuple(tuple(int(x) for x in params["latent"][axis]) for axis in ("frames", "height", "width"))
+        if params.get("decoder") == "diffusion":  # issue #29
+            return {"pixels": self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
+                                                                 bounds)}
         return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
+
+    def _run_audio_encode(self, pack, params, inputs, step):  # issue #24 (worker/media.py)
+        return media.audio_encode(self.engine, pack, params, inputs)
+
+    def _run_video_encode(self, pack, params, inputs, step):  # issue #24: one tile of a source clip
+        return media.video_encode(self.engine, pack, params, inputs)
 
     def _run_decode_audio(self, pack, params, inputs, step):
         wave, rate = self.engine.decode_audio(pack, inputs["latent"])

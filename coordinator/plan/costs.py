@@ -14,6 +14,9 @@ Calibration (seed 003, M4 Pro 48 GB, 2.5 q8, `--distilled`, float32):
 - M1 Max (32-core): 139 s per stage-2 step at 17,856 tokens where the model says 143 s → 1.03.
 - M2 Pro: no step time in the seed; conv decode 384×576×25 in 2.6 s (→ DECODE_S_PER_VOXEL with the
   chip's assumed 0.75, its GPU-core × clock ratio to the M4 Pro).
+- Diffusion decode (`--video-decoder diffusion`, PIPELINES.md row 21, M2 Pro): 384×576×25 in 39.1 s
+  (15× the conv decode's 2.6 s) → DIFF_DECODE_S_PER_VOXEL; 512×768×49 peaked at 10.6 GB → ~500 B per
+  output pixel·frame over the decoder's weights (2 GB assumed: no file size in the seed).
 - Text: +5.5 s to encode one more prompt on the 2.5 pack (M4 Pro) → 6 s per text task.
 - Memory: the DiT's peak grows ~0.9 MB per token (53.2 GB at 32,640 tokens, 39.8 GB at 17,856, M1 Max),
   over ~21 GB of q8 transformer weights and runtime; Gemma 3 12B 4-bit maps 7.5 GB.
@@ -40,16 +43,18 @@ DIT_LINEAR_S = 5.03e-3      # reference seconds per token per forward
 DIT_ATTENTION_S = 1.662e-7  # reference seconds per token² per forward
 DIT_FORWARD_S = 0.6         # audio stream, AdaLN, per forward
 DECODE_S_PER_VOXEL = 3.5e-7  # conv VAE decode, reference seconds per output pixel·frame
+DIFF_DECODE_S_PER_VOXEL = 5.3e-6  # the diffusion decoder (vae_decoder_av), per output pixel·frame
+DIFF_DECODE_BYTES_PER_VOXEL = 500
 UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
 FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
-           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05,
+           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05, "dfr_trim": 0.05,
            "guide_step": 0.1}  # a guided step's combine (+ res_2s' float64 midpoint), on the coordinator
 
 REF_PACK_BYTES = 26 * GB     # a full-size q8 pack: activations scale from it for reduced (test) packs
 REAL_PACK_BYTES = 4 * GB     # any real LTX pack (q4 included) has the full width: activations unscaled
 WEIGHTS = {"transformer": 21 * GB, "text_encoder": int(9.5 * GB), "connector": int(1.5 * GB),
            "spatial_upscaler": GB, "temporal_upscaler": GB, "vae_decoder": GB, "vae_encoder": GB,
-           "audio_vae": GB // 2, "vocoder": GB // 2}
+           "audio_vae": GB // 2, "vocoder": GB // 2, "vae_decoder_av": 2 * GB}
 DIT_BYTES_PER_TOKEN = int(0.9 * MB)
 MUX_S, MUX_S_PER_VOXEL = 0.5, 1e-8  # assembly: ~100 M pixel·frames per second through H.264
 LOAD_BYTES_PER_S = 2 * GB  # a cold model: weights read from the SSD into unified memory
@@ -60,6 +65,7 @@ KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("
                 "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
                 "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
                 "decode_audio": ("audio_vae", "vocoder"), "stage_prepare": ("vae_encoder",),
+                "dfr_keyframe_plane": ("vae_decoder", "vae_encoder"),
                 **{k: ("transformer",) for k in DIT_KINDS}}
 
 
@@ -85,6 +91,11 @@ def _cells(params: Mapping) -> int:
     return ((int(f) - 1) // 8 + 1) * (int(h) // 32) * (int(w) // 32)
 
 
+def cells(params: Mapping) -> int:
+    """A task's latent cells (video tokens of a DiT task), as the seconds and peaks count them."""
+    return _cells(params)
+
+
 def dit_forward_s(tokens: int) -> float:
     """Reference seconds of one DiT forward over `tokens` video tokens (linear + attention term)."""
     return DIT_LINEAR_S * tokens + DIT_ATTENTION_S * tokens * tokens + DIT_FORWARD_S
@@ -102,12 +113,19 @@ def reference_seconds(kind: str, params: Mapping) -> float:
     if kind in DIT_KINDS:
         return _forwards(kind, params) * dit_forward_s(_cells(params))
     if kind in ("decode_video", "decode_tile"):
-        return DECODE_S_PER_VOXEL * _decode_voxels(params) + 0.2
+        per_voxel = DIFF_DECODE_S_PER_VOXEL if _diffusion(params) else DECODE_S_PER_VOXEL
+        return per_voxel * _decode_voxels(params) + 0.2
+    if kind == "dfr_keyframe_plane":  # one frame decoded, then encoded again (an image encode)
+        return DECODE_S_PER_VOXEL * int(params["height"]) * int(params["width"]) + FIXED_S["image_encode"]
     if kind in ("upsample_spatial", "upsample_temporal"):
         shape = ((params.get("expect") or {}).get("latent") or {}).get("shape") or []
         cells = math.prod(d for d in shape[2:] if d > 0) if len(shape) == 5 else 0
         return UPSAMPLE_S_PER_CELL * cells + 0.3
     return FIXED_S.get(kind, 0.5)
+
+
+def _diffusion(params: Mapping) -> bool:
+    return params.get("decoder") == "diffusion"
 
 
 def _decode_voxels(params: Mapping) -> int:
@@ -128,12 +146,13 @@ def peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None) -> int
     """A task's predicted peak memory: the weights it loads plus its activations. `pack_bytes`: the
     pack's safetensors bytes as its holders report them (None: a full-size q8 pack)."""
     scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
-    weights = sum(WEIGHTS.get(c, 0) for c in KIND_WEIGHTS.get(kind, ())) * scale
+    loads = ("vae_decoder_av",) if _diffusion(params) else KIND_WEIGHTS.get(kind, ())
+    weights = sum(WEIGHTS.get(c, 0) for c in loads) * scale
     act = activation_scale(pack_bytes)
     if kind in DIT_KINDS:
         act *= DIT_BYTES_PER_TOKEN * _cells(params)
     elif kind in ("decode_video", "decode_tile"):
-        act *= DECODE_BYTES_PER_VOXEL * _decode_voxels(params)
+        act *= (DIFF_DECODE_BYTES_PER_VOXEL if _diffusion(params) else DECODE_BYTES_PER_VOXEL) * _decode_voxels(params)
     else:
         act *= 256 * MB
     return int(weights + act)

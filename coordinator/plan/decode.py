@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from coordinator.plan import diffusion_decode
 from coordinator.plan.graph import SPATIAL_FACTOR, TEMPORAL_FACTOR, SpecError, expect, latent_grid, task
 from ltx_engine.decode_tiling import (
     DecodeTile,
@@ -72,6 +73,8 @@ def tile_plan(grid: tuple[int, int, int], sizes: tuple[int, int, int]) -> list[D
 
 def decode_tile_plan(spec: Mapping) -> list[DecodeTile] | None:
     """The spec's decode tiles, or None when the decode is one task (off, or the plan is one tile)."""
+    if diffusion_decode.is_diffusion(spec):  # its own sizes and overlaps (issue #29)
+        return diffusion_decode.diffusion_tile_plan(spec, latent_grid(spec))
     value = spec.get("decode_tiles") or "off"
     sizes = parse_decode_tiles(default_sizes(spec) if value == "auto" else value)
     if sizes is None:
@@ -100,6 +103,8 @@ def resolve_decode_tiles(spec: Mapping, fleet: list[dict]) -> str:
     auto tiles when more than one worker holds the pack (the tiles decode in parallel) or when the
     untiled decode would not fit the smallest holder's memory (then tiles shrink until one fits).
     """
+    if diffusion_decode.is_diffusion(spec):
+        return diffusion_decode.resolve_tiles(spec, fleet)
     value = str(spec.get("decode_tiles") or "auto").strip().lower()
     if value != "auto":
         parse_decode_tiles(value)
@@ -136,12 +141,13 @@ def plan_decode(rid: str, spec: Mapping, latent: dict) -> list[dict]:
     tiles = decode_tile_plan(spec)
     if tiles is None:
         return [task(rid, DECODE, "decode_video", {
-            "pack": spec["pack"], "product": "video",
+            "pack": spec["pack"], "product": "video", **diffusion_decode.decoder_params(spec),
             "expect": {"frames": expect("float32", shipped_frames(spec), spec["height"], spec["width"], 3)}},
             {"latent": latent})]
     return [
         task(rid, tile_task_name(tile.index), "decode_tile", {
             "pack": spec["pack"], "product": TILE_PRODUCT, "tile_index": tile.index, "tiles": len(tiles),
+            **diffusion_decode.decoder_params(spec, tile.index),
             "latent": {axis: [iv.start, iv.end] for axis, iv in zip(("frames", "height", "width"), tile.latent,
                                                                     strict=True)},
             "expect": {"pixels": expect("float32", 1, 3, *tile.pixel_shape)}},

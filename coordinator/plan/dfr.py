@@ -1,4 +1,4 @@
-"""DFR in the stage graph (LTX-2.5, `temporal_upscalings` 1 or 2), as upstream's DFRPipeline. Pure.
+"""DFR in the stage graph (LTX-2.5, `--dfr`, `temporal_upscalings` 0-2), as upstream's DFRPipeline. Pure.
 
 Stages 1-2 generate the padded canvas (frames - 1 up to whole 24/32-frame segments) with generated
 keyframe slots at every segment boundary; stage 1's slots are spatially upsampled into stage 2's.
@@ -36,6 +36,19 @@ def dfr_rounds(spec: Mapping) -> int:
     return rounds
 
 
+def spatial_upscalings(spec: Mapping) -> int:
+    """1, or 2: DFR's stages at half the asked size, then the spatial epilogue at it (plan/dfr_finish.py)."""
+    value = spec.get("spatial_upscalings") or 1
+    if value not in (1, 2):
+        raise SpecError(f"spatial upscalings {value!r} must be 1 or 2")
+    return int(value)
+
+
+def dfr_on(spec: Mapping) -> bool:
+    """DFR's pipeline: asked with --dfr (0 rounds: the base path), temporal rounds or the epilogue."""
+    return bool(spec.get("dfr")) or dfr_rounds(spec) > 0 or spatial_upscalings(spec) == 2
+
+
 def spec_plan(spec: Mapping) -> DfrPlan:
     """The render's DFR plan (canvas, rounds, tiles); the same call the workers and the reducer make."""
     return plan_dfr(spec["frames"], spec["frame_rate"], dfr_rounds(spec), spec["seed"])
@@ -59,18 +72,20 @@ def _check_pack(spec: Mapping, fleet: list[dict]) -> None:
                  if pack in (w.get("packs") or []) and pack in (w.get("pack_features") or {})]
     if not described:
         return
-    for feature, why in NEEDED_FEATURES:
+    for feature, why in NEEDED_FEATURES[0 if dfr_rounds(spec) else 1:]:  # no upsampler without rounds
         if not any(feature in features for features in described):
-            raise SpecError(f"pack {pack!r} {why}: DFR temporal rounds need it")
+            raise SpecError(f"pack {pack!r} {why}: DFR {'temporal rounds need' if dfr_rounds(spec) else 'needs'} it")
 
 
 def check_dfr(spec: Mapping, fleet: list[dict]) -> dict[str, int | float]:
     """Refuse DFR specs that cannot render (one line); the shipped clip's frame count and rate for the
     resolved plan (`output_frames`, `output_fps`: the decode and the assembler read them), none without DFR."""
-    if dfr_rounds(spec) == 0:
+    if not dfr_on(spec):
         if spec.get("detailing_lora"):
-            raise SpecError("a detailing LoRA details DFR's stage 2: give --temporal-upscalings 1 or 2 with it")
+            raise SpecError("a detailing LoRA details DFR's stage 2: give --temporal-upscalings 1 or 2 with it "
+                            "(or --dfr for DFR at 0 rounds)")
         return {}
+    check_epilogue(spec)
     _check_detailing(spec)
     try:
         plan = spec_plan(spec)
@@ -79,6 +94,23 @@ def check_dfr(spec: Mapping, fleet: list[dict]) -> dict[str, int | float]:
     _check_canvas(spec, plan)
     _check_pack(spec, fleet)
     return {"output_frames": plan.output_frames, "output_fps": plan.output_fps}
+
+
+def check_epilogue(spec: Mapping) -> None:
+    """Refuse an epilogue the farm cannot plan (one line each); nothing without one."""
+    if spec.get("pipeline", "distilled") != "distilled":
+        raise SpecError("DFR (--dfr, --temporal-upscalings, --spatial-upscalings) runs after the distilled pipeline only")
+    if spatial_upscalings(spec) != 2:
+        return
+    for key in ("height", "width"):
+        if spec[key] % 128:
+            raise SpecError(f"--spatial-upscalings 2 runs stage 1 at a quarter of the size: {key} {spec[key]} is not "
+                            f"a multiple of 128 (try {max(128, round(spec[key] / 128) * 128)})")
+    if dfr_rounds(spec):
+        raise SpecError("--spatial-upscalings 2 after temporal rounds is not built on the farm yet (upstream runs "
+                        "those windows one after another): give --temporal-upscalings 0 with it")
+    if spec.get("images"):
+        raise SpecError("--spatial-upscalings 2 with --image is not built on the farm yet")
 
 
 def output_frames(spec: Mapping) -> int:
@@ -109,17 +141,17 @@ def detailing_params(spec: Mapping) -> dict:
 
 def canvas_frames(spec: Mapping) -> int:
     """Frames stages 1-2 generate: DFR's padded canvas (trimmed after the rounds), else the clip's."""
-    return spec_plan(spec).canvas.frames if dfr_rounds(spec) else spec["frames"]
+    return spec_plan(spec).canvas.frames if dfr_on(spec) else spec["frames"]
 
 
 def slot_params(spec: Mapping) -> dict:
     """Stage params for DFR's generated keyframe slots (upstream's canvas positions); none without DFR."""
-    return {"dfr_slots": list(spec_plan(spec).canvas.slots)} if dfr_rounds(spec) else {}
+    return {"dfr_slots": list(spec_plan(spec).canvas.slots)} if dfr_on(spec) else {}
 
 
 def slot_expect(spec: Mapping, height: int, width: int) -> dict:
     """The `slots` output a DFR stage gives: (1, C, K, h, w), one latent frame per slot."""
-    if not dfr_rounds(spec):
+    if not dfr_on(spec):
         return {}
     k = len(spec_plan(spec).canvas.slots)
     return {"slots": expect("float32", 1, -1, k, height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)}
@@ -127,7 +159,7 @@ def slot_expect(spec: Mapping, height: int, width: int) -> dict:
 
 def plan_slot_upsample(rid: str, spec: Mapping, slots: dict) -> list[dict]:
     """Stage 1's slots through the spatial upsampler for stage 2 (as upstream upsamples them)."""
-    if not dfr_rounds(spec):
+    if not dfr_on(spec):
         return []
     return [task(rid, "upsample.slots", "upsample_spatial", {
         "pack": spec["pack"], "expect": slot_expect(spec, spec["height"], spec["width"]) and {

@@ -15,8 +15,12 @@ from coordinator.metrics import STAGE_LABELS, stage_of
 from coordinator.plan import costs, placement
 from coordinator.plan.graph import CAPABILITY, SpecError
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+from coordinator.plan.sp_degree import LINKS
 
 GB = 2**30
+# Stage 1 in `farm plan`: sequence parallel, its degree chosen at lease time, the Macs linked by 10 GbE
+# (the slower of the two links README names; Thunderbolt 5 only shortens stage 1).
+PLAN_SP = placement.SpRule(LINKS["10gbe"])
 
 
 def read_fleet(path: Path) -> list[dict]:
@@ -39,7 +43,9 @@ def described_fleet(rows: list[dict], pack: str) -> tuple[list[dict], list[place
         packs = list(r.get("packs") or [pack])
         count = max(1, int(r.get("count") or 1))
         caps += [{"packs": packs, "memory_bytes": memory, "chip": r.get("chip") or "",
-                  "pack_bytes": {p: pack_bytes for p in packs}}] * count
+                  "pack_bytes": {p: pack_bytes for p in packs},
+                  **({"pack_generation": {p: str(r["generation"]) for p in packs}} if r.get("generation") else {})
+                  }] * count
         if pack in packs:
             slots.append(placement.Slot(str(r.get("name") or r.get("chip") or f"mac{i + 1}"), str(r.get("chip") or ""),
                                         memory, {}, count=count))
@@ -62,17 +68,19 @@ def live_fleet(rows: list[dict]) -> tuple[list[dict], list[placement.Slot]]:
     return caps, slots
 
 
-def forecast(raw_spec: dict, caps: list[dict], slots: list[placement.Slot]) -> dict:
+def forecast(raw_spec: dict, caps: list[dict], slots: list[placement.Slot],
+             sp: placement.SpRule | None = PLAN_SP) -> dict:
     """The plan and its predictions; SpecError (the submit refusal, with numbers) when it cannot run."""
     plan = validate_spec(normalize_spec(raw_spec), caps)
     tasks = plan_render(plan, "plan")
     spec = plan.as_dict()
-    placed = placement.simulate(tasks, slots)
+    placed = placement.simulate(tasks, slots, sp=sp)
     if len([p for p in placed if p.slot != placement.COORDINATOR_SLOT]) < sum(
             t["capability"] == CAPABILITY for t in tasks):
         raise SpecError("no worker of this fleet can hold some of its tasks (see peaks with --json)")
     by_id = {t["id"]: t for t in tasks}
-    return {"spec": spec, "stages": _stages(placed, by_id), "total_s": max((p.end for p in placed), default=0.0),
+    order = {tid: i for i, tid in enumerate(by_id)}  # rows in plan order (the simulation lists lease order)
+    return {"spec": spec, "stages": _stages(sorted(placed, key=lambda p: order[p.task]), by_id), "total_s": max((p.end for p in placed), default=0.0),
             "tiles": {"stage2": spec.get("stage2_tiles"), "decode": spec.get("decode_tiles")},
             "workers": [{"name": s.name, "chip": s.chip, "memory_bytes": s.memory_bytes} for s in slots]}
 
@@ -84,9 +92,11 @@ def _stages(placed: list[placement.Placed], by_id: dict[str, dict]) -> list[dict
         stage = stage_of(p.kind, p.task)
         row = out.setdefault(stage, {"stage": stage, "label": STAGE_LABELS.get(stage, stage), "kinds": Counter(),
                                      "workers": Counter(), "start_s": p.start, "end_s": p.end, "peak_bytes": 0,
-                                     "streamed": Counter()})
+                                     "streamed": Counter(), "degree": 1})
         row["kinds"][p.kind] += 1
-        row["workers"][p.slot] += 1
+        row["degree"] = max(row["degree"], p.degree)  # stage 1's sequence-parallel degree at lease time
+        for name in (p.slot, *p.gang):
+            row["workers"][name] += 1
         row["streamed"][p.slot] += int(p.streamed)
         row["start_s"], row["end_s"] = min(row["start_s"], p.start), max(row["end_s"], p.end)
         row["peak_bytes"] = max(row["peak_bytes"], int(by_id[p.task]["params"].get("peak_bytes") or 0))

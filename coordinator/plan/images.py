@@ -113,7 +113,7 @@ def generated_slots(spec: Mapping) -> list[int]:
     n = int(spec.get("num_generated_keyframes") or 0)
     if not n:
         return []
-    if spec.get("temporal_upscalings"):
+    if spec.get("temporal_upscalings") or spec.get("dfr") or (spec.get("spatial_upscalings") or 1) > 1:
         raise SpecError("--num-generated-keyframes is for renders without DFR rounds (DFR places its own slots)")
     if spec.get("generation") != LTX_25:
         raise SpecError(f"--num-generated-keyframes needs an LTX-2.5 pack (its DiT's keyframe embedding); "

@@ -1,21 +1,23 @@
 """Where a render's tasks would run and when they would end, from the cost model. Pure.
 
 Why: `farm plan`, the ETA in `farm ls` / `farm status` / the dashboard and the submit refusal of a
-render no worker can hold all read one simulation of the farm's pull scheduling: tasks in plan order
-(the ready queues' order), each starting when its inputs are done and a worker that can hold it is
-free (the first free one takes it, as a pulling worker does; a tile goes to whoever ends it soonest,
-as lease.lua deals tiles — deal_takes is that rule), taking the cost model's seconds on that worker.
-Coordinator tasks (blend, cut) run on the coordinator, one at a time.
+render no worker can hold all read one simulation of the farm's scheduling: coordinator/plan/lease_sim.py
+runs lease.lua's rules (queue order, memory, dealing, fair share, affinity, backfilling, the stage-1
+gang) over the workers here (`Slot`: memory, chip, measured ratios), each task taking the cost
+model's seconds on the worker that takes it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from coordinator.plan import costs
 from coordinator.plan.graph import CAPABILITY, SpecError
+from coordinator.plan.lease_sim import DEAL_MARGIN, Placed, Simulation, SpRule, deal_takes, peer_tiles_before
+from coordinator.plan.sp_degree import LINKS
+
+__all__ = ["DEAL_MARGIN", "Placed", "SpRule", "Slot", "deal_takes", "peer_tiles_before", "simulate"]
 
 COORDINATOR_SLOT = "coordinator"
 
@@ -36,13 +38,18 @@ class Slot:
     def seconds(self, task: Mapping) -> float:
         """The cost model's seconds for `task` (a planned task or a task view) on this worker: its
         compute, plus loading its models when they are not warm here."""
-        cost = float(_params(task).get("cost_s") or task.get("cost_s") or 0.0)
         kind = str(task.get("kind", ""))
-        run = costs.worker_seconds(cost, kind, self.ratios, self.chip)
-        if costs.streams_on(self.memory_bytes, _params(task) or task):
-            run *= costs.STREAM_TIME_FACTOR
+        run = self.compute_seconds(task)
         if not set(_needs(task)) <= set(self.warm):
             run += self.loads.get(kind, float(_params(task).get("load_s") or task.get("load_s") or 0.0))
+        return run
+
+    def compute_seconds(self, task: Mapping) -> float:
+        """The task's compute here (no model load): its cost × this worker's ratio, ×1.05 streamed."""
+        cost = float(_params(task).get("cost_s") or task.get("cost_s") or 0.0)
+        run = costs.worker_seconds(cost, str(task.get("kind", "")), self.ratios, self.chip)
+        if costs.streams_on(self.memory_bytes, _params(task) or task):
+            run *= costs.STREAM_TIME_FACTOR
         return run
 
     def run(self, task: Mapping, start: float) -> float:
@@ -71,18 +78,6 @@ def _params(task: Mapping) -> Mapping:
     return params if isinstance(params, Mapping) else {}
 
 
-@dataclass
-class Placed:
-    """A task's simulated run: on which slot, from when to when (seconds from the simulation's start)."""
-
-    task: str
-    kind: str
-    slot: str
-    start: float
-    end: float
-    streamed: bool = False  # its DiT blocks streamed on that slot (resident peak too large there)
-
-
 def fleet_pack_bytes(pack: str, fleet: Iterable[Mapping]) -> int | None:
     """The pack's weight bytes as its holders report them (`pack_bytes`), or None when none does."""
     sizes = [int((w.get("pack_bytes") or {}).get(pack) or 0) for w in fleet]
@@ -107,61 +102,14 @@ def refuse_oversize(spec: Mapping, tasks: list[dict], holders: list[Mapping]) ->
         f"{spec['pack']!r} can use {largest * costs.USABLE_FRACTION / 2**30:.1f} of its {largest / 2**30:.1f} GiB")
 
 
-DEAL_MARGIN = 0.9  # a peer must finish a tile this much sooner than the asker for it to wait (lease.lua)
-
-
-def peer_tiles_before(own_s: float, free_in_s: float, seconds: float, margin: float = DEAL_MARGIN) -> int:
-    """Tiles a peer free in `free_in_s`, taking `seconds` each, ends before margin x `own_s` (when the
-    asking worker would end one it took now)."""
-    limit = own_s * margin
-    if seconds <= 0 or free_in_s + seconds >= limit:
-        return 0
-    return math.ceil((limit - free_in_s) / seconds) - 1
-
-
-def deal_takes(queued: int, own_s: float, peers: Iterable[tuple[float, float]], margin: float = DEAL_MARGIN) -> bool:
-    """Speed-aware dealing, the rule lease.lua applies: a worker asking for one of a step's `queued`
-    tiles takes one now unless its faster peers ((seconds until free, seconds per tile) each) would end
-    all of them before it ended one; dealing each tile to whoever ends it soonest, it gets none."""
-    before = sum(peer_tiles_before(own_s, free, seconds, margin) for free, seconds in peers)
-    return before == 0 or before < queued
-
-
-def _pick(slots: list[Slot], task: Mapping, ready: float) -> Slot | None:
-    """The slot a pulling worker would be: free first (then faster) among those that can hold it; a
-    stage-2 tile goes to the slot that ends it soonest (speed-aware dealing)."""
-    able = [s for s in slots if s.holds(task)]
-    if _params(task).get("tile_index") is not None or task.get("tile_index") is not None:
-        return min(able, key=lambda s: (max(s.free_at, ready) + s.seconds(task), s.free_at), default=None)
-    return min(able, key=lambda s: (max(s.free_at, ready), s.seconds(task)), default=None)
-
-
 def simulate(tasks: list[Mapping], slots: list[Slot], done: Mapping[str, float] | None = None,
              running: Mapping[str, tuple[str, float]] | None = None, coordinator: Slot | None = None,
-             ) -> list[Placed]:
-    """Place `tasks` (plan order, with deps) on `slots`. `done`: finished task ids (end 0); `running`:
-    task id → (slot name, seconds left), occupying that slot first. Tasks no slot holds are left out."""
-    ends: dict[str, float] = dict(done or {})
-    by_name = {s.name: s for s in slots}
-    coordinator = coordinator or Slot(COORDINATOR_SLOT)
-    out = []
-    for tid, (slot_name, left) in (running or {}).items():
-        slot = by_name.get(slot_name)
-        if slot is not None:
-            slot.free_at = max(slot.free_at, left)
-        ends[tid] = left
-    for t in tasks:
-        tid = str(t["id"])
-        if tid in ends:
-            continue
-        ready = max((ends.get(d, 0.0) for d in t.get("deps") or ()), default=0.0)
-        slot = coordinator if t.get("capability") not in (None, CAPABILITY) else _pick(slots, t, ready)
-        if slot is None:
-            continue
-        start = max(slot.free_at, ready)
-        ends[tid] = slot.run(t, start)
-        out.append(Placed(tid, str(t.get("kind", "")), slot.name, start, ends[tid], slot.streams(t)))
-    return out
+             sp: SpRule | None = None) -> list[Placed]:
+    """Place `tasks` (plan order, with deps) on `slots` by lease.lua's rules (lease_sim). `done`:
+    finished task ids (end 0); `running`: task id → (slot name, seconds left), occupying that slot
+    first; `sp`: sequence-parallel stage 1 (None: on one worker). Tasks no slot holds are left out."""
+    sim = Simulation(list(tasks), slots, coordinator or Slot(COORDINATOR_SLOT), sp)
+    return sim.run(dict(done or {}), dict(running or {}))
 
 
 def expand(slots: Iterable[Slot]) -> list[Slot]:
@@ -188,12 +136,21 @@ def eta_seconds(views: list[Mapping], slots: list[Slot], now_ms: int, coordinato
     return farm_eta_seconds([views], slots, now_ms, coordinator)[0]
 
 
+# The live ETA: a stage-1 task runs sequence parallel only where it carries its request (the gang lease).
+ETA_SP = SpRule(LINKS["10gbe"], default=1)
+
+
 def farm_eta_seconds(renders: list[list[Mapping]], slots: list[Slot], now_ms: int,
-                     coordinator: Slot | None = None) -> list[float | None]:
+                     coordinator: Slot | None = None, meta: list[tuple[int, str]] | None = None,
+                     sp: SpRule | None = ETA_SP) -> list[float | None]:
     """Each render's seconds until its tasks are done when the fleet takes every render's tasks in
     this order (the scheduler's: priority, then age), running tasks first: one simulation for the whole
-    farm, so a queued render waits behind those before it. None for a render without costs. Works on
-    copies: the caller's slots are left as they were."""
+    farm, so a queued render waits behind those before it. `meta`: each render's (priority, submitter),
+    for the queue's priority bands and fair share. None for a render without costs. Works on copies:
+    the caller's slots are left as they were."""
+    if meta is not None:
+        renders = [[{**v, "priority": p, "submitter": s} for v in views]
+                   for views, (p, s) in zip(renders, meta, strict=True)]
     slots = [Slot(**asdict(s)) for s in slots]
     coordinator = Slot(**asdict(coordinator)) if coordinator is not None else None
     by_name = {s.name: s for s in slots}
@@ -207,7 +164,7 @@ def farm_eta_seconds(renders: list[list[Mapping]], slots: list[Slot], now_ms: in
             slot = by_name[str(v["worker"])]
             slot.warm = sorted(set(slot.warm) | set(_needs(v)))
     rest = [v for v in views_all if str(v["id"]) not in done and str(v["id"]) not in running]
-    ends = {p.task: p.end for p in simulate(rest, slots, done, running, coordinator)}
+    ends = {p.task: p.end for p in simulate(rest, slots, done, running, coordinator, sp)}
     ends.update({tid: left for tid, (_w, left) in running.items()})
     return [max((ends.get(str(v["id"]), 0.0) for v in views), default=0.0) if ok else None
             for views, ok in zip(renders, costed, strict=True)]

@@ -12,19 +12,20 @@ import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from coordinator.plan import costs, placement, sparse
+from coordinator.plan import costs, placement, samplers, sparse
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
     check_dfr,
     detailing_params,
-    dfr_rounds,
+    dfr_on,
     output_frames,
-    plan_dfr_rounds,
     plan_slot_upsample,
     slot_expect,
     slot_params,
 )
+from coordinator.plan.dfr_finish import plan_dfr_finish, stage_view
+from coordinator.plan.diffusion_decode import check_video_decoder
 from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
@@ -52,6 +53,7 @@ from coordinator.plan.length import (
     settled,
 )
 from coordinator.plan.loras import with_loras
+from coordinator.plan.media import check_media, plan_video_encode, wire_audio
 from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
@@ -122,8 +124,10 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
         raise SpecError(f"seed {spec['seed']} is negative")
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
+    check_media(spec)  # issue #24: what A2V builds, the source's encode tiles (plan/media.py)
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
+    check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
@@ -256,6 +260,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
+    tasks.extend(plan_video_encode(rid, spec)[0])  # issue #24: a source clip's tiled encode (plan/media.py)
     s1 = f"{rid}.stage1"
     guided = check_recipe(spec)
     one_stage = guided is not None and guided.pipeline == "one-stage"
@@ -267,12 +272,12 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec["height"],
                                         spec["width"]))
     else:
-        tasks.extend(_plan_stages(rid, spec, ctx, cond1, cond2, image_params,
+        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params,
                                   (guided, *guided_ctx) if guided is not None else None))
         tasks = tasks if guided is None else guided_stage2(tasks, rid, guided, ctx)  # plan/guided_render.py
     final, decode_spec = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec
-    if dfr_rounds(spec):
-        dfr_tasks, final = plan_dfr_rounds(rid, spec, final, ref(f"{rid}.stage2", "slots"), ctx, cond2, image_params)
+    if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
+        dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)
         tasks.extend(dfr_tasks)
         decode_spec = {**spec, "frames": output_frames(spec)}
     tasks.extend(plan_decode(rid, decode_spec, final))
@@ -281,6 +286,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
+    tasks = wire_audio(tasks, rid, spec)  # issue #24: A2V's frozen source track (plan/media.py)
     with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     costs.annotate(tasks, spec)
     return tasks
@@ -290,7 +296,7 @@ def _stage1_sampler(spec: Spec) -> dict:
     """Stage 1's sampler from the recorded generation; nothing when it is not known (the worker reads
     its pack's)."""
     generation = spec.get("generation")
-    return {"sampler": stage1_sampler(generation, bool(dfr_rounds(spec)))} if generation else {}
+    return {"sampler": stage1_sampler(generation, dfr_on(spec))} if generation else {}
 
 
 def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
@@ -319,7 +325,8 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
     stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec["height"],
                      "width": spec["width"], "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
-                     "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec)}
+                     "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec),
+                     **samplers.stage2_params(spec)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         stage2_params["renoise_audio"] = spec.get("stage2_tiles") is None  # tiled: frozen, as TDP's audio

@@ -24,6 +24,9 @@ ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pac
                "loras", "lora_mode")
 ASKED_ORDER += ("sparse_attention", "compute_dtype")  # issue #26: per-render forward settings
 ASKED_ORDER += ("exr_colorspace", "auto_duration", "hdr")  # issue #29: EXR colourspace, the head's length range
+ASKED_ORDER += ("video_decoder",)  # issue #29: conv | diffusion
+ASKED_ORDER += ("dfr", "spatial_upscalings")  # issue #29: DFR's base path and spatial epilogue
+ASKED_ORDER += ("audio_input", "source_video", "encode_tiles")  # issue #24: media in (protos/media_spec.py)
 SUBMIT_ORDER = ("submitter", "priority", "group", "notify")
 GUIDANCE_ORDER = tuple(GUIDANCE_FIELDS)  # a dev recipe's knobs: stored only when given (distilled stores none)
 DERIVED_ORDER = ("output_frames", "output_fps", "pack_bytes", "assemble_s")  # stored only once known

@@ -32,3 +32,51 @@ def stage1_degree(requested: int | None, idle: int, tokens: int, link_bytes_per_
         if t < best_s * (1 - MIN_GAIN):
             best, best_s = k, t
     return best
+
+
+# The gang lease (issue #25; lease.lua's gang follows these rules, the simulation in
+# coordinator/plan/lease_sim.py runs them): the first idle worker that asks for a stage-1 task opens a
+# reservation of degree k = the table's entry for the workers idle then (itself included); other
+# workers that ask join it until k are in or GANG_WINDOW_S has passed since it opened; then the gang
+# starts with the members it has (at least the opener).
+GANG_WINDOW_S = 2.0
+REQUEST_PARAM = "stage1_parallel_request"  # a stage-1 task's --stage1-parallel: "auto" / absent, or K
+DEGREE_PARAM = "stage1_parallel"  # the degree used, written at lease time (the worker reads it)
+TABLE_PARAM = "stage1_degrees"  # [degree when 1 idle, when 2 idle, ...], computed at submit
+
+
+def requested(params: dict, default: int | None = None) -> int | None:
+    """A stage-1 task's request: None (auto) or K (at most K; 1 = off); `default` when it names none."""
+    value = params.get(REQUEST_PARAM, "unset")
+    if value == "unset":
+        return default
+    return None if value in (None, "auto") else int(value)
+
+
+def degree_table(requested_k: int | None, workers: int, tokens: int, link_bytes_per_s: float,
+                 chip: str | None = None) -> list[int]:
+    """stage1_degree for 1..workers idle workers: what the Lua looks up by its idle count at lease time."""
+    return [stage1_degree(requested_k, idle, tokens, link_bytes_per_s, chip) for idle in range(1, workers + 1)]
+
+
+def degree_for_idle(table: list[int], idle: int) -> int:
+    """The table's degree for `idle` idle workers (past its end: its last entry)."""
+    return max(1, table[min(max(idle, 1), len(table)) - 1]) if table else 1
+
+
+def gang_starts(members: int, k: int, opened_s: float, now_s: float, window_s: float = GANG_WINDOW_S) -> bool:
+    """Whether a reservation of degree k with `members` in starts now: full, or its window is over."""
+    return members >= 1 and (members >= k or now_s >= opened_s + window_s)
+
+
+def gang_seconds(cost_s: float, steps: int, tokens: int, k: int, ratio: float, link_bytes_per_s: float,
+                 dims: DitDims = FULL_SIZE) -> float:
+    """Seconds of a stage 1 of `cost_s` reference seconds (`steps` forwards over `tokens` video tokens)
+    on k ranks whose slowest takes `ratio` seconds per reference second: per step the replicated part,
+    the split part over k, and the gathers over the link (step_seconds; no overlap of wire and compute)."""
+    steps = max(1, steps)
+    forward = cost_s / steps * ratio
+    replicated = min(forward, costs.DIT_FORWARD_S * ratio)
+    if k <= 1:
+        return forward * steps
+    return steps * step_seconds(k, tokens, forward - replicated, replicated, link_bytes_per_s, dims)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from coordinator.plan import costs, placement
+from coordinator.plan import costs, placement, samplers
 from coordinator.plan.dfr import canvas_frames
 from coordinator.plan.graph import (
     CAPABILITY,
@@ -149,7 +149,7 @@ def _marker_params(spec: Mapping, params: dict, grid: tuple[int, int, int]) -> d
 
 
 def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int], params: dict, source: str,
-                  marker: bool, shared: dict) -> dict:
+                  marker: bool, shared: dict, name: str = "stage2") -> dict:
     """One tile's forward at one step: its latent, timesteps and positions (and keyframes) out of `source`."""
     tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
     if marker:
@@ -157,7 +157,7 @@ def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int
     detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
     detailing |= forward_params(params, step)
     info = {"step": step, "tile_index": tile.index, "grid": list(grid), "tile": tile_box(tile)}
-    return task(rid, f"stage2.s{step}.t{tile.index}", "transformer_forward",
+    return task(rid, f"{name}.s{step}.t{tile.index}", "transformer_forward",
                 {"pack": params["pack"], "sigma": float(params["sigmas"][step]), **info, **detailing,
                  "expect": {"velocity": expect("float32", 1, -1, -1)}},
                 {**tile_in, **shared})
@@ -182,6 +182,7 @@ def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: 
         "overlap": int(spec["tile_overlap"]),
         "sigmas": params["sigmas"],
         **_marker_params(spec, params, grid),
+        **samplers.step_params(params),  # LTX-2.5: the step re-noises ancestrally (plan/samplers.py)
     }
     prep, cut = f"{rid}.stage2.prep", f"{rid}.stage2.cut"
     state = ("latent", "clean", "mask", "positions")

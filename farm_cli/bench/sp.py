@@ -56,19 +56,28 @@ def _sp(grid: tuple[int, int, int], repeats: int, folder: Path, k: int = 2) -> d
 
 
 def _full_size_lines(macs: int, chip: str) -> list[str]:
-    """The full-size DiT (48 layers, 4096/2048 wide, bf16) on stage 1 of 1920x1088x121: 8,160 tokens."""
-    from coordinator.plan import costs
-    from ltx_engine.sequence_parallel import ShardPlan, forward_bytes
+    """The full-size DiT (48 layers, 4096/2048 wide, bf16) on stage 1 of 1920x1088x121: 8,160 tokens, with
+    the step model `farm bench model`'s simulation uses (sp_degree.gang_seconds: the audio / AdaLN part
+    replicated, the rest split, the all-gathers over the link), then the whole render as that simulation
+    runs it (stage 1's degree chosen at lease time)."""
+    from coordinator.plan import costs, placement, sp_degree
+    from farm_cli.bench.model import SPEC, _plan
+    from ltx_engine.sp_plan import ShardPlan, forward_bytes
 
     tokens = 17 * 30 * 16
-    one = costs.dit_forward_s(tokens) / costs.chip_speed(chip)
+    forward = costs.dit_forward_s(tokens)
+    one = forward / costs.chip_speed(chip)
     moved = forward_bytes(ShardPlan(tokens, macs), 48, 4096, 2048, 2, 128)
     lines = [f"full size, stage 1 of 1920x1088x121 ({tokens} tokens), {chip}: {one:.1f} s/step on one "
              f"(cost model); {macs} Macs receive {moved / 1e9:.2f} GB per step per rank"]
+    tasks, slots, _ = _plan({**SPEC, "stage2_tiles": "2x2", "decode_tiles": "auto"}, macs, chip, 96, "p")
     for name, bw in LINKS:
-        t = one / macs + moved / bw
-        lines.append(f"  {name}: {one / macs:.1f} s compute + {moved / bw:.1f} s wire = {t:.1f} s/step, "
-                     f"{one / t:.2f}x one Mac (compute split evenly, no overlap of wire and compute)")
+        t = sp_degree.gang_seconds(forward, 1, tokens, macs, 1 / costs.chip_speed(chip), bw)
+        wall = max(p.end for p in placement.simulate(tasks, [placement.Slot(**vars(s)) for s in slots],
+                                                     sp=placement.SpRule(bw)))
+        lines.append(f"  {name}: {t - moved / bw:.1f} s compute + {moved / bw:.1f} s wire = {t:.1f} s/step, "
+                     f"{one / t:.2f}x one Mac (audio and AdaLN replicated, no overlap of wire and compute); "
+                     f"the whole render {wall:.0f} s on {macs} (farm bench model)")
     return lines
 
 

@@ -122,6 +122,73 @@ def multimodal_calculate_main(guider, cond: torch.Tensor, uncond, perturbed, iso
     return guider.calculate(f32(cond), f32(uncond), f32(perturbed), f32(isolated))
 
 
+# ---------------------------------------------------------------- samplers on LTX-2.5 (upstream after 1.2.0)
+
+# 1.2.0: the distilled pipeline's stage 1 on LTX-2.5 ran ancestral Euler (eta 1, re-noise seed + 10000); its
+# stage 2, and DFR's stages 1 and 2, ran plain Euler. Upstream v1.4+ (`distilled.py` `_sampler_kwargs` /
+# `ancestral_sampler_kwargs`, `dfr_pipeline.py` the same) samples EVERY pass of an LTX-2.5 pipeline
+# ancestrally, each pass from its own offset "so no two of them inject the same noise"; the MLX port
+# follows it (`ANCESTRAL_STAGE_2_NOISE_SEED_OFFSET = 20000`). 1.0.0 has no ancestral stepper at all, so the
+# step is the oracle of test_sampling_parity; the loop is `euler_ancestral_denoising_loop`'s order written
+# out below. Why follow it: it is what the 2.5 distilled checkpoint was trained to be sampled with.
+ANCESTRAL_ETA = 1.0
+STAGE_NOISE_SEED_OFFSETS = {"stage1": 10000, "stage2": 20000}
+
+
+def ancestral_sampler_main(generation: str, stage: str) -> tuple[str, int] | None:
+    """(sampler, re-noise seed offset) of a distilled pass on `generation` as upstream main picks it;
+    None where main samples plain Euler (every pass below LTX-2.5)."""
+    if tuple(int(x) for x in generation.split(".")[:2]) < (2, 5):
+        return None
+    return "euler_ancestral", STAGE_NOISE_SEED_OFFSETS[stage]
+
+
+def ancestral_loop_step_main(sample, denoised, clean, mask, sigmas, step_index, noise, stepper):
+    """One step of main's `euler_ancestral_denoising_loop`: x0 blended toward the clean conditioning
+    (`denoised * mask + clean * (1 - mask)`), the ancestral step, and (not the last step) the blend
+    applied again to its output, so conditioning tokens stay clean."""
+    x0 = denoised * mask + clean * (1 - mask)
+    out = stepper.step(sample, x0, sigmas, step_index, noise=noise)
+    if float(sigmas[step_index + 1]) != 0:
+        out = out * mask + clean * (1 - mask)
+    return out
+
+
+def temporal_region_mask(state, tools, start_time: float, end_time: float, fps: float):
+    """`TemporalRegionMask.apply_to` of ltx-pipelines 1.0.0 (retake.py; later ltx-core's
+    conditioning/types/temporal_region_mask.py, the same rule). ltx-pipelines is not installed (its
+    `__init__` imports every pipeline), so the rule is written here on ltx-core 1.0.0's own patchifier
+    bounds and `get_pixel_coords`: mask 1 where a token's [t_start, t_end) seconds overlap [start, end)."""
+    from ltx_core.components.patchifiers import get_pixel_coords
+
+    coords = tools.patchifier.get_patch_grid_bounds(tools.target_shape, device=state.denoise_mask.device)
+    if coords.shape[1] == 1:  # audio: the patchifier's bounds are seconds already
+        t_start, t_end = coords[:, 0, :, 0], coords[:, 0, :, 1]
+    else:
+        pixel = get_pixel_coords(coords, tools.scale_factors, causal_fix=tools.causal_fix)
+        t_start, t_end = (pixel[0, 0] / fps).unbind(dim=-1)
+    in_region = (t_end > start_time) & (t_start < end_time)
+    out = state.clone()
+    out.denoise_mask.copy_(in_region.to(out.denoise_mask.dtype).reshape(out.denoise_mask.shape))
+    return out
+
+
+def downsample_mask_to_latent(mask: torch.Tensor, frames: int, height: int, width: int) -> torch.Tensor:
+    """`ICLoraPipeline._downsample_mask_to_latent` of ltx-pipelines 1.0.0 (ic_lora.py; not installed, see
+    `temporal_region_mask`): a (B, 1, F, H, W) [0, 1] mask area-pooled to the latent's h x w, the first
+    frame kept, each later group of (F - 1) / (f - 1) frames averaged, flattened (B, f*h*w)."""
+    from einops import rearrange
+
+    b, f_pix = mask.shape[0], mask.shape[2]
+    down = torch.nn.functional.interpolate(rearrange(mask, "b 1 f h w -> (b f) 1 h w"), size=(height, width), mode="area")
+    down = rearrange(down, "(b f) 1 h w -> b 1 f h w", b=b)
+    first = down[:, :, :1]
+    if f_pix > 1 and frames > 1:
+        rest = rearrange(down[:, :, 1:], "b 1 (f t) h w -> b 1 f t h w", t=(f_pix - 1) // (frames - 1)).mean(dim=3)
+        first = torch.cat([first, rest], dim=2)
+    return rearrange(first, "b 1 f h w -> b (f h w)")
+
+
 # ---------------------------------------------------------------- dev two-stage recipes' stage 2 (ltx-pipelines)
 # Read from Lightricks/LTX-2: `ti2vid_two_stages.py` at 1.0.0 (4dbd99e) and main (1.2.0), and
 # `ti2vid_two_stages_hq.py` at its first version (d230aec, still 1.0.0) and main. No code to patch: the

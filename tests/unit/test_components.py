@@ -28,7 +28,8 @@ def test_newest_version_and_known_extras():
     assert layout.found["spatial_upscaler"].prefix == "spatial_upscaler_x2_v1_1"
     assert layout.found["transformer_dev"].prefix == "transformer"
     assert layout.unknown == ["notes.bin"]
-    assert "vae_decoder_av.safetensors" in layout.unused and "README.md" in layout.unused
+    assert "README.md" in layout.unused
+    assert layout.found["vae_decoder_av"].prefix == "vae_decoder_av"  # LTX-2.5's diffusion decoder (issue #29)
     assert layout.found["duration_head"].files == ("duration_head.safetensors",)  # LTX-2.5's length head
 
 
@@ -49,6 +50,18 @@ def test_render_needs():
     assert set(render_components({})) == set(RENDER_KINDS["t2v"])
     needed = {c for kind in KIND_COMPONENTS.values() for c in kind}
     assert needed <= set(PARTS) | {"text_encoder"}
+
+
+def test_diffusion_decode_needs_vae_decoder_av():
+    from ltx_engine.components import task_needs
+
+    needs = render_components({"video_decoder": "diffusion"})
+    assert "vae_decoder_av" in needs and "vae_decoder" not in needs
+    assert task_needs("decode_tile", {"decoder": "diffusion"}) == ["vae_decoder_av"]
+    assert task_needs("decode_tile", {}) == ["vae_decoder"]
+    assert "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av.safetensors" in missing_line("vae_decoder_av", "tiny")
+    assert "vae_decoder_av.safetensors" in pull_files(PUBLISHED, RENDER_KINDS["diffusion"])
+    assert "vae_decoder_av.safetensors" not in pull_files(PUBLISHED, RENDER_KINDS["t2v"])
 
 
 def test_missing_line_names_file_and_command():

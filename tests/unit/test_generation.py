@@ -11,7 +11,7 @@ import pytest
 from coordinator.plan.graph import SpecError
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from ltx_engine import sampling
-from ltx_engine.generation import detect_generation, parse_version, stage1_sampler
+from ltx_engine.generation import detect_generation, parse_version, stage1_sampler, stage2_sampler
 from ltx_engine.pack import Pack
 
 
@@ -32,10 +32,12 @@ def test_recorded_version_wins_then_the_dits_keyframe_marker():
     assert detect_generation([], {}, ["transformer_blocks.0.attn1.to_q.weight"]) == "2.3"
 
 
-def test_ltx25_samples_stage_1_ancestrally_except_under_dfr():
+def test_ltx25_samples_every_stage_ancestrally_as_upstream_after_1_2_0():
+    """1.2.0 kept DFR's stage 1 and every stage 2 on Euler; upstream v1.4+ (tests/parity/upstream_rules.py)."""
     assert stage1_sampler("2.5", dfr=False) == sampling.EULER_ANCESTRAL
-    assert stage1_sampler("2.5", dfr=True) == sampling.EULER
-    assert stage1_sampler("2.3", dfr=False) == sampling.EULER
+    assert stage1_sampler("2.5", dfr=True) == sampling.EULER_ANCESTRAL
+    assert stage2_sampler("2.5") == sampling.EULER_ANCESTRAL
+    assert stage1_sampler("2.3", dfr=False) == stage2_sampler("2.3") == sampling.EULER
     with pytest.raises(ValueError, match="unknown LTX generation"):
         stage1_sampler("3.0", dfr=False)
 

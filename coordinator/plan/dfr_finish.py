@@ -1,0 +1,255 @@
+"""DFR after stage 2: the rounds, or the base path at 0 rounds, or the spatial epilogue; the trimmed
+latent and the keyframes its decode receives. Pure.
+
+Base path (`--dfr`, 0 rounds): stages 1-2 generate the padded canvas with keyframe slots (plan/dfr.py);
+a coordinator task trims the canvas latent to the asked length and keeps the slots inside it as the
+decode's keyframes (upstream `decode_keyframes_from_slots`).
+
+Spatial epilogue (`--spatial-upscalings 2`, upstream `run_spatial_epilogue`, ltx_engine/dfr_epilogue.py):
+the stages run at half size; each carried keyframe plane is rebuilt at full size by its own worker task
+(decode, Lanczos x2, encode: the planes on several Macs at once); the canvas latent is spatially
+upsampled; then one detailing pass over the stage-2 sigmas whose spatial tiles are worker tasks at every
+step (2x2 at the first step, 4x4 after), blended and stepped by the coordinator as tiled stage 2 is. At 0
+rounds the canvas is one temporal window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from coordinator.plan import samplers
+from coordinator.plan.dfr import (
+    detailing_params,
+    dfr_on,
+    dfr_rounds,
+    plan_dfr_rounds,
+    spatial_upscalings,
+    spec_plan,
+)
+from coordinator.plan.graph import (
+    COORDINATOR,
+    SPATIAL_FACTOR,
+    audio_latent_frames,
+    expect,
+    latent_frames,
+    ref,
+    task,
+)
+from coordinator.plan.stage2 import _forward_task
+from ltx_engine import dfr_epilogue, tdp
+from ltx_engine.dfr_layout import plan_params
+from ltx_engine.generation import LTX_25
+from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS
+
+EPI = "dfr.epi"
+
+
+def stage_view(spec: Mapping) -> Mapping:
+    """The spec stages 1-2 (and the rounds) plan at: half the asked size before the epilogue."""
+    if spatial_upscalings(spec) == 1:
+        return spec
+    return {**spec, "height": spec["height"] // 2, "width": spec["width"] // 2}
+
+
+def _dfr(spec: Mapping) -> dict:
+    return plan_params(spec["frames"], spec["frame_rate"], dfr_rounds(spec), spec["seed"])
+
+
+def _trim(rid: str, spec: Mapping, latent: dict, keyframes: dict) -> dict:
+    """The coordinator's trim: the canvas latent cut to the asked frames, the keyframes inside them."""
+    positions = list(spec_plan(spec).canvas.slots)
+    return task(
+        rid,
+        "dfr.trim",
+        "dfr_trim",
+        {"dfr": _dfr(spec), "positions": positions, "expect": {}},
+        {"latent": latent, **keyframes},
+        capability=COORDINATOR,
+    )
+
+
+def plan_dfr_finish(
+    rid: str, spec: Mapping, ctx: dict, cond2: dict, image_params: dict
+) -> tuple[list[dict], dict]:
+    """The tasks after stage 2 and the reference to the latent the decode reads."""
+    latent, slots = ref(f"{rid}.stage2", "video_latent"), ref(f"{rid}.stage2", "slots")
+    if dfr_rounds(spec):
+        return plan_dfr_rounds(rid, stage_view(spec), latent, slots, ctx, cond2, image_params)
+    if spatial_upscalings(spec) == 1:
+        tasks = [_trim(rid, spec, latent, {"keyframes": slots})]
+    else:
+        tasks = _plan_epilogue(rid, spec, latent, slots, ctx)
+        k = len(spec_plan(spec).canvas.slots)
+        tasks.append(
+            _trim(
+                rid,
+                spec,
+                ref(f"{rid}.{EPI}", "video_latent"),
+                {f"kf{i}": ref(f"{rid}.{EPI}.kf{i}", "latent") for i in range(k)},
+            )
+        )
+    return tasks, ref(f"{rid}.dfr.trim", "video_latent")
+
+
+def final_keyframes(rid: str, spec: Mapping) -> tuple[dict, tuple[int, ...]] | None:
+    """The decode's keyframes for a keyframe-aware decoder (the diffusion decoder): the reference to the
+    planes and their global pixel frames (the planes already cut to the clip; after rounds the last
+    stitch's whole carry, to cut with `dfr_epilogue.decode_keyframes`); None without DFR. The conv
+    decoder ignores them, as upstream's does."""
+    if not dfr_on(spec):
+        return None
+    plan = spec_plan(spec)
+    if plan.rounds:
+        return ref(f"{rid}.dfr.r{len(plan.rounds)}", "keyframes"), plan.rounds[-1].carry()
+    kept = tuple(p for p in plan.canvas.slots if p < plan.output_frames)
+    return (ref(f"{rid}.dfr.trim", "keyframes"), kept) if kept else None
+
+
+def keyframe_decode_io(rid: str, spec: Mapping, frames: tuple[int, int] | None = None) -> tuple[dict, dict]:
+    """What a keyframe-aware decode task adds (the diffusion decoder's, whole, or one tile over pixel
+    frames [lo, hi]): params `keyframe_frames` (every referenced plane's global frame) and
+    `keyframe_planes` (those it attends to: inside the clip, and for a tile the ones `planes_for_tile`
+    picks), input `keyframes`; the worker takes them with `dfr_epilogue.task_keyframes`. Empty without DFR."""
+    found = final_keyframes(rid, spec)
+    if found is None:
+        return {}, {}
+    source, positions = found
+    inside = [i for i, p in enumerate(positions) if p < spec_plan(spec).output_frames]
+    if frames is not None:
+        inside = [inside[j] for j in dfr_epilogue.planes_for_tile([positions[i] for i in inside], *frames)]
+    return {"keyframe_frames": list(positions), "keyframe_planes": inside}, {"keyframes": source}
+
+
+def _keyframe_tasks(rid: str, spec: Mapping, slots: dict, latent: dict) -> list[dict]:
+    """One worker task per carried plane (`kf{i}`), and one for the opening frame (`open`: the previous
+    latent's first frame; upstream anchors frame 0 on it when no image sits there, and does not ship
+    it): each decoded alone, Lanczos x2, encoded at the full size."""
+    h, w = spec["height"], spec["width"]
+    want = {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}
+    planes = [(f"kf{i}", i, slots) for i in range(len(spec_plan(spec).canvas.slots))] + [("open", 0, latent)]
+    return [
+        task(
+            rid,
+            f"{EPI}.{name}",
+            "dfr_keyframe_plane",
+            {"pack": spec["pack"], "plane": plane, "height": h, "width": w, "expect": want},
+            {"keyframes": source},
+        )
+        for name, plane, source in planes
+    ]
+
+
+def _prepare_params(spec: Mapping) -> dict:
+    """The epilogue state's params: the canvas at full size, the rebuilt planes as strength-1 guides,
+    stage 1's audio frozen, noise seed + 2000, ancestral re-noise (LTX-2.5) from seed + 30000."""
+    canvas = spec_plan(spec).canvas
+    seed = spec["seed"] + dfr_epilogue.NOISE_SEED_OFFSET
+    images = [
+        {"frame": p, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": f"kf{i}_latent"}
+        for i, p in enumerate(canvas.slots)
+    ]
+    images.append(
+        {"frame": 0, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": "open_latent"}
+    )
+    sampler = samplers.stage2_params(spec)
+    if sampler:  # the farm keys re-noise by the stage's seed + offset: seed + 2000 + 28000 = seed + 30000
+        sampler["ancestral_offset"] = (
+            dfr_epilogue.ANCESTRAL_NOISE_SEED_OFFSET - dfr_epilogue.NOISE_SEED_OFFSET
+        )
+    return {
+        "pack": spec["pack"],
+        "seed": seed,
+        "frames": canvas.frames,
+        "fps": spec["frame_rate"],
+        "height": spec["height"],
+        "width": spec["width"],
+        "sigmas": list(STAGE_2_DISTILLED_SIGMAS),
+        "audio_frames": audio_latent_frames(canvas.frames, spec["frame_rate"]),
+        "noise_stream": 1,
+        "images": images,
+        **detailing_params(spec),
+        **sampler,
+    }
+
+
+def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict) -> list[dict]:
+    """Keyframe planes, the spatial upsample, the tiled detailing steps (their last gives `video_latent`)."""
+    grid = (
+        latent_frames(spec_plan(spec).canvas.frames),
+        spec["height"] // SPATIAL_FACTOR,
+        spec["width"] // SPATIAL_FACTOR,
+    )
+    tasks = _keyframe_tasks(rid, spec, slots, latent)
+    tasks.append(
+        task(
+            rid,
+            f"{EPI}.up",
+            "upsample_spatial",
+            {"pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, *grid)}},
+            {"latent": latent},
+        )
+    )
+    params = _prepare_params(spec)
+    inputs = {
+        "latent": ref(f"{rid}.{EPI}.up", "latent"),
+        "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
+        **{f"{t['id'].rsplit('.', 1)[1]}_latent": ref(t["id"], "latent") for t in tasks[:-1]},
+    }
+    if spec.get("detailing_lora"):  # the IC-LoRA's reference: the previous stage's video
+        inputs["reference_latent"] = latent
+    tasks.append(task(rid, f"{EPI}.prep", "stage_prepare", {**params, "expect": {}}, inputs))
+    return tasks + _epilogue_steps(rid, spec, params, grid, ctx)
+
+
+def _epilogue_steps(
+    rid: str, spec: Mapping, params: dict, grid: tuple[int, int, int], ctx: dict
+) -> list[dict]:
+    prep = f"{rid}.{EPI}.prep"
+    tilings = dfr_epilogue.step_tilings(grid, len(params["sigmas"]) - 1)
+    marker = {"marker": True} if spec.get("generation") == LTX_25 else {}
+    shared = {"grid": list(grid), "sigmas": params["sigmas"], **marker, **samplers.step_params(params)}
+
+    def geometry(step: int) -> dict:
+        return {**shared, "counts": list(tilings[step][0]), "overlap": list(tilings[step][1])}
+
+    state = {k: ref(prep, k) for k in ("clean", "mask", "positions")}
+    audio = {k: ref(prep, k) for k in ("audio_latent", "audio_mask", "audio_positions")}
+    tasks = [
+        task(
+            rid,
+            f"{EPI}.cut",
+            "tdp_cut",
+            {**geometry(0), "expect": {}},
+            {**state, "latent": ref(prep, "latent")},
+            capability=COORDINATOR,
+        )
+    ]
+    source = latent_src = f"{rid}.{EPI}.cut"
+    latent_src = prep
+    for step in range(len(tilings)):
+        tiles = tdp.plan(grid, tilings[step][0], tilings[step][1])
+        tasks += [
+            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=EPI)
+            for tile in tiles
+        ]
+        last = step == len(tilings) - 1
+        name = EPI if last else f"{EPI}.s{step}"
+        step_in = {f"v{t.index}": ref(f"{rid}.{EPI}.s{step}.t{t.index}", "velocity") for t in tiles}
+        step_params = {**geometry(step), "step": step, "expect": {}}
+        if not last:
+            step_params["next_tiling"] = {
+                "counts": list(tilings[step + 1][0]),
+                "overlap": list(tilings[step + 1][1]),
+            }
+        tasks.append(
+            task(
+                rid,
+                name,
+                "tdp_step",
+                step_params,
+                {**state, "latent": ref(latent_src, "latent"), **step_in},
+                capability=COORDINATOR,
+            )
+        )
+        source = latent_src = f"{rid}.{name}"
+    return tasks

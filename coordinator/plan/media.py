@@ -1,0 +1,162 @@
+"""A user's media in the stage graph (issue #24). Pure.
+
+A2V (`--audio FILE [--audio-start S]`, distilled 8+3 as upstream's `a2vid_two_stage`): one
+`audio_encode` task, named `audio` because its outputs are what the output muxes (the SOURCE waveform
+of the clip's window, at the file's rate, as upstream returns it instead of the VAE's), encodes the
+track's window into the clip's audio latent; stage 1, the upsample's stage 2 (untiled or every tile)
+take that latent frozen (`ltx_engine.denoise._audio_state`: mask 0, sigma 0); the `decode_audio` task
+is dropped. With `--image` too (upstream's A2V takes images the same way).
+
+A source video (`source_video`): the video VAE encode tiled across workers like the decode: one
+`video_encode` task per tile of `ltx_engine.encode_tiling`'s plan (upstream's tiled encoding), and a
+coordinator task `video_encode_blend` that blends them in tile order into the clip's latent
+(`source_encode.latent`), which the pipelines that start from a clip (retake, extend, IC-LoRA control)
+read. Decoding and resizing happen in the encode tasks, on workers, after the coordinator's probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from coordinator.plan.graph import COORDINATOR, SpecError, audio_latent_frames, expect, ref, task
+from ltx_engine.encode_tiling import EncodeTileSizes, crop_frames, latent_shape, plan_encode_tiles
+
+AUDIO_TASK = "audio"  # the assembler muxes `audio.waveform` / `audio.sample_rate` (the source's, for A2V)
+SOURCE_ENCODE = "source_encode"
+DEFAULT_ENCODE_TILES = EncodeTileSizes()  # upstream's tiled-encode defaults: 64 frames / 24, 512 px / 64
+
+
+def _get(spec: Mapping, key: str):
+    value = spec.get(key)
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+def check_media(spec: Mapping) -> None:
+    """What the farm's A2V builds: the distilled pipeline, without DFR rounds, with its audio kept; a
+    source clip's encode tiles that upstream's tiling takes."""
+    if _get(spec, "source_video"):
+        encode_tile_sizes(spec)
+    audio = _get(spec, "audio_input")
+    if not audio:
+        return
+    name = audio.get("name") or "the track"
+    if spec.get("pipeline") not in (None, "distilled"):
+        raise SpecError(
+            f"--audio {name}: A2V runs with the distilled pipeline on the farm (not {spec['pipeline']})"
+        )
+    if int(spec.get("temporal_upscalings") or 0):
+        raise SpecError(f"--audio {name}: A2V does not run with --temporal-upscalings (DFR) yet")
+    if not spec.get("audio", True):
+        raise SpecError(f"--audio {name}: the output carries the source track; drop --no-audio")
+
+
+def audio_encode_task(
+    rid: str, spec: Mapping, name: str = AUDIO_TASK, blob: str | None = None, start: float | None = None
+) -> dict:
+    """A track's window [start, start + frames / fps] -> the clip's audio latent, and the window itself:
+    the spec's `--audio` by default; a source clip's own track (`blob`, `start`) for the pipelines that
+    start from a clip, under their own `name`."""
+    audio, frames, fps = _get(spec, "audio_input") or {}, int(spec["frames"]), float(spec["frame_rate"])
+    a_lat = audio_latent_frames(frames, fps)
+    start = float(audio.get("start") or 0.0) if start is None else float(start)
+    params = {
+        "pack": spec["pack"],
+        "start": start,
+        "frames": frames,
+        "fps": fps,
+        "audio_frames": a_lat,
+        "product": "audio",
+        "expect": {
+            "latent": expect("float32", 1, -1, a_lat, -1),
+            "waveform": expect("float32", -1, -1),
+            "sample_rate": expect("int32", 1),
+        },
+    }
+    return task(rid, name, "audio_encode", params, {"audio": {"blob": blob or audio["blob"]}})
+
+
+def _retarget(t: dict, old: dict, new: dict) -> None:
+    """Every input of `t` that reads `old` reads `new` instead; its deps follow its inputs."""
+    t["inputs"] = {k: (dict(new) if v == old else v) for k, v in t["inputs"].items()}
+    t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
+
+
+def wire_audio(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
+    """A2V's graph from the T2V/I2V one: the encode in the decode's place (before stage 1), its latent
+    stage 1's frozen audio and, in place of stage 1's, every later stage's."""
+    if not _get(spec, "audio_input"):
+        return tasks
+    s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec)
+    out = [t for t in tasks if t["kind"] != "decode_audio"]
+    latent = ref(encode["id"], "latent")
+    for t in out:
+        if t["id"] == s1:
+            t["inputs"] = {**t["inputs"], "audio_latent": latent}
+            t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
+        else:
+            _retarget(t, ref(s1, "audio_latent"), latent)
+    at = next((i for i, t in enumerate(out) if t["id"] == s1), len(out))
+    return [*out[:at], encode, *out[at:]]
+
+
+def encode_tile_sizes(spec: Mapping) -> EncodeTileSizes:
+    """`encode_tiles` "F,S" (temporal and spatial tile sizes in pixels, `off` for one whole tile), else
+    upstream's defaults; the overlaps are upstream's (24 frames, 64 pixels, raised to its minimums)."""
+    text = str(spec.get("encode_tiles") or "auto").strip().lower()
+    if text == "auto":
+        return DEFAULT_ENCODE_TILES
+    if text == "off":
+        return EncodeTileSizes(frames=None, spatial=None)
+    try:
+        frames, spatial = (int(x) for x in text.split(","))
+        return EncodeTileSizes(frames=frames, frames_overlap=min(24, frames - 8), spatial=spatial)
+    except ValueError as exc:
+        raise SpecError(
+            f"--encode-tiles {text!r}: {exc}"
+            if "tile" in str(exc)
+            else f"--encode-tiles {text!r} is not F,S (pixel frames, pixels), auto or off"
+        ) from None
+
+
+def plan_video_encode(rid: str, spec: Mapping) -> tuple[list[dict], dict | None]:
+    """The source clip's tile encodes and their blend at the render's size, from its first frame; the
+    blended latent's reference (None: no source)."""
+    source = _get(spec, "source_video")
+    if not source:
+        return [], None
+    size = (int(spec["frames"]), int(spec["height"]), int(spec["width"]))
+    return video_encode_tasks(rid, SOURCE_ENCODE, spec["pack"], source["blob"], size, encode_tile_sizes(spec))
+
+
+def video_encode_tasks(
+    rid: str,
+    name: str,
+    pack: str,
+    blob: str,
+    size: tuple[int, int, int],
+    sizes: EncodeTileSizes,
+    first: int = 0,
+) -> tuple[list[dict], dict]:
+    """Frames [first, first + F) of a clip blob (F cropped to 1 + 8k), each resized to H x W, encoded
+    one task per tile (`{name}.t{i}`) and blended by the coordinator (`{name}`): the tasks and the
+    blended latent's reference. What the pipelines that start from a clip plan (the source at a stage's
+    size, extend's boundary frames) with their own name, frames and size."""
+    frames, height, width = crop_frames(size[0]), size[1], size[2]
+    base = {"pack": pack, "frames": frames, "height": height, "width": width, "first": int(first)}
+    tasks, blend_in = [], {}
+    for i, tile in enumerate(plan_encode_tiles(frames, height, width, sizes)):
+        pixels = [[s.start, s.stop] for s in tile.pixels]
+        lat = tuple(s.stop - s.start for s in tile.latents)
+        params = {**base, "pixels": pixels, "expect": {"latent": expect("float32", 1, -1, *lat)}}
+        tasks.append(task(rid, f"{name}.t{i}", "video_encode", params, {"video": {"blob": blob}}))
+        blend_in[f"t{i}"] = ref(tasks[-1]["id"], "latent")
+    blend = {
+        "frames": frames,
+        "height": height,
+        "width": width,
+        "tiles": len(tasks),
+        "sizes": [sizes.frames, sizes.frames_overlap, sizes.spatial, sizes.spatial_overlap],
+        "expect": {"latent": expect("float32", 1, -1, *latent_shape(frames, height, width))},
+    }
+    tasks.append(task(rid, name, "video_encode_blend", blend, blend_in, capability=COORDINATOR))
+    return tasks, ref(f"{rid}.{name}", "latent")

@@ -1,0 +1,70 @@
+"""`--audio FILE [--audio-start S]` on the client (issue #24): the file as a blob named by its sha256.
+
+The file is read here only to hash it and send it (once: a second render with it sends nothing new, as
+an `--image` or a client `--lora`); what it holds is the coordinator's media probe's business, in a
+child process there (`coordinator/media_check.py`), and `farm render --local` runs the same probe
+before it renders. What can be said without reading it (no such file, a start without a file) is one
+line here, exit 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm_cli.session import fail
+
+
+@dataclass
+class ClientMedia:
+    """The spec fields of a render's media and the client files its blobs are (sha256 -> path)."""
+
+    fields: dict = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def add(self, flag: str, given: Path) -> dict:
+        """A client file as {blob, name} (its sha256 and file name), kept for the upload; one line, exit
+        2, when it is not a readable file. The clip pipelines' flags (a source video) use it too."""
+        path = Path(given).expanduser()
+        if not path.is_file():
+            fail(f"{flag} {given}: no such file")
+        try:
+            sha = _sha256(path)
+        except OSError as exc:
+            fail(f"{flag} {given}: cannot read it ({exc.strerror or exc})")
+        self.files[sha] = path.resolve()
+        return {"blob": sha, "name": path.name}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve(audio: Path | None, audio_start: float | None) -> ClientMedia:
+    """The `audio_input` field of `--audio` / `--audio-start` (none given: no fields)."""
+    out = ClientMedia()
+    if audio is None:
+        if audio_start is not None:
+            fail("--audio-start needs --audio FILE")
+        return out
+    blob = out.add("--audio", audio)
+    out.fields["audio_input"] = {**blob, "start": float(audio_start or 0.0)}
+    return out
+
+
+def upload_to(files: dict[str, Path], coordinator: str, token: str | None) -> None:
+    """Each media file as a blob (the coordinator keeps it only when it hashes to its name)."""
+    if not files:
+        return
+    from farm_cli.remote import client
+    from farm_cli.session import one_line
+
+    with one_line(), client(coordinator, token) as farm:
+        for sha, path in files.items():
+            if farm.put_blob(path.read_bytes()) != sha:
+                fail(f"{path}: changed while it was uploaded; submit again")

@@ -1,0 +1,73 @@
+"""The spec's media inputs (issue #24): a user's own audio track (A2V) and a source video.
+
+Why its own module: the records cross the CLI -> coordinator boundary inside `RenderSpec`, and their
+rules (a blob named by its sha256, a start inside bounds, the client's file name for the one-line
+refusals) are checked once where the spec enters, as every other field's. What the file holds (a
+stream, a duration the start falls inside) is the coordinator's media probe's business, not this one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+
+from protos.fields import SpecError, number, text
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_AUDIO_START_S = 3600.0  # past any file the probe accepts (its duration limit is the real bound)
+
+
+@dataclass(frozen=True, slots=True)
+class AudioInput:
+    """An audio track the video is generated to (`--audio FILE [--audio-start S]`): the uploaded file's
+    sha256, where in it the clip starts (seconds), and the client's file name (for refusals)."""
+
+    blob: str
+    start: float = 0.0
+    name: str | None = None
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceVideo:
+    """A source clip a render encodes (`video_encode` tasks): the uploaded file's sha256 and its name."""
+
+    blob: str
+    name: str | None = None
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def _blob(name: str, value: dict) -> str:
+    if value.get("blob") is None:
+        raise SpecError(f"{name} names no uploaded blob")
+    return text(64, pattern=SHA256)(f"{name} blob", value["blob"])
+
+
+def _file_name(name: str, value: dict) -> str | None:
+    return None if value.get("name") is None else text(255)(f"{name} name", value["name"])
+
+
+def audio_input(name: str, value: object) -> AudioInput:
+    if isinstance(value, AudioInput):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"blob", "start", "name"}:
+        raise SpecError(f"{name} must be {{blob, start, name}}")
+    start = (
+        0.0 if value.get("start") is None else number(0.0, MAX_AUDIO_START_S)(f"{name} start", value["start"])
+    )
+    return AudioInput(blob=_blob(name, value), start=float(start), name=_file_name(name, value))
+
+
+def source_video(name: str, value: object) -> SourceVideo:
+    if isinstance(value, SourceVideo):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"blob", "name"}:
+        raise SpecError(f"{name} must be {{blob, name}}")
+    return SourceVideo(blob=_blob(name, value), name=_file_name(name, value))
+
+
+MEDIA_FIELDS = {"audio_input": audio_input, "source_video": source_video, "encode_tiles": text(32)}

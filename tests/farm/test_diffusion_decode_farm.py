@@ -1,0 +1,159 @@
+"""`--video-decoder diffusion` on the farm (issue #29): LTX-2.5's diffusion decoder in three decode tiles.
+
+The tiny 2.5 pack's `vae_decoder_av` decodes a 64x256x9 render in three latent tiles (48,192,192 px:
+the 160 px overlap leaves a 1-latent stride), each a `decode_tile` task with its own noise seed on any
+worker; the farm's every task output is the same blob, bit for bit, as `farm render --local`'s on 3
+and on 2 workers (one farm per worker count serves the module). Refusals through the real CLI: a
+2.3 pack, a 2.5 pack without the file (naming it and the `hf download` that gets it), a bad decoder
+name, each one line, exit 2, nothing queued.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from coordinator.state.redis_server import connect
+from coordinator.state.store import FarmStore
+from farm_cli.local import render_local
+from tests.farm.farm_harness import ROOT, farm, join_token, wait_done, wait_until
+
+ARGS = [
+    "-p",
+    "a fox",
+    "-H",
+    "64",
+    "-W",
+    "256",
+    "-f",
+    "9",
+    "--seed",
+    "5",
+    "--decode-tiles",
+    "48,192,192",
+    "--video-decoder",
+    "diffusion",
+]
+SPEC = {
+    "prompt": "a fox",
+    "height": 64,
+    "width": 256,
+    "frames": 9,
+    "seed": 5,
+    "pack": "tiny25",
+    "decode_tiles": "48,192,192",
+    "video_decoder": "diffusion",
+}
+WORKERS = (3, 2)
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory, tiny_packs):
+    """tiny25 (with vae_decoder_av), tiny25-conv (the same pack without it) and the 2.3 tiny pack."""
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    folder = tmp_path_factory.mktemp("diffdec-packs")
+    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
+    shutil.copytree(
+        folder / "tiny25", folder / "tiny25-conv", ignore=shutil.ignore_patterns("vae_decoder_av.*")
+    )
+    shutil.copytree(tiny_packs / "tiny", folder / "tiny")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def local_shas(packs, tmp_path_factory):
+    """Task name -> output shas of `farm render --local` (the reference)."""
+    from worker.runner import Runner
+
+    out = tmp_path_factory.mktemp("diffdec-local") / "local.mp4"
+    _, outputs, _ = render_local(SPEC, out, Runner(packs))
+    return {name.removeprefix("local."): shas for name, shas in outputs.items()}
+
+
+@pytest.fixture(scope="module", params=WORKERS, ids=[f"{n}-workers" for n in WORKERS])
+def diff_farm(request, redis_server, tmp_path_factory, packs):
+    redis = connect(redis_server.url)
+    redis.flushdb()
+    data = tmp_path_factory.mktemp("diffdec-farm")
+    (data / "client").mkdir()
+    (data / "client" / "packs").symlink_to(packs)  # `farm render --local` reads FARM_DATA/packs
+    with farm(FarmStore(redis), data, packs, workers=request.param) as (client, _procs):
+        from coordinator.auth import load_or_create_token
+
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(data),
+            "FARM_DATA": str(data / "client"),
+            "PYTHONPATH": str(ROOT),
+            "FARM_TOKEN": join_token(data, load_or_create_token(data)),
+        }
+        wait_until(
+            lambda: sum(len(w.get("packs") or {}) >= 3 for w in client.workers()) >= request.param,
+            60,
+            "the workers to describe their packs",
+        )
+        yield client, env, request.param
+    redis.close()
+
+
+def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from farm_cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=240,
+        env=env,
+    )
+
+
+@pytest.mark.timeout(600)
+def test_tiled_diffusion_decode_matches_local(diff_farm, local_shas):
+    client, env, _workers = diff_farm
+    done = _cli(env, "submit", *ARGS, "--pack", "tiny25", "--coordinator", client.address)
+    assert done.returncode == 0, done.stderr[-3000:]
+    render = wait_done(client, done.stdout.strip().splitlines()[-1], timeout=500)
+    tasks = {t["id"].removeprefix(render["id"] + "."): t for t in render["tasks"]}
+    tiles = [tasks[f"decode.t{i}"] for i in range(3)]
+    assert "decode.t3" not in tasks and "decode" not in tasks
+    assert [t["params"]["noise_seed"] for t in tiles] == [30005, 30006, 30007]
+    assert all(
+        t["params"]["decoder"] == "diffusion" and t["params"]["needs"] == ["vae_decoder_av"] for t in tiles
+    )
+    for name, shas in local_shas.items():
+        assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "diff_farm", WORKERS[:1], indirect=True, ids=["3-workers"]
+)  # once, on the first farm
+def test_refusals_are_one_line_exit_2_nothing_queued(diff_farm):
+    client, env, _workers = diff_farm
+    queued = [r["id"] for r in client.list()]
+    cases = [
+        (("render", "--local", *ARGS, "--pack", "tiny"), "needs an LTX-2.5 pack"),
+        (
+            ("render", "--local", *ARGS, "--pack", "tiny25-conv"),
+            "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av",
+        ),
+        (("submit", *ARGS, "--pack", "tiny", "--coordinator", client.address), "needs an LTX-2.5 pack"),
+        (
+            ("submit", *ARGS, "--pack", "tiny25-conv", "--coordinator", client.address),
+            "vae_decoder_av.safetensors",
+        ),
+        (
+            ("submit", *ARGS[:-1], "bogus", "--pack", "tiny25", "--coordinator", client.address),
+            "give conv or diffusion",
+        ),
+    ]
+    for args, says in cases:
+        done = _cli(env, *args)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and says in lines[0], (args, done.stderr[-2000:])
+    assert [r["id"] for r in client.list()] == queued  # nothing queued

@@ -1,0 +1,101 @@
+"""`--audio` files that cannot serve an A2V render, through the real `farm submit` and coordinator
+(issue #24): one line naming the file and what is wrong, exit 2, nothing queued; the coordinator
+probes each uploaded file in its child process and survives them all, and a refused blob is gone once
+retention's grace has passed. `farm render --local` refuses the same file the same way."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator.retention import prune
+from farm_cli.client import FarmClient, FarmError
+from tests.farm.test_cli_messages import JOIN, coordinator, farm, one_line  # noqa: F401 - the fixture
+from tests.media_files import forged_long_wav, write_clip, write_wav
+
+SPEC = ["-p", "a fox", "-H", "128", "-W", "192", "-f", "25"]
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "notes.wav").write_text("not audio at all, only words")
+    return {
+        "tone": str(write_wav(tmp_path / "tone.wav", seconds=1.0)),
+        "notes": str(tmp_path / "notes.wav"),
+        "clip": str(write_clip(tmp_path / "clip.mp4", frames=8)),
+        "long": str(forged_long_wav(tmp_path / "long.wav")),
+        "gone": str(tmp_path / "gone.wav"),
+    }
+
+
+def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
+    return {
+        "not audio": (["--audio", f["notes"]], "--audio notes.wav: "),
+        "no audio stream": (["--audio", f["clip"]], "--audio clip.mp4: has no audio stream"),
+        "too long": (
+            ["--audio", f["long"]],
+            "--audio long.wav: claims 133200.0 s of audio, longer than the 600 s limit",
+        ),
+        "start past the end": (
+            ["--audio", f["tone"], "--audio-start", "5"],
+            "--audio tone.wav: --audio-start 5 s is outside the track's 1.00 s",
+        ),
+        "start without a file": (["--audio-start", "1"], "--audio-start needs --audio FILE"),
+        "no such file": (["--audio", f["gone"]], "no such file"),
+        "negative start": (
+            ["--audio", f["tone"], "--audio-start", "-1"],
+            "audio_input start -1.0 is outside",
+        ),
+        "A2V on a dev recipe": (
+            ["--audio", f["tone"], "--pipeline", "one-stage"],
+            "A2V runs with the distilled pipeline",
+        ),
+    }
+
+
+@pytest.mark.timeout(240)
+def test_audio_that_cannot_serve_a2v_is_refused_at_submit(coordinator, files, store, tmp_data):  # noqa: F811
+    for name, (args, line) in _cases(files).items():
+        result = farm(coordinator, "submit", *SPEC, *args)
+        assert result.returncode == 2, (name, result.returncode, result.stderr[-2000:])
+        assert line in one_line(result), (name, result.stderr)
+    assert not store.client.keys(
+        f"{store.prefix}:render:*"
+    )  # nothing queued, and the coordinator still answers
+    uploaded = set(store.blob_shas())
+    assert uploaded  # the refused files were uploaded before the probe refused them ...
+    prune(store, tmp_data, 0, int(time.time() * 1000) + 3 * 3600 * 1000)
+    assert not set(store.blob_shas()) & uploaded  # ... and no render names them: gone past the grace
+    good = farm(coordinator, "submit", *SPEC, "--audio", files["tone"], "--audio-start", "0.5")
+    assert good.returncode == 0 and good.stdout.strip(), good.stderr
+
+
+@pytest.mark.timeout(120)
+def test_render_local_probes_the_file_as_the_coordinator_does(files, tmp_path):
+    result = farm(
+        "127.0.0.1:1", "render", "--local", *SPEC, "--audio", files["clip"], token="unused", data=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--audio clip.mp4: has no audio stream" in one_line(result)
+
+
+@pytest.mark.timeout(60)
+def test_a_client_past_the_cli_is_refused_by_the_coordinator(coordinator, files, store):  # noqa: F811
+    with FarmClient(coordinator, JOIN[coordinator], timeout=10) as client:
+        tone = client.put_blob(Path(files["tone"]).read_bytes())
+        base = {"prompt": "a fox", "height": 128, "width": 192, "frames": 25, "pack": "tiny"}
+        for extra, line in (
+            ({"source_video": {"blob": tone, "name": "tone.wav"}}, "source video tone.wav: has no video"),
+            (
+                {"audio_input": {"blob": "cd" * 32, "name": "x.wav"}},
+                "--audio x.wav: its blob cdcdcdcdcdcd was never",
+            ),
+            ({"audio_input": {"blob": tone, "start": 1.0}}, "--audio-start 1 s is outside"),
+        ):
+            with pytest.raises(FarmError, match=line) as refused:
+                client.submit({**base, **extra})
+            assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in str(refused.value)
+        assert client.list() == [] and not store.client.keys(f"{store.prefix}:render:*")
