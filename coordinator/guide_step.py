@@ -37,7 +37,8 @@ def _state(inputs: dict[str, np.ndarray], prefix: str) -> LatentState:
 def sde_noise(params: dict, prefix: str, shape: tuple[int, ...], substep: bool) -> np.ndarray:
     """The res_2s SDE noise of one modality at this step (seeded per render, stream per modality/half)."""
     base = _NOISE_STREAMS[prefix][0 if substep else 1]
-    return res2s.sde_noise(shape, int(params["seed"]), sampling.stream_id(base, int(params["step"])))
+    index = int(params.get("stream_offset", 0)) + int(params["step"])  # stage 2's offset: streams of its own
+    return res2s.sde_noise(shape, int(params["seed"]), sampling.stream_id(base, index))
 
 
 def _modality_step(params: dict, inputs: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:

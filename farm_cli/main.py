@@ -94,6 +94,7 @@ def render(
     modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
     audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
     audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
+    stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
     exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
     video_decoder: VideoDecoder = None,  # issue #29
     dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
@@ -114,7 +115,8 @@ def render(
                             detailing_strength=detailing_strength, lora_fields=user_loras.fields,
                             guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
+        | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
         sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
         hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
         dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)

@@ -88,8 +88,11 @@ TextEncoder = Annotated[str | None, typer.Option(
     "(default: the pack's entry in DATA/config.toml, else mlx-community/gemma-3-12b-it-4bit).")]
 # The guided recipes (protos/guidance_spec.py; a knob left out takes the recipe's upstream default).
 Pipeline = Annotated[str, typer.Option(
-    "--pipeline", help="distilled (8+3 steps, no guidance) | one-stage (dev DiT, full resolution, guided).")]
+    "--pipeline", help="distilled (8+3 steps, no guidance) | one-stage (dev DiT, full resolution, guided) | "
+    "two-stage (guided half-res stage 1, dev + distilled LoRA stage 2) | two-stage-hq (both res_2s).")]
 Steps = Annotated[int | None, typer.Option("--steps", help="Guided steps (LTX2 scheduler; default 30, HQ 15).")]
+Stage1Steps = Annotated[int | None, typer.Option("--stage1-steps", help="Stage-1 steps (= --steps; two-stage name).")]
+Stage2Steps = Annotated[int | None, typer.Option("--stage2-steps", help="Stage-2 steps: the table's last N (1-3).")]
 CfgScale = Annotated[float | None, typer.Option("--cfg-scale", help="Video CFG (default 3; 1 = off).")]
 StgScale = Annotated[float | None, typer.Option("--stg-scale", help="Video STG (default 1; 0 = off).")]
 StgBlocks = Annotated[str | None, typer.Option("--stg-blocks", help="Blocks whose self-attention STG skips (28).")]

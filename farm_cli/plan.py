@@ -121,6 +121,7 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
          modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
          audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
          audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
+    stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
          sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
          stage1_parallel: opt.Stage1Parallel = None,  # issue #25
          auto_duration: AutoDuration = None, video_decoder: VideoDecoder = None,  # issue #29
@@ -143,7 +144,8 @@ def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.
                              lora_fields=user_loras.fields,
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
+        | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
                              hdr_fields=hdr_fields(None, auto_duration) | decoder_fields(video_decoder),
                              dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=media.resolve(audio, audio_start).fields)
@@ -174,3 +176,8 @@ def print_guidance(spec) -> None:
     rounds = "2 evaluations x " if rec.sampler == RES_2S else ""
     typer.echo(f"guidance: {len(rec.sigmas) - 1} steps x {rounds}{len(rec.passes)} passes ({', '.join(rec.passes)}) "
                f"= {rec.forwards_per_step()} forwards per step, combined on the coordinator")
+    from coordinator.plan.guided_render import stage2_line
+
+    line = stage2_line(RenderPlan(spec), rec)
+    if line:
+        typer.echo(line)

@@ -67,6 +67,7 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
            sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
            stage1_parallel: opt.Stage1Parallel = None,  # issue #25
+           stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
            detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
            lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
            pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
@@ -93,7 +94,8 @@ def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPE
                              lora_fields=user_loras.fields,
                              guidance=opt.guidance_fields(
         pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt),
+        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
+        | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
                              sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
                              hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
                              dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)

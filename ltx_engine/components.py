@@ -193,8 +193,9 @@ def render_components(spec: dict) -> tuple[str, ...]:
     out += ["connector", "transformer", "spatial_upscaler", "vae_decoder"]
     if spec.get("pipeline") == "one-stage":  # the dev DiT at full resolution: no distilled DiT, no upsample
         out[out.index("transformer"):out.index("spatial_upscaler") + 1] = ["transformer_dev"]
-    elif spec.get("pipeline") not in (None, "distilled"):  # dev guided stage 1, then the distilled stage 2
-        out.insert(out.index("transformer"), "transformer_dev")
+    elif spec.get("pipeline") not in (None, "distilled"):  # dev guided stage 1, then stage 2 on dev + distilled LoRA
+        out[out.index("transformer")] = "transformer_dev"
+        out.insert(out.index("transformer_dev") + 1, "distilled_lora")
     if spec.get("images") or spec.get("image"):
         out.append("vae_encoder")
     if str(spec.get("temporal_upscalings") or 0) not in ("0", "0.0"):  # a bad value is refused elsewhere
@@ -214,6 +215,8 @@ def task_needs(kind: str, params: dict | None = None) -> list[str]:
     by name, or one the worker resolves when no live worker described the pack at submit); a decode with
     `decoder: diffusion` needs the diffusion decoder instead of the conv one."""
     needs = list(KIND_COMPONENTS.get(kind, ()))
+    if (params or {}).get("distilled_lora_strength") is not None:  # the dev DiT + distilled LoRA (dev_distilled.py)
+        needs = [c for c in needs if c not in ("transformer", "transformer_dev")] + ["transformer_dev", "distilled_lora"]
     if (params or {}).get("decoder") == DIFFUSION and "vae_decoder" in needs:
         needs[needs.index("vae_decoder")] = "vae_decoder_av"
     if kind == "text_encode" and (params or {}).get("text_encoder") != text_encoders.PACK:

@@ -247,10 +247,11 @@ class Pack:
         out = self._read("transformer_dev" if fused_dev else component)
         distilled = self.layout.found["distilled_lora"].files[0] if fused_dev else None
         lora_set = [self._lora(distilled, DISTILLED_LORA_STRENGTH)] if distilled else []
-        if component in ("transformer", "connector"):
+        if component in ("transformer", "transformer_dev", "connector"):  # the dev DiT: guided passes (#23)
             lora_set += [self._lora(name, strength) for name, strength in loras]
         if lora_set:
-            out = fuse_loras(out, lora_set, sanitize, file=self.file_label(component), component=component)
+            dit = "transformer" if component == "transformer_dev" else component  # the dev DiT takes the DiT's factors
+            out = fuse_loras(out, lora_set, sanitize, file=self.file_label(component), component=dit)
         to_model = getattr(model_class(component), "pack_to_model", None)
         return to_model(out) if to_model is not None else out
 

@@ -33,8 +33,9 @@ def ltx2_sigmas(steps: int, tokens: int = MAX_SHIFT_ANCHOR, max_shift: float = 2
     # torch evaluates `scalar / tensor` as `reciprocal(tensor) * scalar`: mirrored, so at sigma 1 the
     # shifted value sits one rounding below 1 and a 1-step schedule stretches to 0.1 as upstream's does.
     out[nz] = (F32(1.0) / (e + (F32(1.0) / sigmas[nz] - F32(1.0)))) * e
-    if stretch:
+    if stretch:  # 1 step on a latent whose shift rounds sigma 1 to 1: 0/0, NaN as upstream (the planner refuses it)
         one_minus = F32(1.0) - out[nz]
         scale = one_minus[-1] / F32(1.0 - terminal)
-        out[nz] = F32(1.0) - one_minus / scale
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[nz] = F32(1.0) - one_minus / scale
     return tuple(float(s) for s in out.astype(F32))

@@ -51,6 +51,8 @@ def _scale(name: str, value: object) -> float:
 GUIDANCE_FIELDS = {
     "pipeline": pipeline,
     "steps": integer(1, MAX_STEPS),
+    "stage1_steps": integer(1, MAX_STEPS),
+    "stage2_steps": integer(1, MAX_STEPS),  # at most the stage-2 table's steps: the planner's check
     "cfg_scale": _scale,
     "stg_scale": _scale,
     "stg_blocks": stg_blocks,

@@ -299,6 +299,8 @@ class RenderSpec:
     # The recipe and its guidance (protos/guidance_spec.py); None = the recipe's upstream default.
     pipeline: str = "distilled"  # distilled | one-stage | two-stage | two-stage-hq
     steps: int | None = None  # dev stage 1 / one-stage steps (LTX2 scheduler)
+    stage1_steps: int | None = None  # the same count by the MLX port's two-stage name (must agree with steps)
+    stage2_steps: int | None = None  # stage 2: the last N steps of its sigma table (default all 3)
     cfg_scale: float | None = None
     stg_scale: float | None = None
     stg_blocks: tuple[int, ...] | None = None

@@ -23,11 +23,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ltx_engine.dev_distilled import dev_view
 from ltx_engine.loader import PackError, read_safetensors
 from ltx_engine.lora import FUSED, LoraInput, WithLoras, file_sha256, lora_set_identity
 
 Fetch = Callable[[str], bytes | bytearray | memoryview]
-DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile")
+DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile", "guidance_pass")
 
 
 class LoraFileError(PackError):
@@ -46,7 +47,7 @@ class FusedLoras(WithLoras):
         return f"{self.pack.key}|loras:{self.identity}"
 
     def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict:
-        if component == "transformer":
+        if component in ("transformer", "transformer_dev"):  # the dev DiT: a guided pass's (issue #23)
             self._counter[0] += 1
         return self.pack.tensors(component, loras=self.loras + tuple(loras))
 
@@ -77,7 +78,11 @@ class LoraSets:
         self._shas: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256 of a pack file
 
     def view(self, pack, params: dict):
-        """The pack as this task's DiT sees it: with the set (fused or adapted), or the pack itself."""
+        """The pack as this task's DiT sees it: with the set (fused or adapted), or the pack itself; under
+        a dev recipe's distilled LoRA when the task names its strength (ltx_engine/dev_distilled.py)."""
+        return dev_view(self._user_view(pack, params), params)
+
+    def _user_view(self, pack, params: dict):
         loras = params.get("loras") or ()
         if not loras:
             return pack

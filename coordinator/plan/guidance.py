@@ -20,9 +20,12 @@ from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expec
 from ltx_engine import guidance as G
 from ltx_engine import res2s
 from ltx_engine.schedule import ltx2_sigmas
-from protos.guidance_spec import DISTILLED, TWO_STAGE_HQ
+from protos.guidance_spec import DISTILLED, ONE_STAGE, TWO_STAGE_HQ
 
 REFERENCE_LAYERS = 48  # the released LTX-2 / 2.3 DiTs
+# The distilled LoRA on the dev DiT (ltx-pipelines `args.py`): HQ's --distilled-lora-strength-stage-1/2
+# defaults, and two-stage's --distilled-lora at its default strength (DEFAULT_LORA_STRENGTH).
+HQ_STAGE1_LORA, HQ_STAGE2_LORA, TWO_STAGE_LORA = 0.25, 0.5, 1.0
 EULER, RES_2S = "euler", "res_2s"
 STATE = ("latent", "clean", "mask", "positions")
 AUDIO_STATE = tuple(f"audio_{k}" for k in STATE)
@@ -38,6 +41,9 @@ class Recipe:
     video: G.GuiderParams
     audio: G.GuiderParams
     negative_prompt: str
+    distilled_lora: float | None = None  # the distilled LoRA's strength on the passes' dev DiT (HQ: 0.25)
+    stage2_lora: float | None = None     # ... on stage 2's (two-stage 1.0, HQ 0.5; one-stage has none)
+    stream_offset: int = 0               # res_2s SDE noise: stage 2 draws streams of its own
 
     @property
     def passes(self) -> tuple[str, ...]:
@@ -69,11 +75,21 @@ def recipe(spec: Mapping) -> Recipe | None:
     hq = name == TWO_STAGE_HQ
     video = _override(G.VIDEO_HQ if hq else G.VIDEO_DEV, spec, "")
     audio = _override(G.AUDIO_HQ if hq else G.AUDIO_DEV, spec, "audio_")
-    steps = spec.get("steps") or (G.HQ_STEPS if hq else G.DEV_STEPS_2_3)
+    steps = stage1_steps(spec) or (G.HQ_STEPS if hq else G.DEV_STEPS_2_3)
     negative = spec.get("negative_prompt")
     sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if hq and spec.get("frames") else {}))
+    stage2 = None if name == ONE_STAGE else HQ_STAGE2_LORA if hq else TWO_STAGE_LORA
     return Recipe(pipeline=name, sampler=RES_2S if hq else EULER, sigmas=sigmas, video=video,
-                  audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative))
+                  audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
+                  distilled_lora=HQ_STAGE1_LORA if hq else None, stage2_lora=stage2)
+
+
+def stage1_steps(spec: Mapping) -> int | None:
+    """--stage1-steps, or --steps (the MLX port's name for one-stage and stage 1 alike); both must agree."""
+    steps, stage1 = spec.get("steps"), spec.get("stage1_steps")
+    if steps is not None and stage1 is not None and int(steps) != int(stage1):
+        raise SpecError(f"--steps {steps} and --stage1-steps {stage1} disagree: give one")
+    return stage1 if stage1 is not None else steps
 
 
 def _stage1_tokens(spec: Mapping) -> int:
@@ -134,6 +150,7 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: Recipe, par
     return task(rid, f"{stage}.{ev.label}.{name}", "guidance_pass",
                 {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step, "cells": cells,
                  "video": G.params_to_dict(rec.video), "audio": G.params_to_dict(rec.audio) if audio else None,
+                 **({} if rec.distilled_lora is None else {"distilled_lora_strength": rec.distilled_lora}),
                  "expect": out},
                 {**state, **contexts})
 
@@ -164,6 +181,7 @@ def plan_guided_stage(rid: str, stage: str, rec: Recipe, params: dict, source: s
         tasks.append(task(rid, name, "guide_step",
                           {**({"finish": finish} if last and finish else {}), "evaluation": ev.evaluation, "step": ev.step, "sigmas": list(_schedule(rec)),
                            "passes": list(rec.passes), "seed": int(params.get("seed", 0)),
+                           **({"stream_offset": rec.stream_offset} if rec.stream_offset else {}),
                            "video": G.params_to_dict(rec.video), "audio": G.params_to_dict(rec.audio) if audio else None,
                            "expect": {}},
                           step_in, capability=COORDINATOR))

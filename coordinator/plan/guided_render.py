@@ -5,16 +5,25 @@ One-stage (ltx-pipelines' TI2VidOneStagePipeline): text and the negative prompt'
 noise at the LTX2 schedule's first sigma, image conditioning when given), the guided stage as pass
 tasks + guide steps (`plan/guidance.py`), then the decode and the audio decode as every render.
 Two-stage (TI2VidTwoStagesPipeline): the same guided stage 1 at half resolution, then the distilled
-render's upsample and stage 2 unchanged (its `transformer`: the distilled DiT, or on a dev-only pack
-the dev DiT with the distilled LoRA fused, which is upstream's stage-2 model).
+render's upsample and stage 2, whose DiT is upstream's: the dev DiT with the distilled LoRA fused
+(`distilled_lora_strength`, `ltx_engine/dev_distilled.py`), never the distilled checkpoint. Two-stage HQ
+(TI2VidTwoStagesHQPipeline): stage 1 res_2s on dev + distilled LoRA 0.25, then stage 2 res_2s (3 steps x
+2 evaluations + the final one, each a cond-only pass task and a guide step) on dev + LoRA 0.5.
+Stage-2 audio follows upstream main (1.2.0, written in tests/parity/upstream_rules.py): re-noised at the
+first stage-2 sigma and denoised beside the video, whose cross-attention reads it, then discarded: the
+render's audio is stage 1's (1.0.0 decoded stage 2's). Tiled stage 2 keeps it frozen, as TDP does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from coordinator.plan.graph import SPATIAL_FACTOR, audio_latent_frames, expect, latent_frames, ref, task
-from coordinator.plan.guidance import Recipe, plan_guided_stage
+from coordinator.plan.guidance import RES_2S, Recipe, plan_guided_stage
+from ltx_engine import guidance as G
+from ltx_engine.components import task_needs
+from protos.guidance_spec import TWO_STAGE_HQ
 
 AUDIO_CHANNELS = 8  # the audio VAE's latent channels (z_channels) the stage's audio tokens fold back into
 
@@ -45,3 +54,58 @@ def plan_guided_stage1(rid: str, spec: Mapping, rec: Recipe, ctx: dict, negative
 
 def contexts_of(task_id: str) -> dict:
     return {k: ref(task_id, k) for k in ("video_context", "audio_context", "context_mask")}
+
+
+NO_GUIDANCE = G.GuiderParams()  # stage 2's SimpleDenoiser: the cond pass alone
+STAGE2_STREAMS = 1 << 12         # stage 2's res_2s SDE noise streams start past any stage-1 step
+STAGE2_DIT_KINDS = ("denoise_stage2", "transformer_forward")
+
+
+def stage2_recipe(rec: Recipe, sigmas: list[float]) -> Recipe:
+    """HQ's stage 2 as a guided stage: res_2s on the stage-2 table, one cond pass per evaluation."""
+    return replace(rec, sampler=RES_2S, sigmas=tuple(float(s) for s in sigmas), video=NO_GUIDANCE,
+                   audio=NO_GUIDANCE, distilled_lora=rec.stage2_lora, stream_offset=STAGE2_STREAMS)
+
+
+def guided_stage2(tasks: list[dict], rid: str, rec: Recipe, ctx: dict) -> list[dict]:
+    """The distilled render's stage 2 made upstream's for a dev recipe: its DiT tasks on dev + distilled
+    LoRA, untiled audio re-noised; for HQ the `denoise_stage2` task replaced by the res_2s stage."""
+    out: list[dict] = []
+    for t in tasks:
+        if not t["id"].startswith(f"{rid}.stage2") or t["kind"] not in STAGE2_DIT_KINDS:
+            out.append(t)
+            continue
+        params = {**t["params"], "distilled_lora_strength": rec.stage2_lora}
+        if t["kind"] == "denoise_stage2":
+            params["renoise_audio"] = True
+        if t["kind"] == "denoise_stage2" and rec.pipeline == TWO_STAGE_HQ:
+            out += plan_hq_stage2(rid, rec, params, t["inputs"], ctx)
+            continue
+        out.append({**t, "params": {**params, "needs": task_needs(t["kind"], params)}})
+    return out
+
+
+def plan_hq_stage2(rid: str, rec: Recipe, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+    """Prepare (the upsampled video and stage 1's audio, re-noised at the first sigma), then res_2s."""
+    grid = tuple(params["expect"]["video_latent"]["shape"][2:])
+    base = {k: v for k, v in params.items() if k not in ("expect", "needs", "distilled_lora_strength")}
+    prep = task(rid, "stage2.prep", "stage_prepare", {**base, "expect": {}}, inputs)
+    finish = {"grid": list(grid), "audio_channels": AUDIO_CHANNELS}
+    stage = plan_guided_stage(rid, "stage2", stage2_recipe(rec, params["sigmas"]), base, prep["id"],
+                              {"prompt": ctx, "negative": ctx}, audio=True, finish=finish)
+    stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
+    return [prep, *stage]
+
+
+def stage2_line(spec: Mapping, rec: Recipe) -> str | None:
+    """`farm plan`'s stage-2 line of a two-stage recipe: its steps, evaluations and pass, and its DiT."""
+    if rec.stage2_lora is None:
+        return None
+    from coordinator.plan.stage2 import stage2_sigmas
+
+    steps = len(stage2_sigmas(spec)) - 1
+    if rec.pipeline == TWO_STAGE_HQ:
+        how = f"{steps} steps x 2 evaluations x 1 pass (cond) + the final evaluation"
+    else:
+        how = f"{steps} steps x 1 forward (cond; tiles x steps with --stage2-tiles)"
+    return f"stage 2: {how} on dev + distilled LoRA {rec.stage2_lora:g}"

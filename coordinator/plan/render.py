@@ -37,7 +37,8 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     task,
 )
 from coordinator.plan.guidance import check_recipe
-from coordinator.plan.guided_render import contexts_of, negative_text_task, plan_guided_stage1
+from coordinator.plan.guided_checks import check_guided_extras
+from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
 from coordinator.plan.images import (
     generated_slot_params,
     generated_slots,
@@ -140,8 +141,7 @@ def _check_guided(spec: RenderPlan) -> None:
     """A guided recipe's refusals (plan/guidance.py), and what the farm does not build for it yet."""
     if check_recipe(spec) is None:
         return
-    if spec["pipeline"] not in ("one-stage", "two-stage"):
-        raise SpecError(f"--pipeline {spec['pipeline']} is not built on the farm yet (one-stage and two-stage are)")
+    check_guided_extras(spec)  # plan/guided_checks.py (issue #23)
     for key, flag in (("stage2_tiles", "--stage2-tiles"), ("stage2_sigmas", "--stage2-sigmas"),
                       ("detailing_lora", "--detailing-lora")):
         if spec.get(key) is not None and spec["pipeline"] == "one-stage":
@@ -274,6 +274,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
     else:
         tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params,
                                   (guided, *guided_ctx) if guided is not None else None))
+        tasks = tasks if guided is None else guided_stage2(tasks, rid, guided, ctx)  # plan/guided_render.py
     final, decode_spec = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec
     if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
         dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)

@@ -130,7 +130,9 @@ def stage2_sigmas(spec: Mapping) -> list[float]:
     if spec.get("stage2_sigmas"):
         return [float(x) for x in spec["stage2_sigmas"]]
     tiled = spec.get("stage2_tiles") not in (None, "1x1", "1x1x1")
-    return list(TDP_STAGE_2_SIGMAS if tiled else STAGE_2_DISTILLED_SIGMAS)
+    table = list(TDP_STAGE_2_SIGMAS if tiled else STAGE_2_DISTILLED_SIGMAS)
+    steps = spec.get("stage2_steps")  # issue #23: --stage2-steps N keeps the table's last N steps
+    return table if steps is None else table[-(int(steps) + 1):]
 
 
 def _marker_params(spec: Mapping, params: dict, grid: tuple[int, int, int]) -> dict:

@@ -187,3 +187,30 @@ def downsample_mask_to_latent(mask: torch.Tensor, frames: int, height: int, widt
         rest = rearrange(down[:, :, 1:], "b 1 (f t) h w -> b 1 f t h w", t=(f_pix - 1) // (frames - 1)).mean(dim=3)
         first = torch.cat([first, rest], dim=2)
     return rearrange(first, "b 1 f h w -> b (f h w)")
+
+
+# ---------------------------------------------------------------- dev two-stage recipes' stage 2 (ltx-pipelines)
+# Read from Lightricks/LTX-2: `ti2vid_two_stages.py` at 1.0.0 (4dbd99e) and main (1.2.0), and
+# `ti2vid_two_stages_hq.py` at its first version (d230aec, still 1.0.0) and main. No code to patch: the
+# farm's planner follows main, and tests/parity/test_stage2_rules.py holds its plan to these.
+
+STAGE2_AUDIO_1_0_0 = "re-noised at the first stage-2 sigma, denoised with the video, stage 2's audio decoded"
+STAGE2_AUDIO_MAIN = "re-noised at the first stage-2 sigma, denoised with the video, discarded: stage 1's decoded"
+"""Main's `video_state, _ = self.stage_2(...)` ("Stage 2 refines video only; discard its audio"): the
+stage-2 audio still feeds the video's audio->video cross-attention at every step, so it is denoised, but
+the render's audio is stage 1's, which saw the whole clip (the multi-GPU path's stage 2 sees tiles).
+1.0.0 decoded `audio_state` from stage 2. The MLX port cites a later upstream (v1.4.0 `freeze_audio=True`)
+that freezes it; that code is not readable here, so the farm follows main's 1.2.0."""
+
+STAGE2_LORAS_1_0_0_HQ = ("user LoRAs", "distilled@stage-1 strength", "user LoRAs", "distilled@stage-2 strength")
+STAGE2_LORAS_MAIN = ("user LoRAs", "distilled@stage-2 strength")
+"""HQ's first version built stage 2 as `stage_1_model_ledger.with_loras((*loras, distilled_stage_2))`, and
+`with_loras` appends: the user's LoRAs twice and both distilled strengths (0.25 + 0.5). Main builds each
+stage from the dev checkpoint with `(*loras, distilled_lora_stage_N)`: stage 1 at 0.25, stage 2 at 0.5
+(two-stage: stage 1 the user's LoRAs alone, stage 2 `(*loras, *distilled_lora)` at its given strength, 1)."""
+
+
+def stage2_audio_main(stage1_audio, stage2_audio):
+    """The audio latent main decodes after a two-stage render: stage 1's (1.0.0: `stage2_audio`)."""
+    del stage2_audio
+    return stage1_audio

@@ -36,12 +36,25 @@ def test_plan_shows_the_guided_passes_per_step(tmp_path: Path) -> None:
     (["--pipeline", "one-stage", "--stg-scale", "-2"], "stg_scale -2.0 is outside [0.0, 100.0]"),
     (["--pipeline", "one-stage", "--steps", "0"], "steps 0 is outside 1..200"),
     (["--pipeline", "one-stage", "--stg-blocks", "99"], "--stg-blocks 99: outside the model's 48 blocks"),
+    (["--pipeline", "two-stage-hq", "--steps", "5000"], "steps 5000 is outside 1..200"),
+    (["--pipeline", "two-stage", "--stage2-steps", "4"], "--stage2-steps 4: stage 2's sigma table has 3 steps"),
+    (["--pipeline", "one-stage", "--stage2-steps", "2"], "--stage2-steps is a stage-2 option"),
+    (["--stage1-steps", "4"], "--stage1-steps does not apply to the distilled pipeline"),
 ])
 def test_bad_guidance_input_is_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
     result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), *args)
     assert result.returncode == 2, (result.stdout, result.stderr)
     err = result.stderr.strip()
     assert line in err and len(err.splitlines()) == 1
+
+
+def test_plan_shows_hq_passes_per_step(tmp_path: Path) -> None:
+    result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), "-H", "512", "-W", "768",
+                   "-f", "49", "--pipeline", "two-stage-hq", "--stage1-steps", "15", "--stage2-steps", "3")
+    assert result.returncode == 0, result.stderr
+    assert "guidance: 15 steps x 2 evaluations x 3 passes (cond, uncond, isolated) = 6 forwards per step" in result.stdout
+    assert "stage 2: 3 steps x 2 evaluations x 1 pass (cond) + the final evaluation on dev + distilled LoRA 0.5" in (
+        result.stdout)
 
 
 def test_cost_model_predicts_a_4_pass_step_on_4_macs(tmp_path: Path) -> None:

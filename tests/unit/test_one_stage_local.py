@@ -37,7 +37,9 @@ def test_one_stage_graph():
 
 
 @pytest.mark.parametrize("extra,line", [
-    ({"pipeline": "two-stage-hq"}, "--pipeline two-stage-hq is not built on the farm yet"),
+    ({"pipeline": "two-stage-hq", "stage2_tiles": "1x2"}, "--stage2-tiles is not built for --pipeline two-stage-hq"),
+    ({"stage2_steps": 1}, "--stage2-steps is a stage-2 option; --pipeline one-stage has no stage 2"),
+    ({"pipeline": "two-stage", "stage2_steps": 1, "stage2_sigmas": [0.5, 0.0]}, "--stage2-steps and --stage2-sigmas"),
     ({"stage2_tiles": "1x2"}, "--stage2-tiles is a stage-2 option"),
     ({"stg_blocks": [60]}, "--stg-blocks 60: outside the model's 48 blocks"),
 ])
