@@ -36,6 +36,13 @@ def compute_seconds(metrics: list[dict]) -> float:
     return sum(float(m.get("seconds") or 0.0) - float(m.get("load_s") or 0.0) for m in metrics)
 
 
+def cpu_seconds(metrics: list[dict]) -> float:
+    """Summed process CPU seconds during the forwards (the runner's `cpu_s`): in the worker it counts the
+    helper threads that ran beside them too, and unlike wall time it holds still when other work loads
+    the machine."""
+    return sum(float(m.get("cpu_s") or 0.0) for m in metrics)
+
+
 def _spans(events: list[dict], is_stage2) -> dict[str, tuple[float, float, dict]]:
     """task id -> (leased ms, done ms, task_done metrics) of the stage-2 tasks' last attempts."""
     leased: dict[str, float] = {}
@@ -97,9 +104,11 @@ def _is_stage2(task_id: str) -> bool:
     return ".stage2" in task_id
 
 
-def local_stage2_seconds(spec: dict, packs: Path, out: Path) -> tuple[float, float, float, float, float]:
+def local_stage2_seconds(
+    spec: dict, packs: Path, out: Path
+) -> tuple[float, float, float, float, float, float]:
     """(stage-2 wall seconds, mean tile-forward seconds, summed forward seconds, reducer seconds, forward
-    compute seconds) of an in-process render."""
+    compute seconds, forward CPU seconds) of an in-process render."""
     from farm_cli.local import render_local
     from worker.runner import Runner
 
@@ -126,14 +135,15 @@ def local_stage2_seconds(spec: dict, packs: Path, out: Path) -> tuple[float, flo
         sum(forwards),
         reducer,
         compute_seconds(metrics),
+        cpu_seconds(metrics),
     )
 
 
 def farm_stage2_seconds(
     spec: dict, data: Path
-) -> tuple[tuple[float, float, float], dict[int, int], dict[str, float]]:
-    """((stage-2 wall seconds, mean tile-forward seconds, forward compute seconds), bytes moved per step,
-    where the time went) through a 1-worker farm."""
+) -> tuple[tuple[float, float, float, float], dict[int, int], dict[str, float]]:
+    """((stage-2 wall seconds, mean tile-forward seconds, forward compute seconds, forward CPU seconds), bytes
+    moved per step, where the time went) through a 1-worker farm."""
     from coordinator.state.blobs import BlobStore
     from farm_cli.client import FarmClient
     from farm_cli.services import local_farm
@@ -160,7 +170,12 @@ def farm_stage2_seconds(
     mean_forward = sum(t["metrics"]["seconds"] for t in tiles) / max(1, len(tiles))
     wall = (max(done) - min(leased)) / 1000.0
     return (
-        (wall, mean_forward, compute_seconds([t["metrics"] for t in tiles])),
+        (
+            wall,
+            mean_forward,
+            compute_seconds([t["metrics"] for t in tiles]),
+            cpu_seconds([t["metrics"] for t in tiles]),
+        ),
         moved,
         farm_breakdown(events, _is_stage2),
     )
@@ -225,11 +240,12 @@ def run(height: int, width: int, frames: int, tiles: str, pack: str, data: Path 
         parts.append(where)
         typer.echo(
             f"pair {pair + 1}: in-process {lo[0]:.3f} s, farm {fa[0]:.3f} s, raw ratio {fa[0] / lo[0]:.3f}, "
-            f"forward ratio {fa[2] / lo[4]:.3f}, net {_net(fa, lo, where):.3f}",
+            f"forward ratio {fa[2] / lo[4]:.3f} (CPU {fa[3] / max(lo[5], 1e-9):.3f}), net {_net(fa, lo, where):.3f}",
             err=True,
         )
     raw = [f[0] / lo[0] for f, lo in zip(farm, local, strict=True)]
     forward = [f[2] / lo[4] for f, lo in zip(farm, local, strict=True)]
+    cpu = [f[3] / lo[5] for f, lo in zip(farm, local, strict=True) if lo[5]]
     med = statistics.median
     typer.echo(f"stage 2, {tiles} tiles, {width}x{height}x{frames}, pack {pack}, {pairs} interleaved pairs")
     typer.echo(f"machine before: {load_before}; after: {_load()}")
@@ -239,6 +255,8 @@ def run(height: int, width: int, frames: int, tiles: str, pack: str, data: Path 
     )
     typer.echo(f"{'mean tile forward s':24}{med(x[1] for x in local):>12.3f}{med(x[1] for x in farm):>18.3f}")
     typer.echo(f"forward ratio worker / in-process: {_spread(forward)}  {_goal(med(forward), FORWARD_GOAL)}")
+    if cpu:  # what the worker's process burned during its forwards beyond the forwards themselves
+        typer.echo(f"forward CPU ratio (process CPU seconds during the forwards): {_spread(cpu)}")
     typer.echo(
         f"raw ratio farm / in-process (stage-2 wall): {_spread(raw)}  {_goal(med(raw), RAW_GOAL)}"
         " (where a tile forward >= 0.5 s)"
