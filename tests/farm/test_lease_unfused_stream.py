@@ -12,8 +12,14 @@ LORAS = [{"name": "style", "strength": 0.8, "blob": "ab" * 32}]
 
 
 def _task(render: str, spec: dict) -> dict:
-    task = {"id": f"{render}.s1", "kind": "denoise_stage1", "inputs": {}, "deps": [], "capability": "mlx",
-            "params": {"pack": "p", "height": 512, "width": 768, "frames": 49, "loras": LORAS}}
+    task = {
+        "id": f"{render}.s1",
+        "kind": "denoise_stage1",
+        "inputs": {},
+        "deps": [],
+        "capability": "mlx",
+        "params": {"pack": "p", "height": 512, "width": 768, "frames": 49, "loras": LORAS},
+    }
     costs.annotate([task], spec)
     return task
 
