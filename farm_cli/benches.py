@@ -24,7 +24,7 @@ def overhead(
     data: Annotated[Path | None, typer.Option("--data")] = None,
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved in-process/farm rounds.")] = 3,
 ) -> None:
-    """Stage-2 wall time through the farm (1 worker) vs in-process, same tiles: paired ratio; bytes per step."""
+    """Stage-2 wall time through the farm (1 worker) vs in-process, same tiles: paired raw and forward ratios; bytes per step."""
     from farm_cli.bench.overhead import run
 
     run(height, width, frames, tiles, pack, data, pairs)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from protos.auth import NO_TOKEN, TOKEN_ON_ARGV, TokenError, resolve_token
+from worker import quiet
 from worker.agent import Agent
 from worker.connection import default_worker_id, request_drain
 
@@ -53,6 +54,7 @@ def run_worker(coordinator: str, token: str, packs_dir: Path | None = None, work
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
     signal.signal(signal.SIGUSR1, lambda *_: agent.drain())
+    quiet.freeze_startup_heap()
     return agent.run(max_tasks=max_tasks)
 
 

@@ -15,6 +15,7 @@ import grpc
 
 from protos import farm_pb2, farm_pb2_grpc
 from protos.records import Progress
+from worker import quiet
 from worker.connection import RPC_TIMEOUT_S, Coordinators
 
 log = logging.getLogger("farm.worker")
@@ -49,6 +50,7 @@ class Heartbeat(threading.Thread):
         self._done = threading.Event()
 
     def run(self) -> None:
+        quiet.background()  # never take a core from the forward it beats for
         while not self._done.wait(self.interval_s):
             request = farm_pb2.HeartbeatRequest(
                 task_id=self.lease.task_id,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import grpc
 
 from protos import farm_pb2
+from worker import quiet
 
 log = logging.getLogger("farm.worker")
 
@@ -43,6 +44,7 @@ class Prefetcher:
         self._thread.start()
 
     def _warm(self, request: farm_pb2.LeaseRequest) -> None:
+        quiet.background()  # it runs beside a forward: only the next lease has to find its blobs
         try:
             shas = list(self._ask(request).shas)[:MAX_PREFETCH]
         except grpc.RpcError as exc:  # an older coordinator (UNIMPLEMENTED) or a blip: no warm-up, no harm

@@ -17,6 +17,7 @@ import grpc
 
 from protos import farm_pb2, farm_pb2_grpc
 from protos.retry import Backoff, Outage
+from worker import quiet
 
 log = logging.getLogger("farm.worker")
 
@@ -34,6 +35,7 @@ class Presence(threading.Thread):
         self._call: grpc.Call | None = None
 
     def run(self) -> None:
+        quiet.background()  # an idle stream: never take a core from a forward
         outage, backoff = Outage("presence stream", log), Backoff(first_s=0.2, max_s=self.max_backoff_s)
         request = farm_pb2.AttachRequest(worker_id=self.worker_id, session=self.session)
         while not self._stopping.is_set():

@@ -244,7 +244,7 @@ class Runner:
         if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead
             self.loras.attach(self.engine.registry, pack)
         mx.reset_peak_memory()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()  # cpu: the whole process's, helper threads too
         loads = self.engine.registry.load_seconds
         last = [start, loads]  # the last step's time and load seconds: loading is not throttled
 
@@ -257,7 +257,8 @@ class Runner:
 
         outputs = handler(pack, params, inputs, step)
         self._throttle(last)
-        metrics = {"seconds": round(time.perf_counter() - start, 4), "peak_memory_bytes": int(mx.get_peak_memory()),
+        metrics = {"seconds": round(time.perf_counter() - start, 4), "cpu_s": round(time.process_time() - cpu, 4),
+                   "peak_memory_bytes": int(mx.get_peak_memory()),
                    "models": self.engine.registry.loaded(),  # warm after this task: the scheduler's affinity
                    "load_s": round(self.engine.registry.load_seconds - loads, 4)}  # the cost model's cold start
         if self.engine.stream_blocks:

@@ -178,6 +178,13 @@ def stream_peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None)
     return int(peak - blocks * (1 - STREAM_BLOCKS_RESIDENT / DIT_BLOCKS))
 
 
+def streamable(spec: Mapping) -> bool:
+    """Whether a render's DiT tasks may run streamed: not with an unfused LoRA set, whose run-time adapters
+    wrap a resident DiT's layers (worker/loras.py); with no streamed need, lease.lua keeps those tasks on
+    workers that hold the DiT resident (docs/ARCHITECTURE.md, block streaming)."""
+    return not (spec.get("loras") and spec.get("lora_mode") == "unfused")
+
+
 def streams_on(memory_bytes: int, params: Mapping) -> bool:
     """Whether a worker of `memory_bytes` runs a task streamed: its resident peak does not fit, its
     streamed one does (lease.lua's rule; the worker's own choice is the first half)."""
@@ -234,9 +241,8 @@ def annotate(tasks: list[dict], spec: Mapping) -> None:
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
-            # The smaller Macs may take it streamed (stream_peak_bytes); run-time LoRA adapters attach
-            # to a resident DiT only, so an unfused set keeps its tasks resident.
-            if t["kind"] in DIT_KINDS and not (spec.get("loras") and spec.get("lora_mode") == "unfused"):
+            # The smaller Macs may take it streamed (stream_peak_bytes), unless its LoRAs are unfused.
+            if t["kind"] in DIT_KINDS and streamable(spec):
                 params["stream_peak_bytes"] = stream = stream_peak_bytes(t["kind"], params, pack_bytes)
                 params["min_memory_stream_bytes"] = min_memory_bytes(stream)
 

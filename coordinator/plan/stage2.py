@@ -94,8 +94,9 @@ def _step_seconds(spec: Mapping, holders: list[dict], grid: tuple[int, int, int]
                          "cost_s": costs.reference_seconds("transformer_forward", {"tile": tile_box(t)}),
                          "min_memory_bytes": costs.min_memory_bytes(
                              costs.peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes)),
-                         "min_memory_stream_bytes": costs.min_memory_bytes(
-                             costs.stream_peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes))}}
+                         **({"min_memory_stream_bytes": costs.min_memory_bytes(
+                             costs.stream_peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes))}
+                            if costs.streamable(spec) else {})}}
              for t in tiles]
     slots = [placement.Slot(str(i), str(w.get("chip") or ""), int(w.get("memory_bytes") or 0))
              for i, w in enumerate(holders)]

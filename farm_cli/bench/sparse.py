@@ -5,12 +5,15 @@ buys depends on the machine and the token count, and only the attention gets che
 (latent frames of 32 x 32 tokens, so the frame rule routes as in a render): one self-attention call and one
 whole DiT forward (seeded weights at the tiny pack's widths, `--layers` blocks, block 0 dense), dense
 and sparse in interleaved pairs (the order alternates per pair). Prints medians and the spread of the
-per-pair ratios; `--json` gives per token count `forward_speedup` (median) and the rest.
+per-pair ratios; `--json` gives per token count `forward_speedup` (median) and the rest. A token count
+whose dense attention would not fit in the free memory (32k tokens: ~16 GiB on MLX's CPU path) is
+skipped with its reason, never run into the OOM killer of a shared machine.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 
@@ -84,11 +87,27 @@ def measure(tokens: int, tau: float, pairs: int, layers: int, forward: bool) -> 
     return out
 
 
+def dense_bytes(tokens: int) -> int:
+    """What dense attention at `tokens` holds at once on MLX's CPU path: the scores and their softmax,
+    float32, per head (the tiny widths' heads)."""
+    return 2 * tiny_config()["num_attention_heads"] * tokens * tokens * 4
+
+
+def available_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
 def run(tokens: list[int], tau: float, pairs: int, layers: int, forward_max: int, as_json: bool) -> None:
-    results = {}
+    results: dict[int, dict] = {}
     for n in tokens:
         if n % (FRAME[0] * FRAME[1]) or n < sa.MIN_TOKENS:
             raise typer.BadParameter(f"--tokens {n}: a multiple of {FRAME[0] * FRAME[1]}, at least {sa.MIN_TOKENS}")
+    for n in tokens:
+        need, free = dense_bytes(n), available_bytes()
+        if need > 0.8 * free:  # a machine shared with other work: never push it into the OOM killer
+            results[n] = {"skipped": f"dense attention needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"}
+            typer.echo(f"{n:>6} tokens  skipped: {results[n]['skipped']}", err=True)
+            continue
         results[n] = measure(n, tau, pairs, layers, n <= forward_max)
         if not as_json:
             _print(n, results[n], layers)

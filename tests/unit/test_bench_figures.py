@@ -1,0 +1,21 @@
+"""Issue #26's bench figures: the overhead bench's forward seconds leave model loads out, and the sparse
+bench skips (with its reason, in --json too) a token count whose dense attention would not fit."""
+
+from __future__ import annotations
+
+import json
+
+from farm_cli.bench import overhead, sparse
+
+
+def test_forward_seconds_leave_the_model_loads_out():
+    metrics = [{"seconds": 3.0, "load_s": 2.0}, {"seconds": 1.5}, {"seconds": 1.25, "load_s": 0.0}]
+    assert overhead.compute_seconds(metrics) == 3.75
+
+
+def test_a_token_count_too_large_for_the_free_memory_is_skipped(monkeypatch, capsys):
+    monkeypatch.setattr(sparse, "available_bytes", lambda: sparse.dense_bytes(8192))
+    sparse.run([8192], 1.0, 1, 2, 8192, as_json=True)
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens"]["8192"]["skipped"].startswith("dense attention needs ~1.0 GiB")
+    assert sparse.dense_bytes(32768) == 16 * 2**30  # the default's 32k: skipped on a 16 GB machine
