@@ -8,46 +8,10 @@ from typing import Annotated
 import typer
 
 from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
-from farm_cli import options as opt
 from farm_cli.benches import bench_app
 from farm_cli.image_option import ImageCommand
-from farm_cli.options import (
-    SPEC,
-    AutoDuration,
-    ComputeDtype,
-    Coordinator,
-    DataDir,
-    DecodeTiles,
-    DetailingLora,
-    DetailingStrength,
-    Exr,
-    ExrColorspace,
-    FrameRate,
-    Frames,
-    GeneratedKeyframes,
-    Hdr,
-    Height,
-    Image,
-    ImageBinding,
-    ImageCrf,
-    Lora,
-    LoraMode,
-    NoAudio,
-    Output,
-    PackRef,
-    Prompt,
-    SaveLatents,
-    Seed,
-    SparseAttention,
-    Stage2Sigmas,
-    Stage2Tiles,
-    TemporalUpscalings,
-    TextEncoder,
-    TileOverlap,
-    Token,
-    VideoDecoder,
-    Width,
-)
+from farm_cli.options import Coordinator, DataDir, Output, SaveLatents, Token
+from farm_cli.render_options import AskedRender, asked_render, render_options
 from farm_cli.session import fail, one_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="LTX-2 render farm for Apple Silicon.")
@@ -76,68 +40,31 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
     typer.echo(f"wrote tiny pack {path}")
 
 
+@render_options
 def render(
-    prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
-    frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None, image_binding: ImageBinding = None, image_crf: ImageCrf = None, num_generated_keyframes: GeneratedKeyframes = 0,
-    output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
-    stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap, stage2_sigmas: Stage2Sigmas = None,
-    temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings, decode_tiles: DecodeTiles = SPEC.decode_tiles, exr: Exr = None,
+    output: Output = None, save_latents: SaveLatents = None,
     local: Annotated[bool, typer.Option("--local", help="Run in this process (the reference).")] = False,
-    data: DataDir = None, text_encoder: TextEncoder = None,
-    *, coordinator: Coordinator, token: Token = None,
-    sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
-    stage1_parallel: opt.Stage1Parallel = None,  # issue #25
-    detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
-    lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
-    pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
-    stg_scale: opt.StgScale = None, stg_blocks: opt.StgBlocks = None, rescale: opt.Rescale = None,
-    modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
-    audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
-    audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
-    stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
-    exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
-    video_decoder: VideoDecoder = None,  # issue #29
-    dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
-    audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
+    data: DataDir = None, *, coordinator: Coordinator, token: Token = None, **asked,
 ) -> None:
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
-    from farm_cli import loras, media
-    from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
-    from farm_cli.spec import cli_spec
-
-    user_loras, user_media = loras.resolve(lora, lora_mode), media.resolve(audio, audio_start)
-    spec, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
-                            seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
-                            tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
-                            temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
-                            text_encoder=text_encoder, data=data, detailing_lora=detailing_lora,
-                            detailing_strength=detailing_strength, lora_fields=user_loras.fields,
-                            guidance=opt.guidance_fields(
-        pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
-        | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
-        sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
-        hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
-        dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)
+    render_asked = asked_render(asked, data=data)
     out = output or Path("render.mp4")
     if not local:
-        loras.upload_to(user_loras.files, coordinator, token)
-        media.upload_to(user_media.files, coordinator, token)
+        render_asked.upload_to(coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for
 
-        render_id = submit_render(spec.to_dict(), pixels, coordinator, token,
+        render_id = submit_render(render_asked.spec.to_dict(), render_asked.pixels, coordinator, token,
                                   unreachable=", or render here with --local")
         typer.echo(render_id)
         render = wait_for(render_id, coordinator, token, output=out)
         if render.get("state") != "done":
             fail(f"render {render_id} {render.get('state')}: {render.get('error') or ''}".strip(), code=1)
         return fetch_results(render, out, save_latents, coordinator, token)
-    _render_here(spec, pixels, out, data, save_latents, user_loras.files, user_media.files)
+    _render_here(render_asked, out, data, save_latents)
 
 
-def _render_here(spec, pixels, out: Path, data: Path | None, save_latents: Path | None, lora_files: dict,
-                 media_files: dict | None = None) -> None:
+def _render_here(asked: AskedRender, out: Path, data: Path | None, save_latents: Path | None) -> None:
     """`farm render --local`: the farm's stage graph in this process (the reference for every farm run)."""
     from coordinator.plan.render import SpecError
     from farm_cli.local import render_local
@@ -146,9 +73,10 @@ def _render_here(spec, pixels, out: Path, data: Path | None, save_latents: Path 
     from worker.runner import Runner
 
     runner = Runner(common.data_dir(data) / "packs")
-    runner.loras.known.update(lora_files)  # the client's LoRA files, read where they are
+    runner.loras.known.update(asked.lora_files)  # the client's LoRA files, read where they are
     with one_line(SpecError, PackError):
-        path, outputs, blobs = render_local(spec, out, runner, pixels, progress_printer(), media=media_files)
+        path, outputs, blobs = render_local(asked.spec, out, runner, asked.pixels, progress_printer(),
+                                             media=asked.media_files)
     if save_latents:
         common.save_latents(save_latents, latents_from_outputs(outputs, "local", blobs.get))
     typer.echo(f"wrote {path}")

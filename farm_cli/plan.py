@@ -10,38 +10,8 @@ from pathlib import Path
 
 import typer
 
-from farm_cli import options as opt
-from farm_cli.options import (
-    SPEC,
-    AutoDuration,
-    ComputeDtype,
-    Coordinator,
-    DecodeTiles,
-    FleetFile,
-    FrameRate,
-    Frames,
-    GeneratedKeyframes,
-    Height,
-    Image,
-    ImageBinding,
-    ImageCrf,
-    Json,
-    Lora,
-    LoraMode,
-    NoAudio,
-    PackRef,
-    Prompt,
-    Seed,
-    SparseAttention,
-    Stage2Sigmas,
-    Stage2Tiles,
-    TemporalUpscalings,
-    TextEncoder,
-    TileOverlap,
-    Token,
-    VideoDecoder,
-    Width,
-)
+from farm_cli.options import Coordinator, FleetFile, Json, Token
+from farm_cli.render_options import asked_render, render_options
 from farm_cli.session import fail, one_line
 
 
@@ -109,46 +79,15 @@ def print_plan(plan: dict) -> None:
                "stage 1's degree from the idle Macs over 10 GbE)")
 
 
-def plan(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
-         frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None, image_binding: ImageBinding = None, image_crf: ImageCrf = None, num_generated_keyframes: GeneratedKeyframes = 0,
-         no_audio: NoAudio = False, stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap,
-         stage2_sigmas: Stage2Sigmas = None, temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings,
-         decode_tiles: DecodeTiles = SPEC.decode_tiles, text_encoder: TextEncoder = None, fleet: FleetFile = None,
-         *, coordinator: Coordinator, token: Token = None,
-         as_json: Json = False, lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
-         pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
-         stg_scale: opt.StgScale = None, stg_blocks: opt.StgBlocks = None, rescale: opt.Rescale = None,
-         modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
-         audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
-         audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
-    stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
-         sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
-         stage1_parallel: opt.Stage1Parallel = None,  # issue #25
-         auto_duration: AutoDuration = None, video_decoder: VideoDecoder = None,  # issue #29
-         dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
-         audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
-         ) -> None:
+@render_options
+def plan(fleet: FleetFile = None, *, coordinator: Coordinator, token: Token = None, as_json: Json = False,
+         **asked) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
-    from farm_cli import loras, media
-    from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
-    from farm_cli.spec import cli_spec
 
-    user_loras = loras.resolve(lora, lora_mode)
-    spec, _pixels = cli_spec(prompt=prompt or "plan", height=height, width=width, frames=frames,
-                             frame_rate=frame_rate, seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio,
-                             stage2_tiles=stage2_tiles, tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
-                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles,
-                             text_encoder=text_encoder, image_blob="plan",
-                             lora_fields=user_loras.fields,
-                             guidance=opt.guidance_fields(
-        pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
-        | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
-                             sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
-                             hdr_fields=hdr_fields(None, auto_duration) | decoder_fields(video_decoder),
-                             dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=media.resolve(audio, audio_start).fields)
+    spec = asked_render(asked, planning=True).spec
+    pack = spec.pack
     with one_line(SpecError):
         caps, slots = _fleet(fleet, pack, coordinator, token)
         result = forecast(spec, caps, slots)

@@ -8,100 +8,29 @@ from typing import Annotated
 
 import typer
 
-from farm_cli import options as opt
-from farm_cli.options import (
-    SPEC,
-    AutoDuration,
-    ComputeDtype,
-    Coordinator,
-    DecodeTiles,
-    DetailingLora,
-    DetailingStrength,
-    Exr,
-    ExrColorspace,
-    FrameRate,
-    Frames,
-    GeneratedKeyframes,
-    Hdr,
-    Height,
-    Image,
-    ImageBinding,
-    ImageCrf,
-    Json,
-    Lora,
-    LoraMode,
-    NoAudio,
-    Output,
-    PackRef,
-    Prompt,
-    SaveLatents,
-    Seed,
-    SparseAttention,
-    Stage2Sigmas,
-    Stage2Tiles,
-    TemporalUpscalings,
-    TextEncoder,
-    TileOverlap,
-    Token,
-    VideoDecoder,
-    Width,
-)
+from farm_cli.options import Coordinator, Exr, Json, Output, SaveLatents, Token
 from farm_cli.remote import client, desktop_notice, fetch_results, submit_render, wait_for, watch_live
+from farm_cli.render_options import asked_render, render_options
 from farm_cli.session import fail, one_line
 
 
-def submit(prompt: Prompt = "", height: Height = SPEC.height, width: Width = SPEC.width, frames: Frames = None,
-           frame_rate: FrameRate = SPEC.frame_rate, seed: Seed = SPEC.seed, pack: PackRef = SPEC.pack, image: Image = None, image_binding: ImageBinding = None, image_crf: ImageCrf = None, num_generated_keyframes: GeneratedKeyframes = 0,
-           output: Output = None, save_latents: SaveLatents = None, no_audio: NoAudio = False,
-           stage2_tiles: Stage2Tiles = None, tile_overlap: TileOverlap = SPEC.tile_overlap, stage2_sigmas: Stage2Sigmas = None,
-           temporal_upscalings: TemporalUpscalings = SPEC.temporal_upscalings, decode_tiles: DecodeTiles = SPEC.decode_tiles, exr: Exr = None,
+@render_options
+def submit(output: Output = None, save_latents: SaveLatents = None,
            *, coordinator: Coordinator, token: Token = None,
            wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
            priority: int = typer.Option(0, "--priority", help="Higher renders lease first."),
-           text_encoder: TextEncoder = None, as_json: Json = False,
+           as_json: Json = False,
            seeds: Annotated[str | None, typer.Option(
                "--seeds", help="A batch: one render per seed (1-8, 1,3,5).")] = None,
            prompts_file: Annotated[Path | None, typer.Option(
                "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
            notify: Annotated[str | None, typer.Option(
                "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
-           sparse_attention: SparseAttention = None, compute_dtype: ComputeDtype = None,  # issue #26
-           stage1_parallel: opt.Stage1Parallel = None,  # issue #25
-           stage1_steps: opt.Stage1Steps = None, stage2_steps: opt.Stage2Steps = None,  # issue #23
-           detailing_lora: DetailingLora = None, detailing_strength: DetailingStrength = SPEC.detailing_strength,
-           lora: Lora = None, lora_mode: LoraMode = SPEC.lora_mode,
-           pipeline: opt.Pipeline = SPEC.pipeline, steps: opt.Steps = None, cfg_scale: opt.CfgScale = None,
-           stg_scale: opt.StgScale = None, stg_blocks: opt.StgBlocks = None, rescale: opt.Rescale = None,
-           modality_scale: opt.ModalityScale = None, audio_cfg_scale: opt.AudioCfgScale = None,
-           audio_stg_scale: opt.AudioStgScale = None, audio_rescale: opt.AudioRescale = None,
-           audio_modality_scale: opt.AudioModalityScale = None, negative_prompt: opt.NegativePrompt = None,
-           exr_colorspace: ExrColorspace = None, auto_duration: AutoDuration = None, hdr: Hdr = False,
-           video_decoder: VideoDecoder = None,  # issue #29
-           dfr: opt.Dfr = False, spatial_upscalings: opt.SpatialUpscalings = 1,  # issue #29: DFR base path, epilogue
-           audio: opt.Audio = None, audio_start: opt.AudioStart = None,  # issue #24: A2V
-           ) -> None:
+           **asked) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
-    from farm_cli import loras, media
-    from farm_cli.hdr_spec import decoder_fields, dfr_fields, hdr_fields
-    from farm_cli.spec import cli_spec
-    user_loras, user_media = loras.resolve(lora, lora_mode), media.resolve(audio, audio_start)
-    typed, pixels = cli_spec(prompt=prompt, height=height, width=width, frames=frames, frame_rate=frame_rate,
-                             seed=seed, pack=pack, image=image, image_binding=image_binding, image_crf=image_crf, num_generated_keyframes=num_generated_keyframes, no_audio=no_audio, stage2_tiles=stage2_tiles,
-                             tile_overlap=tile_overlap, stage2_sigmas=stage2_sigmas,
-                             temporal_upscalings=temporal_upscalings, decode_tiles=decode_tiles, exr=exr,
-                             text_encoder=text_encoder, detailing_lora=detailing_lora,
-                             detailing_strength=detailing_strength, priority=priority, notify=notify,
-                             lora_fields=user_loras.fields,
-                             guidance=opt.guidance_fields(
-        pipeline, steps, cfg_scale, stg_scale, stg_blocks, rescale, modality_scale, audio_cfg_scale,
-        audio_stg_scale, audio_rescale, audio_modality_scale, negative_prompt)
-        | {"stage1_steps": stage1_steps, "stage2_steps": stage2_steps},
-                             sparse_attention=sparse_attention, compute_dtype=compute_dtype, stage1_parallel=stage1_parallel,
-                             hdr_fields=hdr_fields(exr_colorspace, auto_duration, hdr) | decoder_fields(video_decoder),
-                             dfr_fields=dfr_fields(dfr, spatial_upscalings), media_fields=user_media.fields)
-    spec = typed.to_dict()
-    loras.upload_to(user_loras.files, coordinator, token)
-    media.upload_to(user_media.files, coordinator, token)
+    render_asked = asked_render(asked, priority=priority, notify=notify)
+    spec, pixels = render_asked.spec.to_dict(), render_asked.pixels
+    render_asked.upload_to(coordinator, token)
     if seeds or prompts_file:
         from farm_cli.manage import batch_specs, submit_batch
 
