@@ -29,7 +29,8 @@ from ltx_engine.components import TEXT_ENCODER
 from ltx_engine.generation import LTX_25
 from protos.spec import RenderSpec
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
-from worker.runner import Runner, device_memory_bytes
+from worker.memory import device_memory_bytes
+from worker.runner import Runner
 
 
 class LocalBlobs:

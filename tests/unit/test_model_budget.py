@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.runner import device_memory_bytes, model_budget_bytes
+from worker.memory import device_memory_bytes, model_budget_bytes
 
 
 def test_budget_from_the_environment_or_memory(monkeypatch: pytest.MonkeyPatch) -> None:
