@@ -160,7 +160,9 @@ def test_a_ring_with_a_frozen_or_dead_peer_is_killed_not_left_hanging(tmp_path, 
     results = run_ring([sys.executable, "-m", "tests.unit.sp_rank", mode, str(tmp_path), "3", "5", "7"], 2,
                        8 if mode == "freeze" else RING_TIMEOUT_S, cwd=ROOT)
     took = time.monotonic() - start
-    assert results[0].returncode is None  # blocked in the collective, killed
+    # Rank 0 is blocked in the collective and killed, or (a dead peer) sees its socket close and exits
+    # non-zero first; MLX's ring notices a closed socket at once on an idle machine. Either way it ends.
+    assert results[0].returncode is None if mode == "freeze" else results[0].returncode != 0
     assert results[1].returncode == (None if mode == "freeze" else 3)
     assert not (tmp_path / "rank0.npz").exists()
     assert took < (15 if mode == "freeze" else 10), took
