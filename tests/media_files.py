@@ -57,3 +57,17 @@ def forged_long_wav(path: Path, hours: float = 37.0) -> Path:
     )
     path.write_bytes(b"RIFF" + ((36 + data) & 0xFFFFFFFF).to_bytes(4, "little") + body + bytes(64))
     return path
+
+
+def write_ic_lora(path: Path, metadata: bool = True) -> Path:
+    """The tiny pack's IC-LoRA (`reference_downscale_factor` 2 in its metadata, as upstream reads it),
+    or, with `metadata=False`, a safetensors file that declares none."""
+    if not metadata:
+        from safetensors.numpy import save_file
+
+        save_file({"diffusion_model.x.lora_A.weight": np.zeros((1, 1), np.float32)}, str(path))
+        return path
+    from ltx_engine.tiny_pack import tiny_embedded_config, write_detailing_lora
+
+    write_detailing_lora(path, tiny_embedded_config()["transformer"], seed=3)
+    return path

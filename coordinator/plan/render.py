@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from coordinator.plan import costs, placement, samplers, sp_degree, sparse
+from coordinator.plan.control import check_control, wire_control
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -125,6 +126,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     check_media(spec)  # issue #24: what A2V builds, the source's encode tiles (plan/media.py)
+    check_control(spec)  # issue #24: IC-LoRA control / Dub-It: its LoRA, reference sizes (plan/control.py)
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
     check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
@@ -288,6 +290,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             {"latent": ref(s1, "audio_latent")}))
     tasks = wire_audio(tasks, rid, spec)  # issue #24: A2V's frozen source track (plan/media.py)
     with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
+    tasks = wire_control(tasks, rid, spec)  # issue #24: the reference encodes, the IC-LoRA (plan/control.py)
     costs.annotate(tasks, spec)
     return tasks
 
