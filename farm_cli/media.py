@@ -80,6 +80,8 @@ def add_control(
     if control is not None:
         key, strength, clip = "control_video", control[1], control[0]
     else:
+        if attention is not None:
+            fail("--control-attention is --control-video's; Dub-It's reference takes full attention")
         key, strength, clip = "dub_video", 1.0, dub
     out.fields[key] = {
         **out.add(flag, clip),

@@ -71,3 +71,27 @@ def write_ic_lora(path: Path, metadata: bool = True) -> Path:
 
     write_detailing_lora(path, tiny_embedded_config()["transformer"], seed=3)
     return path
+
+
+def write_talking_clip(path: Path, frames: int = 30, fps: int = 24, rate: int = 44100) -> Path:
+    """A clip with picture and sound (MPEG-4 video and AAC in mp4), as Dub-It's reference: the moving
+    gradient of `write_clip` over a 440 Hz tone of the same length."""
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.width, video.height, video.pix_fmt = 160, 96, "yuv420p"
+        audio = container.add_stream("aac", rate=rate, layout="mono")
+        base = np.arange(96 * 160 * 3).reshape(96, 160, 3)
+        for i in range(frames):
+            image = ((base + 7 * i) % 251).astype(np.uint8)
+            container.mux(video.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        count = int(frames / fps * rate)
+        tone = (np.sin(2 * np.pi * 440 * np.arange(count) / rate) * 0.5).astype(np.float32)
+        for at in range(0, count, 1024):
+            frame = av.AudioFrame.from_ndarray(
+                tone[None, at : at + 1024].copy(), format="fltp", layout="mono"
+            )
+            frame.sample_rate, frame.pts = rate, at
+            container.mux(audio.encode(frame))
+        container.mux(video.encode())
+        container.mux(audio.encode())
+    return path

@@ -1,7 +1,10 @@
 """`--audio` files that cannot serve an A2V render, through the real `farm submit` and coordinator
 (issue #24): one line naming the file and what is wrong, exit 2, nothing queued; the coordinator
 probes each uploaded file in its child process and survives them all, and a refused blob is gone once
-retention's grace has passed. `farm render --local` refuses the same file the same way."""
+retention's grace has passed. `farm render --local` refuses the same file the same way. IC-LoRA
+control and Dub-It the same way: a clip shorter than the render, an IC-LoRA without its metadata (or
+declaring another factor than the spec, past the CLI), a clip without the IC-LoRA, a Dub-It clip
+without sound."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 from coordinator.retention import prune
 from farm_cli.client import FarmClient, FarmError
 from tests.farm.test_cli_messages import JOIN, coordinator, farm, one_line  # noqa: F401 - the fixture
-from tests.media_files import forged_long_wav, write_clip, write_ic_lora, write_wav
+from tests.media_files import forged_long_wav, write_clip, write_ic_lora, write_talking_clip, write_wav
 
 SPEC = ["-p", "a fox", "-H", "128", "-W", "192", "-f", "25"]
 
@@ -29,6 +32,8 @@ def files(tmp_path):
         "long": str(forged_long_wav(tmp_path / "long.wav")),
         "gone": str(tmp_path / "gone.wav"),
         "clip30": str(write_clip(tmp_path / "clip30.mp4", frames=30)),
+        "talk": str(write_talking_clip(tmp_path / "talk.mp4", frames=30)),
+        "talk10": str(write_talking_clip(tmp_path / "talk10.mp4", frames=10)),
         "ic": str(write_ic_lora(tmp_path / "ic.safetensors")),
         "bare": str(write_ic_lora(tmp_path / "bare.safetensors", metadata=False)),
     }
@@ -124,6 +129,20 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
             "--control-video needs --ic-lora FILE STRENGTH",
         ),
         "an IC-LoRA without a clip": (ic, "--ic-lora needs --control-video FILE STRENGTH or --dub VIDEO"),
+        "a dub clip without sound": (["--dub", f["clip30"], *ic], "--dub clip30.mp4: has no audio stream"),
+        "a dub clip shorter than the render": (
+            ["--dub", f["talk10"], *ic],
+            "--dub talk10.mp4: 10 frames, shorter than the render's 25",
+        ),
+        "dub without its LoRA": (["--dub", f["talk"]], "--dub needs --ic-lora FILE STRENGTH"),
+        "dub with a tiled stage 2": (
+            ["--dub", f["talk"], *ic, "--stage2-tiles", "1x2"],
+            "--dub talk.mp4: Dub-It's stage 2 carries the reference; it runs untiled",
+        ),
+        "dub and control at once": (
+            ["--dub", f["talk"], "--control-video", f["clip30"], "1", *ic],
+            "--control-video and --dub are two pipelines: give one",
+        ),
         "a reference the VAE cannot encode": (
             ["-W", "192", "--control-video", f["clip"], "1", *ic],
             "the reference at 64x48 (a 128x96 stage over the IC-LoRA's downscale 2) is not a multiple of 32",
