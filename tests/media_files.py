@@ -61,15 +61,14 @@ def forged_long_wav(path: Path, hours: float = 37.0) -> Path:
 
 def write_ic_lora(path: Path, metadata: bool = True) -> Path:
     """The tiny pack's IC-LoRA (`reference_downscale_factor` 2 in its metadata, as upstream reads it),
-    or, with `metadata=False`, a safetensors file that declares none."""
-    if not metadata:
-        from safetensors.numpy import save_file
+    or, with `metadata=False`, the same tensors in a file that declares none."""
+    import mlx.core as mx
 
-        save_file({"diffusion_model.x.lora_A.weight": np.zeros((1, 1), np.float32)}, str(path))
-        return path
     from ltx_engine.tiny_pack import tiny_embedded_config, write_detailing_lora
 
     write_detailing_lora(path, tiny_embedded_config()["transformer"], seed=3)
+    if not metadata:
+        mx.save_safetensors(str(path), mx.load(str(path)))
     return path
 
 

@@ -82,7 +82,12 @@ def reference(media, local_runner, tmp_path_factory):
 def module_farm(redis_server, tiny_packs, tmp_path_factory):
     client = connect(redis_server.url)
     client.flushdb()
-    with farm(FarmStore(client), tmp_path_factory.mktemp("control-farm"), tiny_packs, workers=3) as (
+    data = tmp_path_factory.mktemp("control-farm")
+    (data / "packs").mkdir()
+    (data / "packs" / "tiny").symlink_to(
+        tiny_packs / "tiny"
+    )  # the shelf: the IC-LoRA's keys checked at submit
+    with farm(FarmStore(client), data, tiny_packs, workers=3) as (
         farm_client,
         procs,
     ):

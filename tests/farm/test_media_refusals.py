@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from coordinator.retention import prune
 from farm_cli.client import FarmClient, FarmError
@@ -159,6 +161,13 @@ def test_control_that_cannot_serve_is_refused_at_submit(coordinator, files, stor
     assert not store.client.keys(f"{store.prefix}:render:*")  # nothing queued
     with FarmClient(coordinator, JOIN[coordinator], timeout=10) as client:  # past the CLI: the blob's header
         clip, ic, bare = (client.put_blob(Path(files[k]).read_bytes()) for k in ("clip30", "ic", "bare"))
+        wrong = Path(files["ic"]).with_name("misfit.safetensors")  # declares the factor, fits no pack
+        save_file(
+            {"diffusion_model.x.lora_A.weight": np.zeros((1, 1), np.float32)},
+            str(wrong),
+            metadata={"reference_downscale_factor": "2"},
+        )
+        misfit = client.put_blob(wrong.read_bytes())
         base = {
             "prompt": "a fox",
             "height": 256,
@@ -171,6 +180,10 @@ def test_control_that_cannot_serve_is_refused_at_submit(coordinator, files, stor
             (
                 {"blob": bare, "downscale": 2, "name": "bare"},
                 "--ic-lora bare: an IC-LoRA without a reference_",
+            ),
+            (
+                {"blob": misfit, "downscale": 2, "name": "misfit"},
+                "misfit: key 'diffusion_model.x.lora_A.weight' has",
             ),
             (
                 {"blob": ic, "downscale": 4, "name": "ic"},
