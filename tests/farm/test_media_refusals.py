@@ -193,3 +193,9 @@ def test_control_that_cannot_serve_is_refused_at_submit(coordinator, files, stor
             with pytest.raises(FarmError, match=line):
                 client.submit({**base, "ic_lora": {**lora, "strength": 1.0}})
         assert client.list() == [] and not store.client.keys(f"{store.prefix}:render:*")
+    for args in (
+        ["--control-video", files["clip30"], "0.9"],
+        ["--dub", files["talk"]],
+    ):  # both files uploaded
+        good = farm(coordinator, "submit", *CONTROL, *args, "--ic-lora", files["ic"], "1")
+        assert good.returncode == 0 and good.stdout.strip(), good.stderr
