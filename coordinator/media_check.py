@@ -78,6 +78,8 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
 
 def check_clip(spec: Mapping, info: MediaInfo, named: str) -> None:
     """issue #24 retake/extend: the clip holds the render's frames at its rate, the retake window inside it."""
+    if spec.get("frames") is None:  # an LTX-2.5 length the duration head would pick: not for a clip
+        raise SpecError(f"{named}: give -f (the render takes that many of the clip's frames)")
     frames, fps = int(spec["frames"]), float(spec["frame_rate"])
     if abs(info.video.fps - fps) > 0.01:
         raise SpecError(
