@@ -169,3 +169,14 @@ EncodeTiles = Annotated[str | None, typer.Option(
     "--encode-tiles", help="A clip's tiled encode: F,S (tile frames, tile pixels), auto or off (default auto).")]
 Dub = Annotated[Path | None, typer.Option(
     "--dub", help="Dub-It: a video (picture and audio) to re-voice to the prompt; needs --ic-lora (the Dub-It LoRA).")]
+# issue #24 retake/extend: a source clip's window regenerated, or frames added (farm_cli/media.py)
+Retake = Annotated[Path | None, typer.Option(
+    "--retake", help="Retake: a source video whose --start..--end window is regenerated; the rest is kept.")]
+Start = Annotated[float | None, typer.Option("--start", help="Retake: the window's start, seconds into the clip.")]
+End = Annotated[float | None, typer.Option("--end", help="Retake: the window's end (exclusive), seconds.")]
+NoRegenAudio = Annotated[bool, typer.Option("--no-regen-audio", help="Retake: keep all the clip's audio.")]
+Extend = Annotated[Path | None, typer.Option(
+    "--extend", help="Extend: a source video (8k+1 frames, -f of them taken) continued by --extend-frames.")]
+ExtendFrames = Annotated[int | None, typer.Option(
+    "--extend-frames", help="Extend: latent frames to add (8 pixel frames each).")]
+Direction = Annotated[str | None, typer.Option("--direction", help="Extend: after (default) | before the clip.")]

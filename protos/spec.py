@@ -21,7 +21,16 @@ from dataclasses import dataclass, fields
 from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
 from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
-from protos.media_spec import MEDIA_FIELDS, AudioInput, ControlVideo, IcLora, SourceVideo
+from protos.media_spec import (
+    MEDIA_FIELDS,
+    MEDIA_RECORDS,
+    AudioInput,
+    ControlVideo,
+    Extend,
+    IcLora,
+    Retake,
+    SourceVideo,
+)
 from protos.sp_spec import stage1_parallel
 
 MAX_SPEC_BYTES = 256 * 1024
@@ -326,6 +335,8 @@ class RenderSpec:
     control_video: ControlVideo | None = None  # issue #24: IC-LoRA control's clip (reference tokens in stage 1)
     ic_lora: IcLora | None = None  # issue #24: the IC-LoRA fused into stage 1 (control) or both stages (Dub-It)
     dub_video: ControlVideo | None = None  # issue #24: Dub-It's reference video (and its audio)
+    retake: Retake | None = None  # issue #24 retake/extend: regenerate [start, end) s of source_video
+    extend: Extend | None = None  # ... or add N latent frames after / before it
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None
@@ -368,7 +379,7 @@ def _legacy_image(raw: Mapping[str, object]) -> Mapping[str, object]:
 
 def json_value(value: object) -> JsonValue:
     """A spec field as JSON holds it (an image as its object, sigmas as a list)."""
-    if isinstance(value, ImageCondition | LoraRef | AudioInput | SourceVideo | ControlVideo | IcLora):
+    if isinstance(value, (ImageCondition, LoraRef, *MEDIA_RECORDS)):
         return value.to_dict()
     if isinstance(value, tuple):
         return [json_value(v) for v in value]

@@ -59,6 +59,30 @@ def forged_long_wav(path: Path, hours: float = 37.0) -> Path:
     return path
 
 
+def write_clip_with_audio(
+    path: Path, frames: int = 33, width: int = 192, height: int = 128, fps: int = 24
+) -> Path:
+    """issue #24 retake/extend: a moving gradient (MPEG-4 part 2) with a 440 Hz AAC tone of the same length."""
+    rate = 44100
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.width, video.height, video.pix_fmt = width, height, "yuv420p"
+        audio = container.add_stream("aac", rate=rate, layout="mono")
+        base = np.arange(height * width * 3).reshape(height, width, 3)
+        for i in range(frames):
+            image = ((base + 7 * i) % 251).astype(np.uint8)
+            container.mux(video.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        count = int(frames / fps * rate)
+        tone = (np.sin(2 * np.pi * 440 * np.arange(count) / rate) * 0.5).astype(np.float32)
+        for at in range(0, count, 1024):
+            frame = av.AudioFrame.from_ndarray(tone[None, at : at + 1024], format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = rate, at
+            container.mux(audio.encode(frame))
+        container.mux(video.encode())
+        container.mux(audio.encode())
+    return path
+
+
 def write_ic_lora(path: Path, metadata: bool = True) -> Path:
     """The tiny pack's IC-LoRA (`reference_downscale_factor` 2 in its metadata, as upstream reads it),
     or, with `metadata=False`, the same tensors in a file that declares none."""
@@ -69,28 +93,4 @@ def write_ic_lora(path: Path, metadata: bool = True) -> Path:
     write_detailing_lora(path, tiny_embedded_config()["transformer"], seed=3)
     if not metadata:
         mx.save_safetensors(str(path), mx.load(str(path)))
-    return path
-
-
-def write_talking_clip(path: Path, frames: int = 30, fps: int = 24, rate: int = 44100) -> Path:
-    """A clip with picture and sound (MPEG-4 video and AAC in mp4), as Dub-It's reference: the moving
-    gradient of `write_clip` over a 440 Hz tone of the same length."""
-    with av.open(str(path), "w") as container:
-        video = container.add_stream("mpeg4", rate=fps)
-        video.width, video.height, video.pix_fmt = 160, 96, "yuv420p"
-        audio = container.add_stream("aac", rate=rate, layout="mono")
-        base = np.arange(96 * 160 * 3).reshape(96, 160, 3)
-        for i in range(frames):
-            image = ((base + 7 * i) % 251).astype(np.uint8)
-            container.mux(video.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
-        count = int(frames / fps * rate)
-        tone = (np.sin(2 * np.pi * 440 * np.arange(count) / rate) * 0.5).astype(np.float32)
-        for at in range(0, count, 1024):
-            frame = av.AudioFrame.from_ndarray(
-                tone[None, at : at + 1024].copy(), format="fltp", layout="mono"
-            )
-            frame.sample_rate, frame.pts = rate, at
-            container.mux(audio.encode(frame))
-        container.mux(video.encode())
-        container.mux(audio.encode())
     return path

@@ -50,7 +50,7 @@ def check_control(spec: Mapping) -> None:
         raise SpecError("--control-video and --dub are two pipelines: give one")
     if not lora:
         raise SpecError(f"{flag} {name}: needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
-    for other, what in (("audio_input", "--audio"), ("source_video", "a source video")):
+    for other, what in (("audio_input", "--audio"), ("source_video", "--retake / --extend")):
         if _get(spec, other):
             raise SpecError(f"{flag} {name}: not with {what} in one render")
     if spec.get("pipeline") not in (None, "distilled") or int(spec.get("temporal_upscalings") or 0):

@@ -17,7 +17,7 @@ from coordinator.state.redis_server import connect
 from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
 from tests.farm.farm_harness import farm, wait_done, wait_until
-from tests.media_files import write_clip, write_ic_lora, write_talking_clip
+from tests.media_files import write_clip, write_clip_with_audio, write_ic_lora
 
 SPEC = {
     "prompt": "a fox",
@@ -51,7 +51,7 @@ def media(tmp_path_factory):
         },
         "ic_lora": {"blob": _sha(lora), "strength": 1.0, "downscale": 2, "name": "ic.safetensors"},
     }
-    talk = write_talking_clip(folder / "talk.mp4", frames=30)
+    talk = write_clip_with_audio(folder / "talk.mp4", frames=30)
     dub = {
         **SPEC,
         "height": 128,

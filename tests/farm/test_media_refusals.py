@@ -19,7 +19,7 @@ from safetensors.numpy import save_file
 from coordinator.retention import prune
 from farm_cli.client import FarmClient, FarmError
 from tests.farm.test_cli_messages import JOIN, coordinator, farm, one_line  # noqa: F401 - the fixture
-from tests.media_files import forged_long_wav, write_clip, write_ic_lora, write_talking_clip, write_wav
+from tests.media_files import forged_long_wav, write_clip, write_clip_with_audio, write_ic_lora, write_wav
 
 SPEC = ["-p", "a fox", "-H", "128", "-W", "192", "-f", "25"]
 
@@ -34,8 +34,8 @@ def files(tmp_path):
         "long": str(forged_long_wav(tmp_path / "long.wav")),
         "gone": str(tmp_path / "gone.wav"),
         "clip30": str(write_clip(tmp_path / "clip30.mp4", frames=30)),
-        "talk": str(write_talking_clip(tmp_path / "talk.mp4", frames=30)),
-        "talk10": str(write_talking_clip(tmp_path / "talk10.mp4", frames=10)),
+        "talk": str(write_clip_with_audio(tmp_path / "talk.mp4", frames=30)),
+        "talk10": str(write_clip_with_audio(tmp_path / "talk10.mp4", frames=10)),
         "ic": str(write_ic_lora(tmp_path / "ic.safetensors")),
         "bare": str(write_ic_lora(tmp_path / "bare.safetensors", metadata=False)),
     }
