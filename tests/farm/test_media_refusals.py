@@ -8,6 +8,7 @@ without sound."""
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -199,3 +200,54 @@ def test_control_that_cannot_serve_is_refused_at_submit(coordinator, files, stor
     ):  # both files uploaded
         good = farm(coordinator, "submit", *CONTROL, *args, "--ic-lora", files["ic"], "1")
         assert good.returncode == 0 and good.stdout.strip(), good.stderr
+
+
+def _mutants(seed: int, blob: bytes, count: int) -> list[bytes]:
+    """Seeded damage to a real file: truncations, flipped bytes, a spliced-in run, a doubled header."""
+    rng, out = random.Random(seed), []
+    for n in range(count):
+        data = bytearray(blob)
+        kind = n % 4
+        if kind == 0:
+            data = data[: rng.randrange(8, len(data))]
+        elif kind == 1:
+            for _ in range(rng.randrange(1, 64)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        elif kind == 2:
+            at = rng.randrange(len(data))
+            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(16, 4096)))
+        else:
+            data = data[:64] + data  # a second header in front of the first
+        out.append(bytes(data))
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_fuzzed_media_end_in_one_line_or_a_render_and_the_coordinator_serves_on(coordinator, files, store):  # noqa: F811
+    """24 seeded mutants of a real mp4 (as a retake clip) and a real wav (as A2V audio), past the CLI:
+    each is refused with one line (INVALID_ARGUMENT) or accepted; the probes run in the child, so the
+    coordinator answers throughout and a good file is still taken afterwards."""
+    base = {"prompt": "a fox", "height": 128, "width": 192, "frames": 25, "pack": "tiny"}
+    talk, tone = Path(files["talk"]).read_bytes(), Path(files["tone"]).read_bytes()
+    outcomes = {"refused": 0, "accepted": 0}
+    with FarmClient(coordinator, JOIN[coordinator], timeout=30) as client:
+        for n, blob in enumerate(_mutants(7, talk, 12) + _mutants(8, tone, 12)):
+            sha, name = client.put_blob(blob), f"m{n}"
+            media = (
+                {"source_video": {"blob": sha, "name": f"{name}.mp4"}, "retake": {"start": 0.2, "end": 0.6}}
+                if n < 12
+                else {"audio_input": {"blob": sha, "name": f"{name}.wav"}}
+            )
+            try:
+                render_id = client.submit({**base, **media})
+            except FarmError as refused:
+                assert refused.code == grpc.StatusCode.INVALID_ARGUMENT, (n, refused)
+                assert "\n" not in str(refused) and len(str(refused)) < 400, (n, str(refused))
+                assert name in str(refused), (n, str(refused))  # it names the file
+                outcomes["refused"] += 1
+                continue
+            outcomes["accepted"] += 1
+            assert client.cancel(render_id)
+        assert outcomes["refused"] >= 12, outcomes  # most damage is seen at submit, not on a worker
+        good = client.put_blob(tone)
+        assert client.submit({**base, "audio_input": {"blob": good, "name": "tone.wav"}})
