@@ -68,6 +68,14 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
         name = source.get("name") or source["blob"][:12]
         path = _blob_path(source["blob"], path_of, "source video", name)
         probe_named(path, "video", "source video", name, limits, sha=source["blob"])
+    clip = _field(spec, "hdr_ic_lora")  # issue #29: the HDR IC-LoRA render's SDR clip
+    if clip:
+        name = clip.get("name") or clip["blob"][:12]
+        path = _blob_path(clip["blob"], path_of, "--hdr-ic-lora", name)
+        info = probe_named(path, "video", "--hdr-ic-lora", name, limits, sha=clip["blob"])
+        have = info.video.frames if info.video else 0
+        if spec.get("frames") and have < int(spec["frames"]):
+            raise SpecError(f"--hdr-ic-lora {name}: the clip has {have} frames, the render asks -f {spec['frames']}")
 
 
 def store_paths(blobs) -> PathOf:

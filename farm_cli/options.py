@@ -157,3 +157,9 @@ Audio = Annotated[Path | None, typer.Option(  # issue #24: A2V (farm_cli/media.p
     "--audio", help="A2V: an audio file (wav, mp3, m4a, flac...) the video is generated to; the output keeps it.")]
 AudioStart = Annotated[float | None, typer.Option(
     "--audio-start", help="Seconds into --audio where the clip starts (default 0).")]
+HdrIcLora = Annotated[Path | None, typer.Option(  # issue #29: the HDR IC-LoRA render (farm_cli/media.py)
+    "--hdr-ic-lora", metavar="CLIP", help="LTX-2.5: an SDR clip rendered to HDR with the pack's SDR-to-HDR IC-LoRA: "
+    "OUTPUT.hlg.mp4 (HLG 10-bit) and, with --exr, ACEScg EXR frames (-p is the scene).")]
+NoKeyframes = Annotated[bool, typer.Option("--no-keyframes", help="--hdr-ic-lora: no keyframe slots at the DFR seams.")]
+InputColorspace = Annotated[str | None, typer.Option(
+    "--input-colorspace", help="--hdr-ic-lora: srgb_gamma (default, display-encoded) | srgb (codes taken as linear).")]

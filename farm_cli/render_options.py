@@ -47,6 +47,8 @@ RENDER_OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("hdr", opt.Hdr, False), ("video_decoder", opt.VideoDecoder, None),
     ("dfr", opt.Dfr, False), ("spatial_upscalings", opt.SpatialUpscalings, 1),
     ("audio", opt.Audio, None), ("audio_start", opt.AudioStart, None),  # issue #24: media in
+    ("hdr_ic_lora", opt.HdrIcLora, None), ("no_keyframes", opt.NoKeyframes, False),  # issue #29: HDR IC-LoRA
+    ("input_colorspace", opt.InputColorspace, None),
 )
 
 
@@ -89,6 +91,7 @@ def asked_render(asked: dict, *, data: Path | None = None, priority: int | None 
 
     a = asked
     user_loras, user_media = loras.resolve(a["lora"], a["lora_mode"]), media.resolve(a["audio"], a["audio_start"])
+    media.add_hdr_clip(user_media, a["hdr_ic_lora"], a["no_keyframes"], a["input_colorspace"])  # issue #29
     guidance = opt.guidance_fields(
         a["pipeline"], a["steps"], a["cfg_scale"], a["stg_scale"], a["stg_blocks"], a["rescale"], a["modality_scale"],
         a["audio_cfg_scale"], a["audio_stg_scale"], a["audio_rescale"], a["audio_modality_scale"],

@@ -45,6 +45,7 @@ from coordinator.plan.images import (
     plan_image_encodes,
     resolved_images,
 )
+from coordinator.plan.hdr import check_hdr, is_hdr, plan_hdr
 from coordinator.plan.length import (
     check_auto_duration,
     length_pending,
@@ -96,6 +97,8 @@ def validate_spec(spec: RenderSpec | RenderPlan, fleet: list[dict], known: Resol
     plan = plan.resolve(generation=resolve_generation(plan, fleet))
     check_exr_colorspace(plan)
     check_auto_duration(plan)
+    if is_hdr(plan) and plan["frames"] is None:  # issue #29: the clip's length is the user's to give
+        raise SpecError("--hdr-ic-lora renders the clip's first -f frames: give -f N (8k+1, e.g. 25)")
     if length_pending(plan):  # the head picks the length on the farm: check the rest at the shortest it can pick
         return plan.resolve(**settled(_validate_sized(probe_spec(plan, fleet), fleet)))
     if plan["frames"] is None:  # a left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always
@@ -125,6 +128,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     check_media(spec)  # issue #24: what A2V builds, the source's encode tiles (plan/media.py)
+    check_hdr(spec)  # issue #29: the HDR IC-LoRA render's refusals (plan/hdr.py)
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
     check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
@@ -258,6 +262,10 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
         return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
+    if is_hdr(spec):  # issue #29: the HDR IC-LoRA render is its own graph (plan/hdr.py)
+        tasks = plan_hdr(rid, spec, tasks[0])
+        costs.annotate(tasks, spec)
+        return tasks
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # issue #24: a source clip's tiled encode (plan/media.py)
