@@ -75,7 +75,9 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
         info = probe_named(path, "video", "--hdr-ic-lora", name, limits, sha=clip["blob"])
         have = info.video.frames if info.video else 0
         if spec.get("frames") and have < int(spec["frames"]):
-            raise SpecError(f"--hdr-ic-lora {name}: the clip has {have} frames, the render asks -f {spec['frames']}")
+            raise SpecError(
+                f"--hdr-ic-lora {name}: the clip has {have} frames, the render asks -f {spec['frames']}"
+            )
 
 
 def store_paths(blobs) -> PathOf:

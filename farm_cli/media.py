@@ -57,7 +57,9 @@ def resolve(audio: Path | None, audio_start: float | None) -> ClientMedia:
     return out
 
 
-def add_hdr_clip(out: ClientMedia, clip: Path | None, no_keyframes: bool, input_colorspace: str | None) -> None:
+def add_hdr_clip(
+    out: ClientMedia, clip: Path | None, no_keyframes: bool, input_colorspace: str | None
+) -> None:
     """`--hdr-ic-lora CLIP` (issue #29) as the `hdr_ic_lora` field; the render is video only and writes
     the HLG master (`hdr`). The keyframe and colourspace flags mean nothing without a clip."""
     if clip is None:

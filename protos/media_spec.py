@@ -100,5 +100,9 @@ def hdr_ic_lora(name: str, value: object) -> HdrIcLora:
 
 
 SDR_INPUT_COLORSPACES = ("srgb_gamma", "srgb")  # ltx_engine.hdr.sdr_working's
-MEDIA_FIELDS = {"audio_input": audio_input, "source_video": source_video, "encode_tiles": text(32),
-                "hdr_ic_lora": hdr_ic_lora}
+MEDIA_FIELDS = {
+    "audio_input": audio_input,
+    "source_video": source_video,
+    "encode_tiles": text(32),
+    "hdr_ic_lora": hdr_ic_lora,
+}

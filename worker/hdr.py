@@ -18,14 +18,25 @@ def hdr_stage(engine, pack: WeightPack, params: dict, inputs: dict[str, np.ndarr
     lora = pack.root / str(params["hdr_lora"])
     config = hdr_lora.refuse_lora(lora)
     if config.transfer != params["transfer"] or config.downscale != 1:
-        raise hdr_lora.HdrRefusal(f"{lora.name}: transfer {config.transfer}, downscale {config.downscale}; "
-                                  f"the farm plans {params['transfer']} at downscale 1")
-    render = hdr_pipeline.HdrRender(float(params["fps"]), int(params["seed"]), inputs["video_context"],
-                                    config.transfer, keyframe_strength=float(params["keyframe_strength"]))
+        raise hdr_lora.HdrRefusal(
+            f"{lora.name}: transfer {config.transfer}, downscale {config.downscale}; "
+            f"the farm plans {params['transfer']} at downscale 1"
+        )
+    render = hdr_pipeline.HdrRender(
+        float(params["fps"]),
+        int(params["seed"]),
+        inputs["video_context"],
+        config.transfer,
+        keyframe_strength=float(params["keyframe_strength"]),
+    )
     seams = tuple(int(s) for s in params["slots"])
-    guides = tuple(ImageCondition(inputs[f"guide{k}"], s, render.keyframe_strength, GUIDE, "seam")
-                   for k, s in enumerate(seams))
-    shape = np.broadcast_to(np.float32(0), (1, 3, int(params["frames"]), int(params["height"]), int(params["width"])))
+    guides = tuple(
+        ImageCondition(inputs[f"guide{k}"], s, render.keyframe_strength, GUIDE, "seam")
+        for k, s in enumerate(seams)
+    )
+    shape = np.broadcast_to(
+        np.float32(0), (1, 3, int(params["frames"]), int(params["height"]), int(params["width"]))
+    )
     stage = hdr_pipeline.stage_inputs(render, shape, inputs["reference_latent"], guides, seams)
     fused = WithLoras(pack, ((str(lora), hdr_lora.HDR_LORA_STRENGTH),))
     return hdr_pipeline.denoise_video(engine, fused, stage)

@@ -97,7 +97,9 @@ def hdr_tile(rgb: np.ndarray, height: int, width: int, hdr: dict) -> np.ndarray:
     return np.ascontiguousarray(codes.transpose(2, 0, 1)[None, :, None])
 
 
-def tile_pixels(data: np.ndarray, pixels: list, height: int, width: int, hdr: dict | None = None) -> np.ndarray:
+def tile_pixels(
+    data: np.ndarray, pixels: list, height: int, width: int, hdr: dict | None = None
+) -> np.ndarray:
     """One encode tile of the clip (`pixels`: [start, stop) per t, h, w) from its first frames, each
     resized and centre-cropped to the render's size as an `--image` is (upstream's retake takes the
     first frames as they are, without a frame-rate change): (1, 3, f, h, w) float32 in [-1, 1]; a
@@ -129,6 +131,11 @@ def video_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> d
     """One tile of the source clip -> its latent tile."""
     first = int(params.get("first") or 0)  # the clip's frame the encoded frames start at
     pixels = [[f + first for f in params["pixels"][0]], *params["pixels"][1:]]
-    args = {"pixels": pixels, "height": int(params["height"]), "width": int(params["width"]), "hdr": params.get("hdr")}
+    args = {
+        "pixels": pixels,
+        "height": int(params["height"]),
+        "width": int(params["width"]),
+        "hdr": params.get("hdr"),
+    }
     video = _read(_decode("video", args, inputs["video"]), np.load)
     return {"latent": engine.encode_video_tile(pack, video)}

@@ -2,10 +2,10 @@
 
 The same render as the engine's oracle (`ltx_engine.hdr_pipeline.hdr_ic_lora`), cut into farm tasks:
 - `text`: the prompt's video context stands in for the MLX port's scene-embedding file;
-- `hdr_source.t{i}` (`video_encode`, tiled as any source clip, `plan/media.py`) with `hdr` params: each
+- `source_hdr.t{i}` (`video_encode`, tiled as any source clip, `plan/media.py`) with `hdr` params: each
   worker turns its tile of the SDR clip into ACEScct working codes before the VAE encoder; the
-  coordinator's `hdr_source` blend is the IC-LoRA reference latent;
-- `hdr_guide{k}`: at every DFR seam inside the clip (keyframes on), that one frame encoded alone;
+  coordinator's `source_hdr` blend is the IC-LoRA reference latent;
+- `source_guide{k}`: at every DFR seam inside the clip (keyframes on), that one frame encoded alone;
 - `stage1` (`hdr_stage`): one full-size stage from noise, video only, the pack's HDR LoRA fused at 1.0,
   a generated keyframe slot and a guide (strength 0.95) per seam, the reference tokens;
 - the decode (conv, tiled or not, `plan/decode.py`); the assembler turns its codes into the HLG master
@@ -26,7 +26,7 @@ from ltx_engine.sampling import DISTILLED_SIGMAS
 
 HDR_TRANSFER = ACESCCT  # the 2.5 SDR-to-HDR LoRA's (its metadata is checked on the worker that fuses it)
 HDR_EXR_DEFAULT = "acescg"  # the MLX port's default --exr-colorspace for hdr-ic-lora
-SOURCE, STAGE = "hdr_source", "stage1"
+SOURCE, STAGE = "source_hdr", "stage1"  # names the timeline puts under Source and Stage 1
 
 
 def is_hdr(spec: Mapping) -> bool:
@@ -40,21 +40,36 @@ def check_hdr(spec: Mapping) -> None:
     name = (_get(spec, "hdr_ic_lora") or {}).get("name") or "the clip"
     generation = spec.get("generation")
     if generation is None:
-        raise SpecError(f"--hdr-ic-lora {name}: pack {spec['pack']!r} is not known to be LTX-2.5 "
-                        "(no registered worker describes it)")
+        raise SpecError(
+            f"--hdr-ic-lora {name}: pack {spec['pack']!r} is not known to be LTX-2.5 "
+            "(no registered worker describes it)"
+        )
     try:
         hdr_lora.refuse_pack(generation, spec["pack"])
     except hdr_lora.HdrRefusal as exc:
         raise SpecError(str(exc)) from None
-    for key, flag in (("images", "--image"), ("loras", "--lora"), ("audio_input", "--audio"),
-                      ("source_video", "a source video"), ("stage2_tiles", "--stage2-tiles"),
-                      ("detailing_lora", "--detailing-lora"), ("video_decoder", "--video-decoder")):
+    for key, flag in (
+        ("images", "--image"),
+        ("loras", "--lora"),
+        ("audio_input", "--audio"),
+        ("source_video", "a source video"),
+        ("stage2_tiles", "--stage2-tiles"),
+        ("detailing_lora", "--detailing-lora"),
+        ("video_decoder", "--video-decoder"),
+    ):
         if spec.get(key) and not (key == "video_decoder" and spec[key] == "conv"):
             raise SpecError(f"--hdr-ic-lora {name} does not take {flag} on the farm")
-    if spec.get("pipeline") not in (None, "distilled") or int(spec.get("temporal_upscalings") or 0) \
-            or spec.get("dfr") or int(spec.get("spatial_upscalings") or 1) != 1 or spec.get("audio", True):
-        raise SpecError(f"--hdr-ic-lora {name} is its own pipeline: one distilled stage, video only "
-                        "(no --pipeline, DFR or audio)")
+    if (
+        spec.get("pipeline") not in (None, "distilled")
+        or int(spec.get("temporal_upscalings") or 0)
+        or spec.get("dfr")
+        or int(spec.get("spatial_upscalings") or 1) != 1
+        or spec.get("audio", True)
+    ):
+        raise SpecError(
+            f"--hdr-ic-lora {name} is its own pipeline: one distilled stage, video only "
+            "(no --pipeline, DFR or audio)"
+        )
     encode_tile_sizes(spec)
 
 
@@ -81,24 +96,50 @@ def plan_hdr(rid: str, spec: Mapping, text: dict) -> list[dict]:
     pack, blob = spec["pack"], _get(spec, "hdr_ic_lora")["blob"]
     frames, height, width = int(spec["frames"]), int(spec["height"]), int(spec["width"])
     h, w = height // SPATIAL_FACTOR, width // SPATIAL_FACTOR
-    tasks, reference = video_encode_tasks(rid, SOURCE, pack, blob, (frames, height, width), encode_tile_sizes(spec))
+    tasks, reference = video_encode_tasks(
+        rid, SOURCE, pack, blob, (frames, height, width), encode_tile_sizes(spec)
+    )
     for t in tasks:
         if t["kind"] == "video_encode":
             t["params"]["hdr"] = hdr_params(spec)
     at = seams(spec)
     inputs = {"video_context": ref(text["id"], "video_context"), "reference_latent": reference}
     for k, s in enumerate(at):  # the seam frame alone, as one tile (no blend: a whole tile is its latent)
-        params = {"pack": pack, "frames": 1, "height": height, "width": width, "first": s,
-                  "pixels": [[0, 1], [0, height], [0, width]], "hdr": hdr_params(spec),
-                  "expect": {"latent": expect("float32", 1, -1, 1, h, w)}}
-        tasks.append(task(rid, f"hdr_guide{k}", "video_encode", params, {"video": {"blob": blob}}))
+        params = {
+            "pack": pack,
+            "frames": 1,
+            "height": height,
+            "width": width,
+            "first": s,
+            "pixels": [[0, 1], [0, height], [0, width]],
+            "hdr": hdr_params(spec),
+            "expect": {"latent": expect("float32", 1, -1, 1, h, w)},
+        }
+        tasks.append(task(rid, f"source_guide{k}", "video_encode", params, {"video": {"blob": blob}}))
         inputs[f"guide{k}"] = ref(tasks[-1]["id"], "latent")
     outputs = {"video_latent": expect("float32", 1, -1, latent_frames(frames), h, w)}
     if at:
         outputs["slots"] = expect("float32", 1, -1, len(at), h, w)
-    tasks.append(task(rid, STAGE, "hdr_stage", {
-        "pack": pack, "seed": int(spec["seed"]), "frames": frames, "height": height, "width": width,
-        "fps": float(spec["frame_rate"]), "sigmas": list(DISTILLED_SIGMAS), "hdr_lora": hdr_lora.HDR_LORA_FILE,
-        "transfer": HDR_TRANSFER, "slots": list(at), "keyframe_strength": hdr_lora.KEYFRAME_STRENGTH,
-        "expect": outputs}, inputs))
+    tasks.append(
+        task(
+            rid,
+            STAGE,
+            "hdr_stage",
+            {
+                "pack": pack,
+                "seed": int(spec["seed"]),
+                "frames": frames,
+                "height": height,
+                "width": width,
+                "fps": float(spec["frame_rate"]),
+                "sigmas": list(DISTILLED_SIGMAS),
+                "hdr_lora": hdr_lora.HDR_LORA_FILE,
+                "transfer": HDR_TRANSFER,
+                "slots": list(at),
+                "keyframe_strength": hdr_lora.KEYFRAME_STRENGTH,
+                "expect": outputs,
+            },
+            inputs,
+        )
+    )
     return [text, *tasks, *plan_decode(rid, spec, ref(f"{rid}.{STAGE}", "video_latent"))]

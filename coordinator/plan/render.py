@@ -39,13 +39,13 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
 from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_checks import check_guided_extras
 from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
+from coordinator.plan.hdr import check_hdr, is_hdr, plan_hdr
 from coordinator.plan.images import (
     generated_slot_params,
     generated_slots,
     plan_image_encodes,
     resolved_images,
 )
-from coordinator.plan.hdr import check_hdr, is_hdr, plan_hdr
 from coordinator.plan.length import (
     check_auto_duration,
     length_pending,
