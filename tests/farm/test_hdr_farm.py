@@ -1,5 +1,5 @@
 """The HDR IC-LoRA render on a real farm (issue #29, `--hdr-ic-lora CLIP` on the tiny 2.5 pack): a 25-frame
-128x128 SDR clip (PyAV-written) uploaded once, encoded as working codes in 8 tiles across workers, the seam
+128x64 SDR clip (PyAV-written) uploaded once, encoded as working codes in 4 tiles across workers, the seam
 frame as a guide, one stage with the pack's HDR LoRA, the tiled conv decode; on 3 and then 2 workers of
 one module farm every task output (latents included), the mp4's frames and the HLG master's planes (PyAV)
 and the EXR frames (OpenEXR) equal `farm render --local`'s bit for bit. Bad HDR renders are refused at
@@ -11,6 +11,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import av
@@ -27,8 +28,8 @@ from tests.farm.farm_harness import ROOT, farm, wait_done, wait_until
 from tests.media_files import write_clip
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
-SIZE, FRAMES = 128, 25
-SPEC = {"prompt": "a harbour at dawn", "height": SIZE, "width": SIZE, "frames": FRAMES, "seed": 7,
+HEIGHT, WIDTH, FRAMES = 64, 128, 25
+SPEC = {"prompt": "a harbour at dawn", "height": HEIGHT, "width": WIDTH, "frames": FRAMES, "seed": 7,
         "pack": "tiny25", "audio": False, "hdr": True, "encode_tiles": "24,96", "decode_tiles": "auto"}
 
 
@@ -49,7 +50,7 @@ def packs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory) -> tuple[Path, dict]:
-    path = write_clip(tmp_path_factory.mktemp("hdr-clip") / "clip.mp4", frames=FRAMES, width=SIZE, height=SIZE)
+    path = write_clip(tmp_path_factory.mktemp("hdr-clip") / "clip.mp4", frames=FRAMES, width=WIDTH, height=HEIGHT)
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return path, {**SPEC, "hdr_ic_lora": {"blob": sha, "name": "clip.mp4"}}
 
@@ -101,16 +102,18 @@ def test_hdr_ic_lora_on_3_then_2_workers_equals_local(hdr_farm, reference, clip,
     local_mp4, local_exr, local = reference
     path, spec = clip
     kinds = [k.split(".")[0] for k in local]
-    assert kinds.count("source_hdr") == 9 and "source_guide0" in local and "slots" in local["stage1"]
+    assert kinds.count("source_hdr") == 5 and "source_guide0" in local and "slots" in local["stage1"]
     exr = _exr(local_exr)
     assert len(exr) == FRAMES and exr[0].dtype == np.float16 and all(np.isfinite(f).all() and f.min() >= 0 for f in exr)
     for workers in (3, 2):
         if workers == 2:
             assert farm_client.drain("w3")
             procs["w3"].wait(timeout=60)
+        start = time.monotonic()
         assert farm_client.put_blob(path.read_bytes()) == spec["hdr_ic_lora"]["blob"]
         render_id = farm_client.submit({**spec, "exr": str(tmp_path / "asked-exr")})
         render = wait_done(farm_client, render_id, timeout=240)
+        print(workers, "workers", f"{time.monotonic() - start:.1f} s")
         tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
         assert {name: tasks[name].get("outputs") or {} for name in local} == local, workers  # every output
         ran = {t.get("worker") for t in tasks.values() if t["kind"] == "video_encode"}
