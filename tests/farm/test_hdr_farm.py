@@ -29,8 +29,18 @@ from tests.media_files import write_clip
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 HEIGHT, WIDTH, FRAMES = 64, 128, 25
-SPEC = {"prompt": "a harbour at dawn", "height": HEIGHT, "width": WIDTH, "frames": FRAMES, "seed": 7,
-        "pack": "tiny25", "audio": False, "hdr": True, "encode_tiles": "24,96", "decode_tiles": "auto"}
+SPEC = {
+    "prompt": "a harbour at dawn",
+    "height": HEIGHT,
+    "width": WIDTH,
+    "frames": FRAMES,
+    "seed": 7,
+    "pack": "tiny25",
+    "audio": False,
+    "hdr": True,
+    "encode_tiles": "24,96",
+    "decode_tiles": "auto",
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +60,9 @@ def packs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory) -> tuple[Path, dict]:
-    path = write_clip(tmp_path_factory.mktemp("hdr-clip") / "clip.mp4", frames=FRAMES, width=WIDTH, height=HEIGHT)
+    path = write_clip(
+        tmp_path_factory.mktemp("hdr-clip") / "clip.mp4", frames=FRAMES, width=WIDTH, height=HEIGHT
+    )
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return path, {**SPEC, "hdr_ic_lora": {"blob": sha, "name": "clip.mp4"}}
 
@@ -62,8 +74,12 @@ def reference(packs, clip, tmp_path_factory):
 
     path, spec = clip
     folder = tmp_path_factory.mktemp("hdr-local")
-    mp4, outputs, _ = render_local({**spec, "exr": str(folder / "exr")}, folder / "local.mp4", Runner(packs),
-                                   media={spec["hdr_ic_lora"]["blob"]: path})
+    mp4, outputs, _ = render_local(
+        {**spec, "exr": str(folder / "exr")},
+        folder / "local.mp4",
+        Runner(packs),
+        media={spec["hdr_ic_lora"]["blob"]: path},
+    )
     return mp4, folder / "exr", {tid.removeprefix("local."): out for tid, out in outputs.items()}
 
 
@@ -73,8 +89,11 @@ def hdr_farm(reference, redis_server, packs, tmp_path_factory):
     client.flushdb()
     data = tmp_path_factory.mktemp("hdr-data")
     with farm(FarmStore(client), data, packs, workers=3) as (farm_client, procs):
-        wait_until(lambda: sum(bool((w.get("packs") or {}).get("tiny25")) for w in farm_client.workers()) == 3,
-                   60, "3 workers describing tiny25")
+        wait_until(
+            lambda: sum(bool((w.get("packs") or {}).get("tiny25")) for w in farm_client.workers()) == 3,
+            60,
+            "3 workers describing tiny25",
+        )
         yield farm_client, procs, data
     client.close()
 
@@ -93,7 +112,9 @@ def _exr(folder: Path) -> list[np.ndarray]:
 
 
 def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) > 0 and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) > 0 and all(
+        x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b, strict=True)
+    )
 
 
 @pytest.mark.timeout(600)
@@ -104,7 +125,11 @@ def test_hdr_ic_lora_on_3_then_2_workers_equals_local(hdr_farm, reference, clip,
     kinds = [k.split(".")[0] for k in local]
     assert kinds.count("source_hdr") == 5 and "source_guide0" in local and "slots" in local["stage1"]
     exr = _exr(local_exr)
-    assert len(exr) == FRAMES and exr[0].dtype == np.float16 and all(np.isfinite(f).all() and f.min() >= 0 for f in exr)
+    assert (
+        len(exr) == FRAMES
+        and exr[0].dtype == np.float16
+        and all(np.isfinite(f).all() and f.min() >= 0 for f in exr)
+    )
     for workers in (3, 2):
         if workers == 2:
             assert farm_client.drain("w3")
@@ -127,10 +152,29 @@ def test_hdr_ic_lora_on_3_then_2_workers_equals_local(hdr_farm, reference, clip,
 
 
 def _submit(farm_client, data: Path, clip_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "FARM_DATA": str(data), "HOME": "/nonexistent",
-           "FARM_TOKEN": (data / "token").read_text().strip()}
-    cmd = [*CLI, "submit", "-p", "a harbour", "-H", "64", "-W", "64", "-f", "9", "--hdr-ic-lora", str(clip_path),
-           *args, "--coordinator", farm_client.address]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "FARM_DATA": str(data),
+        "HOME": "/nonexistent",
+        "FARM_TOKEN": (data / "token").read_text().strip(),
+    }
+    cmd = [
+        *CLI,
+        "submit",
+        "-p",
+        "a harbour",
+        "-H",
+        "64",
+        "-W",
+        "64",
+        "-f",
+        "9",
+        "--hdr-ic-lora",
+        str(clip_path),
+        *args,
+        "--coordinator",
+        farm_client.address,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
 
 
@@ -138,14 +182,24 @@ def _submit(farm_client, data: Path, clip_path: Path, *args: str) -> subprocess.
 def test_bad_hdr_renders_are_refused_at_submit_through_the_cli(hdr_farm, clip, tmp_path):
     farm_client, _procs, data = hdr_farm
     before = len(farm_client.list())
-    cases = [(("--pack", "tiny"), "hdr-ic-lora needs an LTX-2.5 pack; 'tiny' is LTX-2.3"),
-             (("--pack", "nolora25"), f"pack 'nolora25' has no hdr_lora ({HDR_LORA_FILE}): get it with `hf download "
-                                      "Lightricks/LTX-2.5-22b-IC-LoRA-SDR-To-HDR"),
-             (("--pack", "tiny25", "--exr", str(tmp_path / "e"), "--exr-colorspace", "rec2020"),
-              "--exr-colorspace 'rec2020' is not one the farm writes"),
-             (("--pack", "tiny25", "--input-colorspace", "log"), "--input-colorspace 'log'")]
+    cases = [
+        (("--pack", "tiny"), "hdr-ic-lora needs an LTX-2.5 pack; 'tiny' is LTX-2.3"),
+        (
+            ("--pack", "nolora25"),
+            f"pack 'nolora25' has no hdr_lora ({HDR_LORA_FILE}): get it with `hf download "
+            "Lightricks/LTX-2.5-22b-IC-LoRA-SDR-To-HDR",
+        ),
+        (
+            ("--pack", "tiny25", "--exr", str(tmp_path / "e"), "--exr-colorspace", "rec2020"),
+            "--exr-colorspace 'rec2020' is not one the farm writes",
+        ),
+        (("--pack", "tiny25", "--input-colorspace", "log"), "--input-colorspace 'log'"),
+    ]
     for args, words in cases:
         refused = _submit(farm_client, data, clip[0], *args)
         lines = refused.stderr.strip().splitlines()
-        assert refused.returncode == 2 and len(lines) == 1 and words in lines[0], (args, refused.stderr[-2000:])
+        assert refused.returncode == 2 and len(lines) == 1 and words in lines[0], (
+            args,
+            refused.stderr[-2000:],
+        )
     assert len(farm_client.list()) == before  # nothing queued

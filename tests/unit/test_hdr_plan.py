@@ -19,8 +19,18 @@ from coordinator.plan.resolved import Resolved
 from tests.media_files import write_clip
 
 BLOB = "ab" * 32
-SPEC = {"prompt": "a harbour", "height": 64, "width": 64, "frames": 25, "seed": 3, "pack": "tiny25", "audio": False,
-        "hdr": True, "decode_tiles": "off", "hdr_ic_lora": {"blob": BLOB, "name": "clip.mp4"}}
+SPEC = {
+    "prompt": "a harbour",
+    "height": 64,
+    "width": 64,
+    "frames": 25,
+    "seed": 3,
+    "pack": "tiny25",
+    "audio": False,
+    "hdr": True,
+    "decode_tiles": "off",
+    "hdr_ic_lora": {"blob": BLOB, "name": "clip.mp4"},
+}
 
 
 def _tasks(**changes) -> dict[str, dict]:
@@ -31,13 +41,22 @@ def _tasks(**changes) -> dict[str, dict]:
 @pytest.mark.timeout(30)
 def test_the_graph_encodes_the_clip_guides_the_seam_and_runs_one_hdr_stage():
     tasks = _tasks(encode_tiles="24,96")
-    assert [t["kind"] for t in tasks.values()] == ["text_encode", "video_encode", "video_encode", "video_encode_blend",
-                                                  "video_encode", "hdr_stage", "decode_video"]
+    assert [t["kind"] for t in tasks.values()] == [
+        "text_encode",
+        "video_encode",
+        "video_encode",
+        "video_encode_blend",
+        "video_encode",
+        "hdr_stage",
+        "decode_video",
+    ]
     stage = tasks["stage1"]
     assert stage["params"]["slots"] == [24] and stage["params"]["needs"] == ["transformer", "hdr_lora"]
     assert stage["inputs"]["reference_latent"] == {"task": "r.source_hdr", "output": "latent"}
     assert tasks["source_guide0"]["params"]["first"] == 24 and tasks["source_hdr.t0"]["params"]["hdr"] == {
-        "transfer": "acescct", "input_colorspace": "srgb_gamma"}
+        "transfer": "acescct",
+        "input_colorspace": "srgb_gamma",
+    }
     plain = _tasks(hdr_ic_lora={"blob": BLOB, "keyframes": False, "input_colorspace": "srgb"})
     assert "source_guide0" not in plain and plain["stage1"]["params"]["slots"] == []
     assert "slots" not in plain["stage1"]["params"]["expect"]
@@ -47,12 +66,36 @@ def test_the_graph_encodes_the_clip_guides_the_seam_and_runs_one_hdr_stage():
 @pytest.mark.timeout(150)
 def test_farm_plan_shows_the_hdr_graph_through_the_cli(tmp_path: Path):
     clip = write_clip(tmp_path / "clip.mp4", frames=9, width=64, height=64)
-    (tmp_path / "fleet.toml").write_text('[[workers]]\nname = "m4"\nchip = "Apple M4 Max"\nmemory_gb = 64\n'
-                                         'generation = "2.5"\ncount = 2\n')
-    cmd = [sys.executable, "-c", "from farm_cli.main import main; main()", "plan", "-p", "a harbour", "--pack", "p25",
-           "-H", "512", "-W", "768", "-f", "49", "--hdr-ic-lora", str(clip), "--fleet", str(tmp_path / "fleet.toml")]
-    result = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=120,
-                            env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    (tmp_path / "fleet.toml").write_text(
+        '[[workers]]\nname = "m4"\nchip = "Apple M4 Max"\nmemory_gb = 64\ngeneration = "2.5"\ncount = 2\n'
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        "from farm_cli.main import main; main()",
+        "plan",
+        "-p",
+        "a harbour",
+        "--pack",
+        "p25",
+        "-H",
+        "512",
+        "-W",
+        "768",
+        "-f",
+        "49",
+        "--hdr-ic-lora",
+        str(clip),
+        "--fleet",
+        str(tmp_path / "fleet.toml"),
+    ]
+    result = subprocess.run(
+        [*cmd, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     stages = {row["stage"]: row["kinds"] for row in json.loads(result.stdout)["stages"]}
     assert list(stages)[:3] == ["text", "source", "stage1"] and stages["stage1"] == {"hdr_stage": 1}
@@ -71,16 +114,27 @@ def test_local_runs_of_the_graph_equal_the_engine_oracle(tmp_path: Path):
     write_tiny_pack(tmp_path / "packs" / "tiny25", seed=0, variant="2.5")
     clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
     sha = hashlib.sha256(clip.read_bytes()).hexdigest()
-    spec = {**SPEC, "encode_tiles": "off", "exr": str(tmp_path / "exr"), "hdr_ic_lora": {"blob": sha, "name": "c"}}
+    spec = {
+        **SPEC,
+        "encode_tiles": "off",
+        "exr": str(tmp_path / "exr"),
+        "hdr_ic_lora": {"blob": sha, "name": "c"},
+    }
     runner = Runner(tmp_path / "packs")
     _, outputs, blobs = render_local(spec, tmp_path / "out.mp4", runner, media={sha: clip})
     engine, pack = runner.engine, runner.pack("tiny25")
     frames, fps = read_sdr_clip(clip)
     render = hdr_pipeline.HdrRender(fps, SPEC["seed"], blobs.get(outputs["local.text"]["video_context"]))
     fused = WithLoras(pack, ((str(pack.root / hdr_lora.HDR_LORA_FILE), hdr_lora.HDR_LORA_STRENGTH),))
-    oracle = hdr_pipeline.hdr_ic_lora(engine, (pack, fused), frames, render, hdr_pipeline.conv_decode(engine, pack))
-    got = {"reference": ("source_hdr", "latent"), "video_latent": ("stage1", "video_latent"),
-           "slots": ("stage1", "slots"), "codes": ("decode", "frames")}
+    oracle = hdr_pipeline.hdr_ic_lora(
+        engine, (pack, fused), frames, render, hdr_pipeline.conv_decode(engine, pack)
+    )
+    got = {
+        "reference": ("source_hdr", "latent"),
+        "video_latent": ("stage1", "video_latent"),
+        "slots": ("stage1", "slots"),
+        "codes": ("decode", "frames"),
+    }
     for name, (task, output) in got.items():
         np.testing.assert_array_equal(blobs.get(outputs[f"local.{task}"][output]), oracle[name], err_msg=name)
     import OpenEXR
