@@ -242,7 +242,7 @@ def annotate(tasks: list[dict], spec: Mapping) -> None:
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
             # The smaller Macs may take it streamed (stream_peak_bytes), unless its LoRAs are unfused.
-            if t["kind"] in DIT_KINDS and streamable(spec):
+            if t["kind"] in DIT_KINDS and t["kind"] != "hdr_stage" and streamable(spec):  # HDR: never streamed
                 params["stream_peak_bytes"] = stream = stream_peak_bytes(t["kind"], params, pack_bytes)
                 params["min_memory_stream_bytes"] = min_memory_bytes(stream)
 

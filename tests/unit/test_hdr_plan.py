@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,16 +103,47 @@ def test_farm_plan_shows_the_hdr_graph_through_the_cli(tmp_path: Path):
     assert stages["source"]["video_encode"] >= 2 and "decode" in stages and "audio" not in stages
 
 
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    """A Runner over tiny25 and nolora25 (tiny25's files but its HDR LoRA)."""
+    from ltx_engine.hdr_lora import HDR_LORA_FILE
+    from ltx_engine.tiny_pack import write_tiny_pack
+    from worker.runner import Runner
+
+    packs = tmp_path_factory.mktemp("hdr-plan-packs")
+    write_tiny_pack(packs / "tiny25", seed=0, variant="2.5")
+    (packs / "nolora25").mkdir()
+    for f in (packs / "tiny25").iterdir():
+        if f.name != HDR_LORA_FILE:
+            (packs / "nolora25" / f.name).symlink_to(f)
+    return Runner(packs)
+
+
+@pytest.mark.timeout(120)
+def test_local_refuses_a_pack_without_the_lora_a_missing_length_and_a_short_clip(runner, tmp_path: Path):
+    from coordinator.plan.graph import SpecError
+    from farm_cli.local import render_local
+
+    clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
+    sha = hashlib.sha256(clip.read_bytes()).hexdigest()
+    base = {**SPEC, "hdr_ic_lora": {"blob": sha, "name": "clip.mp4"}}
+    cases = [
+        ({"pack": "nolora25"}, "pack 'nolora25' has no hdr_lora"),
+        ({"frames": None}, "give -f N"),
+        ({"frames": 33}, "--hdr-ic-lora clip.mp4: the clip has 25 frames, the render asks -f 33"),
+    ]
+    for changes, words in cases:
+        with pytest.raises(SpecError, match=re.escape(words)):
+            render_local({**base, **changes}, tmp_path / "x.mp4", runner, media={sha: clip})
+
+
 @pytest.mark.timeout(300)
-def test_local_runs_of_the_graph_equal_the_engine_oracle(tmp_path: Path):
+def test_local_runs_of_the_graph_equal_the_engine_oracle(runner, tmp_path: Path):
     from farm_cli.local import render_local
     from ltx_engine import hdr_lora, hdr_pipeline
     from ltx_engine.hdr_sources import read_sdr_clip
     from ltx_engine.lora import WithLoras
-    from ltx_engine.tiny_pack import write_tiny_pack
-    from worker.runner import Runner
 
-    write_tiny_pack(tmp_path / "packs" / "tiny25", seed=0, variant="2.5")
     clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
     sha = hashlib.sha256(clip.read_bytes()).hexdigest()
     spec = {
@@ -120,7 +152,6 @@ def test_local_runs_of_the_graph_equal_the_engine_oracle(tmp_path: Path):
         "exr": str(tmp_path / "exr"),
         "hdr_ic_lora": {"blob": sha, "name": "c"},
     }
-    runner = Runner(tmp_path / "packs")
     _, outputs, blobs = render_local(spec, tmp_path / "out.mp4", runner, media={sha: clip})
     engine, pack = runner.engine, runner.pack("tiny25")
     frames, fps = read_sdr_clip(clip)
