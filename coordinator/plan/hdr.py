@@ -137,6 +137,8 @@ def plan_hdr(rid: str, spec: Mapping, text: dict) -> list[dict]:
                 "transfer": HDR_TRANSFER,
                 "slots": list(at),
                 "keyframe_strength": hdr_lora.KEYFRAME_STRENGTH,
+                # the cost model's tokens: the generated ones, the reference, a guide and a slot per seam
+                "cells": (2 * latent_frames(frames) + 2 * len(at)) * h * w,
                 "expect": outputs,
             },
             inputs,
