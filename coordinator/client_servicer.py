@@ -161,7 +161,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
             plan = planner.validate_spec(asked, fleet)
             check_render_loras(plan, self.scheduler.blobs, self.shelf)  # uploaded, and fitting the pack
-            check_render_media(plan, store_paths(self.scheduler.blobs))  # issue #24: probed in a child process
+            plan = plan.resolve(**check_render_media(plan, store_paths(self.scheduler.blobs)))  # issue #24: probed in a child
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
         tasks = planner.plan_render(plan, render_id)

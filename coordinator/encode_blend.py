@@ -27,4 +27,29 @@ def video_encode_blend(params: dict, inputs: dict[str, np.ndarray]) -> dict[str,
     return {"latent": np.ascontiguousarray(blend_encoded(shape, zip(tiles, latents, strict=True)))}
 
 
+def extend_audio_pin(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """issue #24 extend: the source track's boundary latents the window pins (`ExtendLayout.source_audio_slice`)."""
+    return {
+        "latent": np.ascontiguousarray(inputs["latent"][:, :, int(params["start"]) : int(params["stop"])])
+    }
+
+
+def extend_join(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """issue #24 extend: the window's new latents joined to the source's (`ltx_engine.extend.assemble_*`)."""
+    from ltx_engine.extend import ExtendLayout, assemble_audio, assemble_video
+
+    lay = ExtendLayout(
+        int(params["source_frames"]),
+        float(params["fps"]),
+        int(params["new_latent_frames"]),
+        str(params["direction"]),
+    )
+    out = {"video_latent": np.ascontiguousarray(assemble_video(lay, inputs["source"], inputs["window"]))}
+    if "source_audio" in inputs:
+        joined = assemble_audio(lay, inputs["source_audio"], inputs["window_audio"])
+        out["audio_latent"] = np.ascontiguousarray(joined)
+    return out
+
+
 ENCODE_KINDS = {"video_encode_blend": video_encode_blend}
+ENCODE_KINDS |= {"extend_audio_pin": extend_audio_pin, "extend_join": extend_join}  # issue #24 retake/extend

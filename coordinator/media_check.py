@@ -51,8 +51,9 @@ def _blob_path(blob: str, path_of: PathOf, flag: str, name: str) -> Path:
     return path
 
 
-def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | None = None) -> None:
-    """Refuse, in one line, a render whose media cannot serve it."""
+def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | None = None) -> dict:
+    """Refuse, in one line, a render whose media cannot serve it; what the probe resolves for the plan
+    (`source_audio`: the source clip has an audio track)."""
     audio = _field(spec, "audio_input")
     if audio:
         name = audio.get("name") or audio["blob"][:12]
@@ -63,21 +64,42 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
             raise SpecError(
                 f"--audio {name}: --audio-start {start:g} s is outside the track's {info.duration_s:.2f} s"
             )
-    source = _field(spec, "source_video")
-    if source:
-        name = source.get("name") or source["blob"][:12]
-        path = _blob_path(source["blob"], path_of, "source video", name)
-        probe_named(path, "video", "source video", name, limits, sha=source["blob"])
-    clip = _field(spec, "hdr_ic_lora")  # issue #29: the HDR IC-LoRA render's SDR clip
+    clip = _field(spec, "hdr_ic_lora")  # issue #29: the HDR IC-LoRA render's SDR clip, held as a retake's
     if clip:
         name = clip.get("name") or clip["blob"][:12]
         path = _blob_path(clip["blob"], path_of, "--hdr-ic-lora", name)
         info = probe_named(path, "video", "--hdr-ic-lora", name, limits, sha=clip["blob"])
-        have = info.video.frames if info.video else 0
-        if spec.get("frames") and have < int(spec["frames"]):
-            raise SpecError(
-                f"--hdr-ic-lora {name}: the clip has {have} frames, the render asks -f {spec['frames']}"
-            )
+        check_clip(spec, info, f"--hdr-ic-lora {name}")
+    source = _field(spec, "source_video")
+    if not source:
+        return {}
+    flag = "--retake" if _field(spec, "retake") else "--extend" if _field(spec, "extend") else "source video"
+    name = source.get("name") or source["blob"][:12]
+    path = _blob_path(source["blob"], path_of, flag, name)
+    info = probe_named(path, "video", flag, name, limits, sha=source["blob"])
+    if flag != "source video":
+        check_clip(spec, info, f"{flag} {name}")
+    return {"source_audio": info.audio is not None}
+
+
+def check_clip(spec: Mapping, info: MediaInfo, named: str) -> None:
+    """issue #24 retake/extend: the clip holds the render's frames at its rate, the retake window inside it."""
+    if spec.get("frames") is None:  # an LTX-2.5 length the duration head would pick: not for a clip
+        raise SpecError(f"{named}: give -f (the render takes that many of the clip's frames)")
+    frames, fps = int(spec["frames"]), float(spec["frame_rate"])
+    if abs(info.video.fps - fps) > 0.01:
+        raise SpecError(
+            f"{named}: the clip runs at {info.video.fps:g} fps; give --frame-rate {info.video.fps:g}"
+        )
+    if info.video.frames < frames:
+        raise SpecError(f"{named}: {info.video.frames} frames, fewer than the render's {frames} (-f)")
+    window = _field(spec, "retake")
+    if window and float(window["end"]) > info.duration_s + 1e-6:
+        raise SpecError(
+            f"{named}: --end {float(window['end']):g} s is past the clip's {info.duration_s:.2f} s"
+        )
+    if _field(spec, "extend") and spec.get("audio", True) and info.audio is None:
+        raise SpecError(f"{named}: the clip has no audio track to continue; give --no-audio")
 
 
 def store_paths(blobs) -> PathOf:

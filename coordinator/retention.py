@@ -12,6 +12,7 @@ hold no lease are forgotten (forget_workers.lua). The leading coordinator runs
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -88,6 +89,16 @@ def lora_blobs(spec: object) -> set[str]:
     return {str(x["blob"]) for x in loras or () if isinstance(x, dict) and isinstance(x.get("blob"), str)}
 
 
+def _resume_blobs(resume: object) -> set[str]:
+    """A gang stage 1's kept step (issue #25: {"step", "blobs": {name: sha}}, JSON on the task): a re-lease
+    resumes from these, so they live as long as the task does."""
+    if isinstance(resume, str):
+        with contextlib.suppress(ValueError):
+            resume = json.loads(resume)
+    blobs = resume.get("blobs") if isinstance(resume, dict) else None
+    return {v for v in blobs.values() if isinstance(v, str)} if isinstance(blobs, dict) else set()
+
+
 def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[str]:
     """Every sha a render still needs: task inputs ({"blob": sha}), outputs ({name: sha}), its images."""
     found: set[str] = set()
@@ -101,6 +112,7 @@ def referenced_blobs(tasks_by_render: Iterable[tuple[dict, list[dict]]]) -> set[
                 if isinstance(ref, dict) and isinstance(ref.get("blob"), str):
                     found.add(ref["blob"])
             found.update(v for v in (task.get("outputs") or {}).values() if isinstance(v, str))
+            found.update(_resume_blobs(task.get("resume")))
     return found
 
 

@@ -107,7 +107,7 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
             raise no_head(spec.pack)
         known = predict_frames(RenderPlan(spec, known), runner)
     plan = validate_spec(spec, [], known)
-    check_render_media(plan, lambda sha: (media or {}).get(sha))  # issue #24: the coordinator's probe, here
+    plan = plan.resolve(**check_render_media(plan, lambda sha: (media or {}).get(sha)))  # issue #24: the coordinator's probe
     if is_diffusion(plan):  # issue #29: this machine's pack is the fleet's (read only when it is asked for)
         check_video_decoder(plan, runner.pack(spec.pack).has("vae_decoder_av"))
     if is_hdr(plan):  # issue #29: the pack's SDR-to-HDR IC-LoRA file

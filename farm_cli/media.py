@@ -57,6 +57,28 @@ def resolve(audio: Path | None, audio_start: float | None) -> ClientMedia:
     return out
 
 
+def resolve_clip(out: ClientMedia, asked: dict) -> ClientMedia:
+    """issue #24 retake/extend: `source_video` and the `retake` / `extend` field of the asked flags."""
+    a = asked
+    if a["retake"] is None and (a["start"] is not None or a["end"] is not None or a["no_regen_audio"]):
+        fail("--start / --end / --no-regen-audio need --retake VIDEO")
+    if a["extend"] is None and (a["extend_frames"] is not None or a["direction"] is not None):
+        fail("--extend-frames / --direction need --extend VIDEO")
+    if a["retake"] is not None and a["extend"] is not None:
+        fail("--retake and --extend: give one of them")
+    if a["retake"] is not None:
+        if a["start"] is None or a["end"] is None:
+            fail("--retake needs --start S and --end E (seconds into the clip)")
+        out.fields["source_video"] = out.add("--retake", a["retake"])
+        out.fields["retake"] = {"start": a["start"], "end": a["end"], "regen_audio": not a["no_regen_audio"]}
+    if a["extend"] is not None:
+        if a["extend_frames"] is None:
+            fail("--extend needs --extend-frames N (latent frames to add)")
+        out.fields["source_video"] = out.add("--extend", a["extend"])
+        out.fields["extend"] = {"frames": a["extend_frames"], "direction": a["direction"] or "after"}
+    return out
+
+
 def add_hdr_clip(
     out: ClientMedia, clip: Path | None, no_keyframes: bool, input_colorspace: str | None
 ) -> None:

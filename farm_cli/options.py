@@ -157,6 +157,17 @@ Audio = Annotated[Path | None, typer.Option(  # issue #24: A2V (farm_cli/media.p
     "--audio", help="A2V: an audio file (wav, mp3, m4a, flac...) the video is generated to; the output keeps it.")]
 AudioStart = Annotated[float | None, typer.Option(
     "--audio-start", help="Seconds into --audio where the clip starts (default 0).")]
+# issue #24 retake/extend: a source clip's window regenerated, or frames added (farm_cli/media.py)
+Retake = Annotated[Path | None, typer.Option(
+    "--retake", help="Retake: a source video whose --start..--end window is regenerated; the rest is kept.")]
+Start = Annotated[float | None, typer.Option("--start", help="Retake: the window's start, seconds into the clip.")]
+End = Annotated[float | None, typer.Option("--end", help="Retake: the window's end (exclusive), seconds.")]
+NoRegenAudio = Annotated[bool, typer.Option("--no-regen-audio", help="Retake: keep all the clip's audio.")]
+Extend = Annotated[Path | None, typer.Option(
+    "--extend", help="Extend: a source video (8k+1 frames, -f of them taken) continued by --extend-frames.")]
+ExtendFrames = Annotated[int | None, typer.Option(
+    "--extend-frames", help="Extend: latent frames to add (8 pixel frames each).")]
+Direction = Annotated[str | None, typer.Option("--direction", help="Extend: after (default) | before the clip.")]
 HdrIcLora = Annotated[Path | None, typer.Option(  # issue #29: the HDR IC-LoRA render (farm_cli/media.py)
     "--hdr-ic-lora", metavar="CLIP", help="LTX-2.5: an SDR clip rendered to HDR with the pack's SDR-to-HDR IC-LoRA: "
     "OUTPUT.hlg.mp4 (HLG 10-bit) and, with --exr, ACEScg EXR frames (-p is the scene).")]

@@ -47,6 +47,9 @@ RENDER_OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("hdr", opt.Hdr, False), ("video_decoder", opt.VideoDecoder, None),
     ("dfr", opt.Dfr, False), ("spatial_upscalings", opt.SpatialUpscalings, 1),
     ("audio", opt.Audio, None), ("audio_start", opt.AudioStart, None),  # issue #24: media in
+    ("retake", opt.Retake, None), ("start", opt.Start, None), ("end", opt.End, None),  # issue #24 retake/extend
+    ("no_regen_audio", opt.NoRegenAudio, False), ("extend", opt.Extend, None),
+    ("extend_frames", opt.ExtendFrames, None), ("direction", opt.Direction, None),
     ("hdr_ic_lora", opt.HdrIcLora, None), ("no_keyframes", opt.NoKeyframes, False),  # issue #29: HDR IC-LoRA
     ("input_colorspace", opt.InputColorspace, None),
 )
@@ -91,6 +94,7 @@ def asked_render(asked: dict, *, data: Path | None = None, priority: int | None 
 
     a = asked
     user_loras, user_media = loras.resolve(a["lora"], a["lora_mode"]), media.resolve(a["audio"], a["audio_start"])
+    media.resolve_clip(user_media, a)  # issue #24 retake/extend
     media.add_hdr_clip(user_media, a["hdr_ic_lora"], a["no_keyframes"], a["input_colorspace"])  # issue #29
     guidance = opt.guidance_fields(
         a["pipeline"], a["steps"], a["cfg_scale"], a["stg_scale"], a["stg_blocks"], a["rescale"], a["modality_scale"],

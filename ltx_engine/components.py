@@ -213,6 +213,8 @@ def render_components(spec: dict) -> tuple[str, ...]:
         out += ["audio_vae", "vocoder"]
     if spec.get("video_decoder") == DIFFUSION:
         out[out.index("vae_decoder")] = "vae_decoder_av"
+    if spec.get("source_video"):  # issue #24 retake/extend: the clip and its own track are encoded
+        out += [c for c in ("vae_encoder", "audio_vae") if c not in out]
     if spec.get("audio_input") and "vocoder" in out:  # issue #24: A2V muxes the source track, decodes none
         out.remove("vocoder")
     return tuple(out)

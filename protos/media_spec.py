@@ -85,6 +85,68 @@ def source_video(name: str, value: object) -> SourceVideo:
     return SourceVideo(blob=_blob(name, value), name=_file_name(name, value))
 
 
+# issue #24 retake/extend: the window of a source clip a render regenerates, or the frames it adds
+MAX_EXTEND_FRAMES = 64  # latent frames one extend adds (the planner holds the window to the model's range)
+DIRECTIONS = ("after", "before")
+
+
+@dataclass(frozen=True, slots=True)
+class Retake:
+    """`--retake VIDEO --start S --end E [--no-regen-audio]`: [start, end) seconds of `source_video`."""
+
+    start: float
+    end: float
+    regen_audio: bool = True
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class Extend:
+    """`--extend VIDEO --extend-frames N [--direction after|before]`: N new latent frames (8 N pixels)."""
+
+    frames: int
+    direction: str = "after"
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def retake(name: str, value: object) -> Retake:
+    if isinstance(value, Retake):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"start", "end", "regen_audio"} or "end" not in value:
+        raise SpecError(f"{name} must be {{start, end, regen_audio}}")
+    start = number(0.0, MAX_AUDIO_START_S)("--start", value.get("start") or 0.0)
+    end = number(0.0, MAX_AUDIO_START_S)("--end", value["end"])
+    if end <= start:
+        raise SpecError(f"--retake window --start {start:g} s to --end {end:g} s is empty")
+    regen = value.get("regen_audio", True)
+    if not isinstance(regen, bool):
+        raise SpecError(f"{name} regen_audio must be true or false")
+    return Retake(float(start), float(end), regen)
+
+
+def extend(name: str, value: object) -> Extend:
+    if isinstance(value, Extend):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"frames", "direction"}:
+        raise SpecError(f"{name} must be {{frames, direction}}")
+    frames = value.get("frames")
+    if not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= MAX_EXTEND_FRAMES:
+        raise SpecError(f"--extend-frames {str(frames)[:20]} must be 1..{MAX_EXTEND_FRAMES} latent frames")
+    direction = value.get("direction") or "after"
+    if direction not in DIRECTIONS:
+        raise SpecError(f"--direction {str(direction)[:20]!r}: one of {', '.join(DIRECTIONS)}")
+    return Extend(frames, direction)
+
+
+MEDIA_FIELDS = {"audio_input": audio_input, "source_video": source_video, "encode_tiles": text(32)}
+MEDIA_FIELDS |= {"retake": retake, "extend": extend}  # issue #24 retake/extend
+MEDIA_RECORDS = (AudioInput, SourceVideo, Retake, Extend)
+
+
 def hdr_ic_lora(name: str, value: object) -> HdrIcLora:
     if isinstance(value, HdrIcLora):
         value = value.to_dict()
@@ -100,9 +162,5 @@ def hdr_ic_lora(name: str, value: object) -> HdrIcLora:
 
 
 SDR_INPUT_COLORSPACES = ("srgb_gamma", "srgb")  # ltx_engine.hdr.sdr_working's
-MEDIA_FIELDS = {
-    "audio_input": audio_input,
-    "source_video": source_video,
-    "encode_tiles": text(32),
-    "hdr_ic_lora": hdr_ic_lora,
-}
+MEDIA_FIELDS |= {"hdr_ic_lora": hdr_ic_lora}  # issue #29: the HDR IC-LoRA render's SDR clip
+MEDIA_RECORDS += (HdrIcLora,)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
 from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
-from protos.media_spec import MEDIA_FIELDS, AudioInput, HdrIcLora, SourceVideo
+from protos.media_spec import MEDIA_FIELDS, MEDIA_RECORDS, AudioInput, Extend, HdrIcLora, Retake, SourceVideo
 from protos.sp_spec import stage1_parallel
 
 MAX_SPEC_BYTES = 256 * 1024
@@ -323,6 +323,8 @@ class RenderSpec:
     audio_input: AudioInput | None = None  # issue #24: --audio FILE [--audio-start S] (A2V: the track is frozen)
     source_video: SourceVideo | None = None  # issue #24: a source clip the render encodes (video_encode tasks)
     encode_tiles: str | None = None  # issue #24: the source's tiled encode, "F,S" pixels | auto | off
+    retake: Retake | None = None  # issue #24 retake/extend: regenerate [start, end) s of source_video
+    extend: Extend | None = None  # ... or add N latent frames after / before it
     hdr_ic_lora: HdrIcLora | None = None  # issue #29: the HDR IC-LoRA render's SDR clip (coordinator/plan/hdr.py)
     submitter: str | None = None
     priority: int | None = None
@@ -366,7 +368,7 @@ def _legacy_image(raw: Mapping[str, object]) -> Mapping[str, object]:
 
 def json_value(value: object) -> JsonValue:
     """A spec field as JSON holds it (an image as its object, sigmas as a list)."""
-    if isinstance(value, ImageCondition | LoraRef | AudioInput | SourceVideo | HdrIcLora):
+    if isinstance(value, (ImageCondition, LoraRef, *MEDIA_RECORDS)):
         return value.to_dict()
     if isinstance(value, tuple):
         return [json_value(v) for v in value]

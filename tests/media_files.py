@@ -57,3 +57,27 @@ def forged_long_wav(path: Path, hours: float = 37.0) -> Path:
     )
     path.write_bytes(b"RIFF" + ((36 + data) & 0xFFFFFFFF).to_bytes(4, "little") + body + bytes(64))
     return path
+
+
+def write_clip_with_audio(
+    path: Path, frames: int = 33, width: int = 192, height: int = 128, fps: int = 24
+) -> Path:
+    """issue #24 retake/extend: a moving gradient (MPEG-4 part 2) with a 440 Hz AAC tone of the same length."""
+    rate = 44100
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.width, video.height, video.pix_fmt = width, height, "yuv420p"
+        audio = container.add_stream("aac", rate=rate, layout="mono")
+        base = np.arange(height * width * 3).reshape(height, width, 3)
+        for i in range(frames):
+            image = ((base + 7 * i) % 251).astype(np.uint8)
+            container.mux(video.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        count = int(frames / fps * rate)
+        tone = (np.sin(2 * np.pi * 440 * np.arange(count) / rate) * 0.5).astype(np.float32)
+        for at in range(0, count, 1024):
+            frame = av.AudioFrame.from_ndarray(tone[None, at : at + 1024], format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = rate, at
+            container.mux(audio.encode(frame))
+        container.mux(video.encode())
+        container.mux(audio.encode())
+    return path

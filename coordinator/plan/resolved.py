@@ -27,11 +27,13 @@ ASKED_ORDER += ("exr_colorspace", "auto_duration", "hdr")  # issue #29: EXR colo
 ASKED_ORDER += ("video_decoder",)  # issue #29: conv | diffusion
 ASKED_ORDER += ("dfr", "spatial_upscalings")  # issue #29: DFR's base path and spatial epilogue
 ASKED_ORDER += ("audio_input", "source_video", "encode_tiles")  # issue #24: media in (protos/media_spec.py)
+ASKED_ORDER += ("retake", "extend")  # issue #24 retake/extend (protos/media_spec.py)
 ASKED_ORDER += ("hdr_ic_lora",)  # issue #29: the HDR IC-LoRA render's SDR clip
 ASKED_ORDER += ("stage1_parallel",)  # issue #25: sequence-parallel stage 1's degree (auto | K)
 SUBMIT_ORDER = ("submitter", "priority", "group", "notify")
 GUIDANCE_ORDER = tuple(GUIDANCE_FIELDS)  # a dev recipe's knobs: stored only when given (distilled stores none)
 DERIVED_ORDER = ("output_frames", "output_fps", "pack_bytes", "assemble_s")  # stored only once known
+DERIVED_ORDER += ("source_audio",)  # issue #24 retake/extend: the probe found an audio track in the clip
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,7 @@ class Resolved:
     output_fps: float | None = None  # DFR: the shipped clip's rate
     pack_bytes: int | None = None  # the pack's weight bytes as its holders report them
     assemble_s: float | None = None  # the assembly's reference seconds (set_render_state.lua reads it)
+    source_audio: bool | None = None  # issue #24: the source clip has an audio track (the media probe's)
 
 
 RESOLVED_FIELDS = frozenset(f.name for f in fields(Resolved))

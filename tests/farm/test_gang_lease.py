@@ -8,6 +8,8 @@ import json
 import time
 
 from coordinator.gang import handout
+from coordinator.metrics import redis_now_ms
+from coordinator.retention import prune
 from coordinator.state.store import FarmStore
 
 CAPS = {"pack_components": {"tiny": ["transformer"]}}
@@ -88,3 +90,27 @@ def test_an_unfilled_window_runs_with_what_it_has_and_the_reducer_never_joins(st
     store.create_render("q", {"prompt": "fox"}, [_stage1("q", [1])])  # auto on a short stage 1: never a gang
     assert _lease(store, "w2")["id"] == "q.stage1"
     assert json.loads(json.dumps(store.get_task("q.stage1")["params"]))["stage1_degrees"] == [1]
+
+
+def test_a_kept_step_outlives_blob_collection_and_a_deleted_render_leaves_no_gang(store: FarmStore, tmp_data) -> None:
+    """Rank 0's kept step is referenced by its task (retention keeps it while the render lives), and a
+    render deleted after its gang leaves no gang key, whichever members never asked again."""
+    for w in ("w1", "w2"):
+        store.register_worker(w, CAPS)
+        assert _lease(store, w) is None
+    store.create_render("r", {"prompt": "fox"}, [_stage1("r", [1, 2])])
+    assert _lease(store, "w1") is None  # opens for 2
+    assert _rank(_lease(store, "w2"))[0] == 1  # joins, full: started
+    rank0 = _lease(store, "w1")
+    sha = "cd" * 32
+    (tmp_data / sha).write_bytes(b"kept step")
+    store.put_blob_ref(sha, str(tmp_data / sha), 9)
+    kept = {"step": 1, "blobs": {"resume.video.latent": sha}}
+    assert store.heartbeat("r.stage1", "w1", int(rank0["fence"]), 30_000, {"step": 1, "resume": kept}) == "ok"
+    later = redis_now_ms(store) + 7 * 86_400_000  # a week on: past every grace
+    assert prune(store, tmp_data, older_than_s=86_400, now_ms=later).blobs == 0
+    assert (tmp_data / sha).exists() and store.client.exists(store.key("blob", sha))
+    assert store.cancel_render("r") and store.delete_render("r") == "deleted"
+    assert not store.client.exists(store.key("gang", "r.stage1"))
+    assert not store.client.sismember(store.key("gangs"), "r.stage1")
+    assert prune(store, tmp_data, older_than_s=86_400, now_ms=later).blobs == 1  # the render gone: so is its step

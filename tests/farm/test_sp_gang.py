@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from farm_cli.local import render_local
 from tests.farm.chaos import assert_same_outputs
-from tests.farm.farm_harness import farm, wait_done, wait_until
+from tests.farm.farm_harness import ROOT, farm, wait_done, wait_until
 from tests.farm.user_loras import write_user_loras
 
 BASE = {
@@ -39,6 +40,15 @@ def reference(local_runner, tmp_path_factory):
     return outputs
 
 
+def _gang_port(seq: int, rank0: int) -> int:
+    """The port gang.lua hands rank `rank0` (0-based) of gang `seq`, from the script's own constants."""
+    text = (ROOT / "coordinator/state/lua/gang.lua").read_text()
+    most, base, span = map(
+        int, re.search(r"GANG_MAX, GANG_PORT_BASE, GANG_PORT_SPAN = (\d+), (\d+), (\d+)", text).groups()
+    )
+    return base + (seq * most + rank0) % span
+
+
 def _stage1(render: dict) -> dict:
     return next(t for t in render["tasks"] if t["kind"] == "denoise_stage1")
 
@@ -57,7 +67,8 @@ def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, referen
             s1 = _stage1(render)
             started = [e for e in _events(client, render["id"]) if e.get("type") == "gang_started"]
             print(asked, s1["metrics"].get("stage1_parallel"), s1["metrics"].get("seconds"), started)
-            assert s1["metrics"]["stage1_parallel"] == degree and started and started[0]["degree"] == degree
+            assert s1["metrics"]["stage1_parallel"] == degree, s1["metrics"].get("gang_broke")
+            assert started and started[0]["degree"] == degree
         # a user LoRA: the worker fetches its blob and hands its rank process the file
         lora = write_user_loras(tmp_data / "loras", tiny_packs / "tiny")[0]
         sha = client.put_blob(lora.read_bytes())
@@ -157,7 +168,7 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
         seq = int(store.client.get(store.key("gangseq")) or 0) + 1
         blocker = socket.socket()
         blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        blocker.bind(("127.0.0.1", 47100 + (seq * 8 + 1) % 800))
+        blocker.bind(("127.0.0.1", _gang_port(seq, 1)))
         blocker.listen(1)
         try:
             render_id = client.submit({**BASE, "stage1_parallel": "2"})

@@ -130,7 +130,7 @@ def test_local_refuses_a_pack_without_the_lora_a_missing_length_and_a_short_clip
     cases = [
         ({"pack": "nolora25"}, "pack 'nolora25' has no hdr_lora"),
         ({"frames": None}, "give -f N"),
-        ({"frames": 33}, "--hdr-ic-lora clip.mp4: the clip has 25 frames, the render asks -f 33"),
+        ({"frames": 33}, "--hdr-ic-lora clip.mp4: 25 frames, fewer than the render's 33 (-f)"),
     ]
     for changes, words in cases:
         with pytest.raises(SpecError, match=re.escape(words)):

@@ -1,4 +1,4 @@
--- ARGV[3] render id. Forget a finished render: its hash, task graph, events, blocklist and schedule rows.
+-- ARGV[3] render id. Forget a finished render: its hash, task graph, gangs, events, blocklist and schedule rows.
 -- Returns 'deleted', 'missing', or the state of a render still running (cancel it first).
 local rid = ARGV[3]
 local rk = key('render', rid)
@@ -9,6 +9,8 @@ local caps = redis.call('SMEMBERS', key('capabilities'))
 for _, tid in ipairs(redis.call('LRANGE', key('render', rid, 'tasks'), 0, -1)) do
   redis.call('DEL', key('task', tid), key('task', tid, 'dependents'), key('task', tid, 'pending'))
   redis.call('ZREM', key('leases'), tid)
+  redis.call('DEL', key('gang', tid))  -- a gang whose members never asked again (issue #25)
+  redis.call('SREM', key('gangs'), tid)
   for _, cap in ipairs(caps) do redis.call('ZREM', key('ready', cap), tid) end
 end
 for _, row in ipairs(redis.call('LRANGE', key('render', rid, 'attempts'), 0, -1)) do

@@ -12,7 +12,9 @@
 --   stale: a reservation no member asked about for 3 windows (its members gone) puts the task back.
 -- Keys: gang:<task> {phase open|started, members, cap, opened_ms, fence, handed}, gangs (open ones),
 -- gangof:<worker> = the task of the reservation it is in.
-local GANG_MAX, GANG_PORT_BASE, GANG_PORT_SPAN = 8, 47100, 800
+-- Ports: below both systems' ephemeral ranges (Linux 32768-60999, macOS 49152-65535), so no outgoing
+-- connection's local port (nor its TIME_WAIT) can hold a rank's listening port; 47100 was inside Linux's.
+local GANG_MAX, GANG_PORT_BASE, GANG_PORT_SPAN = 8, 31100, 800
 
 local function gang_policy(name, default)
   return tonumber(redis.call('HGET', key('policy'), name)) or default

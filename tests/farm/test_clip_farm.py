@@ -1,0 +1,117 @@
+"""Retake and extend on a real farm (issue #24): a PyAV-written clip with its own AAC track, 33 frames
+at 128x192; one module farm, 3 workers for the retake, then 2 for the extend. Every task's output is
+bit for bit `farm render --local`'s. The retake's latent frames (and audio latents) outside its
+window are the source's re-encoded ones exactly; the extend's window holds the pinned context and the
+joined clip decodes 8 N frames longer."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from coordinator.state.redis_server import connect
+from coordinator.state.store import FarmStore
+from farm_cli.local import render_local
+from ltx_engine.retake import audio_window_mask, window_latent_frames
+from tests.farm.farm_harness import farm, wait_done, wait_until
+from tests.media_files import write_clip_with_audio
+
+BASE = {
+    "prompt": "a fox",
+    "height": 128,
+    "width": 192,
+    "frames": 25,
+    "frame_rate": 24.0,
+    "seed": 5,
+    "pack": "tiny",
+}
+RETAKE = {"retake": {"start": 0.4, "end": 0.6, "regen_audio": True}, "encode_tiles": "24,128"}
+EXTEND = {"extend": {"frames": 1, "direction": "after"}, "stage2_tiles": "1x2", "tile_overlap": 1}
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    path = write_clip_with_audio(tmp_path_factory.mktemp("clip") / "clip.mp4")
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {**BASE, "source_video": {"blob": sha, "name": "clip.mp4"}}, {sha: path}
+
+
+def _local(clip, extra: dict, local_runner, folder) -> tuple[dict, object]:
+    spec, files = clip
+    _, outputs, blobs = render_local({**spec, **extra}, folder / "local.mp4", local_runner, [], media=files)
+    return {tid.removeprefix("local."): out for tid, out in outputs.items()}, blobs
+
+
+@pytest.fixture(scope="module")
+def module_farm(redis_server, tiny_packs, tmp_path_factory):
+    client = connect(redis_server.url)
+    client.flushdb()
+    with farm(FarmStore(client), tmp_path_factory.mktemp("clip-farm"), tiny_packs, workers=3) as (
+        farm_client,
+        procs,
+    ):
+        yield farm_client, procs
+    client.close()
+
+
+def _render(farm_client, clip, extra: dict) -> dict:
+    spec, files = clip
+    for sha, path in files.items():
+        assert farm_client.put_blob(path.read_bytes()) == sha
+    render_id = farm_client.submit({**spec, **extra})
+    render = wait_done(farm_client, render_id, timeout=120)
+    return {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+
+
+def _same(tasks: dict, local: dict) -> None:
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    assert set(tasks) == set(local)
+
+
+@pytest.mark.timeout(180)
+def test_retake_on_3_workers_matches_local_and_keeps_the_source_outside_its_window(
+    module_farm, clip, local_runner, tmp_path
+):
+    farm_client, _ = module_farm
+    local, blobs = _local(clip, RETAKE, local_runner, tmp_path)
+    wait_until(
+        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
+    )
+    tasks = _render(farm_client, clip, RETAKE)
+    _same(tasks, local)
+    kinds = [t["kind"] for t in tasks.values()]
+    assert kinds.count("video_encode") == 4 and kinds.count("denoise_stage1") == 1  # 2 x 2 tiles, ONE stage
+    assert "denoise_stage2" not in kinds and "upsample_spatial" not in kinds
+    source, video = (
+        blobs.get(local[n][k]) for n, k in (("source_encode", "latent"), ("stage1", "video_latent"))
+    )
+    inside = window_latent_frames(25, 24.0, 0.4, 0.6)
+    assert inside == [2]
+    outside = [k for k in range(source.shape[2]) if k not in inside]
+    np.testing.assert_array_equal(video[:, :, outside], source[:, :, outside])
+    assert not np.allclose(video[:, :, inside], source[:, :, inside])
+    src_audio, audio = (
+        blobs.get(local[n][k]) for n, k in (("source_audio", "latent"), ("stage1", "audio_latent"))
+    )
+    keep = audio_window_mask(src_audio.shape[2], 0.4, 0.6)[0, :, 0] == 0
+    np.testing.assert_array_equal(audio[:, :, keep], src_audio[:, :, keep])
+    assert not np.allclose(audio[:, :, ~keep], src_audio[:, :, ~keep])
+
+
+@pytest.mark.timeout(180)
+def test_extend_on_2_workers_matches_local_and_pins_the_boundary(module_farm, clip, local_runner, tmp_path):
+    farm_client, procs = module_farm
+    local, blobs = _local(clip, EXTEND, local_runner, tmp_path)
+    procs["w3"].terminate()
+    procs["w3"].wait(timeout=20)
+    tasks = _render(farm_client, clip, EXTEND)
+    _same(tasks, local)
+    assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
+    window, context = blobs.get(local["stage2"]["video_latent"]), blobs.get(local["context_s2"]["latent"])
+    np.testing.assert_array_equal(window[:, :, :4], context)  # after: the source's last 4 latent frames
+    joined, source = blobs.get(local["join"]["video_latent"]), blobs.get(local["source_encode"]["latent"])
+    assert joined.shape[2] == source.shape[2] + 1
+    np.testing.assert_array_equal(joined[:, :, :4], source)
+    assert blobs.get(local["decode"]["frames"]).shape[0] == 25 + 8

@@ -1,0 +1,173 @@
+"""The retake / extend graphs (issue #24 retake/extend, `coordinator/plan/clip.py`), their spec records
+and the coordinator's extend kinds. Pure: no model, no farm."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coordinator.encode_blend import ENCODE_KINDS
+from coordinator.plan import render as planner
+from coordinator.plan.graph import SpecError
+from ltx_engine import extend, media_pipelines
+from protos.spec import RenderSpec
+
+pytestmark = pytest.mark.timeout(60)
+SOURCE = {"blob": "ab" * 32, "name": "clip.mp4"}
+BASE = {"prompt": "a fox", "height": 128, "width": 192, "frames": 33, "pack": "tiny", "source_video": SOURCE}
+
+
+def _plan(source_audio: bool | None = None, **extra) -> tuple[dict, dict]:
+    plan = planner.validate_spec(RenderSpec.from_dict({**BASE, **extra}), [])
+    if source_audio is not None:
+        plan = plan.resolve(source_audio=source_audio)
+    tasks = planner.plan_render(plan, "r")
+    return {t["id"].removeprefix("r."): t for t in tasks}, plan.as_dict()
+
+
+def test_retake_is_one_full_size_stage_over_the_source_latents():
+    tasks, stored = _plan(retake={"start": 0.4, "end": 0.9, "regen_audio": False})
+    stage = tasks["stage1"]
+    assert [t["kind"] for t in tasks.values()].count("denoise_stage1") == 1
+    assert not {"upsample", "stage2"} & set(tasks)
+    assert (stage["params"]["height"], stage["params"]["width"], stage["params"]["sampler"]) == (
+        128,
+        192,
+        "euler",
+    )
+    assert stage["params"]["retake"] == [0.4, 0.9, False] and len(stage["params"]["sigmas"]) == 9
+    assert stage["inputs"]["latent"] == {"task": "r.source_encode", "output": "latent"}
+    assert stage["inputs"]["audio_latent"] == {"task": "r.source_audio", "output": "latent"}
+    assert tasks["source_audio"]["params"]["start"] == 0.0 and tasks["source_audio"]["kind"] == "audio_encode"
+    assert tasks["decode"]["inputs"]["latent"]["task"] == "r.stage1"
+    assert tasks["audio"]["inputs"]["latent"] == {"task": "r.stage1", "output": "audio_latent"}
+    assert stored["retake"] == {"start": 0.4, "end": 0.9, "regen_audio": False}
+    silent, stored = _plan(False, retake={"start": 0.4, "end": 0.9})
+    assert "source_audio" not in silent and "audio_latent" not in silent["stage1"]["inputs"]
+    assert stored["source_audio"] is False
+
+
+@pytest.mark.parametrize("direction", ["after", "before"])
+def test_extend_pins_the_boundary_in_both_stages_and_joins_before_one_decode(direction):
+    tasks, stored = _plan(extend={"frames": 2, "direction": direction})
+    assert stored["output_frames"] == 33 + 16
+    first = 33 - 25 if direction == "after" else 0
+    for name, size in (("context_s1", (25, 64, 96)), ("context_s2", (25, 128, 192))):
+        blend = tasks[name]["params"]
+        assert (blend["frames"], blend["height"], blend["width"]) == size
+        assert tasks[f"{name}.t0"]["params"]["first"] == first
+    s1, s2 = tasks["stage1"], tasks["stage2"]
+    assert s1["params"]["frames"] == s2["params"]["frames"] == 25 + 16
+    image = {
+        "input": "context",
+        "frame": 0 if direction == "after" else 9,
+        "strength": 1.0,
+        "binding": "replace",
+    }
+    assert s1["params"]["images"] == s2["params"]["images"] == [image]
+    assert (
+        s1["inputs"]["context"]["task"] == "r.context_s1"
+        and s2["inputs"]["context"]["task"] == "r.context_s2"
+    )
+    lay = extend.ExtendLayout(33, 24.0, 2, direction)
+    assert s1["params"]["audio_pin_start"] == lay.audio_pin_start
+    cut = lay.source_audio_slice(34)
+    assert (tasks["audio_pin"]["params"]["start"], tasks["audio_pin"]["params"]["stop"]) == (
+        cut.start,
+        cut.stop,
+    )
+    assert set(tasks["join"]["inputs"]) == {"source", "window", "source_audio", "window_audio"}
+    assert tasks["decode"]["inputs"]["latent"]["task"] == "r.join"
+    quiet, _ = _plan(extend={"frames": 1}, audio=False)
+    assert (
+        not {"audio_pin", "source_audio", "audio"} & set(quiet)
+        and "audio_pin" not in quiet["stage1"]["inputs"]
+    )
+    tiled, _ = _plan(extend={"frames": 1}, stage2_tiles="1x2", tile_overlap=1)
+    assert tiled["stage2"]["kind"] == "tdp_step" and tiled["stage2.prep"]["params"]["images"] == [
+        image | {"frame": 0}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        ({"extend": {"frames": 0}}, "--extend-frames 0 must be 1..64"),
+        ({"extend": {"frames": 1, "direction": "up"}}, "--direction 'up'"),
+        ({"retake": {"start": 0.5, "end": 0.5}}, "is empty"),
+        ({"retake": {"start": 0.1, "end": 2.0}}, "--retake: --end 2 s is past the render's 33 frames"),
+        ({"retake": {"start": 0.1, "end": 0.5}, "stage2_tiles": "1x2"}, "no stage 2 to tile"),
+        ({"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage"}, "--retake runs with the distilled"),
+        ({"extend": {"frames": 1}, "frames": 17}, "--extend: the source has 17 frames"),
+        ({"extend": {"frames": 1}, "source_video": None}, "--extend names no source video"),
+    ],
+)
+def test_clip_asks_the_farm_does_not_build_are_one_line(extra, line):
+    with pytest.raises(SpecError, match=line.replace("(", r"\(").replace(".", r"\.")):
+        _plan(**extra)
+
+
+def test_the_coordinators_extend_kinds_are_media_pipelines_extend_clip():
+    rng = np.random.default_rng(3)
+    lay = extend.ExtendLayout(33, 24.0, 2, "before")
+    source, window = rng.standard_normal((1, 4, 5, 2, 3)), rng.standard_normal((1, 4, 6, 2, 3))
+    src_audio, win_audio = rng.standard_normal((1, 2, 34, 4)), rng.standard_normal((1, 2, 43, 4))
+    params = {"source_frames": 33, "fps": 24.0, "new_latent_frames": 2, "direction": "before"}
+    inputs = {"source": source, "window": window, "source_audio": src_audio, "window_audio": win_audio}
+    got = ENCODE_KINDS["extend_join"](params, inputs)
+    want = media_pipelines.extend_clip(
+        lay, source, src_audio, {"video_latent": window, "audio_latent": win_audio}
+    )
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    cut = lay.source_audio_slice(34)
+    pin = ENCODE_KINDS["extend_audio_pin"]({"start": cut.start, "stop": cut.stop}, {"latent": src_audio})[
+        "latent"
+    ]
+    assert np.array_equal(pin, src_audio[:, :, cut])
+
+
+def test_farm_plan_lists_the_retake_encodes(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.media_files import write_clip_with_audio
+    from tests.unit.test_plan_cli import FLEET
+
+    (tmp_path / "fleet.toml").write_text(FLEET)
+    clip = write_clip_with_audio(tmp_path / "clip.mp4")
+    args = ["plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), "--retake", str(clip)]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from farm_cli.main import main; main()",
+            *args,
+            "--start",
+            "0.2",
+            "--end",
+            "0.6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "audio_encode" in result.stdout and "video_encode" in result.stdout
+    assert "denoise_stage2" not in result.stdout
+
+
+def test_the_probe_refuses_a_clip_render_whose_length_the_head_would_pick(tmp_path):
+    import hashlib
+
+    from coordinator.media_check import check_render_media
+    from tests.media_files import write_clip_with_audio
+
+    clip = write_clip_with_audio(tmp_path / "clip.mp4")
+    sha = hashlib.sha256(clip.read_bytes()).hexdigest()
+    spec = {"frames": None, "frame_rate": 24.0, "source_video": {"blob": sha, "name": "clip.mp4"}}
+    with pytest.raises(SpecError, match=r"--extend clip.mp4: give -f"):
+        check_render_media({**spec, "extend": {"frames": 1}}, {sha: clip}.get)
+    assert check_render_media({**spec, "frames": 25, "retake": {"start": 0, "end": 1}}, {sha: clip}.get) == {
+        "source_audio": True
+    }
