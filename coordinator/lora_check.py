@@ -51,9 +51,9 @@ def _label(lora: Mapping) -> str:
 
 
 def check_render_loras(spec: Mapping, blobs: Blobs, shelf: Shelf | None) -> None:
-    """SpecError (one line) for a LoRA of the render that was never uploaded, is not in the pack folder,
+    """SpecError (one line) for a LoRA of the render (its `--ic-lora` too) that was never uploaded, is not in the pack folder,
     or does not fit the pack; nothing when the render has none or the pack is not on the shelf."""
-    loras = list(spec.get("loras") or ())
+    loras = list(spec.get("loras") or ()) + ([spec["ic_lora"]] if spec.get("ic_lora") else [])  # issue #24
     if not loras:
         return
     for lora in loras:

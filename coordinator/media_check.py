@@ -16,6 +16,7 @@ from pathlib import Path
 
 from coordinator.media_probe import probe_media
 from coordinator.media_rules import MediaInfo, MediaRefused, ProbeLimits
+from ltx_engine.ic_lora import ControlError, control_downscale
 from protos.fields import SpecError
 
 PathOf = Callable[[str], Path | None]  # a blob's file, or None when it was never uploaded
@@ -70,6 +71,7 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
         path = _blob_path(clip["blob"], path_of, "--hdr-ic-lora", name)
         info = probe_named(path, "video", "--hdr-ic-lora", name, limits, sha=clip["blob"])
         check_clip(spec, info, f"--hdr-ic-lora {name}")
+    check_control_media(spec, path_of, limits)  # issue #24: IC-LoRA control / Dub-It
     source = _field(spec, "source_video")
     if not source:
         return {}
@@ -80,6 +82,40 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
     if flag != "source video":
         check_clip(spec, info, f"{flag} {name}")
     return {"source_audio": info.audio is not None}
+
+
+def check_control_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | None = None) -> None:
+    """IC-LoRA control's clip or Dub-It's reference: a video (Dub-It's with a track) no shorter than the
+    render; the IC-LoRA's header declaring the downscale the spec was planned with."""
+    for key, flag in (("control_video", "--control-video"), ("dub_video", "--dub")):
+        clip = _field(spec, key)
+        if not clip:
+            continue
+        name = clip.get("name") or clip["blob"][:12]
+        if spec.get("frames") is None:  # an LTX-2.5 length the duration head would pick: not for a clip
+            raise SpecError(f"{flag} {name}: give -f (the render takes that many of the clip's frames)")
+        info = probe_named(
+            _blob_path(clip["blob"], path_of, flag, name), "video", flag, name, limits, clip["blob"]
+        )
+        frames = int(spec["frames"])
+        if info.video is None or info.video.frames < frames:
+            have = 0 if info.video is None else info.video.frames
+            raise SpecError(f"{flag} {name}: {have} frames, shorter than the render's {frames}")
+        if key == "dub_video" and info.audio is None:
+            raise SpecError(f"--dub {name}: has no audio stream (Dub-It re-voices the clip's track)")
+    lora = _field(spec, "ic_lora")
+    if lora:
+        name = lora.get("name") or lora["blob"][:12]
+        path = _blob_path(lora["blob"], path_of, "--ic-lora", name)
+        try:
+            factor = control_downscale([path])
+        except ControlError as exc:
+            raise SpecError(f"--ic-lora {name}: {str(exc).removeprefix(f'{path}: ')}") from None
+        if factor != int(lora["downscale"]):
+            raise SpecError(
+                f"--ic-lora {name}: its metadata's reference_downscale_factor {factor} is not the "
+                f"spec's {lora['downscale']}"
+            )
 
 
 def check_clip(spec: Mapping, info: MediaInfo, named: str) -> None:

@@ -73,7 +73,7 @@ def _render_here(asked: AskedRender, out: Path, data: Path | None, save_latents:
     from worker.runner import Runner
 
     runner = Runner(common.data_dir(data) / "packs")
-    runner.loras.known.update(asked.lora_files)  # the client's LoRA files, read where they are
+    runner.loras.known.update(asked.lora_files | asked.media_files)  # the client's LoRA (and --ic-lora) files, where they are
     with one_line(SpecError, PackError):
         path, outputs, blobs = render_local(asked.spec, out, runner, asked.pixels, progress_printer(),
                                              media=asked.media_files)

@@ -57,6 +57,54 @@ def resolve(audio: Path | None, audio_start: float | None) -> ClientMedia:
     return out
 
 
+def add_control(
+    out: ClientMedia,
+    control: tuple[Path, float] | None,
+    attention: float | None,
+    ic_lora: tuple[Path, float] | None,
+    dub: Path | None,
+) -> None:
+    """IC-LoRA control's `control_video` and Dub-It's `dub_video`, each with the `ic_lora` it needs (its
+    `reference_downscale_factor` read here from the file's header, so `farm plan` sizes the control's
+    encode; the coordinator reads the uploaded blob's again). One line, exit 2, for what is missing."""
+    if control is None and dub is None:
+        for flag, given in (("--ic-lora", ic_lora), ("--control-attention", attention)):
+            if given is not None:
+                fail(f"{flag} needs --control-video FILE STRENGTH or --dub VIDEO")
+        return
+    if control is not None and dub is not None:
+        fail("--control-video and --dub are two pipelines: give one")
+    flag = "--control-video" if control is not None else "--dub"
+    if ic_lora is None:
+        fail(f"{flag} needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
+    if control is not None:
+        key, strength, clip = "control_video", control[1], control[0]
+    else:
+        if attention is not None:
+            fail("--control-attention is --control-video's; Dub-It's reference takes full attention")
+        key, strength, clip = "dub_video", 1.0, dub
+    out.fields[key] = {
+        **out.add(flag, clip),
+        "strength": float(strength),
+        "attention_strength": 1.0 if attention is None else float(attention),
+    }
+    lora = out.add("--ic-lora", ic_lora[0])
+    out.fields["ic_lora"] = {
+        **lora,
+        "strength": float(ic_lora[1]),
+        "downscale": _downscale(out.files[lora["blob"]]),
+    }
+
+
+def _downscale(path: Path) -> int:
+    from ltx_engine.ic_lora import ControlError, control_downscale
+
+    try:
+        return control_downscale([path])
+    except ControlError as exc:
+        fail(f"--ic-lora {path.name}: {str(exc).removeprefix(f'{path}: ')}")
+
+
 def resolve_clip(out: ClientMedia, asked: dict) -> ClientMedia:
     """issue #24 retake/extend: `source_video` and the `retake` / `extend` field of the asked flags."""
     a = asked

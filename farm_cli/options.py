@@ -157,6 +157,18 @@ Audio = Annotated[Path | None, typer.Option(  # issue #24: A2V (farm_cli/media.p
     "--audio", help="A2V: an audio file (wav, mp3, m4a, flac...) the video is generated to; the output keeps it.")]
 AudioStart = Annotated[float | None, typer.Option(
     "--audio-start", help="Seconds into --audio where the clip starts (default 0).")]
+ControlVideoOpt = Annotated[tuple[Path, float] | None, typer.Option(  # issue #24: IC-LoRA control
+    "--control-video", metavar="FILE STRENGTH", help="IC-LoRA control: a depth / pose / edge clip (at least the "
+    "render's frames) stage 1 follows, with its conditioning strength in [0, 1]; needs --ic-lora.")]
+ControlAttention = Annotated[float | None, typer.Option(
+    "--control-attention", help="The control's attention strength in [0, 1] (default 1: full attention).")]
+IcLoraOpt = Annotated[tuple[Path, float] | None, typer.Option(
+    "--ic-lora", metavar="FILE STRENGTH", help="The IC-LoRA .safetensors (here; its metadata names its "
+    "reference_downscale_factor) fused into stage 1 for --control-video, into both stages for --dub.")]
+EncodeTiles = Annotated[str | None, typer.Option(
+    "--encode-tiles", help="A clip's tiled encode: F,S (tile frames, tile pixels), auto or off (default auto).")]
+Dub = Annotated[Path | None, typer.Option(
+    "--dub", help="Dub-It: a video (picture and audio) to re-voice to the prompt; needs --ic-lora (the Dub-It LoRA).")]
 # issue #24 retake/extend: a source clip's window regenerated, or frames added (farm_cli/media.py)
 Retake = Annotated[Path | None, typer.Option(
     "--retake", help="Retake: a source video whose --start..--end window is regenerated; the rest is kept.")]

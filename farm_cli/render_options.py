@@ -47,6 +47,9 @@ RENDER_OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("hdr", opt.Hdr, False), ("video_decoder", opt.VideoDecoder, None),
     ("dfr", opt.Dfr, False), ("spatial_upscalings", opt.SpatialUpscalings, 1),
     ("audio", opt.Audio, None), ("audio_start", opt.AudioStart, None),  # issue #24: media in
+    ("control_video", opt.ControlVideoOpt, None), ("control_attention", opt.ControlAttention, None),
+    ("ic_lora", opt.IcLoraOpt, None), ("dub", opt.Dub, None),  # issue #24: IC-LoRA control, Dub-It
+    ("encode_tiles", opt.EncodeTiles, None),  # issue #24: the clips' tiled video_encode
     ("retake", opt.Retake, None), ("start", opt.Start, None), ("end", opt.End, None),  # issue #24 retake/extend
     ("no_regen_audio", opt.NoRegenAudio, False), ("extend", opt.Extend, None),
     ("extend_frames", opt.ExtendFrames, None), ("direction", opt.Direction, None),
@@ -94,6 +97,8 @@ def asked_render(asked: dict, *, data: Path | None = None, priority: int | None 
 
     a = asked
     user_loras, user_media = loras.resolve(a["lora"], a["lora_mode"]), media.resolve(a["audio"], a["audio_start"])
+    media.add_control(user_media, a["control_video"], a["control_attention"], a["ic_lora"], a["dub"])
+    user_media.fields |= {"encode_tiles": a["encode_tiles"]} if a["encode_tiles"] else {}
     media.resolve_clip(user_media, a)  # issue #24 retake/extend
     media.add_hdr_clip(user_media, a["hdr_ic_lora"], a["no_keyframes"], a["input_colorspace"])  # issue #29
     guidance = opt.guidance_fields(

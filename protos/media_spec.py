@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
-from protos.fields import SpecError, number, text
+from protos.fields import SpecError, integer, number, text
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_IC_LORA_STRENGTH = 4.0
 MAX_AUDIO_START_S = 3600.0  # past any file the probe accepts (its duration limit is the real bound)
 
 
@@ -85,6 +86,65 @@ def source_video(name: str, value: object) -> SourceVideo:
     return SourceVideo(blob=_blob(name, value), name=_file_name(name, value))
 
 
+@dataclass(frozen=True, slots=True)
+class ControlVideo:
+    """An IC-LoRA control clip (`--control-video FILE STRENGTH`, `--control-attention A`) or Dub-It's
+    reference (`--dub VIDEO`): the uploaded file's sha256, its conditioning strength (the reference's
+    denoise mask is 1 - strength, upstream's `--video-conditioning V S`), its attention strength and name."""
+
+    blob: str
+    strength: float = 1.0
+    attention_strength: float = 1.0
+    name: str | None = None
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class IcLora:
+    """The IC-LoRA a control render fuses into stage 1 (`--ic-lora FILE STRENGTH`): an uploaded file's
+    sha256, its strength, and the `reference_downscale_factor` its metadata declares (the client reads it
+    to plan; the coordinator reads the uploaded blob's header again and refuses a mismatch)."""
+
+    blob: str
+    strength: float
+    downscale: int
+    name: str | None = None
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def control_video(name: str, value: object) -> ControlVideo:
+    if isinstance(value, ControlVideo):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"blob", "strength", "attention_strength", "name"}:
+        raise SpecError(f"{name} must be {{blob, strength, attention_strength, name}}")
+    unit = number(0.0, 1.0)
+    return ControlVideo(
+        blob=_blob(name, value),
+        strength=float(unit(f"{name} strength", value.get("strength", 1.0))),
+        attention_strength=float(unit(f"{name} attention strength", value.get("attention_strength", 1.0))),
+        name=_file_name(name, value),
+    )
+
+
+def ic_lora(name: str, value: object) -> IcLora:
+    if isinstance(value, IcLora):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"blob", "strength", "downscale", "name"}:
+        raise SpecError(f"{name} must be {{blob, strength, downscale, name}}")
+    return IcLora(
+        blob=_blob(name, value),
+        strength=float(
+            number(-MAX_IC_LORA_STRENGTH, MAX_IC_LORA_STRENGTH)(f"{name} strength", value.get("strength"))
+        ),
+        downscale=int(integer(1, 16)(f"{name} downscale", value.get("downscale"))),
+        name=_file_name(name, value),
+    )
+
+
 # issue #24 retake/extend: the window of a source clip a render regenerates, or the frames it adds
 MAX_EXTEND_FRAMES = 64  # latent frames one extend adds (the planner holds the window to the model's range)
 DIRECTIONS = ("after", "before")
@@ -144,7 +204,12 @@ def extend(name: str, value: object) -> Extend:
 
 MEDIA_FIELDS = {"audio_input": audio_input, "source_video": source_video, "encode_tiles": text(32)}
 MEDIA_FIELDS |= {"retake": retake, "extend": extend}  # issue #24 retake/extend
-MEDIA_RECORDS = (AudioInput, SourceVideo, Retake, Extend)
+MEDIA_FIELDS |= {
+    "control_video": control_video,
+    "ic_lora": ic_lora,
+    "dub_video": control_video,
+}  # IC-LoRA, Dub-It
+MEDIA_RECORDS = (AudioInput, SourceVideo, Retake, Extend, ControlVideo, IcLora)
 
 
 def hdr_ic_lora(name: str, value: object) -> HdrIcLora:

@@ -21,7 +21,17 @@ from dataclasses import dataclass, fields
 from protos.fields import SpecError, integer, number, short_repr, text
 from protos.fields import parse_object as _parse_object
 from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
-from protos.media_spec import MEDIA_FIELDS, MEDIA_RECORDS, AudioInput, Extend, HdrIcLora, Retake, SourceVideo
+from protos.media_spec import (
+    MEDIA_FIELDS,
+    MEDIA_RECORDS,
+    AudioInput,
+    ControlVideo,
+    Extend,
+    HdrIcLora,
+    IcLora,
+    Retake,
+    SourceVideo,
+)
 from protos.sp_spec import stage1_parallel
 
 MAX_SPEC_BYTES = 256 * 1024
@@ -323,6 +333,9 @@ class RenderSpec:
     audio_input: AudioInput | None = None  # issue #24: --audio FILE [--audio-start S] (A2V: the track is frozen)
     source_video: SourceVideo | None = None  # issue #24: a source clip the render encodes (video_encode tasks)
     encode_tiles: str | None = None  # issue #24: the source's tiled encode, "F,S" pixels | auto | off
+    control_video: ControlVideo | None = None  # issue #24: IC-LoRA control's clip (reference tokens in stage 1)
+    ic_lora: IcLora | None = None  # issue #24: the IC-LoRA fused into stage 1 (control) or both stages (Dub-It)
+    dub_video: ControlVideo | None = None  # issue #24: Dub-It's reference video (and its audio)
     retake: Retake | None = None  # issue #24 retake/extend: regenerate [start, end) s of source_video
     extend: Extend | None = None  # ... or add N latent frames after / before it
     hdr_ic_lora: HdrIcLora | None = None  # issue #29: the HDR IC-LoRA render's SDR clip (coordinator/plan/hdr.py)

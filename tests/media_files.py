@@ -81,3 +81,16 @@ def write_clip_with_audio(
         container.mux(video.encode())
         container.mux(audio.encode())
     return path
+
+
+def write_ic_lora(path: Path, metadata: bool = True) -> Path:
+    """The tiny pack's IC-LoRA (`reference_downscale_factor` 2 in its metadata, as upstream reads it),
+    or, with `metadata=False`, the same tensors in a file that declares none."""
+    import mlx.core as mx
+
+    from ltx_engine.tiny_pack import tiny_embedded_config, write_detailing_lora
+
+    write_detailing_lora(path, tiny_embedded_config()["transformer"], seed=3)
+    if not metadata:
+        mx.save_safetensors(str(path), mx.load(str(path)))
+    return path

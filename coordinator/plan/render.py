@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from coordinator.plan import costs, placement, samplers, sp_degree, sparse
 from coordinator.plan.clip import check_clip_spec, clip_pipeline, plan_clip
+from coordinator.plan.control import check_control, wire_control
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -129,6 +130,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     check_media(spec)  # issue #24: what A2V builds, the source's encode tiles (plan/media.py)
+    check_control(spec)  # issue #24: IC-LoRA control / Dub-It: its LoRA, reference sizes (plan/control.py)
     spec = spec.resolve(**check_clip_spec(spec))  # issue #24 retake/extend (plan/clip.py)
     check_hdr(spec)  # issue #29: the HDR IC-LoRA render's refusals (plan/hdr.py)
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
@@ -267,7 +269,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
     if is_hdr(spec):  # issue #29: the HDR IC-LoRA render is its own graph (plan/hdr.py)
         return _finish(plan_hdr(rid, spec, tasks[0]), spec)
     if clip_pipeline(spec):  # issue #24 retake/extend: their own graphs (plan/clip.py)
-        return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec)
+        return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # issue #24: a source clip's tiled encode (plan/media.py)
@@ -296,11 +298,12 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
-    return _finish(wire_audio(tasks, rid, spec), spec)  # issue #24: A2V's frozen source track (plan/media.py)
+    return _finish(wire_audio(tasks, rid, spec), spec, rid)  # issue #24: A2V's frozen source track (plan/media.py)
 
 
-def _finish(tasks: list[dict], spec: Spec) -> list[dict]:
+def _finish(tasks: list[dict], spec: Spec, rid: str) -> list[dict]:
     with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
+    tasks = wire_control(tasks, rid, spec)  # issue #24: the reference encodes, the IC-LoRA (plan/control.py)
     costs.annotate(tasks, spec)
     return tasks
 

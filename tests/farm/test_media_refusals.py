@@ -1,7 +1,10 @@
 """`--audio` files that cannot serve an A2V render, through the real `farm submit` and coordinator
 (issue #24): one line naming the file and what is wrong, exit 2, nothing queued; the coordinator
 probes each uploaded file in its child process and survives them all, and a refused blob is gone once
-retention's grace has passed. `farm render --local` refuses the same file the same way."""
+retention's grace has passed. `farm render --local` refuses the same file the same way. IC-LoRA
+control and Dub-It the same way: a clip shorter than the render, an IC-LoRA without its metadata (or
+declaring another factor than the spec, past the CLI), a clip without the IC-LoRA, a Dub-It clip
+without sound."""
 
 from __future__ import annotations
 
@@ -9,12 +12,14 @@ import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from coordinator.retention import prune
 from farm_cli.client import FarmClient, FarmError
 from tests.farm.test_cli_messages import JOIN, coordinator, farm, one_line  # noqa: F401 - the fixture
-from tests.media_files import forged_long_wav, write_clip, write_wav
+from tests.media_files import forged_long_wav, write_clip, write_clip_with_audio, write_ic_lora, write_wav
 
 SPEC = ["-p", "a fox", "-H", "128", "-W", "192", "-f", "25"]
 
@@ -28,6 +33,11 @@ def files(tmp_path):
         "clip": str(write_clip(tmp_path / "clip.mp4", frames=8)),
         "long": str(forged_long_wav(tmp_path / "long.wav")),
         "gone": str(tmp_path / "gone.wav"),
+        "clip30": str(write_clip(tmp_path / "clip30.mp4", frames=30)),
+        "talk": str(write_clip_with_audio(tmp_path / "talk.mp4", frames=30)),
+        "talk10": str(write_clip_with_audio(tmp_path / "talk10.mp4", frames=10)),
+        "ic": str(write_ic_lora(tmp_path / "ic.safetensors")),
+        "bare": str(write_ic_lora(tmp_path / "bare.safetensors", metadata=False)),
     }
 
 
@@ -99,3 +109,93 @@ def test_a_client_past_the_cli_is_refused_by_the_coordinator(coordinator, files,
                 client.submit({**base, **extra})
             assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in str(refused.value)
         assert client.list() == [] and not store.client.keys(f"{store.prefix}:render:*")
+
+
+CONTROL = ["-p", "a fox", "-H", "256", "-W", "256", "-f", "25"]
+
+
+def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
+    ic = ["--ic-lora", f["ic"], "1"]
+    return {
+        "control shorter than the clip": (
+            ["--control-video", f["clip"], "0.9", *ic],
+            "--control-video clip.mp4: 8 frames, shorter than the render's 25",
+        ),
+        "control not a video": (["--control-video", f["notes"], "1", *ic], "--control-video notes.wav: "),
+        "IC-LoRA without its metadata": (
+            ["--control-video", f["clip"], "1", "--ic-lora", f["bare"], "1"],
+            "--ic-lora bare.safetensors: an IC-LoRA without a reference_downscale_factor in its metadata",
+        ),
+        "control without an IC-LoRA": (
+            ["--control-video", f["clip"], "1"],
+            "--control-video needs --ic-lora FILE STRENGTH",
+        ),
+        "an IC-LoRA without a clip": (ic, "--ic-lora needs --control-video FILE STRENGTH or --dub VIDEO"),
+        "a dub clip without sound": (["--dub", f["clip30"], *ic], "--dub clip30.mp4: has no audio stream"),
+        "a dub clip shorter than the render": (
+            ["--dub", f["talk10"], *ic],
+            "--dub talk10.mp4: 10 frames, shorter than the render's 25",
+        ),
+        "dub without its LoRA": (["--dub", f["talk"]], "--dub needs --ic-lora FILE STRENGTH"),
+        "dub with a tiled stage 2": (
+            ["--dub", f["talk"], *ic, "--stage2-tiles", "1x2"],
+            "--dub talk.mp4: Dub-It's stage 2 carries the reference; it runs untiled",
+        ),
+        "dub and control at once": (
+            ["--dub", f["talk"], "--control-video", f["clip30"], "1", *ic],
+            "--control-video and --dub are two pipelines: give one",
+        ),
+        "a reference the VAE cannot encode": (
+            ["-W", "192", "--control-video", f["clip"], "1", *ic],
+            "the reference at 64x48 (a 128x96 stage over the IC-LoRA's downscale 2) is not a multiple of 32",
+        ),
+    }
+
+
+@pytest.mark.timeout(180)
+def test_control_that_cannot_serve_is_refused_at_submit(coordinator, files, store):  # noqa: F811
+    for name, (args, line) in _control_cases(files).items():
+        result = farm(coordinator, "submit", *CONTROL, *args)
+        assert result.returncode == 2, (name, result.returncode, result.stderr[-2000:])
+        assert line in one_line(result), (name, result.stderr)
+    assert not store.client.keys(f"{store.prefix}:render:*")  # nothing queued
+    with FarmClient(coordinator, JOIN[coordinator], timeout=10) as client:  # past the CLI: the blob's header
+        clip, ic, bare = (client.put_blob(Path(files[k]).read_bytes()) for k in ("clip30", "ic", "bare"))
+        wrong = Path(files["ic"]).with_name("misfit.safetensors")  # declares the factor, fits no pack
+        save_file(
+            {"diffusion_model.x.lora_A.weight": np.zeros((1, 1), np.float32)},
+            str(wrong),
+            metadata={"reference_downscale_factor": "2"},
+        )
+        misfit = client.put_blob(wrong.read_bytes())
+        base = {
+            "prompt": "a fox",
+            "height": 256,
+            "width": 256,
+            "frames": 25,
+            "pack": "tiny",
+            "control_video": {"blob": clip, "name": "clip30.mp4"},
+        }
+        for lora, line in (
+            (
+                {"blob": bare, "downscale": 2, "name": "bare"},
+                "--ic-lora bare: an IC-LoRA without a reference_",
+            ),
+            (
+                {"blob": misfit, "downscale": 2, "name": "misfit"},
+                "misfit: key 'diffusion_model.x.lora_A.weight' has",
+            ),
+            (
+                {"blob": ic, "downscale": 4, "name": "ic"},
+                "--ic-lora ic: its metadata's reference_downscale_factor 2 is not the spec's 4",
+            ),
+        ):
+            with pytest.raises(FarmError, match=line):
+                client.submit({**base, "ic_lora": {**lora, "strength": 1.0}})
+        assert client.list() == [] and not store.client.keys(f"{store.prefix}:render:*")
+    for args in (
+        ["--control-video", files["clip30"], "0.9"],
+        ["--dub", files["talk"]],
+    ):  # both files uploaded
+        good = farm(coordinator, "submit", *CONTROL, *args, "--ic-lora", files["ic"], "1")
+        assert good.returncode == 0 and good.stdout.strip(), good.stderr

@@ -1,0 +1,133 @@
+"""IC-LoRA control and Dub-It in the stage graph (issue #24). Pure.
+
+IC-LoRA control (`control_video` + `ic_lora`, upstream 1.0.0 `ICLoraPipeline`): the control clip's
+tiled `video_encode` tasks (`control.t{i}`, blended by the coordinator into `control`) at stage 1's
+size over the LoRA's `reference_downscale_factor` (the spec records the factor the client read; the
+coordinator's media check reads the uploaded file's header again); stage 1 takes that latent as
+reference tokens (`control_latent`, params `control`) with the IC-LoRA fused on top of the render's
+user LoRAs; the upsample and stage 2 (untiled or TDP-tiled) run on the plain DiT, as upstream's
+clean stage 2; the decode as always.
+
+Dub-It (`dub_video` + `ic_lora`, upstream 1.2 `dubit.py`): the reference clip encoded twice (`dub_s1`
+at stage 1's size, `dub_s2` at stage 2's, each over the downscale), its track encoded by an
+`audio_encode` task (`dub_audio`); both stages run with the Dub-It LoRA and their own reference
+video; stage 1's audio reference is the clip's track, stage 2's is stage 1's generated audio (which
+stage 2 keeps frozen and the audio decode reads). Stage 2 is untiled: a TDP tile has no reference.
+Stage 1 never gangs (sequence-parallel stage 1 carries no reference tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, ref
+from coordinator.plan.media import _get, audio_encode_task, encode_tile_sizes, video_encode_tasks
+from coordinator.plan.sp_degree import TABLE_PARAM
+from ltx_engine.ic_lora import ControlError, control_size
+from protos.lora_set import warm_key
+
+
+def _clip(spec: Mapping) -> tuple[str, str, dict] | None:
+    """(spec key, flag, record) of the render's control or Dub-It clip; None without either."""
+    for key, flag in (("control_video", "--control-video"), ("dub_video", "--dub")):
+        value = _get(spec, key)
+        if value:
+            return key, flag, value
+    return None
+
+
+def check_control(spec: Mapping) -> None:
+    """What the farm builds of IC-LoRA control and Dub-It: one clip, its IC-LoRA, the distilled
+    pipeline alone, reference sizes the VAE encodes."""
+    clip, lora = _clip(spec), _get(spec, "ic_lora")
+    if clip is None:
+        if lora:
+            raise SpecError("--ic-lora needs --control-video FILE STRENGTH or --dub VIDEO")
+        return
+    key, flag, value = clip
+    name = value.get("name") or value["blob"][:12]
+    if _get(spec, "control_video") and _get(spec, "dub_video"):
+        raise SpecError("--control-video and --dub are two pipelines: give one")
+    if not lora:
+        raise SpecError(f"{flag} {name}: needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
+    for other, what in (("audio_input", "--audio"), ("source_video", "--retake / --extend")):
+        if _get(spec, other):
+            raise SpecError(f"{flag} {name}: not with {what} in one render")
+    if spec.get("pipeline") not in (None, "distilled") or int(spec.get("temporal_upscalings") or 0):
+        raise SpecError(f"{flag} {name}: runs with the distilled two-stage pipeline on the farm, without DFR")
+    if str(spec.get("stage1_parallel") or "auto") not in ("auto", "1"):
+        raise SpecError(f"{flag} {name}: stage 1 carries reference tokens; it runs on one worker")
+    if key == "dub_video" and spec.get("stage2_tiles") is not None:
+        raise SpecError(
+            f"--dub {name}: Dub-It's stage 2 carries the reference; it runs untiled (drop --stage2-tiles)"
+        )
+    if key == "dub_video" and not spec.get("audio", True):
+        raise SpecError(f"--dub {name}: Dub-It generates the audio; drop --no-audio")
+    encode_tile_sizes(spec)
+    for height, width in _stage_sizes(spec, key):
+        _reference_size(height, width, int(lora["downscale"]), flag, name)
+
+
+def _stage_sizes(spec: Mapping, key: str) -> list[tuple[int, int]]:
+    half = (int(spec["height"]) // 2, int(spec["width"]) // 2)
+    return [half] if key == "control_video" else [half, (int(spec["height"]), int(spec["width"]))]
+
+
+def _reference_size(height: int, width: int, downscale: int, flag: str, name: str) -> tuple[int, int]:
+    """The reference's pixels at a stage of height x width; refused unless the VAE encodes it whole."""
+    try:
+        size = control_size(height, width, downscale)
+    except ControlError as exc:
+        raise SpecError(f"{flag} {name}: {exc}") from None
+    if size[0] % SPATIAL_FACTOR or size[1] % SPATIAL_FACTOR:
+        raise SpecError(
+            f"{flag} {name}: the reference at {size[0]}x{size[1]} (a {height}x{width} stage over the IC-LoRA's "
+            f"downscale {downscale}) is not a multiple of {SPATIAL_FACTOR} px: pick sides that are "
+            f"multiples of {2 * SPATIAL_FACTOR * downscale}"
+        )
+    return size
+
+
+def _with_lora(params: dict, lora: dict, control: dict) -> None:
+    """A DiT task's params with the IC-LoRA on top of its user LoRAs (fused), and the reference's."""
+    loras = [*(params.get("loras") or ()), {k: lora[k] for k in ("blob", "name", "strength") if lora.get(k)}]
+    params.update(loras=loras, lora_mode="fused", warm=[warm_key(loras, "fused")], control=control)
+
+
+def _wire(t: dict, inputs: dict) -> None:
+    t["inputs"] = {**t["inputs"], **inputs}
+    t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
+
+
+def wire_control(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
+    """The control / Dub-It graph from the distilled one (after `with_loras`): the reference encodes
+    before stage 1, stage 1 (and Dub-It's stage 2) with the IC-LoRA and the reference."""
+    clip = _clip(spec)
+    if clip is None:
+        return tasks
+    key, _, value = clip
+    lora, frames, sizes = _get(spec, "ic_lora"), int(spec["frames"]), encode_tile_sizes(spec)
+    control = {
+        "strength": float(value.get("strength", 1.0)),
+        "downscale": int(lora["downscale"]),
+        "attention_strength": float(value.get("attention_strength", 1.0)),
+    }
+    named = ["control"] if key == "control_video" else ["dub_s1", "dub_s2"]
+    added, latents = [], []
+    for name, (height, width) in zip(named, _stage_sizes(spec, key), strict=True):
+        size = control_size(height, width, control["downscale"])
+        encodes, latent = video_encode_tasks(rid, name, spec["pack"], value["blob"], (frames, *size), sizes)
+        added, latents = added + encodes, latents + [latent]
+    by_id = {t["id"]: t for t in tasks}
+    s1, s2 = by_id[f"{rid}.stage1"], by_id.get(f"{rid}.stage2")
+    s1["params"][TABLE_PARAM] = [1]
+    _with_lora(s1["params"], lora, control)
+    _wire(s1, {"control_latent": latents[0]})
+    if key == "dub_video":
+        audio = audio_encode_task(rid, spec, "dub_audio", value["blob"], 0.0)
+        added.append(audio)
+        _wire(s1, {"audio_reference": ref(audio["id"], "latent")})
+        _with_lora(s2["params"], lora, control)
+        _wire(s2, {"control_latent": latents[1], "audio_reference": ref(s1["id"], "audio_latent")})
+    at = tasks.index(s1)
+    return [*tasks[:at], *added, *tasks[at:]]

@@ -1,0 +1,146 @@
+"""IC-LoRA control on a real farm (issue #24): a PyAV-written control clip and the tiny IC-LoRA
+(`reference_downscale_factor` 2), on 3 and then 2 workers of one module farm: every task's output is
+bit for bit `farm render --local`'s. The control encodes tiled (2 frame tiles) at stage 1's
+size over the downscale; stage 1 carries the IC-LoRA and the reference (attention strength 0.5); the
+upsample and the tiled stage 2 run on the plain DiT. Dub-It (a clip with picture and sound, the same
+LoRA as the Dub-It LoRA) on the same farm: the reference encoded at each stage's size over the
+downscale, its track by an `audio_encode` task, both stages with the LoRA and their reference, stage 2's
+audio reference stage 1's audio."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from coordinator.state.redis_server import connect
+from coordinator.state.store import FarmStore
+from farm_cli.local import render_local
+from tests.farm.farm_harness import farm, wait_done, wait_until
+from tests.media_files import write_clip, write_clip_with_audio, write_ic_lora
+
+SPEC = {
+    "prompt": "a fox",
+    "height": 256,
+    "width": 256,
+    "frames": 25,
+    "frame_rate": 24.0,
+    "seed": 5,
+    "pack": "tiny",
+    "stage2_tiles": "1x2",
+    "tile_overlap": 1,
+    "encode_tiles": "24,96",
+}
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("control")
+    clip, lora = write_clip(folder / "depth.mp4", frames=30), write_ic_lora(folder / "ic.safetensors")
+    control = {
+        **SPEC,
+        "control_video": {
+            "blob": _sha(clip),
+            "strength": 0.9,
+            "attention_strength": 0.5,
+            "name": "depth.mp4",
+        },
+        "ic_lora": {"blob": _sha(lora), "strength": 1.0, "downscale": 2, "name": "ic.safetensors"},
+    }
+    talk = write_clip_with_audio(folder / "talk.mp4", frames=30)
+    dub = {
+        **SPEC,
+        "height": 128,
+        "width": 128,
+        "stage2_tiles": None,
+        "encode_tiles": "24,128",
+        "dub_video": {"blob": _sha(talk), "name": "talk.mp4"},
+        "ic_lora": control["ic_lora"],
+    }
+    return {"control": control, "dub": dub}, {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk}
+
+
+@pytest.fixture(scope="module")
+def reference(media, local_runner, tmp_path_factory):
+    specs, files = media
+    local_runner.loras.known.update(
+        files
+    )  # the client's IC-LoRA, read where it is (as `farm render --local`)
+    out = {}
+    for name, spec in specs.items():
+        path = tmp_path_factory.mktemp(f"{name}-local") / "out.mp4"
+        outputs = render_local(spec, path, local_runner, media=files)[1]
+        out[name] = {tid.removeprefix("local."): o for tid, o in outputs.items()}
+    return out
+
+
+@pytest.fixture(scope="module")
+def module_farm(redis_server, tiny_packs, tmp_path_factory):
+    client = connect(redis_server.url)
+    client.flushdb()
+    data = tmp_path_factory.mktemp("control-farm")
+    (data / "packs").mkdir()
+    (data / "packs" / "tiny").symlink_to(
+        tiny_packs / "tiny"
+    )  # the shelf: the IC-LoRA's keys checked at submit
+    with farm(FarmStore(client), data, tiny_packs, workers=3) as (
+        farm_client,
+        procs,
+    ):
+        yield farm_client, procs
+    client.close()
+
+
+def _render(farm_client, spec: dict, files: dict) -> dict:
+    for sha, path in files.items():
+        assert farm_client.put_blob(path.read_bytes()) == sha
+    render_id = farm_client.submit(spec)
+    render = wait_done(farm_client, render_id, timeout=240)
+    return {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+
+
+def _check_control(tasks: dict, local: dict) -> None:
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    kinds = [t["kind"] for t in tasks.values()]
+    assert kinds.count("video_encode") == 2 and kinds.count("video_encode_blend") == 1
+    assert {tasks[f"control.t{i}"]["params"]["height"] for i in range(2)} == {64}  # 128 px stage 1 / 2
+    stage1 = tasks["stage1"]
+    assert stage1["inputs"]["control_latent"] == tasks["control"]["outputs"]["latent"]
+    assert [lora["name"] for lora in stage1["params"]["loras"]] == ["ic.safetensors"]
+    assert stage1["params"]["control"] == {"strength": 0.9, "downscale": 2, "attention_strength": 0.5}
+    later = [t for t in tasks.values() if t["kind"] in ("transformer_forward", "upsample_spatial")]
+    assert later and not any(t["params"].get("loras") or t["params"].get("control") for t in later)
+
+
+def _check_dub(tasks: dict, local: dict) -> None:
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    s1, s2 = tasks["stage1"], tasks["stage2"]
+    assert (s1["params"]["height"], tasks["dub_s1"]["params"]["height"]) == (64, 32)
+    assert (s2["params"]["height"], tasks["dub_s2"]["params"]["height"]) == (128, 64)
+    assert s1["inputs"]["control_latent"] == tasks["dub_s1"]["outputs"]["latent"]
+    assert s2["inputs"]["control_latent"] == tasks["dub_s2"]["outputs"]["latent"]
+    assert s1["inputs"]["audio_reference"] == tasks["dub_audio"]["outputs"]["latent"]
+    assert s2["inputs"]["audio_reference"] == s1["outputs"]["audio_latent"]
+    assert all([lora["name"] for lora in t["params"]["loras"]] == ["ic.safetensors"] for t in (s1, s2))
+    assert tasks["audio"]["kind"] == "decode_audio"  # the re-voiced track, decoded
+
+
+@pytest.mark.timeout(600)
+def test_control_and_dub_match_local_on_3_then_2_workers(module_farm, media, reference):
+    farm_client, procs = module_farm
+    specs, files = media
+    wait_until(
+        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
+    )
+    _check_control(_render(farm_client, specs["control"], files), reference["control"])
+    _check_dub(_render(farm_client, specs["dub"], files), reference["dub"])
+    procs["w3"].terminate()
+    procs["w3"].wait(timeout=20)
+    _check_dub(_render(farm_client, specs["dub"], files), reference["dub"])
+    tasks = _render(farm_client, specs["control"], files)
+    _check_control(tasks, reference["control"])
+    assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
