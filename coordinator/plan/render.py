@@ -267,7 +267,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
         return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
     if is_hdr(spec):  # issue #29: the HDR IC-LoRA render is its own graph (plan/hdr.py)
-        return _finish(plan_hdr(rid, spec, tasks[0]), spec)
+        return _finish(plan_hdr(rid, spec, tasks[0]), spec, rid)
     if clip_pipeline(spec):  # issue #24 retake/extend: their own graphs (plan/clip.py)
         return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
