@@ -203,3 +203,9 @@ def test_bad_hdr_renders_are_refused_at_submit_through_the_cli(hdr_farm, clip, t
             refused.stderr[-2000:],
         )
     assert len(farm_client.list()) == before  # nothing queued
+    taken = _submit(farm_client, data, clip[0], "--pack", "tiny25", "--no-keyframes")  # the CLI's own upload
+    render_id = taken.stdout.strip().splitlines()[-1] if taken.stdout.strip() else ""
+    assert taken.returncode == 0 and render_id, taken.stderr[-2000:]
+    spec = farm_client.get(render_id)["spec"]
+    assert spec["hdr_ic_lora"]["keyframes"] is False and spec["hdr"] and not spec["audio"]
+    farm_client.cancel(render_id)
