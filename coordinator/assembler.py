@@ -20,7 +20,7 @@ import av
 import numpy as np
 import OpenEXR
 
-from coordinator.hdr_master import HLG_FILE, HlgMasterWriter
+from coordinator.hdr_master import HDR_EXR_DEFAULT, HLG_FILE, HlgMasterWriter, hdr_frame, hdr_transfer
 from coordinator.plan.decode import DECODE, decode_tile_plan, tile_task_name
 from coordinator.previews import PreviewWriter, to_uint8
 from coordinator.render_meta import PeakMemory, build_metadata, write_metadata
@@ -58,11 +58,13 @@ class Staged:
 srgb_to_linear = color.srgb_eotf  # display-referred [0, 1] → linear light, what EXR consumers expect
 
 
-def write_exr(path: Path, frame: np.ndarray, colorspace: str = color.EXR_COLORSPACES[0]) -> None:
+def write_exr(path: Path, frame: np.ndarray, colorspace: str = color.EXR_COLORSPACES[0],
+              values: np.ndarray | None = None) -> None:
     """One (H, W, 3) [0, 1] sRGB frame as a half-float RGB EXR (ZIP, scanlines) in `colorspace`
     (`--exr-colorspace`: srgb-linear, acescg or acescct; ltx_engine/color.py), its primaries in the
-    chromaticities header and upstream's colorSpace tag beside them."""
-    values = color.sdr_to_exr(frame, colorspace).astype(np.float16)
+    chromaticities header and upstream's colorSpace tag beside them. `values`: the frame's EXR values
+    already in `colorspace` (an HDR IC-LoRA render's, `hdr_master.hdr_frame`)."""
+    values = (color.sdr_to_exr(frame, colorspace) if values is None else values).astype(np.float16)
     channels = {name: np.ascontiguousarray(values[..., i]) for i, name in enumerate("RGB")}
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
               "chromaticities": color.exr_primaries(colorspace).chromaticities(),
@@ -131,17 +133,19 @@ class SideOutputs:
 
     def __init__(self, spec: dict, staged: Staged, out_dir: Path, exr_dir: Path | None, fps: float) -> None:
         self.staged, self.exr_dir = staged, exr_dir
-        self.colorspace = spec.get("exr_colorspace") or color.EXR_COLORSPACES[0]
+        self.hdr = hdr_transfer(spec)  # issue #29: an HDR IC-LoRA render's frames are working codes
+        self.colorspace = spec.get("exr_colorspace") or (HDR_EXR_DEFAULT if self.hdr else color.EXR_COLORSPACES[0])
         self.hlg_path = out_dir / HLG_FILE if spec.get("hdr") else None
         self.hlg = None if self.hlg_path is None else HlgMasterWriter(
             staged.part(self.hlg_path), width=spec["width"], height=spec["height"], fps=fps)
 
     def add(self, index: int, frame: np.ndarray) -> None:
+        out = hdr_frame(frame, self.hdr, self.colorspace) if self.hdr else None
         if self.hlg is not None:
-            self.hlg.write_linear(color.srgb_eotf(frame))
+            self.hlg.write_linear(color.srgb_eotf(frame) if out is None else out["linear_709"])
         if self.exr_dir is not None:
             path = self.exr_dir / f"frame_{index:05d}.exr"
-            write_exr(self.staged.part(path), frame, self.colorspace)
+            write_exr(self.staged.part(path), frame, self.colorspace, None if out is None else out["exr"])
             self.staged.publish(path)
 
     def close(self) -> None:

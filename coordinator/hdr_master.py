@@ -19,7 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from ltx_engine import color
+from ltx_engine import color, hdr
 
 F32 = np.float32
 HLG_FILE = "render_hlg.mp4"  # in the render's folder (`--hdr`); clients write it as OUTPUT.hlg.mp4
@@ -30,6 +30,21 @@ HLG_REFERENCE_WHITE = 0.75  # the signal diffuse white maps to (BT.2408)
 TAGS = {"color_primaries": 9, "color_trc": 18, "colorspace": 9, "color_range": 1}  # bt2020, arib-std-b67, bt2020nc, tv
 X265_TAGS = "colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc:range=limited"
 KR, KB = 0.2627, 0.0593  # BT.2020 luma weights (red, blue)
+
+
+HDR_EXR_DEFAULT = "acescg"  # an HDR IC-LoRA render's EXR frames unless --exr-colorspace says otherwise
+
+
+def hdr_transfer(spec: dict) -> str | None:
+    """The working space an HDR IC-LoRA render's decoded frames are codes of (issue #29), else None."""
+    return hdr.ACESCCT if spec.get("hdr_ic_lora") else None
+
+
+def hdr_frame(codes: np.ndarray, transfer: str, exr_colorspace: str) -> dict[str, np.ndarray]:
+    """One decoded frame of working codes -> `linear_709` (the master's input) and `exr` (the EXR's
+    values), the engine's `hdr.outputs` (pixel-wise, so a frame at a time is the clip's)."""
+    out = hdr.outputs(codes[None], transfer, exr_colorspace)
+    return {k: v[0] for k, v in out.items()}
 
 
 def hlg_path(output: Path) -> Path:

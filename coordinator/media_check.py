@@ -65,6 +65,12 @@ def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | Non
             raise SpecError(
                 f"--audio {name}: --audio-start {start:g} s is outside the track's {info.duration_s:.2f} s"
             )
+    clip = _field(spec, "hdr_ic_lora")  # issue #29: the HDR IC-LoRA render's SDR clip, held as a retake's
+    if clip:
+        name = clip.get("name") or clip["blob"][:12]
+        path = _blob_path(clip["blob"], path_of, "--hdr-ic-lora", name)
+        info = probe_named(path, "video", "--hdr-ic-lora", name, limits, sha=clip["blob"])
+        check_clip(spec, info, f"--hdr-ic-lora {name}")
     check_control_media(spec, path_of, limits)  # issue #24: IC-LoRA control / Dub-It
     source = _field(spec, "source_video")
     if not source:

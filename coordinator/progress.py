@@ -30,6 +30,7 @@ KIND_LABELS = {
     "audio_encode": "audio encode",  # issue #24: A2V's track, a clip's own track
     "video_encode": "encode tile",  # issue #24: one tile of a source clip
     "video_encode_blend": "blend encode tiles",
+    "hdr_stage": "HDR IC-LoRA denoise",  # issue #29
 }
 _ENDED = ("done", "cancelled")
 

@@ -20,6 +20,7 @@ from coordinator.media_check import check_render_media
 from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
 from coordinator.plan.graph import COORDINATOR
+from coordinator.plan.hdr import check_hdr_lora, is_hdr
 from coordinator.plan.length import head_params, length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
 from coordinator.plan.resolved import RenderPlan, Resolved
@@ -101,7 +102,7 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
     if exr_dir is not None:  # the folder as this machine names it, before the spec is checked
         spec = replace(spec, exr=str(exr_dir))
     known = Resolved(generation=runner.pack_generation(spec.pack))  # this machine's pack is the whole fleet's
-    if spec.frames is None and known.generation == LTX_25:
+    if spec.frames is None and known.generation == LTX_25 and not spec.hdr_ic_lora:  # HDR: -f is asked
         if not runner.pack(spec.pack).has("duration_head"):
             raise no_head(spec.pack)
         known = predict_frames(RenderPlan(spec, known), runner)
@@ -109,6 +110,8 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
     plan = plan.resolve(**check_render_media(plan, lambda sha: (media or {}).get(sha)))  # issue #24: the coordinator's probe
     if is_diffusion(plan):  # issue #29: this machine's pack is the fleet's (read only when it is asked for)
         check_video_decoder(plan, runner.pack(spec.pack).has("vae_decoder_av"))
+    if is_hdr(plan):  # issue #29: the pack's SDR-to-HDR IC-LoRA file
+        check_hdr_lora(plan, runner.pack(spec.pack).has("hdr_lora"))
     for sha, path in (media or {}).items():
         blobs.put_file(sha, path)
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))

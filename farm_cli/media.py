@@ -127,6 +127,20 @@ def resolve_clip(out: ClientMedia, asked: dict) -> ClientMedia:
     return out
 
 
+def add_hdr_clip(
+    out: ClientMedia, clip: Path | None, no_keyframes: bool, input_colorspace: str | None
+) -> None:
+    """`--hdr-ic-lora CLIP` (issue #29) as the `hdr_ic_lora` field; the render is video only and writes
+    the HLG master (`hdr`). The keyframe and colourspace flags mean nothing without a clip."""
+    if clip is None:
+        if no_keyframes or input_colorspace:
+            fail("--no-keyframes / --input-colorspace are --hdr-ic-lora options: give --hdr-ic-lora CLIP")
+        return
+    blob = out.add("--hdr-ic-lora", clip)
+    record = {**blob, "keyframes": not no_keyframes, "input_colorspace": input_colorspace or "srgb_gamma"}
+    out.fields |= {"hdr_ic_lora": record, "hdr": True, "audio": False}
+
+
 def upload_to(files: dict[str, Path], coordinator: str, token: str | None) -> None:
     """Each media file as a blob (the coordinator keeps it only when it hashes to its name)."""
     if not files:

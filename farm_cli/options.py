@@ -180,3 +180,9 @@ Extend = Annotated[Path | None, typer.Option(
 ExtendFrames = Annotated[int | None, typer.Option(
     "--extend-frames", help="Extend: latent frames to add (8 pixel frames each).")]
 Direction = Annotated[str | None, typer.Option("--direction", help="Extend: after (default) | before the clip.")]
+HdrIcLora = Annotated[Path | None, typer.Option(  # issue #29: the HDR IC-LoRA render (farm_cli/media.py)
+    "--hdr-ic-lora", metavar="CLIP", help="LTX-2.5: an SDR clip rendered to HDR with the pack's SDR-to-HDR IC-LoRA: "
+    "OUTPUT.hlg.mp4 (HLG 10-bit) and, with --exr, ACEScg EXR frames (-p is the scene).")]
+NoKeyframes = Annotated[bool, typer.Option("--no-keyframes", help="--hdr-ic-lora: no keyframe slots at the DFR seams.")]
+InputColorspace = Annotated[str | None, typer.Option(
+    "--input-colorspace", help="--hdr-ic-lora: srgb_gamma (default, display-encoded) | srgb (codes taken as linear).")]

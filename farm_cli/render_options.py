@@ -53,6 +53,8 @@ RENDER_OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("retake", opt.Retake, None), ("start", opt.Start, None), ("end", opt.End, None),  # issue #24 retake/extend
     ("no_regen_audio", opt.NoRegenAudio, False), ("extend", opt.Extend, None),
     ("extend_frames", opt.ExtendFrames, None), ("direction", opt.Direction, None),
+    ("hdr_ic_lora", opt.HdrIcLora, None), ("no_keyframes", opt.NoKeyframes, False),  # issue #29: HDR IC-LoRA
+    ("input_colorspace", opt.InputColorspace, None),
 )
 
 
@@ -98,6 +100,7 @@ def asked_render(asked: dict, *, data: Path | None = None, priority: int | None 
     media.add_control(user_media, a["control_video"], a["control_attention"], a["ic_lora"], a["dub"])
     user_media.fields |= {"encode_tiles": a["encode_tiles"]} if a["encode_tiles"] else {}
     media.resolve_clip(user_media, a)  # issue #24 retake/extend
+    media.add_hdr_clip(user_media, a["hdr_ic_lora"], a["no_keyframes"], a["input_colorspace"])  # issue #29
     guidance = opt.guidance_fields(
         a["pipeline"], a["steps"], a["cfg_scale"], a["stg_scale"], a["stg_blocks"], a["rescale"], a["modality_scale"],
         a["audio_cfg_scale"], a["audio_stg_scale"], a["audio_rescale"], a["audio_modality_scale"],

@@ -58,6 +58,11 @@ PARTS: dict[str, Part] = {
                            "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av.safetensors"),
     "distilled_lora": Part((rf"ltx-[\d.]+-\d+b-distilled-lora-\d+-{_V}", r"ltx-[\d.]+-\d+b-distilled-lora-\d+"),
                            "diffusion_model", "ltx-2.3-22b-distilled-lora-384.safetensors", f"{FORGE} --variant dev"),
+    # issue #29: the SDR-to-HDR IC-LoRA (`--hdr-ic-lora`), a file in the pack folder fused by the HDR stage
+    "hdr_lora": Part((rf"ltx-2\.5-\d+b-ic-lora-sdr-to-hdr-{_V}",), "diffusion_model",
+                     "ltx-2.5-22b-ic-lora-sdr-to-hdr-1.0.safetensors",
+                     "hf download Lightricks/LTX-2.5-22b-IC-LoRA-SDR-To-HDR ltx-2.5-22b-ic-lora-sdr-to-hdr-1.0.safetensors "
+                     "--local-dir PACK (a gated repo: accept its licence first)"),
 }
 DIFFUSION = "diffusion"                # `--video-decoder diffusion`: the decode loads vae_decoder_av
 TEXT_ENCODER = "text_encoder"          # a folder (Gemma 3, mlx-lm format); not a weight file of the table
@@ -92,6 +97,7 @@ KIND_COMPONENTS: dict[str, tuple[str, ...]] = {
     "guidance_pass": ("transformer_dev",),  # one pass of a guided step (the dev recipes)
     "audio_encode": ("audio_vae",),  # issue #24: a user's track -> audio latent (the VAE's encoder half)
     "video_encode": ("vae_encoder",),  # issue #24: one tile of a source clip -> its latent tile
+    "hdr_stage": ("transformer",),  # issue #29: the HDR IC-LoRA stage (+ hdr_lora, task_needs)
 }
 
 # Render kinds a user pulls a pack for (`farm pack pull --kinds`): the components their graphs load.
@@ -101,6 +107,7 @@ RENDER_KINDS: dict[str, tuple[str, ...]] = {
     "i2v": (*_BASE, "vae_encoder"),
     "dfr": (*_BASE, "temporal_upscaler"),
     "diffusion": (*_BASE, "vae_decoder_av"),  # --video-decoder diffusion (LTX-2.5)
+    "hdr": (TEXT_ENCODER, "connector", "transformer", "vae_encoder", "vae_decoder", "hdr_lora"),  # --hdr-ic-lora
 }
 
 _SHARD = re.compile(r"^(?P<stem>.+?)(?:-(?P<i>\d{5})-of-(?P<n>\d{5}))?\.safetensors$")
@@ -190,6 +197,8 @@ def render_components(spec: dict) -> tuple[str, ...]:
     image conditions it, the temporal upscaler for DFR rounds, the audio decoders unless audio is off."""
     own_tower = spec.get("text_encoder") in (None, text_encoders.PACK)  # else a separate encoder, matched apart
     out = [TEXT_ENCODER] if own_tower else []
+    if spec.get("hdr_ic_lora"):  # issue #29: its own graph (coordinator/plan/hdr.py)
+        return (*out, *RENDER_KINDS["hdr"][1:])
     out += ["connector", "transformer", "spatial_upscaler", "vae_decoder"]
     if spec.get("pipeline") == "one-stage":  # the dev DiT at full resolution: no distilled DiT, no upsample
         out[out.index("transformer"):out.index("spatial_upscaler") + 1] = ["transformer_dev"]
@@ -221,6 +230,8 @@ def task_needs(kind: str, params: dict | None = None) -> list[str]:
         needs = [c for c in needs if c not in ("transformer", "transformer_dev")] + ["transformer_dev", "distilled_lora"]
     if (params or {}).get("decoder") == DIFFUSION and "vae_decoder" in needs:
         needs[needs.index("vae_decoder")] = "vae_decoder_av"
+    if kind == "hdr_stage":
+        needs.append("hdr_lora")
     if kind == "text_encode" and (params or {}).get("text_encoder") != text_encoders.PACK:
         needs.remove(TEXT_ENCODER)
     return needs
@@ -230,6 +241,8 @@ def get_line(component: str, pack: str) -> str:
     """How a user gets a component: `hf download REPO FILE` for a hub pack, else the mlx-forge command."""
     if component == TEXT_ENCODER:
         return TEXT_ENCODER_GET
+    if component == "hdr_lora":  # Lightricks' own repo, whatever the pack
+        return PARTS[component].get.replace("PACK", pack)
     example = PARTS[component].example
     if pack.count("/") == 1 and not pack.startswith((".", "/", "~")):
         return f"hf download {pack} {example}"

@@ -42,6 +42,21 @@ class SourceVideo:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class HdrIcLora:
+    """The HDR IC-LoRA render's SDR clip (issue #29: `--hdr-ic-lora CLIP`): the uploaded file's sha256 and
+    name, whether the DFR seams get keyframe slots and guides (`--no-keyframes`: not), and how the clip's
+    codes are read (`--input-colorspace` srgb_gamma | srgb)."""
+
+    blob: str
+    name: str | None = None
+    keyframes: bool = True
+    input_colorspace: str = "srgb_gamma"
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
 def _blob(name: str, value: dict) -> str:
     if value.get("blob") is None:
         raise SpecError(f"{name} names no uploaded blob")
@@ -195,3 +210,22 @@ MEDIA_FIELDS |= {
     "dub_video": control_video,
 }  # IC-LoRA, Dub-It
 MEDIA_RECORDS = (AudioInput, SourceVideo, Retake, Extend, ControlVideo, IcLora)
+
+
+def hdr_ic_lora(name: str, value: object) -> HdrIcLora:
+    if isinstance(value, HdrIcLora):
+        value = value.to_dict()
+    if not isinstance(value, dict) or set(value) - {"blob", "name", "keyframes", "input_colorspace"}:
+        raise SpecError(f"{name} must be {{blob, name, keyframes, input_colorspace}}")
+    space = value.get("input_colorspace") or "srgb_gamma"
+    if space not in SDR_INPUT_COLORSPACES:
+        raise SpecError(f"--input-colorspace {str(space)[:40]!r}: an SDR clip's is srgb_gamma or srgb")
+    keyframes = value.get("keyframes", True)
+    if not isinstance(keyframes, bool):
+        raise SpecError(f"{name} keyframes must be true or false")
+    return HdrIcLora(_blob(name, value), _file_name(name, value), keyframes, space)
+
+
+SDR_INPUT_COLORSPACES = ("srgb_gamma", "srgb")  # ltx_engine.hdr.sdr_working's
+MEDIA_FIELDS |= {"hdr_ic_lora": hdr_ic_lora}  # issue #29: the HDR IC-LoRA render's SDR clip
+MEDIA_RECORDS += (HdrIcLora,)

@@ -27,6 +27,7 @@ from protos.media_spec import (
     AudioInput,
     ControlVideo,
     Extend,
+    HdrIcLora,
     IcLora,
     Retake,
     SourceVideo,
@@ -337,6 +338,7 @@ class RenderSpec:
     dub_video: ControlVideo | None = None  # issue #24: Dub-It's reference video (and its audio)
     retake: Retake | None = None  # issue #24 retake/extend: regenerate [start, end) s of source_video
     extend: Extend | None = None  # ... or add N latent frames after / before it
+    hdr_ic_lora: HdrIcLora | None = None  # issue #29: the HDR IC-LoRA render's SDR clip (coordinator/plan/hdr.py)
     submitter: str | None = None
     priority: int | None = None
     group: str | None = None

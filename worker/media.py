@@ -86,17 +86,32 @@ def audio_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> d
     return {"latent": latent, "waveform": wave, "sample_rate": np.array([rate], dtype=np.int32)}
 
 
-def tile_pixels(data: np.ndarray, pixels: list, height: int, width: int) -> np.ndarray:
+def hdr_tile(rgb: np.ndarray, height: int, width: int, hdr: dict) -> np.ndarray:
+    """Issue #29: an SDR frame (resized and centre-cropped only when it is not the render's size) as the
+    HDR IC-LoRA's working codes in the VAE's range, (1, 3, 1, height, width) float32."""
+    from ltx_engine.hdr import sdr_working, to_vae_range
+    from ltx_engine.media import resize_center_crop
+
+    frame = rgb if rgb.shape[:2] == (height, width) else resize_center_crop(rgb, height, width)
+    codes = to_vae_range(sdr_working(frame, hdr["transfer"], hdr["input_colorspace"]))
+    return np.ascontiguousarray(codes.transpose(2, 0, 1)[None, :, None])
+
+
+def tile_pixels(
+    data: np.ndarray, pixels: list, height: int, width: int, hdr: dict | None = None
+) -> np.ndarray:
     """One encode tile of the clip (`pixels`: [start, stop) per t, h, w) from its first frames, each
     resized and centre-cropped to the render's size as an `--image` is (upstream's retake takes the
     first frames as they are, without a frame-rate change): (1, 3, f, h, w) float32 in [-1, 1]; a
-    clip that ends first repeats its last frame."""
+    clip that ends first repeats its last frame. `hdr`: the HDR IC-LoRA's working codes instead (`hdr_tile`)."""
     import av
 
     (f0, f1), (h0, h1), (w0, w1) = (tuple(int(x) for x in axis) for axis in pixels)
 
     def tile(frame) -> np.ndarray:
-        return image_to_pixels(frame.to_ndarray(format="rgb24"), height, width)[:, :, :, h0:h1, w0:w1]
+        rgb = frame.to_ndarray(format="rgb24")
+        full = image_to_pixels(rgb, height, width) if hdr is None else hdr_tile(rgb, height, width, hdr)
+        return full[:, :, :, h0:h1, w0:w1]
 
     out, last = [], None
     with av.open(io.BytesIO(data.tobytes())) as container:
@@ -116,6 +131,11 @@ def video_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> d
     """One tile of the source clip -> its latent tile."""
     first = int(params.get("first") or 0)  # the clip's frame the encoded frames start at
     pixels = [[f + first for f in params["pixels"][0]], *params["pixels"][1:]]
-    args = {"pixels": pixels, "height": int(params["height"]), "width": int(params["width"])}
+    args = {
+        "pixels": pixels,
+        "height": int(params["height"]),
+        "width": int(params["width"]),
+        "hdr": params.get("hdr"),
+    }
     video = _read(_decode("video", args, inputs["video"]), np.load)
     return {"latent": engine.encode_video_tile(pack, video)}

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     from worker.media import tile_pixels
 
     with open(out, "wb") as f:
-        np.save(f, tile_pixels(data, args["pixels"], int(args["height"]), int(args["width"])))
+        np.save(f, tile_pixels(data, args["pixels"], int(args["height"]), int(args["width"]), args.get("hdr")))
     return 0
 
 

@@ -364,6 +364,11 @@ class Runner:
     def _run_video_encode(self, pack, params, inputs, step):  # issue #24: one tile of a source clip
         return media.video_encode(self.engine, pack, params, inputs)
 
+    def _run_hdr_stage(self, pack, params, inputs, step):  # issue #29: the HDR IC-LoRA stage (worker/hdr.py)
+        from worker.hdr import hdr_stage
+
+        return hdr_stage(self.engine, pack, params, inputs)
+
     def _run_decode_audio(self, pack, params, inputs, step):
         wave, rate = self.engine.decode_audio(pack, inputs["latent"])
         return {"waveform": wave, "sample_rate": np.array([rate], dtype=np.int32)}

@@ -60,7 +60,7 @@ MUX_S, MUX_S_PER_VOXEL = 0.5, 1e-8  # assembly: ~100 M pixel·frames per second 
 LOAD_BYTES_PER_S = 2 * GB  # a cold model: weights read from the SSD into unified memory
 DECODE_BYTES_PER_VOXEL = 3 * 4 * 24  # the decode working set per output pixel (plan_decode's factor)
 DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile",
-             "guidance_pass")  # one pass of a guided step: one forward over the stage's tokens
+             "guidance_pass", "hdr_stage")  # one pass of a guided step: one forward over the stage's tokens
 KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("vae_encoder",),
                 "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
                 "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
@@ -242,7 +242,7 @@ def annotate(tasks: list[dict], spec: Mapping) -> None:
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
             # The smaller Macs may take it streamed (stream_peak_bytes), unless its LoRAs are unfused.
-            if t["kind"] in DIT_KINDS and streamable(spec):
+            if t["kind"] in DIT_KINDS and t["kind"] != "hdr_stage" and streamable(spec):  # HDR: never streamed
                 params["stream_peak_bytes"] = stream = stream_peak_bytes(t["kind"], params, pack_bytes)
                 params["min_memory_stream_bytes"] = min_memory_bytes(stream)
 

@@ -41,6 +41,7 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
 from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_checks import check_guided_extras
 from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
+from coordinator.plan.hdr import check_hdr, is_hdr, plan_hdr
 from coordinator.plan.images import (
     generated_slot_params,
     generated_slots,
@@ -98,6 +99,8 @@ def validate_spec(spec: RenderSpec | RenderPlan, fleet: list[dict], known: Resol
     plan = plan.resolve(generation=resolve_generation(plan, fleet))
     check_exr_colorspace(plan)
     check_auto_duration(plan)
+    if is_hdr(plan) and plan["frames"] is None:  # issue #29: the clip's length is the user's to give
+        raise SpecError("--hdr-ic-lora renders the clip's first -f frames: give -f N (8k+1, e.g. 25)")
     if length_pending(plan):  # the head picks the length on the farm: check the rest at the shortest it can pick
         return plan.resolve(**settled(_validate_sized(probe_spec(plan, fleet), fleet)))
     if plan["frames"] is None:  # a left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always
@@ -129,6 +132,7 @@ def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
     check_media(spec)  # issue #24: what A2V builds, the source's encode tiles (plan/media.py)
     check_control(spec)  # issue #24: IC-LoRA control / Dub-It: its LoRA, reference sizes (plan/control.py)
     spec = spec.resolve(**check_clip_spec(spec))  # issue #24 retake/extend (plan/clip.py)
+    check_hdr(spec)  # issue #29: the HDR IC-LoRA render's refusals (plan/hdr.py)
     spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
     _check_guided(spec)
     check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
@@ -262,6 +266,8 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
                    "expect": {k: expect("float32") for k in ctx}}, {})]
     if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
         return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
+    if is_hdr(spec):  # issue #29: the HDR IC-LoRA render is its own graph (plan/hdr.py)
+        return _finish(plan_hdr(rid, spec, tasks[0]), spec, rid)
     if clip_pipeline(spec):  # issue #24 retake/extend: their own graphs (plan/clip.py)
         return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)

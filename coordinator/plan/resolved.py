@@ -29,6 +29,7 @@ ASKED_ORDER += ("dfr", "spatial_upscalings")  # issue #29: DFR's base path and s
 ASKED_ORDER += ("audio_input", "source_video", "encode_tiles")  # issue #24: media in (protos/media_spec.py)
 ASKED_ORDER += ("control_video", "ic_lora", "dub_video")  # issue #24: IC-LoRA control, Dub-It
 ASKED_ORDER += ("retake", "extend")  # issue #24 retake/extend (protos/media_spec.py)
+ASKED_ORDER += ("hdr_ic_lora",)  # issue #29: the HDR IC-LoRA render's SDR clip
 ASKED_ORDER += ("stage1_parallel",)  # issue #25: sequence-parallel stage 1's degree (auto | K)
 SUBMIT_ORDER = ("submitter", "priority", "group", "notify")
 GUIDANCE_ORDER = tuple(GUIDANCE_FIELDS)  # a dev recipe's knobs: stored only when given (distilled stores none)

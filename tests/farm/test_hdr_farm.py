@@ -1,0 +1,211 @@
+"""The HDR IC-LoRA render on a real farm (issue #29, `--hdr-ic-lora CLIP` on the tiny 2.5 pack): a 25-frame
+128x64 SDR clip (PyAV-written) uploaded once, encoded as working codes in 4 tiles across workers, the seam
+frame as a guide, one stage with the pack's HDR LoRA, the tiled conv decode; on 3 and then 2 workers of
+one module farm every task output (latents included), the mp4's frames and the HLG master's planes (PyAV)
+and the EXR frames (OpenEXR) equal `farm render --local`'s bit for bit. Bad HDR renders are refused at
+submit through the real CLI: one line, exit 2, nothing queued."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import OpenEXR
+import pytest
+
+from coordinator.hdr_master import HLG_FILE, hlg_path
+from coordinator.state.redis_server import connect
+from coordinator.state.store import FarmStore
+from farm_cli.local import render_local
+from ltx_engine.hdr_lora import HDR_LORA_FILE
+from tests.farm.farm_harness import ROOT, farm, wait_done, wait_until
+from tests.media_files import write_clip
+
+CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
+HEIGHT, WIDTH, FRAMES = 64, 128, 25
+SPEC = {
+    "prompt": "a harbour at dawn",
+    "height": HEIGHT,
+    "width": WIDTH,
+    "frames": FRAMES,
+    "seed": 7,
+    "pack": "tiny25",
+    "audio": False,
+    "hdr": True,
+    "encode_tiles": "24,96",
+    "decode_tiles": "auto",
+}
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory) -> Path:
+    """tiny25 (with its HDR LoRA), tiny (LTX-2.3) and nolora25: tiny25's files without the LoRA."""
+    from ltx_engine.tiny_pack import write_tiny_pack
+
+    folder = tmp_path_factory.mktemp("hdr-packs")
+    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
+    write_tiny_pack(folder / "tiny", seed=0)
+    (folder / "nolora25").mkdir()
+    for f in (folder / "tiny25").iterdir():
+        if f.name != HDR_LORA_FILE:
+            (folder / "nolora25" / f.name).symlink_to(f)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> tuple[Path, dict]:
+    path = write_clip(
+        tmp_path_factory.mktemp("hdr-clip") / "clip.mp4", frames=FRAMES, width=WIDTH, height=HEIGHT
+    )
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return path, {**SPEC, "hdr_ic_lora": {"blob": sha, "name": "clip.mp4"}}
+
+
+@pytest.fixture(scope="module")
+def reference(packs, clip, tmp_path_factory):
+    """`--local` in this (main) thread, before any farm starts."""
+    from worker.runner import Runner
+
+    path, spec = clip
+    folder = tmp_path_factory.mktemp("hdr-local")
+    mp4, outputs, _ = render_local(
+        {**spec, "exr": str(folder / "exr")},
+        folder / "local.mp4",
+        Runner(packs),
+        media={spec["hdr_ic_lora"]["blob"]: path},
+    )
+    return mp4, folder / "exr", {tid.removeprefix("local."): out for tid, out in outputs.items()}
+
+
+@pytest.fixture(scope="module")
+def hdr_farm(reference, redis_server, packs, tmp_path_factory):
+    client = connect(redis_server.url)
+    client.flushdb()
+    data = tmp_path_factory.mktemp("hdr-data")
+    with farm(FarmStore(client), data, packs, workers=3) as (farm_client, procs):
+        wait_until(
+            lambda: sum(bool((w.get("packs") or {}).get("tiny25")) for w in farm_client.workers()) == 3,
+            60,
+            "3 workers describing tiny25",
+        )
+        yield farm_client, procs, data
+    client.close()
+
+
+def _frames(path: Path, fmt: str | None = "rgb24") -> list[np.ndarray]:
+    with av.open(str(path)) as container:
+        return [f.to_ndarray(format=fmt) if fmt else f.to_ndarray() for f in container.decode(video=0)]
+
+
+def _exr(folder: Path) -> list[np.ndarray]:
+    out = []
+    for path in sorted(folder.glob("frame_*.exr")):
+        with OpenEXR.File(str(path), separate_channels=True) as exr:
+            out.append(np.stack([exr.channels()[c].pixels for c in "RGB"], axis=-1))
+    return out
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) > 0 and all(
+        x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b, strict=True)
+    )
+
+
+@pytest.mark.timeout(600)
+def test_hdr_ic_lora_on_3_then_2_workers_equals_local(hdr_farm, reference, clip, tmp_path):
+    farm_client, procs, _ = hdr_farm
+    local_mp4, local_exr, local = reference
+    path, spec = clip
+    kinds = [k.split(".")[0] for k in local]
+    assert kinds.count("source_hdr") == 5 and "source_guide0" in local and "slots" in local["stage1"]
+    exr = _exr(local_exr)
+    assert (
+        len(exr) == FRAMES
+        and exr[0].dtype == np.float16
+        and all(np.isfinite(f).all() and f.min() >= 0 for f in exr)
+    )
+    for workers in (3, 2):
+        if workers == 2:
+            assert farm_client.drain("w3")
+            procs["w3"].wait(timeout=60)
+        start = time.monotonic()
+        assert farm_client.put_blob(path.read_bytes()) == spec["hdr_ic_lora"]["blob"]
+        render_id = farm_client.submit({**spec, "exr": str(tmp_path / "asked-exr")})
+        render = wait_done(farm_client, render_id, timeout=240)
+        print(workers, "workers", f"{time.monotonic() - start:.1f} s")
+        tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+        assert {name: tasks[name].get("outputs") or {} for name in local} == local, workers  # every output
+        ran = {t.get("worker") for t in tasks.values() if t["kind"] == "video_encode"}
+        assert len(ran) == workers, ran  # the encode tiles spread over every worker
+        mp4 = farm_client.fetch_output(render_id, tmp_path / f"farm{workers}.mp4")
+        assert _same(_frames(mp4), _frames(local_mp4))
+        master = farm_client.fetch_output(render_id, hlg_path(mp4), file=HLG_FILE)
+        assert _same(_frames(master, None), _frames(hlg_path(local_mp4), None))  # 10-bit planes
+        assert farm_client.fetch_exr(render_id, tmp_path / f"exr{workers}") == FRAMES
+        assert _same(_exr(tmp_path / f"exr{workers}"), exr)
+
+
+def _submit(farm_client, data: Path, clip_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "FARM_DATA": str(data),
+        "HOME": "/nonexistent",
+        "FARM_TOKEN": (data / "token").read_text().strip(),
+    }
+    cmd = [
+        *CLI,
+        "submit",
+        "-p",
+        "a harbour",
+        "-H",
+        "64",
+        "-W",
+        "64",
+        "-f",
+        "9",
+        "--hdr-ic-lora",
+        str(clip_path),
+        *args,
+        "--coordinator",
+        farm_client.address,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+
+
+@pytest.mark.timeout(180)
+def test_bad_hdr_renders_are_refused_at_submit_through_the_cli(hdr_farm, clip, tmp_path):
+    farm_client, _procs, data = hdr_farm
+    before = len(farm_client.list())
+    cases = [
+        (("--pack", "tiny"), "hdr-ic-lora needs an LTX-2.5 pack; 'tiny' is LTX-2.3"),
+        (
+            ("--pack", "nolora25"),
+            f"pack 'nolora25' has no hdr_lora ({HDR_LORA_FILE}): get it with `hf download "
+            "Lightricks/LTX-2.5-22b-IC-LoRA-SDR-To-HDR",
+        ),
+        (
+            ("--pack", "tiny25", "--exr", str(tmp_path / "e"), "--exr-colorspace", "rec2020"),
+            "--exr-colorspace 'rec2020' is not one the farm writes",
+        ),
+        (("--pack", "tiny25", "--input-colorspace", "log"), "--input-colorspace 'log'"),
+    ]
+    for args, words in cases:
+        refused = _submit(farm_client, data, clip[0], *args)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and len(lines) == 1 and words in lines[0], (
+            args,
+            refused.stderr[-2000:],
+        )
+    assert len(farm_client.list()) == before  # nothing queued
+    taken = _submit(farm_client, data, clip[0], "--pack", "tiny25", "--no-keyframes")  # the CLI's own upload
+    render_id = taken.stdout.strip().splitlines()[-1] if taken.stdout.strip() else ""
+    assert taken.returncode == 0 and render_id, taken.stderr[-2000:]
+    spec = farm_client.get(render_id)["spec"]
+    assert spec["hdr_ic_lora"]["keyframes"] is False and spec["hdr"] and not spec["audio"]
+    farm_client.cancel(render_id)

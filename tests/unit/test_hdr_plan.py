@@ -1,0 +1,175 @@
+"""The HDR IC-LoRA render's graph (issue #29, `coordinator/plan/hdr.py`): its tasks with and without the seam
+keyframes, `farm plan --hdr-ic-lora` through the real CLI, and `--local`'s run of the graph (untiled encode)
+against the engine's oracle (`ltx_engine.hdr_pipeline.hdr_ic_lora`): every latent, the decoded codes and the
+EXR values bit for bit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+from coordinator.plan.resolved import Resolved
+from tests.media_files import write_clip
+
+BLOB = "ab" * 32
+SPEC = {
+    "prompt": "a harbour",
+    "height": 64,
+    "width": 64,
+    "frames": 25,
+    "seed": 3,
+    "pack": "tiny25",
+    "audio": False,
+    "hdr": True,
+    "decode_tiles": "off",
+    "hdr_ic_lora": {"blob": BLOB, "name": "clip.mp4"},
+}
+
+
+def _tasks(**changes) -> dict[str, dict]:
+    plan = validate_spec(normalize_spec({**SPEC, **changes}).spec, [], Resolved(generation="2.5"))
+    return {t["id"].removeprefix("r."): t for t in plan_render(plan, "r")}
+
+
+@pytest.mark.timeout(30)
+def test_the_graph_encodes_the_clip_guides_the_seam_and_runs_one_hdr_stage():
+    tasks = _tasks(encode_tiles="24,96")
+    assert [t["kind"] for t in tasks.values()] == [
+        "text_encode",
+        "video_encode",
+        "video_encode",
+        "video_encode_blend",
+        "video_encode",
+        "hdr_stage",
+        "decode_video",
+    ]
+    stage = tasks["stage1"]
+    assert stage["params"]["slots"] == [24] and stage["params"]["needs"] == ["transformer", "hdr_lora"]
+    assert stage["inputs"]["reference_latent"] == {"task": "r.source_hdr", "output": "latent"}
+    assert tasks["source_guide0"]["params"]["first"] == 24 and tasks["source_hdr.t0"]["params"]["hdr"] == {
+        "transfer": "acescct",
+        "input_colorspace": "srgb_gamma",
+    }
+    plain = _tasks(hdr_ic_lora={"blob": BLOB, "keyframes": False, "input_colorspace": "srgb"})
+    assert "source_guide0" not in plain and plain["stage1"]["params"]["slots"] == []
+    assert "slots" not in plain["stage1"]["params"]["expect"]
+    assert plain["source_hdr.t0"]["params"]["hdr"]["input_colorspace"] == "srgb"
+
+
+@pytest.mark.timeout(150)
+def test_farm_plan_shows_the_hdr_graph_through_the_cli(tmp_path: Path):
+    clip = write_clip(tmp_path / "clip.mp4", frames=9, width=64, height=64)
+    (tmp_path / "fleet.toml").write_text(
+        '[[workers]]\nname = "m4"\nchip = "Apple M4 Max"\nmemory_gb = 64\ngeneration = "2.5"\ncount = 2\n'
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        "from farm_cli.main import main; main()",
+        "plan",
+        "-p",
+        "a harbour",
+        "--pack",
+        "p25",
+        "-H",
+        "512",
+        "-W",
+        "768",
+        "-f",
+        "49",
+        "--hdr-ic-lora",
+        str(clip),
+        "--fleet",
+        str(tmp_path / "fleet.toml"),
+    ]
+    result = subprocess.run(
+        [*cmd, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    stages = {row["stage"]: row["kinds"] for row in json.loads(result.stdout)["stages"]}
+    assert list(stages)[:3] == ["text", "source", "stage1"] and stages["stage1"] == {"hdr_stage": 1}
+    assert stages["source"]["video_encode"] >= 2 and "decode" in stages and "audio" not in stages
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    """A Runner over tiny25 and nolora25 (tiny25's files but its HDR LoRA)."""
+    from ltx_engine.hdr_lora import HDR_LORA_FILE
+    from ltx_engine.tiny_pack import write_tiny_pack
+    from worker.runner import Runner
+
+    packs = tmp_path_factory.mktemp("hdr-plan-packs")
+    write_tiny_pack(packs / "tiny25", seed=0, variant="2.5")
+    (packs / "nolora25").mkdir()
+    for f in (packs / "tiny25").iterdir():
+        if f.name != HDR_LORA_FILE:
+            (packs / "nolora25" / f.name).symlink_to(f)
+    return Runner(packs)
+
+
+@pytest.mark.timeout(120)
+def test_local_refuses_a_pack_without_the_lora_a_missing_length_and_a_short_clip(runner, tmp_path: Path):
+    from coordinator.plan.graph import SpecError
+    from farm_cli.local import render_local
+
+    clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
+    sha = hashlib.sha256(clip.read_bytes()).hexdigest()
+    base = {**SPEC, "hdr_ic_lora": {"blob": sha, "name": "clip.mp4"}}
+    cases = [
+        ({"pack": "nolora25"}, "pack 'nolora25' has no hdr_lora"),
+        ({"frames": None}, "give -f N"),
+        ({"frames": 33}, "--hdr-ic-lora clip.mp4: 25 frames, fewer than the render's 33 (-f)"),
+    ]
+    for changes, words in cases:
+        with pytest.raises(SpecError, match=re.escape(words)):
+            render_local({**base, **changes}, tmp_path / "x.mp4", runner, media={sha: clip})
+
+
+@pytest.mark.timeout(300)
+def test_local_runs_of_the_graph_equal_the_engine_oracle(runner, tmp_path: Path):
+    from farm_cli.local import render_local
+    from ltx_engine import hdr_lora, hdr_pipeline
+    from ltx_engine.hdr_sources import read_sdr_clip
+    from ltx_engine.lora import WithLoras
+
+    clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
+    sha = hashlib.sha256(clip.read_bytes()).hexdigest()
+    spec = {
+        **SPEC,
+        "encode_tiles": "off",
+        "exr": str(tmp_path / "exr"),
+        "hdr_ic_lora": {"blob": sha, "name": "c"},
+    }
+    _, outputs, blobs = render_local(spec, tmp_path / "out.mp4", runner, media={sha: clip})
+    engine, pack = runner.engine, runner.pack("tiny25")
+    frames, fps = read_sdr_clip(clip)
+    render = hdr_pipeline.HdrRender(fps, SPEC["seed"], blobs.get(outputs["local.text"]["video_context"]))
+    fused = WithLoras(pack, ((str(pack.root / hdr_lora.HDR_LORA_FILE), hdr_lora.HDR_LORA_STRENGTH),))
+    oracle = hdr_pipeline.hdr_ic_lora(
+        engine, (pack, fused), frames, render, hdr_pipeline.conv_decode(engine, pack)
+    )
+    got = {
+        "reference": ("source_hdr", "latent"),
+        "video_latent": ("stage1", "video_latent"),
+        "slots": ("stage1", "slots"),
+        "codes": ("decode", "frames"),
+    }
+    for name, (task, output) in got.items():
+        np.testing.assert_array_equal(blobs.get(outputs[f"local.{task}"][output]), oracle[name], err_msg=name)
+    import OpenEXR
+
+    with OpenEXR.File(str(tmp_path / "exr" / "frame_00024.exr"), separate_channels=True) as exr:
+        values = np.stack([exr.channels()[c].pixels for c in "RGB"], axis=-1)
+    np.testing.assert_array_equal(values, oracle["exr"][24].astype(np.float16))  # ACEScg, the default
