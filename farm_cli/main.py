@@ -69,12 +69,13 @@ def _render_here(asked: AskedRender, out: Path, data: Path | None, save_latents:
     from coordinator.plan.render import SpecError
     from farm_cli.local import render_local
     from farm_cli.remote import latents_from_outputs, progress_printer
+    from ltx_engine.hdr_lora import HdrRefusal
     from ltx_engine.loader import PackError
     from worker.runner import Runner
 
     runner = Runner(common.data_dir(data) / "packs")
     runner.loras.known.update(asked.lora_files | asked.media_files)  # the client's LoRA (and --ic-lora) files, where they are
-    with one_line(SpecError, PackError):
+    with one_line(SpecError, PackError, HdrRefusal):  # an HDR LoRA file with the wrong metadata too
         path, outputs, blobs = render_local(asked.spec, out, runner, asked.pixels, progress_printer(),
                                              media=asked.media_files)
     if save_latents:

@@ -173,3 +173,47 @@ def test_local_runs_of_the_graph_equal_the_engine_oracle(runner, tmp_path: Path)
     with OpenEXR.File(str(tmp_path / "exr" / "frame_00024.exr"), separate_channels=True) as exr:
         values = np.stack([exr.channels()[c].pixels for c in "RGB"], axis=-1)
     np.testing.assert_array_equal(values, oracle["exr"][24].astype(np.float16))  # ACEScg, the default
+
+
+@pytest.mark.timeout(240)
+def test_render_local_refuses_an_hdr_lora_with_the_wrong_metadata_in_one_line(runner, tmp_path: Path):
+    """The pack's HDR LoRA file is there but is another LoRA: the worker's check (the farm fails the task
+    with it) reaches `farm render --local` as one line, exit 2, not a traceback."""
+    import mlx.core as mx
+
+    from ltx_engine.hdr_lora import HDR_LORA_FILE
+
+    packs = tmp_path / "packs"
+    (packs / "wrong25").mkdir(parents=True)
+    for f in (runner.packs_dir / "tiny25").iterdir():
+        if f.name != HDR_LORA_FILE:
+            (packs / "wrong25" / f.name).symlink_to(f)
+    mx.save_safetensors(
+        str(packs / "wrong25" / HDR_LORA_FILE),
+        {"x": mx.zeros((1,))},
+        metadata={"reference_downscale_factor": "2"},
+    )
+    clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
+    args = ["render", "--local", "-p", "a harbour", "--pack", "wrong25", "-H", "64", "-W", "64", "-f", "25"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from farm_cli.main import main; main()",
+            *args,
+            "--hdr-ic-lora",
+            str(clip),
+            "--no-keyframes",
+            "-o",
+            str(tmp_path / "out.mp4"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=220,
+        env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    refusal = [line for line in result.stderr.splitlines() if line.startswith("farm: ")]  # the rest: progress
+    assert result.returncode == 2 and len(refusal) == 1 and "Traceback" not in result.stderr, result.stderr[
+        -3000:
+    ]
+    assert "not an HDR IC-LoRA" in refusal[0] and result.stderr.rstrip().endswith(refusal[0]), refusal
