@@ -44,9 +44,9 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
             ["--start", "0.2", "--end", "0.5"],
             "--start / --end / --no-regen-audio need",
         ),
-        "another frame rate": (
-            [*retake, "--start", "0.2", "--end", "0.5", "--frame-rate", "30"],
-            "--retake clip.mp4: the clip runs at 24 fps; give --frame-rate 24",
+        "too short at another rate": (
+            [*retake, "--start", "0.2", "--end", "0.5", "--frame-rate", "30", "-f", "49"],
+            "--retake clip.mp4: 33 frames at 24 fps (42 at 30), fewer than the render's 49 (-f)",
         ),
         "no such file": (["--retake", f["gone"], "--start", "0", "--end", "0.5"], "no such file"),
         "retake with stage 2 tiles": (
