@@ -23,7 +23,7 @@ import grpc
 
 from coordinator.fleet import FleetStore
 from coordinator.lora_check import check_render_loras
-from coordinator.media_check import check_render_media, store_paths
+from coordinator.media_check import check_render_media, clip_frames, store_paths
 from coordinator.packs import PackShelf, fleet_with_shelf
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
@@ -158,6 +158,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         render_id = new_render_id()
         try:
             asked = planner.normalize_spec(spec)  # the typed spec, built and checked once, where it enters
+            asked = asked.resolve(**clip_frames(asked, store_paths(self.scheduler.blobs)))  # issue #24: -f from the clip
             fleet = fleet_with_shelf(live_fleet(self.store), self.shelf)  # workers fetch the shelf's packs
             plan = planner.validate_spec(asked, fleet)
             check_render_loras(plan, self.scheduler.blobs, self.shelf)  # uploaded, and fitting the pack

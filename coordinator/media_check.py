@@ -16,6 +16,7 @@ from pathlib import Path
 
 from coordinator.media_probe import probe_media
 from coordinator.media_rules import MediaInfo, MediaRefused, ProbeLimits
+from ltx_engine.clip_frames import clip_length, frames_at_rate
 from ltx_engine.ic_lora import ControlError, control_downscale
 from protos.fields import SpecError
 
@@ -119,16 +120,13 @@ def check_control_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | No
 
 
 def check_clip(spec: Mapping, info: MediaInfo, named: str) -> None:
-    """issue #24 retake/extend: the clip holds the render's frames at its rate, the retake window inside it."""
-    if spec.get("frames") is None:  # an LTX-2.5 length the duration head would pick: not for a clip
-        raise SpecError(f"{named}: give -f (the render takes that many of the clip's frames)")
+    """issue #24 retake/extend: the clip holds the render's frames at the render's rate (its own rate
+    converted by timestamp, `ltx_engine.clip_frames`), the retake window inside it."""
     frames, fps = int(spec["frames"]), float(spec["frame_rate"])
-    if abs(info.video.fps - fps) > 0.01:
-        raise SpecError(
-            f"{named}: the clip runs at {info.video.fps:g} fps; give --frame-rate {info.video.fps:g}"
-        )
-    if info.video.frames < frames:
-        raise SpecError(f"{named}: {info.video.frames} frames, fewer than the render's {frames} (-f)")
+    held = frames_at_rate(info.video.frames, info.video.fps, fps)
+    if held < frames:
+        at = "" if abs(info.video.fps - fps) < 0.01 else f" at {info.video.fps:g} fps ({held} at {fps:g})"
+        raise SpecError(f"{named}: {info.video.frames} frames{at}, fewer than the render's {frames} (-f)")
     window = _field(spec, "retake")
     if window and float(window["end"]) > info.duration_s + 1e-6:
         raise SpecError(
@@ -136,6 +134,20 @@ def check_clip(spec: Mapping, info: MediaInfo, named: str) -> None:
         )
     if _field(spec, "extend") and spec.get("audio", True) and info.audio is None:
         raise SpecError(f"{named}: the clip has no audio track to continue; give --no-audio")
+
+
+def clip_frames(spec: Mapping, path_of: PathOf, limits: ProbeLimits | None = None) -> dict:
+    """-f left out on a retake / extend: the whole clip at the render's rate, rounded down to 8k + 1
+    (`{"frames": N}`, resolved before the spec is checked, so the DurationHead never picks it); {}
+    otherwise. Probed as `check_render_media` probes it (the same cached child)."""
+    source = _field(spec, "source_video")
+    kind = "--retake" if _field(spec, "retake") else "--extend" if _field(spec, "extend") else None
+    if spec.get("frames") is not None or not source or kind is None:
+        return {}
+    name = source.get("name") or source["blob"][:12]
+    path = _blob_path(source["blob"], path_of, kind, name)
+    video = probe_named(path, "video", kind, name, limits, sha=source["blob"]).video
+    return {"frames": clip_length(video.frames, video.fps, float(spec["frame_rate"]))}
 
 
 def store_paths(blobs) -> PathOf:

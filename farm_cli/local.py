@@ -16,7 +16,7 @@ import numpy as np
 
 from coordinator.assembler import assemble_streaming
 from coordinator.hdr_master import HLG_FILE, hlg_path
-from coordinator.media_check import check_render_media
+from coordinator.media_check import check_render_media, clip_frames
 from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
 from coordinator.plan.graph import COORDINATOR
@@ -102,7 +102,8 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
     if exr_dir is not None:  # the folder as this machine names it, before the spec is checked
         spec = replace(spec, exr=str(exr_dir))
     known = Resolved(generation=runner.pack_generation(spec.pack))  # this machine's pack is the whole fleet's
-    if spec.frames is None and known.generation == LTX_25 and not spec.hdr_ic_lora:  # HDR: -f is asked
+    known = replace(known, **clip_frames(RenderPlan(spec, known), lambda sha: (media or {}).get(sha)))  # issue #24
+    if spec.frames is None and known.frames is None and known.generation == LTX_25 and not spec.hdr_ic_lora:
         if not runner.pack(spec.pack).has("duration_head"):
             raise no_head(spec.pack)
         known = predict_frames(RenderPlan(spec, known), runner)

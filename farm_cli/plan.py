@@ -83,14 +83,19 @@ def print_plan(plan: dict) -> None:
 def plan(fleet: FleetFile = None, *, coordinator: Coordinator, token: Token = None, as_json: Json = False,
          **asked) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
+    from coordinator.media_check import clip_frames
     from coordinator.plan.forecast import forecast
     from coordinator.plan.graph import SpecError
+    from coordinator.plan.resolved import RenderPlan
 
-    spec = asked_render(asked, planning=True).spec
+    render = asked_render(asked, planning=True)
+    spec = render.spec
     pack = spec.pack
     with one_line(SpecError):
+        asked_plan = RenderPlan(spec)
+        known = asked_plan.resolve(**clip_frames(asked_plan, render.media_files.get))  # issue #24: -f from the clip
         caps, slots = _fleet(fleet, pack, coordinator, token)
-        result = forecast(spec, caps, slots)
+        result = forecast(known, caps, slots)
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:

@@ -2,13 +2,14 @@
 
 The file arrives as the blob the client uploaded (raw bytes, `transfer.as_array`'s uint8 view), after
 the coordinator's probe refused what is not media of the needed kind. It is decoded here, where the
-encoder runs (resampling the audio to the VAE's rate and resizing the video to the render's size cost
-the coordinator nothing), in a child process under memory, CPU and wall limits (`worker.media_child`),
-so a crafted file fails its task and never takes the worker down.
+encoder runs (resampling the audio to the VAE's rate, and the video to the render's rate and size,
+cost the coordinator nothing), in a child process under memory, CPU and wall limits
+(`worker.media_child`), so a crafted file fails its task and never takes the worker down.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -98,38 +99,37 @@ def hdr_tile(rgb: np.ndarray, height: int, width: int, hdr: dict) -> np.ndarray:
 
 
 def tile_pixels(
-    data: np.ndarray, pixels: list, height: int, width: int, hdr: dict | None = None
+    data: np.ndarray, pixels: list, height: int, width: int, fps: float | None = None, hdr: dict | None = None
 ) -> np.ndarray:
-    """One encode tile of the clip (`pixels`: [start, stop) per t, h, w) from its first frames, each
-    resized and centre-cropped to the render's size as an `--image` is (upstream's retake takes the
-    first frames as they are, without a frame-rate change): (1, 3, f, h, w) float32 in [-1, 1]; a
-    clip that ends first repeats its last frame. `hdr`: the HDR IC-LoRA's working codes instead (`hdr_tile`)."""
+    """One encode tile of the clip (`pixels`: [start, stop) per t, h, w, in render frames): the clip's
+    frames at the render's `fps` picked by their timestamps and fitted to its size
+    (`ltx_engine.clip_frames.resample_clip`; `fps` None: by index): (1, 3, f, h, w) float32 in [-1, 1].
+    `hdr`: the HDR IC-LoRA's working codes instead (`hdr_tile`)."""
     import av
 
-    (f0, f1), (h0, h1), (w0, w1) = (tuple(int(x) for x in axis) for axis in pixels)
+    from ltx_engine.clip_frames import resample_clip
 
-    def tile(frame) -> np.ndarray:
-        rgb = frame.to_ndarray(format="rgb24")
-        full = image_to_pixels(rgb, height, width) if hdr is None else hdr_tile(rgb, height, width, hdr)
-        return full[:, :, :, h0:h1, w0:w1]
-
-    out, last = [], None
+    span, rows, cols = (tuple(int(x) for x in axis) for axis in pixels)
+    fit = image_to_pixels if hdr is None else functools.partial(hdr_tile, hdr=hdr)
     with av.open(io.BytesIO(data.tobytes())) as container:
-        for i, frame in enumerate(container.decode(video=0)):
-            if i >= f1:
-                break
-            last = frame
-            if i >= f0:
-                out.append(tile(frame))
-        if last is None:
-            raise ValueError("no video frame decoded from the source clip")
-        out += [tile(last)] * (f1 - f0 - len(out))
-    return np.ascontiguousarray(np.concatenate(out, axis=2))
+        stream = container.streams.video[0]
+        frames = ((frame.time, frame) for frame in container.decode(stream))
+        rate = float(stream.average_rate or stream.guessed_rate or fps or 1.0)
+        return resample_clip(
+            frames,
+            span,
+            (height, width),
+            (rows, cols),
+            fps,
+            rate,
+            lambda f: f.to_ndarray(format="rgb24"),
+            fit,
+        )
 
 
 def video_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One tile of the source clip -> its latent tile."""
-    first = int(params.get("first") or 0)  # the clip's frame the encoded frames start at
+    first = int(params.get("first") or 0)  # the render frame (of the clip at its rate) the tile starts at
     pixels = [[f + first for f in params["pixels"][0]], *params["pixels"][1:]]
     args = {
         "pixels": pixels,
@@ -137,5 +137,7 @@ def video_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> d
         "width": int(params["width"]),
         "hdr": params.get("hdr"),
     }
+    fps = params.get("fps")  # the render's rate: the clip's frames picked by timestamp (None: by index)
+    args["fps"] = None if fps is None else float(fps)
     video = _read(_decode("video", args, inputs["video"]), np.load)
     return {"latent": engine.encode_video_tile(pack, video)}

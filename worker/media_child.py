@@ -4,7 +4,7 @@ Why a child: the file is a client's (the coordinator probed it, but a crafted fi
 decoder past its header and first frame), so the worker decodes it under RLIMIT_AS / RLIMIT_CPU set
 before PyAV loads, and the parent kills it past a wall limit: a bad file costs the task, not the
 worker. KIND `audio`: the track's window (`ltx_engine.audio_source.decode_window`) into OUT (.npz:
-wave, rate); `video`: one encode tile's pixels (`worker.media.tile_pixels`) into OUT (.npy).
+wave, rate); `video`: one encode tile's pixels at the render's rate and size (`worker.media.tile_pixels`) into OUT (.npy).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
     from worker.media import tile_pixels
 
     with open(out, "wb") as f:
-        np.save(f, tile_pixels(data, args["pixels"], int(args["height"]), int(args["width"]), args.get("hdr")))
+        height, width = int(args["height"]), int(args["width"])
+        np.save(f, tile_pixels(data, args["pixels"], height, width, fps=args.get("fps"), hdr=args.get("hdr")))
     return 0
 
 

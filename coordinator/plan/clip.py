@@ -1,11 +1,11 @@
 """The pipelines that start from a user's clip (issue #24 retake/extend): their stage graphs. Pure.
 
 Retake (`--retake VIDEO --start S --end E`, upstream 1.0.0's distilled retake): the clip's first
-`frames` frames encoded at the render's size (the tiled `source_encode`), its own track encoded
-(`source_audio`, when the probe found one), then ONE full-size `denoise_stage1` (DISTILLED_SIGMAS,
-Euler) from those latents with the window's masks (`params["retake"]`, `ltx_engine.retake`): every
-token outside the window keeps the source's latent exactly. Then the decode, and the audio decode of
-the stage's audio latent.
+`frames` frames at the render's rate (picked by timestamp, `ltx_engine.clip_frames`), encoded at its
+size (the tiled `source_encode`), its own track encoded (`source_audio`, when the probe found one),
+then ONE full-size `denoise_stage1` (DISTILLED_SIGMAS, Euler) from those latents with the window's
+masks (`params["retake"]`, `ltx_engine.retake`): every token outside the window keeps the source's
+latent exactly. Then the decode, and the audio decode of the stage's audio latent.
 
 Extend (`--extend VIDEO --extend-frames N [--direction after|before]`, the distilled extend of
 `media_pipelines.extend_window`): the clip's boundary 25 frames encoded at half and full size
@@ -173,6 +173,7 @@ def _context(rid: str, spec: Mapping, lay: ExtendLayout, half: bool) -> tuple[li
         (CONTEXT_PIXEL_FRAMES, h, w),
         encode_tile_sizes(spec),
         lay.context_pixels[0],
+        fps=spec["frame_rate"],
     )
     image = {"input": "context", "frame": lay.context_frame, "strength": 1.0, "binding": "replace"}
     return tasks, {"images": [image], "inputs": {"context": latent}}

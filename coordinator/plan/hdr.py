@@ -99,8 +99,9 @@ def plan_hdr(rid: str, spec: Mapping, text: dict) -> list[dict]:
     pack, blob = spec["pack"], _get(spec, "hdr_ic_lora")["blob"]
     frames, height, width = int(spec["frames"]), int(spec["height"]), int(spec["width"])
     h, w = height // SPATIAL_FACTOR, width // SPATIAL_FACTOR
+    fps = float(spec["frame_rate"])  # the clip's frames by timestamp at the render's rate, as a retake's
     tasks, reference = video_encode_tasks(
-        rid, SOURCE, pack, blob, (frames, height, width), encode_tile_sizes(spec)
+        rid, SOURCE, pack, blob, (frames, height, width), encode_tile_sizes(spec), fps=fps
     )
     for t in tasks:
         if t["kind"] == "video_encode":
@@ -114,6 +115,7 @@ def plan_hdr(rid: str, spec: Mapping, text: dict) -> list[dict]:
             "height": height,
             "width": width,
             "first": s,
+            "fps": fps,
             "pixels": [[0, 1], [0, height], [0, width]],
             "hdr": hdr_params(spec),
             "expect": {"latent": expect("float32", 1, -1, 1, h, w)},

@@ -119,13 +119,16 @@ def encode_tile_sizes(spec: Mapping) -> EncodeTileSizes:
 
 
 def plan_video_encode(rid: str, spec: Mapping) -> tuple[list[dict], dict | None]:
-    """The source clip's tile encodes and their blend at the render's size, from its first frame; the
+    """The source clip's tile encodes and their blend at the render's rate and size, from its start; the
     blended latent's reference (None: no source)."""
     source = _get(spec, "source_video")
     if not source:
         return [], None
     size = (int(spec["frames"]), int(spec["height"]), int(spec["width"]))
-    return video_encode_tasks(rid, SOURCE_ENCODE, spec["pack"], source["blob"], size, encode_tile_sizes(spec))
+    sizes = encode_tile_sizes(spec)
+    return video_encode_tasks(
+        rid, SOURCE_ENCODE, spec["pack"], source["blob"], size, sizes, fps=spec["frame_rate"]
+    )
 
 
 def video_encode_tasks(
@@ -136,13 +139,16 @@ def video_encode_tasks(
     size: tuple[int, int, int],
     sizes: EncodeTileSizes,
     first: int = 0,
+    fps: float | None = None,
 ) -> tuple[list[dict], dict]:
-    """Frames [first, first + F) of a clip blob (F cropped to 1 + 8k), each resized to H x W, encoded
-    one task per tile (`{name}.t{i}`) and blended by the coordinator (`{name}`): the tasks and the
-    blended latent's reference. What the pipelines that start from a clip plan (the source at a stage's
+    """Frames [first, first + F) of a clip blob (F cropped to 1 + 8k; at `fps` by timestamp, else by
+    index), each resized to H x W, encoded one task per tile (`{name}.t{i}`) and blended by the
+    coordinator (`{name}`): the tasks and the blended latent's reference. What the pipelines that start from a clip plan (the source at a stage's
     size, extend's boundary frames) with their own name, frames and size."""
     frames, height, width = crop_frames(size[0]), size[1], size[2]
     base = {"pack": pack, "frames": frames, "height": height, "width": width, "first": int(first)}
+    if fps is not None:  # the clip's frames by timestamp at the render's rate (ltx_engine/clip_frames)
+        base["fps"] = float(fps)
     tasks, blend_in = [], {}
     for i, tile in enumerate(plan_encode_tiles(frames, height, width, sizes)):
         pixels = [[s.start, s.stop] for s in tile.pixels]

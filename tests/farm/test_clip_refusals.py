@@ -44,9 +44,9 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
             ["--start", "0.2", "--end", "0.5"],
             "--start / --end / --no-regen-audio need",
         ),
-        "another frame rate": (
-            [*retake, "--start", "0.2", "--end", "0.5", "--frame-rate", "30"],
-            "--retake clip.mp4: the clip runs at 24 fps; give --frame-rate 24",
+        "too short at another rate": (
+            [*retake, "--start", "0.2", "--end", "0.5", "--frame-rate", "30", "-f", "49"],
+            "--retake clip.mp4: 33 frames at 24 fps (42 at 30), fewer than the render's 49 (-f)",
         ),
         "no such file": (["--retake", f["gone"], "--start", "0", "--end", "0.5"], "no such file"),
         "retake with stage 2 tiles": (
@@ -75,6 +75,9 @@ def test_clip_asks_that_cannot_render_are_refused_at_submit(coordinator, files, 
     assert not store.client.keys(f"{store.prefix}:render:*")  # nothing queued; the coordinator still answers
     good = farm(coordinator, "submit", *SPEC, "--retake", files["clip"], "--start", "0.4", "--end", "0.6")
     assert good.returncode == 0 and good.stdout.strip(), good.stderr
+    whole = farm(coordinator, "submit", *SPEC[:-2], "--retake", files["clip"], "--start", "1", "--end", "1.3")
+    assert whole.returncode == 0, whole.stderr  # no -f: the whole clip (33 frames at 24 fps), so 1.3 s fits
+    assert store.get_render(whole.stdout.strip().split()[-1])["spec"]["frames"] == 33
 
 
 @pytest.mark.timeout(120)

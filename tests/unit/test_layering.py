@@ -30,6 +30,7 @@ PURE_ENGINE |= {"retake", "extend", "ic_lora", "dubit"}  # issue #24: media pipe
 PURE_ENGINE |= {"hdr", "hdr_lora"}  # issue #29: the HDR IC-LoRA's colour ends, LoRA metadata and refusals
 PURE_ENGINE |= {"diffusion_tiling"}  # issue #29: the diffusion decoder's shape rules and tiles
 PURE_ENGINE |= {"encode_tiling"}  # issue #24: the source clip's encode tiles, planned and blended
+PURE_ENGINE |= {"clip_frames", "media"}  # issue #24: a clip's frames at the render's rate (numpy pixels)
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
 pytestmark = pytest.mark.timeout(120)
