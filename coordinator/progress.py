@@ -23,6 +23,7 @@ KIND_LABELS = {
     "dfr_tile": "tile",
     "dfr_stitch": "stitch round",
     "dfr_trim": "trim to length",
+    "dfr_epi_window": "cut epilogue window",
     "dfr_keyframe_plane": "rebuild keyframe",
     "decode_video": "video decode",
     "decode_tile": "decode tile",

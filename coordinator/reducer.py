@@ -20,7 +20,7 @@ from coordinator.guide_step import guide_step
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.plan.length import PLAN_KIND, picked
 from coordinator.state.store import NotLeader, is_transient
-from ltx_engine import dfr_epilogue, dfr_layout, tdp
+from ltx_engine import dfr_epilogue, dfr_layout, dfr_windows, tdp
 from ltx_engine.tokens import unpatchify_video
 from protos.retry import Backoff, GaveUp, Outage, retry
 from protos.states import Outcome
@@ -75,12 +75,33 @@ def dfr_trim(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarra
     planes = inputs["keyframes"] if "keyframes" in inputs else np.concatenate(
         [inputs[f"kf{i}"] for i in range(len(params["positions"]))], axis=2)
     kept, _ = dfr_epilogue.decode_keyframes(planes, params["positions"], plan.output_frames)
-    out = {"video_latent": dfr_layout.trim_latent(inputs["latent"], plan)}
+    latent = inputs["latent"] if "windows" not in params else dfr_windows.join_windows(
+        [inputs[f"w{i}"] for i in range(int(params["windows"]))], dfr_windows.plan_windows(plan))
+    out = {"video_latent": dfr_layout.trim_latent(latent, plan)}
     out |= {"keyframes": kept} if kept.shape[2] else {}
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
-DFR_KINDS = {"dfr_stitch": dfr_stitch, "dfr_trim": dfr_trim}
+def dfr_epi_window(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One epilogue window after rounds (`ltx_engine/dfr_windows.py`): its starting latent, IC-LoRA
+    reference and resampled frozen audio, and (a non-first window) its prefix pinned on the previous
+    window's finished output."""
+    plan = dfr_layout.plan_from_params(params["dfr"])
+    windows = dfr_windows.plan_windows(plan)
+    window = windows[int(params["window"])]
+    plane = inputs.get("plane")
+    out = {
+        "latent": dfr_windows.window_latent(inputs["up"], window, plane),
+        "reference": dfr_windows.window_reference(inputs["guide"], window),
+        "audio": dfr_windows.window_audio(inputs["audio"], window, plan.output_fps,
+                                          plan.canvas.frames / plan.fps, plan.rounds[-1].conditioning_fps),
+    }
+    if window.plane is not None:
+        out["prefix"] = dfr_windows.carried_prefix(inputs["previous"], windows[window.index - 1], window, plane)
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+DFR_KINDS = {"dfr_stitch": dfr_stitch, "dfr_trim": dfr_trim, "dfr_epi_window": dfr_epi_window}
 GUIDE_KINDS = {"guide_step": guide_step}  # a guided step: combine its passes, step (coordinator/guide_step.py)
 
 

@@ -47,7 +47,7 @@ DIFF_DECODE_S_PER_VOXEL = 5.3e-6  # the diffusion decoder (vae_decoder_av), per 
 DIFF_DECODE_BYTES_PER_VOXEL = 500
 UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
 FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
-           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05, "dfr_trim": 0.05,
+           "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05, "dfr_trim": 0.05, "dfr_epi_window": 0.05,
            "guide_step": 0.1}  # a guided step's combine (+ res_2s' float64 midpoint), on the coordinator
 
 REF_PACK_BYTES = 26 * GB     # a full-size q8 pack: activations scale from it for reduced (test) packs

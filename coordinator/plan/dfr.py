@@ -106,9 +106,6 @@ def check_epilogue(spec: Mapping) -> None:
         if spec[key] % 128:
             raise SpecError(f"--spatial-upscalings 2 runs stage 1 at a quarter of the size: {key} {spec[key]} is not "
                             f"a multiple of 128 (try {max(128, round(spec[key] / 128) * 128)})")
-    if dfr_rounds(spec):
-        raise SpecError("--spatial-upscalings 2 after temporal rounds is not built on the farm yet (upstream runs "
-                        "those windows one after another): give --temporal-upscalings 0 with it")
     if spec.get("images"):
         raise SpecError("--spatial-upscalings 2 with --image is not built on the farm yet")
 

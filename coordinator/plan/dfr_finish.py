@@ -10,7 +10,10 @@ the stages run at half size; each carried keyframe plane is rebuilt at full size
 (decode, Lanczos x2, encode: the planes on several Macs at once); the canvas latent is spatially
 upsampled; then one detailing pass over the stage-2 sigmas whose spatial tiles are worker tasks at every
 step (2x2 at the first step, 4x4 after), blended and stepped by the coordinator as tiled stage 2 is. At 0
-rounds the canvas is one temporal window.
+rounds the canvas is one temporal window; after temporal rounds one window per last-round tile
+(`ltx_engine/dfr_windows.py`, upstream `TilePrefix`), chained: a coordinator task `dfr_epi_window` cuts
+window w's latent, reference and audio, and pins its prefix on window w-1's finished output, so the
+windows run one after another while each window's spatial tiles run on several Macs at once.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from coordinator.plan.graph import (
     task,
 )
 from coordinator.plan.stage2 import _forward_task
-from ltx_engine import dfr_epilogue, tdp
+from ltx_engine import dfr_epilogue, dfr_windows, tdp
 from ltx_engine.dfr_layout import plan_params
 from ltx_engine.generation import LTX_25
 from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS
@@ -55,15 +58,24 @@ def _dfr(spec: Mapping) -> dict:
     return plan_params(spec["frames"], spec["frame_rate"], dfr_rounds(spec), spec["seed"])
 
 
+def carried_positions(spec: Mapping) -> tuple[int, ...]:
+    """The planes the epilogue rebuilds: the last round's carry, or stage 2's slots at 0 rounds."""
+    plan = spec_plan(spec)
+    return plan.rounds[-1].carry() if plan.rounds else plan.canvas.slots
+
+
 def _trim(rid: str, spec: Mapping, latent: dict, keyframes: dict) -> dict:
-    """The coordinator's trim: the canvas latent cut to the asked frames, the keyframes inside them."""
-    positions = list(spec_plan(spec).canvas.slots)
+    """The coordinator's trim: the canvas latent (or the epilogue windows' joined) cut to the asked
+    frames, the keyframes inside them."""
+    params = {"dfr": _dfr(spec), "positions": list(carried_positions(spec)), "expect": {}}
+    if "w0" in latent:
+        params["windows"] = len(latent)
     return task(
         rid,
         "dfr.trim",
         "dfr_trim",
-        {"dfr": _dfr(spec), "positions": positions, "expect": {}},
-        {"latent": latent, **keyframes},
+        params,
+        {**(latent if "w0" in latent else {"latent": latent}), **keyframes},
         capability=COORDINATOR,
     )
 
@@ -73,22 +85,19 @@ def plan_dfr_finish(
 ) -> tuple[list[dict], dict]:
     """The tasks after stage 2 and the reference to the latent the decode reads."""
     latent, slots = ref(f"{rid}.stage2", "video_latent"), ref(f"{rid}.stage2", "slots")
-    if dfr_rounds(spec):
-        return plan_dfr_rounds(rid, stage_view(spec), latent, slots, ctx, cond2, image_params)
-    if spatial_upscalings(spec) == 1:
-        tasks = [_trim(rid, spec, latent, {"keyframes": slots})]
+    rounds = dfr_rounds(spec)
+    if rounds:
+        tasks, final = plan_dfr_rounds(rid, stage_view(spec), latent, slots, ctx, cond2, image_params)
+        if spatial_upscalings(spec) == 1:
+            return tasks, final
+        latent, slots = ref(f"{rid}.dfr.r{rounds}", "latent"), ref(f"{rid}.dfr.r{rounds}", "keyframes")
     else:
-        tasks = _plan_epilogue(rid, spec, latent, slots, ctx)
-        k = len(spec_plan(spec).canvas.slots)
-        tasks.append(
-            _trim(
-                rid,
-                spec,
-                ref(f"{rid}.{EPI}", "video_latent"),
-                {f"kf{i}": ref(f"{rid}.{EPI}.kf{i}", "latent") for i in range(k)},
-            )
-        )
-    return tasks, ref(f"{rid}.dfr.trim", "video_latent")
+        tasks = []
+    if spatial_upscalings(spec) == 1:
+        return [_trim(rid, spec, latent, {"keyframes": slots})], ref(f"{rid}.dfr.trim", "video_latent")
+    epilogue, joined = _plan_epilogue(rid, spec, latent, slots, ctx)
+    planes = {f"kf{i}": ref(f"{rid}.{EPI}.kf{i}", "latent") for i in range(len(carried_positions(spec)))}
+    return [*tasks, *epilogue, _trim(rid, spec, joined, planes)], ref(f"{rid}.dfr.trim", "video_latent")
 
 
 def final_keyframes(rid: str, spec: Mapping) -> tuple[dict, tuple[int, ...]] | None:
@@ -99,9 +108,9 @@ def final_keyframes(rid: str, spec: Mapping) -> tuple[dict, tuple[int, ...]] | N
     if not dfr_on(spec):
         return None
     plan = spec_plan(spec)
-    if plan.rounds:
+    if plan.rounds and spatial_upscalings(spec) == 1:
         return ref(f"{rid}.dfr.r{len(plan.rounds)}", "keyframes"), plan.rounds[-1].carry()
-    kept = tuple(p for p in plan.canvas.slots if p < plan.output_frames)
+    kept = tuple(p for p in carried_positions(spec) if p < plan.output_frames)
     return (ref(f"{rid}.dfr.trim", "keyframes"), kept) if kept else None
 
 
@@ -126,7 +135,7 @@ def _keyframe_tasks(rid: str, spec: Mapping, slots: dict, latent: dict) -> list[
     it): each decoded alone, Lanczos x2, encoded at the full size."""
     h, w = spec["height"], spec["width"]
     want = {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}
-    planes = [(f"kf{i}", i, slots) for i in range(len(spec_plan(spec).canvas.slots))] + [("open", 0, latent)]
+    planes = [(f"kf{i}", i, slots) for i in range(len(carried_positions(spec)))] + [("open", 0, latent)]
     return [
         task(
             rid,
@@ -139,18 +148,35 @@ def _keyframe_tasks(rid: str, spec: Mapping, slots: dict, latent: dict) -> list[
     ]
 
 
-def _prepare_params(spec: Mapping) -> dict:
-    """The epilogue state's params: the canvas at full size, the rebuilt planes as strength-1 guides,
-    stage 1's audio frozen, noise seed + 2000, ancestral re-noise (LTX-2.5) from seed + 30000."""
-    canvas = spec_plan(spec).canvas
-    seed = spec["seed"] + dfr_epilogue.NOISE_SEED_OFFSET
+def _window_images(spec: Mapping, window: dfr_windows.Window | None) -> list[dict]:
+    """The window's guides: the rebuilt planes it holds (window-local frames), the opening plane
+    (first window), and for a non-first window its pinned prefix (a strength-1 replace at frame 0)."""
+    positions = carried_positions(spec)
+    if window is None:
+        held = [(i, p) for i, p in enumerate(positions)]
+    else:
+        held = dfr_windows.window_planes(window, positions, spec_plan(spec).final_frames - 1)
+    strength = dfr_epilogue.KEYFRAME_STRENGTH
     images = [
-        {"frame": p, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": f"kf{i}_latent"}
-        for i, p in enumerate(canvas.slots)
+        {"frame": f, "strength": strength, "binding": "guide", "input": f"kf{i}_latent"} for i, f in held
     ]
-    images.append(
-        {"frame": 0, "strength": dfr_epilogue.KEYFRAME_STRENGTH, "binding": "guide", "input": "open_latent"}
-    )
+    if window is None or window.plane is None:
+        images.append({"frame": 0, "strength": strength, "binding": "guide", "input": "open_latent"})
+    else:
+        images.append({"frame": 0, "strength": 1.0, "binding": "replace", "input": "prefix_latent"})
+    return images
+
+
+def _prepare_params(spec: Mapping, window: dfr_windows.Window | None = None) -> dict:
+    """The epilogue state's params (the canvas, or one window of it after rounds, at full size): the
+    rebuilt planes as strength-1 guides, stage 1's audio frozen, noise seed + 2000 (+ 100 per window),
+    ancestral re-noise (LTX-2.5) from seed + 30000 (+ 100 per window)."""
+    plan = spec_plan(spec)
+    frames, fps = plan.canvas.frames, spec["frame_rate"]
+    seed = spec["seed"] + dfr_epilogue.NOISE_SEED_OFFSET
+    if window is not None:
+        frames, fps = window.local_frames, plan.rounds[-1].conditioning_fps
+        seed += dfr_epilogue.WINDOW_SEED_STRIDE * window.index
     sampler = samplers.stage2_params(spec)
     if sampler:  # the farm keys re-noise by the stage's seed + offset: seed + 2000 + 28000 = seed + 30000
         sampler["ancestral_offset"] = (
@@ -159,52 +185,91 @@ def _prepare_params(spec: Mapping) -> dict:
     return {
         "pack": spec["pack"],
         "seed": seed,
-        "frames": canvas.frames,
-        "fps": spec["frame_rate"],
+        "frames": frames,
+        "fps": fps,
         "height": spec["height"],
         "width": spec["width"],
         "sigmas": list(STAGE_2_DISTILLED_SIGMAS),
-        "audio_frames": audio_latent_frames(canvas.frames, spec["frame_rate"]),
+        "audio_frames": audio_latent_frames(frames, fps),
         "noise_stream": 1,
-        "images": images,
+        "images": _window_images(spec, window),
         **detailing_params(spec),
         **sampler,
     }
 
 
-def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict) -> list[dict]:
-    """Keyframe planes, the spatial upsample, the tiled detailing steps (their last gives `video_latent`)."""
-    grid = (
-        latent_frames(spec_plan(spec).canvas.frames),
-        spec["height"] // SPATIAL_FACTOR,
-        spec["width"] // SPATIAL_FACTOR,
-    )
+def _window_task(rid: str, spec: Mapping, window: dfr_windows.Window, previous: str | None) -> dict:
+    """The coordinator's cut of one window (after rounds): its latent, reference, audio and prefix."""
+    inputs = {
+        "up": ref(f"{rid}.{EPI}.up", "latent"),
+        "guide": ref(f"{rid}.dfr.r{dfr_rounds(spec)}", "latent"),
+        "audio": ref(f"{rid}.stage1", "audio_latent"),
+    }
+    if window.plane is not None:
+        plane = carried_positions(spec).index(window.plane)
+        inputs |= {
+            "plane": ref(f"{rid}.{EPI}.kf{plane}", "latent"),
+            "previous": ref(previous, "video_latent"),
+        }
+    params = {"dfr": _dfr(spec), "window": window.index, "expect": {}}
+    return task(rid, f"{EPI}.w{window.index}.in", "dfr_epi_window", params, inputs, capability=COORDINATOR)
+
+
+def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict) -> tuple[list[dict], dict]:
+    """Keyframe planes, the spatial upsample, the tiled detailing steps of each window (chained after
+    rounds); the reference to the epilogue's latent (or the windows' outputs, to join at the trim)."""
+    h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
     tasks = _keyframe_tasks(rid, spec, slots, latent)
+    planes = {f"{t['id'].rsplit('.', 1)[1]}_latent": ref(t["id"], "latent") for t in tasks}
+    up_frames = latent_frames(spec_plan(spec).final_frames)
     tasks.append(
         task(
             rid,
             f"{EPI}.up",
             "upsample_spatial",
-            {"pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, *grid)}},
+            {"pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, up_frames, h, w)}},
             {"latent": latent},
         )
     )
-    params = _prepare_params(spec)
-    inputs = {
-        "latent": ref(f"{rid}.{EPI}.up", "latent"),
-        "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
-        **{f"{t['id'].rsplit('.', 1)[1]}_latent": ref(t["id"], "latent") for t in tasks[:-1]},
-    }
-    if spec.get("detailing_lora"):  # the IC-LoRA's reference: the previous stage's video
-        inputs["reference_latent"] = latent
-    tasks.append(task(rid, f"{EPI}.prep", "stage_prepare", {**params, "expect": {}}, inputs))
-    return tasks + _epilogue_steps(rid, spec, params, grid, ctx)
+    if not dfr_rounds(spec):
+        params = _prepare_params(spec)
+        inputs = {
+            "latent": ref(f"{rid}.{EPI}.up", "latent"),
+            "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
+            **planes,
+        }
+        if spec.get("detailing_lora"):  # the IC-LoRA's reference: the previous stage's video
+            inputs["reference_latent"] = latent
+        tasks.append(task(rid, f"{EPI}.prep", "stage_prepare", {**params, "expect": {}}, inputs))
+        return tasks + _epilogue_steps(rid, spec, params, (up_frames, h, w), ctx, EPI), ref(
+            f"{rid}.{EPI}", "video_latent"
+        )
+    joined, previous = {}, None
+    for window in dfr_windows.plan_windows(spec_plan(spec)):
+        name = f"{EPI}.w{window.index}"
+        cut = _window_task(rid, spec, window, previous)
+        params = _prepare_params(spec, window)
+        held = {im["input"] for im in params["images"]}
+        inputs = {
+            "latent": ref(cut["id"], "latent"),
+            "audio_latent": ref(cut["id"], "audio"),
+            **{k: v for k, v in planes.items() if k in held},
+        }
+        if window.plane is not None:
+            inputs["prefix_latent"] = ref(cut["id"], "prefix")
+        if spec.get("detailing_lora"):
+            inputs["reference_latent"] = ref(cut["id"], "reference")
+        tasks += [cut, task(rid, f"{name}.prep", "stage_prepare", {**params, "expect": {}}, inputs)]
+        tasks += _epilogue_steps(rid, spec, params, (window.cells, h, w), ctx, name)
+        previous = f"{rid}.{name}"
+        joined[f"w{window.index}"] = ref(previous, "video_latent")
+    return tasks, joined
 
 
 def _epilogue_steps(
-    rid: str, spec: Mapping, params: dict, grid: tuple[int, int, int], ctx: dict
+    rid: str, spec: Mapping, params: dict, grid: tuple[int, int, int], ctx: dict, name: str
 ) -> list[dict]:
-    prep = f"{rid}.{EPI}.prep"
+    prep = f"{rid}.{name}.prep"
     tilings = dfr_epilogue.step_tilings(grid, len(params["sigmas"]) - 1)
     marker = {"marker": True} if spec.get("generation") == LTX_25 else {}
     shared = {"grid": list(grid), "sigmas": params["sigmas"], **marker, **samplers.step_params(params)}
@@ -217,24 +282,23 @@ def _epilogue_steps(
     tasks = [
         task(
             rid,
-            f"{EPI}.cut",
+            f"{name}.cut",
             "tdp_cut",
             {**geometry(0), "expect": {}},
             {**state, "latent": ref(prep, "latent")},
             capability=COORDINATOR,
         )
     ]
-    source = latent_src = f"{rid}.{EPI}.cut"
-    latent_src = prep
+    source, latent_src = tasks[0]["id"], prep
     for step in range(len(tilings)):
         tiles = tdp.plan(grid, tilings[step][0], tilings[step][1])
         tasks += [
-            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=EPI)
+            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=name)
             for tile in tiles
         ]
         last = step == len(tilings) - 1
-        name = EPI if last else f"{EPI}.s{step}"
-        step_in = {f"v{t.index}": ref(f"{rid}.{EPI}.s{step}.t{t.index}", "velocity") for t in tiles}
+        step_name = name if last else f"{name}.s{step}"
+        step_in = {f"v{t.index}": ref(f"{rid}.{name}.s{step}.t{t.index}", "velocity") for t in tiles}
         step_params = {**geometry(step), "step": step, "expect": {}}
         if not last:
             step_params["next_tiling"] = {
@@ -244,12 +308,12 @@ def _epilogue_steps(
         tasks.append(
             task(
                 rid,
-                name,
+                step_name,
                 "tdp_step",
                 step_params,
                 {**state, "latent": ref(latent_src, "latent"), **step_in},
                 capability=COORDINATOR,
             )
         )
-        source = latent_src = f"{rid}.{name}"
+        source = latent_src = f"{rid}.{step_name}"
     return tasks

@@ -131,7 +131,14 @@ def test_bad_dfr_input_is_one_line_and_exit_2_through_the_cli(args, tmp_path):
 
 
 @pytest.mark.timeout(150)
-def test_farm_plan_shows_the_epilogue_tasks(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("rounds", "want"),
+    [
+        ("0", ("36 transformer_forward",)),
+        ("1", ("72 transformer_forward", "2 dfr_epi_window", "5 dfr_keyframe_plane")),
+    ],
+)
+def test_farm_plan_shows_the_epilogue_tasks(rounds: str, want: tuple[str, ...], tmp_path: Path):
     (tmp_path / "fleet.toml").write_text(
         '[[workers]]\nname = "m1max"\nchip = "Apple M1 Max"\nmemory_gb = 64\n'
     )
@@ -154,6 +161,8 @@ def test_farm_plan_shows_the_epilogue_tasks(tmp_path: Path):
             "49",
             "--spatial-upscalings",
             "2",
+            "--temporal-upscalings",
+            rounds,
         ],
         capture_output=True,
         text=True,
@@ -162,7 +171,8 @@ def test_farm_plan_shows_the_epilogue_tasks(tmp_path: Path):
     )
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("DFR"))
-    assert "3 dfr_keyframe_plane" in row and "36 transformer_forward" in row and "1 dfr_trim" in row
+    assert "1 dfr_trim" in row and all(w in row for w in want), row
+    assert rounds == "1" or "3 dfr_keyframe_plane" in row
 
 
 def test_a_keyframe_aware_decode_gets_the_planes_inside_the_clip_and_its_tile():

@@ -25,7 +25,7 @@ PURE_ENGINE = {"color", "components", "decode_tiling", "dfr_layout", "duration",
                "tdp", "text_encoders", "tiling", "tokens", "errors", "lora_check", "lora_keys", "transformer_keys", "safetensors_header"}
 PURE_ENGINE |= {"guidance", "res2s", "schedule"}  # the guided recipes' combine, sampler and sigma schedule
 PURE_ENGINE |= {"forward_rules"}  # issue #26: sparse-attention and compute-dtype rules
-PURE_ENGINE |= {"dfr_epilogue"}  # issue #29: DFR's epilogue grid and the decode's keyframes
+PURE_ENGINE |= {"dfr_epilogue", "dfr_windows"}  # issue #29: DFR's epilogue grid and windows, the decode's keyframes
 PURE_ENGINE |= {"retake", "extend", "ic_lora", "dubit"}  # issue #24: media pipelines' masks and layouts
 PURE_ENGINE |= {"hdr", "hdr_lora"}  # issue #29: the HDR IC-LoRA's colour ends, LoRA metadata and refusals
 PURE_ENGINE |= {"diffusion_tiling"}  # issue #29: the diffusion decoder's shape rules and tiles
