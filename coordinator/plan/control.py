@@ -12,8 +12,12 @@ Dub-It (`dub_video` + `ic_lora`, upstream 1.2 `dubit.py`): the reference clip en
 at stage 1's size, `dub_s2` at stage 2's, each over the downscale), its track encoded by an
 `audio_encode` task (`dub_audio`); both stages run with the Dub-It LoRA and their own reference
 video; stage 1's audio reference is the clip's track, stage 2's is stage 1's generated audio (which
-stage 2 keeps frozen and the audio decode reads). Stage 2 is untiled: a TDP tile has no reference.
-Stage 1 never gangs (sequence-parallel stage 1 carries no reference tokens).
+stage 2 keeps frozen and the audio decode reads). A tiled stage 2 (`--stage2-tiles`) takes both where
+DFR's tiled stage 2 takes its slots and IC-LoRA reference: `stage2.prep` appends the reference video
+tokens (and the audio reference after the frozen audio), `tdp_cut` hands each tile the reference tokens
+overlapping it as conditioning tokens, every tile forward reads prep's whole audio (reference included)
+and runs with the Dub-It LoRA; the coordinator's step blends video only. Stage 1 never gangs
+(sequence-parallel stage 1 carries no reference tokens).
 """
 
 from __future__ import annotations
@@ -57,10 +61,6 @@ def check_control(spec: Mapping) -> None:
         raise SpecError(f"{flag} {name}: runs with the distilled two-stage pipeline on the farm, without DFR")
     if str(spec.get("stage1_parallel") or "auto") not in ("auto", "1"):
         raise SpecError(f"{flag} {name}: stage 1 carries reference tokens; it runs on one worker")
-    if key == "dub_video" and spec.get("stage2_tiles") is not None:
-        raise SpecError(
-            f"--dub {name}: Dub-It's stage 2 carries the reference; it runs untiled (drop --stage2-tiles)"
-        )
     if key == "dub_video" and not spec.get("audio", True):
         raise SpecError(f"--dub {name}: Dub-It generates the audio; drop --no-audio")
     encode_tile_sizes(spec)
@@ -88,10 +88,13 @@ def _reference_size(height: int, width: int, downscale: int, flag: str, name: st
     return size
 
 
-def _with_lora(params: dict, lora: dict, control: dict) -> None:
-    """A DiT task's params with the IC-LoRA on top of its user LoRAs (fused), and the reference's."""
+def _with_lora(params: dict, lora: dict, control: dict | None) -> None:
+    """A DiT task's params with the IC-LoRA on top of its user LoRAs (fused), and the reference's (None:
+    a tile forward, whose reference tokens come cut from `stage2.prep`)."""
     loras = [*(params.get("loras") or ()), {k: lora[k] for k in ("blob", "name", "strength") if lora.get(k)}]
-    params.update(loras=loras, lora_mode="fused", warm=[warm_key(loras, "fused")], control=control)
+    params.update(loras=loras, lora_mode="fused", warm=[warm_key(loras, "fused")])
+    if control is not None:
+        params["control"] = control
 
 
 def _wire(t: dict, inputs: dict) -> None:
@@ -118,8 +121,7 @@ def wire_control(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
         size = control_size(height, width, control["downscale"])
         encodes, latent = video_encode_tasks(rid, name, spec["pack"], value["blob"], (frames, *size), sizes)
         added, latents = added + encodes, latents + [latent]
-    by_id = {t["id"]: t for t in tasks}
-    s1, s2 = by_id[f"{rid}.stage1"], by_id.get(f"{rid}.stage2")
+    s1 = next(t for t in tasks if t["id"] == f"{rid}.stage1")
     s1["params"][TABLE_PARAM] = [1]
     _with_lora(s1["params"], lora, control)
     _wire(s1, {"control_latent": latents[0]})
@@ -127,7 +129,22 @@ def wire_control(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
         audio = audio_encode_task(rid, spec, "dub_audio", value["blob"], 0.0)
         added.append(audio)
         _wire(s1, {"audio_reference": ref(audio["id"], "latent")})
-        _with_lora(s2["params"], lora, control)
-        _wire(s2, {"control_latent": latents[1], "audio_reference": ref(s1["id"], "audio_latent")})
+        _wire_dub_stage2(tasks, rid, lora, control, latents[1])
     at = tasks.index(s1)
     return [*tasks[:at], *added, *tasks[at:]]
+
+
+def _wire_dub_stage2(tasks: list[dict], rid: str, lora: dict, control: dict, reference: dict) -> None:
+    """Dub-It's stage 2: untiled, the one task with the LoRA and both references; tiled, `stage2.prep`
+    (no DiT) builds the state with both references (the cut hands the video's to the tiles, the audio's
+    travels in prep's audio) and every tile forward runs with the LoRA."""
+    inputs = {"control_latent": reference, "audio_reference": ref(f"{rid}.stage1", "audio_latent")}
+    for t in tasks:
+        if t["id"] == f"{rid}.stage2" and t["kind"] == "denoise_stage2":
+            _with_lora(t["params"], lora, control)
+            _wire(t, inputs)
+        elif t["id"] == f"{rid}.stage2.prep":
+            t["params"]["control"] = control
+            _wire(t, inputs)
+        elif t["kind"] == "transformer_forward" and t["id"].startswith(f"{rid}.stage2.s"):
+            _with_lora(t["params"], lora, None)

@@ -5,7 +5,8 @@ size over the downscale; stage 1 carries the IC-LoRA and the reference (attentio
 upsample and the tiled stage 2 run on the plain DiT. Dub-It (a clip with picture and sound, the same
 LoRA as the Dub-It LoRA) on the same farm: the reference encoded at each stage's size over the
 downscale, its track by an `audio_encode` task, both stages with the LoRA and their reference, stage 2's
-audio reference stage 1's audio."""
+audio reference stage 1's audio; its stage 2 tiled 1x2 too (`stage2.prep` takes both references, every
+tile forward runs with the LoRA on the reference tokens the cut hands it)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,6 @@ def media(tmp_path_factory):
         **SPEC,
         "height": 128,
         "width": 128,
-        "stage2_tiles": None,
         "encode_tiles": "24,128",
         "dub_video": {"blob": _sha(talk), "name": "talk.mp4"},
         "ic_lora": control["ic_lora"],
@@ -118,14 +118,18 @@ def _check_control(tasks: dict, local: dict) -> None:
 
 def _check_dub(tasks: dict, local: dict) -> None:
     assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
-    s1, s2 = tasks["stage1"], tasks["stage2"]
+    s1, s2 = tasks["stage1"], tasks["stage2.prep"]  # stage 2 tiled 1x2: its prep takes the references
     assert (s1["params"]["height"], tasks["dub_s1"]["params"]["height"]) == (64, 32)
     assert (s2["params"]["height"], tasks["dub_s2"]["params"]["height"]) == (128, 64)
     assert s1["inputs"]["control_latent"] == tasks["dub_s1"]["outputs"]["latent"]
     assert s2["inputs"]["control_latent"] == tasks["dub_s2"]["outputs"]["latent"]
     assert s1["inputs"]["audio_reference"] == tasks["dub_audio"]["outputs"]["latent"]
     assert s2["inputs"]["audio_reference"] == s1["outputs"]["audio_latent"]
-    assert all([lora["name"] for lora in t["params"]["loras"]] == ["ic.safetensors"] for t in (s1, s2))
+    tiles = [
+        t for name, t in tasks.items() if name.startswith("stage2.s") and t["kind"] == "transformer_forward"
+    ]
+    assert len(tiles) == 4 and tasks["stage2"]["kind"] == "tdp_step"
+    assert all([lora["name"] for lora in t["params"]["loras"]] == ["ic.safetensors"] for t in (s1, *tiles))
     assert tasks["audio"]["kind"] == "decode_audio"  # the re-voiced track, decoded
 
 

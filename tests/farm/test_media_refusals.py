@@ -138,10 +138,6 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
             "--dub talk10.mp4: 10 frames, shorter than the render's 25",
         ),
         "dub without its LoRA": (["--dub", f["talk"]], "--dub needs --ic-lora FILE STRENGTH"),
-        "dub with a tiled stage 2": (
-            ["--dub", f["talk"], *ic, "--stage2-tiles", "1x2"],
-            "--dub talk.mp4: Dub-It's stage 2 carries the reference; it runs untiled",
-        ),
         "dub and control at once": (
             ["--dub", f["talk"], "--control-video", f["clip30"], "1", *ic],
             "--control-video and --dub are two pipelines: give one",
