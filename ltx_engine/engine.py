@@ -201,17 +201,27 @@ class Engine:
         return np.array(pixels.astype(mx.float32))
 
     def decode_video_diffusion(self, pack: Pack, latent: np.ndarray, noise_seed: int,
-                               bounds: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
+                               bounds: tuple[tuple[int, int], ...] | None = None,
+                               keyframes: tuple[np.ndarray, tuple[int, ...]] | None = None) -> np.ndarray:
         """LTX-2.5's diffusion decoder (`vae_decoder_av`) on the latent, or on latent[bounds] (one tile of
         it): raw pixels (1, 3, f, h, w), blended (tiles) or mapped to [0, 1] by the caller. Its stage-5
-        noise is drawn from `noise_seed` in the tile's own shape, so a tile decodes on any worker alone."""
+        noise is drawn from `noise_seed` in the tile's own shape, so a tile decodes on any worker alone.
+        `keyframes` (planes (1, C, P, h, w) of the whole latent, their global pixel frames): the
+        keyframe-aware decode (`models/keyframe_decode.py`), the planes cut to the tile's area."""
         from ltx_engine.models.diffusion_decoder import decode_seeded
+        from ltx_engine.models.keyframe_decode import decode_seeded_keyframes
 
-        full = mx.array(latent)
+        full, start = mx.array(latent), 0
+        planes = None if keyframes is None else mx.array(keyframes[0])
         if bounds is not None:
             (f0, f1), (h0, h1), (w0, w1) = bounds
-            full = full[:, :, f0:f1, h0:h1, w0:w1]
-        return np.array(decode_seeded(self.model(pack, "vae_decoder_av"), full, noise_seed).astype(mx.float32))
+            full, start = full[:, :, f0:f1, h0:h1, w0:w1], f0 * 8  # a tile's first pixel frame: 8 f0
+            planes = None if planes is None else planes[:, :, :, h0:h1, w0:w1]
+        model = self.model(pack, "vae_decoder_av")
+        if planes is None:
+            return np.array(decode_seeded(model, full, noise_seed).astype(mx.float32))
+        pixels = decode_seeded_keyframes(model, full, planes, keyframes[1], start, noise_seed)
+        return np.array(pixels.astype(mx.float32))
     def rebuild_keyframe(self, pack: Pack, plane: np.ndarray, height: int, width: int) -> np.ndarray:
         """DFR's epilogue: one carried plane (1, C, 1, h, w) decoded as its own one-frame clip, Lanczos x2
         in 8-bit RGB (`ltx_engine.lanczos`, as upstream's PIL stretch) and encoded at height x width."""

@@ -19,6 +19,7 @@ from ltx_engine import text_encoders
 from ltx_engine.checkpoint import is_checkpoint
 from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
+from ltx_engine.dfr_epilogue import task_keyframes
 from ltx_engine.engine import Engine
 from ltx_engine.generation import stage2_sampler
 from ltx_engine.loader import PackError
@@ -346,8 +347,9 @@ class Runner:
         return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
 
     def _run_decode_video(self, pack, params, inputs, step):
-        if params.get("decoder") == "diffusion":  # issue #29: LTX-2.5's vae_decoder_av
-            pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]))
+        if params.get("decoder") == "diffusion":  # issue #29: LTX-2.5's vae_decoder_av (DFR: with keyframes)
+            pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
+                                                        keyframes=task_keyframes(params, inputs))
             return {"frames": np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)}
         return {"frames": self.engine.decode_video(pack, inputs["latent"])}
 
@@ -355,7 +357,7 @@ class Runner:
         bounds = tuple(tuple(int(x) for x in params["latent"][axis]) for axis in ("frames", "height", "width"))
         if params.get("decoder") == "diffusion":  # issue #29
             return {"pixels": self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
-                                                                 bounds)}
+                                                                 bounds, task_keyframes(params, inputs))}
         return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
 
     def _run_audio_encode(self, pack, params, inputs, step):  # issue #24 (worker/media.py)

@@ -9,7 +9,7 @@ run the same plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from coordinator.plan import diffusion_decode
 from coordinator.plan.graph import SPATIAL_FACTOR, TEMPORAL_FACTOR, SpecError, expect, latent_grid, task
@@ -22,6 +22,8 @@ from ltx_engine.decode_tiling import (
     tiles_from_axes,
 )
 from ltx_engine.tiling import Interval
+
+Keyframes = Callable[..., tuple[dict, dict]]  # (pixel frames [lo, hi] | None) -> (params, inputs)
 
 DEFAULT_SIZES = DecodeTileSizes()  # the reference's 80 / 24 frames, 768 / 64 px
 OVERLAP_FRAMES = DEFAULT_SIZES.frames_overlap
@@ -136,21 +138,26 @@ def _shrink(sizes: tuple[int, int, int]) -> tuple[int, int, int] | None:
     return (frames, h, w) if frames > OVERLAP_FRAMES else None
 
 
-def plan_decode(rid: str, spec: Mapping, latent: dict) -> list[dict]:
-    """One decode task of the whole latent, or one task per decode tile (all reading the whole latent)."""
+def plan_decode(rid: str, spec: Mapping, latent: dict, keyframes: Keyframes | None = None) -> list[dict]:
+    """One decode task of the whole latent, or one task per decode tile (all reading the whole latent).
+    `keyframes` (a keyframe-aware decode: DFR's planes, `plan/dfr_finish.keyframe_decode_io`) gives each
+    task's keyframe params and inputs from its pixel frames [lo, hi] (None: the whole clip)."""
     tiles = decode_tile_plan(spec)
+    extra = keyframes or (lambda frames=None: ({}, {}))
     if tiles is None:
+        params, inputs = extra()
         return [task(rid, DECODE, "decode_video", {
-            "pack": spec["pack"], "product": "video", **diffusion_decode.decoder_params(spec),
+            "pack": spec["pack"], "product": "video", **diffusion_decode.decoder_params(spec), **params,
             "expect": {"frames": expect("float32", shipped_frames(spec), spec["height"], spec["width"], 3)}},
-            {"latent": latent})]
-    return [
-        task(rid, tile_task_name(tile.index), "decode_tile", {
+            {"latent": latent, **inputs})]
+    out = []
+    for tile in tiles:
+        params, inputs = extra((tile.pixel[0][0], tile.pixel[0][1] - 1))
+        out.append(task(rid, tile_task_name(tile.index), "decode_tile", {
             "pack": spec["pack"], "product": TILE_PRODUCT, "tile_index": tile.index, "tiles": len(tiles),
-            **diffusion_decode.decoder_params(spec, tile.index),
+            **diffusion_decode.decoder_params(spec, tile.index), **params,
             "latent": {axis: [iv.start, iv.end] for axis, iv in zip(("frames", "height", "width"), tile.latent,
                                                                     strict=True)},
             "expect": {"pixels": expect("float32", 1, 3, *tile.pixel_shape)}},
-            {"latent": latent})
-        for tile in tiles
-    ]
+            {"latent": latent, **inputs}))
+    return out

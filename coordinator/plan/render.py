@@ -7,6 +7,7 @@ and shape (-1 = not known here) so the scheduler can refuse a malformed result.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -26,8 +27,8 @@ from coordinator.plan.dfr import (
     slot_expect,
     slot_params,
 )
-from coordinator.plan.dfr_finish import plan_dfr_finish, stage_view
-from coordinator.plan.diffusion_decode import check_video_decoder
+from coordinator.plan.dfr_finish import keyframe_decode_io, plan_dfr_finish, stage_view
+from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
 from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
@@ -287,12 +288,14 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
         tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params,
                                   (guided, *guided_ctx) if guided is not None else None))
         tasks = tasks if guided is None else guided_stage2(tasks, rid, guided, ctx)  # plan/guided_render.py
-    final, decode_spec = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec
+    final, decode_spec, keyframes = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec, None
     if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
         dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)
         tasks.extend(dfr_tasks)
         decode_spec = {**spec, "frames": output_frames(spec)}
-    tasks.extend(plan_decode(rid, decode_spec, final))
+        if is_diffusion(spec):  # the keyframe-aware decode: each task its planes (issue #29)
+            keyframes = functools.partial(keyframe_decode_io, rid, spec)
+    tasks.extend(plan_decode(rid, decode_spec, final, keyframes))
     if spec.get("audio", True):
         tasks.append(task(rid, "audio", "decode_audio", {
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),

@@ -24,7 +24,7 @@ from ltx_engine.models.vae_blocks import PerChannelStatistics, patchify, unpatch
 
 Kernel = tuple[int, int, int]
 TIME_SCALE, SPACE_SCALE = 8, 32  # latent -> pixel (the conv VAE's)
-_UNUSED = ("coarse_", "type_emb")  # carried by checkpoints, read by neither upstream nor the port
+_UNUSED = ("coarse_",)  # carried by checkpoints, read by neither upstream nor the port
 _GATES = {"gate_msa": "attn.proj", "gate_mlp": "mlp.w_down", "gate_ctx": "context_proj"}
 _RENAMES = {
     "t_embedder.timestep_embedder.linear_1.weight": "t_embedder.mlp.0.weight",
@@ -171,6 +171,7 @@ class DiffusionVideoDecoder(nn.Module):
         self.cfg = cfg
         ch = cfg.stage_channels
         self.per_channel_statistics = PerChannelStatistics(cfg.in_channels)
+        self.type_emb = mx.zeros((cfg.in_channels,))  # added to keyframe planes only (keyframe_decode)
         self.conv_in = nn.Linear(cfg.in_channels, ch[0])
         self.det_stages = [
             [NABlock(ch[i], cfg.stage_kernels[i], cfg.head_dim) for _ in range(cfg.stage_depths[i])]
@@ -197,8 +198,8 @@ class DiffusionVideoDecoder(nn.Module):
     def pack_to_model(weights: dict[str, mx.array]) -> dict[str, mx.array]:
         """The pack's keys are the model's (fused qkv, `mlp.0`/`mlp.2`, mean/std); also read: upstream's
         names (split to_q/k/v, `timestep_embedder.linear_*`, `mean-of-means`), static gates folded into
-        their Linear as upstream's loader does, and what neither reference uses (`coarse_*`, `type_emb`)
-        dropped."""
+        their Linear as upstream's loader does, and what neither reference uses (`coarse_*`) dropped;
+        `type_emb` is the keyframe planes' (the port's `keyframe_stream_from_latents`)."""
         out = {_RENAMES.get(k, k): v for k, v in weights.items() if not k.startswith(_UNUSED)}
         for k in [k for k in out if k.endswith(".qkv.to_q.weight") or k.endswith(".qkv.to_q.bias")]:
             base, leaf = k.rsplit(".to_q.", 1)

@@ -43,26 +43,28 @@ def _inv_freqs(dim: int, base: float = 10000.0) -> mx.array:
     return mx.array((1.0 / np.power(base, np.arange(0, dim, 2, dtype=np.float64) / dim)).astype(np.float32))
 
 
-def _rotate_axis(x: mx.array, length: int, dim: int, axis: int) -> mx.array:
+def _rotate_axis(x: mx.array, positions: mx.array, dim: int, axis: int) -> mx.array:
     """Absolute RoPE on one chunk x[..., dim] (interleaved pairs) along `axis` of (B, T, H, W, NH, D)."""
-    ang = mx.arange(length, dtype=mx.float32)[:, None] * _inv_freqs(dim)[None, :]
+    ang = positions.astype(mx.float32)[:, None] * _inv_freqs(dim)[None, :]
     shape = [1, 1, 1, 1, 1, dim // 2]
-    shape[axis] = length
+    shape[axis] = positions.shape[0]
     cos, sin = mx.cos(ang).reshape(shape), mx.sin(ang).reshape(shape)
     pairs = x.reshape(*x.shape[:-1], dim // 2, 2)
     xe, xo = pairs[..., 0], pairs[..., 1]
     return mx.stack([xe * cos - xo * sin, xe * sin + xo * cos], axis=-1).reshape(x.shape)
 
 
-def apply_rope(x: mx.array, split: tuple[int, int, int]) -> mx.array:
-    """(B, T, H, W, NH, D): the first d_t channels rotate with T, the next d_h with H, the rest with W."""
+def apply_rope(x: mx.array, split: tuple[int, int, int], t_pos: mx.array | None = None) -> mx.array:
+    """(B, T, H, W, NH, D): the first d_t channels rotate with T, the next d_h with H, the rest with W.
+    `t_pos` (default 0..T-1) are fractional times where the T axis holds keyframe planes."""
     d_t, d_h, d_w = split
     _, t, h, w = x.shape[:4]
+    t_pos = mx.arange(t, dtype=mx.float32) if t_pos is None else t_pos
     return mx.concatenate(
         [
-            _rotate_axis(x[..., :d_t], t, d_t, 1),
-            _rotate_axis(x[..., d_t : d_t + d_h], h, d_h, 2),
-            _rotate_axis(x[..., d_t + d_h :], w, d_w, 3),
+            _rotate_axis(x[..., :d_t], t_pos, d_t, 1),
+            _rotate_axis(x[..., d_t : d_t + d_h], mx.arange(h, dtype=mx.float32), d_h, 2),
+            _rotate_axis(x[..., d_t + d_h :], mx.arange(w, dtype=mx.float32), d_w, 3),
         ],
         axis=-1,
     )

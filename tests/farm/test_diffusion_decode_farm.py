@@ -5,7 +5,9 @@ the 160 px overlap leaves a 1-latent stride), each a `decode_tile` task with its
 worker; the farm's every task output is the same blob, bit for bit, as `farm render --local`'s on 3
 and on 2 workers (one farm per worker count serves the module). Refusals through the real CLI: a
 2.3 pack, a 2.5 pack without the file (naming it and the `hf download` that gets it), a bad decoder
-name, each one line, exit 2, nothing queued.
+name, each one line, exit 2, nothing queued. And the keyframe-aware decode: a DFR base-path render
+(41 frames, the trimmed clip keeps slot 24) decoded in three tiles, each task given the plane the plan
+names, equal to `--local` on both farms.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from coordinator.state.redis_server import connect
 from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
+from ltx_engine.tiny_pack import DETAILING_LORA
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done, wait_until
 
 ARGS = [
@@ -48,6 +51,19 @@ SPEC = {
     "decode_tiles": "48,192,192",
     "video_decoder": "diffusion",
 }
+DFR_SPEC = {
+    "prompt": "a fox",
+    "height": 128,
+    "width": 256,
+    "frames": 41,
+    "seed": 5,
+    "pack": "tiny25",
+    "dfr": True,
+    "detailing_lora": DETAILING_LORA,
+    "decode_tiles": "48,192,192",
+    "video_decoder": "diffusion",
+    "audio": False,
+}
 WORKERS = (3, 2)
 
 
@@ -72,6 +88,16 @@ def local_shas(packs, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("diffdec-local") / "local.mp4"
     _, outputs, _ = render_local(SPEC, out, Runner(packs))
+    return {name.removeprefix("local."): shas for name, shas in outputs.items()}
+
+
+@pytest.fixture(scope="module")
+def dfr_local_shas(packs, tmp_path_factory):
+    """The DFR render's task outputs under `farm render --local`."""
+    from worker.runner import Runner
+
+    out = tmp_path_factory.mktemp("diffdec-dfr-local") / "local.mp4"
+    _, outputs, _ = render_local(dict(DFR_SPEC), out, Runner(packs))
     return {name.removeprefix("local."): shas for name, shas in outputs.items()}
 
 
@@ -126,6 +152,21 @@ def test_tiled_diffusion_decode_matches_local(diff_farm, local_shas):
         t["params"]["decoder"] == "diffusion" and t["params"]["needs"] == ["vae_decoder_av"] for t in tiles
     )
     for name, shas in local_shas.items():
+        assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
+
+
+@pytest.mark.timeout(400)
+def test_keyframe_aware_dfr_decode_matches_local(diff_farm, dfr_local_shas):
+    """Each decode tile gets the trimmed clip's keyframes input and the plane (global frame 24) it
+    attends to; every task output equals `--local`'s."""
+    client, _env, _workers = diff_farm
+    render = wait_done(client, client.submit(dict(DFR_SPEC)), timeout=380)
+    tasks = {t["id"].removeprefix(render["id"] + "."): t for t in render["tasks"]}
+    tiles = [tasks[f"decode.t{i}"] for i in range(3)]
+    assert "decode.t3" not in tasks
+    for tile in tiles:
+        assert tile["params"]["keyframe_frames"] == [24] and tile["params"]["keyframe_planes"] == [0]
+    for name, shas in dfr_local_shas.items():
         assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
 
 

@@ -201,3 +201,18 @@ def test_a_keyframe_aware_decode_gets_the_planes_inside_the_clip_and_its_tile():
         {},
         {},
     )
+
+
+@pytest.mark.timeout(60)
+def test_the_diffusion_decode_tasks_get_the_trimmed_clips_keyframes_each_tile_its_planes():
+    """`--video-decoder diffusion` under DFR: every decode task names the plane at 24 and reads the trim's
+    keyframes; the conv decoder's tasks get none (as upstream's conv path)."""
+    kw = {"dfr": True, "height": 128, "width": 256, "decode_tiles": "48,192,192"}
+    _, tasks = _plan(**kw, video_decoder="diffusion")
+    tiles = [t for t in tasks.values() if t["kind"] == "decode_tile"]
+    assert len(tiles) == 3
+    for tile in tiles:
+        assert (tile["params"]["keyframe_frames"], tile["params"]["keyframe_planes"]) == ([24], [0])
+        assert tile["inputs"]["keyframes"] == {"task": "r.dfr.trim", "output": "keyframes"}
+    _, conv = _plan(**{**kw, "decode_tiles": "off"})
+    assert all("keyframes" not in t["inputs"] for t in conv.values() if t["kind"].startswith("decode_"))
