@@ -75,6 +75,8 @@ def recipe(spec: Mapping) -> Recipe | None:
     hq = name == TWO_STAGE_HQ
     video = _override(G.VIDEO_HQ if hq else G.VIDEO_DEV, spec, "")
     audio = _override(G.AUDIO_HQ if hq else G.AUDIO_DEV, spec, "audio_")
+    if spec.get("audio_input"):  # A2V (plan/media.py): a frozen track, upstream's audio guider off
+        audio = G.GuiderParams()
     steps = stage1_steps(spec) or (G.HQ_STEPS if hq else G.DEV_STEPS_2_3)
     negative = spec.get("negative_prompt")
     sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if hq and spec.get("frames") else {}))

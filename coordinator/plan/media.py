@@ -1,11 +1,16 @@
 """A user's media in the stage graph (issue #24). Pure.
 
-A2V (`--audio FILE [--audio-start S]`, distilled 8+3 as upstream's `a2vid_two_stage`): one
+A2V (`--audio FILE [--audio-start S]`, distilled 8+3, or upstream's `a2vid_two_stage` with
+`--pipeline two-stage` (and the same guided stage at full size with `one-stage`)): one
 `audio_encode` task, named `audio` because its outputs are what the output muxes (the SOURCE waveform
 of the clip's window, at the file's rate, as upstream returns it instead of the VAE's), encodes the
 track's window into the clip's audio latent; stage 1, the upsample's stage 2 (untiled or every tile)
 take that latent frozen (`ltx_engine.denoise._audio_state`: mask 0, sigma 0); the `decode_audio` task
-is dropped. With `--image` too (upstream's A2V takes images the same way).
+is dropped. With `--image` too (upstream's A2V takes images the same way). The guided stage 1 reads
+the latent in its `stage1.prep` (every pass then carries the frozen audio state), with upstream's
+audio guider (`MultiModalGuiderParams()`: no audio guidance, so the passes are the video scales') and
+the uncond pass's audio stream on the prompt's context (upstream's audio guider has no negative
+context); stage 2 keeps it frozen (no re-noise) as upstream's `a2vid_two_stage` does.
 
 A source video (`source_video`): the video VAE encode tiled across workers like the decode: one
 `video_encode` task per tile of `ltx_engine.encode_tiling`'s plan (upstream's tiled encoding), and a
@@ -21,6 +26,8 @@ from collections.abc import Mapping
 from coordinator.plan.graph import COORDINATOR, SpecError, audio_latent_frames, expect, ref, task
 from ltx_engine.encode_tiling import EncodeTileSizes, crop_frames, latent_shape, plan_encode_tiles
 
+A2V_PIPELINES = (None, "distilled", "one-stage", "two-stage")
+AUDIO_GUIDANCE = ("audio_cfg_scale", "audio_stg_scale", "audio_rescale", "audio_modality_scale")
 AUDIO_TASK = "audio"  # the assembler muxes `audio.waveform` / `audio.sample_rate` (the source's, for A2V)
 SOURCE_ENCODE = "source_encode"
 DEFAULT_ENCODE_TILES = EncodeTileSizes()  # upstream's tiled-encode defaults: 64 frames / 24, 512 px / 64
@@ -32,18 +39,24 @@ def _get(spec: Mapping, key: str):
 
 
 def check_media(spec: Mapping) -> None:
-    """What the farm's A2V builds: the distilled pipeline, without DFR rounds, with its audio kept; a
-    source clip's encode tiles that upstream's tiling takes."""
+    """What the farm's A2V builds: the distilled, one-stage and two-stage pipelines, without DFR rounds,
+    with its audio kept and no audio guidance (moot for a frozen track); a source clip's encode tiles
+    that upstream's tiling takes."""
     if _get(spec, "source_video"):
         encode_tile_sizes(spec)
     audio = _get(spec, "audio_input")
     if not audio:
         return
     name = audio.get("name") or "the track"
-    if spec.get("pipeline") not in (None, "distilled"):
+    if spec.get("pipeline") not in A2V_PIPELINES:
         raise SpecError(
-            f"--audio {name}: A2V runs with the distilled pipeline on the farm (not {spec['pipeline']})"
+            f"--audio {name}: A2V runs with the distilled, one-stage or two-stage pipeline on the farm "
+            f"(not {spec['pipeline']})"
         )
+    given = [k for k in AUDIO_GUIDANCE if spec.get(k) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise SpecError(f"--audio {name}: {flag} does not apply (the track is frozen: no audio guidance)")
     if int(spec.get("temporal_upscalings") or 0):
         raise SpecError(f"--audio {name}: A2V does not run with --temporal-upscalings (DFR) yet")
     if not spec.get("audio", True):
@@ -81,21 +94,34 @@ def _retarget(t: dict, old: dict, new: dict) -> None:
     t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
 
 
+def a2v_negative(spec: Mapping, negative: dict, prompt: dict) -> dict:
+    """The uncond pass's contexts: with A2V its audio stream reads the prompt's (upstream's audio
+    guider has no negative context, so its uncond batch takes the positive one)."""
+    if not _get(spec, "audio_input"):
+        return negative
+    return {**negative, "audio_context": prompt["audio_context"]}
+
+
 def wire_audio(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
     """A2V's graph from the T2V/I2V one: the encode in the decode's place (before stage 1), its latent
-    stage 1's frozen audio and, in place of stage 1's, every later stage's."""
+    stage 1's frozen audio (a guided stage's: its prep's) and, in place of stage 1's, every later
+    stage's, never re-noised."""
     if not _get(spec, "audio_input"):
         return tasks
     s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec)
     out = [t for t in tasks if t["kind"] != "decode_audio"]
+    first = f"{s1}.prep" if any(t["id"] == f"{s1}.prep" for t in out) else s1
     latent = ref(encode["id"], "latent")
     for t in out:
-        if t["id"] == s1:
+        if t["id"] == first:
             t["inputs"] = {**t["inputs"], "audio_latent": latent}
             t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
         else:
+            reads = ref(s1, "audio_latent") in t["inputs"].values()
             _retarget(t, ref(s1, "audio_latent"), latent)
-    at = next((i for i, t in enumerate(out) if t["id"] == s1), len(out))
+            if reads and t["params"].get("renoise_audio"):  # a dev stage 2 re-noises; A2V's stays frozen
+                t["params"] = {**t["params"], "renoise_audio": False}
+    at = next((i for i, t in enumerate(out) if t["id"] == first), len(out))
     return [*out[:at], encode, *out[at:]]
 
 

@@ -57,7 +57,7 @@ from coordinator.plan.length import (
     settled,
 )
 from coordinator.plan.loras import with_loras
-from coordinator.plan.media import check_media, plan_video_encode, wire_audio
+from coordinator.plan.media import a2v_negative, check_media, plan_video_encode, wire_audio
 from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
@@ -279,7 +279,7 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
     one_stage = guided is not None and guided.pipeline == "one-stage"
     if guided is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
         tasks.append(negative_text_task(rid, spec, guided, tasks[0], text_key))
-        guided_ctx = (ctx, contexts_of(f"{rid}.negative"))
+        guided_ctx = (ctx, a2v_negative(spec, contexts_of(f"{rid}.negative"), ctx))  # plan/media.py
     if one_stage:  # at full resolution, decoded as it is
         tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
         tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec["height"],

@@ -1,10 +1,13 @@
 """The guided recipes on real workers: one-stage, two-stage and two-stage HQ on 1, 2 and 3 workers, each
 bit-identical to `farm render --local` on the tiny dev-only pack (one farm for the module, workers added
 as the count grows); a worker SIGKILLed while it holds a guidance pass loses only that pass; bad guidance
-input is refused at submit with nothing queued."""
+input is refused at submit with nothing queued; A2V on the two-stage recipe (upstream's a2vid_two_stage:
+the track's latent frozen in every pass and in stage 2, the source track muxed) and one-stage on 2
+workers == --local."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -30,6 +33,7 @@ from tests.farm.farm_harness import (
     wait_until,
 )
 from tests.farm.user_loras import write_user_loras
+from tests.media_files import write_wav
 
 BASE = {
     "prompt": "a fox",
@@ -231,3 +235,33 @@ def test_bad_guidance_refused_at_submit(bad, line, guided_farm, mstore):
     message = str(info.value)
     assert "\n" not in message and line in message, message
     assert len(mstore.list_renders()) == before
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["two-stage", "one-stage"])
+def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_packs, tmp_path):
+    """The track encoded once; every guidance pass reads the prep's frozen audio; stage 2 and the output's
+    track are the source's; farm bit for bit --local on the same plan."""
+    from worker.runner import Runner
+
+    wav = write_wav(tmp_path / "tone.wav")
+    sha = hashlib.sha256(wav.read_bytes()).hexdigest()
+    spec = {**SPECS[name], "audio_input": {"blob": sha, "start": 0.25, "name": "tone.wav"}}
+    _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", Runner(dev_packs), media={sha: wav})
+    guided_farm.workers(2)
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+        guided_farm.stop(extra)
+    assert guided_farm.client.put_blob(wav.read_bytes()) == sha
+    render = wait_done(guided_farm.client, guided_farm.client.submit(dict(spec)), timeout=100)
+    assert_identical(farm_results(guided_farm.client, render), local_results(outputs, blobs))
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    kinds = [t["kind"] for t in tasks.values()]
+    assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
+    assert kinds.count("audio_encode") == 1 and "decode_audio" not in kinds
+    assert kinds.count("guidance_pass") == PASSES[name]
+    assert tasks["stage1"]["outputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]  # frozen
+    if name == "two-stage":
+        assert tasks["stage2"]["inputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
+    assert int(blobs.get(local["audio"]["sample_rate"])[0]) == 44100  # the source track, at its rate

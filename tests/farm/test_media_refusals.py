@@ -60,9 +60,13 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
             ["--audio", f["tone"], "--audio-start", "-1"],
             "audio_input start -1.0 is outside",
         ),
-        "A2V on a dev recipe": (
-            ["--audio", f["tone"], "--pipeline", "one-stage"],
-            "A2V runs with the distilled pipeline",
+        "A2V on the HQ recipe": (
+            ["--audio", f["tone"], "--pipeline", "two-stage-hq"],
+            "--audio tone.wav: A2V runs with the distilled, one-stage or two-stage pipeline",
+        ),
+        "audio guidance on a frozen track": (
+            ["--audio", f["tone"], "--pipeline", "two-stage", "--audio-cfg-scale", "7"],
+            "--audio tone.wav: --audio-cfg-scale does not apply (the track is frozen",
         ),
     }
 

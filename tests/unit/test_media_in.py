@@ -64,9 +64,46 @@ def test_a2v_encodes_the_track_once_and_freezes_it_into_every_stage():
     assert "audio_vae" in needs and "vocoder" not in needs  # the encoder's half of the audio VAE, no vocoder
 
 
+@pytest.mark.parametrize("pipeline", ["two-stage", "one-stage"])
+def test_a2v_dev_freezes_the_track_in_every_guided_pass_and_stage_2(pipeline):
+    """Upstream's a2vid_two_stage: the video guider's passes (the audio guider off), each on the
+    prep's frozen audio state; the uncond pass's audio stream on the prompt; stage 2 never re-noises."""
+    from ltx_engine import guidance as G
+
+    tasks = _plan({**A2V, "pipeline": pipeline, "stage1_steps": 2, "negative_prompt": "blurry"})
+    latent = {"task": "r.audio", "output": "latent"}
+    assert "decode_audio" not in {t["kind"] for t in tasks.values()}
+    order = list(tasks)
+    assert order.index("audio") < order.index("stage1.prep")
+    assert tasks["stage1.prep"]["inputs"]["audio_latent"] == latent
+    passes = {k: t for k, t in tasks.items() if t["kind"] == "guidance_pass"}
+    assert sorted(passes) == sorted(f"stage1.s{i}.{p}" for i in (0, 1) for p in G.PASS_ORDER)
+    for name, t in passes.items():
+        assert t["inputs"]["audio_mask"] == {"task": "r.stage1.prep", "output": "audio_mask"}
+        assert t["params"]["audio"] == G.params_to_dict(G.GuiderParams())  # no audio guidance
+        assert t["params"]["video"] == G.params_to_dict(G.VIDEO_DEV)
+        text = "r.negative" if name.endswith(".uncond") else "r.text"
+        assert (
+            t["inputs"]["video_context"]["task"] == text and t["inputs"]["audio_context"]["task"] == "r.text"
+        )
+    assert all(
+        r != {"task": "r.stage1", "output": "audio_latent"}
+        for t in tasks.values()
+        for r in t["inputs"].values()
+    )
+    if pipeline == "two-stage":
+        s2 = tasks["stage2"]
+        assert s2["inputs"]["audio_latent"] == latent and not s2["params"].get("renoise_audio")
+        assert s2["params"]["distilled_lora_strength"] == 1.0
+
+
 @pytest.mark.parametrize(
     ("extra", "line"),
-    [({"pipeline": "one-stage"}, "distilled pipeline"), ({"audio": False}, "drop --no-audio")],
+    [
+        ({"pipeline": "two-stage-hq"}, "distilled, one-stage or two-stage pipeline on the farm"),
+        ({"pipeline": "two-stage", "audio_cfg_scale": 7.0}, "--audio-cfg-scale does not apply"),
+        ({"audio": False}, "drop --no-audio"),
+    ],
 )
 def test_a2v_refuses_what_the_farm_does_not_build(extra, line):
     with pytest.raises(SpecError, match=line):
@@ -147,7 +184,8 @@ def test_the_worker_decodes_in_a_limited_child_and_a_bad_file_fails_only_the_tas
 
 
 @pytest.mark.timeout(120)
-def test_farm_plan_shows_the_audio_encode(tmp_path):
+@pytest.mark.parametrize("pipeline", [[], ["--pipeline", "two-stage"]], ids=["distilled", "two-stage"])
+def test_farm_plan_shows_the_audio_encode(tmp_path, pipeline):
     import subprocess
     import sys
 
@@ -169,6 +207,7 @@ def test_farm_plan_shows_the_audio_encode(tmp_path):
             str(wav),
             "--audio-start",
             "0.2",
+            *pipeline,
         ],
         capture_output=True,
         text=True,
@@ -177,6 +216,7 @@ def test_farm_plan_shows_the_audio_encode(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "1 audio_encode" in result.stdout and "decode_audio" not in result.stdout
+    assert ("120 guidance_pass" in result.stdout) == bool(pipeline)  # 30 steps x 4 passes
 
 
 def test_a_stage_task_hands_the_media_pipelines_fields_to_the_engine(local_runner):
