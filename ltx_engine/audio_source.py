@@ -84,3 +84,13 @@ def encoder_waveform(
     want = int(np.ceil(seconds * target_rate))
     out = out[:, :want] if out.shape[1] >= want else np.pad(out, ((0, 0), (0, want - out.shape[1])))
     return np.ascontiguousarray(out[None], dtype=np.float32)
+
+
+def fit_audio_tokens(latent: np.ndarray, frames: int) -> np.ndarray:
+    """An audio latent (1, z, t, bins) right-padded with zero tokens to `frames` (never cut): a track
+    encoded over the clip held on DFR's longer padded canvas, as the MLX port's `fit_audio_tokens`."""
+    missing = int(frames) - latent.shape[2]
+    if missing <= 0:
+        return latent
+    pad = np.zeros((*latent.shape[:2], missing, *latent.shape[3:]), dtype=latent.dtype)
+    return np.ascontiguousarray(np.concatenate([latent, pad], axis=2))

@@ -78,12 +78,17 @@ def _read(path: Path, load):
 
 
 def audio_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The clip's window of the track -> its audio latent, and the window at the file's rate (the mux's)."""
+    """The clip's window of the track -> its audio latent (zero-padded to DFR's canvas when planned so),
+    and the window at the file's rate (the mux's)."""
     seconds = int(params["frames"]) / float(params["fps"])
     args = {"start": float(params.get("start") or 0.0), "seconds": seconds}
     got = _read(_decode("audio", args, inputs["audio"]), lambda f: dict(np.load(f)))
     wave, rate = got["wave"], int(got["rate"][0])
     latent = engine.encode_audio(pack, wave, rate, seconds, int(params["audio_frames"]))
+    if params.get("pad_audio_frames"):  # DFR's canvas is longer than the clip (issue #29, `a2v --dfr`)
+        from ltx_engine.audio_source import fit_audio_tokens
+
+        latent = fit_audio_tokens(latent, int(params["pad_audio_frames"]))
     return {"latent": latent, "waveform": wave, "sample_rate": np.array([rate], dtype=np.int32)}
 
 

@@ -1,7 +1,8 @@
 """A user's media in the stage graph (issue #24). Pure.
 
 A2V (`--audio FILE [--audio-start S]`, distilled 8+3, or upstream's `a2vid_two_stage` with
-`--pipeline two-stage` (and the same guided stage at full size with `one-stage`)): one
+`--pipeline two-stage` (and the same guided stage at full size with `one-stage`), or DFR on LTX-2.5 as
+the MLX port's `a2v --dfr`): one
 `audio_encode` task, named `audio` because its outputs are what the output muxes (the SOURCE waveform
 of the clip's window, at the file's rate, as upstream returns it instead of the VAE's), encodes the
 track's window into the clip's audio latent; stage 1, the upsample's stage 2 (untiled or every tile)
@@ -10,7 +11,11 @@ is dropped. With `--image` too (upstream's A2V takes images the same way). The g
 the latent in its `stage1.prep` (every pass then carries the frozen audio state), with upstream's
 audio guider (`MultiModalGuiderParams()`: no audio guidance, so the passes are the video scales') and
 the uncond pass's audio stream on the prompt's context (upstream's audio guider has no negative
-context); stage 2 keeps it frozen (no re-noise) as upstream's `a2vid_two_stage` does.
+context); stage 2 keeps it frozen (no re-noise) as upstream's `a2vid_two_stage` does. Under DFR the
+clip's window is encoded and its latent right-padded with zero tokens to DFR's padded canvas (the
+port's rule: stages 1-2 run on the canvas, the track frozen in both and in the epilogue; the temporal
+rounds run video only); the trim cuts the padding off with the canvas's and the output muxes the
+clip's source window.
 
 A source video (`source_video`): the video VAE encode tiled across workers like the decode: one
 `video_encode` task per tile of `ltx_engine.encode_tiling`'s plan (upstream's tiled encoding), and a
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from coordinator.plan.dfr import canvas_frames
 from coordinator.plan.graph import COORDINATOR, SpecError, audio_latent_frames, expect, ref, task
 from ltx_engine.encode_tiling import EncodeTileSizes, crop_frames, latent_shape, plan_encode_tiles
 
@@ -39,9 +45,9 @@ def _get(spec: Mapping, key: str):
 
 
 def check_media(spec: Mapping) -> None:
-    """What the farm's A2V builds: the distilled, one-stage and two-stage pipelines, without DFR rounds,
-    with its audio kept and no audio guidance (moot for a frozen track); a source clip's encode tiles
-    that upstream's tiling takes."""
+    """What the farm's A2V builds: the distilled (DFR's too), one-stage and two-stage pipelines, with its
+    audio kept and no audio guidance (moot for a frozen track); a source clip's encode tiles that
+    upstream's tiling takes."""
     if _get(spec, "source_video"):
         encode_tile_sizes(spec)
     audio = _get(spec, "audio_input")
@@ -57,18 +63,22 @@ def check_media(spec: Mapping) -> None:
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise SpecError(f"--audio {name}: {flag} does not apply (the track is frozen: no audio guidance)")
-    if int(spec.get("temporal_upscalings") or 0):
-        raise SpecError(f"--audio {name}: A2V does not run with --temporal-upscalings (DFR) yet")
     if not spec.get("audio", True):
         raise SpecError(f"--audio {name}: the output carries the source track; drop --no-audio")
 
 
 def audio_encode_task(
-    rid: str, spec: Mapping, name: str = AUDIO_TASK, blob: str | None = None, start: float | None = None
+    rid: str,
+    spec: Mapping,
+    name: str = AUDIO_TASK,
+    blob: str | None = None,
+    start: float | None = None,
+    pad_frames: int | None = None,
 ) -> dict:
     """A track's window [start, start + frames / fps] -> the clip's audio latent, and the window itself:
     the spec's `--audio` by default; a source clip's own track (`blob`, `start`) for the pipelines that
-    start from a clip, under their own `name`."""
+    start from a clip, under their own `name`. `pad_frames`: the latent right-padded with zero tokens to
+    that many frames (DFR's canvas, as the MLX port's `fit_audio_tokens`)."""
     audio, frames, fps = _get(spec, "audio_input") or {}, int(spec["frames"]), float(spec["frame_rate"])
     a_lat = audio_latent_frames(frames, fps)
     start = float(audio.get("start") or 0.0) if start is None else float(start)
@@ -78,9 +88,10 @@ def audio_encode_task(
         "frames": frames,
         "fps": fps,
         "audio_frames": a_lat,
+        **({"pad_audio_frames": pad_frames} if pad_frames and pad_frames > a_lat else {}),
         "product": "audio",
         "expect": {
-            "latent": expect("float32", 1, -1, a_lat, -1),
+            "latent": expect("float32", 1, -1, max(a_lat, pad_frames or 0), -1),
             "waveform": expect("float32", -1, -1),
             "sample_rate": expect("int32", 1),
         },
@@ -105,10 +116,11 @@ def a2v_negative(spec: Mapping, negative: dict, prompt: dict) -> dict:
 def wire_audio(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
     """A2V's graph from the T2V/I2V one: the encode in the decode's place (before stage 1), its latent
     stage 1's frozen audio (a guided stage's: its prep's) and, in place of stage 1's, every later
-    stage's, never re-noised."""
+    stage's, never re-noised (DFR's: at its canvas length)."""
     if not _get(spec, "audio_input"):
         return tasks
-    s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec)
+    pad = audio_latent_frames(canvas_frames(spec), float(spec["frame_rate"]))  # the stages' audio length
+    s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec, pad_frames=pad)
     out = [t for t in tasks if t["kind"] != "decode_audio"]
     first = f"{s1}.prep" if any(t["id"] == f"{s1}.prep" for t in out) else s1
     latent = ref(encode["id"], "latent")

@@ -350,7 +350,8 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
                      **samplers.stage2_params(spec)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
-        stage2_params["renoise_audio"] = spec.get("stage2_tiles") is None  # tiled: frozen, as TDP's audio
+        # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
+        stage2_params["renoise_audio"] = spec.get("stage2_tiles") is None and not spec.get("audio_input")
         stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
         stage2_params |= detailing_params(spec)
         if spec.get("detailing_lora"):  # the IC-LoRA's reference: stage 1's half-resolution video

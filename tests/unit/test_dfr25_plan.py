@@ -216,3 +216,65 @@ def test_the_diffusion_decode_tasks_get_the_trimmed_clips_keyframes_each_tile_it
         assert tile["inputs"]["keyframes"] == {"task": "r.dfr.trim", "output": "keyframes"}
     _, conv = _plan(**{**kw, "decode_tiles": "off"})
     assert all("keyframes" not in t["inputs"] for t in conv.values() if t["kind"].startswith("decode_"))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("kw", "audio_readers"),
+    [
+        ({"dfr": True}, {"r.stage1", "r.stage2"}),
+        ({"temporal_upscalings": 1}, {"r.stage1", "r.stage2"}),  # the rounds run video only
+        ({"spatial_upscalings": 2, "height": 256, "width": 256}, {"r.stage1", "r.stage2", "r.dfr.epi.prep"}),
+    ],
+)
+def test_a2v_under_dfr_freezes_the_tracks_canvas_window_through_the_stages(kw, audio_readers):
+    """`a2v --dfr`: the clip's window of the track encoded, its latent zero-padded to DFR's canvas (41 ->
+    49 frames), frozen in stages 1-2 and the epilogue; no audio decode, nothing reads stage 1's audio."""
+    fleet = [{**FLEET[0], "pack_features": {"p": ["keyframes", "temporal_upscaler"]}}]
+    audio = {"blob": "ab" * 32, "start": 0.25, "name": "voice.wav"}
+    spec = validate_spec(
+        normalize_spec(
+            {
+                "prompt": "a fox",
+                "frames": 41,
+                "pack": "p",
+                "height": 128,
+                "width": 192,
+                "audio_input": audio,
+                **kw,
+            }
+        ),
+        fleet,
+    )
+    tasks = {t["id"]: t for t in plan_render(spec, "r")}
+    encode, s1, s2 = tasks["r.audio"], tasks["r.stage1"]["params"], tasks["r.stage2"]["params"]
+    assert encode["kind"] == "audio_encode" and encode["params"]["start"] == 0.25
+    assert (encode["params"]["frames"], s1["frames"]) == (41, 49)  # the clip's window, the canvas's stages
+    assert encode["params"]["audio_frames"] == 43  # round(41 / 24 * 25)
+    assert encode["params"]["pad_audio_frames"] == s1["audio_frames"] == s2["audio_frames"] == 51  # 49 frames
+    assert encode["params"]["expect"]["latent"]["shape"][2] == 51
+    assert s2["renoise_audio"] is False  # frozen in stage 2 as in stage 1 (the A2V rule)
+    assert "decode_audio" not in {t["kind"] for t in tasks.values()}
+    latent = {"task": "r.audio", "output": "latent"}
+    readers = {i for i, t in tasks.items() if t["inputs"].get("audio_latent") == latent}
+    assert readers == audio_readers
+    assert all(
+        r != {"task": "r.stage1", "output": "audio_latent"}
+        for t in tasks.values()
+        for r in t["inputs"].values()
+    )
+    assert not any("audio_latent" in t["inputs"] for t in tasks.values() if t["kind"] == "dfr_tile")
+    assert list(tasks).index("r.audio") < list(tasks).index("r.stage1")  # --local runs in plan order
+
+
+@pytest.mark.timeout(30)
+def test_the_tracks_latent_is_right_padded_with_zero_tokens_to_the_canvas():
+    import numpy as np
+
+    from ltx_engine.audio_source import fit_audio_tokens
+
+    latent = np.arange(16 * 43 * 2, dtype=np.float32).reshape(1, 16, 43, 2) + 1
+    padded = fit_audio_tokens(latent, 51)
+    assert padded.shape == (1, 16, 51, 2) and np.array_equal(padded[:, :, :43], latent)
+    assert not padded[:, :, 43:].any()  # zero tokens, the port's `fit_audio_tokens`
+    assert fit_audio_tokens(latent, 40) is latent  # never cut
