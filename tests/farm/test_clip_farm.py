@@ -1,5 +1,5 @@
 """Retake and extend on a real farm (issue #24): a PyAV-written clip with its own AAC track, 33 frames
-at 128x192; one module farm, 3 workers for the retake, then 2 for the extend. Every task's output is
+at 128x192; one module farm: retake and extend on 3 workers, then both on 2. Every task's output is
 bit for bit `farm render --local`'s. The retake's latent frames (and audio latents) outside its
 window are the source's re-encoded ones exactly; the extend's window holds the pinned context and the
 joined clip decodes 8 N frames longer."""
@@ -70,16 +70,16 @@ def _same(tasks: dict, local: dict) -> None:
     assert set(tasks) == set(local)
 
 
-@pytest.mark.timeout(180)
-def test_retake_on_3_workers_matches_local_and_keeps_the_source_outside_its_window(
-    module_farm, clip, local_runner, tmp_path
-):
-    farm_client, _ = module_farm
-    local, blobs = _local(clip, RETAKE, local_runner, tmp_path)
-    wait_until(
-        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
-    )
-    tasks = _render(farm_client, clip, RETAKE)
+@pytest.fixture(scope="module")
+def locals_(clip, local_runner, tmp_path_factory) -> dict:
+    """`farm render --local` of the retake and the extend, once for the module."""
+    return {
+        name: _local(clip, extra, local_runner, tmp_path_factory.mktemp(f"local-{name}"))
+        for name, extra in (("retake", RETAKE), ("extend", EXTEND))
+    }
+
+
+def _check_retake(tasks: dict, local: dict, blobs) -> None:
     _same(tasks, local)
     kinds = [t["kind"] for t in tasks.values()]
     assert kinds.count("video_encode") == 4 and kinds.count("denoise_stage1") == 1  # 2 x 2 tiles, ONE stage
@@ -100,18 +100,32 @@ def test_retake_on_3_workers_matches_local_and_keeps_the_source_outside_its_wind
     assert not np.allclose(audio[:, :, ~keep], src_audio[:, :, ~keep])
 
 
-@pytest.mark.timeout(180)
-def test_extend_on_2_workers_matches_local_and_pins_the_boundary(module_farm, clip, local_runner, tmp_path):
-    farm_client, procs = module_farm
-    local, blobs = _local(clip, EXTEND, local_runner, tmp_path)
-    procs["w3"].terminate()
-    procs["w3"].wait(timeout=20)
-    tasks = _render(farm_client, clip, EXTEND)
+def _check_extend(tasks: dict, local: dict, blobs) -> None:
     _same(tasks, local)
-    assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
     window, context = blobs.get(local["stage2"]["video_latent"]), blobs.get(local["context_s2"]["latent"])
     np.testing.assert_array_equal(window[:, :, :4], context)  # after: the source's last 4 latent frames
     joined, source = blobs.get(local["join"]["video_latent"]), blobs.get(local["source_encode"]["latent"])
     assert joined.shape[2] == source.shape[2] + 1
     np.testing.assert_array_equal(joined[:, :, :4], source)
     assert blobs.get(local["decode"]["frames"]).shape[0] == 25 + 8
+
+
+@pytest.mark.timeout(300)
+def test_retake_and_extend_on_3_workers_match_local(module_farm, clip, locals_):
+    farm_client, _ = module_farm
+    wait_until(
+        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
+    )
+    _check_retake(_render(farm_client, clip, RETAKE), *locals_["retake"])
+    _check_extend(_render(farm_client, clip, EXTEND), *locals_["extend"])
+
+
+@pytest.mark.timeout(300)
+def test_retake_and_extend_on_2_workers_match_local(module_farm, clip, locals_):
+    farm_client, procs = module_farm
+    procs["w3"].terminate()
+    procs["w3"].wait(timeout=20)
+    for name, extra, check in (("retake", RETAKE, _check_retake), ("extend", EXTEND, _check_extend)):
+        tasks = _render(farm_client, clip, extra)
+        assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
+        check(tasks, *locals_[name])
