@@ -1,4 +1,4 @@
-"""What a lease reply carries for a gang task (issue #25): the group handout and the kept step.
+"""What a lease reply carries for a gang task: the group handout and the kept step.
 
 coordinator/state/lua/gang.lua writes the handout (`gang`: degree, members, host:port per rank,
 deadlines) on the task and adds the asking member's `gang_rank`; heartbeat.lua keeps rank 0's last

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import grpc
 
-from coordinator.auth import abort_handler
+from coordinator.api.auth import abort_handler
 from coordinator.state.store import EpochNotReplicated, NotLeader
 from protos.endpoints import standby_details
 

@@ -15,7 +15,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from coordinator.leadership import LostEpoch
-from coordinator.state.store import NotLeader
+from coordinator.state.store import NotLeader, is_transient
+from protos.retry import Outage
 from protos.states import TERMINAL, RenderState
 
 log = logging.getLogger("farm.notify")
@@ -84,7 +85,7 @@ class Notifier(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        deposed = LostEpoch("webhooks", log)
+        deposed, outage = LostEpoch("webhooks", log), Outage("webhooks", log)
         while not self._halt.wait(self.interval_s):
             if not self.leading():
                 continue
@@ -93,8 +94,14 @@ class Notifier(threading.Thread):
                 deposed.ok()
             except NotLeader as exc:
                 deposed.note(exc)
-            except Exception:  # noqa: BLE001 - the next pass tries again
-                log.warning("webhook pass failed", exc_info=True)
+                continue
+            except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                # Redis away: one line when it starts and one when it ends (Outage), not one per pass.
+                if not is_transient(exc) and not outage.down:
+                    log.exception("webhook pass failed")
+                outage.failed(exc)
+                continue
+            outage.ok()
 
     def stop(self) -> None:
         self._halt.set()

@@ -84,13 +84,13 @@ def forget_render(store: RetentionStore, data_dir: Path, render_id: str) -> str:
 
 
 def lora_blobs(spec: object) -> set[str]:
-    """The uploaded LoRA files a render's spec names (issue #22): kept while the render is."""
+    """The uploaded LoRA files a render's spec names: kept while the render is."""
     loras = spec.get("loras") if isinstance(spec, dict) else None
     return {str(x["blob"]) for x in loras or () if isinstance(x, dict) and isinstance(x.get("blob"), str)}
 
 
 def _resume_blobs(resume: object) -> set[str]:
-    """A gang stage 1's kept step (issue #25: {"step", "blobs": {name: sha}}, JSON on the task): a re-lease
+    """A gang stage 1's kept step ({"step", "blobs": {name: sha}}, JSON on the task): a re-lease
     resumes from these, so they live as long as the task does."""
     if isinstance(resume, str):
         with contextlib.suppress(ValueError):

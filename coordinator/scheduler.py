@@ -51,7 +51,7 @@ class SchedulerStore(Protocol):
                            capabilities: list[str], lease_ms: int) -> tuple[str, dict | None]: ...
 
     def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True,
-             seen: bool = False) -> str: ...
+             seen: bool = False, fault: str = "") -> str: ...
 
     def expire_leases(self, now_ms: int | None = None) -> list[str]: ...
 
@@ -360,7 +360,7 @@ class Scheduler:
 
     def task_outputs(self, render_id: str) -> tuple[dict[str, dict[str, str]], list[dict]]:
         """Each task's outputs by its name in the plan ("decode.t3"), and its run record for the metadata
-        (worker, lease → done times, the worker's own seconds)."""
+        (worker, lease → done times, the worker's own seconds, what produced it: chip, versions, class)."""
         prefix = f"{render_id}."
         outputs: dict[str, dict[str, str]] = {}
         runs: list[dict] = []
@@ -370,12 +370,13 @@ class Scheduler:
             outputs[name] = as_dict(task.get("outputs"))
             runs.append({"name": name, "kind": task.get("kind"), "worker": task.get("worker") or None,
                          "start_ms": int(task.get("leased_ms") or 0), "end_ms": int(task.get("done_ms") or 0),
-                         "seconds": as_dict(task.get("metrics")).get("seconds")})
+                         "seconds": as_dict(task.get("metrics")).get("seconds"),
+                         "made_by": as_dict(task.get("made_by"))})
         return outputs, runs
 
     def assemble(self, render_id: str) -> Path:
         """Synchronous assembly: task outputs streamed (one blob at a time) into the assembler → the mp4."""
-        from coordinator import assembler
+        from coordinator.assemble import assembler
 
         render = self.store.get_render(render_id)
         if render is None:

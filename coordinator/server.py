@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.auth import (
+from coordinator.api.auth import (
     TOKEN_FILE,
     FollowedSecret,
     JoinToken,
@@ -32,27 +32,27 @@ from coordinator.auth import (
     read_token,
     server_options,
 )
-from coordinator.blob_servicer import FarmBlobsServicer
-from coordinator.bulk_server import BulkServer, server_context
-from coordinator.client_servicer import FarmClientServicer, live_fleet
+from coordinator.api.blob_servicer import FarmBlobsServicer
+from coordinator.api.bulk_server import BulkServer, server_context
+from coordinator.api.client_servicer import FarmClientServicer, live_fleet
+from coordinator.api.guard import Guard
+from coordinator.api.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
+from coordinator.api.presence import Presence, TransientErrors
+from coordinator.api.tls import load_or_create_tls
+from coordinator.api.watchhub import WATCH_LIMIT, WatchHub
+from coordinator.api.worker_servicer import FarmWorkerServicer
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.dashboard.security import login_url
-from coordinator.guard import Guard
 from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership
 from coordinator.notify import Notifier
-from coordinator.packs import FarmPacksServicer, PackShelf, fleet_with_shelf
-from coordinator.presence import Presence, TransientErrors
-from coordinator.reducer import ReducerThread
+from coordinator.reduce.reducer import ReducerThread
 from coordinator.retention import start_sweeper
 from coordinator.scheduler import Scheduler
 from coordinator.state import redis_server
 from coordinator.state.blobs import BlobStore
 from coordinator.state.sentinel import check_redis_url
 from coordinator.state.store import FarmStore
-from coordinator.tls import load_or_create_tls
-from coordinator.watchhub import WATCH_LIMIT, WatchHub
-from coordinator.worker_servicer import FarmWorkerServicer
 from protos import farm_pb2_grpc
 from protos.blobwire import add_blob_service
 from protos.defaults import COORDINATOR_HOST, COORDINATOR_PORT, DASHBOARD_PORT, LEASE_MS, default_data_dir
@@ -182,7 +182,7 @@ def serve(
     """Start a Coordinator; returns (coordinator, bound port). Call stop(coordinator) to end.
     It serves the farm while it holds the leadership lease, and stands by (answering UNAVAILABLE with
     the leader's address) while another coordinator does; `advertise` is the address it gives out.
-    Beside it, the bulk data channel for blobs (coordinator/bulk_server.py) on `bulk_port` of the same
+    Beside it, the bulk data channel for blobs (coordinator/api/bulk_server.py) on `bulk_port` of the same
     host (0: the OS picks; None: no data channel, blobs go over gRPC), TLS unless `bulk_plain`. `ping_ms`:
     how often the server pings each peer and how long it waits for an answer (auth.server_options)."""
     data_dir = Path(data_dir)
@@ -267,6 +267,7 @@ def run_coordinator(
         dashboard, dash_port = start_dashboard(store, dashboard_host, dashboard_port, token, data_dir=data_dir,
                                                token_file=_token_file(data_dir, token))  # follows a rotate
         stack.callback(stop_dashboard, dashboard)
+        _announce(stack, host, bound, token)
         print(f"coordinator on {host}:{bound}; dashboard {_dashboard_link(dashboard_host, dash_port, token)}; "
               f"token in {data_dir / 'token'}", flush=True)
         done = threading.Event()
@@ -275,6 +276,16 @@ def run_coordinator(
         done.wait()
         coordinator.stop()
     return 0
+
+
+def _announce(stack: ExitStack, host: str, port: int, token: str) -> None:
+    """Announce this farm on the LAN (mDNS) so `farm join TOKEN` finds it; withdrawn on the way out."""
+    from protos.auth import JoinToken
+    from protos.discovery import announce
+
+    announcement = announce(host, port, JoinToken.parse(token).fingerprint)
+    if announcement is not None:
+        stack.callback(announcement.close)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,17 +10,25 @@ from typing import Annotated
 import typer
 
 from farm_cli import common
+from farm_cli.render_options import spec_option
 
+# The render flags a bench takes, from their spec fields (each bench gives its own default).
+Height, Width, Frames = spec_option("height"), spec_option("width"), spec_option("frames", help="8k+1 frames.")
+Stage2Tiles, Pack = spec_option("stage2_tiles"), spec_option("pack")
+DecodeTiles = spec_option("decode_tiles")
+Steps = spec_option("steps", help="Guided steps (LTX2 scheduler).")
+DevPack = spec_option("pack", help="A pack with a dev DiT (tiny-dev: written if missing).")
+Stage2Steps = spec_option("steps", help="Stage-2 steps (sigmas evenly from 0.909375 to 0).")
 bench_app = typer.Typer(no_args_is_help=True, help="Side-by-side measurements.")
 
 
 @bench_app.command("overhead")
 def overhead(
-    height: Annotated[int, typer.Option("-H", "--height")] = 512,
-    width: Annotated[int, typer.Option("-W", "--width")] = 768,
-    frames: Annotated[int, typer.Option("-f", "--frames")] = 25,
-    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
-    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    height: Height = 512,
+    width: Width = 768,
+    frames: Frames = 25,
+    tiles: Stage2Tiles = "2x2",
+    pack: Pack = "tiny",
     data: Annotated[Path | None, typer.Option("--data")] = None,
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved in-process/farm rounds.")] = 3,
 ) -> None:
@@ -32,11 +40,11 @@ def overhead(
 
 @bench_app.command("guidance")
 def guidance(
-    height: Annotated[int, typer.Option("-H", "--height")] = 512,
-    width: Annotated[int, typer.Option("-W", "--width")] = 768,
-    frames: Annotated[int, typer.Option("-f", "--frames")] = 49,
-    steps: Annotated[int, typer.Option("--steps")] = 4,
-    pack: Annotated[str, typer.Option("--pack", help="A pack with a dev DiT (tiny-dev: written if missing).")] = "tiny-dev",
+    height: Height = 512,
+    width: Width = 768,
+    frames: Frames = 49,
+    steps: Steps = 4,
+    pack: DevPack = "tiny-dev",
     data: Annotated[Path | None, typer.Option("--data")] = None,
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved 1-worker / 2-worker rounds.")] = 3,
 ) -> None:
@@ -85,14 +93,14 @@ def standby(
 
 @bench_app.command("eta")
 def eta(
-    height: Annotated[int, typer.Option("-H", "--height")] = 512,
-    width: Annotated[int, typer.Option("-W", "--width")] = 768,
-    frames: Annotated[int, typer.Option("-f", "--frames")] = 25,
-    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+    height: Height = 512,
+    width: Width = 768,
+    frames: Frames = 25,
+    tiles: Stage2Tiles = "2x2",
     throttles: Annotated[str, typer.Option("--throttles", help="One worker per factor (1 = full speed).")] = "1,2,4",
     renders: Annotated[int, typer.Option("--renders", help="Measured renders after the warm-up.")] = 2,
     warmups: Annotated[int, typer.Option("--warmups", help="Renders the farm learns its speeds from first.")] = 2,
-    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    pack: Pack = "tiny",
     data: Annotated[Path | None, typer.Option("--data")] = None,
 ) -> None:
     """ETA vs the real remaining time on a throttled fleet, from 25 % progress on (goal: within 20 %)."""
@@ -109,25 +117,56 @@ def model(
     chip: Annotated[str, typer.Option("--chip", help="A chip of coordinator/plan/costs.py's table.")] = "M1 Max",
     memory_gb: Annotated[float, typer.Option("--memory-gb")] = 96.0,
     queue: Annotated[int, typer.Option("--queue", help="Renders in the throughput case.")] = 8,
-    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x2",
+    tiles: Stage2Tiles = "2x2",
 ) -> None:
-    """Modelled speedup of N Macs over one for a 1088x1920x121 render and a queue of them (cost model)."""
+    """Modelled speedup of N Macs over one Mac running the same plan, for a 1088x1920x121 render and a queue of
+    them (cost model); then against one Mac on its own untiled plan."""
     from farm_cli.bench.model import model as run
 
     for line in run(macs, chip, memory_gb, queue, tiles):
         typer.echo(line)
 
 
+@bench_app.command("scale")
+def scale(
+    height: Height = 512,
+    width: Width = 768,
+    frames: Frames = 49,
+    tiles: Stage2Tiles = "2x2",
+    decode_tiles: DecodeTiles = "80,320,448",
+    workers: Annotated[int, typer.Option("--workers", help="Workers of the N side, one core each.")] = 2,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved 1-worker / N-worker renders.")] = 3,
+    queue: Annotated[int, typer.Option("--queue", help="Renders in the throughput case.")] = 4,
+    queue_pairs: Annotated[int, typer.Option("--queue-pairs", help="Interleaved queue pairs (0: none).")] = 1,
+    pack: Pack = "tiny",
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line (speedup, speedup_spread, queue_speedup, "
+                                          "queue_speedup_spread, critical paths, model).")] = False,
+) -> None:
+    """A whole render (text to mp4) on N workers vs 1, the same plan, each worker pinned to one core:
+    paired speed-up, its critical path, a queue, and the cost model's prediction beside. The defaults
+    (768x512x49, stage-2 tiles 2x2, decode tiles 80,320,448: 4 tiles, tiny pack) split the stages that
+    tile; on the tiny pack the VAE decode, not the DiT, is the larger part. A pair takes 1-3 minutes on
+    a 2-core Linux CPU, the queue of 4 about 4 times that."""
+    from farm_cli.bench.scale import run
+
+    if workers < 1 or pairs < 1 or queue < 1 or queue_pairs < 0:
+        common.fail("--workers, --pairs and --queue must be at least 1, --queue-pairs at least 0")
+    spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
+            "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "decode_tiles": decode_tiles}
+    run(spec, workers, pairs, queue, queue_pairs, data, as_json)
+
+
 @bench_app.command("dealing")
 def dealing(
-    height: Annotated[int, typer.Option("-H", "--height")] = 512,
-    width: Annotated[int, typer.Option("-W", "--width")] = 768,
-    frames: Annotated[int, typer.Option("-f", "--frames")] = 17,
-    tiles: Annotated[str, typer.Option("--stage2-tiles")] = "2x5",
-    steps: Annotated[int, typer.Option("--steps", help="Stage-2 steps (sigmas evenly from 0.909375 to 0).")] = 3,
+    height: Height = 512,
+    width: Width = 768,
+    frames: Frames = 17,
+    tiles: Stage2Tiles = "2x5",
+    steps: Stage2Steps = 3,
     throttles: Annotated[str, typer.Option("--throttles", help="One worker per factor (1 = full speed).")] = "1,2,4",
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved speed-aware/even pairs.")] = 3,
-    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    pack: Pack = "tiny",
     data: Annotated[Path | None, typer.Option("--data")] = None,
 ) -> None:
     """Stage-2 step time with speed-aware vs even tile dealing on a throttled fleet (goals: beats even,
@@ -147,7 +186,7 @@ def affinity(
     workers: Annotated[int, typer.Option("--workers")] = 2,
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved affinity on/off pairs.")] = 2,
     budget_mb: Annotated[float, typer.Option("--model-budget-mb", help="Each worker's warm-model memory.")] = 3.0,
-    pack: Annotated[str, typer.Option("--pack")] = "tiny",
+    pack: Pack = "tiny",
     data: Annotated[Path | None, typer.Option("--data")] = None,
 ) -> None:
     """Model loads of a mixed queue with warm-model affinity on vs off (the coordinator's policy), paired."""
@@ -172,9 +211,9 @@ def transfer(
 
 @bench_app.command("assembly")
 def assembly(
-    height: Annotated[int, typer.Option("-H", "--height")] = 1088,
-    width: Annotated[int, typer.Option("-W", "--width")] = 1920,
-    frames: Annotated[int, typer.Option("-f", "--frames")] = 121,
+    height: Height = 1088,
+    width: Width = 1920,
+    frames: Frames = 121,
     pairs: Annotated[int, typer.Option("--pairs", help="Interleaved before/now rounds.")] = 2,
     encode: Annotated[bool, typer.Option("--encode/--no-encode", help="Also encode the mp4.")] = False,
     data: Annotated[Path | None, typer.Option("--data", help="Folder for the synthetic tile blobs.")] = None,
@@ -256,7 +295,27 @@ def sparse(
     = 32768,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Sparse stage-2 attention vs dense: one attention call and a whole forward per token count (issue #26)."""
+    """Sparse stage-2 attention vs dense: one attention call and a whole forward per token count."""
     from farm_cli.bench.sparse import run
 
     run([int(x) for x in tokens.split(",")], tau, pairs, layers, forward_max, as_json)
+
+
+@bench_app.command("step-cache")
+def step_cache(
+    height: Height = 256,
+    width: Width = 256,
+    frames: Frames = 17,
+    stage1_steps: Steps = 12,
+    stage2_steps: spec_option("stage2_steps") = 3,
+    pack: DevPack = "tiny-dev",
+    thresholds: Annotated[str, typer.Option("--thresholds", help="Two (or more) --step-cache thresholds.")] = "0.5,1.0",
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved uncached/cached rounds.")] = 3,
+    data: Annotated[Path | None, typer.Option("--data")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """A guided two-stage render with --step-cache vs uncached (--local): paired speed-ups and PSNR per threshold."""
+    from farm_cli.bench.step_cache import run
+
+    run(height, width, frames, stage1_steps, stage2_steps, pack, [float(t) for t in thresholds.split(",")], pairs,
+        data, as_json)

@@ -93,6 +93,24 @@ def receive_blob(stream: Iterator[farm_pb2.BlobChunk], sha: str) -> bytes:
     return b"".join(parts)
 
 
+def no_token(address: str) -> FarmError:
+    """What to say when this machine holds no farm token. Where no coordinator even listens at the
+    address, the person has no farm yet: the unreachable line (start one with `farm up`, or --local) is
+    their next step, not where a token file comes from."""
+    import socket
+
+    from protos.auth import NO_TOKEN
+
+    for each in Endpoints(address).addresses:
+        host, _, port = each.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=2.0).close()
+        except (OSError, ValueError):
+            continue
+        return FarmError(NO_TOKEN)
+    return CoordinatorUnreachable(f"coordinator at {address} is unreachable (nothing listens there)")
+
+
 class FarmClient:
     """A channel per coordinator address ("host:port[,host:port...]"); calls go to the leader. Methods
     return plain dicts / ids."""
@@ -100,6 +118,8 @@ class FarmClient:
     def __init__(self, address: str, token: str, timeout: float = 10.0) -> None:
         self.endpoints = Endpoints(address)
         self.timeout = timeout
+        if not (token or "").strip():
+            raise no_token(address)
         try:
             self._metadata = auth_metadata(token)
         except TokenError as exc:

@@ -1,4 +1,5 @@
-"""What the CLI commands share: the render flags as spec fields, reading images, writing latents."""
+"""What the CLI commands share: the client-side render flags (text encoder, detailing LoRA), reading images,
+writing latents."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from farm_cli.config import CONFIG_FILE, data_dir, farm_config, submitter
+from farm_cli.config import CONFIG_FILE, data_dir, farm_config
 from farm_cli.session import fail
 
 
@@ -38,19 +39,6 @@ def read_image(path: Path) -> np.ndarray:
         fail(f"cannot read image {path}: {getattr(exc, 'strerror', None) or exc}")
 
 
-def render_spec(prompt: str, height: int, width: int, frames: int | None, frame_rate: float, seed: int, pack: str,
-                image: tuple[Path, int, float] | None, no_audio: bool) -> tuple[dict, np.ndarray | None]:
-    """The spec dict both `submit` and `render --local` send, plus the decoded image if any."""
-    spec = {"prompt": prompt, "height": height, "width": width, "frames": frames, "frame_rate": frame_rate,
-            "seed": seed, "pack": pack, "audio": not no_audio, "submitter": submitter()}
-    pixels = None
-    if image is not None and image[0] is not None:
-        path, frame, strength = image
-        pixels = read_image(Path(path))
-        spec["image"] = {"frame": int(frame), "strength": float(strength)}
-    return spec, pixels
-
-
 def detailing_spec(lora: str | None, strength: float) -> dict:
     """DFR's detailing IC-LoRA as spec fields (only when one is named). A Hugging Face repo id is checked
     here, before anything is queued: a gated repo whose licence this user has not accepted fails in one
@@ -78,25 +66,6 @@ def check_lora_repo(repo: str) -> None:
         fail(f"detailing LoRA repo {repo!r}: the hub could not be asked ({type(exc).__name__})")
     fail(f"detailing LoRA {repo!r} is a repo: `hf download {repo} --local-dir PACK_FOLDER` on the coordinator's "
          "packs, then pass the .safetensors file name")
-
-
-def advanced_spec(stage2_tiles: str | None, tile_overlap: int, stage2_sigmas: str | None,
-                  temporal_upscalings: int, decode_tiles: str, exr: Path | None) -> dict:
-    """The tiling and output flags as spec fields (validated by the planner, like everything else)."""
-    spec: dict = {"stage2_tiles": stage2_tiles, "tile_overlap": tile_overlap,
-                  "temporal_upscalings": temporal_upscalings, "decode_tiles": decode_tiles, "exr": _exr_folder(exr)}
-    if stage2_sigmas:
-        try:
-            spec["stage2_sigmas"] = [float(x) for x in stage2_sigmas.split(",")]
-        except ValueError:
-            fail(f"--stage2-sigmas {stage2_sigmas!r} is not a comma-separated list of numbers")
-    return spec
-
-
-def _exr_folder(exr: Path | None) -> str | None:
-    """--exr as an absolute folder, resolved here against the user's folder (a relative path sent as is
-    would land in the coordinator's data folder)."""
-    return str(Path(exr).expanduser().resolve()) if exr else None
 
 
 def save_latents(folder: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -22,6 +22,7 @@ import typer
 from farm_cli import common
 from farm_cli.config import local_token
 from farm_cli.options import Coordinator, DataDir, RedisUrl, Token
+from farm_cli.render_options import spec_option
 from protos.auth import NO_TOKEN
 
 Check = tuple[str, str]
@@ -80,13 +81,13 @@ def check_pack(pack: str, packs_dir: Path, farm_packs: Callable[[], list[dict]] 
             return _pack_on_coordinator(pack, packs_dir, farm_packs)
         return "fail", f"pack {pack!r} not found in {packs_dir} or the Hugging Face cache"
     try:
-        from ltx_engine.loader import PackError
-        from ltx_engine.pack import Pack
+        from ltx_engine.loading.loader import PackError
+        from ltx_engine.loading.pack import Pack
 
         opened = Pack(path)
     except PackError as exc:
         return "fail", f"pack {pack!r} incomplete: {exc}"
-    from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
+    from ltx_engine.rules.components import TEXT_ENCODER, missing_line, render_components
 
     tower = "pack" if opened.has(TEXT_ENCODER) else "separate"  # a separate encoder: check_text_encoder
     lacking = [c for c in render_components({"audio": True, "text_encoder": tower}) if not opened.has(c)]
@@ -100,7 +101,7 @@ def check_text_encoder(pack: str, packs_dir: Path, farm_packs: Callable[[], list
                        data: Path | None = None) -> Check:
     """The Gemma a pack without its own tower encodes prompts with (the config's entry for the pack, else
     the MLX port's default) on this Mac, or on the coordinator, which copies it here when needed."""
-    from ltx_engine import text_encoders
+    from ltx_engine.rules import text_encoders
 
     path = _local_pack_path(pack, packs_dir)
     if path is None:
@@ -164,7 +165,37 @@ def check_coordinator(address: str, token: str | None) -> Check:
         from farm_cli.session import UNREACHABLE_NEXT
 
         return "fail", f"coordinator {address}: {exc}{UNREACHABLE_NEXT if isinstance(exc, CoordinatorUnreachable) else ''}"
-    return "ok", f"coordinator {address} answers with this token ({len(workers)} workers registered)"
+    return "ok", f"coordinator {address} answers with this token ({len(workers)} workers registered){fleet_sets(workers)}"
+
+
+def fleet_sets(workers: list[dict]) -> str:
+    """The registered workers whose installed set or project version differ from this machine's."""
+    from protos import installed
+
+    mine, version = installed.installed_set()["installed"], installed.project_version()
+    other_set = [str(w["id"]) for w in workers if (w.get("installed") or {}).get("installed") not in (None, mine)]
+    other_version = [str(w["id"]) for w in workers if w.get("project_version") not in (None, "", version)]
+    words = [f"{len(other_set)} with another installed set than this machine's {mine} ({', '.join(other_set)})"
+             if other_set else "",
+             f"{len(other_version)} on another ltx-farm version ({', '.join(other_version)})" if other_version else ""]
+    return "".join(f"; {w}" for w in words if w)
+
+
+def check_installed(lock: Path | None = None) -> Check:
+    """This machine's project version and installed set, and whether it matches the checkout's lock."""
+    from protos import installed
+
+    lock = lock or installed.LOCK
+    found = installed.installed_set(lock)
+    head = f"ltx-farm {installed.project_version()}, installed set {found['installed']}"
+    if found["lock"] == installed.NO_LOCK:
+        return "warn", f"{head}; this checkout has no requirements.lock to compare it with"
+    off = installed.off_lock(lock)
+    if off:
+        more = f" and {len(off) - 3} more" if len(off) > 3 else ""
+        return "warn", (f"{head} does not match this checkout's lock {found['lock']}: {'; '.join(off[:3])}{more} "
+                        f"(reinstall: {installed.UPGRADE_COMMAND})")
+    return "ok", f"{head}: every pin of this checkout's lock {found['lock']} is installed"
 
 
 def check_clock(dashboard_url: str | None) -> Check:
@@ -262,9 +293,11 @@ def run_checks(checks: list[Callable[[], Check]], echo: Callable[[str], None] = 
         echo(f"{MARKS[status]} {status:<4} {message}")
     return 1 if failed else 0
 
+DoctorPack = spec_option("pack", help="Pack name, folder or HF repo id.")  # the render flag's pack
+
 
 def doctor(
-    pack: Annotated[str, typer.Option("--pack", help="Pack name, folder or HF repo id.")] = "tiny",
+    pack: DoctorPack = "tiny",
     *,
     coordinator: Coordinator,
     token: Token = None,
@@ -274,13 +307,15 @@ def doctor(
     data: DataDir = None,
     redis_url: RedisUrl = None,
 ) -> None:
-    """Check this machine for a worker: Python, MLX, pack and its text encoder, coordinator and token, clock skew."""
+    """Check this machine for a worker: Python, MLX, installed set against the lock, pack and its text encoder,
+    coordinator and token (and the fleet's installed sets), clock skew."""
     folder = common.data_dir(data)
     token = token or local_token(data) or None
     code = run_checks(
         [
             check_python,
             check_mlx,
+            check_installed,
             lambda: check_pack(pack, folder / "packs", farm_packs(coordinator, token)),
             lambda: check_text_encoder(pack, folder / "packs", farm_packs(coordinator, token), data),
             lambda: check_coordinator(coordinator, token),

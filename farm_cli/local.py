@@ -14,20 +14,24 @@ from pathlib import Path
 
 import numpy as np
 
-from coordinator.assembler import assemble_streaming
-from coordinator.hdr_master import HLG_FILE, hlg_path
-from coordinator.media_check import check_render_media, clip_frames
+from coordinator.admit.lora_check import check_render_depth
+from coordinator.admit.media_check import check_render_media, clip_frames
+from coordinator.assemble.assembler import assemble_streaming
+from coordinator.assemble.hdr_master import HLG_FILE, hlg_path
 from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
+from coordinator.plan.enhance import check_enhancer, plan_enhance
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import COORDINATOR
 from coordinator.plan.hdr import check_hdr_lora, is_hdr
 from coordinator.plan.length import head_params, length_line, no_head, picked
 from coordinator.plan.render import normalize_spec, plan_render, text_params, validate_spec
 from coordinator.plan.resolved import RenderPlan, Resolved
-from coordinator.reducer import run_reduce_task
-from ltx_engine import text_encoders
-from ltx_engine.components import TEXT_ENCODER
-from ltx_engine.generation import LTX_25
+from coordinator.reduce.reducer import run_reduce_task
+from ltx_engine.rules import text_encoders
+from ltx_engine.rules.components import TEXT_ENCODER
+from ltx_engine.rules.generation import LTX_25
+from ltx_engine.rules.text_encoders import LM_HEAD
 from protos.spec import RenderSpec
 from protos.tensors import decode_tensor, encode_tensor, sha256_hex
 from worker.memory import device_memory_bytes
@@ -56,7 +60,7 @@ class LocalBlobs:
 
 
 def local_params(task: dict) -> dict:
-    """Issue #25: a stage 1 the farm may gang runs its k shards in this process (the same split)."""
+    """A stage 1 the farm may gang runs its k shards in this process (the same split)."""
     from coordinator.plan.sp_degree import local_degree
 
     k = local_degree(task["params"]) if task["kind"] == "denoise_stage1" else 1
@@ -102,22 +106,24 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
     if exr_dir is not None:  # the folder as this machine names it, before the spec is checked
         spec = replace(spec, exr=str(exr_dir))
     known = Resolved(generation=runner.pack_generation(spec.pack))  # this machine's pack is the whole fleet's
-    known = replace(known, **clip_frames(RenderPlan(spec, known), lambda sha: (media or {}).get(sha)))  # issue #24
+    known = replace(known, **clip_frames(RenderPlan(spec, known), lambda sha: (media or {}).get(sha)))
     if spec.frames is None and known.frames is None and known.generation == LTX_25 and not spec.hdr_ic_lora:
         if not runner.pack(spec.pack).has("duration_head"):
             raise no_head(spec.pack)
         known = predict_frames(RenderPlan(spec, known), runner)
-    plan = validate_spec(spec, [], known)
-    plan = plan.resolve(**check_render_media(plan, lambda sha: (media or {}).get(sha)))  # issue #24: the coordinator's probe
-    if is_diffusion(plan):  # issue #29: this machine's pack is the fleet's (read only when it is asked for)
+    plan = validate_spec(spec, Fleet(), known)  # no workers registered: this machine's pack is checked here
+    check_render_depth(plan, getattr(runner.pack(spec.pack), "root", None))  # STG blocks the DiT has
+    plan = plan.resolve(**check_render_media(plan, lambda sha: (media or {}).get(sha)))  # the coordinator's probe
+    if is_diffusion(plan):  # this machine's pack is the fleet's (read only when it is asked for)
         check_video_decoder(plan, runner.pack(spec.pack).has("vae_decoder_av"))
-    if is_hdr(plan):  # issue #29: the pack's SDR-to-HDR IC-LoRA file
+    if is_hdr(plan):  # the pack's SDR-to-HDR IC-LoRA file
         check_hdr_lora(plan, runner.pack(spec.pack).has("hdr_lora"))
     for sha, path in (media or {}).items():
         blobs.put_file(sha, path)
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
+    check_enhancer(plan, LM_HEAD in runner.pack(spec.pack).components())  # --enhance-prompt: its Gemma writes
     if str(spec.decode_tiles).strip().lower() == "auto":  # this machine is the whole fleet: tile only if
-        local = [{"packs": [spec.pack], "memory_bytes": device_memory_bytes()}]  # the decode would not fit
+        local = Fleet.of([{"packs": [spec.pack], "memory_bytes": device_memory_bytes()}])  # the decode would not fit
         plan = plan.resolve(decode_tiles=resolve_decode_tiles(plan.resolve(decode_tiles=None), local))
     tasks = plan_render(plan, "local")
     runs: list[dict] = []
@@ -131,7 +137,7 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
     written = assemble_streaming(plan.as_dict(), get, out_path.parent / (out_path.stem + ".parts"), runs,
                                  exr_dir=exr_dir)
     written.replace(out_path)
-    if plan.spec.hdr:  # issue #29: the HLG master beside the mp4
+    if plan.spec.hdr:  # the HLG master beside the mp4
         (written.parent / HLG_FILE).replace(hlg_path(out_path))
     (written.parent / "render.json").replace(out_path.with_suffix(".json"))
     written.parent.rmdir()
@@ -144,7 +150,10 @@ def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
     stage 1 starts."""
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
     params = {"pack": plan["pack"], "prompt": plan["prompt"], **text_params(plan)}
-    contexts, _ = runner.run("text_encode", params, {})
+    inputs = {}
+    for enhance in plan_enhance("local", plan, text_params(plan))[0]:  # the head reads the enhanced prompt's
+        inputs = dict(runner.run(enhance["kind"], enhance["params"], {})[0])
+    contexts, _ = runner.run("text_encode", params, inputs)
     out, _ = runner.run("predict_duration", head_params(plan), contexts)
     frames, seconds = picked(out)
     print(length_line(frames, seconds, plan.spec.frame_rate), file=sys.stderr)

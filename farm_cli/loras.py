@@ -1,4 +1,4 @@
-"""`--lora SOURCE STRENGTH` (repeatable) and `--lora-mode` on the client (issue #22).
+"""`--lora SOURCE STRENGTH` (repeatable) and `--lora-mode` on the client.
 
 A SOURCE is, in this order: a `.safetensors` on this machine (uploaded once as a blob named by its
 sha256, as an `--image` is: a second render with it sends nothing new), a `.safetensors` file name in

@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 
-from farm_cli import common, config, dashboard, doctor, manage, packs, plan, renders, services
+from farm_cli import common, config, dashboard, doctor, join, manage, packs, plan, recipes, renders, services
 from farm_cli.benches import bench_app
 from farm_cli.image_option import ImageCommand
 from farm_cli.options import Coordinator, DataDir, Output, SaveLatents, Token
-from farm_cli.render_options import AskedRender, asked_render, render_options
+from farm_cli.render_options import asked_render, render_options
 from farm_cli.session import fail, one_line
+from farm_cli.spec import AskedRender
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="LTX-2 render farm for Apple Silicon.")
 pack_app = typer.Typer(no_args_is_help=True, help="Weight packs.")
@@ -27,8 +28,8 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
                                                   "hf-cache, published-2.3, minimal or extras.")] = "standard",
               ) -> None:
     """Write the tiny pack: the real pack layout at tiny sizes with seeded weights."""
-    from ltx_engine.tiny_layouts import LAYOUTS
-    from ltx_engine.tiny_pack import VARIANTS, write_tiny_pack
+    from ltx_engine.tiny.tiny_layouts import LAYOUTS
+    from ltx_engine.tiny.tiny_pack import VARIANTS, write_tiny_pack
 
     if bits not in (None, 4, 8):
         fail("--bits must be 8 or 4")
@@ -49,7 +50,7 @@ def render(
     """Render a clip into -o (default render.mp4): on the farm, or with --local in this process with the
     farm's stage graph (the reference for every distributed run)."""
     render_asked = asked_render(asked, data=data)
-    out = output or Path("render.mp4")
+    out = _render_output(render_asked, output)
     if not local:
         render_asked.upload_to(coordinator, token)
         from farm_cli.remote import fetch_results, submit_render, wait_for
@@ -64,20 +65,46 @@ def render(
     _render_here(render_asked, out, data, save_latents)
 
 
+def _render_output(asked: AskedRender, output: Path | None) -> Path:
+    """-o, else render.mp4 (render.wav for an audio-only recipe, T2A, whose file is a WAV: another suffix
+    is refused before anything runs or is queued)."""
+    from coordinator.plan.recipes import recipe_for
+    from coordinator.plan.resolved import RenderPlan
+
+    if recipe_for(RenderPlan(asked.spec)).video:
+        return output or Path("render.mp4")
+    out = output or Path("render.wav")
+    if out.suffix.lower() != ".wav":
+        fail(f"-o {out}: --pipeline t2a writes the audio track as a WAV (16-bit PCM): give -o NAME.wav")
+    return out
+
+
 def _render_here(asked: AskedRender, out: Path, data: Path | None, save_latents: Path | None) -> None:
     """`farm render --local`: the farm's stage graph in this process (the reference for every farm run)."""
     from coordinator.plan.render import SpecError
     from farm_cli.local import render_local
     from farm_cli.remote import latents_from_outputs, progress_printer
-    from ltx_engine.hdr_lora import HdrRefusal
-    from ltx_engine.loader import PackError
+    from ltx_engine.loading.loader import PackError
+    from ltx_engine.rules.hdr_lora import HdrRefusal
     from worker.runner import Runner
 
-    runner = Runner(common.data_dir(data) / "packs")
+    folder = common.data_dir(data)
+    runner = Runner(folder / "packs")
     runner.loras.known.update(asked.lora_files | asked.media_files)  # the client's LoRA (and --ic-lora) files, where they are
+
+    def run() -> tuple:
+        return render_local(asked.spec, out, runner, asked.pixels, progress_printer(), media=asked.media_files)
+
     with one_line(SpecError, PackError, HdrRefusal):  # an HDR LoRA file with the wrong metadata too
-        path, outputs, blobs = render_local(asked.spec, out, runner, asked.pixels, progress_printer(),
-                                             media=asked.media_files)
+        try:
+            path, outputs, blobs = run()
+        except PackError:  # the spec is checked before its pack is opened: bad input is refused first
+            if asked.spec.pack != "tiny" or (folder / "packs" / "tiny").exists():
+                raise
+            from farm_cli.services import ensure_tiny_pack
+
+            ensure_tiny_pack(folder)  # a fresh machine: the tiny pack, as `farm up` writes it
+            path, outputs, blobs = run()
     if save_latents:
         common.save_latents(save_latents, latents_from_outputs(outputs, "local", blobs.get))
     typer.echo(f"wrote {path}")
@@ -97,13 +124,14 @@ app.command(cls=ImageCommand)(render)  # --image PATH FRAME STRENGTH, repeatable
 app.command(cls=ImageCommand)(renders.submit)
 for command in (renders.watch, renders.status, renders.cancel, renders.fetch, renders.workers,
                 renders.requeue, renders.drain, services.coordinator, services.worker, services.up, services.demo,
-                doctor.doctor):
+                doctor.doctor, join.join):
     app.command()(command)
 app.command("config")(config.show)
 app.command("dashboard")(dashboard.dashboard)
 for command in (manage.ls, manage.retry, manage.rerun, manage.delete, manage.prune, manage.logs):
     app.command()(command)
 app.command(cls=ImageCommand)(plan.plan)
+app.command("recipes")(recipes.recipes)
 pack_app.command("tiny")(pack_tiny)
 pack_app.command("pull")(packs.pack_pull)
 pack_app.command("list")(packs.pack_list)

@@ -11,13 +11,17 @@ from typing import Annotated
 import typer
 
 from farm_cli import common
+from farm_cli.config import submitter
 from farm_cli.options import Coordinator, DataDir, Json, Token
 from farm_cli.remote import client, submit_render, wait_for
+from farm_cli.render_options import spec_option
 from farm_cli.session import fail, one_line
 from farm_cli.views import duration, stage_label
 
 COLUMNS = ("id", "state", "stage", "progress", "eta", "age", "by", "group", "prompt", "output")
 DEFAULT_COLUMNS = "id,state,stage,progress,eta,age,by,prompt"
+
+AnotherSeed = spec_option("seed", help="Another seed.")  # farm rerun --seed N
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -79,8 +83,9 @@ def cell(render: dict, column: str) -> str:
 
 
 def table(renders: list[dict], columns: list[str]) -> list[str]:
-    """Aligned rows with a header; the prompt (last) column is never padded."""
-    rows = [[c.upper() for c in columns]] + [[cell(r, c) for c in columns] for r in renders]
+    """Aligned rows under a header of the column names (lower case, as `farm workers` has them); the
+    prompt (last) column is never padded."""
+    rows = [list(columns)] + [[cell(r, c) for c in columns] for r in renders]
     widths = [min(60, max(len(row[i]) for row in rows)) for i in range(len(columns))]
     return ["  ".join(v[:w].ljust(w) if i < len(columns) - 1 else v for i, (v, w) in enumerate(zip(row, widths,
                                                                                                    strict=True)))
@@ -124,9 +129,19 @@ def earlier_attempts(events: list[dict]) -> dict[str, list[str]]:
     return found
 
 
+def made_by_line(made: dict) -> str:
+    """What produced a task's output, in one line: chip, backend, versions, class, installed set."""
+    installed = made.get("installed") if isinstance(made.get("installed"), dict) else {}
+    return (f"{made.get('chip') or '?'} ({made.get('backend') or '?'}), ltx-farm {made.get('project_version') or '?'}, "
+            f"mlx {made.get('mlx_version') or '?'}, class {made.get('fingerprint') or '-'}, "
+            f"installed {installed.get('installed') or '?'} (lock {installed.get('lock') or '?'})")
+
+
 def print_logs(render: dict, task: str | None, events: list[dict] | None = None) -> None:
     """Each task's worker, outcome, its earlier runs (lost leases, failures) and the log lines its
     worker sent with the result."""
+    from coordinator.views.metrics import task_workers  # a gang's task ran on every rank's worker
+
     tasks = [t for t in render.get("tasks") or [] if not task or t["id"] == task or t["id"].endswith("." + task)]
     if task and not tasks:
         fail(f"render {render.get('id')} has no task {task}", code=1)
@@ -134,7 +149,9 @@ def print_logs(render: dict, task: str | None, events: list[dict] | None = None)
     for t in tasks:
         metrics = t.get("metrics") if isinstance(t.get("metrics"), dict) else {}
         secs = f" {metrics['seconds']:.2f}s" if isinstance(metrics.get("seconds"), (int, float)) else ""
-        typer.echo(f"== {t['id']}  {t.get('state')} on {t.get('worker') or '-'}{secs}")
+        typer.echo(f"== {t['id']}  {t.get('state')} on {', '.join(task_workers(t)) or '-'}{secs}")
+        if isinstance(t.get("made_by"), dict):
+            typer.echo(f"   made by: {made_by_line(t['made_by'])}")
         for line in earlier.get(t["id"], []):
             typer.echo(f"   earlier: {line}")
         for line in metrics.get("log") or []:
@@ -143,14 +160,14 @@ def print_logs(render: dict, task: str | None, events: list[dict] | None = None)
             typer.echo(f"   error: {t['error']}")
 
 
-def ls(state: str = typer.Option(None, "--state", help="done, failed, running, ... (comma-separated)."),
-       by: str = typer.Option(None, "--by", help="Submitter (part of user@host)."),
-       since: str = typer.Option(None, "--since", help="Younger than this: 30m, 2h, 1d."),
-       group: str = typer.Option(None, "--group", help="One batch's renders."),
-       columns: str = typer.Option(DEFAULT_COLUMNS, "--columns", help=f"Any of {','.join(COLUMNS)}."),
-       limit: int = typer.Option(50, "--limit"), *, coordinator: Coordinator, token: Token = None,
+def ls(state: Annotated[str | None, typer.Option("--state", help="done, failed, running, ... (comma-separated).")] = None,
+       by: Annotated[str | None, typer.Option("--by", help="Submitter (part of user@host).")] = None,
+       since: Annotated[str | None, typer.Option("--since", help="Younger than this: 30m, 2h, 1d.")] = None,
+       group: Annotated[str | None, typer.Option("--group", help="One batch's renders.")] = None,
+       columns: Annotated[str, typer.Option("--columns", help=f"Any of {','.join(COLUMNS)}.")] = DEFAULT_COLUMNS,
+       limit: Annotated[int, typer.Option("--limit")] = 50, *, coordinator: Coordinator, token: Token = None,
        as_json: Json = False) -> None:
-    """The newest renders, filtered, one row each."""
+    """The newest renders, filtered, one row each (`farm status` without an id prints the same list)."""
     chosen = [c.strip() for c in columns.split(",") if c.strip()]
     if not chosen or set(chosen) - set(COLUMNS):
         fail(f"--columns {columns!r}: choose from {', '.join(COLUMNS)}")
@@ -165,6 +182,9 @@ def ls(state: str = typer.Option(None, "--state", help="done, failed, running, .
     if as_json:
         typer.echo(json.dumps(renders, indent=2))
         return
+    if not renders and not (state or by or since or group):
+        typer.echo("no renders yet: `farm submit -p \"...\"` queues one")
+        return
     for line in table(renders, chosen):
         typer.echo(line)
 
@@ -178,14 +198,24 @@ def retry(render_id: str, new: bool = typer.Option(False, "--new", help="Render 
         if render.get("state") not in ("failed", "cancelled"):
             fail(f"render {render_id} is {render.get('state')}: only failed or cancelled renders are retried",
                  code=1)
-        if not new and farm.retry(render_id) == "retried":
+        known_bad = render.get("fails_again") == "1"  # the same spec, anew or not, fails the same way
+        outcome = "" if new or known_bad else farm.retry(render_id)
+        if known_bad or outcome == "fails_again":
+            fail(fails_again(render_id, str(render.get("error") or "")), code=1)
+        if outcome == "retried":
             again = render_id
         else:
-            again = farm.submit({**asked_for(render["spec"]), "submitter": common.submitter()})
+            again = farm.submit({**asked_for(render["spec"]), "submitter": submitter()})
     typer.echo(again)
 
 
-def rerun(render_id: str, seed: Annotated[int | None, typer.Option("--seed", help="Another seed.")] = None,
+def fails_again(render_id: str, error: str) -> str:
+    """Why a retry of a render that failed on an error every worker would hit is refused, in one line."""
+    return (f"render {render_id} failed on an error every worker would hit ({error}): a retry fails the same "
+            f"way; change the spec and submit it, or `farm rerun {render_id} --seed N`")
+
+
+def rerun(render_id: str, seed: AnotherSeed = None,
           *, coordinator: Coordinator, token: Token = None) -> None:
     """Queue a render's recorded spec again as a new render, whatever its state (--seed N: with that
     seed); prints the new id."""
@@ -194,7 +224,7 @@ def rerun(render_id: str, seed: Annotated[int | None, typer.Option("--seed", hel
     with one_line(code=1), client(coordinator, token) as farm:
         recorded = farm.get(render_id).get("spec") or {}
         spec = {k: v for k, v in recorded.items() if k in spec_field_names() and k not in ("submitter", "group")}
-        again = farm.submit({**spec, **({} if seed is None else {"seed": seed}), "submitter": common.submitter()})
+        again = farm.submit({**spec, **({} if seed is None else {"seed": seed}), "submitter": submitter()})
     typer.echo(again)
 
 
@@ -218,7 +248,7 @@ def delete(render_ids: list[str], *, coordinator: Coordinator, token: Token = No
 def token_rotate(data: DataDir = None) -> None:
     """A new secret (same CA) in DATA/token: the coordinator and workers reading that file follow it
     within seconds; copy the file again to other Macs and laptops."""
-    from coordinator.auth import rotate_token
+    from coordinator.api.auth import rotate_token
 
     folder = common.data_dir(data)
     if not (folder / "token").is_file():

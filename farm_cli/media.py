@@ -1,8 +1,8 @@
-"""`--audio FILE [--audio-start S]` on the client (issue #24): the file as a blob named by its sha256.
+"""`--audio FILE [--audio-start S]` on the client: the file as a blob named by its sha256.
 
 The file is read here only to hash it and send it (once: a second render with it sends nothing new, as
 an `--image` or a client `--lora`); what it holds is the coordinator's media probe's business, in a
-child process there (`coordinator/media_check.py`), and `farm render --local` runs the same probe
+child process there (`coordinator/admit/media_check.py`), and `farm render --local` runs the same probe
 before it renders. What can be said without reading it (no such file, a start without a file) is one
 line here, exit 2.
 """
@@ -72,22 +72,18 @@ def add_control(
             if given is not None:
                 fail(f"{flag} needs --control-video FILE STRENGTH or --dub VIDEO")
         return
-    if control is not None and dub is not None:
-        fail("--control-video and --dub are two pipelines: give one")
-    flag = "--control-video" if control is not None else "--dub"
     if ic_lora is None:
+        flag = "--control-video" if control is not None else "--dub"
         fail(f"{flag} needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
-    if control is not None:
-        key, strength, clip = "control_video", control[1], control[0]
-    else:
-        if attention is not None:
-            fail("--control-attention is --control-video's; Dub-It's reference takes full attention")
-        key, strength, clip = "dub_video", 1.0, dub
-    out.fields[key] = {
-        **out.add(flag, clip),
-        "strength": float(strength),
-        "attention_strength": 1.0 if attention is None else float(attention),
-    }
+    # both clips, or --control-attention with --dub: sent as given, the planner's recipe table refuses them
+    clips = [("control_video", "--control-video", control[0], control[1])] if control is not None else []
+    clips += [("dub_video", "--dub", dub, 1.0)] if dub is not None else []
+    for key, flag, clip, strength in clips:
+        out.fields[key] = {
+            **out.add(flag, clip),
+            "strength": float(strength),
+            "attention_strength": 1.0 if attention is None else float(attention),
+        }
     lora = out.add("--ic-lora", ic_lora[0])
     out.fields["ic_lora"] = {
         **lora,
@@ -97,7 +93,7 @@ def add_control(
 
 
 def _downscale(path: Path) -> int:
-    from ltx_engine.ic_lora import ControlError, control_downscale
+    from ltx_engine.rules.ic_lora import ControlError, control_downscale
 
     try:
         return control_downscale([path])
@@ -106,7 +102,7 @@ def _downscale(path: Path) -> int:
 
 
 def resolve_clip(out: ClientMedia, asked: dict) -> ClientMedia:
-    """issue #24 retake/extend: `source_video` and the `retake` / `extend` field of the asked flags."""
+    """Retake/extend: `source_video` and the `retake` / `extend` field of the asked flags."""
     a = asked
     if a["retake"] is None and (a["start"] is not None or a["end"] is not None or a["no_regen_audio"]):
         fail("--start / --end / --no-regen-audio need --retake VIDEO")
@@ -130,7 +126,7 @@ def resolve_clip(out: ClientMedia, asked: dict) -> ClientMedia:
 def add_hdr_clip(
     out: ClientMedia, clip: Path | None, no_keyframes: bool, input_colorspace: str | None
 ) -> None:
-    """`--hdr-ic-lora CLIP` (issue #29) as the `hdr_ic_lora` field; the render is video only and writes
+    """`--hdr-ic-lora CLIP` as the `hdr_ic_lora` field; the render is video only and writes
     the HLG master (`hdr`). The keyframe and colourspace flags mean nothing without a clip."""
     if clip is None:
         if no_keyframes or input_colorspace:

@@ -1,7 +1,7 @@
 """`farm pack pull` and `farm pack list`: weights onto the farm once, and who holds what.
 
 A pull fetches only the files the chosen render kinds load (the one table in
-`ltx_engine.components`), from the Hugging Face hub (resumable, with its progress bar) or from a
+`ltx_engine.rules.components`), from the Hugging Face hub (resumable, with its progress bar) or from a
 local folder. Into `--packs-dir` it stages the pack in `.farm-staging/` and renames it into place
 when every file is there, so a later load never sees a half-pulled pack; without `--packs-dir` it
 fills the Hugging Face cache. The coordinator serves its packs folder to every worker that lacks a
@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from farm_cli.options import Coordinator, Json, Kinds, PacksDir, Token
+from farm_cli.render_options import spec_option
 from farm_cli.session import fail, one_line
 
 COPY_CHUNK = 8 << 20
@@ -23,7 +24,7 @@ COPY_CHUNK = 8 << 20
 
 def components_for(kinds: str) -> list[str]:
     """The components the render kinds need, e.g. "t2v,i2v" (one line and exit 2 for an unknown kind)."""
-    from ltx_engine.components import RENDER_KINDS
+    from ltx_engine.rules.components import RENDER_KINDS
 
     wanted: set[str] = set()
     for kind in (k.strip() for k in kinds.split(",") if k.strip()):
@@ -37,14 +38,14 @@ def components_for(kinds: str) -> list[str]:
 
 def has_tower(names: list[str]) -> bool:
     """The pack carries its own text encoder: a `text_encoder/` folder (Gemma 3) or 2.5's Gemma 4 file."""
-    from ltx_engine.components import TEXT_ENCODER
+    from ltx_engine.rules.components import TEXT_ENCODER
 
     return any(n.startswith(f"{TEXT_ENCODER}/") or n == f"{TEXT_ENCODER}.safetensors" for n in names)
 
 
 def _warn_missing(names: list[str], components: list[str], source: str) -> None:
     """One line per component a kind needs that the source does not have (the pull goes on)."""
-    from ltx_engine.components import TEXT_ENCODER, missing_line, resolve_files
+    from ltx_engine.rules.components import TEXT_ENCODER, missing_line, resolve_files
 
     found = set(resolve_files(n for n in names if "/" not in n).found)
     if has_tower(names):
@@ -56,7 +57,7 @@ def _warn_missing(names: list[str], components: list[str], source: str) -> None:
 
 
 def _local_listing(folder: Path) -> list[str]:
-    from coordinator.packs import pack_files
+    from coordinator.api.packs import pack_files
 
     return [rel for rel, _ in pack_files(folder)]
 
@@ -109,8 +110,8 @@ def pull(source: str, kinds: str, packs_dir: Path | None, name: str | None, revi
     """Fetch what `kinds` need from a hub repo or a local folder, and for a pack without its own text
     encoder the Gemma checkpoint its prompts need (`text_encoder`, else the MLX port's default); a
     source that is itself such a checkpoint is fetched alone. Returns (what, folder) pulled."""
-    from ltx_engine import text_encoders
-    from ltx_engine.components import TEXT_ENCODER, pull_files
+    from ltx_engine.rules import text_encoders
+    from ltx_engine.rules.components import TEXT_ENCODER, pull_files
 
     components = components_for(kinds)
     local = Path(source).expanduser()
@@ -161,13 +162,15 @@ def _pull_into(packs_dir: Path, name: str, fetch) -> Path:
     return final
 
 
+PulledEncoder = spec_option("text_encoder", help="Gemma 3 repo or folder to fetch with a pack that has none "
+                            "(default mlx-community/gemma-3-12b-it-4bit).")  # the render flag's encoder
+
+
 def pack_pull(source: Annotated[str, typer.Argument(help="A Hugging Face repo id or a local pack folder.")],
               kinds: Kinds = "t2v", packs_dir: PacksDir = None,
               name: Annotated[str | None, typer.Option("--name", help="Pack name in --packs-dir.")] = None,
               revision: Annotated[str | None, typer.Option("--revision")] = None,
-              text_encoder: Annotated[str | None, typer.Option(
-                  "--text-encoder", help="Gemma 3 repo or folder to fetch with a pack that has none "
-                  "(default mlx-community/gemma-3-12b-it-4bit).")] = None) -> None:
+              text_encoder: PulledEncoder = None) -> None:
     """Fetch only the files the chosen render kinds need (and the text encoder a pack without its own
     needs); resumable; workers then copy them from the farm."""
     from worker.packsync import disk_full_message

@@ -16,7 +16,7 @@ from farm_cli.session import fail, one_line
 
 
 def _fleet(fleet_file: Path | None, pack: str, coordinator: str, token: str | None) -> tuple[list, list]:
-    from coordinator.plan.forecast import described_fleet, live_fleet, read_fleet
+    from coordinator.views.forecast import described_fleet, live_fleet, read_fleet
 
     if fleet_file is not None:
         return _described(fleet_file, pack, read_fleet, described_fleet)
@@ -54,6 +54,14 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
+def assumed_length_line(frames: int, frame_rate: float) -> str:
+    """-f left out with --fleet: an LTX-2.5 pack's duration head picks the length only when the render
+    runs, so the estimate states the length it is priced at (it used to price 25 frames silently)."""
+    return (f"length: -f not given: on an LTX-2.5 pack the duration head picks it from the prompt when the "
+            f"render runs; this estimate assumes {frames} frames ({frames / frame_rate:.2f} s at {frame_rate:g} "
+            "fps): give -f to price another length")
+
+
 def print_plan(plan: dict) -> None:
     """The plan in rows people read: one line per stage, then the total."""
     spec = plan["spec"]
@@ -71,7 +79,7 @@ def print_plan(plan: dict) -> None:
         streamed = row.get("streamed") or {}  # tasks a small Mac runs with its DiT blocks streamed
         workers = ", ".join(f"{w}×{n}" + (f" ({streamed[w]} streamed)" if streamed.get(w) else "")
                             for w, n in row["workers"].items())
-        workers += f" (sequence parallel ×{row['degree']})" if row.get("degree", 1) > 1 else ""  # issue #25
+        workers += f" (sequence parallel ×{row['degree']})" if row.get("degree", 1) > 1 else ""
         typer.echo(f"{row['label']:<10} {tasks:<{width}} {row['start_s']:>7.1f}s {row['end_s']:>7.1f}s  "
                    f"{_gib(row['peak_bytes']):>10}  {workers}")
     typer.echo(f"predicted wall time: {plan['total_s']:.1f} s (cost model: coordinator/plan/costs.py; "
@@ -83,22 +91,27 @@ def print_plan(plan: dict) -> None:
 def plan(fleet: FleetFile = None, *, coordinator: Coordinator, token: Token = None, as_json: Json = False,
          **asked) -> None:
     """Plan a render without queuing it: stages, tiles, who takes what, seconds and peak memory."""
-    from coordinator.media_check import clip_frames
-    from coordinator.plan.forecast import forecast
+    from coordinator.admit.media_check import clip_frames
     from coordinator.plan.graph import SpecError
+    from coordinator.plan.render import DEFAULT_FRAMES
     from coordinator.plan.resolved import RenderPlan
+    from coordinator.views.forecast import forecast
 
     render = asked_render(asked, planning=True)
     spec = render.spec
     pack = spec.pack
     with one_line(SpecError):
         asked_plan = RenderPlan(spec)
-        known = asked_plan.resolve(**clip_frames(asked_plan, render.media_files.get))  # issue #24: -f from the clip
+        known = asked_plan.resolve(**clip_frames(asked_plan, render.media_files.get))  # -f from the clip
         caps, slots = _fleet(fleet, pack, coordinator, token)
-        result = forecast(known, caps, slots)
+        assumed = fleet is not None and known["frames"] is None and not (  # where no other rule sets it
+            spec.auto_duration or spec.hdr_ic_lora or spec.control_video or spec.dub_video)
+        result = forecast(known.resolve(frames=DEFAULT_FRAMES) if assumed else known, caps, slots)
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
+        if assumed:  # a described fleet has no duration head to ask: the estimate is priced at one length
+            typer.echo(assumed_length_line(DEFAULT_FRAMES, spec.frame_rate))
         print_plan(result)
         if spec.loras:
             from coordinator.plan.costs import lora_fuse_seconds

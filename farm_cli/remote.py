@@ -26,18 +26,18 @@ def progress_printer() -> Callable[[dict], None]:
     from coordinator.plan.length import length_line
 
     def show(event: dict) -> None:
-        kind = event.get("type", "")
+        etype = event.get("type", "")
         task = str(event.get("task", "")).split(".")[-1]
         progress = event.get("progress") if isinstance(event.get("progress"), dict) else {}
-        if kind == "task_progress" and progress.get("step") is not None:
+        if etype == "task_progress" and progress.get("step") is not None:
             typer.echo(f"  {task}: step {progress['step']}/{progress.get('total', '?')}", err=True)
-        elif kind == "length_chosen":  # an LTX-2.5 render's DurationHead picked its length
+        elif etype == "length_chosen":  # an LTX-2.5 render's DurationHead picked its length
             line = length_line(int(event["frames"]), float(event["seconds"]), float(event["frame_rate"]))
             typer.echo(f"  {line}", err=True)
-        elif kind in ("task_done", "task_leased", "task_retry", "task_expired", "render_state", "render_failed"):
+        elif etype in ("task_done", "task_leased", "task_retry", "task_expired", "render_state", "render_failed"):
             extra = event.get("worker") or event.get("state") or event.get("error") or ""
             secs = f" {event['seconds']:.2f}s" if isinstance(event.get("seconds"), float) else ""
-            typer.echo(f"  {kind} {task} {extra}{secs}".rstrip(), err=True)
+            typer.echo(f"  {etype} {task} {extra}{secs}".rstrip(), err=True)
 
     return show
 
@@ -160,8 +160,8 @@ def fetch_results(render: dict, output: Path | None, save_latents: Path | None, 
         if output:
             ride(lambda: farm.fetch_output(render["id"], output), Outage())
             typer.echo(f"wrote {output}")
-            if (render.get("spec") or {}).get("hdr"):  # issue #29: the HLG master beside it
-                from coordinator.hdr_master import HLG_FILE, hlg_path
+            if (render.get("spec") or {}).get("hdr"):  # the HLG master beside it
+                from coordinator.assemble.hdr_master import HLG_FILE, hlg_path
 
                 master = ride(lambda: farm.fetch_output(render["id"], hlg_path(output), file=HLG_FILE), Outage())
                 typer.echo(f"wrote {master}")

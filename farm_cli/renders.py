@@ -8,27 +8,26 @@ from typing import Annotated
 
 import typer
 
-from farm_cli.options import Coordinator, Exr, Json, Output, SaveLatents, Token
+from farm_cli.options import Coordinator, Json, Output, SaveLatents, Token
 from farm_cli.remote import client, desktop_notice, fetch_results, submit_render, wait_for, watch_live
-from farm_cli.render_options import asked_render, render_options
+from farm_cli.render_options import asked_render, render_options, spec_option
 from farm_cli.session import fail, one_line
+
+ExrFolder = spec_option("exr")  # farm fetch --exr: the render flag's folder, here for a fetch
 
 
 @render_options
 def submit(output: Output = None, save_latents: SaveLatents = None,
            *, coordinator: Coordinator, token: Token = None,
            wait: bool = typer.Option(False, "--wait", help="Follow the render and fetch its output."),
-           priority: int = typer.Option(0, "--priority", help="Higher renders lease first."),
            as_json: Json = False,
            seeds: Annotated[str | None, typer.Option(
                "--seeds", help="A batch: one render per seed (1-8, 1,3,5).")] = None,
            prompts_file: Annotated[Path | None, typer.Option(
                "--prompts-file", help="A batch: one render per line (times --seeds).")] = None,
-           notify: Annotated[str | None, typer.Option(
-               "--notify", help="POST JSON to this http(s) URL when the render ends.")] = None,
            **asked) -> None:
     """Queue a render on the farm (or a batch: --seeds / --prompts-file make one group of renders)."""
-    render_asked = asked_render(asked, priority=priority, notify=notify)
+    render_asked = asked_render(asked)  # --priority and --notify too (protos/spec.py)
     spec, pixels = render_asked.spec.to_dict(), render_asked.pixels
     render_asked.upload_to(coordinator, token)
     if seeds or prompts_file:
@@ -63,25 +62,23 @@ def watch(render_id: str, *, coordinator: Coordinator, token: Token = None) -> N
 
 def status(render_id: str = typer.Argument(None), *, coordinator: Coordinator,
            token: Token = None, as_json: Json = False) -> None:
-    """One render's record, or the list of renders."""
+    """One render's record; without an id, the renders as `farm ls` lists them (one list view, one header)."""
     from protos.states import TERMINAL
 
+    if not render_id:
+        from farm_cli.manage import ls
+
+        return ls(coordinator=coordinator, token=token, as_json=as_json)
     with one_line(code=1), client(coordinator, token) as farm:
-        data = farm.get(render_id) if render_id else farm.list()
-        workers = farm.workers() if render_id and data.get("state") not in TERMINAL else []
+        data = farm.get(render_id)
+        workers = farm.workers() if data.get("state") not in TERMINAL else []
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    from farm_cli.views import pack_copies, render_details, render_header, render_row
+    from farm_cli.views import pack_copies, render_details
 
     # a render waiting on its pack: the copies under way, with their progress
-    copies = pack_copies(str((data.get("spec") or {}).get("pack") or ""), workers) if render_id else []
-
-    if not render_id and not data:
-        typer.echo("no renders yet: `farm submit -p \"...\"` queues one")
-        return
-    for line in (render_details(data) + copies if render_id
-                 else [render_header(data), *(render_row(r) for r in data)]):
+    for line in render_details(data) + pack_copies(str((data.get("spec") or {}).get("pack") or ""), workers):
         typer.echo(line)
 
 
@@ -95,11 +92,13 @@ def cancel(render_id: str, *, coordinator: Coordinator, token: Token = None) -> 
 
 
 def fetch(render_id: str, output: Output = None, *, coordinator: Coordinator,
-          token: Token = None, exr: Exr = None) -> None:
+          token: Token = None, exr: ExrFolder = None) -> None:
     """Download a finished render's mp4, or every finished render of a batch (GROUP id) into -o DIR."""
     from farm_cli.config import value
 
     folder = Path(value("output_dir") or ".").expanduser()
+    if output is None:  # the configured folder (FARM_OUTPUT_DIR) is made, as a batch's folder is
+        folder.mkdir(parents=True, exist_ok=True)
     if render_id.startswith("g"):
         from farm_cli.manage import fetch_group
 

@@ -23,12 +23,15 @@ from protos.defaults import COORDINATOR_HOST, COORDINATOR_PORT, DASHBOARD_PORT
 
 
 def ensure_tiny_pack(data: Path) -> Path:
-    """The tiny pack in the data folder's packs/, written once."""
+    """The tiny pack in the data folder's packs/, written once (by `farm up`, `farm demo`, and `farm
+    render --local` on a machine that has none), with a line that says what it is: a first clip of
+    coloured noise otherwise reads as a broken install."""
     folder = data / "packs" / "tiny"
     if not (folder / "embedded_config.json").is_file():
-        from ltx_engine.tiny_pack import write_tiny_pack
+        from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
-        typer.echo(f"writing tiny pack to {folder}", err=True)
+        typer.echo(f"writing the tiny pack to {folder}: seeded weights for trying the farm, so its clips are "
+                   "coloured noise (`farm pack pull` fetches real weights)", err=True)
         write_tiny_pack(folder, seed=0)
     return folder
 
@@ -49,7 +52,7 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
                redis_replicas: int = 0) -> Iterator[tuple[str, str, list[subprocess.Popen]]]:
     """Embedded Redis (unless redis_url; with redis_replicas, a primary, that many replicas and three
     sentinels) + coordinator in this process + N worker processes."""
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
     from coordinator.dashboard import start_dashboard, stop_dashboard
     from coordinator.server import serve, stop
     from coordinator.state import redis_server
@@ -90,6 +93,17 @@ def local_farm(data: Path, workers: int, port: int = 0, redis_url: str | None = 
         stack.callback(lambda: _stop_processes(supervisor.procs))
         stack.callback(supervisor.halt)
         yield address, token, supervisor.procs
+
+
+def announce_farm(stack: contextlib.ExitStack, address: str, token: str) -> None:
+    """Announce the farm on the LAN (mDNS) for `farm join`, withdrawn when the stack closes."""
+    from protos.auth import JoinToken
+    from protos.discovery import announce
+
+    host, _, port = address.rpartition(":")
+    announcement = announce(host, int(port), JoinToken.parse(token).fingerprint)
+    if announcement is not None:
+        stack.callback(announcement.close)
 
 
 def embedded_redis(data: Path, replicas: int = 0) -> contextlib.AbstractContextManager:
@@ -253,6 +267,7 @@ def up(workers: int = typer.Option(2, "--workers"), port: Port = COORDINATOR_POR
         address, _token, _procs = enter_or_fail(stack, local_farm(
             folder, workers, port, redis_url, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
             redis_replicas=redis_replicas))
+        announce_farm(stack, address, _token)
         typer.echo(f"farm up: coordinator {address}, {workers} workers; token in {folder / 'token'}")
         while not stop.wait(0.5):
             pass

@@ -1,68 +1,86 @@
-"""The render spec from the command line, built in one place for `render`, `submit` and `plan`.
+"""The client's part of a render spec: the flags that name files or settings on this machine.
 
-Why one place: the three commands used to build it each their own way, and their defaults drifted
-(`submit` and `plan` sent frames=25, so an LTX-2.5 pack's DurationHead never picked the length). An
-option left out is None here, so the spec record's own default stands (`protos.spec.RenderSpec`).
+Why here: a flag's field (protos/spec.py) says how its text becomes the field, except where only the
+client can: an image decoded, a LoRA or clip hashed (uploaded later), the config's text encoder, a hub
+repo asked. Those fields say `client=NAME` and their reader is `CLIENT_READERS[NAME]`, run in this
+order; what each returns is merged over the parsed flags, so a reader may also set fields it implies
+(the HDR IC-LoRA render writes no audio and the HLG master).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from farm_cli import common
-from farm_cli.common import fail
-from farm_cli.images import cli_images
-from protos.spec import RenderSpec, SpecError
+from protos.spec import RenderSpec
 
 
-def cli_spec(*, prompt: str, height: int, width: int, frames: int | None, frame_rate: float, seed: int, pack: str,
-             image: list[tuple[Path, str, float]] | None = None, no_audio: bool = False, stage2_tiles: str | None = None,
-             tile_overlap: int = 5, stage2_sigmas: str | None = None, temporal_upscalings: int = 0,
-             decode_tiles: str = "auto", exr: Path | None = None, text_encoder: str | None = None,
-             data: Path | None = None, detailing_lora: str | None = None, detailing_strength: float = 0.5,
-             priority: int | None = None, notify: str | None = None, image_blob: str | None = None,
-             image_binding: list[str] | None = None, image_crf: list[int] | None = None,
-             num_generated_keyframes: int = 0, lora_fields: dict | None = None, guidance: dict | None = None,
-             sparse_attention: str | None = None, compute_dtype: str | None = None, hdr_fields: dict | None = None,
-             dfr_fields: dict | None = None,
-             media_fields: dict | None = None,
-             stage1_parallel: str | None = None,
-             ) -> tuple[RenderSpec, list[np.ndarray]]:
-    """The typed spec of the command's options and the decoded images (one per --image, in order); one
-    line, exit 2, for a value the spec refuses. `image_blob`: the images are not decoded, each file's
-    sha256 stands in for its blob (`farm plan`)."""
-    raw, _ = common.render_spec(prompt, height, width, frames, frame_rate, seed, pack, None, no_audio)
-    raw["images"], pixels = cli_images(image, image_binding, image_crf, read=image_blob is None)
-    raw["num_generated_keyframes"] = num_generated_keyframes
-    raw |= common.advanced_spec(stage2_tiles, tile_overlap, stage2_sigmas, temporal_upscalings, decode_tiles, exr)
-    raw |= common.detailing_spec(detailing_lora, detailing_strength)
-    raw |= lora_fields or {}  # --lora / --lora-mode, resolved by farm_cli.loras
-    raw |= hdr_fields or {}  # issue #29: --exr-colorspace / --auto-duration (farm_cli.hdr_spec)
-    raw |= dfr_fields or {}  # issue #29: --dfr / --spatial-upscalings (farm_cli.hdr_spec.dfr_fields)
-    raw |= media_fields or {}  # issue #24: --audio / --audio-start, resolved by farm_cli.media
-    raw["text_encoder"] = common.text_encoder_choice(pack, text_encoder, data)
-    raw["priority"] = priority
-    raw |= {k: v for k, v in (guidance or {}).items() if v is not None}  # the guided recipe's knobs
-    raw |= forward_spec(sparse_attention, compute_dtype)
-    raw["stage1_parallel"] = stage1_parallel  # issue #25 (checked by protos/sp_spec.py)
-    if notify:
-        if not notify.startswith(("http://", "https://")):
-            fail(f"--notify {notify!r}: give an http:// or https:// URL")
-        raw["notify"] = notify
-    try:
-        return RenderSpec.from_dict(raw), pixels
-    except SpecError as exc:
-        fail(str(exc))
+@dataclass
+class AskedRender:
+    """What the options ask for: the typed spec, the decoded images, and the client files behind the
+    spec's blobs (LoRAs, media) that a farm command uploads and `--local` reads where they are."""
+
+    spec: RenderSpec | None = None
+    pixels: list[np.ndarray] = field(default_factory=list)
+    lora_files: dict[str, Path] = field(default_factory=dict)
+    media_files: dict[str, Path] = field(default_factory=dict)
+
+    def upload_to(self, coordinator: str, token: str | None) -> None:
+        from farm_cli import loras, media
+
+        loras.upload_to(self.lora_files, coordinator, token)
+        media.upload_to(self.media_files, coordinator, token)
 
 
-def forward_spec(sparse_attention: str | None, compute_dtype: str | None) -> dict:
-    """Issue #26: --sparse-attention TAUS (comma-separated) and --compute-dtype as spec fields."""
-    out: dict = {"compute_dtype": compute_dtype} if compute_dtype else {}
-    if sparse_attention:
-        try:
-            out["sparse_attention"] = [float(x) for x in sparse_attention.split(",")]
-        except ValueError:
-            fail(f"--sparse-attention {sparse_attention!r} is not a comma-separated list of taus, e.g. 1.0,1.25,1.5")
-    return out
+Reader = Callable[[dict, "AskedRender", "Path | None", bool], dict]
+
+
+def _loras(asked: dict, out: AskedRender, data: Path | None, planning: bool) -> dict:
+    """--lora SOURCE STRENGTH: each a blob of a file here (or the hub's), or a pack file name."""
+    from farm_cli import loras
+
+    chosen = loras.resolve(asked["lora"], asked["lora_mode"])
+    out.lora_files = chosen.files
+    return chosen.fields
+
+
+def _media(asked: dict, out: AskedRender, data: Path | None, planning: bool) -> dict:
+    """--audio, IC-LoRA control / Dub-It, retake / extend, the HDR IC-LoRA clip: blobs of files here."""
+    from farm_cli import media
+
+    chosen = media.resolve(asked["audio"], asked["audio_start"])
+    media.add_control(chosen, asked["control_video"], asked["control_attention"], asked["ic_lora"], asked["dub"])
+    media.resolve_clip(chosen, asked)
+    media.add_hdr_clip(chosen, asked["hdr_ic_lora"], asked["no_keyframes"], asked["input_colorspace"])
+    out.media_files = chosen.files
+    return chosen.fields
+
+
+def _images(asked: dict, out: AskedRender, data: Path | None, planning: bool) -> dict:
+    """--image PATH FRAME STRENGTH with its binding and CRF; `farm plan` hashes the files, not decodes."""
+    from farm_cli.images import cli_images
+
+    entries, out.pixels = cli_images(asked["image"], asked["image_binding"], asked["image_crf"], read=not planning)
+    return {"images": entries}
+
+
+def _detailing(asked: dict, out: AskedRender, data: Path | None, planning: bool) -> dict:
+    """--detailing-lora (a hub repo is asked here, before anything queues) with its strength."""
+    from farm_cli.common import detailing_spec
+
+    return detailing_spec(asked["detailing_lora"], asked["detailing_strength"])
+
+
+def _text_encoder(asked: dict, out: AskedRender, data: Path | None, planning: bool) -> dict:
+    """--text-encoder, else the pack's entry in the config file (a folder here as its absolute path)."""
+    from farm_cli.common import text_encoder_choice
+
+    return {"text_encoder": text_encoder_choice(asked["pack"], asked["text_encoder"], data)}
+
+
+CLIENT_READERS: dict[str, Reader] = {
+    "loras": _loras, "media": _media, "images": _images, "detailing": _detailing, "text_encoder": _text_encoder,
+}

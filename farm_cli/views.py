@@ -1,13 +1,14 @@
-"""How renders read in the terminal: one row per render (`farm status`, `farm ls`) and the details of
-one (`farm status ID`). The fields come from the coordinator's summaries (coordinator.metrics), so the
-stage, progress and ETA read as on the dashboard."""
+"""How renders read in the terminal: the stage and durations of the one list view (`farm ls`, and
+`farm status` without an id: farm_cli.manage.table) and the details of one (`farm status ID`). The
+fields come from the coordinator's summaries (coordinator.views.metrics), so the stage, progress and ETA read
+as on the dashboard."""
 
 from __future__ import annotations
 
 import time
 
-from coordinator.metrics import STAGE_LABELS, stage_summaries, task_view
 from coordinator.plan.length import length_line
+from coordinator.views.metrics import STAGE_LABELS, stage_summaries, task_view
 from protos.states import TERMINAL
 
 
@@ -21,33 +22,12 @@ def duration(seconds: float | None) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def _clip(text: str, width: int) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def stage_label(render: dict) -> str:
     """The stage a render is in (or waits for), as people read it; blank once it has ended."""
     if render.get("state") in TERMINAL:
         return ""
     stage = str(render.get("current_stage") or "")
     return render.get("current_stage_label") or STAGE_LABELS.get(stage, stage)
-
-
-def render_row(render: dict) -> str:
-    """id, state, stage, progress, ETA, age, submitter, prompt: one line of `farm status`."""
-    progress = f"{float(render.get('progress') or 0) * 100:3.0f}%"
-    eta = duration(render.get("eta_s")) if render.get("eta_s") is not None else "-"
-    return (f"{render.get('id')}  {render.get('state') or '':<10} {stage_label(render):<10} {progress:>4} "
-            f"{eta:>6} {duration(render.get('age_s')):>6}  {_clip(render.get('submitter') or '-', 16):<16} "
-            f"{_clip(render.get('prompt') or '', 40)}")
-
-
-def render_header(renders: list[dict]) -> str:
-    """The column names over render_row's lines, at their widths."""
-    width = max([2, *(len(str(r.get("id"))) for r in renders)])
-    return (f"{'id':<{width}}  {'state':<10} {'stage':<10} {'done':>4} {'eta':>6} {'age':>6}  {'by':<16} "
-            "prompt")
 
 
 def pack_copies(pack: str, workers: list[dict]) -> list[str]:
@@ -64,12 +44,39 @@ def pack_copies(pack: str, workers: list[dict]) -> list[str]:
     return lines
 
 
-WORKER_HEADER = ("worker", "state", "chip", "memory", "packs", "task", "speed")
+WORKER_HEADER = ("worker", "state", "chip", "memory", "packs", "versions", "class", "installed", "task", "speed")
+
+
+def _installed_cell(w: dict) -> str:
+    """The installed set's hash, and the lock's when the worker has one ("no lock" otherwise)."""
+    found = w.get("installed") if isinstance(w.get("installed"), dict) else {}
+    if not found:
+        return "-"
+    return f"{found.get('installed') or '?'} (lock {found.get('lock') or '?'})"
+
+
+def _versions_cell(w: dict) -> str:
+    if not w.get("project_version"):
+        return "-"
+    return f"{w['project_version']}, mlx {w.get('mlx_version') or '?'} {w.get('backend') or ''}".rstrip()
+
+
+def class_lines(workers: list[dict]) -> list[str]:
+    """The determinism classes (workers whose fixed tiny forward hashes alike), when the fleet has two."""
+    classes: dict[str, list[str]] = {}
+    for w in workers:
+        if w.get("state") != "refused":
+            classes.setdefault(str(w.get("fingerprint") or "-"), []).append(str(w.get("id")))
+    if len(classes) < 2:
+        return []
+    return [f"{len(classes)} determinism classes (a step's tiles and a gang's ranks stay within one; "
+            "--any-class mixes them): " + "; ".join(f"{c}: {', '.join(ids)}" for c, ids in sorted(classes.items()))]
 
 
 def worker_rows(workers: list[dict]) -> list[str]:
-    """`farm workers`: a header, then per worker its state, chip, memory, packs, current task and speed
-    (tasks done and mean seconds per task), and the renders it is blocklisted for."""
+    """`farm workers`: a header, then per worker its state, chip, memory, packs, versions, determinism
+    class, installed set, current task and speed (tasks done and mean seconds per task), the renders it
+    is blocklisted for and why it was refused; then the classes when there are several."""
     cells = [WORKER_HEADER]
     for w in workers:
         memory = f"{int(w['memory_bytes']) / 2**30:.0f} GiB" if w.get("memory_bytes") else "-"
@@ -77,13 +84,16 @@ def worker_rows(workers: list[dict]) -> list[str]:
         speed = f"{w.get('tasks_done') or 0} tasks, {mean:.1f} s/task" if mean else "no tasks yet"
         packs = ",".join(sorted(w.get("packs") or {})) or "-"
         cells.append((str(w.get("id")), str(w.get("state") or "?"), str(w.get("chip") or "-"), memory, packs,
+                      _versions_cell(w), str(w.get("fingerprint") or "-"), _installed_cell(w),
                       str(w.get("current_task") or "-"), speed))
     widths = [max(len(row[i]) for row in cells) for i in range(len(WORKER_HEADER) - 1)]
     lines = ["  ".join(c.ljust(n) for c, n in zip(row, widths, strict=False)) + "  " + row[-1] for row in cells]
     for w, i in zip(workers, range(1, len(cells)), strict=True):
         if w.get("blocklisted_for"):
             lines[i] += f"  blocklisted for {', '.join(w['blocklisted_for'])}"
-    return lines
+        if w.get("refused"):
+            lines[i] += f"  {w['refused']}"
+    return lines + class_lines(workers)
 
 
 def spent(task: dict) -> str:
@@ -139,7 +149,8 @@ def render_details(render: dict) -> list[str]:
     views = [task_view(t) for t in render.get("tasks") or []]
     for stage in stage_summaries(render, views):
         took = duration(stage["duration_s"]) if stage["duration_s"] is not None else stage["state"]
-        lines.append(f"    {stage['label']:<10} {stage['done']}/{stage['total']} {took}")
+        ran = sorted({w for v in views if v["stage"] == stage["name"] for w in v["workers"]})
+        lines.append(f"    {stage['label']:<10} {stage['done']}/{stage['total']} {took}" + (f"  on {', '.join(ran)}" if ran else ""))
     if render.get("output"):
         lines.append(f"  output     {render['output']} (`farm fetch {render.get('id')} -o FILE`)")
     if render.get("error"):

@@ -3,7 +3,7 @@
 The view keeps a local copy of the render (one get_render() call up front) and applies each event
 to it, so following a render costs one RPC plus the event stream; it re-reads the render only when
 the event stream names tasks it does not know (tiles added per step) and once at the end. The
-numbers (stages, tile boxes, ETA) come from coordinator.metrics, the same code as the dashboard.
+numbers (stages, tile boxes, ETA) come from coordinator.views.metrics, the same code as the dashboard.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator import metrics
+from coordinator.views import metrics
 from farm_cli.views import length_note
 from protos.states import TERMINAL
 
@@ -58,60 +58,64 @@ class WatchState:
         self.read_ms = self.now_ms
 
     def eta_s(self) -> float | None:
-        """The coordinator's ETA (coordinator/eta.py, the one every view shows), counted down since it was read."""
+        """The coordinator's ETA (coordinator/views/eta.py, the one every view shows), counted down since it was read."""
         eta_ms = self.render.get("eta_ms")
         return None if eta_ms is None or self.render.get("state") in TERMINAL else max(0.0, (eta_ms - self.now_ms) / 1000)
 
     def apply(self, event: dict) -> bool:
         """Fold one event in; True when the render must be re-read: a task we have never seen, or a task
         ended and the coordinator's ETA is older than ETA_REFRESH_MS."""
-        kind = str(event.get("type", ""))
+        etype = str(event.get("type", ""))
         self.now_ms = int(event.get("ts") or self.now_ms)
-        if kind == "tasks_added":
+        if etype == "tasks_added":
             return True
-        if kind.startswith("render"):
-            state = {"render_failed": "failed", "render_cancelled": "cancelled"}.get(kind, event.get("state"))
+        if etype.startswith("render"):
+            state = {"render_failed": "failed", "render_cancelled": "cancelled"}.get(etype, event.get("state"))
             self.render.update({k: event[k] for k in ("stage", "error") if event.get(k)})
             self.render["state"] = state or self.render.get("state")
             if self.render["state"] in TERMINAL:
                 self.render["finished_ms"] = self.render.get("finished_ms") or self.now_ms
-            if kind == "render_state" and event.get("state") == "running":
+            if etype == "render_state" and event.get("state") == "running":
                 self.render["started_ms"] = self.render.get("started_ms") or self.now_ms
             return False
         task = self.tasks.get(str(event.get("task", "")))
         if task is None:
             return bool(event.get("task"))
-        _fold_task_event(task, kind, event, self.now_ms)
-        return kind in _ENDS and self.now_ms - self.read_ms >= ETA_REFRESH_MS
+        _fold_task_event(task, etype, event, self.now_ms)
+        return etype in _ENDS and self.now_ms - self.read_ms >= ETA_REFRESH_MS
 
     def views(self) -> list[dict]:
         return [metrics.task_view(t) for t in self.tasks.values()]
 
 
-def _fold_task_event(task: dict, kind: str, event: dict, now_ms: int) -> None:
-    if kind == "task_queued":
+def _fold_task_event(task: dict, etype: str, event: dict, now_ms: int) -> None:
+    if etype == "task_queued":
         task.update(state="queued", queued_ms=now_ms)
-    elif kind == "task_leased":
+    elif etype == "task_leased":
         task.update(
             state="leased",
             worker=event.get("worker", ""),
             attempts=event.get("attempt", 1),
             leased_ms=event.get("leased_ms") or now_ms,
             progress={},
+            ranks=[],
         )
-    elif kind == "task_progress":
+    elif etype == "gang_started":
+        task["ranks"] = list(event.get("members") or [])
+    elif etype == "task_progress":
         task["progress"] = event.get("progress") or {}
-    elif kind == "task_done":
+    elif etype == "task_done":
         task.update(
             state="done",
             worker=event.get("worker", task.get("worker")),
             done_ms=now_ms,
             metrics=event.get("metrics") or {},
             error="",
+            ranks=list(event.get("workers") or task.get("ranks") or []),
         )
-    elif kind in ("task_retry", "task_expired"):
+    elif etype in ("task_retry", "task_expired"):
         task.update(state="queued", error=event.get("error") or f"lease expired on {event.get('worker')}")
-    elif kind == "task_failed":
+    elif etype == "task_failed":
         task.update(state="failed", error=event.get("error", ""), done_ms=now_ms)
 
 
@@ -127,7 +131,7 @@ def _stage_table(stages: list[dict], views: list[dict]) -> Table:
     for _ in range(5):
         table.add_column()
     for s in stages:
-        workers = sorted({v["worker"] for v in views if v["stage"] == s["name"] and v["worker"]})
+        workers = sorted({w for v in views if v["stage"] == s["name"] for w in v["workers"]})
         prog = s.get("progress") or {}
         extra = f" step {prog['step']}/{prog['total']}" if prog.get("total") else ""
         table.add_row(

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltx_engine import patchify
-from ltx_engine.keyframes import (  # noqa: F401 - the pure rules, part of this module's surface
+from ltx_engine.models import patchify
+from ltx_engine.rules.keyframes import (  # noqa: F401 - the pure rules, part of this module's surface
     AUTO,
     BINDINGS,
     GUIDE,
@@ -33,8 +33,8 @@ from ltx_engine.keyframes import (  # noqa: F401 - the pure rules, part of this 
     replacement_latent_index,
     resolve_frame,
 )
-from ltx_engine.sampling import LatentState
-from ltx_engine.tokens import patchify_video
+from ltx_engine.rules.sampling import LatentState
+from ltx_engine.rules.tokens import patchify_video
 
 F32 = np.float32
 

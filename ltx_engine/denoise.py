@@ -2,22 +2,22 @@
 
 The loop is the reference's Euler loop: per step, timesteps = sigma * denoise_mask per token, the
 model's velocity gives x0 = x - v * timesteps, conditioned tokens are put back to clean, then an
-Euler step. States and steps are numpy (`ltx_engine.sampling`), so the coordinator can run the very
+Euler step. States and steps are numpy (`ltx_engine.rules.sampling`), so the coordinator can run the very
 same step between tiled forwards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine import sampling
 from ltx_engine.conditioning import ImageCondition, apply_image_conditions
-from ltx_engine.sampling import LatentState
-from ltx_engine.tokens import patchify_audio, patchify_video, unpatchify_video
+from ltx_engine.rules import sampling
+from ltx_engine.rules.sampling import LatentState
+from ltx_engine.rules.tokens import patchify_audio, patchify_video, unpatchify_video
 
 Forward = Callable[[LatentState, LatentState | None, float], tuple[np.ndarray, np.ndarray | None]]
 
@@ -63,6 +63,7 @@ class StageInputs:
     images: tuple[ImageCondition, ...] = ()      # several images / keyframes (`ltx_engine.conditioning`)
     sparse_taus: tuple[float, ...] | None = None  # sparse self-attention, one tau per step (stage 2)
     compute_dtype: str | None = None             # "float16" / "bfloat16": attention and FF narrower
+    step_cache: float | None = None              # the step cache's threshold (`ltx_engine.step_cache`)
     retake: object | None = None                 # retake.RetakeWindow: initial_video/audio are the source's
     audio_pin: np.ndarray | None = None          # extend: the source's boundary audio latent, pinned
     audio_pin_start: int = 0                     # ... at this audio token of the window
@@ -94,7 +95,7 @@ class StageInputs:
 
 
 def _positions(inputs: StageInputs) -> tuple[np.ndarray, np.ndarray]:
-    from ltx_engine import patchify
+    from ltx_engine.models import patchify
 
     f, h, w = inputs.latent_grid
     video = patchify.video_positions(1, f, h, w, inputs.fps)
@@ -106,7 +107,7 @@ def _condition_on_image(video: LatentState, inputs: StageInputs, vpos: np.ndarra
     tokens = patchify_video(inputs.image_latent.astype(np.float32))
     if inputs.image_frame == 0:
         return video.replace_tokens(0, tokens, inputs.image_strength)
-    from ltx_engine import patchify
+    from ltx_engine.models import patchify
 
     _, h, w = inputs.latent_grid
     pos = np.array(patchify.keyframe_positions(1, inputs.image_frame, h, w, inputs.fps), dtype=np.float32)
@@ -116,7 +117,7 @@ def _condition_on_image(video: LatentState, inputs: StageInputs, vpos: np.ndarra
 def _append_slots(video: LatentState, inputs: StageInputs) -> LatentState:
     """Generated keyframe slots (upstream VideoGeneratedKeyframeSlots): one latent frame of tokens per
     slot at a single pixel frame [p, p + 1), mask 1, clean 0, starting from `slot_latent` (or 0)."""
-    from ltx_engine import patchify
+    from ltx_engine.models import patchify
 
     _, h, w = inputs.latent_grid
     channels = video.latent.shape[2]
@@ -126,8 +127,7 @@ def _append_slots(video: LatentState, inputs: StageInputs) -> LatentState:
         init = (np.zeros((1, h * w, channels), np.float32) if inputs.slot_latent is None
                 else patchify_video(inputs.slot_latent[:, :, k : k + 1].astype(np.float32)))
         pos = np.array(patchify.keyframe_positions(1, frame, h, w, inputs.fps), dtype=np.float32)
-        video = video.append_tokens(init, pos, 0.0)  # mask 1: generated, not given
-        video = replace(video, clean_latent=np.concatenate([video.clean_latent[:, : -h * w], 0 * init], axis=1))
+        video = video.append_tokens(0 * init, pos, 0.0, latent=init)  # mask 1: generated, not given
     return video
 
 
@@ -155,15 +155,14 @@ def append_reference(video: LatentState, inputs: StageInputs, strength: float = 
     """IC-LoRA reference tokens (upstream VideoConditionByReferenceLatent): clean = the reference, latent
     0, mask 1 - strength, positions of its own grid (causal fix, seconds at the stage's fps) with height
     and width scaled by the downscale factor into the target's pixels; never marked."""
-    from ltx_engine import patchify
+    from ltx_engine.models import patchify
 
     ref = inputs.reference_latent.astype(np.float32)
     f, h, w = ref.shape[2:]
     positions = np.array(patchify.video_positions(1, f, h, w, inputs.fps), dtype=np.float32)
     positions[:, 1:] *= np.float32(inputs.reference_downscale)
     tokens = patchify_video(ref)
-    video = video.append_tokens(tokens, positions, strength)
-    return video.with_latent(np.concatenate([video.latent[:, : -tokens.shape[1]], 0 * tokens], axis=1))
+    return video.append_tokens(tokens, positions, strength)
 
 
 def _audio_state(inputs: StageInputs, apos: np.ndarray, sigma0: float) -> LatentState:
@@ -171,7 +170,7 @@ def _audio_state(inputs: StageInputs, apos: np.ndarray, sigma0: float) -> Latent
     if not inputs.renoise_audio:  # frozen: clean context, never denoised (mask 0)
         return LatentState(audio.latent, np.zeros_like(audio.denoise_mask), audio.clean_latent, audio.positions)
     noise = sampling.noise(audio.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_AUDIO, inputs.noise_stream))
-    return audio.with_latent(sampling.lerp_noise(audio.latent, audio.clean_latent, noise, sigma0, audio.denoise_mask))
+    return audio.noised(noise, sigma0)
 
 
 def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[LatentState, LatentState]:
@@ -196,15 +195,22 @@ def build_stage_states(inputs: StageInputs, latent_channels: int) -> tuple[Laten
         video = apply_control(video, inputs)
     sigma0 = float(inputs.sigmas[0])
     noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
-    if inputs.slots:  # DFR stages follow upstream's noiser, which starts each token from its own latent
+    if inputs.slots:  # DFR: slots (and the detailing reference) appended before the noise
         video = _append_slots(video, inputs)
         if inputs.reference_latent is not None:
             video = append_reference(video, inputs)
         noise = sampling.noise(video.latent.shape, inputs.seed, sampling.stream_id(sampling.STREAM_VIDEO, inputs.noise_stream))
-        video = video.with_latent(sampling.lerp_noise(video.latent, video.clean_latent, noise, sigma0, video.denoise_mask))
-    else:
-        video = video.noised(noise, sigma0)
+    video = video.noised(noise, sigma0)
     return video, _media_audio(_generated_audio_state(inputs, apos, sigma0), inputs)
+
+
+def build_audio_state(inputs: StageInputs) -> LatentState:
+    """An audio-only stage's initial (noised) state (T2A: no video tokens); its noise is the stream a
+    joint stage's audio draws."""
+    from ltx_engine.models import patchify
+
+    apos = np.array(patchify.audio_positions(1, inputs.audio_frames), dtype=np.float32)
+    return _generated_audio_state(inputs, apos, float(inputs.sigmas[0]))
 
 
 def _generated_audio_state(inputs: StageInputs, apos: np.ndarray, sigma0: float) -> LatentState:
@@ -257,12 +263,14 @@ def state_modality(state: LatentState, sigma: float, context: np.ndarray, mask: 
     return modality(state.latent, timesteps, state.positions, sigma, context, mask)
 
 
-def _run_model(model, v_mod, a_mod, options=None, positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """One forward as float32 numpy; `options` (`ltx_engine.forward_options`): sparse tau, compute dtype."""
-    from ltx_engine import forward_options
+def _run_model(model, v_mod, a_mod, options=None, positions: np.ndarray | None = None,
+               cache=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """One forward as float32 numpy; `options` (`ltx_engine.models.forward_options`): sparse tau, compute dtype;
+    `cache`: the step cache (`ltx_engine.step_cache.StepCache`) of the chain this forward is a step of."""
+    from ltx_engine.models import forward_options
 
     def call() -> tuple:
-        v_out, a_out = model(v_mod, a_mod)
+        v_out, a_out = model(v_mod, a_mod) if cache is None else model(v_mod, a_mod, cache=cache)
         mx.eval(v_out, a_out) if a_out is not None else mx.eval(v_out)
         return v_out, a_out
 
@@ -272,7 +280,7 @@ def _run_model(model, v_mod, a_mod, options=None, positions: np.ndarray | None =
 
 
 def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts: dict[str, np.ndarray],
-                   options=None) -> np.ndarray:
+                   options=None, cache=None) -> np.ndarray:
     """Video velocity of one forward on a token set (a tile): latent/timesteps/positions plus the
     untiled audio tokens as context (their output is not needed: stage-2 audio is frozen)."""
     mask = contexts.get("context_mask")
@@ -283,12 +291,13 @@ def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts:
     if "audio_latent" in tokens:
         a_t = sampling.timesteps_from_mask(tokens["audio_mask"], sigma)[..., 0]
         a_mod = modality(tokens["audio_latent"], a_t, tokens["audio_positions"], sigma, contexts["audio_context"], mask)
-    return _run_model(model, v_mod, a_mod, options, tokens["positions"])[0]
+    return _run_model(model, v_mod, a_mod, options, tokens["positions"], cache)[0]
 
 
 def model_forward(model, video: LatentState, audio: LatentState | None, sigma: float,
                   contexts: dict[str, np.ndarray], marker: np.ndarray | None = None,
-                  options=None, attention_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  options=None, attention_mask: np.ndarray | None = None,
+                  cache=None) -> tuple[np.ndarray, np.ndarray | None]:
     """Velocities of one forward, as float32 numpy; `marker` (1, T, 1) flags single-pixel-frame tokens;
     `attention_mask` (1, T, T) in [0, 1]: the video's self-attention strengths (IC-LoRA control)."""
     mask = contexts.get("context_mask")
@@ -298,7 +307,7 @@ def model_forward(model, video: LatentState, audio: LatentState | None, sigma: f
     if attention_mask is not None:
         v_mod.attention_mask = mx.array(attention_mask)
     a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
-    return _run_model(model, v_mod, a_mod, options, video.positions)
+    return _run_model(model, v_mod, a_mod, options, video.positions, cache)
 
 
 def _step(state: LatentState, velocity: np.ndarray, sigmas: list[float], step: int, ancestral: Ancestral | None,

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine import patchify, sampling
-from ltx_engine.dfr_layout import TEMPORAL_SCALE, DfrTile, RoundPlan, tile_image_frame  # noqa: F401
-from ltx_engine.sampling import F32, LatentState, lerp_noise
-from ltx_engine.tokens import patchify_video, unpatchify_video
+from ltx_engine.models import patchify
+from ltx_engine.rules import sampling
+from ltx_engine.rules.dfr_layout import TEMPORAL_SCALE, DfrTile, RoundPlan, tile_image_frame  # noqa: F401
+from ltx_engine.rules.sampling import F32, LatentState, lerp_noise
+from ltx_engine.rules.tokens import patchify_video, unpatchify_video
 
 
 @dataclass

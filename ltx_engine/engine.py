@@ -12,30 +12,38 @@
     decode_video      latent (or a latent slice) → pixels in [0, 1], (F, H, W, 3)
     decode_video_tile one decode tile of a latent → raw decoder pixels (1, 3, f, h, w), blended later
     decode_audio      audio latent → waveform (channels, samples) and its sample rate
-    encode_audio      a user's track (the window A2V renders to) → audio latent (issue #24)
-    encode_video_tile one tile of a source clip's pixels → its latent tile (issue #24, blended later)
+    encode_audio      a user's track (the window A2V renders to) → audio latent
+    encode_video_tile one tile of a source clip's pixels → its latent tile (blended later)
 
 Everything crossing this surface is numpy float32, so it can travel as a blob and the results do not
-depend on which process computed them. The sampler math lives in `ltx_engine.sampling`.
+depend on which process computed them. The sampler math lives in `ltx_engine.rules.sampling`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine import dfr, text_encoders
-from ltx_engine.components import KIND_COMPONENTS, TEXT_ENCODER
+from ltx_engine import dfr
 from ltx_engine.crf import h264_round_trip
-from ltx_engine.denoise import StageInputs, build_stage_states, run_denoise, stage_marker, stage_slots
-from ltx_engine.media import image_to_pixels
+from ltx_engine.denoise import (
+    StageInputs,
+    build_audio_state,
+    build_stage_states,
+    run_denoise,
+    stage_marker,
+    stage_slots,
+)
+from ltx_engine.loading.pack import Pack
+from ltx_engine.loading.registry import EncoderFolder, ModelRegistry
 from ltx_engine.media_stage import attention_mask, generated_audio, refuse_unmasked
-from ltx_engine.pack import Pack
-from ltx_engine.registry import EncoderFolder, ModelRegistry
-from ltx_engine.tokens import unpatchify_audio, unpatchify_video
+from ltx_engine.rules import text_encoders
+from ltx_engine.rules.components import TEXT_ENCODER
+from ltx_engine.rules.media import image_to_pixels
+from ltx_engine.rules.tokens import unpatchify_audio, unpatchify_video
 
 Progress = Callable[[int, int], None]
 
@@ -45,8 +53,9 @@ class Engine:
 
     def __init__(self, registry: ModelRegistry | None = None):
         self.registry = registry or ModelRegistry()
+        self._caches: list = []  # the step caches of the task running (`cache_skips` reads and clears them)
 
-    stream_blocks = False  # the worker's per-task choice: the DiT streamed block by block (ltx_engine.streaming)
+    stream_blocks = False  # the worker's per-task choice: the DiT streamed block by block (ltx_engine.loading.streaming)
 
     def model(self, pack: Pack, component: str):
         return self.registry.get(self._seen(pack, component), component)
@@ -54,15 +63,15 @@ class Engine:
     def _seen(self, pack: Pack, component: str):
         """The pack as this task loads `component` from it: with its DiT streamed when the worker chose so."""
         if component == "transformer" and self.stream_blocks:
-            from ltx_engine.streaming import StreamedPack, can_stream
+            from ltx_engine.loading.streaming import StreamedPack, can_stream
 
             return StreamedPack(pack) if can_stream(pack) else pack
         return pack
 
-    def prepare(self, pack: Pack, kind: str, encoder_dir: Path | None = None) -> None:
-        """Make room for what `kind` needs (models it does not need are dropped first); a text encoder
-        not loaded yet counts with its weight files' size before it loads."""
-        needed = [(self._seen(pack, c).key, c) for c in KIND_COMPONENTS.get(kind, ()) if c != TEXT_ENCODER]
+    def prepare(self, pack: Pack, components: Iterable[str], encoder_dir: Path | None = None) -> None:
+        """Make room for the components a task loads (models it does not need are dropped first); a text
+        encoder not loaded yet counts with its weight files' size before it loads."""
+        needed = [(self._seen(pack, c).key, c) for c in components if c != TEXT_ENCODER]
         incoming = 0
         if encoder_dir is not None:
             key = (EncoderFolder(encoder_dir).key, TEXT_ENCODER)
@@ -76,6 +85,14 @@ class Engine:
 
         encoder = self.registry.get(EncoderFolder(encoder_dir or pack.text_encoder_dir), TEXT_ENCODER)
         return encode_prompt(encoder, self.model(pack, "connector"), prompt)
+
+    def enhance_prompt(self, pack: Pack, prompt: str, mode: str, max_new_tokens: int,
+                       encoder_dir: Path | None = None) -> str:
+        """The prompt rewritten by the text encoder's Gemma 3 (`models.prompt_enhancer`), greedily."""
+        from ltx_engine.models.prompt_enhancer import enhance
+
+        encoder = self.registry.get(EncoderFolder(encoder_dir or pack.text_encoder_dir), TEXT_ENCODER)
+        return enhance(encoder.model, encoder.tokenizer, prompt, mode, max_new_tokens)
 
     def encode_image(self, pack: Pack, image: np.ndarray, height: int, width: int, crf: int = 0) -> np.ndarray:
         """uint8 (H, W, 3) → H.264 round trip at `crf` (0: none) → resized, centre-cropped → VAE encoder
@@ -110,32 +127,62 @@ class Engine:
                 "positions": video.positions, "audio_latent": audio.latent, "audio_mask": audio.denoise_mask,
                 "audio_positions": audio.positions, "audio_clean": audio.clean_latent}
 
+    def prepare_audio_stage(self, inputs: StageInputs) -> dict[str, np.ndarray]:
+        """An audio-only stage's initial state (T2A) as token arrays: the audio's alone."""
+        audio = build_audio_state(inputs)
+        return {"audio_latent": audio.latent, "audio_mask": audio.denoise_mask, "audio_positions": audio.positions,
+                "audio_clean": audio.clean_latent}
+
     def guidance_pass(self, pack: Pack, params: dict, arrays: dict[str, np.ndarray],
                       contexts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One pass of a guided step on the pack's dev DiT (`guided.run_pass`): x0 of both modalities."""
         from ltx_engine.guided import run_pass
 
-        return run_pass(self.model(pack, "transformer_dev"), params, arrays, contexts)
+        return run_pass(self.model(pack, "transformer_dev"), params, arrays, contexts, self.step_cache(params, arrays))
+
+    def step_cache(self, params: dict, inputs: dict[str, np.ndarray], steps: int = 0):
+        """The task's step cache (`ltx_engine.step_cache`), its state from the `cache_*` inputs; None when
+        the render caches nothing. Kept until `cache_skips` so the task's metrics can count its skips."""
+        from ltx_engine.step_cache import from_params
+
+        cache = from_params(params, inputs, steps)
+        if cache is not None:
+            self._caches.append(cache)
+        return cache
+
+    def cache_skips(self) -> int | None:
+        """Forwards whose block stack the task's step caches skipped (None: it cached nothing)."""
+        caches, self._caches = self._caches, []
+        return sum(c.skipped for c in caches) if caches else None
 
     def forward(self, pack: Pack, tokens: dict[str, np.ndarray], sigma: float,
-                contexts: dict[str, np.ndarray], options=None) -> np.ndarray:
+                contexts: dict[str, np.ndarray], options=None, cache=None) -> np.ndarray:
         """One transformer forward on a token set (a stage-2 tile); returns the video velocity.
-        `options`: `forward_options.ForwardOptions` (the tile's sparse tau, the compute dtype)."""
+        `options`: `forward_options.ForwardOptions` (the tile's sparse tau, the compute dtype); `cache`:
+        the tile's step cache across its stage's steps (`step_cache`)."""
         from ltx_engine.denoise import forward_tokens
 
-        return forward_tokens(self.model(pack, "transformer"), tokens, sigma, contexts, options)
+        return forward_tokens(self.model(pack, "transformer"), tokens, sigma, contexts, options, cache)
 
     def _forward_fn(self, pack: Pack, inputs: StageInputs, num_tokens: int):
         """The stage's forward; the keyframe marker only reaches a DiT that has the LTX-2.5 embedding."""
         model = self.model(pack, "transformer")
         from ltx_engine.denoise import model_forward
-        from ltx_engine.forward_options import step_options
+        from ltx_engine.models.forward_options import step_options
 
         marker = stage_marker(inputs, num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
         mask = attention_mask(inputs, num_tokens)  # IC-LoRA control's attention strength, else None
-        return lambda video, audio, sigma: model_forward(
-            model, video, audio, sigma, inputs.contexts, marker,
-            step_options(inputs.sparse_taus, inputs.sigmas, sigma, inputs.compute_dtype), mask)
+        cache = self.step_cache({"step_cache": inputs.step_cache}, {}, len(inputs.sigmas) - 1)  # kept in memory
+
+        def forward(video, audio, sigma: float):
+            out = model_forward(model, video, audio, sigma, inputs.contexts, marker,
+                                step_options(inputs.sparse_taus, inputs.sigmas, sigma, inputs.compute_dtype), mask,
+                                cache)
+            if cache is not None:
+                cache.next_step()
+            return out
+
+        return forward
 
     def _latent_channels(self, pack: Pack) -> int:
         return int(pack.config.get("transformer", {}).get("in_channels", 128))
@@ -173,7 +220,7 @@ class Engine:
                          bounds: tuple[float, ...] = ()) -> tuple[float, int]:
         """LTX-2.5's DurationHead on the prompt's connector outputs: (seconds, clip frames 8k + 1); bounds:
         the (min, max) seconds the length is clamped to (`--auto-duration`), else the head's 1-20 s."""
-        from ltx_engine.duration import frames_for
+        from ltx_engine.rules.duration import frames_for
 
         head = self.model(pack, "duration_head")
         seconds = float(np.array(head(mx.array(contexts["video_context"]), mx.array(contexts["audio_context"])))[0])
@@ -239,7 +286,7 @@ class Engine:
     def encode_audio(self, pack: Pack, wave: np.ndarray, rate: int, seconds: float, audio_frames: int) -> np.ndarray:
         """(channels, samples) at `rate` → the clip's audio latent (1, z, audio_frames, bins), as upstream's
         A2V: resampled to the VAE's rate, mel, encoder, cut to the clip's latent frames."""
-        from ltx_engine.audio_source import encoder_waveform
+        from ltx_engine.rules.audio_source import encoder_waveform
 
         encoder = self.registry.get(pack, "audio_encoder")
         cfg = encoder.config
@@ -253,12 +300,12 @@ class Engine:
         """One tile of source pixels (1, 3, f, h, w) in [-1, 1] → its normalised latent (1, C, f', h', w')."""
         return np.array(self.model(pack, "vae_encoder")(mx.array(pixels)).astype(mx.float32))
 
-    # Sequence-parallel stage 1 (issue #25): the video tokens split as `exchange` says.
+    # Sequence-parallel stage 1: the video tokens split as `exchange` says.
     def denoise_stage1_sp(self, pack: Pack, inputs: StageInputs, exchange, progress: Progress | None = None,
                           resume=None, on_step=None) -> dict:
-        """`denoise_stage1` with a sequence-parallel forward (`ltx_engine.sp_denoise`): k shards in this
+        """`denoise_stage1` with a sequence-parallel forward (`ltx_engine.parallel.sp_denoise`): k shards in this
         process (`LocalExchange`) or this rank's over a group (`GroupExchange`); same outputs."""
-        from ltx_engine import sp_denoise
+        from ltx_engine.parallel import sp_denoise
 
         refuse_unmasked(inputs, "sequence-parallel stage 1")
         return sp_denoise.denoise_stage1(self.model(pack, "transformer"), inputs, self._latent_channels(pack),

@@ -2,7 +2,7 @@
 denoise / decode tasks must equal bit for bit.
 
 As the MLX port's `HDRICLoraPipeline.generate` (which follows upstream v1.4; upstream 1.2.0 ran two
-stages with LogC3, `ltx_engine.hdr` keeps that transfer for such a LoRA):
+stages with LogC3, `ltx_engine.rules.hdr` keeps that transfer for such a LoRA):
 1. the SDR clip -> working codes (`hdr.sdr_working`), reflect-padded to a multiple of 32, -> [-1, 1];
    `--high-quality` repeats every frame (2N - 1 frames generated, every other one kept);
 2. the VAE encoder encodes it whole: the IC-LoRA reference (downscale 1, strength 1), plus, at every
@@ -24,7 +24,6 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine import hdr, hdr_lora
 from ltx_engine.conditioning import GUIDE, ImageCondition
 from ltx_engine.denoise import (
     StageInputs,
@@ -34,10 +33,11 @@ from ltx_engine.denoise import (
     stage_marker,
     stage_slots,
 )
-from ltx_engine.ic_lora import ControlReference
 from ltx_engine.media_stage import attention_mask
-from ltx_engine.sampling import DISTILLED_SIGMAS, EULER
-from ltx_engine.tokens import unpatchify_video
+from ltx_engine.rules import hdr, hdr_lora
+from ltx_engine.rules.ic_lora import ControlReference
+from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER
+from ltx_engine.rules.tokens import unpatchify_video
 
 F32 = np.float32
 ALIGN = 32

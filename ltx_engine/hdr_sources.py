@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ltx_engine.hdr import HdrInputError
+from ltx_engine.rules.hdr import HdrInputError
 
 
 def read_sdr_clip(path: str | Path, frame_cap: int | None = None) -> tuple[np.ndarray, float]:

@@ -22,13 +22,13 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ltx_engine import extend
 from ltx_engine.denoise import StageInputs
-from ltx_engine.generation import stage1_sampler
-from ltx_engine.ic_lora import ControlReference
 from ltx_engine.media_stage import extend_context
-from ltx_engine.retake import RetakeWindow
-from ltx_engine.sampling import DISTILLED_SIGMAS, EULER, STAGE_2_DISTILLED_SIGMAS
+from ltx_engine.rules import extend
+from ltx_engine.rules.generation import stage1_sampler
+from ltx_engine.rules.ic_lora import ControlReference
+from ltx_engine.rules.retake import RetakeWindow
+from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER, STAGE_2_DISTILLED_SIGMAS
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ltx_engine import extend, ic_lora, retake, sampling
 from ltx_engine.conditioning import REPLACE, ImageCondition
-from ltx_engine.dubit import append_audio_reference
-from ltx_engine.sampling import LatentState
-from ltx_engine.tokens import patchify_audio, patchify_video
+from ltx_engine.rules import extend, ic_lora, retake, sampling
+from ltx_engine.rules.dubit import append_audio_reference
+from ltx_engine.rules.sampling import LatentState
+from ltx_engine.rules.tokens import patchify_audio, patchify_video
 
 
 def retake_stage_states(inputs, vpos: np.ndarray, apos: np.ndarray) -> tuple[LatentState, LatentState]:

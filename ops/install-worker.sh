@@ -88,7 +88,13 @@ run mkdir -p "$FARM_HOME/packs" "$FARM_HOME/cache" "$LOG_DIR" "$AGENTS"
 say "virtual environment $VENV"
 [ -x "$VENV/bin/python" ] || run "$PYTHON" -m venv "$VENV"
 run "$VENV/bin/python" -m pip install --upgrade pip
-run "$VENV/bin/python" -m pip install --upgrade "$SOURCE"
+# Through this checkout's lock: every Mac of the farm runs the same package set (farm workers shows it).
+LOCK="$SCRIPT_DIR/../requirements.lock"
+if [ -f "$LOCK" ]; then
+  run "$VENV/bin/python" -m pip install --upgrade -c "$LOCK" "$SOURCE"
+else
+  run "$VENV/bin/python" -m pip install --upgrade "$SOURCE"
+fi
 
 say "farm token"
 if [ -n "$TOKEN" ]; then

@@ -36,7 +36,7 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # HTTP/2 keepalive, both ways: a peer that stops answering pings (a Mac frozen, asleep, or cut off
 # without a TCP reset) is declared gone at most KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS after it
 # went silent. The coordinator then returns that worker's leases (its Attach stream broke:
-# coordinator/presence.py) in ~7 s instead of at the 30 s lease deadline; a worker or client drops a
+# coordinator/api/presence.py) in ~7 s instead of at the 30 s lease deadline; a worker or client drops a
 # vanished coordinator as fast and follows the next. Pings are ~20 bytes every 3 s per connection;
 # the ack comes from gRPC's own I/O threads, so a busy worker still answers in time.
 KEEPALIVE_TIME_MS = 3_000

@@ -267,18 +267,20 @@ class CompleteRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., outputs: _Optional[_Mapping[str, str]] = ..., metrics_json: _Optional[str] = ..., next: _Optional[_Union[LeaseRequest, _Mapping]] = ...) -> None: ...
 
 class FailRequest(_message.Message):
-    __slots__ = ("task_id", "worker_id", "fence", "error", "retryable")
+    __slots__ = ("task_id", "worker_id", "fence", "error", "retryable", "fault")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    FAULT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     worker_id: str
     fence: int
     error: str
     retryable: bool
-    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    fault: str
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., fence: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., fault: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
     __slots__ = ("status", "message", "drain", "next")

@@ -7,7 +7,7 @@ import warnings
 
 from protos import farm_pb2 as farm__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -687,7 +687,9 @@ class FarmWorkerServicer:
     """
 
     def Register(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """FAILED_PRECONDITION, with one line saying how to upgrade: the worker reports another project
+        version than the coordinator's (it is recorded as refused and leased nothing).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -3,6 +3,12 @@
 `python -m protos.generate` writes farm_pb2.py, farm_pb2.pyi and farm_pb2_grpc.py next to the
 .proto; `python -m protos.generate --check` exits 1 when the checked-in files differ from what the
 .proto generates (run in CI / tests so nobody edits generated code by hand).
+
+The check compares the contract, not the generator's stamp: each generator release writes its own
+version into the files (GRPC_GENERATED_VERSION, the protobuf gencode version), so a byte compare
+failed on every machine that resolved another grpcio-tools. Which generator wrote the checked-in
+files is held separately against requirements.lock (tests/unit/test_lock.py), so the two are equal
+by construction: installs go through the lock.
 """
 
 from __future__ import annotations
@@ -56,12 +62,39 @@ def generated_files() -> dict[str, str]:
     return out
 
 
+# The lines where a generator writes its own release; nothing of the contract is on them.
+_STAMPS = (
+    re.compile(r"^(GRPC_GENERATED_VERSION = )'[^']*'$", re.MULTILINE),
+    re.compile(r"^(# Protobuf Python Version: ).*$", re.MULTILINE),
+    re.compile(r"^(_runtime_version\.ValidateProtobufRuntimeVersion\(\n\s*_runtime_version\.Domain\.\w+,)"
+               r"\n\s*\d+,\n\s*\d+,\n\s*\d+,\n\s*'[^']*',", re.MULTILINE),
+)
+
+
+def contract(text: str) -> str:
+    """Generated text with the generator's version stamps blanked: what the .proto decides."""
+    for stamp in _STAMPS:
+        text = stamp.sub(r"\1<generator>", text)
+    return text
+
+
+def generator_versions(text: str) -> dict[str, str]:
+    """The stamps a generator left in a file: {'grpc': '1.85.4'} / {'protobuf': '7.35.1'}."""
+    found = {}
+    if m := re.search(r"^GRPC_GENERATED_VERSION = '([^']*)'$", text, re.MULTILINE):
+        found["grpc"] = m.group(1)
+    if m := re.search(r"^# Protobuf Python Version: (\S+)$", text, re.MULTILINE):
+        found["protobuf"] = m.group(1)
+    return found
+
+
 def stale_files() -> list[str]:
-    """Names of checked-in generated files that are missing or differ from a fresh generation."""
+    """Names of checked-in generated files that are missing or whose contract differs from a fresh
+    generation (another generator release alone never makes a file stale)."""
     stale = []
     for name, text in generated_files().items():
         target = PROTO_DIR / name
-        if not target.exists() or target.read_text() != text:
+        if not target.exists() or contract(target.read_text()) != contract(text):
             stale.append(name)
     return stale
 

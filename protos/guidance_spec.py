@@ -1,13 +1,13 @@
-"""The render spec's guidance fields (the dev recipes' knobs): their rules and the one cross-field check.
+"""The render spec's guidance fields (the dev recipes' knobs): their rules.
 
-Part of the contract beside `protos/spec.py`, which merges `GUIDANCE_FIELDS` into its field table and
-calls `check_guidance` once a spec is built. None for a knob means the recipe's default (upstream's
+Part of the contract beside `protos/spec.py`, which merges `GUIDANCE_FIELDS` into its field table. None for a knob means the recipe's default (upstream's
 `constants.py`, resolved by `coordinator/plan/guidance.py`). Ranges: every scale finite and >= 0
 (upstream's guiders treat cfg 1, STG 0 and modality 1 as off; below 0 they point away from the
 prompt, which no upstream recipe does), rescale in [0, 1] (a blend of the std-matched prediction and
 the raw one), STG blocks distinct whole numbers (whether they lie inside the model is the planner's
-check: it knows the pack), steps 1..MAX_STEPS. The distilled recipe runs no guidance pass, so it
-refuses every knob, the negative prompt included.
+check: it knows the pack), steps 1..MAX_STEPS, a skip step 0 (guide every step) ..MAX_STEPS. Which recipes
+take the knobs is the planner's modifier table (`coordinator/plan/recipes/modifiers.py`): the distilled
+ones run no guidance pass, so they refuse every knob, the negative prompt included.
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ from __future__ import annotations
 from protos.fields import SpecError, integer, number, short_repr, text
 
 DISTILLED, ONE_STAGE, TWO_STAGE, TWO_STAGE_HQ = "distilled", "one-stage", "two-stage", "two-stage-hq"
-PIPELINES = (DISTILLED, ONE_STAGE, TWO_STAGE, TWO_STAGE_HQ)
+T2A = "t2a"  # upstream's t2a_one_stage: the audio track alone
+PIPELINES = (DISTILLED, ONE_STAGE, TWO_STAGE, TWO_STAGE_HQ, T2A)
 MAX_STEPS = 200       # upstream's recipes use 15..40; past this a render is a mistake, not a choice
 MAX_SCALE = 100.0
 MAX_STG_BLOCKS = 64
 MAX_BLOCK = 1023
 MAX_NEGATIVE_PROMPT_CHARS = 20_000
+MAX_APG_ETA = 10.0      # eta weights the CFG delta's part along cond: 0 drops it, 1 keeps it, above amplifies
+MAX_APG_NORM = 1e6
 
 
 def pipeline(name: str, value: object) -> str:
@@ -63,19 +66,10 @@ GUIDANCE_FIELDS = {
     "audio_rescale": number(0.0, 1.0),
     "audio_modality_scale": _scale,
     "negative_prompt": text(MAX_NEGATIVE_PROMPT_CHARS),
+    "skip_step": integer(0, MAX_STEPS),
+    "audio_skip_step": integer(0, MAX_STEPS),
+    "apg_eta": number(0.0, MAX_APG_ETA),
+    "apg_norm_threshold": number(0.0, MAX_APG_NORM),
 }
 KNOBS = tuple(k for k in GUIDANCE_FIELDS if k != "pipeline")
-FLAG = {k: "--" + k.replace("_", "-") for k in KNOBS}
 
-
-def check_guidance(spec: object) -> None:
-    """Cross-field rule: the distilled recipe (no guidance pass) takes no guidance knob."""
-    if getattr(spec, "pipeline", DISTILLED) != DISTILLED:
-        return
-    given = [k for k in KNOBS if getattr(spec, k, None) is not None]
-    if not given:
-        return
-    what = ("it has no uncond pass to read a negative prompt" if given[0] == "negative_prompt"
-            else "it runs no guidance passes and fixed sigma tables")
-    raise SpecError(f"{FLAG[given[0]]} does not apply to the distilled pipeline ({what}); "
-                    f"pick --pipeline one-stage, two-stage or two-stage-hq")

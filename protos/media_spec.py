@@ -1,4 +1,4 @@
-"""The spec's media inputs (issue #24): a user's own audio track (A2V) and a source video.
+"""The spec's media inputs: a user's own audio track (A2V) and a source video.
 
 Why its own module: the records cross the CLI -> coordinator boundary inside `RenderSpec`, and their
 rules (a blob named by its sha256, a start inside bounds, the client's file name for the one-line
@@ -44,7 +44,7 @@ class SourceVideo:
 
 @dataclass(frozen=True, slots=True)
 class HdrIcLora:
-    """The HDR IC-LoRA render's SDR clip (issue #29: `--hdr-ic-lora CLIP`): the uploaded file's sha256 and
+    """The HDR IC-LoRA render's SDR clip (`--hdr-ic-lora CLIP`): the uploaded file's sha256 and
     name, whether the DFR seams get keyframe slots and guides (`--no-keyframes`: not), and how the clip's
     codes are read (`--input-colorspace` srgb_gamma | srgb)."""
 
@@ -72,8 +72,8 @@ def audio_input(name: str, value: object) -> AudioInput:
         value = value.to_dict()
     if not isinstance(value, dict) or set(value) - {"blob", "start", "name"}:
         raise SpecError(f"{name} must be {{blob, start, name}}")
-    start = (
-        0.0 if value.get("start") is None else number(0.0, MAX_AUDIO_START_S)(f"{name} start", value["start"])
+    start = (  # named by its flag: the field's name means nothing to the person who typed it
+        0.0 if value.get("start") is None else number(0.0, MAX_AUDIO_START_S)("--audio-start", value["start"])
     )
     return AudioInput(blob=_blob(name, value), start=float(start), name=_file_name(name, value))
 
@@ -145,7 +145,7 @@ def ic_lora(name: str, value: object) -> IcLora:
     )
 
 
-# issue #24 retake/extend: the window of a source clip a render regenerates, or the frames it adds
+# retake/extend: the window of a source clip a render regenerates, or the frames it adds
 MAX_EXTEND_FRAMES = 64  # latent frames one extend adds (the planner holds the window to the model's range)
 DIRECTIONS = ("after", "before")
 
@@ -203,7 +203,7 @@ def extend(name: str, value: object) -> Extend:
 
 
 MEDIA_FIELDS = {"audio_input": audio_input, "source_video": source_video, "encode_tiles": text(32)}
-MEDIA_FIELDS |= {"retake": retake, "extend": extend}  # issue #24 retake/extend
+MEDIA_FIELDS |= {"retake": retake, "extend": extend}  # retake/extend
 MEDIA_FIELDS |= {
     "control_video": control_video,
     "ic_lora": ic_lora,
@@ -226,6 +226,6 @@ def hdr_ic_lora(name: str, value: object) -> HdrIcLora:
     return HdrIcLora(_blob(name, value), _file_name(name, value), keyframes, space)
 
 
-SDR_INPUT_COLORSPACES = ("srgb_gamma", "srgb")  # ltx_engine.hdr.sdr_working's
-MEDIA_FIELDS |= {"hdr_ic_lora": hdr_ic_lora}  # issue #29: the HDR IC-LoRA render's SDR clip
+SDR_INPUT_COLORSPACES = ("srgb_gamma", "srgb")  # ltx_engine.rules.hdr.sdr_working's
+MEDIA_FIELDS |= {"hdr_ic_lora": hdr_ic_lora}  # the HDR IC-LoRA render's SDR clip
 MEDIA_RECORDS += (HdrIcLora,)

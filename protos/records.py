@@ -1,6 +1,6 @@
 """Typed records of what a worker tells the coordinator: its registration (`WorkerCapabilities`) and
 where its running task is (`Progress`). One definition of their fields and rules: the worker builds
-them, the coordinator parses them where they enter (coordinator/worker_servicer.py, through
+them, the coordinator parses them where they enter (coordinator/api/worker_servicer.py, through
 coordinator/schema.py) and refuses a message that breaks a rule with a SpecError naming the field.
 
 The wire is unchanged (JSON in the proto's `capabilities_json` / `progress_json`), and so is what the

@@ -1,4 +1,4 @@
-"""The `stage1_parallel` spec field (issue #25): "auto" (the default: the degree chosen at lease time
+"""The `stage1_parallel` spec field: "auto" (the default: the degree chosen at lease time
 from the idle workers) or K in 1..8 (at most K workers; 1 = off). A K above the live workers is no
 error: the lease falls back to the workers it finds."""
 

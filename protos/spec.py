@@ -13,16 +13,17 @@ planner, which only ever sees specs built here.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 
-from protos.fields import SpecError, integer, number, short_repr, text
+from protos.fields import SpecError, integer, number, text
 from protos.fields import parse_object as _parse_object
-from protos.guidance_spec import GUIDANCE_FIELDS, check_guidance
+from protos.flags import ASKED, GUIDANCE, SUBMIT, given, negated, numbers, opt, seconds_range, spec_field, url
+from protos.guidance_spec import GUIDANCE_FIELDS as G
+from protos.media_spec import MEDIA_FIELDS as M
 from protos.media_spec import (
-    MEDIA_FIELDS,
     MEDIA_RECORDS,
     AudioInput,
     ControlVideo,
@@ -33,15 +34,38 @@ from protos.media_spec import (
     SourceVideo,
 )
 from protos.sp_spec import stage1_parallel
+from protos.spec_rules import (  # noqa: F401 - the contract's names, imported from here by both sides
+    IMAGE_BINDINGS,
+    IMAGE_KEYS,
+    LORA_MODES,
+    MAX_CRF,
+    MAX_IMAGES,
+    MAX_LORA_STRENGTH,
+    MAX_LORAS,
+    VIDEO_DECODERS,
+    ImageCondition,
+    LoraRef,
+    Rule,
+    boolean,
+    exr,
+    images,
+    lora_mode,
+    loras,
+    scalar,
+    sigmas,
+    step_cache,
+    taus,
+    text_encoder,
+    video_decoder,
+)
+from protos.spec_rules import seconds_range as seconds_range_rule
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_PROMPT_CHARS = 20_000
 MAX_SEED = 2**63 - 1
 MAX_FRAME_RATE = 240.0
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")  # no ':' (key separator), no spaces, bounded
-SHA256 = re.compile(r"[0-9a-f]{64}")
 JsonValue = str | int | float | bool | None | list | dict
-Rule = Callable[[str, object], object]
 
 
 def parse_object(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> dict:
@@ -49,300 +73,190 @@ def parse_object(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> dict:
     return _parse_object(text, what, max_bytes)
 
 
-# ------------------------------------------------------------------ field rules (integer, number, text: protos.fields)
+PACK_NAME = re.compile(r"[^\s:][^\x00-\x1f]*")
+FRAMES_HELP = "8k+1 frames (default: an LTX-2.5 pack's DurationHead picks it, else 25)."
+MEDIA = "media"  # --audio and the clips: files read and hashed on the client
 
 
-def boolean(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise SpecError(f"{name} must be true or false")
-    return value
-
-
-def sigmas(name: str, value: object) -> tuple[float, ...]:
-    """Strictly decreasing, in (0, 1], ending at 0: what the sampler steps through."""
-    if not isinstance(value, list | tuple) or not 2 <= len(value) <= 64:
-        raise SpecError(f"{name} must be a list of 2..64 numbers")
-    out = tuple(number(0.0, 1.0)(name, v) for v in value)
-    if out[-1] != 0.0 or any(b >= a for a, b in zip(out, out[1:], strict=False)) or out[0] <= 0:
-        raise SpecError(f"{name} must fall strictly from (0, 1] to 0, e.g. 0.909375,0.725,0.421875,0")
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class ImageCondition:
-    """An image that conditions the render at one frame (`blob`: the uploaded image's sha256). `frame`: a
-    pixel index, negative from the end, or "last"; `binding`: replace | guide | auto (None: auto);
-    `crf`: the H.264 round trip's CRF before encoding (None: the pack generation's default, 0: none)."""
-
-    blob: str | None = None
-    frame: int | str | None = None
-    strength: float | None = None
-    binding: str | None = None
-    crf: int | None = None
-
-    def to_dict(self) -> dict:
-        """The JSON form: only the keys given."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-
-
-MAX_IMAGES = 16  # keyframes of one render: each is two encode tasks and its guide tokens in every stage
-MAX_CRF = 51  # libx264's range
-IMAGE_KEYS = ("blob", "frame", "strength", "binding", "crf")
-IMAGE_BINDINGS = ("replace", "guide", "auto")
-
-
-def _image_frame(name: str, value: object) -> int | str:
-    if value == "last":
-        return "last"
-    return integer(-10_000, 10_000)(f"{name} frame", value)
-
-
-def image(name: str, value: object) -> ImageCondition:
-    if isinstance(value, ImageCondition):
-        value = value.to_dict()
-    if not isinstance(value, dict) or set(value) - set(IMAGE_KEYS):
-        raise SpecError(f"{name} must be {{{', '.join(IMAGE_KEYS)}}}")
-    blob, frame, strength = value.get("blob"), value.get("frame"), value.get("strength")
-    binding, crf = value.get("binding"), value.get("crf")
-    if binding is not None and binding not in IMAGE_BINDINGS:
-        raise SpecError(f"{name} binding {short_repr(binding)} is not one of {', '.join(IMAGE_BINDINGS)}")
-    return ImageCondition(
-        blob=None if blob is None else text(64, pattern=SHA256)(f"{name} blob", blob),
-        frame=None if frame is None else _image_frame(name, frame),
-        strength=None if strength is None else number(0.0, 1.0)(f"{name} strength", strength),
-        binding=binding,
-        crf=None if crf is None else integer(0, MAX_CRF)(f"{name} crf", crf))
-
-
-def images(name: str, value: object) -> tuple[ImageCondition, ...]:
-    """Several images / keyframes, in order (image 1, image 2, ... in the one-line refusals)."""
-    if not isinstance(value, list | tuple):
-        raise SpecError(f"{name} must be a list of images")
-    if len(value) > MAX_IMAGES:
-        raise SpecError(f"{len(value)} images: at most {MAX_IMAGES} per render")
-    return tuple(image(f"image {i + 1}", one) for i, one in enumerate(value))
-
-
-# ------------------------------------------------------------------ user LoRAs (issue #22)
-
-MAX_LORAS = 8  # LoRAs in one set (ltx_engine.lora.MAX_LORAS holds the engine to the same number)
-MAX_LORA_STRENGTH = 8.0  # |strength| above this is refused (upstream's CLI takes any float; past 2 is noise)
-LORA_MODES = ("fused", "unfused")  # ltx_engine.lora.LORA_MODES
-
-
-@dataclass(frozen=True, slots=True)
-class LoraRef:
-    """One user LoRA of a render: exactly one of `blob` (the sha256 of a file uploaded from the client,
-    or fetched from the hub by it) and `file` (a .safetensors name in the pack folder); `repo` records
-    the hub REPO/FILE a blob came from and `name` the client's file name, for the lines that name it."""
-
-    strength: float
-    blob: str | None = None
-    file: str | None = None
-    repo: str | None = None
-    name: str | None = None
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-
-
-def _lora(name: str, value: object) -> LoraRef:
-    if isinstance(value, LoraRef):
-        value = value.to_dict()
-    if not isinstance(value, dict) or set(value) - {"strength", "blob", "file", "repo", "name"}:
-        raise SpecError(f"{name} must be {{strength, blob | file, repo, name}}")
-    if (value.get("blob") is None) == (value.get("file") is None):
-        raise SpecError(f"{name} names neither or both of an uploaded blob and a pack file")
-    strength = value.get("strength")
-    if not isinstance(strength, int | float) or isinstance(strength, bool) or not math.isfinite(strength):
-        raise SpecError(f"{name} strength {short_repr(strength)} is not a finite number")
-    if abs(strength) > MAX_LORA_STRENGTH:
-        raise SpecError(f"{name} strength {strength} is outside [-{MAX_LORA_STRENGTH:g}, {MAX_LORA_STRENGTH:g}]")
-    file = value.get("file")
-    if file is not None and (not isinstance(file, str) or "/" in file or "\\" in file or file.startswith(".")
-                             or not file.endswith(".safetensors") or len(file) > 255):
-        raise SpecError(f"{name} file {short_repr(file)} is not a .safetensors file name in the pack folder")
-    return LoraRef(strength=float(strength),
-                   blob=None if value.get("blob") is None else text(64, pattern=SHA256)(f"{name} blob", value["blob"]),
-                   file=file, repo=None if value.get("repo") is None else text(512)(f"{name} repo", value["repo"]),
-                   name=None if value.get("name") is None else text(255)(f"{name} name", value["name"]))
-
-
-def loras(name: str, value: object) -> tuple[LoraRef, ...]:
-    """At most MAX_LORAS LoRAs, each with a finite strength; the set's order is kept (it is the order
-    the float32 sum of their updates runs in)."""
-    if not isinstance(value, list | tuple):
-        raise SpecError(f"{name} must be a list of LoRAs")
-    if len(value) > MAX_LORAS:
-        raise SpecError(f"{len(value)} LoRAs in one render; at most {MAX_LORAS}")
-    return tuple(_lora(f"LoRA {_named(v) or i + 1}", v) for i, v in enumerate(value))
-
-
-def _named(value: object) -> str | None:
-    """The name a LoRA's refusal gives it: its client file, hub repo or pack file (bounded)."""
-    if not isinstance(value, dict):
-        return None
-    name = value.get("name") or value.get("repo") or value.get("file")
-    return name[:120] if isinstance(name, str) else None
-
-
-def lora_mode(name: str, value: object) -> str:
-    if value not in LORA_MODES:
-        raise SpecError(f"{name} {short_repr(value)} is not one of {', '.join(LORA_MODES)}")
-    return str(value)
-
-
-def exr(name: str, value: object) -> str | bool:
-    """Only a yes on the farm (the coordinator writes into its render folder); the client's own folder
-    rides along for the client that fetches them."""
-    return value if isinstance(value, bool) else text(4096)(name, value)
-
-
-def scalar(name: str, value: object) -> str | int | float | bool:
-    """A field without its own rule: one JSON scalar of bounded size."""
-    if isinstance(value, str):
-        return text(4096)(name, value)
-    if isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value)):
-        return value
-    raise SpecError(f"{name} {short_repr(value)} is not a plain value")
-
-
-def text_encoder(name: str, value: object) -> str:
-    """"pack" (its own tower), a repo id or a folder."""
-    value = text(1024)(name, value)
-    if not value.strip():
-        raise SpecError(f"text_encoder {value[:80]!r} is not a repo id, a folder or 'pack'")
-    return value
-
-
-# ------------------------------------------------------------------ issue #26: per-render forward settings
-def taus(name: str, value: object) -> tuple[float, ...]:
-    """Sparse stage-2 attention: one finite tau per stage-2 step (the planner checks the count)."""
-    if not isinstance(value, list | tuple) or not 1 <= len(value) <= 64:
-        raise SpecError(f"{name} must be a list of 1..64 taus, one per stage-2 step, e.g. 1.0,1.25,1.5")
-    return tuple(number(-1e6, 1e6)(name, v) for v in value)
-
-
-# ------------------------------------------------------------------ issue #29: EXR colourspace, length range
-def seconds_range(name: str, value: object) -> tuple[float, float]:
-    """--auto-duration MIN:MAX as [min, max] seconds (the planner checks it against the head's range)."""
-    if not isinstance(value, list | tuple) or len(value) != 2:
-        raise SpecError(f"{name} must be [min, max] seconds, e.g. 2:8")
-    low, high = (number(0.0, 3600.0, open_low=True)(name, v) for v in value)
-    if low > high:
-        raise SpecError(f"{name} {low:g}:{high:g} has its minimum above its maximum")
-    return low, high
-
-
-SPEC_FIELDS: dict[str, Rule] = {
-    "prompt": text(MAX_PROMPT_CHARS),
-    "height": integer(1, 1 << 16),
-    "width": integer(1, 1 << 16),
-    "frames": integer(1, 1 << 16),
-    "frame_rate": number(0.0, MAX_FRAME_RATE, open_low=True),
-    "seed": integer(0, MAX_SEED),
-    "pack": text(256, pattern=re.compile(r"[^\s:][^\x00-\x1f]*")),
-    "images": images,
-    "num_generated_keyframes": integer(0, MAX_IMAGES),
-    "audio": boolean,
-    "stage2_tiles": text(32),
-    "tile_overlap": integer(0, 64),
-    "stage2_sigmas": sigmas,
-    "temporal_upscalings": integer(0, 4),
-    "decode_tiles": text(64),
-    "exr": exr,
-    "text_encoder": text_encoder,
-    "detailing_lora": scalar,
-    "detailing_strength": number(0.0, 4.0),
-    "loras": loras,
-    "lora_mode": lora_mode,
-    "priority": integer(-1_000_000, 1_000_000),
-    "submitter": text(256),
-    "group": text(128, pattern=ID),
-    "notify": text(2048, pattern=re.compile(r"https?://\S+")),
-}
-SPEC_FIELDS.update(GUIDANCE_FIELDS)  # the dev recipes' knobs (protos/guidance_spec.py)
-SPEC_FIELDS |= {"sparse_attention": taus, "compute_dtype": text(32)}  # issue #26 (dtype names: the planner)
-SPEC_FIELDS |= {"exr_colorspace": text(32), "auto_duration": seconds_range, "hdr": boolean}  # issue #29
-SPEC_FIELDS |= {"stage1_parallel": stage1_parallel}  # issue #25 (protos/sp_spec.py)
-VIDEO_DECODERS = ("conv", "diffusion")  # issue #29: the conv VAE decoder, or LTX-2.5's vae_decoder_av
-
-
-def video_decoder(name: str, value: object) -> str:
-    if value not in VIDEO_DECODERS:
-        raise SpecError(f"{name} {str(value)[:40]!r}: give conv or diffusion")
-    return str(value)
-
-
-SPEC_FIELDS |= {"video_decoder": video_decoder}  # issue #29: --video-decoder conv|diffusion
-SPEC_FIELDS |= {"dfr": boolean, "spatial_upscalings": integer(1, 2)}  # issue #29: DFR's base path, epilogue
-SPEC_FIELDS |= MEDIA_FIELDS  # issue #24: --audio (A2V) and a source video (protos/media_spec.py)
-SUBMIT_FIELDS = ("submitter", "priority", "group", "notify")  # who and how it queues; stored only when given
-RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped
+def absolute(path: Path) -> str:
+    """--exr FOLDER, resolved against the user's folder (sent as given it would land in the coordinator's)."""
+    return str(Path(path).expanduser().resolve())
 
 
 @dataclass(frozen=True, slots=True)
 class RenderSpec:
-    """What a render asks for. The field defaults are the one table of defaults."""
+    """What a render asks for. The field defaults are the one table of defaults; each field's metadata is
+    its rule and its flags (protos/flags.py), in the order `--help` lists them and the render hash keeps."""
 
-    prompt: str = ""
-    height: int = 256
-    width: int = 384
-    frames: int | None = None  # None: a 2.5 pack's DurationHead picks it (plan/length.py), else 25
-    frame_rate: float = 24.0
-    seed: int = 1
-    pack: str = "tiny"
-    images: tuple[ImageCondition, ...] = ()  # keyframes, in order (the old single `image` maps to one)
-    num_generated_keyframes: int = 0  # LTX-2.5 generated keyframe slots in stage 1 outside DFR
-    audio: bool = True
-    stage2_tiles: str | None = None  # None: one stage-2 task; "auto" | "HxW" | "FxHxW": tiled data parallel
-    tile_overlap: int = 5
-    stage2_sigmas: tuple[float, ...] | None = None
-    temporal_upscalings: int = 0  # DFR rounds (LTX-2.5 packs)
-    decode_tiles: str = "auto"  # "auto" | "off" | "F,H,W" pixel tile sizes
-    exr: str | bool | None = None  # a folder for EXR frames (on the machine that assembles)
-    text_encoder: str | None = None  # "pack" (its own tower), a repo id or a folder
-    detailing_lora: str | None = None  # DFR: an IC-LoRA file in the pack, fused into stage 2's DiT
-    detailing_strength: float = 0.5
-    loras: tuple[LoraRef, ...] = ()  # user LoRAs on every DiT task of the render (issue #22)
-    lora_mode: str = "fused"  # fused: summed into the weights once per worker; unfused: run-time adapters
+    prompt: str = spec_field("", text(MAX_PROMPT_CHARS), opt("-p", "--prompt", help="What to render."))
+    height: int = spec_field(256, integer(1, 1 << 16), opt("-H", "--height", help="Pixels, multiple of 64."))
+    width: int = spec_field(384, integer(1, 1 << 16), opt("-W", "--width", help="Pixels, multiple of 64."))
+    frames: int | None = spec_field(None, integer(1, 1 << 16), opt("-f", "--frames", help=FRAMES_HELP))
+    frame_rate: float = spec_field(24.0, number(0.0, MAX_FRAME_RATE, open_low=True), opt("--frame-rate"))
+    seed: int = spec_field(1, integer(0, MAX_SEED), opt("--seed"))
+    pack: str = spec_field("tiny", text(256, pattern=PACK_NAME), opt(
+        "--pack", help="Pack name in the packs folder, a path, or a HF repo id."))
+    images: tuple[ImageCondition, ...] = spec_field((), images, opt(  # three values per use: image_option.py
+        "--image", type=list[str] | None, default=None,
+        help="PATH FRAME STRENGTH, repeatable (keyframes). FRAME: an index, negative from the end, or last."), opt(
+        "--image-binding", type=list[str] | None, default=None,
+        help="replace | guide | auto, per --image in order (auto: frame 0 replaces, else guide)."), opt(
+        "--image-crf", type=list[int] | None, default=None,
+        help="H.264 CRF per --image in order (default 33 on LTX-2.3, 18 on 2.5; 0: none)."), client="images")
+    num_generated_keyframes: int = spec_field(0, integer(0, MAX_IMAGES), opt(
+        "--num-generated-keyframes", help="LTX-2.5, without DFR: N generated keyframe slots in stage 1."))
+    audio: bool = spec_field(True, boolean, opt("--no-audio", type=bool, default=False, parse=negated))
+    stage2_tiles: str | None = spec_field(None, text(32), opt(  # "auto" | "HxW" | "FxHxW": tiled data parallel
+        "--stage2-tiles", help="auto | HxW | FxHxW: tiled stage 2."))
+    tile_overlap: int = spec_field(5, integer(0, 64), opt("--tile-overlap", help="Stage-2 tile overlap in latent cells."))
+    stage2_sigmas: tuple[float, ...] | None = spec_field(None, sigmas, opt(
+        "--stage2-sigmas", help="Comma-separated, ending in 0.", parse=numbers("--stage2-sigmas", "numbers")))
+    temporal_upscalings: int = spec_field(0, integer(0, 4), opt(  # DFR rounds (LTX-2.5 packs)
+        "--temporal-upscalings", help="DFR temporal rounds: 0, 1 or 2."))
+    decode_tiles: str = spec_field("auto", text(64), opt("--decode-tiles", help="auto | off | F,H,W (pixels)."))
+    exr: str | bool | None = spec_field(None, exr, opt(  # a folder (on the machine that assembles) or a yes
+        "--exr", type=Path | None, help="Also write EXR frames into this folder.", parse=absolute))
+    text_encoder: str | None = spec_field(None, text_encoder, opt(  # "pack", a repo id or a folder
+        "--text-encoder", help="Gemma 3 (mlx-lm) repo id or folder for packs without their own "
+        "(default: the pack's entry in DATA/config.toml, else mlx-community/gemma-3-12b-it-4bit)."), client="text_encoder")
+    enhance_prompt: bool | None = spec_field(None, boolean, opt(  # None: the prompt as given
+        "--enhance-prompt", type=bool, default=False, help="Rewrite the prompt with the text encoder's Gemma 3 first (upstream's system "
+        "prompts; greedy, so one prompt gives one enhanced prompt).", parse=given))
+    detailing_lora: str | None = spec_field(None, scalar, opt(  # fused into stage 2's DiT
+        "--detailing-lora", help="DFR: an IC-LoRA .safetensors in the pack folder, fused into stage 2."),
+        client="detailing")
+    detailing_strength: float = spec_field(0.5, number(0.0, 4.0), opt(
+        "--detailing-strength", help="The detailing LoRA's strength."), client="detailing")
+    loras: tuple[LoraRef, ...] = spec_field((), loras, opt(  # two values each: farm_cli.loras.pair_argv
+        "--lora", type=list[str] | None, default=None, metavar="SOURCE STRENGTH",
+        help="A LoRA on every DiT stage (repeatable, at most 8): a .safetensors here, a file name in the pack "
+        "folder, or a Hugging Face REPO or REPO/FILE; with its strength."), client="loras")
+    lora_mode: str = spec_field("fused", lora_mode, opt(
+        "--lora-mode", help="fused: summed into the weights once per worker (fastest); unfused: run-time adapters "
+        "(no requantization loss on q8/q4 packs)."))
     # The recipe and its guidance (protos/guidance_spec.py); None = the recipe's upstream default.
-    pipeline: str = "distilled"  # distilled | one-stage | two-stage | two-stage-hq
-    steps: int | None = None  # dev stage 1 / one-stage steps (LTX2 scheduler)
-    stage1_steps: int | None = None  # the same count by the MLX port's two-stage name (must agree with steps)
-    stage2_steps: int | None = None  # stage 2: the last N steps of its sigma table (default all 3)
-    cfg_scale: float | None = None
-    stg_scale: float | None = None
-    stg_blocks: tuple[int, ...] | None = None
-    rescale: float | None = None
-    modality_scale: float | None = None
-    audio_cfg_scale: float | None = None
-    audio_stg_scale: float | None = None
-    audio_rescale: float | None = None
-    audio_modality_scale: float | None = None
-    negative_prompt: str | None = None  # None: upstream's default negative prompt (guided recipes)
-    sparse_attention: tuple[float, ...] | None = None  # issue #26: stage-2 taus, one per step (None: dense)
-    compute_dtype: str | None = None  # issue #26: "float16" / "bfloat16" attention and FF (None: float32)
-    exr_colorspace: str | None = None  # issue #29: srgb-linear (None) | acescg | acescct (ltx_engine/color.py)
-    auto_duration: tuple[float, float] | None = None  # issue #29: the DurationHead's [min, max] seconds
-    hdr: bool = False  # issue #29: also an HLG 10-bit HEVC master of the decode (render_hlg.mp4)
-    stage1_parallel: str = "auto"  # issue #25: "auto" | "1".."8" workers for sequence-parallel stage 1
-    video_decoder: str | None = None  # issue #29: "conv" (None) | "diffusion" (LTX-2.5's vae_decoder_av)
-    dfr: bool = False  # issue #29: DFR (LTX-2.5) even at 0 temporal rounds: its canvas, slots, keyframes
-    spatial_upscalings: int = 1  # issue #29: 2 = DFR's stages at half size, then the spatial epilogue
-    audio_input: AudioInput | None = None  # issue #24: --audio FILE [--audio-start S] (A2V: the track is frozen)
-    source_video: SourceVideo | None = None  # issue #24: a source clip the render encodes (video_encode tasks)
-    encode_tiles: str | None = None  # issue #24: the source's tiled encode, "F,S" pixels | auto | off
-    control_video: ControlVideo | None = None  # issue #24: IC-LoRA control's clip (reference tokens in stage 1)
-    ic_lora: IcLora | None = None  # issue #24: the IC-LoRA fused into stage 1 (control) or both stages (Dub-It)
-    dub_video: ControlVideo | None = None  # issue #24: Dub-It's reference video (and its audio)
-    retake: Retake | None = None  # issue #24 retake/extend: regenerate [start, end) s of source_video
-    extend: Extend | None = None  # ... or add N latent frames after / before it
-    hdr_ic_lora: HdrIcLora | None = None  # issue #29: the HDR IC-LoRA render's SDR clip (coordinator/plan/hdr.py)
-    submitter: str | None = None
-    priority: int | None = None
-    group: str | None = None
-    notify: str | None = None
+    pipeline: str = spec_field("distilled", G["pipeline"], opt(
+        "--pipeline", help="distilled (8+3 steps, no guidance) | one-stage (dev DiT, full resolution, guided) | "
+        "two-stage (guided half-res stage 1, dev + distilled LoRA stage 2) | two-stage-hq (both res_2s) | "
+        "t2a (text-to-audio: the audio track alone, guided, to a .wav)."),
+        group=GUIDANCE)
+    steps: int | None = spec_field(None, G["steps"], opt(
+        "--steps", help="Guided steps (LTX2 scheduler; default 30, HQ 15)."), group=GUIDANCE)
+    stage1_steps: int | None = spec_field(None, G["stage1_steps"], opt(  # must agree with steps
+        "--stage1-steps", help="Stage-1 steps (= --steps; two-stage name)."), group=GUIDANCE)
+    stage2_steps: int | None = spec_field(None, G["stage2_steps"], opt(
+        "--stage2-steps", help="Stage-2 steps: the table's last N (1-3)."), group=GUIDANCE)
+    cfg_scale: float | None = spec_field(None, G["cfg_scale"], opt(
+        "--cfg-scale", help="Video CFG (default 3; 1 = off)."), group=GUIDANCE)
+    stg_scale: float | None = spec_field(None, G["stg_scale"], opt(
+        "--stg-scale", help="Video STG (default 1; 0 = off)."), group=GUIDANCE)
+    stg_blocks: tuple[int, ...] | None = spec_field(None, G["stg_blocks"], opt(  # "28,29": the rule reads it
+        "--stg-blocks", help="Blocks whose self-attention STG skips (28)."), group=GUIDANCE)
+    rescale: float | None = spec_field(None, G["rescale"], opt(
+        "--rescale", help="Guidance rescale in [0, 1] (default 0.7)."), group=GUIDANCE)
+    modality_scale: float | None = spec_field(None, G["modality_scale"], opt(
+        "--modality-scale", help="Modality guidance (default 3)."), group=GUIDANCE)
+    audio_cfg_scale: float | None = spec_field(None, G["audio_cfg_scale"], opt(
+        "--audio-cfg-scale", help="Audio CFG (default 7)."), group=GUIDANCE)
+    audio_stg_scale: float | None = spec_field(None, G["audio_stg_scale"], opt(
+        "--audio-stg-scale", help="Audio STG (default 1)."), group=GUIDANCE)
+    audio_rescale: float | None = spec_field(None, G["audio_rescale"], opt(
+        "--audio-rescale", help="Audio rescale (default 0.7)."), group=GUIDANCE)
+    audio_modality_scale: float | None = spec_field(None, G["audio_modality_scale"], opt(
+        "--audio-modality-scale", help="Audio modality (3)."), group=GUIDANCE)
+    negative_prompt: str | None = spec_field(None, G["negative_prompt"], opt(  # None: upstream's
+        "--negative-prompt", help="What the uncond pass steers from (default: upstream's)."), group=GUIDANCE)
+    skip_step: int | None = spec_field(None, G["skip_step"], opt(
+        "--skip-step", "--video-skip-step", help="Guide every N+1-th step only; the others reuse the last guided "
+        "x0 (upstream's skip_step; default 0 = every step)."), group=GUIDANCE)
+    audio_skip_step: int | None = spec_field(None, G["audio_skip_step"], opt(
+        "--audio-skip-step", help="Audio's skip step (default 0; the farm skips a step for both at once)."),
+        group=GUIDANCE)
+    apg_eta: float | None = spec_field(None, G["apg_eta"], opt(
+        "--apg-eta", help="CFG as APG (ltx-core's LtxAPGGuider): the weight of the delta's part along cond "
+        "(1 keeps it, 0 drops it)."), group=GUIDANCE)
+    apg_norm_threshold: float | None = spec_field(None, G["apg_norm_threshold"], opt(
+        "--apg-norm-threshold", help="APG: clip the CFG delta's norm to this (default 0 = no clip)."),
+        group=GUIDANCE)
+    sparse_attention: tuple[float, ...] | None = spec_field(None, taus, opt(  # None: dense
+        "--sparse-attention", help="TAUS: sparse stage-2 self-attention, one tau per stage-2 step (e.g. 1.0,1.25,1.5).",
+        parse=numbers("--sparse-attention", "taus, e.g. 1.0,1.25,1.5")))
+    compute_dtype: str | None = spec_field(None, text(32), opt(  # None: float32 (dtype names: the planner)
+        "--compute-dtype", help="float16 | bfloat16: the DiT's attention and feed-forward in it (default float32).",
+        parse=given))
+    step_cache: float | None = spec_field(None, step_cache, opt(  # None: every forward runs its blocks
+        "--step-cache", metavar="THRESH", help="Step caching (TeaCache, as the MLX port): a step whose first block's "
+        "input changed less than THRESH (accumulated, rescaled) reuses the last computed step's block residual. "
+        "0.5 conservative, 1.0 faster."))
+    exr_colorspace: str | None = spec_field(None, text(32), opt(  # ltx_engine/rules/color.py
+        "--exr-colorspace", help="srgb-linear (default) | acescg | acescct: the colourspace of --exr frames.",
+        parse=given))
+    auto_duration: tuple[float, float] | None = spec_field(None, seconds_range_rule, opt(
+        "--auto-duration", metavar="MIN:MAX", help="LTX-2.5 without -f: the seconds the duration head's pick is kept in.",
+        parse=seconds_range))
+    hdr: bool = spec_field(False, boolean, opt(  # the decode's HLG master too
+        "--hdr", help="Also write an HLG 10-bit HEVC master (OUTPUT.hlg.mp4).", parse=given))
+    video_decoder: str | None = spec_field(None, video_decoder, opt(  # conv (None) | LTX-2.5's vae_decoder_av
+        "--video-decoder", help="conv (default) | diffusion: LTX-2.5's diffusion decoder (vae_decoder_av), sharper, "
+        "~15x the time.", parse=given))
+    dfr: bool = spec_field(False, boolean, opt(
+        "--dfr", help="LTX-2.5 DFR even at 0 temporal rounds (canvas, keyframe slots).", parse=given))
+    spatial_upscalings: int = spec_field(1, integer(1, 2), opt(
+        "--spatial-upscalings", help="DFR: 1, or 2 (stages at half size, then the per-window spatial epilogue)."))
+    audio_input: AudioInput | None = spec_field(None, M["audio_input"], opt(  # A2V: the track is frozen
+        "--audio", type=Path | None,
+        help="A2V: an audio file (wav, mp3, m4a, flac...) the video is generated to; the output keeps it."), opt(
+        "--audio-start", type=float | None, help="Seconds into --audio where the clip starts (default 0)."),
+        client=MEDIA)
+    source_video: SourceVideo | None = spec_field(None, M["source_video"])  # the clip --retake/--extend encode
+    encode_tiles: str | None = spec_field(None, M["encode_tiles"], opt(
+        "--encode-tiles", help="A clip's tiled encode: F,S (tile frames, tile pixels), auto or off (default auto).",
+        parse=given))
+    control_video: ControlVideo | None = spec_field(None, M["control_video"], opt(  # reference tokens in stage 1
+        "--control-video", type=tuple[Path, float] | None, metavar="FILE STRENGTH",
+        help="IC-LoRA control: a depth / pose / edge clip (at least the render's frames) stage 1 follows, with its "
+        "conditioning strength in [0, 1]; needs --ic-lora."), opt(
+        "--control-attention", type=float | None,
+        help="The control's attention strength in [0, 1] (default 1: full attention)."), client=MEDIA)
+    ic_lora: IcLora | None = spec_field(None, M["ic_lora"], opt(  # stage 1 (control) or both stages (Dub-It)
+        "--ic-lora", type=tuple[Path, float] | None, metavar="FILE STRENGTH",
+        help="The IC-LoRA .safetensors (here; its metadata names its reference_downscale_factor) fused into "
+        "stage 1 for --control-video, into both stages for --dub."), client=MEDIA)
+    dub_video: ControlVideo | None = spec_field(None, M["dub_video"], opt(  # Dub-It's reference (and its audio)
+        "--dub", type=Path | None,
+        help="Dub-It: a video (picture and audio) to re-voice to the prompt; needs --ic-lora (the Dub-It LoRA)."),
+        client=MEDIA)
+    retake: Retake | None = spec_field(None, M["retake"], opt(  # regenerate [start, end) s of source_video
+        "--retake", type=Path | None,
+        help="Retake: a source video whose --start..--end window is regenerated; the rest is kept."), opt(
+        "--start", type=float | None, help="Retake: the window's start, seconds into the clip."), opt(
+        "--end", type=float | None, help="Retake: the window's end (exclusive), seconds."), opt(
+        "--no-regen-audio", type=bool, default=False, help="Retake: keep all the clip's audio."), client=MEDIA)
+    extend: Extend | None = spec_field(None, M["extend"], opt(  # ... or add N latent frames after / before it
+        "--extend", type=Path | None,
+        help="Extend: a source video (8k+1 frames, -f of them taken) continued by --extend-frames."), opt(
+        "--extend-frames", type=int | None, help="Extend: latent frames to add (8 pixel frames each)."), opt(
+        "--direction", type=str | None, help="Extend: after (default) | before the clip."), client=MEDIA)
+    hdr_ic_lora: HdrIcLora | None = spec_field(None, M["hdr_ic_lora"], opt(  # coordinator/plan/hdr.py
+        "--hdr-ic-lora", type=Path | None, metavar="CLIP",
+        help="LTX-2.5: an SDR clip rendered to HDR with the pack's SDR-to-HDR IC-LoRA: OUTPUT.hlg.mp4 (HLG 10-bit) "
+        "and, with --exr, ACEScg EXR frames (-p is the scene)."), opt(
+        "--no-keyframes", type=bool, default=False, help="--hdr-ic-lora: no keyframe slots at the DFR seams."), opt(
+        "--input-colorspace", type=str | None,
+        help="--hdr-ic-lora: srgb_gamma (default, display-encoded) | srgb (codes taken as linear)."), client=MEDIA)
+    stage1_parallel: str = spec_field("auto", stage1_parallel, opt(  # protos/sp_spec.py
+        "--stage1-parallel", type=str | None, default=None,
+        help="auto (default) | K: stage 1 on up to K workers at once (1 = off; at most 8)."))
+    any_class: bool = spec_field(False, boolean, opt(  # lease.lua / gang.lua: one class per step and gang unless set
+        "--any-class", help="Deal a step's tiles and a gang's ranks to workers of any determinism class "
+        "(faster on a mixed fleet; the bits then depend on which Macs took which tiles)."))
+    submitter: str | None = spec_field(None, text(256), group=SUBMIT)
+    priority: int | None = spec_field(None, integer(-1_000_000, 1_000_000), opt(
+        "--priority", type=int, default=0, help="Higher renders lease first.", commands=("submit",)), group=SUBMIT)
+    group: str | None = spec_field(None, text(128, pattern=ID), group=SUBMIT)
+    notify: str | None = spec_field(None, text(2048, pattern=re.compile(r"https?://\S+")), opt(
+        "--notify", type=str | None, help="POST JSON to this http(s) URL when the render ends.", parse=url,
+        commands=("submit",)), group=SUBMIT)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, object]) -> RenderSpec:
@@ -354,9 +268,7 @@ class RenderSpec:
             raise SpecError(f"unknown spec field {str(unknown[0])[:60]!r}")
         typed = {key: SPEC_FIELDS.get(key, scalar)(key, value) for key, value in raw.items()
                  if value is not None and key in names}
-        spec = cls(**typed)
-        check_guidance(spec)
-        return spec
+        return cls(**typed)
 
     def to_dict(self) -> dict[str, JsonValue]:
         """The JSON form: every asked field (None where left out), the submit fields only when given."""
@@ -391,3 +303,9 @@ def json_value(value: object) -> JsonValue:
 def spec_field_names() -> tuple[str, ...]:
     """The fields a submit may carry (what `farm retry` sends again out of a recorded spec)."""
     return tuple(f.name for f in fields(RenderSpec))
+
+
+SPEC_FIELDS: dict[str, Rule] = {f.name: f.metadata["rule"] for f in fields(RenderSpec) if f.metadata.get("rule")}
+ASKED_FIELDS = tuple(f.name for f in fields(RenderSpec) if f.metadata.get("group") == ASKED)
+SUBMIT_FIELDS = tuple(f.name for f in fields(RenderSpec) if f.metadata.get("group") == SUBMIT)  # stored only when given
+RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped

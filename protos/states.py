@@ -41,18 +41,28 @@ class TaskState(StrEnum):
 
 class WorkerState(StrEnum):
     """A worker as its record says: idle or busy while it calls in, lost when its connection broke,
-    drained once it left on a drain. (`draining` is a reading of the drain mark, not a state.)"""
+    drained once it left on a drain, refused when it registered with another project version (it is
+    leased nothing). (`draining` is a reading of the drain mark, not a state.)"""
 
     IDLE = "idle"
     BUSY = "busy"
     LOST = "lost"
     DRAINED = "drained"
+    REFUSED = "refused"
 
 
 # A render in one of these states runs nothing again unless retried; common.lua's TERMINAL is the same set.
 TERMINAL: frozenset[RenderState] = frozenset({RenderState.DONE, RenderState.FAILED, RenderState.CANCELLED})
 # The ended renders `farm retry` (retry_render.lua) runs again under their id: not a finished one.
 RETRYABLE: frozenset[RenderState] = frozenset({RenderState.FAILED, RenderState.CANCELLED})
+
+
+class Fault(StrEnum):
+    """A task error's class, as the worker judges it (worker/faults.py) and fail.lua reads it."""
+
+    PERMANENT = "permanent"  # the task's own (the engine refused its input): every worker would hit it
+    TRANSIENT = "transient"  # the worker's (memory, a killed process, I/O, a lost peer): another may succeed
+    UNKNOWN = "unknown"  # either: retried, and the same text from a second worker makes it the task's
 
 
 class Outcome(StrEnum):
@@ -70,3 +80,4 @@ class Outcome(StrEnum):
     RETRIED = "retried"  # retry_render: running again under its id
     LIVE = "live"  # retry_render: the render has not ended, nothing to retry
     GONE = "gone"  # retry_render: a blob its kept tasks need was collected: submit it anew
+    FAILS_AGAIN = "fails_again"  # retry_render: it failed on an error every worker would hit

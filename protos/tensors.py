@@ -53,5 +53,15 @@ def tensor_header(data: bytes | memoryview) -> tuple[str, tuple[int, ...]]:
     return header["dtype"], tuple(header["shape"])
 
 
+def prompt_bytes(text: str) -> np.ndarray:
+    """A prompt as a tensor (its UTF-8 bytes, uint8): how an enhanced prompt travels between tasks."""
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+
+
+def prompt_text(array: np.ndarray) -> str:
+    """The prompt a `prompt_bytes` tensor holds."""
+    return np.asarray(array, dtype=np.uint8).tobytes().decode("utf-8")
+
+
 def sha256_hex(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()

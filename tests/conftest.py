@@ -1,7 +1,9 @@
-"""Shared fixtures: one throwaway redis-server per test session (real Redis, never a fake) and a data dir."""
+"""Shared fixtures: one throwaway redis-server per test session (real Redis, never a fake) and a data dir;
+and the CI rule: under CI=true a skip for a missing need (tests/needs.py) is a failure naming it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,39 @@ import redis
 
 from coordinator.state.redis_server import EmbeddedRedis, connect
 from coordinator.state.store import FarmStore
+from tests.needs import missing_need, on_ci
+
+
+def _failed_for_need(report: pytest.CollectReport | pytest.TestReport) -> None:
+    """Turn a skip whose reason is a missing need into a failure that names it (CI provisions them all)."""
+    if not (report.skipped and on_ci()) or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    need = missing_need(reason)
+    if need is not None:
+        report.outcome = "failed"
+        report.longrepr = f"CI=true and {need} is missing, so this part of the suite did not run: {reason}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[pytest.TestReport]:
+    report = yield
+    _failed_for_need(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[pytest.CollectReport]:
+    """A module-level pytest.importorskip skips the whole module at collection: the same rule holds."""
+    report = yield
+    _failed_for_need(report)
+    return report
+
+# Coordinators the tests start stay off the LAN's mDNS (each announcement would multicast from this
+# machine); the `farm join` tests turn it on inside their own network namespace.
+os.environ.setdefault("FARM_ANNOUNCE", "0")
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +86,7 @@ def tmp_data(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_packs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A packs folder holding the tiny pack as `tiny` (the real layout at tiny sizes), written once."""
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
     folder = tmp_path_factory.mktemp("packs")
     write_tiny_pack(folder / "tiny", seed=0)

@@ -1,4 +1,4 @@
-"""Small media files written by PyAV for the media-in tests (issue #24): a tone, a clip, a silent clip."""
+"""Small media files written by PyAV for the media-in tests: a tone, a clip, a silent clip."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def forged_long_wav(path: Path, hours: float = 37.0) -> Path:
 def write_clip_with_audio(
     path: Path, frames: int = 33, width: int = 192, height: int = 128, fps: int = 24
 ) -> Path:
-    """issue #24 retake/extend: a moving gradient (MPEG-4 part 2) with a 440 Hz AAC tone of the same length."""
+    """Retake/extend: a moving gradient (MPEG-4 part 2) with a 440 Hz AAC tone of the same length."""
     rate = 44100
     with av.open(str(path), "w") as container:
         video = container.add_stream("mpeg4", rate=fps)
@@ -88,7 +88,7 @@ def write_ic_lora(path: Path, metadata: bool = True) -> Path:
     or, with `metadata=False`, the same tensors in a file that declares none."""
     import mlx.core as mx
 
-    from ltx_engine.tiny_pack import tiny_embedded_config, write_detailing_lora
+    from ltx_engine.tiny.tiny_pack import tiny_embedded_config, write_detailing_lora
 
     write_detailing_lora(path, tiny_embedded_config()["transformer"], seed=3)
     if not metadata:

@@ -1,4 +1,4 @@
-"""A gang member's part of a sequence-parallel stage 1 (issue #25), with its watchdog.
+"""A gang member's part of a sequence-parallel stage 1, with its watchdog.
 
 The lease reply carries the handout (`params.gang`: rank, degree, host:port per rank, deadlines; see
 coordinator/state/lua/gang.lua). The rank runs in a child process (worker/gang_rank.py) so a collective
@@ -47,7 +47,10 @@ def is_gang(params: dict) -> bool:
 
 
 class GangBroke(Exception):
-    """The group did not open, a rank failed, or a step passed its deadline."""
+    """The group did not open, a rank failed, or a step passed its deadline: a peer's trouble, not the
+    task's (worker/faults.py reads `transient`)."""
+
+    transient = True
 
 
 def _start(folder: Path, params: dict, inputs: dict[str, np.ndarray], runner) -> subprocess.Popen:

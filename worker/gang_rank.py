@@ -20,7 +20,7 @@ def main(folder: Path) -> None:
     task = json.loads((folder / "task.json").read_text())
     rank, params = int(task["rank"]), task["params"]
     (folder / "hosts.json").write_text(json.dumps(task["hosts"]))
-    from ltx_engine.sp_group import open_ring
+    from ltx_engine.parallel.sp_group import open_ring
 
     group = open_ring(rank, folder / "hosts.json")
     print("OPEN", flush=True)

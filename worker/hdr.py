@@ -1,4 +1,4 @@
-"""The HDR IC-LoRA stage on a worker (issue #29, `hdr_stage`): the engine oracle's own stage
+"""The HDR IC-LoRA stage on a worker (`hdr_stage`): the engine oracle's own stage
 (`ltx_engine.hdr_pipeline.stage_inputs` / `denoise_video`) from the planner's params and the encode
 tasks' latents, on the pack with its SDR-to-HDR LoRA fused at 1.0 (warm under its own key)."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ltx_engine import hdr_lora, hdr_pipeline
+from ltx_engine import hdr_pipeline
 from ltx_engine.conditioning import GUIDE, ImageCondition
-from ltx_engine.lora import WithLoras
-from ltx_engine.pack import WeightPack
+from ltx_engine.loading.pack import WeightPack
+from ltx_engine.lora.lora import WithLoras
+from ltx_engine.rules import hdr_lora
 
 
 def hdr_stage(engine, pack: WeightPack, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

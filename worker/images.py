@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ltx_engine.conditioning import ImageCondition
-from ltx_engine.keyframes import default_crf
+from ltx_engine.rules.keyframes import default_crf
 
 
 def stage_images(params: dict, inputs: dict[str, np.ndarray]) -> tuple[ImageCondition, ...]:

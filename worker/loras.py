@@ -1,13 +1,13 @@
-"""User LoRAs on a worker (issue #22): the files by sha256, and the DiT with the render's set kept warm.
+"""User LoRAs on a worker: the files by sha256, and the DiT with the render's set kept warm.
 
 A DiT task's params carry the render's set (`loras`: blob sha256 or pack file name, strength, in the
 set's order; `lora_mode`). `LoraSets.view(pack, params)` is the pack as that task sees it:
 - **fused** (`FusedLoras`): the set summed in float32 and each targeted weight requantized once
-  (`ltx_engine.lora.fuse_loras`, with DFR's detailing LoRA in the same sum when the task has one), a DiT
+  (`ltx_engine.lora.lora.fuse_loras`, with DFR's detailing LoRA in the same sum when the task has one), a DiT
   of its own in the registry under (pack, `lora_set_identity`): a worker pays the fusion once and keeps
   it warm between tasks and renders with the same set;
 - **unfused** (`AdaptedLoras`): the pack's own weights with run-time adapters attached
-  (`ltx_engine.lora_adapters`), also its own registry entry.
+  (`ltx_engine.lora.lora_adapters`), also its own registry entry.
 Files: a blob LoRA is fetched once from the coordinator (`fetch`, the agent's blob transfer, sha256
 checked) into `root/<sha256>.safetensors` and kept there; a pack file is read where the pack holds it.
 `farm render --local` names the client's own files (`known`). Every build counts in `fusions`, which a
@@ -23,16 +23,31 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ltx_engine.dev_distilled import dev_view
-from ltx_engine.loader import PackError, read_safetensors
-from ltx_engine.lora import FUSED, LoraInput, WithLoras, file_sha256, lora_set_identity
+from ltx_engine.loading.loader import PackError, check_safetensors, read_safetensors
+from ltx_engine.lora.dev_distilled import dev_view
+from ltx_engine.lora.lora import FUSED, LoraInput, WithLoras, file_sha256, lora_set_identity
+from ltx_engine.rules.errors import PermanentTaskError
+from protos.lora_set import missing_file
 
 Fetch = Callable[[str], bytes | bytearray | memoryview]
-DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile", "guidance_pass")
 
 
 class LoraFileError(PackError):
-    """A LoRA file this worker cannot get: the task fails with the reason, the worker's models stay."""
+    """A LoRA file this worker cannot get: the task fails with the reason, the worker's models stay (and
+    another worker may have it: worker/faults.py reads `transient`)."""
+
+    transient = True
+
+
+def _whole(path: Path, label: str) -> None:
+    """Refuse a LoRA whose tensors do not all lie inside the file: its sha256 is the one submitted, so
+    every worker holds the same cut-short copy and no retry can help (a PermanentTaskError)."""
+    try:
+        check_safetensors(path)
+    except PackError as exc:
+        why = str(exc).replace(f"{path}: ", "")
+        raise PermanentTaskError(f"LoRA {label}: its data is cut short or damaged ({why}); "
+                                 "upload the whole file and submit again") from exc
 
 
 class FusedLoras(WithLoras):
@@ -47,7 +62,7 @@ class FusedLoras(WithLoras):
         return f"{self.pack.key}|loras:{self.identity}"
 
     def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict:
-        if component in ("transformer", "transformer_dev"):  # the dev DiT: a guided pass's (issue #23)
+        if component in ("transformer", "transformer_dev"):  # the dev DiT: a guided pass's
             self._counter[0] += 1
         return self.pack.tensors(component, loras=self.loras + tuple(loras))
 
@@ -79,7 +94,7 @@ class LoraSets:
 
     def view(self, pack, params: dict):
         """The pack as this task's DiT sees it: with the set (fused or adapted), or the pack itself; under
-        a dev recipe's distilled LoRA when the task names its strength (ltx_engine/dev_distilled.py)."""
+        a dev recipe's distilled LoRA when the task names its strength (ltx_engine/lora/dev_distilled.py)."""
         return dev_view(self._user_view(pack, params), params)
 
     def _user_view(self, pack, params: dict):
@@ -98,8 +113,8 @@ class LoraSets:
     def connector_view(self, pack, params: dict):
         """The pack as a text task sees it: with the set fused into the connector when a LoRA of the set
         has factors for it (in either mode: the connector runs once per prompt), else the pack itself."""
-        from ltx_engine.loader import read_header
-        from ltx_engine.lora_keys import CONNECTOR_PREFIXES
+        from ltx_engine.loading.loader import read_header
+        from ltx_engine.rules.lora_keys import CONNECTOR_PREFIXES
 
         names = [*CONNECTOR_PREFIXES, "connectors."]  # reference / ComfyUI, kohya (underscored), diffusers
         keys = [k for lora in params.get("loras") or () for k in read_header(self.path(pack, lora))[0]]
@@ -114,8 +129,8 @@ class LoraSets:
     def attach(self, registry, view) -> None:
         """Unfused: the set's adapters on the DiT of `view` (the adapted pack, or DFR's detailing view over
         it), once per build (a DiT evicted and built again gets them again)."""
-        from ltx_engine.lora_adapters import LoraAdapter, attach_loras
-        from ltx_engine.model_classes import model_class
+        from ltx_engine.loading.model_classes import model_class
+        from ltx_engine.lora.lora_adapters import LoraAdapter, attach_loras
 
         adapted = view
         while isinstance(adapted, WithLoras) and not isinstance(adapted, AdaptedLoras):
@@ -135,7 +150,7 @@ class LoraSets:
         if lora.get("file"):
             path = Path(pack.root) / str(lora["file"])
             if Path(str(lora["file"])).name != lora["file"] or not path.is_file():
-                raise LoraFileError(f"pack {pack.root.name!r} has no LoRA file {lora['file']!r} on this worker")
+                raise LoraFileError(missing_file(str(lora["file"]), pack.root.name))
             return path
         sha = str(lora["blob"])
         if sha in self.known:
@@ -143,8 +158,10 @@ class LoraSets:
         if self.root is None or self.fetch is None:
             raise LoraFileError(f"LoRA {lora.get('name') or sha[:12]}: not on this machine and no coordinator to fetch it from")
         path = self.root / f"{sha}.safetensors"
+        label = str(lora.get("name") or lora.get("repo") or sha[:12])
         if not path.is_file():
-            self._download(sha, path, str(lora.get("name") or lora.get("repo") or sha[:12]))
+            self._download(sha, path, label)
+        _whole(path, label)
         return path
 
     def _download(self, sha: str, path: Path, label: str) -> None:

@@ -1,4 +1,4 @@
-"""The media encode tasks on a worker (issue #24): a user's track and a source clip's tiles.
+"""The media encode tasks on a worker: a user's track and a source clip's tiles.
 
 The file arrives as the blob the client uploaded (raw bytes, `transfer.as_array`'s uint8 view), after
 the coordinator's probe refused what is not media of the needed kind. It is decoded here, where the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ltx_engine.media import image_to_pixels
+from ltx_engine.rules.media import image_to_pixels
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 DECODE_MEMORY_MB = "FARM_MEDIA_DECODE_MB"  # the child's address-space cap (default 4096 MB)
@@ -85,18 +85,18 @@ def audio_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> d
     got = _read(_decode("audio", args, inputs["audio"]), lambda f: dict(np.load(f)))
     wave, rate = got["wave"], int(got["rate"][0])
     latent = engine.encode_audio(pack, wave, rate, seconds, int(params["audio_frames"]))
-    if params.get("pad_audio_frames"):  # DFR's canvas is longer than the clip (issue #29, `a2v --dfr`)
-        from ltx_engine.audio_source import fit_audio_tokens
+    if params.get("pad_audio_frames"):  # DFR's canvas is longer than the clip (`a2v --dfr`)
+        from ltx_engine.rules.audio_source import fit_audio_tokens
 
         latent = fit_audio_tokens(latent, int(params["pad_audio_frames"]))
     return {"latent": latent, "waveform": wave, "sample_rate": np.array([rate], dtype=np.int32)}
 
 
 def hdr_tile(rgb: np.ndarray, height: int, width: int, hdr: dict) -> np.ndarray:
-    """Issue #29: an SDR frame (resized and centre-cropped only when it is not the render's size) as the
+    """An SDR frame (resized and centre-cropped only when it is not the render's size) as the
     HDR IC-LoRA's working codes in the VAE's range, (1, 3, 1, height, width) float32."""
-    from ltx_engine.hdr import sdr_working, to_vae_range
-    from ltx_engine.media import resize_center_crop
+    from ltx_engine.rules.hdr import sdr_working, to_vae_range
+    from ltx_engine.rules.media import resize_center_crop
 
     frame = rgb if rgb.shape[:2] == (height, width) else resize_center_crop(rgb, height, width)
     codes = to_vae_range(sdr_working(frame, hdr["transfer"], hdr["input_colorspace"]))
@@ -108,11 +108,11 @@ def tile_pixels(
 ) -> np.ndarray:
     """One encode tile of the clip (`pixels`: [start, stop) per t, h, w, in render frames): the clip's
     frames at the render's `fps` picked by their timestamps and fitted to its size
-    (`ltx_engine.clip_frames.resample_clip`; `fps` None: by index): (1, 3, f, h, w) float32 in [-1, 1].
+    (`ltx_engine.rules.clip_frames.resample_clip`; `fps` None: by index): (1, 3, f, h, w) float32 in [-1, 1].
     `hdr`: the HDR IC-LoRA's working codes instead (`hdr_tile`)."""
     import av
 
-    from ltx_engine.clip_frames import resample_clip
+    from ltx_engine.rules.clip_frames import resample_clip
 
     span, rows, cols = (tuple(int(x) for x in axis) for axis in pixels)
     fit = image_to_pixels if hdr is None else functools.partial(hdr_tile, hdr=hdr)

@@ -3,7 +3,7 @@
 Why a child: the file is a client's (the coordinator probed it, but a crafted file may still blow up a
 decoder past its header and first frame), so the worker decodes it under RLIMIT_AS / RLIMIT_CPU set
 before PyAV loads, and the parent kills it past a wall limit: a bad file costs the task, not the
-worker. KIND `audio`: the track's window (`ltx_engine.audio_source.decode_window`) into OUT (.npz:
+worker. KIND `audio`: the track's window (`ltx_engine.rules.audio_source.decode_window`) into OUT (.npz:
 wave, rate); `video`: one encode tile's pixels at the render's rate and size (`worker.media.tile_pixels`) into OUT (.npy).
 """
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     _limit(int(args["memory_bytes"]), float(args["cpu_s"]))
     data = np.fromfile(src, dtype=np.uint8)
     if kind == "audio":
-        from ltx_engine.audio_source import decode_window
+        from ltx_engine.rules.audio_source import decode_window
 
         wave, rate = decode_window(data, float(args["start"]), float(args["seconds"]))
         with open(out, "wb") as f:

@@ -7,7 +7,7 @@ import os
 
 import mlx.core as mx
 
-from worker.loras import DIT_KINDS
+from protos.kinds import facts
 
 MEMORY_ENV = "FARM_WORKER_MEMORY_MB"
 
@@ -41,10 +41,10 @@ def model_budget_bytes() -> int:
 
 
 def streams(kind: str, params: dict, memory_bytes: int) -> bool:
-    """Run this task with its DiT blocks streamed: a DiT kind whose predicted resident need
-    (`min_memory_bytes`, the planner's cost model) is above this worker's memory (the lease gave it the
-    task because its streamed need, `min_memory_stream_bytes`, fits)."""
+    """Run this task with its DiT blocks streamed: a kind that may stream (every DiT kind but the HDR
+    stage) whose predicted resident need (`min_memory_bytes`, the planner's cost model) is above this
+    worker's memory (the lease gave it the task because its streamed need, `min_memory_stream_bytes`, fits)."""
     need = int(params.get("min_memory_bytes") or 0)
     if params.get("loras") and params.get("lora_mode") == "unfused":
         return False  # run-time adapters attach to a resident DiT's layers (worker/loras.py): not streamed yet
-    return kind in DIT_KINDS and bool(memory_bytes) and need > memory_bytes
+    return facts(kind).streams and bool(memory_bytes) and need > memory_bytes

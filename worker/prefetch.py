@@ -50,11 +50,11 @@ class Prefetcher:
         except grpc.RpcError as exc:  # an older coordinator (UNIMPLEMENTED) or a blip: no warm-up, no harm
             log.debug("upcoming: %s", exc.code())
             return
-        for sha in shas:
-            with self._lock:
-                if sha in self._inflight or self._cached(sha):
-                    continue
-                done = self._inflight[sha] = threading.Event()
+        with self._lock:  # every blob of the guess in flight at once: a lease settling meanwhile waits for all
+            todo = {sha: threading.Event() for sha in dict.fromkeys(shas)
+                    if sha not in self._inflight and not self._cached(sha)}
+            self._inflight.update(todo)
+        for sha, done in todo.items():
             try:
                 self._fetch(sha)
             except Exception as exc:  # noqa: BLE001 - a guess that failed; the lease fetches for real
@@ -70,3 +70,10 @@ class Prefetcher:
             waits = [self._inflight[s] for s in set(shas) if s in self._inflight]
         for event in waits:
             event.wait(timeout)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for the warm-up in progress to end; True when none is running any more."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()

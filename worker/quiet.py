@@ -1,4 +1,4 @@
-"""Keep a worker's forward alone on its cores: its helper threads yield to it (issue #26, part 4).
+"""Keep a worker's forward alone on its cores: its helper threads yield to it.
 
 A forward shares the agent's process with the heartbeat, the presence stream, the next task's prefetch
 and pack copies. Each is small, but on a Mac with few performance cores (or this 2-core VM) a helper

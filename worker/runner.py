@@ -15,22 +15,25 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine import text_encoders
-from ltx_engine.checkpoint import is_checkpoint
-from ltx_engine.components import KIND_COMPONENTS, PARTS, TEXT_ENCODER
 from ltx_engine.denoise import StageInputs
-from ltx_engine.dfr_epilogue import task_keyframes
 from ltx_engine.engine import Engine
-from ltx_engine.generation import stage2_sampler
-from ltx_engine.loader import PackError
-from ltx_engine.lora import WithLoras, reference_downscale
+from ltx_engine.loading.checkpoint import is_checkpoint
+from ltx_engine.loading.loader import PackError
+from ltx_engine.loading.pack import WeightPack, hf_snapshot, open_pack
+from ltx_engine.loading.registry import ModelRegistry
+from ltx_engine.lora.lora import WithLoras, reference_downscale
 from ltx_engine.media_stage import stage_fields
-from ltx_engine.pack import WeightPack, hf_snapshot, open_pack
-from ltx_engine.registry import ModelRegistry
-from ltx_engine.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
+from ltx_engine.rules import text_encoders
+from ltx_engine.rules.components import PARTS, TEXT_ENCODER
+from ltx_engine.rules.dfr_epilogue import task_keyframes
+from ltx_engine.rules.generation import stage2_sampler
+from ltx_engine.rules.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
+from protos.kinds import WORKER_KINDS, facts
+from protos.tensors import prompt_bytes, prompt_text
 from worker import media
+from worker.identity import identity
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
-from worker.loras import DIT_KINDS, LoraSets
+from worker.loras import LoraSets
 from worker.memory import device_memory_bytes, model_budget_bytes, streams
 from worker.sp_stage import run_stage1
 
@@ -52,14 +55,15 @@ def _contexts(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _forward_params(params: dict) -> dict:
-    """Issue #26: a stage's sparse taus (one per step; stage 2 only) and compute dtype, when the plan set them."""
+    """A stage's sparse taus (one per step; stage 2 only) and compute dtype, when the plan set them."""
     taus = params.get("sparse_attention")
-    return {"sparse_taus": tuple(float(t) for t in taus) if taus else None, "compute_dtype": params.get("compute_dtype")}
+    return {"sparse_taus": tuple(float(t) for t in taus) if taus else None, "compute_dtype": params.get("compute_dtype"),
+            "step_cache": params.get("step_cache")}
 
 
 def _tile_options(params: dict):
     """A tiled stage-2 forward's options: its step's tau and the compute dtype."""
-    from ltx_engine.forward_options import ForwardOptions
+    from ltx_engine.models.forward_options import ForwardOptions
 
     tau = params.get("sparse_tau")
     return ForwardOptions(None if tau is None else float(tau), params.get("compute_dtype"))
@@ -67,7 +71,7 @@ def _tile_options(params: dict):
 
 class Runner:
     """Runs one task at a time on this process's engine."""
-    sp_group = sp_on_step = None  # a gang rank's group and step hook (worker/gang_rank.py, issue #25)
+    sp_group = sp_on_step = None  # a gang rank's group and step hook (worker/gang_rank.py)
 
     def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None, throttle: float = 1.0):
         self.packs_dir = Path(packs_dir) if packs_dir else None
@@ -163,7 +167,7 @@ class Runner:
             return []
 
     def pack_generation(self, ref: str) -> str | None:
-        """The pack's LTX generation (`ltx_engine.generation`), which the planner records in each render."""
+        """The pack's LTX generation (`ltx_engine.rules.generation`), which the planner records in each render."""
         try:
             return self.pack(ref).generation
         except Exception:  # noqa: BLE001 - a broken pack reports nothing; its tasks fail with the reason
@@ -173,10 +177,9 @@ class Runner:
         holdings, problems = self.pack_holdings()
         return {
             "os": f"{platform.system()} {platform.release()}",
-            "chip": platform.processor() or platform.machine(),
             "memory_bytes": device_memory_bytes(),
             "mlx_device": str(mx.default_device()),
-            "mlx_version": mx.__version__,
+            **identity(),  # version, backend, chip, installed set, determinism fingerprint
             "packs": self.pack_names(),
             "pack_features": {name: self.pack_features(name) for name in self.pack_names()},
             "pack_generation": {name: g for name in self.pack_names() if (g := self.pack_generation(name))},
@@ -184,25 +187,28 @@ class Runner:
             "pack_bytes": {name: self.pack_bytes(name) for name in self.pack_names()},
             "pack_problems": problems,
             "text_encoders": text_encoders.held(self.packs_dir),
-            "kinds": sorted(KIND_COMPONENTS),
+            "kinds": sorted(k.value for k in WORKER_KINDS),
         }
 
     def run(self, kind: str, params: dict, inputs: dict[str, np.ndarray], progress: Progress | None = None,
             cancelled: Callable[[], bool] | None = None) -> tuple[dict[str, np.ndarray], dict]:
         """Outputs of the task and its metrics (seconds, peak memory, models loaded)."""
-        handler = getattr(self, f"_run_{kind}", None)
+        kind_facts = facts(kind)
+        handler = getattr(self, f"_run_{kind_facts.operation}", None) if kind_facts.operation else None
         if handler is None:
             raise ValueError(f"unknown task kind {kind!r}")
         pack = self.pack(params["pack"])
         self.engine.stream_blocks = streams(kind, params, device_memory_bytes())
-        if kind in DIT_KINDS:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
+        encodes_text = TEXT_ENCODER in kind_facts.components
+        if kind_facts.runs_dit:  # the render's LoRA set, fused or adapted, warm under its own key (worker/loras.py)
             pack = self.loras.view(pack, params)
-        elif kind == "text_encode":  # a set with connector factors: fused into the connector that encodes
+        elif encodes_text:  # a set with connector factors: fused into the connector that encodes
             pack = self.loras.connector_view(pack, params)
-        self.engine.prepare(pack, kind, self.text_encoder_dir(pack, params) if kind == "text_encode" else None)
+        self.engine.prepare(pack, kind_facts.components, self.text_encoder_dir(pack, params) if encodes_text else None)
         fusions = self.loras.fusions[0]
         if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead
             self.loras.attach(self.engine.registry, pack)
+        self.engine.cache_skips()  # a failed task's step caches are not this one's
         mx.reset_peak_memory()
         start, cpu = time.perf_counter(), time.process_time()  # cpu: the whole process's, helper threads too
         loads = self.engine.registry.load_seconds
@@ -223,6 +229,8 @@ class Runner:
                    "load_s": round(self.engine.registry.load_seconds - loads, 4)}  # the cost model's cold start
         if self.engine.stream_blocks:
             metrics["streamed"] = True
+        if (skipped := self.engine.cache_skips()) is not None:  # forwards the step cache skipped
+            metrics["step_cache_skipped"] = skipped
         if params.get("loras"):  # LoRA sets fused (or adapters attached) by this task, and the sets kept warm
             metrics["lora_fusions"] = self.loras.fusions[0] - fusions
             metrics["models"] = metrics["models"] + self.loras.warm_names(self.engine.registry.has)
@@ -237,18 +245,29 @@ class Runner:
         last[0], last[1] = time.perf_counter(), loads
 
     def _run_text_encode(self, pack, params, inputs, step):
-        """Embeddings of the prompt, kept for the last few (pack, encoder, prompt, length) keys: a prompt
-        sweep encodes each prompt once per worker, and another encoder never reuses them."""
+        """Embeddings of the prompt (the enhancer's, when the render has one), kept for the last few (pack,
+        encoder, prompt, length) keys: a prompt sweep encodes each prompt once per worker, and another
+        encoder never reuses them."""
         from ltx_engine.models.text_encoder import REFERENCE_MAX_LENGTH
 
         folder = self.text_encoder_dir(pack, params)
-        key = (pack.key, str(folder.resolve()), params["prompt"], REFERENCE_MAX_LENGTH)
+        prompt = prompt_text(inputs["prompt"]) if "prompt" in inputs else params["prompt"]
+        key = (pack.key, str(folder.resolve()), prompt, REFERENCE_MAX_LENGTH)
         if key not in self._embeddings:
-            self._embeddings[key] = self.engine.encode_prompt(pack, params["prompt"], folder)
+            self._embeddings[key] = self.engine.encode_prompt(pack, prompt, folder)
             while len(self._embeddings) > EMBEDDINGS_KEPT:
                 self._embeddings.popitem(last=False)
         self._embeddings.move_to_end(key)
         return self._embeddings[key]
+
+    def _run_enhance_prompt(self, pack, params, inputs, step):
+        """The prompt rewritten by the encoder's Gemma 3 (`--enhance-prompt`), as UTF-8 bytes; an encoder
+        that cannot write fails the render at once, in one line with the download."""
+        folder = self.text_encoder_dir(pack, params)
+        if (why := text_encoders.lm_head_problem(folder)) is not None:
+            raise PackError(text_encoders.no_head_line(str(params["pack"]), why, text_encoders.is_gemma4_tower(folder)))
+        text = self.engine.enhance_prompt(pack, params["prompt"], params["mode"], int(params["max_new_tokens"]), folder)
+        return {"prompt": prompt_bytes(text)}
 
     def _run_image_encode(self, pack, params, inputs, step):
         """One image at one stage's size, after its H.264 round trip at the planned CRF (worker/images.py)."""
@@ -271,11 +290,11 @@ class Runner:
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
             **_forward_params(params),
             images=stage_images(params, inputs),
-            **stage_fields(params, inputs),  # issue #24: retake / extend / IC-LoRA control / Dub-It (media_stage)
+            **stage_fields(params, inputs),  # retake / extend / IC-LoRA control / Dub-It (media_stage)
         )
 
     def _run_denoise_stage1(self, pack, params, inputs, step):
-        """Stage 1: plain, k-way split, a gang's rank or resumed (worker/sp_stage.py, issue #25)."""
+        """Stage 1: plain, k-way split, a gang's rank or resumed (worker/sp_stage.py)."""
         return run_stage1(self, pack, params, inputs, step, self.sp_group, self.sp_on_step)
 
     def _detailing(self, pack, params):
@@ -301,15 +320,18 @@ class Runner:
         return self.engine.denoise_stage2(pack, self._stage(pack, params, inputs), step)
 
     def _run_stage_prepare(self, pack, params, inputs, step):
+        if params.get("audio_only"):  # T2A: the audio tokens alone (no picture: no size)
+            return self.engine.prepare_audio_stage(self._stage(pack, {**params, "height": 0, "width": 0}, inputs))
         pack, params = self._detailing(pack, params)
         return self.engine.prepare_stage(pack, self._stage(pack, params, inputs))
 
     def _run_transformer_forward(self, pack, params, inputs, step):
         pack, params = self._detailing(pack, params)
         tokens = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
-        velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs), _tile_options(params))
+        cache = self.engine.step_cache(params, inputs)  # the tile's, across the stage's steps
+        velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs), _tile_options(params), cache)
         step(1, 1)
-        return {"velocity": velocity}
+        return {"velocity": velocity} | ({} if cache is None else cache.to_arrays())
 
     def _run_guidance_pass(self, pack, params, inputs, step):
         """One pass (cond, uncond, perturbed, isolated) of a guided step: its x0 (coordinator/plan/guidance.py)."""
@@ -326,7 +348,7 @@ class Runner:
 
     def _run_dfr_tile(self, pack, params, inputs, step):
         from ltx_engine.dfr import DfrTileInputs
-        from ltx_engine.dfr_layout import plan_from_params
+        from ltx_engine.rules.dfr_layout import plan_from_params
 
         plan = plan_from_params(params["dfr"]).rounds[int(params["round"]) - 1]
         tile = DfrTileInputs(latent=inputs["latent"], carry=inputs["carry"], contexts=_contexts(inputs), plan=plan,
@@ -347,7 +369,7 @@ class Runner:
         return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
 
     def _run_decode_video(self, pack, params, inputs, step):
-        if params.get("decoder") == "diffusion":  # issue #29: LTX-2.5's vae_decoder_av (DFR: with keyframes)
+        if params.get("decoder") == "diffusion":  # LTX-2.5's vae_decoder_av (DFR: with keyframes)
             pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
                                                         keyframes=task_keyframes(params, inputs))
             return {"frames": np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)}
@@ -355,18 +377,18 @@ class Runner:
 
     def _run_decode_tile(self, pack, params, inputs, step):
         bounds = tuple(tuple(int(x) for x in params["latent"][axis]) for axis in ("frames", "height", "width"))
-        if params.get("decoder") == "diffusion":  # issue #29
+        if params.get("decoder") == "diffusion":
             return {"pixels": self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
                                                                  bounds, task_keyframes(params, inputs))}
         return {"pixels": self.engine.decode_video_tile(pack, inputs["latent"], bounds)}
 
-    def _run_audio_encode(self, pack, params, inputs, step):  # issue #24 (worker/media.py)
+    def _run_audio_encode(self, pack, params, inputs, step):  # (worker/media.py)
         return media.audio_encode(self.engine, pack, params, inputs)
 
-    def _run_video_encode(self, pack, params, inputs, step):  # issue #24: one tile of a source clip
+    def _run_video_encode(self, pack, params, inputs, step):  # one tile of a source clip
         return media.video_encode(self.engine, pack, params, inputs)
 
-    def _run_hdr_stage(self, pack, params, inputs, step):  # issue #29: the HDR IC-LoRA stage (worker/hdr.py)
+    def _run_hdr_stage(self, pack, params, inputs, step):  # the HDR IC-LoRA stage (worker/hdr.py)
         from worker.hdr import hdr_stage
 
         return hdr_stage(self.engine, pack, params, inputs)

@@ -1,11 +1,11 @@
-"""Stage 1 as a task runs it (issue #25): plain, split k ways in this process (`--local`'s plan), this
+"""Stage 1 as a task runs it: plain, split k ways in this process (`--local`'s plan), this
 rank of a gang's group, or resumed from the states a gang kept after a finished step."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ltx_engine.generation import stage1_sampler
+from ltx_engine.rules.generation import stage1_sampler
 
 RESUME = "resume"  # input names: resume.video.latent, resume.audio.positions, ...
 STATE_FIELDS = ("latent", "denoise_mask", "clean_latent", "positions")
@@ -24,8 +24,8 @@ def resume_from(params: dict, inputs: dict[str, np.ndarray]):
     step = params.get("resume_step")
     if step is None:
         return None
-    from ltx_engine.sampling import LatentState
-    from ltx_engine.sp_denoise import Resume
+    from ltx_engine.parallel.sp_denoise import Resume
+    from ltx_engine.rules.sampling import LatentState
 
     def state(name: str):
         keys = [f"{RESUME}.{name}.{f}" for f in STATE_FIELDS]
@@ -39,7 +39,7 @@ def run_stage1(
 ) -> dict:
     """Stage 1 with the sampler the planner recorded (else the one the pack calls for); k shards
     (`stage1_parallel`, or the gang's group size) and a resume take the sequence-parallel loop, which is
-    bit-identical to the plain one (ltx_engine/sequence_parallel.py)."""
+    bit-identical to the plain one (ltx_engine/parallel/sequence_parallel.py)."""
     if not params.get("sampler"):
         params = {**params, "sampler": stage1_sampler(pack.generation, bool(params.get("dfr_slots")))}
     stage = runner._stage(pack, params, inputs)
@@ -47,6 +47,6 @@ def run_stage1(
     resume = resume_from(params, inputs)
     if degree == 1 and resume is None and on_step is None:
         return runner.engine.denoise_stage1(pack, stage, step)
-    from ltx_engine.sp_denoise import Split
+    from ltx_engine.parallel.sp_denoise import Split
 
     return runner.engine.denoise_stage1_sp(pack, stage, Split(degree, group), step, resume, on_step)

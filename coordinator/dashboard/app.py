@@ -20,7 +20,6 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from coordinator import fleet, metrics, prometheus, schedule
 from coordinator.dashboard.context import Farm, Json, checked_id, error, farm_of
 from coordinator.dashboard.events import all_events, render_events
 from coordinator.dashboard.security import (
@@ -32,6 +31,7 @@ from coordinator.dashboard.security import (
     csrf_token,
     form_or_json,
 )
+from coordinator.views import fleet, metrics, prometheus, schedule
 from protos.states import RETRYABLE, TERMINAL, RenderState
 
 log = logging.getLogger(__name__)

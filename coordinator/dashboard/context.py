@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from coordinator.dashboard.security import Gate
-from coordinator.prometheus import SnapshotStore
-from coordinator.schedule import ScheduleStore
+from coordinator.views.prometheus import SnapshotStore
+from coordinator.views.schedule import ScheduleStore
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,200}")
 BlobReader = Callable[[str], bytes | None]

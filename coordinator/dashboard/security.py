@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import anyio
 
-from coordinator.auth import FollowedSecret
+from coordinator.api.auth import FollowedSecret
 from protos.auth import JoinToken
 
 CSRF_COOKIE, SESSION_COOKIE, CSRF_HEADER = "farm_csrf", "farm_session", "x-csrf-token"

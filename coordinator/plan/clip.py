@@ -1,10 +1,10 @@
-"""The pipelines that start from a user's clip (issue #24 retake/extend): their stage graphs. Pure.
+"""The pipelines that start from a user's clip (retake/extend): their stage graphs. Pure.
 
 Retake (`--retake VIDEO --start S --end E`, upstream 1.0.0's distilled retake): the clip's first
-`frames` frames at the render's rate (picked by timestamp, `ltx_engine.clip_frames`), encoded at its
+`frames` frames at the render's rate (picked by timestamp, `ltx_engine.rules.clip_frames`), encoded at its
 size (the tiled `source_encode`), its own track encoded (`source_audio`, when the probe found one),
 then ONE full-size `denoise_stage1` (DISTILLED_SIGMAS, Euler) from those latents with the window's
-masks (`params["retake"]`, `ltx_engine.retake`): every token outside the window keeps the source's
+masks (`params["retake"]`, `ltx_engine.rules.retake`): every token outside the window keeps the source's
 latent exactly. Then the decode, and the audio decode of the stage's audio latent.
 
 Extend (`--extend VIDEO --extend-frames N [--direction after|before]`, the distilled extend of
@@ -17,14 +17,11 @@ new latents to the source's (`source_encode`, `source_audio`) and the whole clip
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from coordinator.plan import samplers
 from coordinator.plan.decode import plan_decode
 from coordinator.plan.graph import (
     COORDINATOR,
     SPATIAL_FACTOR,
-    SpecError,
     audio_latent_frames,
     expect,
     latent_frames,
@@ -32,77 +29,33 @@ from coordinator.plan.graph import (
     task,
 )
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
+from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
-from ltx_engine.extend import CONTEXT_PIXEL_FRAMES, ExtendError, ExtendLayout
-from ltx_engine.generation import stage1_sampler
-from ltx_engine.sampling import DISTILLED_SIGMAS, EULER
+from ltx_engine.rules.extend import CONTEXT_PIXEL_FRAMES, ExtendLayout
+from ltx_engine.rules.generation import stage1_sampler
+from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER
 
 SOURCE_AUDIO = "source_audio"
 
 
-def _get(spec: Mapping, key: str):
-    value = spec.get(key)
-    return value.to_dict() if hasattr(value, "to_dict") else value
+def clip_pipeline(spec: RenderPlan) -> str | None:
+    return "retake" if spec.retake else "extend" if spec.extend else None
 
 
-def clip_pipeline(spec: Mapping) -> str | None:
-    return "retake" if _get(spec, "retake") else "extend" if _get(spec, "extend") else None
+def layout(spec: RenderPlan) -> ExtendLayout:
+    ext = spec.extend
+    return ExtendLayout(spec.frames, spec.frame_rate, ext.frames, ext.direction)
 
 
-def layout(spec: Mapping) -> ExtendLayout:
-    ext = _get(spec, "extend")
-    return ExtendLayout(int(spec["frames"]), float(spec["frame_rate"]), int(ext["frames"]), ext["direction"])
-
-
-def check_clip_spec(spec: Mapping) -> dict:
-    """What the farm builds of retake / extend (one line otherwise); what it resolves (extend's length)."""
-    kind = clip_pipeline(spec)
-    if kind is None:
-        return {}
-    flag = f"--{kind}"
-    if not _get(spec, "source_video"):
-        raise SpecError(f"{flag} names no source video")
-    if spec.get("pipeline") not in (None, "distilled"):
-        raise SpecError(f"{flag} runs with the distilled pipeline on the farm (not {spec['pipeline']})")
-    for key, what in (
-        ("images", "--image"),
-        ("audio_input", "--audio"),
-        ("temporal_upscalings", "DFR rounds"),
-        ("dfr", "--dfr"),
-        ("num_generated_keyframes", "--num-generated-keyframes"),
-    ):
-        if spec.get(key):
-            raise SpecError(f"{flag} does not take {what} on the farm yet")
-    if kind == "retake":
-        if spec.get("stage2_tiles") is not None:
-            raise SpecError(
-                "--retake is one full-size stage: it has no stage 2 to tile (drop --stage2-tiles)"
-            )
-        end, length = float(_get(spec, "retake")["end"]), int(spec["frames"]) / float(spec["frame_rate"])
-        if end > length + 1e-6:
-            raise SpecError(
-                f"--retake: --end {end:g} s is past the render's {spec['frames']} frames "
-                f"({length:.2f} s at {spec['frame_rate']:g} fps); give -f"
-            )
-        return {}
-    try:
-        out = layout(spec).output_frames
-    except ExtendError as exc:
-        raise SpecError(f"--extend: {exc} (-f)") from None
-    if latent_frames(out) > 65:
-        raise SpecError(f"--extend: {out} frames out is past the model's range")
-    return {"output_frames": out}
-
-
-def _source_audio(rid: str, spec: Mapping) -> dict | None:
+def _source_audio(rid: str, spec: RenderPlan) -> dict | None:
     """The clip's own track's encode (the render's `frames` from its start), unless the probe found none."""
-    if spec.get("source_audio") is False:
+    if spec.source_audio is False:
         return None
-    return audio_encode_task(rid, spec, SOURCE_AUDIO, blob=_get(spec, "source_video")["blob"], start=0.0)
+    return audio_encode_task(rid, spec, SOURCE_AUDIO, blob=spec.source_video.blob, start=0.0)
 
 
-def _decode_audio(rid: str, spec: Mapping, latent: dict) -> list[dict]:
-    if not spec.get("audio", True):
+def _decode_audio(rid: str, spec: RenderPlan, latent: dict) -> list[dict]:
+    if not spec.audio:
         return []
     return [
         task(
@@ -110,7 +63,7 @@ def _decode_audio(rid: str, spec: Mapping, latent: dict) -> list[dict]:
             "audio",
             "decode_audio",
             {
-                "pack": spec["pack"],
+                "pack": spec.pack,
                 "product": "audio",
                 "expect": {"waveform": expect("float32", -1, -1), "sample_rate": expect("int32", 1)},
             },
@@ -119,15 +72,15 @@ def _decode_audio(rid: str, spec: Mapping, latent: dict) -> list[dict]:
     ]
 
 
-def _stage_params(spec: Mapping, frames: int, height: int, width: int) -> dict:
+def _stage_params(spec: RenderPlan, frames: int, height: int, width: int) -> dict:
     return {
-        "pack": spec["pack"],
-        "seed": spec["seed"],
+        "pack": spec.pack,
+        "seed": spec.seed,
         "frames": frames,
-        "fps": spec["frame_rate"],
+        "fps": spec.frame_rate,
         "height": height,
         "width": width,
-        "audio_frames": audio_latent_frames(frames, spec["frame_rate"]),
+        "audio_frames": audio_latent_frames(frames, spec.frame_rate),
     }
 
 
@@ -140,61 +93,61 @@ def _latent_expect(frames: int, height: int, width: int, fps: float) -> dict:
     }
 
 
-def plan_retake(rid: str, spec: Mapping, ctx: dict) -> list[dict]:
+def plan_retake(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
     encodes, latent = plan_video_encode(rid, spec)
     tasks, inputs = list(encodes), {**ctx, "latent": latent}
     audio = _source_audio(rid, spec)
     if audio is not None:
         tasks.append(audio)
         inputs["audio_latent"] = ref(audio["id"], "latent")
-    window = _get(spec, "retake")
-    frames, height, width = int(spec["frames"]), int(spec["height"]), int(spec["width"])
+    window = spec.retake
+    frames, height, width = spec.frames, spec.height, spec.width
     params = {
         **_stage_params(spec, frames, height, width),
         "sigmas": list(DISTILLED_SIGMAS),
         "sampler": EULER,
-        "retake": [window["start"], window["end"], bool(window.get("regen_audio", True))],
-        "expect": _latent_expect(frames, height, width, spec["frame_rate"]),
+        "retake": [window.start, window.end, window.regen_audio],
+        "expect": _latent_expect(frames, height, width, spec.frame_rate),
     }
     tasks.append(task(rid, "stage1", "denoise_stage1", params, inputs))
     tasks += plan_decode(rid, spec, ref(f"{rid}.stage1", "video_latent"))
     return tasks + _decode_audio(rid, spec, ref(f"{rid}.stage1", "audio_latent"))
 
 
-def _context(rid: str, spec: Mapping, lay: ExtendLayout, half: bool) -> tuple[list[dict], dict]:
+def _context(rid: str, spec: RenderPlan, lay: ExtendLayout, half: bool) -> tuple[list[dict], dict]:
     """The clip's boundary 25 frames at a stage's size, and the stage's replace condition on them."""
-    h, w = (spec["height"] // 2, spec["width"] // 2) if half else (spec["height"], spec["width"])
+    h, w = (spec.height // 2, spec.width // 2) if half else (spec.height, spec.width)
     name = "context_s1" if half else "context_s2"
     tasks, latent = video_encode_tasks(
         rid,
         name,
-        spec["pack"],
-        _get(spec, "source_video")["blob"],
+        spec.pack,
+        spec.source_video.blob,
         (CONTEXT_PIXEL_FRAMES, h, w),
         encode_tile_sizes(spec),
         lay.context_pixels[0],
-        fps=spec["frame_rate"],
+        fps=spec.frame_rate,
     )
     image = {"input": "context", "frame": lay.context_frame, "strength": 1.0, "binding": "replace"}
     return tasks, {"images": [image], "inputs": {"context": latent}}
 
 
-def plan_extend(rid: str, spec: Mapping, ctx: dict) -> list[dict]:
+def plan_extend(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
     lay = layout(spec)
     tasks, source = plan_video_encode(rid, spec)
-    audio = _source_audio(rid, spec) if spec.get("audio", True) else None
+    audio = _source_audio(rid, spec) if spec.audio else None
     tasks = [*tasks, *_extend_stage1(rid, spec, lay, ctx, audio)]
     return tasks + _extend_stage2(rid, spec, lay, ctx) + _join(rid, spec, lay, source, audio)
 
 
-def _extend_stage1(rid: str, spec: Mapping, lay: ExtendLayout, ctx: dict, audio: dict | None) -> list[dict]:
+def _extend_stage1(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict, audio: dict | None) -> list[dict]:
     """The half-size context's encode, the source track's pinned boundary, stage 1 on the window."""
     tasks, cond = _context(rid, spec, lay, True)
     frames, fps, height, width = (
         lay.window_frames,
-        spec["frame_rate"],
-        spec["height"] // 2,
-        spec["width"] // 2,
+        spec.frame_rate,
+        spec.height // 2,
+        spec.width // 2,
     )
     params = {
         **_stage_params(spec, frames, height, width),
@@ -202,11 +155,11 @@ def _extend_stage1(rid: str, spec: Mapping, lay: ExtendLayout, ctx: dict, audio:
         "images": cond["images"],
         "expect": _latent_expect(frames, height, width, fps),
     }
-    if spec.get("generation"):
-        params["sampler"] = stage1_sampler(spec["generation"], False)
+    if spec.generation:
+        params["sampler"] = stage1_sampler(spec.generation, False)
     inputs = {**ctx, **cond["inputs"]}
     if audio is not None:
-        cut = lay.source_audio_slice(audio_latent_frames(int(spec["frames"]), fps))
+        cut = lay.source_audio_slice(audio_latent_frames(spec.frames, fps))
         pin = {"start": cut.start, "stop": cut.stop, "expect": {"latent": expect("float32", 1, -1, -1, -1)}}
         latent = {"latent": ref(audio["id"], "latent")}
         tasks += [audio, task(rid, "audio_pin", "extend_audio_pin", pin, latent, capability=COORDINATOR)]
@@ -215,12 +168,12 @@ def _extend_stage1(rid: str, spec: Mapping, lay: ExtendLayout, ctx: dict, audio:
     return [*tasks, task(rid, "stage1", "denoise_stage1", params, inputs)]
 
 
-def _extend_stage2(rid: str, spec: Mapping, lay: ExtendLayout, ctx: dict) -> list[dict]:
+def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> list[dict]:
     """The upsample, the full-size context's encode and stage 2 (untiled, or TDP tiles) on the window."""
-    frames, fps, height, width = lay.window_frames, spec["frame_rate"], spec["height"], spec["width"]
+    frames, fps, height, width = lay.window_frames, spec.frame_rate, spec.height, spec.width
     video = _latent_expect(frames, height, width, fps)["video_latent"]
     s1 = f"{rid}.stage1"
-    upsample = {"pack": spec["pack"], "expect": {"latent": video}}
+    upsample = {"pack": spec.pack, "expect": {"latent": video}}
     tasks = [task(rid, "upsample", "upsample_spatial", upsample, {"latent": ref(s1, "video_latent")})]
     encodes, cond = _context(rid, spec, lay, False)
     params = {
@@ -235,19 +188,19 @@ def _extend_stage2(rid: str, spec: Mapping, lay: ExtendLayout, ctx: dict) -> lis
         "latent": ref(f"{rid}.upsample", "latent"),
         "audio_latent": ref(s1, "audio_latent"),
     }
-    if spec.get("stage2_tiles") is not None:
-        window_spec = {**spec, "frames": frames, "output_frames": None}
-        return [*tasks, *encodes, *plan_tiled_stage2(rid, window_spec, params, inputs, ctx)]
+    if spec.stage2_tiles is not None:
+        window = spec.resolve(frames=frames)  # the tiles cover the window, not the joined clip
+        return [*tasks, *encodes, *plan_tiled_stage2(rid, window, params, inputs, ctx)]
     stage2 = task(
         rid, "stage2", "denoise_stage2", {**params, "expect": {"video_latent": video}}, {**ctx, **inputs}
     )
     return [*tasks, *encodes, stage2]
 
 
-def _join(rid: str, spec: Mapping, lay: ExtendLayout, source: dict, audio: dict | None) -> list[dict]:
+def _join(rid: str, spec: RenderPlan, lay: ExtendLayout, source: dict, audio: dict | None) -> list[dict]:
     """The window's new latents joined to the source's, then one decode of the whole clip."""
     inputs = {"source": source, "window": ref(f"{rid}.stage2", "video_latent")}
-    out = _latent_expect(lay.output_frames, spec["height"], spec["width"], spec["frame_rate"])
+    out = _latent_expect(lay.output_frames, spec.height, spec.width, spec.frame_rate)
     if audio is not None:
         inputs |= {
             "source_audio": ref(audio["id"], "latent"),
@@ -263,10 +216,10 @@ def _join(rid: str, spec: Mapping, lay: ExtendLayout, source: dict, audio: dict 
         "expect": out,
     }
     tasks = [task(rid, "join", "extend_join", params, inputs, capability=COORDINATOR)]
-    tasks += plan_decode(rid, {**spec, "frames": lay.output_frames}, ref(f"{rid}.join", "video_latent"))
+    tasks += plan_decode(rid, spec.resolve(frames=lay.output_frames), ref(f"{rid}.join", "video_latent"))
     return tasks + (_decode_audio(rid, spec, ref(f"{rid}.join", "audio_latent")) if audio is not None else [])
 
 
-def plan_clip(rid: str, spec: Mapping, ctx: dict) -> list[dict]:
+def plan_clip(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
     """The clip pipeline's tasks after the text task."""
     return plan_retake(rid, spec, ctx) if clip_pipeline(spec) == "retake" else plan_extend(rid, spec, ctx)

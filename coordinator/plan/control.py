@@ -1,4 +1,4 @@
-"""IC-LoRA control and Dub-It in the stage graph (issue #24). Pure.
+"""IC-LoRA control and Dub-It in the stage graph. Pure.
 
 IC-LoRA control (`control_video` + `ic_lora`, upstream 1.0.0 `ICLoraPipeline`): the control clip's
 tiled `video_encode` tasks (`control.t{i}`, blended by the coordinator into `control`) at stage 1's
@@ -22,55 +22,41 @@ and runs with the Dub-It LoRA; the coordinator's step blends video only. Stage 1
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, ref
-from coordinator.plan.media import _get, audio_encode_task, encode_tile_sizes, video_encode_tasks
+from coordinator.plan.media import audio_encode_task, encode_tile_sizes, video_encode_tasks
+from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.sp_degree import TABLE_PARAM
-from ltx_engine.ic_lora import ControlError, control_size
+from ltx_engine.rules.ic_lora import ControlError, control_size
 from protos.lora_set import warm_key
+from protos.media_spec import ControlVideo, IcLora
 
 
-def _clip(spec: Mapping) -> tuple[str, str, dict] | None:
+def _clip(spec: RenderPlan) -> tuple[str, str, ControlVideo] | None:
     """(spec key, flag, record) of the render's control or Dub-It clip; None without either."""
     for key, flag in (("control_video", "--control-video"), ("dub_video", "--dub")):
-        value = _get(spec, key)
+        value = getattr(spec, key)
         if value:
             return key, flag, value
     return None
 
 
-def check_control(spec: Mapping) -> None:
-    """What the farm builds of IC-LoRA control and Dub-It: one clip, its IC-LoRA, the distilled
-    pipeline alone, reference sizes the VAE encodes."""
-    clip, lora = _clip(spec), _get(spec, "ic_lora")
-    if clip is None:
-        if lora:
-            raise SpecError("--ic-lora needs --control-video FILE STRENGTH or --dub VIDEO")
-        return
-    key, flag, value = clip
-    name = value.get("name") or value["blob"][:12]
-    if _get(spec, "control_video") and _get(spec, "dub_video"):
-        raise SpecError("--control-video and --dub are two pipelines: give one")
+def check_reference(spec: RenderPlan, key: str, flag: str) -> str:
+    """A control or Dub-It clip's own rules: its IC-LoRA is given, the clip's encode tiles are ones
+    upstream's tiling takes, and each stage's reference is a size the VAE encodes whole; the clip's name."""
+    value = getattr(spec, key)
+    name = value.name or value.blob[:12]
+    lora = spec.ic_lora
     if not lora:
         raise SpecError(f"{flag} {name}: needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
-    for other, what in (("audio_input", "--audio"), ("source_video", "--retake / --extend")):
-        if _get(spec, other):
-            raise SpecError(f"{flag} {name}: not with {what} in one render")
-    if spec.get("pipeline") not in (None, "distilled") or int(spec.get("temporal_upscalings") or 0):
-        raise SpecError(f"{flag} {name}: runs with the distilled two-stage pipeline on the farm, without DFR")
-    if str(spec.get("stage1_parallel") or "auto") not in ("auto", "1"):
-        raise SpecError(f"{flag} {name}: stage 1 carries reference tokens; it runs on one worker")
-    if key == "dub_video" and not spec.get("audio", True):
-        raise SpecError(f"--dub {name}: Dub-It generates the audio; drop --no-audio")
     encode_tile_sizes(spec)
     for height, width in _stage_sizes(spec, key):
-        _reference_size(height, width, int(lora["downscale"]), flag, name)
+        _reference_size(height, width, lora.downscale, flag, name)
+    return name
 
 
-def _stage_sizes(spec: Mapping, key: str) -> list[tuple[int, int]]:
-    half = (int(spec["height"]) // 2, int(spec["width"]) // 2)
-    return [half] if key == "control_video" else [half, (int(spec["height"]), int(spec["width"]))]
+def _stage_sizes(spec: RenderPlan, key: str) -> list[tuple[int, int]]:
+    half = (spec.height // 2, spec.width // 2)
+    return [half] if key == "control_video" else [half, (spec.height, spec.width)]
 
 
 def _reference_size(height: int, width: int, downscale: int, flag: str, name: str) -> tuple[int, int]:
@@ -88,10 +74,10 @@ def _reference_size(height: int, width: int, downscale: int, flag: str, name: st
     return size
 
 
-def _with_lora(params: dict, lora: dict, control: dict | None) -> None:
+def _with_lora(params: dict, lora: IcLora, control: dict | None) -> None:
     """A DiT task's params with the IC-LoRA on top of its user LoRAs (fused), and the reference's (None:
     a tile forward, whose reference tokens come cut from `stage2.prep`)."""
-    loras = [*(params.get("loras") or ()), {k: lora[k] for k in ("blob", "name", "strength") if lora.get(k)}]
+    loras = [*(params.get("loras") or ()), {k: getattr(lora, k) for k in ("blob", "name", "strength") if getattr(lora, k)}]
     params.update(loras=loras, lora_mode="fused", warm=[warm_key(loras, "fused")])
     if control is not None:
         params["control"] = control
@@ -102,31 +88,27 @@ def _wire(t: dict, inputs: dict) -> None:
     t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
 
 
-def wire_control(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
+def wire_control(tasks: list[dict], rid: str, spec: RenderPlan) -> list[dict]:
     """The control / Dub-It graph from the distilled one (after `with_loras`): the reference encodes
     before stage 1, stage 1 (and Dub-It's stage 2) with the IC-LoRA and the reference."""
     clip = _clip(spec)
     if clip is None:
         return tasks
     key, _, value = clip
-    lora, frames, sizes = _get(spec, "ic_lora"), int(spec["frames"]), encode_tile_sizes(spec)
-    control = {
-        "strength": float(value.get("strength", 1.0)),
-        "downscale": int(lora["downscale"]),
-        "attention_strength": float(value.get("attention_strength", 1.0)),
-    }
+    lora, frames, sizes = spec.ic_lora, spec.frames, encode_tile_sizes(spec)
+    control = {"strength": value.strength, "downscale": lora.downscale, "attention_strength": value.attention_strength}
     named = ["control"] if key == "control_video" else ["dub_s1", "dub_s2"]
     added, latents = [], []
     for name, (height, width) in zip(named, _stage_sizes(spec, key), strict=True):
         size = control_size(height, width, control["downscale"])
-        encodes, latent = video_encode_tasks(rid, name, spec["pack"], value["blob"], (frames, *size), sizes)
+        encodes, latent = video_encode_tasks(rid, name, spec.pack, value.blob, (frames, *size), sizes)
         added, latents = added + encodes, latents + [latent]
     s1 = next(t for t in tasks if t["id"] == f"{rid}.stage1")
     s1["params"][TABLE_PARAM] = [1]
     _with_lora(s1["params"], lora, control)
     _wire(s1, {"control_latent": latents[0]})
     if key == "dub_video":
-        audio = audio_encode_task(rid, spec, "dub_audio", value["blob"], 0.0)
+        audio = audio_encode_task(rid, spec, "dub_audio", value.blob, 0.0)
         added.append(audio)
         _wire(s1, {"audio_reference": ref(audio["id"], "latent")})
         _wire_dub_stage2(tasks, rid, lora, control, latents[1])
@@ -134,7 +116,7 @@ def wire_control(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
     return [*tasks[:at], *added, *tasks[at:]]
 
 
-def _wire_dub_stage2(tasks: list[dict], rid: str, lora: dict, control: dict, reference: dict) -> None:
+def _wire_dub_stage2(tasks: list[dict], rid: str, lora: IcLora, control: dict, reference: dict) -> None:
     """Dub-It's stage 2: untiled, the one task with the LoRA and both references; tiled, `stage2.prep`
     (no DiT) builds the state with both references (the cut hands the video's to the tiles, the audio's
     travels in prep's audio) and every tile forward runs with the LoRA."""

@@ -27,6 +27,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules import step_cache as cache_rule
+from protos.kinds import Cost, TaskKind, facts
+
 GB = 2**30
 MB = 2**20
 
@@ -46,7 +50,7 @@ DECODE_S_PER_VOXEL = 3.5e-7  # conv VAE decode, reference seconds per output pix
 DIFF_DECODE_S_PER_VOXEL = 5.3e-6  # the diffusion decoder (vae_decoder_av), per output pixel·frame
 DIFF_DECODE_BYTES_PER_VOXEL = 500
 UPSAMPLE_S_PER_CELL = 4e-4  # spatial / temporal latent upsampler, per output latent cell
-FIXED_S = {"text_encode": 6.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
+FIXED_S = {"text_encode": 6.0, "enhance_prompt": 20.0, "image_encode": 1.0, "decode_audio": 2.0, "stage_prepare": 0.5,
            "tdp_cut": 0.05, "tdp_step": 0.05, "dfr_stitch": 0.05, "dfr_trim": 0.05, "dfr_epi_window": 0.05,
            "guide_step": 0.1}  # a guided step's combine (+ res_2s' float64 midpoint), on the coordinator
 
@@ -59,14 +63,7 @@ DIT_BYTES_PER_TOKEN = int(0.9 * MB)
 MUX_S, MUX_S_PER_VOXEL = 0.5, 1e-8  # assembly: ~100 M pixel·frames per second through H.264
 LOAD_BYTES_PER_S = 2 * GB  # a cold model: weights read from the SSD into unified memory
 DECODE_BYTES_PER_VOXEL = 3 * 4 * 24  # the decode working set per output pixel (plan_decode's factor)
-DIT_KINDS = ("denoise_stage1", "denoise_stage2", "transformer_forward", "dfr_tile",
-             "guidance_pass", "hdr_stage")  # one pass of a guided step: one forward over the stage's tokens
-KIND_WEIGHTS = {"text_encode": ("text_encoder", "connector"), "image_encode": ("vae_encoder",),
-                "upsample_spatial": ("spatial_upscaler",), "upsample_temporal": ("temporal_upscaler",),
-                "decode_video": ("vae_decoder",), "decode_tile": ("vae_decoder",),
-                "decode_audio": ("audio_vae", "vocoder"), "stage_prepare": ("vae_encoder",),
-                "dfr_keyframe_plane": ("vae_decoder", "vae_encoder"),
-                **{k: ("transformer",) for k in DIT_KINDS}}
+# Which weights a kind loads and how its time grows are facts of the kind (protos.kinds: weighs, cost).
 
 
 def chip_speed(chip: str | None) -> float:
@@ -101,23 +98,27 @@ def dit_forward_s(tokens: int) -> float:
     return DIT_LINEAR_S * tokens + DIT_ATTENTION_S * tokens * tokens + DIT_FORWARD_S
 
 
-def _forwards(kind: str, params: Mapping) -> int:
-    if kind in ("transformer_forward", "guidance_pass"):
-        return 1
+def _forwards(kind: str, params: Mapping) -> float:
+    """Forwards that run their block stack: fewer under the step cache (`step_cache.expected_forwards`)."""
+    thresh = params.get(cache_rule.PARAM)
+    if facts(kind).cost == Cost.FORWARD:
+        return cache_rule.expected_forwards(thresh, int(params.get(cache_rule.STEPS_PARAM) or 1),
+                                            int(params.get(cache_rule.STEP_PARAM) or 0))
     sigmas = params.get("sigmas") or ()
-    return max(1, len(sigmas) - 1) if kind != "dfr_tile" or sigmas else 4
+    return cache_rule.expected_forwards(thresh, max(1, len(sigmas) - 1) if kind != TaskKind.DFR_TILE or sigmas else 4)
 
 
 def reference_seconds(kind: str, params: Mapping) -> float:
     """Seconds the task takes on the reference Mac (see the module's calibration)."""
-    if kind in DIT_KINDS:
+    cost = facts(kind).cost
+    if cost in (Cost.FORWARD, Cost.STEPS):
         return _forwards(kind, params) * dit_forward_s(_cells(params))
-    if kind in ("decode_video", "decode_tile"):
+    if cost == Cost.DECODE:
         per_voxel = DIFF_DECODE_S_PER_VOXEL if _diffusion(params) else DECODE_S_PER_VOXEL
         return per_voxel * _decode_voxels(params) + 0.2
-    if kind == "dfr_keyframe_plane":  # one frame decoded, then encoded again (an image encode)
+    if cost == Cost.KEYFRAME:  # one frame decoded, then encoded again (an image encode)
         return DECODE_S_PER_VOXEL * int(params["height"]) * int(params["width"]) + FIXED_S["image_encode"]
-    if kind in ("upsample_spatial", "upsample_temporal"):
+    if cost == Cost.UPSAMPLE:
         shape = ((params.get("expect") or {}).get("latent") or {}).get("shape") or []
         cells = math.prod(d for d in shape[2:] if d > 0) if len(shape) == 5 else 0
         return UPSAMPLE_S_PER_CELL * cells + 0.3
@@ -146,19 +147,20 @@ def peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None) -> int
     """A task's predicted peak memory: the weights it loads plus its activations. `pack_bytes`: the
     pack's safetensors bytes as its holders report them (None: a full-size q8 pack)."""
     scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
-    loads = ("vae_decoder_av",) if _diffusion(params) else KIND_WEIGHTS.get(kind, ())
+    kind_facts = facts(kind)
+    loads = ("vae_decoder_av",) if _diffusion(params) else kind_facts.weighs
     weights = sum(WEIGHTS.get(c, 0) for c in loads) * scale
     act = activation_scale(pack_bytes)
-    if kind in DIT_KINDS:
+    if kind_facts.runs_dit:
         act *= DIT_BYTES_PER_TOKEN * _cells(params)
-    elif kind in ("decode_video", "decode_tile"):
+    elif kind_facts.cost == Cost.DECODE:
         act *= (DIFF_DECODE_BYTES_PER_VOXEL if _diffusion(params) else DECODE_BYTES_PER_VOXEL) * _decode_voxels(params)
     else:
         act *= 256 * MB
     return int(weights + act)
 
 
-# Block streaming (`ltx_engine.streaming`): a worker whose memory cannot hold a DiT task's resident
+# Block streaming (`ltx_engine.loading.streaming`): a worker whose memory cannot hold a DiT task's resident
 # peak runs it with the non-block weights resident and two blocks at a time (the bound one and the
 # prefetched next), ~5 % slower (the MLX port's `--low-ram`: q8 distilled 10-12 GB -> 2.76 GB).
 DIT_BLOCKS = 48               # blocks of every full-size LTX-2.x DiT
@@ -171,18 +173,18 @@ def stream_peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None)
     """A DiT task's predicted peak when streamed: its resident peak less the transformer blocks that
     are not resident (all but STREAM_BLOCKS_RESIDENT); a non-DiT kind's resident peak."""
     peak = peak_bytes(kind, params, pack_bytes)
-    if kind not in DIT_KINDS:
+    if not facts(kind).runs_dit:
         return peak
     scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
     blocks = WEIGHTS["transformer"] * scale * (1 - NONBLOCK_FRACTION)
     return int(peak - blocks * (1 - STREAM_BLOCKS_RESIDENT / DIT_BLOCKS))
 
 
-def streamable(spec: Mapping) -> bool:
+def streamable(spec: RenderPlan) -> bool:
     """Whether a render's DiT tasks may run streamed: not with an unfused LoRA set, whose run-time adapters
     wrap a resident DiT's layers (worker/loras.py); with no streamed need, lease.lua keeps those tasks on
     workers that hold the DiT resident (docs/ARCHITECTURE.md, block streaming)."""
-    return not (spec.get("loras") and spec.get("lora_mode") == "unfused")
+    return not (spec.loras and spec.lora_mode == "unfused")
 
 
 def streams_on(memory_bytes: int, params: Mapping) -> bool:
@@ -195,10 +197,10 @@ def streams_on(memory_bytes: int, params: Mapping) -> bool:
 def load_seconds(kind: str, pack_bytes: int | None = None) -> float:
     """Seconds to load a kind's models cold, before any worker measured it (then its own EWMA wins)."""
     scale = (pack_bytes / REF_PACK_BYTES) if pack_bytes else 1.0
-    return sum(WEIGHTS.get(c, 0) for c in KIND_WEIGHTS.get(kind, ())) * scale / LOAD_BYTES_PER_S
+    return sum(WEIGHTS.get(c, 0) for c in facts(kind).weighs) * scale / LOAD_BYTES_PER_S
 
 
-# Fusing a user LoRA set into a cold DiT (ltx_engine.lora.fuse_loras): read and sum each LoRA's factors
+# Fusing a user LoRA set into a cold DiT (ltx_engine.lora.lora.fuse_loras): read and sum each LoRA's factors
 # (float32 B @ A per targeted weight), then dequantize, add and requantize each targeted weight once.
 # Reference seconds on a full-size q8 pack (estimates scaled by the pack's size, not yet measured on an
 # M4 Pro): LORA_READ_S per LoRA, LORA_REQUANTIZE_S once per set; unfused adapters only read the factors.
@@ -220,29 +222,29 @@ def min_memory_bytes(peak: int) -> int:
     return math.ceil(peak / USABLE_FRACTION)
 
 
-def assemble_seconds(spec: Mapping) -> float:
+def assemble_seconds(spec: RenderPlan) -> float:
     """Reference seconds of the coordinator's assembly (blend, H.264 + AAC mux) after the last task."""
-    frames = int(spec.get("output_frames") or spec.get("frames") or 0)
-    return MUX_S + MUX_S_PER_VOXEL * frames * int(spec.get("height") or 0) * int(spec.get("width") or 0)
+    frames = spec.output_frames or spec.frames or 0
+    return MUX_S + MUX_S_PER_VOXEL * frames * spec.height * spec.width
 
 
-def annotate(tasks: list[dict], spec: Mapping) -> None:
+def annotate(tasks: list[dict], spec: RenderPlan) -> None:
     """Write each task's reference seconds (`cost_s`, `load_s`) and, for worker tasks when the fleet
     described the pack's size, its peak (`peak_bytes`) and the memory a worker needs to be leased it
     (`min_memory_bytes`, which lease.lua compares with the worker's `memory_bytes`), and for DiT kinds
     the same two when streamed (`stream_peak_bytes`, `min_memory_stream_bytes`). The assembly's
     (`assemble_s`, which set_render_state.lua measures against) is in the resolved plan, not here."""
-    pack_bytes = spec.get("pack_bytes")
+    pack_bytes = spec.pack_bytes
     for t in tasks:
-        params = t["params"]
+        params, kind_facts = t["params"], facts(t["kind"])
         params["cost_s"] = round(reference_seconds(t["kind"], params), 4)
-        fuse = lora_fuse_seconds(params, pack_bytes) if t["kind"] in DIT_KINDS else 0.0  # the DiT's, not the connector's
+        fuse = lora_fuse_seconds(params, pack_bytes) if kind_facts.runs_dit else 0.0  # the DiT's, not the connector's
         params["load_s"] = round(load_seconds(t["kind"], pack_bytes) + fuse, 4)
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
             # The smaller Macs may take it streamed (stream_peak_bytes), unless its LoRAs are unfused.
-            if t["kind"] in DIT_KINDS and t["kind"] != "hdr_stage" and streamable(spec):  # HDR: never streamed
+            if kind_facts.streams and streamable(spec):  # HDR: never streamed
                 params["stream_peak_bytes"] = stream = stream_peak_bytes(t["kind"], params, pack_bytes)
                 params["min_memory_stream_bytes"] = min_memory_bytes(stream)
 

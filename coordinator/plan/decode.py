@@ -9,19 +9,22 @@ run the same plan.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from coordinator.plan import diffusion_decode
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import SPATIAL_FACTOR, TEMPORAL_FACTOR, SpecError, expect, latent_grid, task
-from ltx_engine.decode_tiling import (
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules.decode_tiling import (
     DecodeTile,
     DecodeTileSizes,
     latent_tile_sizes,
     split_symmetric,
     split_temporal_causal,
+    tile_size_problem,
     tiles_from_axes,
 )
-from ltx_engine.tiling import Interval
+from ltx_engine.rules.tiling import Interval
 
 Keyframes = Callable[..., tuple[dict, dict]]  # (pixel frames [lo, hi] | None) -> (params, inputs)
 
@@ -37,9 +40,9 @@ def tile_task_name(index: int) -> str:
     return f"{DECODE}.t{index}"
 
 
-def shipped_frames(spec: Mapping) -> int:
-    """Frames the decode produces: the clip's, or what DFR rounds lengthen it to (spec["output_frames"])."""
-    return int(spec.get("output_frames") or spec["frames"])
+def shipped_frames(spec: RenderPlan) -> int:
+    """Frames the decode produces: the clip's, or what DFR rounds lengthen it to (spec.output_frames)."""
+    return spec.output_frames or spec.frames
 
 
 def parse_decode_tiles(value: object) -> tuple[int, int, int] | None:
@@ -53,13 +56,10 @@ def parse_decode_tiles(value: object) -> tuple[int, int, int] | None:
         sizes = ()
     if len(sizes) != 3:
         raise SpecError(f"decode tiles {value!r}: give auto, off or F,H,W (pixels), e.g. 80,768,768")
-    for name, size, overlap, factor in (("frames", sizes[0], OVERLAP_FRAMES, TEMPORAL_FACTOR),
-                                        ("height", sizes[1], OVERLAP_PX, SPATIAL_FACTOR),
-                                        ("width", sizes[2], OVERLAP_PX, SPATIAL_FACTOR)):
-        if size % factor:
-            raise SpecError(f"decode tiles {value}: {name} {size} is not a multiple of {factor}")
-        if size <= overlap:
-            raise SpecError(f"decode tiles {value}: {name} tile {size} is no larger than its overlap {overlap}")
+    problem = tile_size_problem(sizes, (OVERLAP_FRAMES, OVERLAP_PX, OVERLAP_PX),
+                                (TEMPORAL_FACTOR, SPATIAL_FACTOR, SPATIAL_FACTOR))
+    if problem:
+        raise SpecError(f"decode tiles {value}: {problem}")
     return sizes  # type: ignore[return-value]
 
 
@@ -73,11 +73,11 @@ def tile_plan(grid: tuple[int, int, int], sizes: tuple[int, int, int]) -> list[D
     return tiles_from_axes((t_ivs, split_symmetric(h_size, s_ov, h), split_symmetric(w_size, s_ov, w)))
 
 
-def decode_tile_plan(spec: Mapping) -> list[DecodeTile] | None:
+def decode_tile_plan(spec: RenderPlan) -> list[DecodeTile] | None:
     """The spec's decode tiles, or None when the decode is one task (off, or the plan is one tile)."""
-    if diffusion_decode.is_diffusion(spec):  # its own sizes and overlaps (issue #29)
+    if diffusion_decode.is_diffusion(spec):  # its own sizes and overlaps
         return diffusion_decode.diffusion_tile_plan(spec, latent_grid(spec))
-    value = spec.get("decode_tiles") or "off"
+    value = spec.decode_tiles
     sizes = parse_decode_tiles(default_sizes(spec) if value == "auto" else value)
     if sizes is None:
         return None
@@ -85,21 +85,21 @@ def decode_tile_plan(spec: Mapping) -> list[DecodeTile] | None:
     return tiles if len(tiles) > 1 else None
 
 
-def default_sizes(spec: Mapping) -> str:
+def default_sizes(spec: RenderPlan) -> str:
     """The reference's default tile sizes for this clip (spatial sizes scaled from the long side)."""
     t, _, h, w = latent_tile_sizes(latent_grid(spec), DEFAULT_SIZES)
     return f"{t * TEMPORAL_FACTOR},{h * SPATIAL_FACTOR},{w * SPATIAL_FACTOR}"
 
 
-def decode_peak_bytes(spec: Mapping) -> int:
+def decode_peak_bytes(spec: RenderPlan) -> int:
     """A coarse estimate of a worker's decode working set: the largest tile, or the whole clip."""
     tiles = decode_tile_plan(spec)
     if tiles is None:
-        return shipped_frames(spec) * spec["height"] * spec["width"] * BYTES_PER_PIXEL
+        return shipped_frames(spec) * spec.height * spec.width * BYTES_PER_PIXEL
     return max(f * h * w for f, h, w in (t.pixel_shape for t in tiles)) * BYTES_PER_PIXEL
 
 
-def resolve_decode_tiles(spec: Mapping, fleet: list[dict]) -> str:
+def resolve_decode_tiles(spec: RenderPlan, fleet: Fleet) -> str:
     """"auto" made "off" or sizes (the resolved plan records it); bad sizes refused before anything queues.
 
     auto tiles when more than one worker holds the pack (the tiles decode in parallel) or when the
@@ -107,21 +107,20 @@ def resolve_decode_tiles(spec: Mapping, fleet: list[dict]) -> str:
     """
     if diffusion_decode.is_diffusion(spec):
         return diffusion_decode.resolve_tiles(spec, fleet)
-    value = str(spec.get("decode_tiles") or "auto").strip().lower()
+    value = spec.decode_tiles.strip().lower()
     if value != "auto":
         parse_decode_tiles(value)
         return value
-    holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
-    memories = [int(w.get("memory_bytes") or 0) for w in holders if int(w.get("memory_bytes") or 0) > 0]
-    budget = min(memories) if memories else 0
-    untiled = shipped_frames(spec) * spec["height"] * spec["width"] * BYTES_PER_PIXEL
+    holders = fleet.holders(spec.pack)
+    budget = min(holders.memories(), default=0)
+    untiled = shipped_frames(spec) * spec.height * spec.width * BYTES_PER_PIXEL
     if len(holders) <= 1 and (not budget or untiled <= budget):
         return "off"
     tiles = default_sizes(spec)
-    while budget and decode_peak_bytes({**spec, "decode_tiles": tiles}) > budget:
+    while budget and decode_peak_bytes(spec.resolve(decode_tiles=tiles)) > budget:
         smaller = _shrink(parse_decode_tiles(tiles))  # type: ignore[arg-type]
         if smaller is None:
-            raise SpecError(f"the decode needs ~{decode_peak_bytes({**spec, 'decode_tiles': tiles}) / 2**30:.1f} "
+            raise SpecError(f"the decode needs ~{decode_peak_bytes(spec.resolve(decode_tiles=tiles)) / 2**30:.1f} "
                             f"GiB per tile even at the smallest tiles; the smallest worker has {budget / 2**30:.1f} GiB")
         tiles = ",".join(str(x) for x in smaller)
     return tiles
@@ -138,7 +137,7 @@ def _shrink(sizes: tuple[int, int, int]) -> tuple[int, int, int] | None:
     return (frames, h, w) if frames > OVERLAP_FRAMES else None
 
 
-def plan_decode(rid: str, spec: Mapping, latent: dict, keyframes: Keyframes | None = None) -> list[dict]:
+def plan_decode(rid: str, spec: RenderPlan, latent: dict, keyframes: Keyframes | None = None) -> list[dict]:
     """One decode task of the whole latent, or one task per decode tile (all reading the whole latent).
     `keyframes` (a keyframe-aware decode: DFR's planes, `plan/dfr_finish.keyframe_decode_io`) gives each
     task's keyframe params and inputs from its pixel frames [lo, hi] (None: the whole clip)."""
@@ -147,14 +146,14 @@ def plan_decode(rid: str, spec: Mapping, latent: dict, keyframes: Keyframes | No
     if tiles is None:
         params, inputs = extra()
         return [task(rid, DECODE, "decode_video", {
-            "pack": spec["pack"], "product": "video", **diffusion_decode.decoder_params(spec), **params,
-            "expect": {"frames": expect("float32", shipped_frames(spec), spec["height"], spec["width"], 3)}},
+            "pack": spec.pack, "product": "video", **diffusion_decode.decoder_params(spec), **params,
+            "expect": {"frames": expect("float32", shipped_frames(spec), spec.height, spec.width, 3)}},
             {"latent": latent, **inputs})]
     out = []
     for tile in tiles:
         params, inputs = extra((tile.pixel[0][0], tile.pixel[0][1] - 1))
         out.append(task(rid, tile_task_name(tile.index), "decode_tile", {
-            "pack": spec["pack"], "product": TILE_PRODUCT, "tile_index": tile.index, "tiles": len(tiles),
+            "pack": spec.pack, "product": TILE_PRODUCT, "tile_index": tile.index, "tiles": len(tiles),
             **diffusion_decode.decoder_params(spec, tile.index), **params,
             "latent": {axis: [iv.start, iv.end] for axis, iv in zip(("frames", "height", "width"), tile.latent,
                                                                     strict=True)},

@@ -11,11 +11,11 @@ passes no audio to the rounds); the shipped audio is stage 1's, cut to the trimm
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, ref, task
 from coordinator.plan.images import dfr_tile_images
-from ltx_engine.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params
 
 MAX_TILE_SECONDS = 20.0  # the DiT's temporal positional range (positional_embedding_max_pos[0])
 NEEDED_FEATURES = (
@@ -24,39 +24,32 @@ NEEDED_FEATURES = (
 )
 
 
-def dfr_rounds(spec: Mapping) -> int:
-    """The spec's temporal rounds as an int; a SpecError when it is not 0..MAX_ROUNDS."""
-    value = spec.get("temporal_upscalings") or 0
-    try:
-        rounds, exact = int(value), float(value)
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"temporal upscalings {value!r} is not a number (0, 1 or 2)") from exc
-    if not 0 <= rounds <= MAX_ROUNDS or rounds != exact:
-        raise SpecError(f"temporal upscalings {value!r} must be 0, 1 or 2")
+def dfr_rounds(spec: RenderPlan) -> int:
+    """The spec's temporal rounds; a SpecError when it is not 0..MAX_ROUNDS (the spec takes up to 4)."""
+    rounds = spec.temporal_upscalings
+    if not 0 <= rounds <= MAX_ROUNDS:
+        raise SpecError(f"temporal upscalings {rounds!r} must be 0, 1 or 2")
     return rounds
 
 
-def spatial_upscalings(spec: Mapping) -> int:
+def spatial_upscalings(spec: RenderPlan) -> int:
     """1, or 2: DFR's stages at half the asked size, then the spatial epilogue at it (plan/dfr_finish.py)."""
-    value = spec.get("spatial_upscalings") or 1
-    if value not in (1, 2):
-        raise SpecError(f"spatial upscalings {value!r} must be 1 or 2")
-    return int(value)
+    return spec.spatial_upscalings  # the spec's rule holds it to 1..2
 
 
-def dfr_on(spec: Mapping) -> bool:
+def dfr_on(spec: RenderPlan) -> bool:
     """DFR's pipeline: asked with --dfr (0 rounds: the base path), temporal rounds or the epilogue."""
-    return bool(spec.get("dfr")) or dfr_rounds(spec) > 0 or spatial_upscalings(spec) == 2
+    return bool(spec.dfr) or dfr_rounds(spec) > 0 or spatial_upscalings(spec) == 2
 
 
-def spec_plan(spec: Mapping) -> DfrPlan:
+def spec_plan(spec: RenderPlan) -> DfrPlan:
     """The render's DFR plan (canvas, rounds, tiles); the same call the workers and the reducer make."""
-    return plan_dfr(spec["frames"], spec["frame_rate"], dfr_rounds(spec), spec["seed"])
+    return plan_dfr(spec.frames, spec.frame_rate, dfr_rounds(spec), spec.seed)
 
 
-def _check_canvas(spec: Mapping, plan: DfrPlan) -> None:
-    if plan.canvas.frames / spec["frame_rate"] > MAX_TILE_SECONDS:
-        raise SpecError(f"DFR canvas of {plan.canvas.frames} frames (padded from {spec['frames']} to whole "
+def _check_canvas(spec: RenderPlan, plan: DfrPlan) -> None:
+    if plan.canvas.frames / spec.frame_rate > MAX_TILE_SECONDS:
+        raise SpecError(f"DFR canvas of {plan.canvas.frames} frames (padded from {spec.frames} to whole "
                         f"{plan.canvas.segment}-frame segments) exceeds the model's {MAX_TILE_SECONDS:.0f} s range")
     for rnd in plan.rounds:
         longest = max(t.local_frames for t in rnd.tiles) / rnd.conditioning_fps
@@ -65,25 +58,21 @@ def _check_canvas(spec: Mapping, plan: DfrPlan) -> None:
                             f"beyond the model's {MAX_TILE_SECONDS:.0f} s positional range")
 
 
-def _check_pack(spec: Mapping, fleet: list[dict]) -> None:
+def _check_pack(spec: RenderPlan, fleet: Fleet) -> None:
     """Refuse a pack the registered workers say cannot run rounds (workers that say nothing pass)."""
-    pack = spec["pack"]
-    described = [set(w["pack_features"][pack]) for w in fleet
-                 if pack in (w.get("packs") or []) and pack in (w.get("pack_features") or {})]
-    if not described:
+    pack = spec.pack
+    features = fleet.features(pack)
+    if features is None:
         return
     for feature, why in NEEDED_FEATURES[0 if dfr_rounds(spec) else 1:]:  # no upsampler without rounds
-        if not any(feature in features for features in described):
+        if feature not in features:
             raise SpecError(f"pack {pack!r} {why}: DFR {'temporal rounds need' if dfr_rounds(spec) else 'needs'} it")
 
 
-def check_dfr(spec: Mapping, fleet: list[dict]) -> dict[str, int | float]:
+def check_dfr(spec: RenderPlan, fleet: Fleet) -> dict[str, int | float]:
     """Refuse DFR specs that cannot render (one line); the shipped clip's frame count and rate for the
     resolved plan (`output_frames`, `output_fps`: the decode and the assembler read them), none without DFR."""
-    if not dfr_on(spec):
-        if spec.get("detailing_lora"):
-            raise SpecError("a detailing LoRA details DFR's stage 2: give --temporal-upscalings 1 or 2 with it "
-                            "(or --dfr for DFR at 0 rounds)")
+    if not dfr_on(spec):  # a detailing LoRA without DFR's stage 2: the modifier table refuses it
         return {}
     check_epilogue(spec)
     _check_detailing(spec)
@@ -96,57 +85,53 @@ def check_dfr(spec: Mapping, fleet: list[dict]) -> dict[str, int | float]:
     return {"output_frames": plan.output_frames, "output_fps": plan.output_fps}
 
 
-def check_epilogue(spec: Mapping) -> None:
-    """Refuse an epilogue the farm cannot plan (one line each); nothing without one."""
-    if spec.get("pipeline", "distilled") != "distilled":
-        raise SpecError("DFR (--dfr, --temporal-upscalings, --spatial-upscalings) runs after the distilled pipeline only")
+def check_epilogue(spec: RenderPlan) -> None:
+    """Refuse an epilogue the farm cannot plan (one line each); nothing without one. (Which recipes take
+    DFR is the modifier table's, `plan/recipes/`.)"""
     if spatial_upscalings(spec) != 2:
         return
-    for key in ("height", "width"):
-        if spec[key] % 128:
-            raise SpecError(f"--spatial-upscalings 2 runs stage 1 at a quarter of the size: {key} {spec[key]} is not "
-                            f"a multiple of 128 (try {max(128, round(spec[key] / 128) * 128)})")
-    if spec.get("images"):
+    for key, value in (("height", spec.height), ("width", spec.width)):
+        if value % 128:
+            raise SpecError(f"--spatial-upscalings 2 runs stage 1 at a quarter of the size: {key} {value} is not "
+                            f"a multiple of 128 (try {max(128, round(value / 128) * 128)})")
+    if spec.images:
         raise SpecError("--spatial-upscalings 2 with --image is not built on the farm yet")
 
 
-def output_frames(spec: Mapping) -> int:
+def output_frames(spec: RenderPlan) -> int:
     """Frames the render ships: (frames - 1) * 2**R + 1."""
-    return (spec["frames"] - 1) * 2 ** dfr_rounds(spec) + 1
+    return (spec.frames - 1) * 2 ** dfr_rounds(spec) + 1
 
 
-def _check_detailing(spec: Mapping) -> None:
+def _check_detailing(spec: RenderPlan) -> None:
     """The detailing IC-LoRA is a file in the pack folder (a plain name) with a strength in [0, 2]."""
-    name = spec.get("detailing_lora")
+    name = spec.detailing_lora
     if name is None:
         return
     if not isinstance(name, str) or not name.endswith(".safetensors") or "/" in name or "\\" in name or name.startswith("."):
         raise SpecError(f"detailing LoRA {str(name)[:80]!r} is not a .safetensors file name in the pack folder")
-    try:
-        strength = float(spec.get("detailing_strength", 0.5))
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"detailing strength {spec.get('detailing_strength')!r} is not a number") from exc
+    strength = spec.detailing_strength
     if not 0.0 <= strength <= 2.0:
         raise SpecError(f"detailing strength {strength} is outside [0, 2]")
 
 
-def detailing_params(spec: Mapping) -> dict:
+def detailing_params(spec: RenderPlan) -> dict:
     """Stage 2's detailing IC-LoRA params (DFR only); none without one."""
-    name = spec.get("detailing_lora")
-    return {"detailing_lora": name, "detailing_strength": float(spec["detailing_strength"])} if name else {}
+    name = spec.detailing_lora
+    return {"detailing_lora": name, "detailing_strength": spec.detailing_strength} if name else {}
 
 
-def canvas_frames(spec: Mapping) -> int:
+def canvas_frames(spec: RenderPlan) -> int:
     """Frames stages 1-2 generate: DFR's padded canvas (trimmed after the rounds), else the clip's."""
-    return spec_plan(spec).canvas.frames if dfr_on(spec) else spec["frames"]
+    return spec_plan(spec).canvas.frames if dfr_on(spec) else spec.frames
 
 
-def slot_params(spec: Mapping) -> dict:
+def slot_params(spec: RenderPlan) -> dict:
     """Stage params for DFR's generated keyframe slots (upstream's canvas positions); none without DFR."""
     return {"dfr_slots": list(spec_plan(spec).canvas.slots)} if dfr_on(spec) else {}
 
 
-def slot_expect(spec: Mapping, height: int, width: int) -> dict:
+def slot_expect(spec: RenderPlan, height: int, width: int) -> dict:
     """The `slots` output a DFR stage gives: (1, C, K, h, w), one latent frame per slot."""
     if not dfr_on(spec):
         return {}
@@ -154,17 +139,17 @@ def slot_expect(spec: Mapping, height: int, width: int) -> dict:
     return {"slots": expect("float32", 1, -1, k, height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)}
 
 
-def plan_slot_upsample(rid: str, spec: Mapping, slots: dict) -> list[dict]:
+def plan_slot_upsample(rid: str, spec: RenderPlan, slots: dict) -> list[dict]:
     """Stage 1's slots through the spatial upsampler for stage 2 (as upstream upsamples them)."""
     if not dfr_on(spec):
         return []
     return [task(rid, "upsample.slots", "upsample_spatial", {
-        "pack": spec["pack"], "expect": slot_expect(spec, spec["height"], spec["width"]) and {
-            "latent": slot_expect(spec, spec["height"], spec["width"])["slots"]}}, {"latent": slots})]
+        "pack": spec.pack, "expect": slot_expect(spec, spec.height, spec.width) and {
+            "latent": slot_expect(spec, spec.height, spec.width)["slots"]}}, {"latent": slots})]
 
 
-def _tile_tasks(rid: str, spec: Mapping, rnd, shared: dict, inputs: dict, images: dict) -> list[dict]:
-    h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
+def _tile_tasks(rid: str, spec: RenderPlan, rnd, shared: dict, inputs: dict, images: dict) -> list[dict]:
+    h, w = spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR
     out = []
     for tile in rnd.tiles:
         want = {"latent": expect("float32", 1, -1, tile.latent_frames, h, w),
@@ -175,20 +160,20 @@ def _tile_tasks(rid: str, spec: Mapping, rnd, shared: dict, inputs: dict, images
     return out
 
 
-def plan_dfr_rounds(rid: str, spec: Mapping, latent: dict, carry: dict, ctx: dict, image: dict,
+def plan_dfr_rounds(rid: str, spec: RenderPlan, latent: dict, carry: dict, ctx: dict, image: dict,
                     image_params: dict) -> tuple[list[dict], dict]:
     """The rounds' tasks after stage 2, and the reference to the final (trimmed) video latent. Round 1's
     anchors are stage 2's keyframe slots (`carry`); an image conditions the tiles whose window holds it
     (`image`: the full-size image latents, `image_params`: their `images` param, plan/images.py)."""
     plan = spec_plan(spec)
-    dfr = plan_params(spec["frames"], spec["frame_rate"], len(plan.rounds), spec["seed"])
-    h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
-    shared = {"pack": spec["pack"], "dfr": dfr, **image_params}
+    dfr = plan_params(spec.frames, spec.frame_rate, len(plan.rounds), spec.seed)
+    h, w = spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR
+    shared = {"pack": spec.pack, "dfr": dfr, **image_params}
     tasks = []
     for rnd in plan.rounds:
         up = f"dfr.r{rnd.round}.up"
         tasks.append(task(rid, up, "upsample_temporal", {
-            "pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, rnd.latent_frames, h, w)}},
+            "pack": spec.pack, "expect": {"latent": expect("float32", 1, -1, rnd.latent_frames, h, w)}},
             {"latent": latent}))
         tile_in = {"latent": ref(f"{rid}.{up}", "latent"), "carry": carry, **ctx}
         tiles = _tile_tasks(rid, spec, rnd, shared, tile_in, image)

@@ -5,20 +5,18 @@ Base path (`--dfr`, 0 rounds): stages 1-2 generate the padded canvas with keyfra
 a coordinator task trims the canvas latent to the asked length and keeps the slots inside it as the
 decode's keyframes (upstream `decode_keyframes_from_slots`).
 
-Spatial epilogue (`--spatial-upscalings 2`, upstream `run_spatial_epilogue`, ltx_engine/dfr_epilogue.py):
+Spatial epilogue (`--spatial-upscalings 2`, upstream `run_spatial_epilogue`, ltx_engine/rules/dfr_epilogue.py):
 the stages run at half size; each carried keyframe plane is rebuilt at full size by its own worker task
 (decode, Lanczos x2, encode: the planes on several Macs at once); the canvas latent is spatially
 upsampled; then one detailing pass over the stage-2 sigmas whose spatial tiles are worker tasks at every
 step (2x2 at the first step, 4x4 after), blended and stepped by the coordinator as tiled stage 2 is. At 0
 rounds the canvas is one temporal window; after temporal rounds one window per last-round tile
-(`ltx_engine/dfr_windows.py`, upstream `TilePrefix`), chained: a coordinator task `dfr_epi_window` cuts
+(`ltx_engine/rules/dfr_windows.py`, upstream `TilePrefix`), chained: a coordinator task `dfr_epi_window` cuts
 window w's latent, reference and audio, and pins its prefix on window w-1's finished output, so the
 windows run one after another while each window's spatial tiles run on several Macs at once.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 from coordinator.plan import samplers
 from coordinator.plan.dfr import (
@@ -38,33 +36,34 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
+from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import _forward_task
-from ltx_engine import dfr_epilogue, dfr_windows, tdp
-from ltx_engine.dfr_layout import plan_params
-from ltx_engine.generation import LTX_25
-from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS
+from ltx_engine.rules import dfr_epilogue, dfr_windows, tdp
+from ltx_engine.rules.dfr_layout import plan_params
+from ltx_engine.rules.generation import LTX_25
+from ltx_engine.rules.sampling import STAGE_2_DISTILLED_SIGMAS
 
 EPI = "dfr.epi"
 
 
-def stage_view(spec: Mapping) -> Mapping:
-    """The spec stages 1-2 (and the rounds) plan at: half the asked size before the epilogue."""
+def stage_view(spec: RenderPlan) -> RenderPlan:
+    """The plan stages 1-2 (and the rounds) read: half the asked size before the epilogue."""
     if spatial_upscalings(spec) == 1:
         return spec
-    return {**spec, "height": spec["height"] // 2, "width": spec["width"] // 2}
+    return spec.with_asked(height=spec.height // 2, width=spec.width // 2)
 
 
-def _dfr(spec: Mapping) -> dict:
-    return plan_params(spec["frames"], spec["frame_rate"], dfr_rounds(spec), spec["seed"])
+def _dfr(spec: RenderPlan) -> dict:
+    return plan_params(spec.frames, spec.frame_rate, dfr_rounds(spec), spec.seed)
 
 
-def carried_positions(spec: Mapping) -> tuple[int, ...]:
+def carried_positions(spec: RenderPlan) -> tuple[int, ...]:
     """The planes the epilogue rebuilds: the last round's carry, or stage 2's slots at 0 rounds."""
     plan = spec_plan(spec)
     return plan.rounds[-1].carry() if plan.rounds else plan.canvas.slots
 
 
-def _trim(rid: str, spec: Mapping, latent: dict, keyframes: dict) -> dict:
+def _trim(rid: str, spec: RenderPlan, latent: dict, keyframes: dict) -> dict:
     """The coordinator's trim: the canvas latent (or the epilogue windows' joined) cut to the asked
     frames, the keyframes inside them."""
     params = {"dfr": _dfr(spec), "positions": list(carried_positions(spec)), "expect": {}}
@@ -81,7 +80,7 @@ def _trim(rid: str, spec: Mapping, latent: dict, keyframes: dict) -> dict:
 
 
 def plan_dfr_finish(
-    rid: str, spec: Mapping, ctx: dict, cond2: dict, image_params: dict
+    rid: str, spec: RenderPlan, ctx: dict, cond2: dict, image_params: dict
 ) -> tuple[list[dict], dict]:
     """The tasks after stage 2 and the reference to the latent the decode reads."""
     latent, slots = ref(f"{rid}.stage2", "video_latent"), ref(f"{rid}.stage2", "slots")
@@ -100,7 +99,7 @@ def plan_dfr_finish(
     return [*tasks, *epilogue, _trim(rid, spec, joined, planes)], ref(f"{rid}.dfr.trim", "video_latent")
 
 
-def final_keyframes(rid: str, spec: Mapping) -> tuple[dict, tuple[int, ...]] | None:
+def final_keyframes(rid: str, spec: RenderPlan) -> tuple[dict, tuple[int, ...]] | None:
     """The decode's keyframes for a keyframe-aware decoder (the diffusion decoder): the reference to the
     planes and their global pixel frames (the planes already cut to the clip; after rounds the last
     stitch's whole carry, to cut with `dfr_epilogue.decode_keyframes`); None without DFR. The conv
@@ -114,7 +113,7 @@ def final_keyframes(rid: str, spec: Mapping) -> tuple[dict, tuple[int, ...]] | N
     return (ref(f"{rid}.dfr.trim", "keyframes"), kept) if kept else None
 
 
-def keyframe_decode_io(rid: str, spec: Mapping, frames: tuple[int, int] | None = None) -> tuple[dict, dict]:
+def keyframe_decode_io(rid: str, spec: RenderPlan, frames: tuple[int, int] | None = None) -> tuple[dict, dict]:
     """What a keyframe-aware decode task adds (the diffusion decoder's, whole, or one tile over pixel
     frames [lo, hi]): params `keyframe_frames` (every referenced plane's global frame) and
     `keyframe_planes` (those it attends to: inside the clip, and for a tile the ones `planes_for_tile`
@@ -129,11 +128,11 @@ def keyframe_decode_io(rid: str, spec: Mapping, frames: tuple[int, int] | None =
     return {"keyframe_frames": list(positions), "keyframe_planes": inside}, {"keyframes": source}
 
 
-def _keyframe_tasks(rid: str, spec: Mapping, slots: dict, latent: dict) -> list[dict]:
+def _keyframe_tasks(rid: str, spec: RenderPlan, slots: dict, latent: dict) -> list[dict]:
     """One worker task per carried plane (`kf{i}`), and one for the opening frame (`open`: the previous
     latent's first frame; upstream anchors frame 0 on it when no image sits there, and does not ship
     it): each decoded alone, Lanczos x2, encoded at the full size."""
-    h, w = spec["height"], spec["width"]
+    h, w = spec.height, spec.width
     want = {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}
     planes = [(f"kf{i}", i, slots) for i in range(len(carried_positions(spec)))] + [("open", 0, latent)]
     return [
@@ -141,14 +140,14 @@ def _keyframe_tasks(rid: str, spec: Mapping, slots: dict, latent: dict) -> list[
             rid,
             f"{EPI}.{name}",
             "dfr_keyframe_plane",
-            {"pack": spec["pack"], "plane": plane, "height": h, "width": w, "expect": want},
+            {"pack": spec.pack, "plane": plane, "height": h, "width": w, "expect": want},
             {"keyframes": source},
         )
         for name, plane, source in planes
     ]
 
 
-def _window_images(spec: Mapping, window: dfr_windows.Window | None) -> list[dict]:
+def _window_images(spec: RenderPlan, window: dfr_windows.Window | None) -> list[dict]:
     """The window's guides: the rebuilt planes it holds (window-local frames), the opening plane
     (first window), and for a non-first window its pinned prefix (a strength-1 replace at frame 0)."""
     positions = carried_positions(spec)
@@ -167,13 +166,13 @@ def _window_images(spec: Mapping, window: dfr_windows.Window | None) -> list[dic
     return images
 
 
-def _prepare_params(spec: Mapping, window: dfr_windows.Window | None = None) -> dict:
+def _prepare_params(spec: RenderPlan, window: dfr_windows.Window | None = None) -> dict:
     """The epilogue state's params (the canvas, or one window of it after rounds, at full size): the
     rebuilt planes as strength-1 guides, stage 1's audio frozen, noise seed + 2000 (+ 100 per window),
     ancestral re-noise (LTX-2.5) from seed + 30000 (+ 100 per window)."""
     plan = spec_plan(spec)
-    frames, fps = plan.canvas.frames, spec["frame_rate"]
-    seed = spec["seed"] + dfr_epilogue.NOISE_SEED_OFFSET
+    frames, fps = plan.canvas.frames, spec.frame_rate
+    seed = spec.seed + dfr_epilogue.NOISE_SEED_OFFSET
     if window is not None:
         frames, fps = window.local_frames, plan.rounds[-1].conditioning_fps
         seed += dfr_epilogue.WINDOW_SEED_STRIDE * window.index
@@ -183,12 +182,12 @@ def _prepare_params(spec: Mapping, window: dfr_windows.Window | None = None) -> 
             dfr_epilogue.ANCESTRAL_NOISE_SEED_OFFSET - dfr_epilogue.NOISE_SEED_OFFSET
         )
     return {
-        "pack": spec["pack"],
+        "pack": spec.pack,
         "seed": seed,
         "frames": frames,
         "fps": fps,
-        "height": spec["height"],
-        "width": spec["width"],
+        "height": spec.height,
+        "width": spec.width,
         "sigmas": list(STAGE_2_DISTILLED_SIGMAS),
         "audio_frames": audio_latent_frames(frames, fps),
         "noise_stream": 1,
@@ -198,7 +197,7 @@ def _prepare_params(spec: Mapping, window: dfr_windows.Window | None = None) -> 
     }
 
 
-def _window_task(rid: str, spec: Mapping, window: dfr_windows.Window, previous: str | None) -> dict:
+def _window_task(rid: str, spec: RenderPlan, window: dfr_windows.Window, previous: str | None) -> dict:
     """The coordinator's cut of one window (after rounds): its latent, reference, audio and prefix."""
     inputs = {
         "up": ref(f"{rid}.{EPI}.up", "latent"),
@@ -215,10 +214,10 @@ def _window_task(rid: str, spec: Mapping, window: dfr_windows.Window, previous: 
     return task(rid, f"{EPI}.w{window.index}.in", "dfr_epi_window", params, inputs, capability=COORDINATOR)
 
 
-def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict) -> tuple[list[dict], dict]:
+def _plan_epilogue(rid: str, spec: RenderPlan, latent: dict, slots: dict, ctx: dict) -> tuple[list[dict], dict]:
     """Keyframe planes, the spatial upsample, the tiled detailing steps of each window (chained after
     rounds); the reference to the epilogue's latent (or the windows' outputs, to join at the trim)."""
-    h, w = spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
+    h, w = spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR
     tasks = _keyframe_tasks(rid, spec, slots, latent)
     planes = {f"{t['id'].rsplit('.', 1)[1]}_latent": ref(t["id"], "latent") for t in tasks}
     up_frames = latent_frames(spec_plan(spec).final_frames)
@@ -227,7 +226,7 @@ def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict
             rid,
             f"{EPI}.up",
             "upsample_spatial",
-            {"pack": spec["pack"], "expect": {"latent": expect("float32", 1, -1, up_frames, h, w)}},
+            {"pack": spec.pack, "expect": {"latent": expect("float32", 1, -1, up_frames, h, w)}},
             {"latent": latent},
         )
     )
@@ -238,7 +237,7 @@ def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict
             "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
             **planes,
         }
-        if spec.get("detailing_lora"):  # the IC-LoRA's reference: the previous stage's video
+        if spec.detailing_lora:  # the IC-LoRA's reference: the previous stage's video
             inputs["reference_latent"] = latent
         tasks.append(task(rid, f"{EPI}.prep", "stage_prepare", {**params, "expect": {}}, inputs))
         return tasks + _epilogue_steps(rid, spec, params, (up_frames, h, w), ctx, EPI), ref(
@@ -257,7 +256,7 @@ def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict
         }
         if window.plane is not None:
             inputs["prefix_latent"] = ref(cut["id"], "prefix")
-        if spec.get("detailing_lora"):
+        if spec.detailing_lora:
             inputs["reference_latent"] = ref(cut["id"], "reference")
         tasks += [cut, task(rid, f"{name}.prep", "stage_prepare", {**params, "expect": {}}, inputs)]
         tasks += _epilogue_steps(rid, spec, params, (window.cells, h, w), ctx, name)
@@ -267,11 +266,11 @@ def _plan_epilogue(rid: str, spec: Mapping, latent: dict, slots: dict, ctx: dict
 
 
 def _epilogue_steps(
-    rid: str, spec: Mapping, params: dict, grid: tuple[int, int, int], ctx: dict, name: str
+    rid: str, spec: RenderPlan, params: dict, grid: tuple[int, int, int], ctx: dict, name: str
 ) -> list[dict]:
     prep = f"{rid}.{name}.prep"
     tilings = dfr_epilogue.step_tilings(grid, len(params["sigmas"]) - 1)
-    marker = {"marker": True} if spec.get("generation") == LTX_25 else {}
+    marker = {"marker": True} if spec.generation == LTX_25 else {}
     shared = {"grid": list(grid), "sigmas": params["sigmas"], **marker, **samplers.step_params(params)}
 
     def geometry(step: int) -> dict:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from ltx_engine.components import task_needs
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules.components import task_needs
 from protos.fields import SpecError  # noqa: F401 - the contract's refusal; planners raise it from here
+from protos.kinds import TaskKind, facts
 
 CAPABILITY = "mlx"
 COORDINATOR = "coordinator"  # tasks the coordinator's reducer runs (pure math between tiled forwards)
@@ -17,11 +17,11 @@ def latent_frames(frames: int) -> int:
     return (frames - 1) // TEMPORAL_FACTOR + 1
 
 
-def latent_grid(spec: Mapping) -> tuple[int, int, int]:
+def latent_grid(spec: RenderPlan) -> tuple[int, int, int]:
     """The full-resolution latent grid (frames, height, width) the decode sees: of the shipped clip,
     which DFR temporal rounds lengthen (validation resolves it as "output_frames")."""
-    frames = spec.get("output_frames") or spec["frames"]
-    return latent_frames(frames), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR
+    frames = spec.output_frames or spec.frames
+    return latent_frames(frames), spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR
 
 
 def audio_latent_frames(frames: int, fps: float, latents_per_second: float = 25.0) -> int:
@@ -34,15 +34,23 @@ def ref(task: str, output: str) -> dict:
     return {"task": task, "output": output}
 
 
+def kind_needs(kind: str, params: dict) -> list[str]:
+    """The pack components a task of `kind` needs: what it loads (protos/kinds.py) as its params adjust
+    it (ltx_engine.rules.components.task_needs), then the files it fuses (the HDR stage's LoRA)."""
+    kind_facts = facts(kind)
+    return task_needs(kind_facts.components, params) + list(kind_facts.also_needs)
+
+
 def task(
     render_id: str, name: str, kind: str, params: dict, inputs: dict, capability: str = CAPABILITY
 ) -> dict:
     """A task record; its deps are the tasks its inputs come from. A worker task that loads models
     names in `params["needs"]` the components of `params["pack"]` it loads: the lease script hands it
-    only to a worker whose pack holds them."""
+    only to a worker whose pack holds them. A kind without facts in protos/kinds.py is refused here."""
+    kind = TaskKind(kind).value  # ValueError for a word the contract lacks; the record keeps the plain word
     deps = sorted({r["task"] for r in inputs.values() if "task" in r})
     if capability == CAPABILITY and "pack" in params:
-        params = {**params, "needs": task_needs(kind, params)}
+        params = {**params, "needs": kind_needs(kind, params)}
     return {
         "id": f"{render_id}.{name}",
         "kind": kind,

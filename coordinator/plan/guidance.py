@@ -13,14 +13,16 @@ at 0. The uncond pass reads the negative prompt's contexts, every other pass the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
-from ltx_engine import guidance as G
-from ltx_engine import res2s
-from ltx_engine.schedule import ltx2_sigmas
-from protos.guidance_spec import DISTILLED, ONE_STAGE, TWO_STAGE_HQ
+from coordinator.plan.resolved import RenderPlan
+from coordinator.plan.sparse import cache_inputs, step_cache
+from ltx_engine.rules import guidance as G
+from ltx_engine.rules import res2s
+from ltx_engine.rules import step_cache as cache_rule
+from ltx_engine.rules.schedule import ltx2_sigmas
+from protos.guidance_spec import DISTILLED, ONE_STAGE, T2A, TWO_STAGE_HQ
 
 REFERENCE_LAYERS = 48  # the released LTX-2 / 2.3 DiTs
 # The distilled LoRA on the dev DiT (ltx-pipelines `args.py`): HQ's --distilled-lora-strength-stage-1/2
@@ -44,6 +46,7 @@ class Recipe:
     distilled_lora: float | None = None  # the distilled LoRA's strength on the passes' dev DiT (HQ: 0.25)
     stage2_lora: float | None = None     # ... on stage 2's (two-stage 1.0, HQ 0.5; one-stage has none)
     stream_offset: int = 0               # res_2s SDE noise: stage 2 draws streams of its own
+    step_cache: float | None = None      # --step-cache: each pass a chain over the stage's rounds of passes
 
     @property
     def passes(self) -> tuple[str, ...]:
@@ -54,53 +57,70 @@ class Recipe:
         return len(self.passes) * (2 if self.sampler == RES_2S else 1)
 
 
-def _override(base: G.GuiderParams, spec: Mapping, prefix: str) -> G.GuiderParams:
+def _override(base: G.GuiderParams, spec: RenderPlan, prefix: str) -> G.GuiderParams:
     def get(name: str, default):
-        value = spec.get(f"{prefix}{name}")
+        value = getattr(spec, f"{prefix}{name}")
         return default if value is None else value
 
-    blocks = spec.get("stg_blocks")
+    blocks = spec.stg_blocks
+    eta = spec.apg_eta
     return G.GuiderParams(cfg_scale=float(get("cfg_scale", base.cfg_scale)),
                           stg_scale=float(get("stg_scale", base.stg_scale)),
                           stg_blocks=tuple(base.stg_blocks if blocks is None else blocks),
                           rescale=float(get("rescale", base.rescale)),
-                          modality_scale=float(get("modality_scale", base.modality_scale)))
+                          modality_scale=float(get("modality_scale", base.modality_scale)),
+                          skip_step=int(get("skip_step", base.skip_step)),
+                          apg_eta=None if eta is None else float(eta),
+                          apg_norm_threshold=float(spec.apg_norm_threshold or 0.0))
 
 
-def recipe(spec: Mapping) -> Recipe | None:
+def recipe(spec: RenderPlan) -> Recipe | None:
     """The resolved recipe of a guided pipeline; None for the distilled one."""
-    name = spec.get("pipeline") or DISTILLED
+    name = spec.pipeline
     if name == DISTILLED:
         return None
+    if name == T2A:
+        return _audio_only(spec)
     hq = name == TWO_STAGE_HQ
     video = _override(G.VIDEO_HQ if hq else G.VIDEO_DEV, spec, "")
     audio = _override(G.AUDIO_HQ if hq else G.AUDIO_DEV, spec, "audio_")
-    if spec.get("audio_input"):  # A2V (plan/media.py): a frozen track, upstream's audio guider off
-        audio = G.GuiderParams()
+    if spec.audio_input:  # A2V (plan/media.py): a frozen track, upstream's audio guider off
+        audio = G.GuiderParams(skip_step=video.skip_step)  # a frozen track's x0 is never read: skip with video
     steps = stage1_steps(spec) or (G.HQ_STEPS if hq else G.DEV_STEPS_2_3)
-    negative = spec.get("negative_prompt")
-    sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if hq and spec.get("frames") else {}))
+    negative = spec.negative_prompt
+    sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if hq and spec.frames else {}))
     stage2 = None if name == ONE_STAGE else HQ_STAGE2_LORA if hq else TWO_STAGE_LORA
     return Recipe(pipeline=name, sampler=RES_2S if hq else EULER, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
-                  distilled_lora=HQ_STAGE1_LORA if hq else None, stage2_lora=stage2)
+                  distilled_lora=HQ_STAGE1_LORA if hq else None, stage2_lora=stage2,
+                  step_cache=step_cache(spec))
 
 
-def stage1_steps(spec: Mapping) -> int | None:
+def _audio_only(spec: RenderPlan) -> Recipe:
+    """T2A (upstream's t2a_one_stage): the audio guider of the dev recipe with modality guidance off (no
+    video to isolate from); the video's params are inert and carry the audio's skip step, which rounds follow."""
+    audio = replace(_override(G.AUDIO_DEV, spec, "audio_"), modality_scale=1.0)
+    negative = spec.negative_prompt
+    return Recipe(pipeline=T2A, sampler=EULER, sigmas=ltx2_sigmas(int(stage1_steps(spec) or G.DEV_STEPS_2_3)),
+                  video=G.GuiderParams(skip_step=audio.skip_step), audio=audio,
+                  negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative))
+
+
+def stage1_steps(spec: RenderPlan) -> int | None:
     """--stage1-steps, or --steps (the MLX port's name for one-stage and stage 1 alike); both must agree."""
-    steps, stage1 = spec.get("steps"), spec.get("stage1_steps")
+    steps, stage1 = spec.steps, spec.stage1_steps
     if steps is not None and stage1 is not None and int(steps) != int(stage1):
         raise SpecError(f"--steps {steps} and --stage1-steps {stage1} disagree: give one")
     return stage1 if stage1 is not None else steps
 
 
-def _stage1_tokens(spec: Mapping) -> int:
+def _stage1_tokens(spec: RenderPlan) -> int:
     """The HQ pipeline hands the scheduler its stage-1 latent (the others pass none: the 4096 anchor)."""
-    return latent_frames(int(spec["frames"])) * (spec["height"] // 2 // SPATIAL_FACTOR) * (
-        spec["width"] // 2 // SPATIAL_FACTOR)
+    return latent_frames(spec.frames) * (spec.height // 2 // SPATIAL_FACTOR) * (
+        spec.width // 2 // SPATIAL_FACTOR)
 
 
-def check_recipe(spec: Mapping, num_layers: int = REFERENCE_LAYERS) -> Recipe | None:
+def check_recipe(spec: RenderPlan, num_layers: int = REFERENCE_LAYERS) -> Recipe | None:
     """The recipe, or one line saying why it cannot run on a DiT of `num_layers` blocks."""
     rec = recipe(spec)
     if rec is None:
@@ -108,13 +128,27 @@ def check_recipe(spec: Mapping, num_layers: int = REFERENCE_LAYERS) -> Recipe | 
     for p in (rec.video, rec.audio):
         outside = sorted(b for b in p.stg_blocks if b >= num_layers)
         if outside and p.needs_perturbed():
-            raise SpecError(f"--stg-blocks {','.join(map(str, outside))}: outside the model's {num_layers} "
-                            f"blocks (0..{num_layers - 1})")
+            given = "--stg-blocks" if spec.stg_blocks is not None else "the default --stg-blocks (the 22B's)"
+            raise SpecError(f"{given} {','.join(map(str, outside))}: outside the model's {num_layers} "
+                            f"blocks (0..{num_layers - 1}); give --stg-blocks with blocks in that range")
         if p.needs_perturbed() and not p.stg_blocks:
             raise SpecError("an STG scale needs --stg-blocks (the blocks whose self-attention the pass skips)")
-    if spec.get("negative_prompt") is not None and G.UNCOND not in rec.passes:
+    if spec.negative_prompt is not None and G.UNCOND not in rec.passes:
         raise SpecError("--negative-prompt needs a cfg scale other than 1 (only the uncond pass reads it)")
+    _check_skip_and_apg(spec, rec)
     return rec
+
+
+def _check_skip_and_apg(spec: RenderPlan, rec: Recipe) -> None:
+    """The skip step and APG knobs that would change nothing, or that the farm cannot run as asked."""
+    if rec.video.skip_step != rec.audio.skip_step:
+        raise SpecError(f"--skip-step {rec.video.skip_step} and --audio-skip-step {rec.audio.skip_step} differ: the "
+                        "farm skips a guided step for both modalities at once (a forward with one modality "
+                        "frozen is not in the engine); give both the same")
+    if spec.apg_eta is not None and G.UNCOND not in rec.passes:
+        raise SpecError("--apg-eta needs a cfg scale other than 1 (APG reshapes the CFG term)")
+    if spec.apg_norm_threshold is not None and spec.apg_eta is None:
+        raise SpecError("--apg-norm-threshold needs --apg-eta (it clips APG's delta)")
 
 
 @dataclass(frozen=True)
@@ -143,38 +177,65 @@ def evaluations(rec: Recipe) -> list[Evaluation]:
     return out
 
 
+def skipped(rec: Recipe, ev: Evaluation) -> bool:
+    """Whether the round reuses the previous round's guided x0 instead of running passes: upstream's
+    `should_skip_step` on the denoiser's step index (res_2s's substep calls it with index 0: never skipped)."""
+    index = 0 if ev.evaluation == "end" else ev.step
+    return G.skips_step(rec.video, index)
+
+
+def _cache(rid: str, stage: str, rec: Recipe, name: str, chain: tuple[int, int, str | None]) -> tuple[dict, dict]:
+    """A pass's step cache: (params, inputs) at its place (k of n rounds with passes, the last such round's
+    label) in its chain over the stage; nothing without --step-cache."""
+    k, n, previous = chain
+    if rec.step_cache is None:
+        return {}, {}
+    params = {cache_rule.PARAM: float(rec.step_cache), cache_rule.STEP_PARAM: k, cache_rule.STEPS_PARAM: n}
+    return params, ({} if previous is None else cache_inputs(f"{rid}.{stage}.{previous}.{name}"))
+
+
 def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: Recipe, params: dict, state: dict,
-               ctx: dict, audio: bool) -> dict:
+               ctx: dict, prefixes: tuple[str, ...], chain: tuple[int, int, str | None] = (0, 0, None)) -> dict:
     contexts = ctx["negative"] if name == G.UNCOND else ctx["prompt"]
-    out = {"x0": expect("float32", 1, -1, -1)} | ({"audio_x0": expect("float32", 1, -1, -1)} if audio else {})
+    video, audio = "" in prefixes, "audio_" in prefixes
+    cache_params, cache_in = _cache(rid, stage, rec, name, chain)
+    out = {f"{p}x0": expect("float32", 1, -1, -1) for p in prefixes}
     cells = latent_frames(int(params["frames"])) * (params["height"] // SPATIAL_FACTOR) * (
-        params["width"] // SPATIAL_FACTOR) if "frames" in params else 0
+        params["width"] // SPATIAL_FACTOR) if video and "frames" in params else 0
     return task(rid, f"{stage}.{ev.label}.{name}", "guidance_pass",
                 {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step, "cells": cells,
-                 "video": G.params_to_dict(rec.video), "audio": G.params_to_dict(rec.audio) if audio else None,
+                 "video": G.params_to_dict(rec.video) if video else None,
+                 "audio": G.params_to_dict(rec.audio) if audio else None,
                  **({} if rec.distilled_lora is None else {"distilled_lora_strength": rec.distilled_lora}),
-                 "expect": out},
-                {**state, **contexts})
+                 **cache_params, "expect": out},
+                {**state, **contexts, **cache_in})
 
 
 def plan_guided_stage(rid: str, stage: str, rec: Recipe, params: dict, source: str, ctx: dict,
-                      audio: bool = True, finish: dict | None = None) -> list[dict]:
+                      audio: bool = True, finish: dict | None = None, video: bool = True) -> list[dict]:
     """The stage's pass and guide-step tasks. `source`: the task whose outputs are the initial state
-    (STATE, and AUDIO_STATE with audio); `ctx`: {"prompt": {name: ref}, "negative": {name: ref}}
-    (video_context, audio_context, context_mask refs). The last guide step is named `stage`; with
-    `finish` ({grid, audio_channels}) it also outputs `video_latent` / `audio_latent` unpatchified."""
-    names = STATE + (AUDIO_STATE if audio else ())
+    (STATE with video, AUDIO_STATE with audio; T2A's stage has no video); `ctx`: {"prompt": {name: ref},
+    "negative": {name: ref}} (video_context, audio_context, context_mask refs). The last guide step is
+    named `stage`; with `finish` ({grid, audio_channels}) it also outputs `video_latent` / `audio_latent`
+    unpatchified."""
+    prefixes = (("",) if video else ()) + (("audio_",) if audio else ())
+    names = (STATE if video else ()) + (AUDIO_STATE if audio else ())
     fixed = {k: ref(source, k) for k in names if not k.endswith("latent")}
     latents = {k: ref(source, k) for k in names if k.endswith("latent")}
     tasks: list[dict] = []
     rounds = evaluations(rec)
-    prefixes = ("", "audio_") if audio else ("",)
     mid_src = None
+    chained = [ev.label for ev in rounds if not skipped(rec, ev)]  # the rounds a pass's step cache runs over
     for i, ev in enumerate(rounds):
-        tasks += [_pass_task(rid, stage, ev, name, rec, params, {**fixed, **latents}, ctx, audio)
-                  for name in rec.passes]
+        held = skipped(rec, ev)  # no passes: the previous round's guided x0 again (never the first round)
+        passes = () if held else rec.passes
+        k = chained.index(ev.label) if not held else 0
+        chain = (k, len(chained), chained[k - 1] if k else None)
+        tasks += [_pass_task(rid, stage, ev, name, rec, params, {**fixed, **latents}, ctx, prefixes, chain)
+                  for name in passes]
         step_in = {f"{name}_{p}x0": ref(f"{rid}.{stage}.{ev.label}.{name}", f"{p}x0")
-                   for name in rec.passes for p in prefixes}
+                   for name in passes for p in prefixes}
+        step_in |= {f"held_{p}x0": ref(mid_src, f"{p}x0") for p in prefixes} if held else {}
         step_in |= fixed | latents  # an `end` step reads the midpoint's latent: only its shape and masks count
         if ev.evaluation == "end":
             step_in |= {f"{p}{k}": ref(mid_src, f"{p}{k}") for p in prefixes for k in ("x_mid", "anchor", "eps1")}
@@ -182,10 +243,12 @@ def plan_guided_stage(rid: str, stage: str, rec: Recipe, params: dict, source: s
         name = stage if last else f"{stage}.{ev.label}"
         tasks.append(task(rid, name, "guide_step",
                           {**({"finish": finish} if last and finish else {}), "evaluation": ev.evaluation, "step": ev.step, "sigmas": list(_schedule(rec)),
-                           "passes": list(rec.passes), "seed": int(params.get("seed", 0)),
+                           "passes": list(passes), "seed": int(params.get("seed", 0)),
+                           **({"held": True} if held else {}),
+                           **({"keep_x0": True} if i + 1 < len(rounds) and skipped(rec, rounds[i + 1]) else {}),
                            **({"stream_offset": rec.stream_offset} if rec.stream_offset else {}),
-                           "video": G.params_to_dict(rec.video), "audio": G.params_to_dict(rec.audio) if audio else None,
-                           "expect": {}},
+                           "video": G.params_to_dict(rec.video) if video else None,
+                           "audio": G.params_to_dict(rec.audio) if audio else None, "expect": {}},
                           step_in, capability=COORDINATOR))
         mid_src = f"{rid}.{name}"
         latents = {k: ref(mid_src, k) for k in latents}  # the next round reads this step's latent (or midpoint)

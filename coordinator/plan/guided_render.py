@@ -6,7 +6,7 @@ noise at the LTX2 schedule's first sigma, image conditioning when given), the gu
 tasks + guide steps (`plan/guidance.py`), then the decode and the audio decode as every render.
 Two-stage (TI2VidTwoStagesPipeline): the same guided stage 1 at half resolution, then the distilled
 render's upsample and stage 2, whose DiT is upstream's: the dev DiT with the distilled LoRA fused
-(`distilled_lora_strength`, `ltx_engine/dev_distilled.py`), never the distilled checkpoint. Two-stage HQ
+(`distilled_lora_strength`, `ltx_engine/lora/dev_distilled.py`), never the distilled checkpoint. Two-stage HQ
 (TI2VidTwoStagesHQPipeline): stage 1 res_2s on dev + distilled LoRA 0.25, then stage 2 res_2s (3 steps x
 2 evaluations + the final one, each a cond-only pass task and a guide step) on dev + LoRA 0.5.
 Stage-2 audio follows upstream main (1.2.0, written in tests/parity/upstream_rules.py): re-noised at the
@@ -16,32 +16,38 @@ render's audio is stage 1's (1.0.0 decoded stage 2's). Tiled stage 2 keeps it fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 
-from coordinator.plan.graph import SPATIAL_FACTOR, audio_latent_frames, expect, latent_frames, ref, task
+from coordinator.plan.graph import (
+    SPATIAL_FACTOR,
+    audio_latent_frames,
+    expect,
+    kind_needs,
+    latent_frames,
+    ref,
+    task,
+)
 from coordinator.plan.guidance import RES_2S, Recipe, plan_guided_stage
-from ltx_engine import guidance as G
-from ltx_engine.components import task_needs
-from protos.guidance_spec import TWO_STAGE_HQ
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules import guidance as G
 
 AUDIO_CHANNELS = 8  # the audio VAE's latent channels (z_channels) the stage's audio tokens fold back into
 
 
-def negative_text_task(rid: str, spec: Mapping, rec: Recipe, text_task: dict, key) -> dict:
+def negative_text_task(rid: str, spec: RenderPlan, rec: Recipe, text_task: dict, key) -> dict:
     """The negative prompt's text task: the prompt's, with the negative text and its own cache key."""
     params = {**text_task["params"], "prompt": rec.negative_prompt,
-              "text_key": key({**spec, "prompt": rec.negative_prompt})}
+              "text_key": key(spec.with_asked(prompt=rec.negative_prompt))}
     return task(rid, "negative", "text_encode", params, {})
 
 
-def plan_guided_stage1(rid: str, spec: Mapping, rec: Recipe, ctx: dict, negative_ctx: dict, cond: dict,
+def plan_guided_stage1(rid: str, spec: RenderPlan, rec: Recipe, ctx: dict, negative_ctx: dict, cond: dict,
                        image_params: dict, height: int, width: int) -> list[dict]:
     """Prepare + the guided stage at height x width, its last guide step named `stage1` with
     `video_latent` and `audio_latent`, what the upsample (or the decode) and decode_audio read."""
-    frames, fps = int(spec["frames"]), float(spec["frame_rate"])
+    frames, fps = spec.frames, spec.frame_rate
     grid = (latent_frames(frames), height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)
-    params = {"pack": spec["pack"], "seed": int(spec["seed"]), "frames": frames, "fps": fps,
+    params = {"pack": spec.pack, "seed": spec.seed, "frames": frames, "fps": fps,
               "height": height, "width": width, "sigmas": list(rec.sigmas),
               "audio_frames": audio_latent_frames(frames, fps), **image_params}
     prep = task(rid, "stage1.prep", "stage_prepare", {**params, "expect": {}}, dict(cond))
@@ -78,10 +84,10 @@ def guided_stage2(tasks: list[dict], rid: str, rec: Recipe, ctx: dict) -> list[d
         params = {**t["params"], "distilled_lora_strength": rec.stage2_lora}
         if t["kind"] == "denoise_stage2":
             params["renoise_audio"] = True
-        if t["kind"] == "denoise_stage2" and rec.pipeline == TWO_STAGE_HQ:
+        if t["kind"] == "denoise_stage2" and rec.sampler == RES_2S:
             out += plan_hq_stage2(rid, rec, params, t["inputs"], ctx)
             continue
-        out.append({**t, "params": {**params, "needs": task_needs(t["kind"], params)}})
+        out.append({**t, "params": {**params, "needs": kind_needs(t["kind"], params)}})
     return out
 
 
@@ -97,14 +103,14 @@ def plan_hq_stage2(rid: str, rec: Recipe, params: dict, inputs: dict, ctx: dict)
     return [prep, *stage]
 
 
-def stage2_line(spec: Mapping, rec: Recipe) -> str | None:
+def stage2_line(spec: RenderPlan, rec: Recipe) -> str | None:
     """`farm plan`'s stage-2 line of a two-stage recipe: its steps, evaluations and pass, and its DiT."""
     if rec.stage2_lora is None:
         return None
     from coordinator.plan.stage2 import stage2_sigmas
 
     steps = len(stage2_sigmas(spec)) - 1
-    if rec.pipeline == TWO_STAGE_HQ:
+    if rec.sampler == RES_2S:
         how = f"{steps} steps x 2 evaluations x 1 pass (cond) + the final evaluation"
     else:
         how = f"{steps} steps x 1 forward (cond; tiles x steps with --stage2-tiles)"

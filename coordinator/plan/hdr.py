@@ -1,4 +1,4 @@
-"""The HDR IC-LoRA render's stage graph (issue #29, `--hdr-ic-lora CLIP`, LTX-2.5). Pure.
+"""The HDR IC-LoRA render's stage graph (`--hdr-ic-lora CLIP`, LTX-2.5). Pure.
 
 The same render as the engine's oracle (`ltx_engine.hdr_pipeline.hdr_ic_lora`), cut into farm tasks:
 - `text`: the prompt's video context stands in for the MLX port's scene-embedding file;
@@ -9,97 +9,51 @@ The same render as the engine's oracle (`ltx_engine.hdr_pipeline.hdr_ic_lora`), 
 - `stage1` (`hdr_stage`): one full-size stage from noise, video only, the pack's HDR LoRA fused at 1.0,
   a generated keyframe slot and a guide (strength 0.95) per seam, the reference tokens;
 - the decode (conv, tiled or not, `plan/decode.py`); the assembler turns its codes into the HLG master
-  and the EXR frames (`coordinator/hdr_master.py`).
+  and the EXR frames (`coordinator/assemble/hdr_master.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from coordinator.plan.decode import plan_decode
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
-from coordinator.plan.media import _get, encode_tile_sizes, video_encode_tasks
-from ltx_engine import hdr_lora
-from ltx_engine.components import missing_line
-from ltx_engine.hdr import ACESCCT
-from ltx_engine.sampling import DISTILLED_SIGMAS
+from coordinator.plan.media import encode_tile_sizes, video_encode_tasks
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules import hdr_lora
+from ltx_engine.rules.components import missing_line
+from ltx_engine.rules.hdr import ACESCCT
+from ltx_engine.rules.sampling import DISTILLED_SIGMAS
 
 HDR_TRANSFER = ACESCCT  # the 2.5 SDR-to-HDR LoRA's (its metadata is checked on the worker that fuses it)
 HDR_EXR_DEFAULT = "acescg"  # the MLX port's default --exr-colorspace for hdr-ic-lora
 SOURCE, STAGE = "source_hdr", "stage1"  # names the timeline puts under Source and Stage 1
 
 
-def is_hdr(spec: Mapping) -> bool:
-    return bool(spec.get("hdr_ic_lora"))
+def is_hdr(spec: RenderPlan) -> bool:
+    return bool(spec.hdr_ic_lora)
 
 
-def check_hdr(spec: Mapping) -> None:
-    """What the farm's HDR IC-LoRA render builds: a 2.5 pack, the distilled stage alone, video only."""
-    if not is_hdr(spec):
-        return
-    name = (_get(spec, "hdr_ic_lora") or {}).get("name") or "the clip"
-    generation = spec.get("generation")
-    if generation is None:
-        raise SpecError(
-            f"--hdr-ic-lora {name}: pack {spec['pack']!r} is not known to be LTX-2.5 "
-            "(no registered worker describes it)"
-        )
-    try:
-        hdr_lora.refuse_pack(generation, spec["pack"])
-    except hdr_lora.HdrRefusal as exc:
-        raise SpecError(str(exc)) from None
-    for key, flag in (
-        ("images", "--image"),
-        ("loras", "--lora"),
-        ("audio_input", "--audio"),
-        ("source_video", "a source video"),
-        ("control_video", "--control-video"),
-        ("ic_lora", "--ic-lora"),
-        ("dub_video", "--dub"),
-        ("stage2_tiles", "--stage2-tiles"),
-        ("detailing_lora", "--detailing-lora"),
-        ("video_decoder", "--video-decoder"),
-    ):
-        if spec.get(key) and not (key == "video_decoder" and spec[key] == "conv"):
-            raise SpecError(f"--hdr-ic-lora {name} does not take {flag} on the farm")
-    if (
-        spec.get("pipeline") not in (None, "distilled")
-        or int(spec.get("temporal_upscalings") or 0)
-        or spec.get("dfr")
-        or int(spec.get("spatial_upscalings") or 1) != 1
-        or spec.get("audio", True)
-    ):
-        raise SpecError(
-            f"--hdr-ic-lora {name} is its own pipeline: one distilled stage, video only "
-            "(no --pipeline, DFR or audio)"
-        )
-    encode_tile_sizes(spec)
-
-
-def check_hdr_lora(spec: Mapping, has_lora: bool) -> None:
+def check_hdr_lora(spec: RenderPlan, has_lora: bool) -> None:
     """`--local`: this machine's pack is the fleet's; the farm's check is `_check_components` over the
     workers' `pack_components` (the LoRA is the pack's `hdr_lora` component)."""
     if is_hdr(spec) and not has_lora:
-        raise SpecError(missing_line("hdr_lora", spec["pack"]))
+        raise SpecError(missing_line("hdr_lora", spec.pack))
 
 
-def hdr_params(spec: Mapping) -> dict:
+def hdr_params(spec: RenderPlan) -> dict:
     """How a worker reads the SDR clip into working codes (the `hdr` params of its encode tasks)."""
-    clip = _get(spec, "hdr_ic_lora")
-    return {"transfer": HDR_TRANSFER, "input_colorspace": clip.get("input_colorspace") or "srgb_gamma"}
+    return {"transfer": HDR_TRANSFER, "input_colorspace": spec.hdr_ic_lora.input_colorspace}
 
 
-def seams(spec: Mapping) -> tuple[int, ...]:
-    clip = _get(spec, "hdr_ic_lora")
-    return hdr_lora.seam_frames(int(spec["frames"])) if clip.get("keyframes", True) else ()
+def seams(spec: RenderPlan) -> tuple[int, ...]:
+    return hdr_lora.seam_frames(spec.frames) if spec.hdr_ic_lora.keyframes else ()
 
 
-def plan_hdr(rid: str, spec: Mapping, text: dict) -> list[dict]:
+def plan_hdr(rid: str, spec: RenderPlan, text: dict) -> list[dict]:
     """The whole HDR IC-LoRA graph after its text task (see the module docstring)."""
-    pack, blob = spec["pack"], _get(spec, "hdr_ic_lora")["blob"]
-    frames, height, width = int(spec["frames"]), int(spec["height"]), int(spec["width"])
+    pack, blob = spec.pack, spec.hdr_ic_lora.blob
+    frames, height, width = spec.frames, spec.height, spec.width
     h, w = height // SPATIAL_FACTOR, width // SPATIAL_FACTOR
-    fps = float(spec["frame_rate"])  # the clip's frames by timestamp at the render's rate, as a retake's
+    fps = spec.frame_rate  # the clip's frames by timestamp at the render's rate, as a retake's
     tasks, reference = video_encode_tasks(
         rid, SOURCE, pack, blob, (frames, height, width), encode_tile_sizes(spec), fps=fps
     )
@@ -132,11 +86,11 @@ def plan_hdr(rid: str, spec: Mapping, text: dict) -> list[dict]:
             "hdr_stage",
             {
                 "pack": pack,
-                "seed": int(spec["seed"]),
+                "seed": spec.seed,
                 "frames": frames,
                 "height": height,
                 "width": width,
-                "fps": float(spec["frame_rate"]),
+                "fps": fps,
                 "sigmas": list(DISTILLED_SIGMAS),
                 "hdr_lora": hdr_lora.HDR_LORA_FILE,
                 "transfer": HDR_TRANSFER,

@@ -7,7 +7,7 @@ image as `{frame, strength, binding}` in `params["images"]` (frame resolved agai
 resolved from `auto` as upstream: frame 0 replaces, any other index guides) beside an input
 `image{k}_latent` each; a DFR tile carries only the images that fall in its window. The CRF of the
 H.264 round trip is the spec's, else the pack generation's default when the planner knows it (else the
-worker's pack decides, the same rule: `ltx_engine.keyframes.default_crf`).
+worker's pack decides, the same rule: `ltx_engine.rules.keyframes.default_crf`).
 """
 
 from __future__ import annotations
@@ -15,36 +15,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, expect, ref, task
-from ltx_engine import keyframes
-from ltx_engine.dfr_layout import tile_image_frame
-from ltx_engine.generation import LTX_25
-
-
-def _images(spec: Mapping) -> tuple:
-    return tuple(spec.get("images") or ())
-
-
-def _field(image, key: str):
-    return image.get(key) if isinstance(image, Mapping) else getattr(image, key)
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules import keyframes
+from ltx_engine.rules.dfr_layout import tile_image_frame
+from ltx_engine.rules.generation import LTX_25
 
 
 def _name(k: int, n: int) -> str:
     return "" if n == 1 else f" (image {k} of {n})"
 
 
-def resolved_images(spec: Mapping) -> list[dict]:
+def resolved_images(spec: RenderPlan) -> list[dict]:
     """Each image's {frame, strength, binding} as the stages apply it; SpecError in one line for an
     image not uploaded, a frame outside the clip, a replace off a latent frame's first pixel frame,
     or two replaces on one latent frame."""
-    images, frames, out, replaced = _images(spec), int(spec["frames"]), [], {}
+    images, frames, out, replaced = spec.images, spec.frames, [], {}
     for k, image in enumerate(images, 1):
         where = _name(k, len(images))
-        if not _field(image, "blob"):
+        if not image.blob:
             raise SpecError(f"image condition has no uploaded image{where}")
-        written = 0 if _field(image, "frame") is None else _field(image, "frame")
+        written = 0 if image.frame is None else image.frame  # None: the first frame
         try:
             frame = keyframes.resolve_frame(written, frames)
-            binding = keyframes.binding_for(_field(image, "binding") or keyframes.AUTO, written)
+            binding = keyframes.binding_for(image.binding or keyframes.AUTO, written)
             latent = keyframes.replacement_latent_index(frame) if binding == keyframes.REPLACE else None
         except keyframes.ConditioningError as exc:
             why = str(exc).removeprefix("image: ")
@@ -56,35 +49,35 @@ def resolved_images(spec: Mapping) -> list[dict]:
                             f"(frame {frame}): give one of them --image-binding guide")
         if latent is not None:
             replaced[latent] = k
-        strength = 1.0 if _field(image, "strength") is None else float(_field(image, "strength"))
+        strength = 1.0 if image.strength is None else image.strength
         out.append({"frame": frame, "strength": strength, "binding": binding, "input": f"image{k}_latent"})
     return out
 
 
-def image_crf(spec: Mapping, image) -> dict:
+def image_crf(spec: RenderPlan, image) -> dict:
     """The encode task's CRF param: the spec's, else the recorded generation's default, else none (the
     worker applies its pack's default)."""
-    crf = _field(image, "crf")
-    if crf is None and spec.get("generation"):
-        crf = keyframes.default_crf(spec["generation"])
+    crf = image.crf
+    if crf is None and spec.generation:
+        crf = keyframes.default_crf(spec.generation)
     return {} if crf is None else {"crf": int(crf)}
 
 
-def plan_image_encodes(rid: str, spec: Mapping) -> tuple[list[dict], dict, dict, dict]:
+def plan_image_encodes(rid: str, spec: RenderPlan) -> tuple[list[dict], dict, dict, dict]:
     """The encode tasks (two per image), the stage-1 and stage-2 inputs (`image{k}_latent`), and the
     stages' `images` params (empty without images)."""
-    images = _images(spec)
+    images = spec.images
     if not images:
         return [], {}, {}, {}
-    sizes = {"s1": (spec["height"] // 2, spec["width"] // 2), "s2": (spec["height"], spec["width"])}
+    sizes = {"s1": (spec.height // 2, spec.width // 2), "s2": (spec.height, spec.width)}
     tasks, inputs = [], {"s1": {}, "s2": {}}
     for k, image in enumerate(images, 1):
         for stage, (h, w) in sizes.items():
             name = f"image{k}_{stage}"
             tasks.append(task(rid, name, "image_encode", {
-                "pack": spec["pack"], "height": h, "width": w, **image_crf(spec, image),
+                "pack": spec.pack, "height": h, "width": w, **image_crf(spec, image),
                 "expect": {"latent": expect("float32", 1, -1, 1, h // SPATIAL_FACTOR, w // SPATIAL_FACTOR)}},
-                {"image": {"blob": _field(image, "blob")}}))
+                {"image": {"blob": image.blob}}))
             inputs[stage][f"image{k}_latent"] = ref(f"{rid}.{name}", "latent")
     return tasks, inputs["s1"], inputs["s2"], {"images": resolved_images(spec)}
 
@@ -104,28 +97,26 @@ def dfr_tile_images(params_images: Sequence[dict], inputs: Mapping, tile, round_
     return ({"images": keep} if params_images else {}), {im["input"]: inputs[im["input"]] for im in keep}
 
 
-def generated_slots(spec: Mapping) -> list[int]:
+def generated_slots(spec: RenderPlan) -> list[int]:
     """`--num-generated-keyframes N` outside DFR (LTX-2.5): N generated keyframe slots in stage 1 at the
     evenly spaced interior pixel frames linspace(0, F - 1, N + 2) rounded, ends excluded (the MLX port's
     rule for upstream's `VideoGeneratedKeyframeSlots`); stage 2 has none (their effect is in stage 1's
-    latent). SpecError: on a pack not known to be 2.5, with DFR rounds (DFR places its own), or more
-    slots than the clip has distinct interior frames."""
-    n = int(spec.get("num_generated_keyframes") or 0)
+    latent; DFR places its own: the modifier table refuses the two together). SpecError: on a pack not
+    known to be 2.5, or more slots than the clip has distinct interior frames."""
+    n = spec.num_generated_keyframes
     if not n:
         return []
-    if spec.get("temporal_upscalings") or spec.get("dfr") or (spec.get("spatial_upscalings") or 1) > 1:
-        raise SpecError("--num-generated-keyframes is for renders without DFR rounds (DFR places its own slots)")
-    if spec.get("generation") != LTX_25:
+    if spec.generation != LTX_25:
         raise SpecError(f"--num-generated-keyframes needs an LTX-2.5 pack (its DiT's keyframe embedding); "
-                        f"pack {spec['pack']!r} is {spec.get('generation') or 'not described by any worker yet'}")
-    frames = int(spec["frames"])
+                        f"pack {spec.pack!r} is {spec.generation or 'not described by any worker yet'}")
+    frames = spec.frames
     slots = [round(i * (frames - 1) / (n + 1)) for i in range(1, n + 1)]
     if len(set(slots)) != n or not all(0 < p < frames - 1 for p in slots):
         raise SpecError(f"{n} generated keyframes do not fit between the first and last of {frames} frames")
     return slots
 
 
-def generated_slot_params(spec: Mapping, height: int, width: int) -> tuple[dict, dict]:
+def generated_slot_params(spec: RenderPlan, height: int, width: int) -> tuple[dict, dict]:
     """Stage 1's params and expected `slots` output for the generated keyframes (none without them)."""
     slots = generated_slots(spec)
     if not slots:

@@ -1,6 +1,6 @@
 """The fleet simulation: lease.lua's rules run over the cost model's seconds, one event at a time. Pure.
 
-Why one simulator: `farm plan --fleet`, `farm bench model` and every ETA (coordinator/eta.py) ask the
+Why one simulator: `farm plan --fleet`, `farm bench model` and every ETA (coordinator/views/eta.py) ask the
 same question — when does each task end if the workers pull them as the farm deals them — and once
 answered a FIFO without backfilling (a task could not start before an earlier one had been placed).
 The rules, as coordinator/state/lua/{common,lease}.lua apply them:

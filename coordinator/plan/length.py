@@ -10,43 +10,43 @@ tasks in one Redis script (`set_length.lua`), before stage 1 can start. The rest
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 
 from coordinator.plan import costs
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import COORDINATOR, SpecError, expect, ref, task
 from coordinator.plan.resolved import RenderPlan
-from ltx_engine.components import missing_line
-from ltx_engine.duration import range_problem, shortest_frames
-from ltx_engine.generation import LTX_25
+from ltx_engine.rules.components import missing_line
+from ltx_engine.rules.duration import range_problem, shortest_frames
+from ltx_engine.rules.generation import LTX_25
 
 PLAN_KIND = "plan_length"     # the coordinator task that plans the rest of the graph
 DURATION_HEAD = "duration_head"
 SETTLED = ("generation", "text_encoder", "pack_bytes")  # what submit resolves that phase 2 keeps
 
 
-def length_pending(spec: Mapping) -> bool:
+def length_pending(spec: RenderPlan) -> bool:
     """-f left out on a pack known to be LTX-2.5: its DurationHead picks the length on the farm."""
-    return spec.get("frames") is None and spec.get("generation") == LTX_25
+    return spec.frames is None and spec.generation == LTX_25
 
 
-def probe_spec(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
+def probe_spec(spec: RenderPlan, fleet: Fleet) -> RenderPlan:
     """The spec at the shortest length the head can pick, for the checks that need a length at submit
     (the picked length is checked again before the rest is queued; an image's frame only then). A
     fleet that describes the pack without a DurationHead refuses the render here, in one line."""
-    described = [w for w in fleet if spec["pack"] in (w.get("pack_components") or {})]
-    if described and not any(DURATION_HEAD in w["pack_components"][spec["pack"]] for w in described):
-        raise no_head(spec["pack"])
+    components = fleet.components(spec.pack)
+    if components is not None and DURATION_HEAD not in components:
+        raise no_head(spec.pack)
     asked = spec.spec
     # the images' frames are checked against the picked length, with the rest of phase 2
     return spec.with_spec(replace(asked, frames=shortest_frames(asked.frame_rate, *seconds_range(spec)), images=()))
 
 
-def seconds_range(spec: Mapping) -> tuple[float, ...]:
+def seconds_range(spec: RenderPlan) -> tuple[float, ...]:
     """The head's (min, max) seconds that `--auto-duration MIN:MAX` asked for; () for the head's own."""
-    bounds = spec.get("auto_duration")
+    bounds = spec.auto_duration
     return (float(bounds[0]), float(bounds[1])) if bounds else ()
 
 
@@ -56,22 +56,22 @@ def check_auto_duration(spec: RenderPlan) -> None:
     bounds = seconds_range(spec)
     if not bounds:
         return
-    problem = range_problem(*bounds, float(spec["frame_rate"]))
+    problem = range_problem(*bounds, spec.frame_rate)
     if problem:
         raise SpecError(problem)
     if spec.spec.frames is not None:
         raise SpecError("--auto-duration bounds the length the duration head picks: give it or -f/--frames, not both")
-    if spec.get("generation") != LTX_25:
+    if spec.generation != LTX_25:
         raise SpecError(f"--auto-duration needs an LTX-2.5 pack (its duration_head picks the length); pack "
-                        f"{spec['pack']!r} is not known to be one")
+                        f"{spec.pack!r} is not known to be one")
 
 
-def head_params(spec: Mapping) -> dict:
+def head_params(spec: RenderPlan) -> dict:
     """The DurationHead task's params (`farm render --local` runs it with the same): the pack, the rate and,
     with --auto-duration, the range its seconds are clamped to."""
     bounds = seconds_range(spec)
     extra = {"min_seconds": bounds[0], "max_seconds": bounds[1]} if bounds else {}
-    return {"pack": spec["pack"], "fps": spec["frame_rate"], **extra}
+    return {"pack": spec.pack, "fps": spec.frame_rate, **extra}
 
 
 def no_head(pack: str) -> SpecError:
@@ -85,17 +85,17 @@ def settled(probe: RenderPlan) -> dict:
     return {k: getattr(probe.resolved, k) for k in SETTLED}
 
 
-def plan_length_phase(rid: str, spec: Mapping, text: dict) -> list[dict]:
+def plan_length_phase(rid: str, spec: RenderPlan, text: dict) -> list[dict]:
     """Phase 1: the text task, the DurationHead on its outputs, and the coordinator task that plans the
     rest from the spec as it stands now (before any length-dependent resolution)."""
     ctx = {k: ref(text["id"], k) for k in ("video_context", "audio_context")}
     head = task(rid, "length.head", "predict_duration", {
         **head_params(spec), "expect": {"seconds": expect("float32", 1), "frames": expect("int32", 1)}}, ctx)
-    plan = task(rid, "length.plan", PLAN_KIND, {"spec": dict(spec), "expect": {"frames": expect("int32", 1)}},
+    plan = task(rid, "length.plan", PLAN_KIND, {"spec": spec.as_dict(), "expect": {"frames": expect("int32", 1)}},
                 {k: ref(head["id"], k) for k in ("seconds", "frames")}, capability=COORDINATOR)
     tasks = [text, head, plan]
-    shortest = shortest_frames(spec["frame_rate"], *seconds_range(spec))
-    costs.annotate(tasks, {**spec, "frames": shortest})  # their costs need no length
+    shortest = shortest_frames(spec.frame_rate, *seconds_range(spec))
+    costs.annotate(tasks, spec.resolve(frames=shortest))  # their costs need no length
     return tasks
 
 

@@ -1,4 +1,4 @@
-"""User LoRAs in the plan (issue #22): every DiT task of a render carries the render's LoRA set.
+"""User LoRAs in the plan: every DiT task of a render carries the render's LoRA set.
 
 As upstream's pipelines do: `distilled.py` builds one transformer with the user's LoRAs for both
 stages, and `ti2vid_two_stages.py` loads them into stage 1's and (with the distilled LoRA) stage 2's
@@ -12,22 +12,23 @@ are part of the DiT task's `load_s` (`costs.lora_fuse_seconds`), which the place
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 
-from coordinator.plan.costs import DIT_KINDS
+from coordinator.plan.resolved import RenderPlan
+from protos.kinds import TaskKind, facts
 from protos.lora_set import warm_key
 
 
-def lora_params(spec: Mapping) -> dict:
-    """A DiT task's LoRA params: the set as the spec records it and its mode; none without LoRAs."""
-    loras = list(spec.get("loras") or ())
+def lora_params(spec: RenderPlan) -> dict:
+    """A DiT task's LoRA params: the set as the spec records it (JSON, as params travel) and its mode; none
+    without LoRAs."""
+    loras = [lora.to_dict() for lora in spec.loras]
     if not loras:
         return {}
-    mode = str(spec.get("lora_mode") or "fused")
+    mode = spec.lora_mode
     return {"loras": loras, "lora_mode": mode, "warm": [warm_key(loras, mode)]}
 
 
-def with_loras(tasks: list[dict], spec: Mapping) -> list[dict]:
+def with_loras(tasks: list[dict], spec: RenderPlan) -> list[dict]:
     """Every DiT task of `tasks` given the render's LoRA set, and its text task too: a LoRA's factors for
     the embeddings connector (upstream's connector sits inside the checkpoint the LoRA was trained on) are
     fused into the connector that encodes the prompt, so the prompt-embedding cache keys on the set as
@@ -35,9 +36,9 @@ def with_loras(tasks: list[dict], spec: Mapping) -> list[dict]:
     params = lora_params(spec)
     if params:
         for t in tasks:
-            if t["kind"] in DIT_KINDS:
+            if facts(t["kind"]).runs_dit:
                 t["params"].update(params)
-            elif t["kind"] == "text_encode":
+            elif t["kind"] == TaskKind.TEXT_ENCODE:
                 warm = params["warm"][0]
                 t["params"].update(loras=params["loras"], lora_mode=params["lora_mode"],
                                    text_key=hashlib.sha256(f"{t['params'].get('text_key')}|{warm}".encode()).hexdigest())

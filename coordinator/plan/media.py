@@ -1,4 +1,4 @@
-"""A user's media in the stage graph (issue #24). Pure.
+"""A user's media in the stage graph. Pure.
 
 A2V (`--audio FILE [--audio-start S]`, distilled 8+3, or upstream's `a2vid_two_stage` with
 `--pipeline two-stage` (and the same guided stage at full size with `one-stage`), or DFR on LTX-2.5 as
@@ -18,7 +18,7 @@ rounds run video only); the trim cuts the padding off with the canvas's and the 
 clip's source window.
 
 A source video (`source_video`): the video VAE encode tiled across workers like the decode: one
-`video_encode` task per tile of `ltx_engine.encode_tiling`'s plan (upstream's tiled encoding), and a
+`video_encode` task per tile of `ltx_engine.rules.encode_tiling`'s plan (upstream's tiled encoding), and a
 coordinator task `video_encode_blend` that blends them in tile order into the clip's latent
 (`source_encode.latent`), which the pipelines that start from a clip (retake, extend, IC-LoRA control)
 read. Decoding and resizing happen in the encode tasks, on workers, after the coordinator's probe.
@@ -26,50 +26,38 @@ read. Decoding and resizing happen in the encode tasks, on workers, after the co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from coordinator.plan.dfr import canvas_frames
 from coordinator.plan.graph import COORDINATOR, SpecError, audio_latent_frames, expect, ref, task
-from ltx_engine.encode_tiling import EncodeTileSizes, crop_frames, latent_shape, plan_encode_tiles
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules.encode_tiling import EncodeTileSizes, crop_frames, latent_shape, plan_encode_tiles
 
-A2V_PIPELINES = (None, "distilled", "one-stage", "two-stage")
 AUDIO_GUIDANCE = ("audio_cfg_scale", "audio_stg_scale", "audio_rescale", "audio_modality_scale")
 AUDIO_TASK = "audio"  # the assembler muxes `audio.waveform` / `audio.sample_rate` (the source's, for A2V)
 SOURCE_ENCODE = "source_encode"
 DEFAULT_ENCODE_TILES = EncodeTileSizes()  # upstream's tiled-encode defaults: 64 frames / 24, 512 px / 64
 
 
-def _get(spec: Mapping, key: str):
-    value = spec.get(key)
-    return value.to_dict() if hasattr(value, "to_dict") else value
-
-
-def check_media(spec: Mapping) -> None:
-    """What the farm's A2V builds: the distilled (DFR's too), one-stage and two-stage pipelines, with its
-    audio kept and no audio guidance (moot for a frozen track); a source clip's encode tiles that
-    upstream's tiling takes."""
-    if _get(spec, "source_video"):
+def check_media(spec: RenderPlan) -> None:
+    """A2V's own rules (which recipes take `--audio` is the modifier table's, `plan/recipes/`): its audio
+    kept and no audio guidance (moot for a frozen track); a source clip's encode tiles that upstream's
+    tiling takes."""
+    if spec.source_video:
         encode_tile_sizes(spec)
-    audio = _get(spec, "audio_input")
+    audio = spec.audio_input
     if not audio:
         return
-    name = audio.get("name") or "the track"
-    if spec.get("pipeline") not in A2V_PIPELINES:
-        raise SpecError(
-            f"--audio {name}: A2V runs with the distilled, one-stage or two-stage pipeline on the farm "
-            f"(not {spec['pipeline']})"
-        )
-    given = [k for k in AUDIO_GUIDANCE if spec.get(k) is not None]
+    name = audio.name or "the track"
+    given = [k for k in AUDIO_GUIDANCE if getattr(spec, k) is not None]
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise SpecError(f"--audio {name}: {flag} does not apply (the track is frozen: no audio guidance)")
-    if not spec.get("audio", True):
+    if not spec.audio:
         raise SpecError(f"--audio {name}: the output carries the source track; drop --no-audio")
 
 
 def audio_encode_task(
     rid: str,
-    spec: Mapping,
+    spec: RenderPlan,
     name: str = AUDIO_TASK,
     blob: str | None = None,
     start: float | None = None,
@@ -79,11 +67,11 @@ def audio_encode_task(
     the spec's `--audio` by default; a source clip's own track (`blob`, `start`) for the pipelines that
     start from a clip, under their own `name`. `pad_frames`: the latent right-padded with zero tokens to
     that many frames (DFR's canvas, as the MLX port's `fit_audio_tokens`)."""
-    audio, frames, fps = _get(spec, "audio_input") or {}, int(spec["frames"]), float(spec["frame_rate"])
+    audio, frames, fps = spec.audio_input, spec.frames, spec.frame_rate
     a_lat = audio_latent_frames(frames, fps)
-    start = float(audio.get("start") or 0.0) if start is None else float(start)
+    start = audio.start if start is None else float(start)
     params = {
-        "pack": spec["pack"],
+        "pack": spec.pack,
         "start": start,
         "frames": frames,
         "fps": fps,
@@ -96,7 +84,7 @@ def audio_encode_task(
             "sample_rate": expect("int32", 1),
         },
     }
-    return task(rid, name, "audio_encode", params, {"audio": {"blob": blob or audio["blob"]}})
+    return task(rid, name, "audio_encode", params, {"audio": {"blob": blob or audio.blob}})
 
 
 def _retarget(t: dict, old: dict, new: dict) -> None:
@@ -105,21 +93,21 @@ def _retarget(t: dict, old: dict, new: dict) -> None:
     t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
 
 
-def a2v_negative(spec: Mapping, negative: dict, prompt: dict) -> dict:
+def a2v_negative(spec: RenderPlan, negative: dict, prompt: dict) -> dict:
     """The uncond pass's contexts: with A2V its audio stream reads the prompt's (upstream's audio
     guider has no negative context, so its uncond batch takes the positive one)."""
-    if not _get(spec, "audio_input"):
+    if not spec.audio_input:
         return negative
     return {**negative, "audio_context": prompt["audio_context"]}
 
 
-def wire_audio(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
+def wire_audio(tasks: list[dict], rid: str, spec: RenderPlan) -> list[dict]:
     """A2V's graph from the T2V/I2V one: the encode in the decode's place (before stage 1), its latent
     stage 1's frozen audio (a guided stage's: its prep's) and, in place of stage 1's, every later
     stage's, never re-noised (DFR's: at its canvas length)."""
-    if not _get(spec, "audio_input"):
+    if not spec.audio_input:
         return tasks
-    pad = audio_latent_frames(canvas_frames(spec), float(spec["frame_rate"]))  # the stages' audio length
+    pad = audio_latent_frames(canvas_frames(spec), spec.frame_rate)  # the stages' audio length
     s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec, pad_frames=pad)
     out = [t for t in tasks if t["kind"] != "decode_audio"]
     first = f"{s1}.prep" if any(t["id"] == f"{s1}.prep" for t in out) else s1
@@ -137,10 +125,11 @@ def wire_audio(tasks: list[dict], rid: str, spec: Mapping) -> list[dict]:
     return [*out[:at], encode, *out[at:]]
 
 
-def encode_tile_sizes(spec: Mapping) -> EncodeTileSizes:
+def encode_tile_sizes(spec: RenderPlan) -> EncodeTileSizes:
     """`encode_tiles` "F,S" (temporal and spatial tile sizes in pixels, `off` for one whole tile), else
-    upstream's defaults; the overlaps are upstream's (24 frames, 64 pixels, raised to its minimums)."""
-    text = str(spec.get("encode_tiles") or "auto").strip().lower()
+    upstream's defaults; the overlaps are upstream's (24 frames, at most F - 8, and 64 pixels; below 16 /
+    64 the plan refuses them, as upstream 1.2.0 does)."""
+    text = (spec.encode_tiles or "auto").strip().lower()  # None: not asked, upstream's tiles
     if text == "auto":
         return DEFAULT_ENCODE_TILES
     if text == "off":
@@ -156,16 +145,16 @@ def encode_tile_sizes(spec: Mapping) -> EncodeTileSizes:
         ) from None
 
 
-def plan_video_encode(rid: str, spec: Mapping) -> tuple[list[dict], dict | None]:
+def plan_video_encode(rid: str, spec: RenderPlan) -> tuple[list[dict], dict | None]:
     """The source clip's tile encodes and their blend at the render's rate and size, from its start; the
     blended latent's reference (None: no source)."""
-    source = _get(spec, "source_video")
+    source = spec.source_video
     if not source:
         return [], None
-    size = (int(spec["frames"]), int(spec["height"]), int(spec["width"]))
+    size = (spec.frames, spec.height, spec.width)
     sizes = encode_tile_sizes(spec)
     return video_encode_tasks(
-        rid, SOURCE_ENCODE, spec["pack"], source["blob"], size, sizes, fps=spec["frame_rate"]
+        rid, SOURCE_ENCODE, spec.pack, source.blob, size, sizes, fps=spec.frame_rate
     )
 
 
@@ -185,7 +174,7 @@ def video_encode_tasks(
     size, extend's boundary frames) with their own name, frames and size."""
     frames, height, width = crop_frames(size[0]), size[1], size[2]
     base = {"pack": pack, "frames": frames, "height": height, "width": width, "first": int(first)}
-    if fps is not None:  # the clip's frames by timestamp at the render's rate (ltx_engine/clip_frames)
+    if fps is not None:  # the clip's frames by timestamp at the render's rate (ltx_engine/rules/clip_frames)
         base["fps"] = float(fps)
     tasks, blend_in = [], {}
     for i, tile in enumerate(plan_encode_tiles(frames, height, width, sizes)):

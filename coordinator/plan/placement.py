@@ -13,8 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from coordinator.plan import costs
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import CAPABILITY, SpecError
 from coordinator.plan.lease_sim import DEAL_MARGIN, Placed, Simulation, SpRule, deal_takes, peer_tiles_before
+from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.sp_degree import LINKS
 
 __all__ = ["DEAL_MARGIN", "Placed", "SpRule", "Slot", "deal_takes", "peer_tiles_before", "simulate"]
@@ -61,7 +63,7 @@ class Slot:
     def holds(self, task: Mapping) -> bool:
         need = int(_params(task).get("min_memory_bytes") or task.get("min_memory_bytes") or 0)
         if need and self.memory_bytes and costs.streams_on(self.memory_bytes, _params(task) or task):
-            return True  # runs streamed (ltx_engine.streaming)
+            return True  # runs streamed (ltx_engine.loading.streaming)
         return not need or not self.memory_bytes or need <= self.memory_bytes
 
     def streams(self, task: Mapping) -> bool:
@@ -78,15 +80,9 @@ def _params(task: Mapping) -> Mapping:
     return params if isinstance(params, Mapping) else {}
 
 
-def fleet_pack_bytes(pack: str, fleet: Iterable[Mapping]) -> int | None:
-    """The pack's weight bytes as its holders report them (`pack_bytes`), or None when none does."""
-    sizes = [int((w.get("pack_bytes") or {}).get(pack) or 0) for w in fleet]
-    return max(sizes) if any(sizes) else None
-
-
-def refuse_oversize(spec: Mapping, tasks: list[dict], holders: list[Mapping]) -> None:
+def refuse_oversize(spec: RenderPlan, tasks: list[dict], holders: Fleet) -> None:
     """Refuse, with the numbers, a render with a task no worker holding its pack can hold."""
-    largest = max((int(w.get("memory_bytes") or 0) for w in holders), default=0)
+    largest = holders.largest_memory()
     if not largest:
         return
     def need(t: Mapping) -> int:  # a DiT task fits where its streamed peak does
@@ -97,9 +93,9 @@ def refuse_oversize(spec: Mapping, tasks: list[dict], holders: list[Mapping]) ->
         return
     peak = int(worst["params"].get("stream_peak_bytes") or worst["params"]["peak_bytes"])
     raise SpecError(
-        f"{spec['width']}x{spec['height']}x{spec['frames']}: task {worst['id'].split('.', 1)[-1]} "
+        f"{spec.width}x{spec.height}x{spec.frames}: task {worst['id'].split('.', 1)[-1]} "
         f"({worst['kind']}) needs ~{peak / 2**30:.1f} GiB at its peak; the largest worker holding "
-        f"{spec['pack']!r} can use {largest * costs.USABLE_FRACTION / 2**30:.1f} of its {largest / 2**30:.1f} GiB")
+        f"{spec.pack!r} can use {largest * costs.USABLE_FRACTION / 2**30:.1f} of its {largest / 2**30:.1f} GiB")
 
 
 def simulate(tasks: list[Mapping], slots: list[Slot], done: Mapping[str, float] | None = None,

@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from coordinator.plan import costs, placement, samplers, sp_degree, sparse
-from coordinator.plan.clip import check_clip_spec, clip_pipeline, plan_clip
-from coordinator.plan.control import check_control, wire_control
+from coordinator.plan.audio_only import plan_audio_only
+from coordinator.plan.clip import clip_pipeline, plan_clip
+from coordinator.plan.control import wire_control
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -29,6 +30,8 @@ from coordinator.plan.dfr import (
 )
 from coordinator.plan.dfr_finish import keyframe_decode_io, plan_dfr_finish, stage_view
 from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
+from coordinator.plan.enhance import check_enhancer, fleet_has_head, plan_enhance
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
@@ -40,9 +43,8 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     task,
 )
 from coordinator.plan.guidance import check_recipe
-from coordinator.plan.guided_checks import check_guided_extras
 from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
-from coordinator.plan.hdr import check_hdr, is_hdr, plan_hdr
+from coordinator.plan.hdr import is_hdr, plan_hdr
 from coordinator.plan.images import (
     generated_slot_params,
     generated_slots,
@@ -59,12 +61,13 @@ from coordinator.plan.length import (
 from coordinator.plan.loras import with_loras
 from coordinator.plan.media import a2v_negative, check_media, plan_video_encode, wire_audio
 from coordinator.plan.outputs import check_exr_colorspace
+from coordinator.plan.recipes import PackFacts, check_recipe_spec, recipe_for
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
-from ltx_engine import text_encoders
-from ltx_engine.components import TEXT_ENCODER, missing_line, render_components
-from ltx_engine.generation import check_generation, stage1_sampler
-from ltx_engine.sampling import DISTILLED_SIGMAS
+from ltx_engine.rules import text_encoders
+from ltx_engine.rules.components import TEXT_ENCODER, missing_line, render_components
+from ltx_engine.rules.generation import check_generation, stage1_sampler
+from ltx_engine.rules.sampling import DISTILLED_SIGMAS
 from protos.spec import RenderSpec, spec_field_names
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -73,126 +76,116 @@ MAX_FRAMES = 1 + 8 * 64
 DEFAULT_FRAMES = 25
 
 DEFAULTS = MappingProxyType(RenderSpec().to_dict())  # the record's field defaults, read-only
-Spec = Mapping  # what the planning functions read: a RenderPlan (spec + resolved), or a plain mapping in tests
 
 
 def normalize_spec(raw: Mapping | RenderSpec) -> RenderPlan:
     """The typed spec (defaults filled in, numbers typed; unknown keys refused), nothing resolved yet:
-    read as a mapping like every plan."""
+    read by attribute like every plan."""
     if isinstance(raw, RenderPlan):
         return raw
     return RenderPlan(raw if isinstance(raw, RenderSpec) else RenderSpec.from_dict(raw))
 
 
-def estimate_peak_bytes(spec: Spec) -> int:
+def estimate_peak_bytes(spec: RenderPlan) -> int:
     """A coarse upper estimate of a worker's peak memory for the untiled stage 2 and the (tiled) decode."""
-    tokens = latent_frames(spec["frames"]) * (spec["height"] // 32) * (spec["width"] // 32)
+    tokens = latent_frames(spec.frames) * (spec.height // 32) * (spec.width // 32)
     return tokens * 4096 * 2 * 64 + decode_peak_bytes(spec)
 
 
-def validate_spec(spec: RenderSpec | RenderPlan, fleet: list[dict], known: Resolved | None = None) -> RenderPlan:
+def validate_spec(spec: RenderSpec | RenderPlan, fleet: Fleet | Iterable[Mapping],
+                  known: Resolved | None = None) -> RenderPlan:
     """Refuse what cannot render, with one line that says why; else what the planner resolved for it
-    (the spec itself is never changed). `fleet`: registered workers' capabilities; `known`: what is
-    resolved already (the local runner's generation, the length the DurationHead picked)."""
+    (the spec itself is never changed). `fleet`: the registered workers (`Fleet.of` their capability
+    dicts, as the callers that enter the planner build it); `known`: what is resolved already (the local
+    runner's generation, the length the DurationHead picked)."""
     plan = spec if isinstance(spec, RenderPlan) else RenderPlan(spec, known or Resolved())
-    if not str(plan.get("prompt", "")).strip():
+    fleet = Fleet.of(fleet)
+    if not plan.prompt.strip():
         raise SpecError("prompt is empty: give one with -p/--prompt")
     plan = plan.resolve(generation=resolve_generation(plan, fleet))
     check_exr_colorspace(plan)
     check_auto_duration(plan)
-    if is_hdr(plan) and plan["frames"] is None:  # issue #29: the clip's length is the user's to give
+    if is_hdr(plan) and plan.frames is None:  # the clip's length is the user's to give
         raise SpecError("--hdr-ic-lora renders the clip's first -f frames: give -f N (8k+1, e.g. 25)")
+    if length_pending(plan) and not recipe_for(plan).video:  # the head reads both contexts; T2A's upstream, audio's
+        raise SpecError("--pipeline t2a needs -f/--frames (its length, at --frame-rate): the duration head's "
+                        "audio-only pick is not on the farm")
     if length_pending(plan):  # the head picks the length on the farm: check the rest at the shortest it can pick
         return plan.resolve(**settled(_validate_sized(probe_spec(plan, fleet), fleet)))
-    if plan["frames"] is None:  # a left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always
+    if plan.frames is None:  # a left-out length on a pack not known to be LTX-2.5 is DEFAULT_FRAMES, as always
         plan = plan.resolve(frames=DEFAULT_FRAMES)
     return _validate_sized(plan, fleet)
 
 
-def _validate_sized(spec: RenderPlan, fleet: list[dict]) -> RenderPlan:
+def _validate_sized(spec: RenderPlan, fleet: Fleet) -> RenderPlan:
     """The checks of a render whose length is known, and what they resolve."""
-    for key in ("height", "width"):
-        value = spec[key]
+    for key, value in (("height", spec.height), ("width", spec.width)):
         if value <= 0 or value % 64:
             near = max(64, round(value / 64) * 64) if value > 0 else 64
             raise SpecError(f"{key} {value} is not a positive multiple of 64 (two-stage renders halve it for "
                             f"stage 1): try {near}")
         if value > MAX_SIDE:
             raise SpecError(f"{key} {value} is beyond the model's {MAX_SIDE} px positional range")
-    frames = spec["frames"]
+    frames = spec.frames
     if frames < 1 or (frames - 1) % TEMPORAL_FACTOR:
         raise SpecError(f"frames {frames} is not of the form 8k+1 (e.g. 25, 49, 97, 121)")
-    if frames > MAX_FRAMES or frames / spec["frame_rate"] > MAX_SECONDS:
-        raise SpecError(f"{frames} frames at {spec['frame_rate']} fps exceed the model's {MAX_SECONDS:.0f} s range")
-    if spec["frame_rate"] <= 0:
+    if frames > MAX_FRAMES or frames / spec.frame_rate > MAX_SECONDS:
+        raise SpecError(f"{frames} frames at {spec.frame_rate} fps exceed the model's {MAX_SECONDS:.0f} s range")
+    if spec.frame_rate <= 0:
         raise SpecError("frame rate must be positive")
-    if spec["seed"] < 0:
-        raise SpecError(f"seed {spec['seed']} is negative")
+    if spec.seed < 0:
+        raise SpecError(f"seed {spec.seed} is negative")
+    pack = PackFacts(spec.pack, spec.generation)
+    resolved = check_recipe_spec(spec, pack)  # the recipe's modifiers and its own rules (plan/recipes/)
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
-    check_media(spec)  # issue #24: what A2V builds, the source's encode tiles (plan/media.py)
-    check_control(spec)  # issue #24: IC-LoRA control / Dub-It: its LoRA, reference sizes (plan/control.py)
-    spec = spec.resolve(**check_clip_spec(spec))  # issue #24 retake/extend (plan/clip.py)
-    check_hdr(spec)  # issue #29: the HDR IC-LoRA render's refusals (plan/hdr.py)
-    spec = spec.resolve(text_encoder=resolve_text_encoder(spec, fleet))
-    _check_guided(spec)
-    check_video_decoder(spec)  # issue #29: --video-decoder diffusion on LTX-2.5 only
+    check_media(spec)  # A2V's frozen track, the source's encode tiles (plan/media.py)
+    spec = spec.resolve(**resolved, text_encoder=resolve_text_encoder(spec, fleet))
+    check_enhancer(spec, fleet_has_head(spec, fleet))  # --enhance-prompt: a pack's Gemma that writes
+    check_video_decoder(spec)  # --video-decoder diffusion on LTX-2.5 only
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
     spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
     spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks
-    sparse.check_forward_settings(spec, len(stage2_sigmas(spec)) - 1)  # issue #26
+    sparse.check_forward_settings(spec, len(stage2_sigmas(spec)) - 1)
     spec = spec.resolve(pack_bytes=_check_fleet(spec, fleet))
     return spec.resolve(assemble_s=round(costs.assemble_seconds(spec), 4))
 
 
-def _check_guided(spec: RenderPlan) -> None:
-    """A guided recipe's refusals (plan/guidance.py), and what the farm does not build for it yet."""
-    if check_recipe(spec) is None:
-        return
-    check_guided_extras(spec)  # plan/guided_checks.py (issue #23)
-    for key, flag in (("stage2_tiles", "--stage2-tiles"), ("stage2_sigmas", "--stage2-sigmas"),
-                      ("detailing_lora", "--detailing-lora")):
-        if spec.get(key) is not None and spec["pipeline"] == "one-stage":
-            raise SpecError(f"{flag} is a stage-2 option; --pipeline one-stage has no stage 2")
-    if int(spec.get("temporal_upscalings") or 0):
-        raise SpecError("--temporal-upscalings (DFR) runs after the distilled pipeline only")
-
-
-def _check_fleet(spec: RenderPlan, fleet: list[dict]) -> int | None:
+def _check_fleet(spec: RenderPlan, fleet: Fleet) -> int | None:
     """Refuse a render no registered worker can hold; the pack's bytes as its holders report them."""
     if not fleet:
         return spec.resolved.pack_bytes  # nobody registered yet: the render waits for workers
-    holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
+    holders = fleet.holders(spec.pack)
     if not holders:
-        raise SpecError(f"unknown pack {spec['pack']!r}: no registered worker has it")
-    pack_bytes = placement.fleet_pack_bytes(spec["pack"], holders)
+        raise SpecError(f"unknown pack {spec.pack!r}: no registered worker has it")
+    pack_bytes = holders.pack_bytes(spec.pack)
     if pack_bytes:  # the cost model, per task, against what each worker can use
         placement.refuse_oversize(spec, plan_render(spec.resolve(pack_bytes=pack_bytes), "check"), holders)
         return pack_bytes
-    largest = max(int(w.get("memory_bytes") or 0) for w in holders)
+    largest = holders.largest_memory()
     need = estimate_peak_bytes(spec)
     if largest and need > largest:
         raise SpecError(
-            f"{spec['width']}x{spec['height']}x{spec['frames']} needs ~{need / 2**30:.1f} GiB on one worker; "
-            f"the largest holding {spec['pack']!r} has {largest / 2**30:.1f} GiB"
+            f"{spec.width}x{spec.height}x{spec.frames} needs ~{need / 2**30:.1f} GiB on one worker; "
+            f"the largest holding {spec.pack!r} has {largest / 2**30:.1f} GiB"
         )
     return pack_bytes
 
 
-def resolve_generation(spec: Spec, fleet: list[dict]) -> str | None:
+def resolve_generation(spec: RenderPlan, fleet: Fleet) -> str | None:
     """The pack's LTX generation as the live workers report it (`pack_generation`), once per
     render; holders that disagree refuse it. With no worker describing the pack a value already set (the
     local runner's) stays, else None: each stage-1 task then reads it from its own pack."""
-    pack = spec["pack"]
-    seen = {w["pack_generation"][pack] for w in fleet if pack in (w.get("pack_generation") or {})}
+    pack = spec.pack
+    seen = fleet.generations(pack)
     if len(seen) > 1:
         raise SpecError(f"workers disagree on the LTX generation of pack {pack!r} ({', '.join(sorted(seen))}): "
                         "they hold different packs under one name")
-    return check_generation(seen.pop()) if seen else spec.get("generation")
+    return check_generation(seen.pop()) if seen else spec.generation
 
 
-def continue_render(stored: Mapping, frames: int, seconds: float, render_id: str, fleet: list[dict],
+def continue_render(stored: Mapping, frames: int, seconds: float, render_id: str, fleet: Fleet,
                     ) -> tuple[dict, list[dict]]:
     """Phase 2 of a render whose DurationHead picked its length: the spec recorded at submit (asked
     fields and what submit settled) with that length, checked again; its stored view and its whole
@@ -204,86 +197,88 @@ def continue_render(stored: Mapping, frames: int, seconds: float, render_id: str
     return plan.as_dict(), plan_render(plan, render_id)
 
 
-def resolve_text_encoder(spec: Spec, fleet: list[dict]) -> str | None:
+def resolve_text_encoder(spec: RenderPlan, fleet: Fleet) -> str | None:
     """The render's text encoder (the pack's own tower wins, as the live workers
     describe the pack) and refuse, in one line with the command that fetches it, a separate encoder no
     live worker holds. Workers that do not describe their encoders pass."""
-    pack = spec["pack"]
-    described = [w for w in fleet if pack in (w.get("pack_components") or {})]
-    has_tower = any(TEXT_ENCODER in w["pack_components"][pack] for w in described) if described else None
-    ref = text_encoders.resolve(has_tower, spec.get("text_encoder"))
+    pack = spec.pack
+    components = fleet.components(pack)
+    ref = text_encoders.resolve(None if components is None else TEXT_ENCODER in components, spec.text_encoder)
     if ref in (None, text_encoders.PACK):
         return ref
-    holders = [w["text_encoders"] for w in fleet if isinstance(w.get("text_encoders"), dict)]
-    if holders and not any(name in held for held in holders for name in text_encoders.names(ref)):
+    held = fleet.text_encoders()
+    if held is not None and not any(name in held for name in text_encoders.names(ref)):
         raise SpecError(text_encoders.refusal(ref, pack))
     return ref
 
 
-def text_params(spec: Spec) -> dict:
+def text_params(spec: RenderPlan) -> dict:
     """The text task's encoder params: the choice, and the names a worker may hold a separate one under."""
-    ref = spec.get("text_encoder")
+    ref = spec.text_encoder
     if ref is None:
         return {}
     return {"text_encoder": ref} if ref == text_encoders.PACK else {
         "text_encoder": ref, "text_encoder_names": text_encoders.names(ref)}
 
 
-def text_key(spec: Spec) -> str:
+def text_key(spec: RenderPlan) -> str:
     """The prompt-embedding cache's key: what a text task's outputs depend on (pack as the fleet holds
     it, prompt, encoder choice). Equal keys reuse one encoding (lease.lua, complete.lua): a seed sweep
     or a retry does not encode its prompt again."""
-    parts = [spec["pack"], spec.get("generation"), spec.get("pack_bytes"), spec.get("text_encoder"), spec["prompt"]]
+    parts = [spec.pack, spec.generation, spec.pack_bytes, spec.text_encoder, spec.prompt]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def _check_components(spec: Spec, fleet: list[dict]) -> None:
+def _check_components(spec: RenderPlan, fleet: Fleet) -> None:
     """Refuse a render whose pack lacks a component it needs on every worker holding it, with the
     one line that names the missing file and how to get it (or why the worker cannot serve it).
     Workers that do not describe their pack's components pass (the scheduler still matches tasks)."""
-    pack = spec["pack"]
-    described = [w for w in fleet if pack in (w.get("pack_components") or {})]
-    if not described:
+    pack = spec.pack
+    held = fleet.components(pack)
+    if held is None:
         return
-    held = {c for w in described for c in w["pack_components"][pack]}
-    for component in render_components(spec):
+    recipe = recipe_for(spec)
+    for component in render_components(spec, recipe.dits, recipe.video):
         if component not in held:
-            problems = [(w.get("pack_problems") or {}).get(pack) or {} for w in described]
-            why = next((p.get(component) or p.get("pack") for p in problems if p.get(component) or p.get("pack")), None)
-            raise SpecError(why or missing_line(component, pack))
+            raise SpecError(fleet.problem(pack, component) or missing_line(component, pack))
 
 
-def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
+def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     """The distilled two-stage text/image-to-video graph with audio, in a topological order: of a
     validated RenderPlan (a RenderSpec alone plans as asked, unresolved)."""
     if isinstance(spec, RenderSpec):
         spec = RenderPlan(spec)
     rid = render_id
-    pack = spec["pack"]
+    pack = spec.pack
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
-    tasks = [task(rid, "text", "text_encode", {"pack": pack, "prompt": spec["prompt"], **text_params(spec),
-                                               "text_key": text_key(spec),
-                   "expect": {k: expect("float32") for k in ctx}}, {})]
-    if spec["frames"] is None:  # an LTX-2.5 render's length is picked first (plan_length)
-        return with_loras(plan_length_phase(rid, spec, tasks[0]), spec)
-    if is_hdr(spec):  # issue #29: the HDR IC-LoRA render is its own graph (plan/hdr.py)
-        return _finish(plan_hdr(rid, spec, tasks[0]), spec, rid)
-    if clip_pipeline(spec):  # issue #24 retake/extend: their own graphs (plan/clip.py)
+    enhancer, text_inputs, enhanced_key = plan_enhance(rid, spec, text_params(spec))  # --enhance-prompt
+    text = task(rid, "text", "text_encode", {"pack": pack, "prompt": spec.prompt, **text_params(spec),
+                                             "text_key": enhanced_key or text_key(spec),
+                "expect": {k: expect("float32") for k in ctx}}, text_inputs)
+    tasks = [*enhancer, text]
+    if spec.frames is None:  # an LTX-2.5 render's length is picked first (plan_length)
+        costs.annotate(enhancer, spec)
+        return with_loras([*enhancer, *plan_length_phase(rid, spec, text)], spec)
+    if not recipe_for(spec).video:  # T2A: the audio track alone (plan/audio_only.py)
+        return _finish([*tasks, *plan_audio_only(rid, spec, text, ctx, text_key)], spec, rid)
+    if is_hdr(spec):  # the HDR IC-LoRA render is its own graph (plan/hdr.py)
+        return _finish(plan_hdr(rid, spec, text), spec, rid)
+    if clip_pipeline(spec):  # retake/extend: their own graphs (plan/clip.py)
         return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
-    tasks.extend(plan_video_encode(rid, spec)[0])  # issue #24: a source clip's tiled encode (plan/media.py)
+    tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)
     s1 = f"{rid}.stage1"
     guided = check_recipe(spec)
-    one_stage = guided is not None and guided.pipeline == "one-stage"
+    one_stage = not recipe_for(spec).two_stage  # the guided stage at full size, no stage 2
     if guided is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
-        tasks.append(negative_text_task(rid, spec, guided, tasks[0], text_key))
+        tasks.append(negative_text_task(rid, spec, guided, text, text_key))
         guided_ctx = (ctx, a2v_negative(spec, contexts_of(f"{rid}.negative"), ctx))  # plan/media.py
     if one_stage:  # at full resolution, decoded as it is
         tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
-        tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec["height"],
-                                        spec["width"]))
+        tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec.height,
+                                        spec.width))
     else:
         tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params,
                                   (guided, *guided_ctx) if guided is not None else None))
@@ -292,42 +287,42 @@ def plan_render(spec: Spec | RenderSpec, render_id: str) -> list[dict]:
     if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
         dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)
         tasks.extend(dfr_tasks)
-        decode_spec = {**spec, "frames": output_frames(spec)}
-        if is_diffusion(spec):  # the keyframe-aware decode: each task its planes (issue #29)
+        decode_spec = spec.resolve(frames=output_frames(spec))  # the decode reads the shipped length
+        if is_diffusion(spec):  # the keyframe-aware decode: each task its planes
             keyframes = functools.partial(keyframe_decode_io, rid, spec)
     tasks.extend(plan_decode(rid, decode_spec, final, keyframes))
-    if spec.get("audio", True):
+    if spec.audio:
         tasks.append(task(rid, "audio", "decode_audio", {
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
-    return _finish(wire_audio(tasks, rid, spec), spec, rid)  # issue #24: A2V's frozen source track (plan/media.py)
+    return _finish(wire_audio(tasks, rid, spec), spec, rid)  # A2V's frozen source track (plan/media.py)
 
 
-def _finish(tasks: list[dict], spec: Spec, rid: str) -> list[dict]:
+def _finish(tasks: list[dict], spec: RenderPlan, rid: str) -> list[dict]:
     with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
-    tasks = wire_control(tasks, rid, spec)  # issue #24: the reference encodes, the IC-LoRA (plan/control.py)
+    tasks = wire_control(tasks, rid, spec)  # the reference encodes, the IC-LoRA (plan/control.py)
     costs.annotate(tasks, spec)
     return tasks
 
 
-def _stage1_sampler(spec: Spec) -> dict:
+def _stage1_sampler(spec: RenderPlan) -> dict:
     """Stage 1's sampler from the recorded generation; nothing when it is not known (the worker reads
     its pack's)."""
-    generation = spec.get("generation")
+    generation = spec.generation
     return {"sampler": stage1_sampler(generation, dfr_on(spec))} if generation else {}
 
 
-def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
+def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
                  guided: tuple | None = None) -> list[dict]:
     """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots);
     `guided` (recipe, prompt contexts, negative contexts): stage 1 is the dev recipe's guided stage."""
-    pack, seed, fps = spec["pack"], spec["seed"], spec["frame_rate"]
+    pack, seed, fps = spec.pack, spec.seed, spec.frame_rate
     frames, slots = canvas_frames(spec), slot_params(spec)
     f_lat, a_lat = latent_frames(frames), audio_latent_frames(frames, fps)
-    h2, w2 = spec["height"] // 2, spec["width"] // 2
+    h2, w2 = spec.height // 2, spec.width // 2
     shape1 = (1, -1, f_lat, h2 // SPATIAL_FACTOR, w2 // SPATIAL_FACTOR)
-    shape2 = (1, -1, f_lat, spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
+    shape2 = (1, -1, f_lat, spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR)
     s1 = f"{rid}.stage1"
     generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
     tasks = [task(rid, "stage1", "denoise_stage1", {
@@ -335,7 +330,7 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
         "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **generated,
         **_stage1_sampler(spec), **sparse.stage1_params(spec),
         **sp_degree.stage1_params(spec, f_lat * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR),
-                                  len(DISTILLED_SIGMAS) - 1),  # issue #25: its gang cap
+                                  len(DISTILLED_SIGMAS) - 1),  # its gang cap
         "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
                    **slot_expect(spec, h2, w2), **generated_expect}},
         {**ctx, **cond1})]
@@ -344,22 +339,22 @@ def _plan_stages(rid: str, spec: Spec, ctx: dict, cond1: dict, cond2: dict, imag
     tasks.append(task(rid, "upsample", "upsample_spatial", {
         "pack": pack, "expect": {"latent": expect("float32", *shape2)}}, {"latent": ref(s1, "video_latent")}))
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
-    stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec["height"],
-                     "width": spec["width"], "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
+    stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec.height,
+                     "width": spec.width, "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
                      "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec),
-                     **samplers.stage2_params(spec)}
+                     **samplers.stage2_params(spec, recipe_for(spec).distilled_stage2)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
-        stage2_params["renoise_audio"] = spec.get("stage2_tiles") is None and not spec.get("audio_input")
+        stage2_params["renoise_audio"] = spec.stage2_tiles is None and not spec.audio_input
         stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
         stage2_params |= detailing_params(spec)
-        if spec.get("detailing_lora"):  # the IC-LoRA's reference: stage 1's half-resolution video
+        if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
             stage2_inputs["reference_latent"] = ref(s1, "video_latent")
-    if spec.get("stage2_tiles") is None:
+    if spec.stage2_tiles is None:
         tasks.append(task(rid, "stage2", "denoise_stage2", {
             **stage2_params, "expect": {"video_latent": expect("float32", *shape2),
-                                        **slot_expect(spec, spec["height"], spec["width"])}},
+                                        **slot_expect(spec, spec.height, spec.width)}},
             {**ctx, **stage2_inputs}))
     else:
         tasks.extend(plan_tiled_stage2(rid, spec, stage2_params, stage2_inputs, ctx))

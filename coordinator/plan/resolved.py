@@ -3,38 +3,28 @@
 Why: the spec (`protos.spec.RenderSpec`) is validated once and never rewritten; validation instead
 returns a `Resolved` record (the chosen length and what the DurationHead predicted, the pack's
 generation, `auto` tiles made concrete, the text encoder, DFR's shipped clip, the fleet's pack size,
-the assembly's reference seconds). A `RenderPlan` holds both and reads as one mapping: a resolved
-value where the planner decided one, else the asked one. That mapping is what the pure planning
-functions read, and its `as_dict()` is the one view the render hash stores (the same keys stored
-renders always had), so every reader of a stored spec keeps working.
+the assembly's reference seconds). A `RenderPlan` holds both and the planner reads it by attribute
+(`plan.frames`): a resolved value where the planner decided one, else the asked one, typed as the spec
+holds it (tuples, media records). Its `as_dict()` is the one view the render hash stores (the same keys
+stored renders always had, JSON values), and `from_stored` reads such a view back typed where it
+enters from Redis (the assembler's decode tiles), so every reader of a stored spec keeps working.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from protos.guidance_spec import DISTILLED, GUIDANCE_FIELDS
-from protos.spec import JsonValue, RenderSpec, json_value
+from protos.spec import ASKED_FIELDS, RESOLVED_ONLY, SUBMIT_FIELDS, JsonValue, RenderSpec, json_value
 
-ASKED_ORDER = ("prompt", "height", "width", "frames", "frame_rate", "seed", "pack", "images", "num_generated_keyframes",
-               "audio",
-               "stage2_tiles", "tile_overlap", "stage2_sigmas", "temporal_upscalings", "decode_tiles", "exr",
-               "text_encoder", "generation", "predicted_seconds", "detailing_lora", "detailing_strength",
-               "loras", "lora_mode")
-ASKED_ORDER += ("sparse_attention", "compute_dtype")  # issue #26: per-render forward settings
-ASKED_ORDER += ("exr_colorspace", "auto_duration", "hdr")  # issue #29: EXR colourspace, the head's length range
-ASKED_ORDER += ("video_decoder",)  # issue #29: conv | diffusion
-ASKED_ORDER += ("dfr", "spatial_upscalings")  # issue #29: DFR's base path and spatial epilogue
-ASKED_ORDER += ("audio_input", "source_video", "encode_tiles")  # issue #24: media in (protos/media_spec.py)
-ASKED_ORDER += ("control_video", "ic_lora", "dub_video")  # issue #24: IC-LoRA control, Dub-It
-ASKED_ORDER += ("retake", "extend")  # issue #24 retake/extend (protos/media_spec.py)
-ASKED_ORDER += ("hdr_ic_lora",)  # issue #29: the HDR IC-LoRA render's SDR clip
-ASKED_ORDER += ("stage1_parallel",)  # issue #25: sequence-parallel stage 1's degree (auto | K)
-SUBMIT_ORDER = ("submitter", "priority", "group", "notify")
+_ENCODER = ASKED_FIELDS.index("text_encoder") + 1  # the resolved-only keys are stored after it
+ASKED_ORDER = (*ASKED_FIELDS[:_ENCODER], *RESOLVED_ONLY, *ASKED_FIELDS[_ENCODER:])  # the spec's asked fields
+SUBMIT_ORDER = SUBMIT_FIELDS
 GUIDANCE_ORDER = tuple(GUIDANCE_FIELDS)  # a dev recipe's knobs: stored only when given (distilled stores none)
 DERIVED_ORDER = ("output_frames", "output_fps", "pack_bytes", "assemble_s")  # stored only once known
-DERIVED_ORDER += ("source_audio",)  # issue #24 retake/extend: the probe found an audio track in the clip
+DERIVED_ORDER += ("source_audio",)  # retake/extend: the probe found an audio track in the clip
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +41,18 @@ class Resolved:
     output_fps: float | None = None  # DFR: the shipped clip's rate
     pack_bytes: int | None = None  # the pack's weight bytes as its holders report them
     assemble_s: float | None = None  # the assembly's reference seconds (set_render_state.lua reads it)
-    source_audio: bool | None = None  # issue #24: the source clip has an audio track (the media probe's)
+    source_audio: bool | None = None  # the source clip has an audio track (the media probe's)
 
 
 RESOLVED_FIELDS = frozenset(f.name for f in fields(Resolved))
+SPEC_NAMES = frozenset(f.name for f in fields(RenderSpec))
 
 
 @dataclass(frozen=True, slots=True)
 class RenderPlan(Mapping[str, JsonValue]):
-    """A spec with what the planner resolved for it, read as one mapping (resolved wins)."""
+    """A spec with what the planner resolved for it (resolved wins), read by attribute. It is still a
+    mapping of the stored view's JSON values (what `as_dict()` iterates) because the coordinator's media
+    admission (`coordinator/admit/media_check.py`: `clip_frames`, `check_render_media`) reads it so."""
 
     spec: RenderSpec
     resolved: Resolved = field(default_factory=Resolved)
@@ -78,6 +71,27 @@ class RenderPlan(Mapping[str, JsonValue]):
         if key in GUIDANCE_ORDER and self._guided(key):
             return json_value(getattr(self.spec, key))
         raise KeyError(key)
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, object]) -> RenderPlan:
+        """A stored view (the render hash's spec, the length task's params, a plan's `as_dict()`) read back
+        typed where it enters from Redis: the asked fields through the spec's own checks, the decided ones
+        as the Resolved record (the view keeps one value per key, so a decided field reads alike either way)."""
+        spec = RenderSpec.from_dict({k: v for k, v in stored.items() if k in SPEC_NAMES})
+        return cls(spec, Resolved(**{k: stored[k] for k in RESOLVED_FIELDS if stored.get(k) is not None}))
+
+    def __getattr__(self, name: str) -> Any:
+        """`plan.frames`: the resolved value where the planner decided one, else the spec's typed value (a
+        tuple, a media record; not its JSON form). A resolved-only field not decided yet (`generation`,
+        `pack_bytes`, `output_frames` ...) is None, as is a guidance knob left out: None always means "not
+        asked, not decided", so no reader restates a default (the spec's fields hold them)."""
+        if name in RESOLVED_FIELDS:
+            value = getattr(self.resolved, name)
+            if value is not None or name not in SPEC_NAMES:
+                return value
+        if name in SPEC_NAMES:
+            return getattr(self.spec, name)
+        raise AttributeError(f"{type(self).__name__!r} has no field {name!r}")
 
     def _guided(self, key: str) -> bool:
         value = getattr(self.spec, key)
@@ -99,6 +113,11 @@ class RenderPlan(Mapping[str, JsonValue]):
     def with_spec(self, spec: RenderSpec) -> RenderPlan:
         """The same decisions for another spec (the length probe's)."""
         return replace(self, spec=spec)
+
+    def with_asked(self, **asked: object) -> RenderPlan:
+        """The same decisions with some asked fields changed: a stage's view of the render (DFR's stages at
+        half the size, the negative prompt's text key), never a render of its own."""
+        return replace(self, spec=replace(self.spec, **asked))
 
     def as_dict(self) -> dict[str, JsonValue]:
         """The stored view: what the render hash, the metadata JSON and every reader see."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ltx_engine.generation import stage2_sampler
-from ltx_engine.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
+from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules.generation import stage2_sampler
+from ltx_engine.rules.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
 
 STEP_KEYS = (
     "sampler",
@@ -20,11 +21,13 @@ STEP_KEYS = (
 )  # what a coordinator step needs to re-noise as a worker does
 
 
-def stage2_params(spec: Mapping) -> dict:
-    """Stage 2's sampler and its re-noise offset; nothing when the generation is not known."""
-    if spec.get("pipeline", "distilled") != "distilled":  # a guided two-stage's stage 2 keeps Euler (main's
-        return {"sampler": EULER}  # guided pipelines were not read for this rule)
-    generation = spec.get("generation")
+def stage2_params(spec: RenderPlan, distilled_stage2: bool = True) -> dict:
+    """Stage 2's sampler and its re-noise offset; nothing when the generation is not known.
+    `distilled_stage2`: the recipe's fact (`plan/recipes/`); a guided two-stage's stage 2 keeps Euler
+    (main's guided pipelines were not read for this rule)."""
+    if not distilled_stage2:
+        return {"sampler": EULER}
+    generation = spec.generation
     if not generation:
         return {}
     return {"sampler": stage2_sampler(generation), "ancestral_offset": ANCESTRAL_STAGE2_NOISE_SEED_OFFSET}

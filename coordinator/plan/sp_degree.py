@@ -1,7 +1,7 @@
 """The sequence-parallel degree of a stage-1 task, chosen from the workers idle at lease time (pure).
 
 `requested` is the render's `--stage1-parallel`: None (auto) or K (at most K; 1 = off). Auto takes the
-degree whose modelled step is shortest (`ltx_engine.sp_plan.step_seconds`: the audio / AdaLN part
+degree whose modelled step is shortest (`ltx_engine.rules.sp_plan.step_seconds`: the audio / AdaLN part
 replicated, the rest split, the gathers over the link), preferring fewer workers unless one more saves
 at least `MIN_GAIN` of the step, so a deep queue keeps renders side by side and a lone render spreads.
 """
@@ -9,7 +9,9 @@ at least `MIN_GAIN` of the step, so a deep queue keeps renders side by side and 
 from __future__ import annotations
 
 from coordinator.plan import costs
-from ltx_engine.sp_plan import FULL_SIZE, DitDims, step_seconds
+from coordinator.plan.graph import SpecError
+from coordinator.plan.sparse import step_cache
+from ltx_engine.rules.sp_plan import FULL_SIZE, DitDims, step_seconds
 
 MIN_GAIN = 0.05  # an extra worker must save 5 % of the step
 LINKS = {"10gbe": 1.1e9, "thunderbolt5": 8e9}
@@ -34,7 +36,7 @@ def stage1_degree(requested: int | None, idle: int, tokens: int, link_bytes_per_
     return best
 
 
-# The gang lease (issue #25; lease.lua's gang follows these rules, the simulation in
+# The gang lease (lease.lua's gang follows these rules, the simulation in
 # coordinator/plan/lease_sim.py runs them): the first idle worker that asks for a stage-1 task opens a
 # reservation of degree k = the table's entry for the workers idle then (itself included); other
 # workers that ask join it until k are in or GANG_WINDOW_S has passed since it opened; then the gang
@@ -82,7 +84,7 @@ def gang_seconds(cost_s: float, steps: int, tokens: int, k: int, ratio: float, l
     return steps * step_seconds(k, tokens, forward - replicated, replicated, link_bytes_per_s, dims)
 
 
-# ---------------------------------------------------------------- the gang lease in the farm (issue #25)
+# ---------------------------------------------------------------- the gang lease in the farm
 GANG_MAX = 8  # protos/sp_spec.py MAX_DEGREE; coordinator/state/lua/gang.lua GANG_MAX; the table's length
 AUTO_MIN_STAGE1_S = 60.0  # auto gangs only a stage 1 modelled this long on the reference Mac: a gang's
 # group open and rank start (a few seconds) must stay small beside what it saves
@@ -93,8 +95,13 @@ def stage1_params(spec, tokens: int, steps: int) -> dict:
     the spec's `stage1_parallel`; auto on a stage 1 shorter than AUTO_MIN_STAGE1_S never gangs."""
     from protos.sp_spec import requested_degree
 
-    value = spec.get("stage1_parallel") or "auto"
+    value = spec.stage1_parallel
     request = requested_degree(value)
+    if step_cache(spec) is not None:  # the cache's state lives in one process: stage 1 never gangs
+        if request not in (None, 1):
+            raise SpecError(f"--stage1-parallel {value} with --step-cache: a cached stage 1 runs on one worker "
+                            "(drop one of them)")
+        return {REQUEST_PARAM: value, TABLE_PARAM: [1]}
     if request is None and steps * costs.dit_forward_s(tokens) < AUTO_MIN_STAGE1_S:
         table = [1]
     else:

@@ -4,10 +4,10 @@ blend + sampler step by the coordinator's reducer. Pure."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from coordinator.plan import costs, placement, samplers
 from coordinator.plan.dfr import canvas_frames
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import (
     CAPABILITY,
     COORDINATOR,
@@ -19,32 +19,35 @@ from coordinator.plan.graph import (
     task,
 )
 from coordinator.plan.images import guide_tokens
-from ltx_engine import tdp
-from ltx_engine.generation import LTX_25
-from ltx_engine.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
+from coordinator.plan.resolved import RenderPlan
+from coordinator.plan.sparse import cache_inputs
+from ltx_engine.rules import step_cache as cache_rule
+from ltx_engine.rules import tdp
+from ltx_engine.rules.generation import LTX_25
+from ltx_engine.rules.sampling import STAGE_2_DISTILLED_SIGMAS, TDP_STAGE_2_SIGMAS
 
 
-def check_tiling(spec: Mapping, fleet: list[dict]) -> str | None:
+def check_tiling(spec: RenderPlan, fleet: Fleet) -> str | None:
     """The tile counts ("FxHxW", `auto` resolved against the fleet); tilings that cannot split refused."""
-    if spec.get("stage2_tiles") is None:
+    if spec.stage2_tiles is None:
         return None
-    holders = [w for w in fleet if spec["pack"] in (w.get("packs") or [])]
+    holders = fleet.holders(spec.pack)
     try:
-        counts = tdp.parse_tile_counts(str(spec["stage2_tiles"]), len(holders))
+        counts = tdp.parse_tile_counts(str(spec.stage2_tiles), len(holders))
         grid = (
             latent_frames(canvas_frames(spec)),
-            spec["height"] // SPATIAL_FACTOR,
-            spec["width"] // SPATIAL_FACTOR,
+            spec.height // SPATIAL_FACTOR,
+            spec.width // SPATIAL_FACTOR,
         )
         try:
-            tdp.plan(grid, counts, int(spec["tile_overlap"]))
+            tdp.plan(grid, counts, spec.tile_overlap)
         except ValueError as exc:
             raise ValueError(tiling_in_pixels(spec, grid, counts)) from exc
-        if str(spec["stage2_tiles"]) == "auto":
+        if str(spec.stage2_tiles) == "auto":
             counts = fit_smallest(spec, holders, grid, counts)
     except ValueError as exc:
         raise SpecError(f"stage-2 tiling: {exc}") from exc
-    sigmas = spec.get("stage2_sigmas")
+    sigmas = spec.stage2_sigmas
     if sigmas is not None and (len(sigmas) < 2 or float(sigmas[-1]) != 0.0):
         raise SpecError("stage-2 sigmas must have at least two values and end with 0")
     return "x".join(str(n) for n in counts)
@@ -64,13 +67,13 @@ def _most_tiles(grid: tuple[int, int, int], counts: tuple[int, int, int], overla
     return best
 
 
-def tiling_in_pixels(spec: Mapping, grid: tuple[int, int, int], counts: tuple[int, int, int]) -> str:
+def tiling_in_pixels(spec: RenderPlan, grid: tuple[int, int, int], counts: tuple[int, int, int]) -> str:
     """Why a tiling does not split, in the pixels the user gave (a latent cell is SPATIAL_FACTOR px), and
     the most tiles that would."""
-    overlap = int(spec["tile_overlap"])
+    overlap = spec.tile_overlap
     most = [_most_tiles(grid, counts, overlap, axis) for axis in range(3)]
     fits = "x".join(str(n) for n in (most[1:] if counts[0] == 1 else most))
-    return (f"{spec['stage2_tiles']} does not fit {spec['height']}x{spec['width']} px (height x width): tiles overlap by "
+    return (f"{spec.stage2_tiles} does not fit {spec.height}x{spec.width} px (height x width): tiles overlap by "
             f"{overlap * SPATIAL_FACTOR} px (--tile-overlap {overlap}, in latent cells of {SPATIAL_FACTOR} px) "
             f"and each must be wider than its overlaps, so at most {fits} tiles fit: give --stage2-tiles {fits}, "
             "a smaller --tile-overlap or a larger frame")
@@ -84,11 +87,11 @@ def tile_box(tile: tdp.Tile) -> dict[str, list[int]]:
 MAX_TILES_PER_WORKER = 4  # past this, more tiles cost more in overlap than the small Mac adds
 
 
-def _step_seconds(spec: Mapping, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
+def _step_seconds(spec: RenderPlan, holders: Fleet, grid: tuple[int, int, int], counts: tuple[int, int, int],
                   pack_bytes: int) -> tuple[float, int]:
     """One step of these tiles on the holders (chip speeds, memory; dealt as lease.lua deals them): its
     predicted seconds (inf when some tile fits no holder) and the largest tile's min_memory_bytes."""
-    tiles = tdp.plan(grid, counts, int(spec["tile_overlap"]))
+    tiles = tdp.plan(grid, counts, spec.tile_overlap)
     tasks = [{"id": str(t.index), "kind": "transformer_forward", "deps": [], "capability": CAPABILITY,
               "params": {"tile_index": t.index,
                          "cost_s": costs.reference_seconds("transformer_forward", {"tile": tile_box(t)}),
@@ -98,21 +101,20 @@ def _step_seconds(spec: Mapping, holders: list[dict], grid: tuple[int, int, int]
                              costs.stream_peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes))}
                             if costs.streamable(spec) else {})}}
              for t in tiles]
-    slots = [placement.Slot(str(i), str(w.get("chip") or ""), int(w.get("memory_bytes") or 0))
-             for i, w in enumerate(holders)]
+    slots = [placement.Slot(str(i), w.chip, w.memory_bytes) for i, w in enumerate(holders.workers)]
     placed = placement.simulate(tasks, slots)
     need = max(t["params"]["min_memory_bytes"] for t in tasks)
     return (max(p.end for p in placed) if len(placed) == len(tasks) else math.inf), need
 
 
-def fit_smallest(spec: Mapping, holders: list[dict], grid: tuple[int, int, int], counts: tuple[int, int, int],
+def fit_smallest(spec: RenderPlan, holders: Fleet, grid: tuple[int, int, int], counts: tuple[int, int, int],
                  ) -> tuple[int, int, int]:
     """`auto` tiles small enough for the smallest Mac holding the pack (a tile's predicted peak, the cost
     model's, within its usable memory), so every holder can take one: the fleet's own split grown to at
     most MAX_TILES_PER_WORKER per holder, when that step is predicted to end no later than the fleet's
     split (whose big tiles the lease keeps off the small Macs) would."""
-    pack_bytes = placement.fleet_pack_bytes(spec["pack"], holders)
-    smallest = min((int(w.get("memory_bytes") or 0) for w in holders), default=0)
+    pack_bytes = holders.pack_bytes(spec.pack)
+    smallest = min((w.memory_bytes for w in holders.workers), default=0)  # 0: a holder that did not say
     if not pack_bytes or not smallest:
         return counts
     for n in range(counts[1] * counts[2], MAX_TILES_PER_WORKER * len(holders) + 1):
@@ -126,20 +128,20 @@ def fit_smallest(spec: Mapping, holders: list[dict], grid: tuple[int, int, int],
     return counts
 
 
-def stage2_sigmas(spec: Mapping) -> list[float]:
+def stage2_sigmas(spec: RenderPlan) -> list[float]:
     """Explicit --stage2-sigmas; else upstream's TDP schedule when tiled, the distilled one when not."""
-    if spec.get("stage2_sigmas"):
-        return [float(x) for x in spec["stage2_sigmas"]]
-    tiled = spec.get("stage2_tiles") not in (None, "1x1", "1x1x1")
+    if spec.stage2_sigmas:
+        return [float(x) for x in spec.stage2_sigmas]
+    tiled = spec.stage2_tiles not in (None, "1x1", "1x1x1")
     table = list(TDP_STAGE_2_SIGMAS if tiled else STAGE_2_DISTILLED_SIGMAS)
-    steps = spec.get("stage2_steps")  # issue #23: --stage2-steps N keeps the table's last N steps
+    steps = spec.stage2_steps  # --stage2-steps N keeps the table's last N steps
     return table if steps is None else table[-(int(steps) + 1):]
 
 
-def _marker_params(spec: Mapping, params: dict, grid: tuple[int, int, int]) -> dict:
+def _marker_params(spec: RenderPlan, params: dict, grid: tuple[int, int, int]) -> dict:
     """A 2.5 render's tiles read a keyframe marker (the first latent frame, and DFR's slots, whose token
     range — after the appended image guides, before the IC-LoRA reference — the step also reads them out of)."""
-    if spec.get("generation") != LTX_25:
+    if spec.generation != LTX_25:
         return {}
     slots = params.get("dfr_slots") or []
     if not slots:
@@ -153,6 +155,8 @@ def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int
                   marker: bool, shared: dict, name: str = "stage2") -> dict:
     """One tile's forward at one step: its latent, timesteps and positions (and keyframes) out of `source`."""
     tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
+    if params.get(cache_rule.PARAM) is not None and step > 0:  # the tile's step cache, from its previous step
+        tile_in |= cache_inputs(f"{rid}.{name}.s{step - 1}.t{tile.index}")
     if marker:
         tile_in["keyframes"] = ref(source, f"t{tile.index}_keyframes")
     detailing = {k: params[k] for k in ("detailing_lora", "detailing_strength") if k in params}
@@ -165,22 +169,25 @@ def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int
 
 
 def forward_params(params: dict, step: int) -> dict:
-    """Issue #26: a tile forward's sparse tau (its step's) and compute dtype, when the render asks for them."""
+    """A tile forward's sparse tau (its step's), compute dtype and step cache, when the render asks for them."""
     out = {"compute_dtype": params["compute_dtype"]} if params.get("compute_dtype") else {}
+    if params.get(cache_rule.PARAM) is not None:
+        out |= {cache_rule.PARAM: params[cache_rule.PARAM], cache_rule.STEP_PARAM: step,
+                cache_rule.STEPS_PARAM: len(params["sigmas"]) - 1}
     if params.get("sparse_attention"):
         out["sparse_tau"] = float(params["sparse_attention"][step])
     return out
 
 
-def plan_tiled_stage2(rid: str, spec: Mapping, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+def plan_tiled_stage2(rid: str, spec: RenderPlan, params: dict, inputs: dict, ctx: dict) -> list[dict]:
     """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator)."""
-    grid = (latent_frames(params["frames"]), spec["height"] // SPATIAL_FACTOR, spec["width"] // SPATIAL_FACTOR)
-    counts = tdp.parse_tile_counts(spec["stage2_tiles"])
-    tiles = tdp.plan(grid, counts, int(spec["tile_overlap"]))
+    grid = (latent_frames(params["frames"]), spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR)
+    counts = tdp.parse_tile_counts(spec.stage2_tiles)
+    tiles = tdp.plan(grid, counts, spec.tile_overlap)
     geometry = {
         "grid": list(grid),
         "counts": list(counts),
-        "overlap": int(spec["tile_overlap"]),
+        "overlap": spec.tile_overlap,
         "sigmas": params["sigmas"],
         **_marker_params(spec, params, grid),
         **samplers.step_params(params),  # LTX-2.5: the step re-noises ancestrally (plan/samplers.py)

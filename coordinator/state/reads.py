@@ -13,7 +13,7 @@ import redis
 
 from coordinator.state.sentinel import health_line, replication_health
 
-_TASK_JSON = ("params", "input_refs", "inputs", "deps", "outputs", "metrics", "progress")
+_TASK_JSON = ("params", "input_refs", "inputs", "deps", "outputs", "metrics", "progress", "made_by")
 _TASK_INT = ("attempts", "max_attempts", "fence", "leased_ms", "deadline_ms", "queued_ms", "done_ms", "seq",
              "failures", "lost", "stuck_ms")
 _RENDER_INT = ("created_ms", "started_ms", "finished_ms", "remaining", "total", "priority")
@@ -79,21 +79,6 @@ class StoreReads:
             pipe.zcard(self.key("ready", cap))
         return dict(zip(caps, pipe.execute(), strict=True))
 
-    def upcoming_tasks(self, capabilities: list[str], limit: int = 8) -> list[tuple[str, list[str]]]:
-        """(task id, input shas) of the first `limit` ready tasks of these queues, in the worker's preference
-        order: what it would likely lease next (a guess for its cache; lease.lua's placement may differ)."""
-        pipe = self.client.pipeline(transaction=False)
-        for cap in capabilities:
-            pipe.zrange(self.key("ready", cap), 0, max(0, limit - 1))
-        ids = list(dict.fromkeys(tid for tids in pipe.execute() for tid in tids))[:limit]
-        for tid in ids:
-            pipe.hget(self.key("task", tid), "inputs")
-        found = []
-        for tid, raw in zip(ids, pipe.execute() if ids else [], strict=True):
-            inputs = json.loads(raw) if raw else {}
-            found.append((tid, list(dict.fromkeys(v for v in inputs.values() if isinstance(v, str)))))
-        return found
-
     def _render(self, render_id: str, raw: dict[str, str]) -> dict:
         out = _decode(raw, ("spec",), _RENDER_INT)
         out["blocklist"] = str(out.get("blocklist") or "").split()
@@ -102,6 +87,7 @@ class StoreReads:
     def _task(self, raw: dict[str, str], task_id: str) -> dict:
         out = _decode(raw, _TASK_JSON, _TASK_INT)
         out["failed_on"] = str(out.get("failed_on") or "").split()
+        out["ranks"] = str(out.get("ranks") or "").split()  # a gang's workers, rank 0 first (lua/gang.lua)
         return {"id": task_id, **out}
 
     def read_events(self, render_id: str, last_id: str = "0", block_ms: int = 0,
@@ -118,7 +104,7 @@ class StoreReads:
     def read_event_streams(self, positions: dict[str, str], block_ms: int = 0,
                            count: int = 200) -> dict[str, list[tuple[str, dict]]]:
         """Events of several renders, each after its own id, in one XREAD: the Watch hub's one read for
-        every watcher (coordinator/watchhub.py)."""
+        every watcher (coordinator/api/watchhub.py)."""
         timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
         if block_ms > 0 and timeout is not None and block_ms / 1000 >= timeout:
             raise ValueError(f"block_ms {block_ms} needs a client socket_timeout above {block_ms / 1000} s")

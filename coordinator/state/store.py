@@ -53,7 +53,7 @@ import redis
 
 from coordinator.state.reads import StoreReads, reply_pairs
 from coordinator.state.sentinel import ReplicaAcks, is_replicated, replica_wait_ms
-from protos.states import Outcome
+from protos.states import Fault, Outcome
 
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "complete", "fail", "expire_leases",
@@ -62,7 +62,7 @@ SCRIPTS = ("create_render", "add_tasks", "set_length", "lease", "heartbeat", "co
            "delete_render", "claim_notify", "forget_blob", "forget_workers", "set_policy", "complete_lease")
 # Scripts that run others: each part becomes a local function of its own ARGV, ahead of the script's text.
 PARTS = {"complete_lease": ("complete", "lease")}
-LIBS = {"lease": "gang", "complete_lease": "gang", "heartbeat": "gang"}  # issue #25: gang leases (lua/gang.lua)
+LIBS = {"lease": "gang", "complete_lease": "gang", "heartbeat": "gang"}  # gang leases (lua/gang.lua)
 # Transitions that decide a render's fate (its plan, a task's result, its state): on a replicated set
 # each is acknowledged by a replica (WAIT) before its caller answers, so a failover cannot lose one.
 # WAIT covers every earlier write of the replication stream too (blob refs, leases).
@@ -235,6 +235,15 @@ class FarmStore(StoreReads):
         got = self._run("lease", worker_id, int(lease_ms), "1" if seen else "0", *capabilities)
         return self._task(reply_pairs(got[1]), got[0]) if got else None
 
+    def peek_lease(self, worker_id: str, capabilities: list[str], passed: list[str]) -> dict | None:
+        """The task lease() would give this worker now, chosen by the same script and rules, with nothing
+        leased or moved; the tasks in `passed` (guessed for other workers) are stepped over. What a busy
+        worker's prefetch warms its cache for (FarmWorker.Upcoming)."""
+        if not capabilities:
+            return None
+        got = self._run("lease", worker_id, 0, "peek", json.dumps(sorted(passed)), *capabilities)
+        return self._task(reply_pairs(got[1]), got[0]) if got else None
+
     def heartbeat(self, task_id: str, worker_id: str, fence: int, lease_ms: int,
                   progress: dict | None = None) -> str:
         """'ok' (deadline extended), 'stale' (not your lease any more) or 'cancel' (render stopped)."""
@@ -271,11 +280,12 @@ class FarmStore(StoreReads):
         return reply_pairs(self._run("set_policy", *(x for kv in fields.items() for x in kv)))
 
     def fail(self, task_id: str, worker_id: str, fence: int, error: str, retryable: bool = True,
-             seen: bool = False) -> str:
+             seen: bool = False, fault: str = "") -> str:
         """'requeued' while attempts remain, else 'failed' (and the render with it); 'stale' if not held.
-        seen: the worker reports it (the same call marks it live and idle)."""
-        return self._run("fail", task_id, worker_id, int(fence), error, "1" if retryable else "0",
-                         "1" if seen else "0")
+        seen: the worker reports it (the same call marks it live and idle). fault: the error's class
+        (protos.states.Fault); unset, retryable=False means permanent and True unknown."""
+        fault = fault or (Fault.UNKNOWN if retryable else Fault.PERMANENT)
+        return self._run("fail", task_id, worker_id, int(fence), error, str(fault), "1" if seen else "0")
 
     def expire_leases(self, now_ms: int | None = None) -> list[str]:
         """Re-queue (or fail, when out of attempts) every task whose lease deadline has passed."""
@@ -323,12 +333,13 @@ class FarmStore(StoreReads):
     # ------------------------------------------------------------------ workers
 
     def register_worker(self, worker_id: str, info: dict, resumed: bool = False, session: str = "",
-                        idle: bool = False) -> None:
+                        idle: bool = False, refused: str = "") -> None:
         """Record a worker; a fresh start clears a drain mark, a resumed registration keeps it. A new
         session (a new agent process) returns the leases the worker's last process still held; an idle
-        agent (it runs no task) returns every lease the farm still has for it (replies it never got)."""
+        agent (it runs no task) returns every lease the farm still has for it (replies it never got).
+        `refused`: why the coordinator turned it away (it is shown, and leased nothing)."""
         self._run("register_worker", worker_id, json.dumps(info), "1" if resumed else "0", session,
-                  "1" if idle else "0")
+                  "1" if idle else "0", refused)
 
     def lose_leases(self, worker_id: str, session: str = "", reason: str = "", task_id: str = "") -> list[str]:
         """Give back, at once and without spending an attempt, the leases of a worker that vanished (of

@@ -53,10 +53,10 @@ def _peak_rss() -> int:
 
 
 def _frames(side: str, spec: dict, data: Path, shas: list[str]):
-    from coordinator.assembler import tile_frames
+    from coordinator.assemble.assembler import tile_frames
     from coordinator.plan.decode import decode_tile_plan
     from coordinator.state.blobs import BlobStore
-    from ltx_engine.decode_tiling import F32, FrameBlender
+    from ltx_engine.rules.decode_tiling import F32, FrameBlender
 
     blobs, tiles = BlobStore(data), decode_tile_plan(spec)
     if side == "frames":
@@ -72,7 +72,7 @@ def child_main(side: str, spec_json: str, data: str, shas_json: str, encode: str
     """One side in this (fresh) process: blend, convert, optionally encode; print peak RSS and hash."""
     import hashlib
 
-    from coordinator.assembler import Mp4Writer, to_uint8
+    from coordinator.assemble.assembler import Mp4Writer, to_uint8
 
     spec, shas = json.loads(spec_json), json.loads(shas_json)
     base = _peak_rss()
@@ -105,7 +105,7 @@ def _run_side(side: str, spec: dict, data: Path, shas: list[str], encode: bool) 
 def assembly(height: int, width: int, frames: int, pairs: int, encode: bool, data: Path | None) -> None:
     """Print each side's peak RSS (median, spread), the ratio, the goal, and whether the frames agree."""
     from coordinator.plan.decode import decode_tile_plan
-    from ltx_engine.decode_tiling import blend_window, frame_bytes
+    from ltx_engine.rules.decode_tiling import blend_window, frame_bytes
 
     spec = _spec(height, width, frames)
     tiles = decode_tile_plan(spec)

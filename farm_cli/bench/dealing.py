@@ -47,7 +47,7 @@ def spawn_workers(address: str, data: Path, throttles: list[float], env: dict[st
 @contextlib.contextmanager
 def policy_farm(data: Path) -> Iterator[tuple[str, str, object]]:
     """Embedded Redis and the coordinator in this process, with its store at hand (to set the policy)."""
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
     from coordinator.server import serve, stop
     from coordinator.state import redis_server
     from coordinator.state.store import FarmStore

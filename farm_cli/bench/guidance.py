@@ -76,7 +76,7 @@ def run(height: int, width: int, frames: int, steps: int, pack: str, data: Path 
     """Interleaved 1-worker / 2-worker farm renders of the same guided one-stage render."""
     folder = common.data_dir(data)
     if pack == DEV_PACK and not (folder / "packs" / DEV_PACK).is_dir():
-        from ltx_engine.tiny_pack import write_tiny_pack
+        from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
         write_tiny_pack(folder / "packs" / DEV_PACK, seed=0, layout="dev-only")
     spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,

@@ -1,6 +1,6 @@
 """`farm bench lowram`: peak RSS and seconds of one DiT forward, resident vs block-streamed, paired.
 
-Why: a 16-32 GB Mac takes DiT work only streamed (`ltx_engine.streaming`); the cost model says the
+Why: a 16-32 GB Mac takes DiT work only streamed (`ltx_engine.loading.streaming`); the cost model says the
 streamed peak is the non-block weights + two blocks + activations and the time ~1.05x. This measures
 both on a synthetic transformer big enough for the weights to dominate: the tiny pack's DiT layout at
 a wider config with as many blocks as fill `--gb` of seeded bf16 weights, written once into a temp
@@ -36,7 +36,7 @@ def write_pack(folder: Path, gb: float, seed: int = 0) -> dict:
     from mlx.utils import tree_flatten
 
     from ltx_engine.models.transformer import LTXModel, TransformerConfig, tiny_config
-    from ltx_engine.tiny_pack import _seeded_like, _write_component
+    from ltx_engine.tiny.tiny_pack import _seeded_like, _write_component
 
     cfg = {"transformer": {**tiny_config(), **WIDE, "num_layers": 1}}
     one = dict(tree_flatten(LTXModel(TransformerConfig.from_config(cfg)).parameters()))
@@ -78,11 +78,11 @@ def measure(side: str, folder: str, forwards: int = 2) -> dict:
     import mlx.core as mx
     import numpy as np
 
-    from ltx_engine import patchify as P
+    from ltx_engine.loading.pack import Pack
+    from ltx_engine.loading.registry import ModelRegistry
+    from ltx_engine.loading.streaming import StreamedPack
+    from ltx_engine.models import patchify as P
     from ltx_engine.models.transformer import Modality
-    from ltx_engine.pack import Pack
-    from ltx_engine.registry import ModelRegistry
-    from ltx_engine.streaming import StreamedPack
 
     pack = Pack(folder)
     model = ModelRegistry().get(StreamedPack(pack) if side == "streamed" else pack, "transformer")

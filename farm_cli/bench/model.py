@@ -1,8 +1,10 @@
 """`farm bench model`: the modelled speedup of a fleet of Macs over one, from the calibrated cost model.
 
 Why: before buying or wiring Macs, a studio wants to know what four buy over one for the render it
-makes most (latency) and for a queue of them (throughput). Nothing runs: the farm's own planner cuts
-the render (stage 2 tiled and decode tiled on the fleet, untiled on one Mac), coordinator/plan/costs.py
+makes most (latency) and for a queue of them (throughput). The headline runs the same plan on both
+sides (the fleet's: stage 2 and decode tiled), so the ratio is what the Macs buy; one Mac on its own
+untiled plan (another plan, another length) is a second line that says so. Nothing runs: the farm's
+own planner cuts the render, coordinator/plan/costs.py
 prices every task, and coordinator/plan/lease_sim.py runs lease.lua's rules over them (queue order,
 memory, dealing, affinity, backfilling, and stage 1 sequence parallel at the degree the idle workers
 give at lease time), once per link between the Macs.
@@ -13,22 +15,25 @@ from __future__ import annotations
 from collections import Counter
 
 from coordinator.plan import costs, placement, sp_degree
-from coordinator.plan.forecast import described_fleet
 from coordinator.plan.graph import latent_frames
+from coordinator.plan.recipes import BY_NAME, takes
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+from coordinator.plan.resolved import RenderPlan
+from coordinator.views.forecast import described_fleet
+from protos.kinds import TaskKind
 
 SPEC = {"prompt": "bench", "height": 1088, "width": 1920, "frames": 121, "pack": "ltx-2.3-mlx-q8"}
 LINKS = (("10 GbE", sp_degree.LINKS["10gbe"]), ("Thunderbolt 5", sp_degree.LINKS["thunderbolt5"]))
-GOALS = {"one": 3.3, "queue": 3.8}  # issue #25: one render, a queue of 8, on 4 M1 Max
+GOALS = {"one": 3.3, "queue": 3.8}  # one render, a queue of 8, on 4 M1 Max
 GUIDED = ("two-stage", "one-stage")  # the dev recipes (4 passes a step: cond, uncond, STG, modality)
 
 
-def _plan(spec: dict, macs: int, chip: str, memory_gb: float, render: str) -> tuple[list[dict], list, dict]:
+def _plan(spec: dict, macs: int, chip: str, memory_gb: float, render: str) -> tuple[list[dict], list, RenderPlan]:
     caps, slots = described_fleet(
         [{"name": "mac", "chip": chip, "memory_gb": memory_gb, "count": macs}], spec["pack"]
     )
     s = validate_spec(normalize_spec(dict(spec)), caps)
-    return plan_render(s, render), slots, s.as_dict()
+    return plan_render(s, render), slots, s
 
 
 def _run(tasks: list[dict], slots: list, sp: placement.SpRule | None) -> list[placement.Placed]:
@@ -48,12 +53,12 @@ def _queue_tasks(spec: dict, macs: int, chip: str, memory_gb: float, n: int) -> 
     return tasks, slots
 
 
-def redundancy(spec: dict) -> float:
+def redundancy(spec: RenderPlan) -> float:
     """Stage-2 tile tokens (overlaps counted in every tile) over the untiled tokens."""
     tiles = [t for t in plan_render(spec, "x") if t["kind"] == "transformer_forward"]
     steps = len({t["params"]["step"] for t in tiles}) or 1
     tokens = sum(_tokens(t["params"]) for t in tiles) / steps
-    whole = latent_frames(spec["frames"]) * (spec["height"] // 32) * (spec["width"] // 32)
+    whole = latent_frames(spec.frames) * (spec.height // 32) * (spec.width // 32)
     return tokens / whole
 
 
@@ -68,7 +73,7 @@ def _tokens(params: dict) -> int:
 
 def degrees(placed: list[placement.Placed]) -> str:
     """Stage 1's degrees at lease time, e.g. '4' or '1×7, 4×1'."""
-    used = Counter(p.degree for p in placed if p.kind == "denoise_stage1")
+    used = Counter(p.degree for p in placed if p.kind == TaskKind.DENOISE_STAGE1)
     if len(used) == 1 and sum(used.values()) == 1:
         return str(next(iter(used)))
     return ", ".join(f"{k}×{n}" for k, n in sorted(used.items()))
@@ -78,7 +83,7 @@ def _bound(placed: list[placement.Placed], macs: int, goal: float, t1: float) ->
     """What keeps a fleet figure under its goal: its serial stage 1, or idle Macs, or the work itself."""
     wall = _wall(placed)
     busy = sum((p.end - p.start) * (1 + len(p.gang)) for p in placed if p.slot != placement.COORDINATOR_SLOT)
-    s1 = sum(p.end - p.start for p in placed if p.kind == "denoise_stage1")
+    s1 = sum(p.end - p.start for p in placed if p.kind == TaskKind.DENOISE_STAGE1)
     return (
         f"bounded by: {busy / macs:.0f} s of work per Mac, {s1:.0f} s in stage 1, Macs busy "
         f"{busy / (macs * wall):.0%} of the wall; the goal needs a wall of {t1 / goal:.0f} s"
@@ -94,13 +99,15 @@ def _row(label: str, t1: float, placed: list[placement.Placed], macs: int, goal:
     return lines
 
 
-def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> tuple[list[str], dict]:
+def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> tuple[list[str], RenderPlan]:
+    """Per link: the fleet's plan on N Macs against the same plan on one (the headline), then against one
+    Mac on its own untiled plan (another plan: a second line that says what differs)."""
     one = {**SPEC, "stage2_tiles": None, "decode_tiles": "off"}
     many = {**SPEC, "stage2_tiles": tiles, "decode_tiles": "auto"}
-    t1 = _wall(_run(*_plan(one, 1, chip, memory_gb, "one")[:2], None))
-    q1 = _wall(_run(*_queue_tasks(one, 1, chip, memory_gb, queue), None))
-    same1 = _wall(_run(*_plan(many, 1, chip, memory_gb, "same")[:2], None))  # the fleet's plan on one Mac
-    same_q = _wall(_run(*_queue_tasks(many, 1, chip, memory_gb, queue), None))
+    own1 = _wall(_run(*_plan(one, 1, chip, memory_gb, "one")[:2], None))
+    own_q = _wall(_run(*_queue_tasks(one, 1, chip, memory_gb, queue), None))
+    t1 = _wall(_run(*_plan(many, 1, chip, memory_gb, "same")[:2], None))  # the fleet's plan on one Mac
+    q1 = _wall(_run(*_queue_tasks(many, 1, chip, memory_gb, queue), None))
     lines = []
     for name, bw in LINKS:
         sp = placement.SpRule(bw)
@@ -113,8 +120,8 @@ def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -
         lines += _row("  one render, wall s", t1, alone, macs, GOALS["one"])
         lines += _row(f"  queue of {queue}, wall s", q1, queued, macs, GOALS["queue"])
         lines.append(
-            f"    the same tiled plan on 1 Mac ({same1:.0f} s, queue {same_q:.0f} s): "
-            f"{same1 / _wall(alone):.2f}x one render, {same_q / _wall(queued):.2f}x the queue"
+            f"    against 1 Mac on another plan (stage 2 untiled, 3 steps; one decode: {own1:.0f} s, queue "
+            f"{own_q:.0f} s): {own1 / _wall(alone):.2f}x one render, {own_q / _wall(queued):.2f}x the queue"
         )
     return lines, resolved
 
@@ -122,25 +129,24 @@ def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -
 def _guided(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
     """The dev recipes with the cost model's guidance_pass entries: every pass of a step on its own Mac."""
     lines = []
-    for pipeline in GUIDED:
-        spec = {**SPEC, "pipeline": pipeline}
-        fleet = (
-            {**spec, "stage2_tiles": tiles, "decode_tiles": "auto"}
-            if pipeline == "two-stage"
-            else {**spec, "decode_tiles": "auto"}
-        )
+    for recipe_name in GUIDED:
+        spec = {**SPEC, "pipeline": recipe_name}
+        tiled = takes(BY_NAME[recipe_name], "--stage2-tiles")  # the recipe's fact: its stage 2 tiles
+        fleet = {**spec, "stage2_tiles": tiles, "decode_tiles": "auto"} if tiled else {**spec, "decode_tiles": "auto"}
         try:
-            one_tasks, one_slots, _ = _plan({**spec, "decode_tiles": "off"}, 1, chip, memory_gb, "g1")
+            own_tasks, own_slots, _ = _plan({**spec, "decode_tiles": "off"}, 1, chip, memory_gb, "g1")
+            same_tasks, same_slots, _ = _plan(fleet, 1, chip, memory_gb, "gs")
             fleet_tasks, fleet_slots, _ = _plan(fleet, macs, chip, memory_gb, "gn")
         except ValueError as exc:  # SpecError: this recipe cannot run on this fleet
-            lines.append(f"  {pipeline}: {exc}")
+            lines.append(f"  {recipe_name}: {exc}")
             continue
         passes = sorted({t["id"].rsplit(".", 1)[-1] for t in fleet_tasks if t["kind"] == "guidance_pass"})
-        t1 = _wall(_run(one_tasks, one_slots, None))
+        t1, own = _wall(_run(same_tasks, same_slots, None)), _wall(_run(own_tasks, own_slots, None))
         tn = _wall(_run(fleet_tasks, fleet_slots, placement.SpRule(LINKS[0][1])))
         lines.append(
-            f"  {pipeline} ({len(passes)} passes a step: {', '.join(passes)}): "
-            f"{t1:.0f} s on 1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x"
+            f"  {recipe_name} ({len(passes)} passes a step: {', '.join(passes)}): the same plan {t1:.0f} s on "
+            f"1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x (against 1 Mac on its own untiled plan, {own:.0f} s: "
+            f"{own / tn:.2f}x)"
         )
     return lines
 
@@ -151,15 +157,17 @@ def model(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> lis
     distilled, resolved = _distilled(macs, chip, memory_gb, queue, tiles)
     tokens = latent_frames(SPEC["frames"]) * (SPEC["height"] // 64) * (SPEC["width"] // 64)
     return [
-        f"{SPEC['width']}x{SPEC['height']}x{SPEC['frames']} distilled, {chip} {memory_gb:g} GB:",
+        f"{SPEC['width']}x{SPEC['height']}x{SPEC['frames']} distilled, {chip} {memory_gb:g} GB, the same plan "
+        f"(the fleet's: stage 2 tiled {resolved.stage2_tiles}, 2 steps; decode tiled) on 1 Mac and on {macs}:",
         f"{'':28}{'1 Mac':>10}{f'{macs} Macs':>10}{'speedup':>9}",
         *distilled,
         f"guided recipes, one render (stage 1 passes and guide steps as planned; {LINKS[0][0]}):",
         *_guided(macs, chip, memory_gb, tiles),
         "assumptions:",
-        f"- stage 2 tiled {resolved['stage2_tiles']} (TDP schedule, 2 steps) on the fleet, untiled (3 steps) on one Mac; "
-        f"tile redundancy {redundancy(resolved):.2f}x the untiled tokens",
-        f"- decode tiles {resolved['decode_tiles']} on the fleet, one decode on one Mac",
+        f"- stage 2 tiled {resolved.stage2_tiles} (TDP schedule, 2 steps) on 1 Mac and on the fleet alike; "
+        f"tile redundancy {redundancy(resolved):.2f}x the untiled tokens; the second line per link: one Mac on "
+        "its own plan (stage 2 untiled, 3 steps; one decode)",
+        f"- decode tiles {resolved.decode_tiles} on 1 Mac and on the fleet alike",
         f"- stage 1 ({tokens} tokens) sequence parallel, its degree chosen at lease time from the idle Macs "
         "(sp_degree.stage1_degree: the shortest modelled step, one more Mac only for 5 % of it); a gang "
         f"reservation fills from the Macs that ask within {sp_degree.GANG_WINDOW_S:g} s; per step compute/k + "

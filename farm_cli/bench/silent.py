@@ -3,7 +3,7 @@
 A worker can vanish without a TCP reset: its Mac freezes or sleeps (here: SIGSTOP), or its packets stop
 (here: a DROP rule in a network namespace of its own). Nothing then breaks its connection but HTTP/2
 keepalive (protos/auth.py): the coordinator's ping goes unanswered, the Attach stream breaks and the
-worker's leases go back to the queue (coordinator/presence.py). Each round waits for the worker to hold
+worker's leases go back to the queue (coordinator/api/presence.py). Each round waits for the worker to hold
 a lease, silences it, and measures the seconds until the coordinator has taken the task back; then lets
 the worker speak again (its late result is refused STALE) and goes on. The tests use the same pieces.
 """
@@ -139,7 +139,7 @@ def one_worker_farm(store, data: Path, packs: Path, host: str = "127.0.0.1", wra
                     name: str = "w1") -> Iterator[tuple[FarmClient, subprocess.Popen, Path]]:
     """The coordinator in this process on `host`, one worker process (inside `wrap`, e.g. a namespace)
     logging to DATA/NAME.log; the lease is the farm's default (30 s), so only keepalive can be quick."""
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
     from coordinator.server import serve, stop
     from farm_cli.services import worker_command
 

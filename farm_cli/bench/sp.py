@@ -1,7 +1,7 @@
 """`farm bench sp`: stage 1's DiT forward sequence-parallel on 2 workers vs unsplit on 1, measured here.
 
 Why: stage 1 runs on one Mac and becomes the render's largest serial part once stage 2 and the decode
-are spread (issue #25). This measures what splitting its tokens buys: the tiny pack's DiT layout at a
+are spread. This measures what splitting its tokens buys: the tiny pack's DiT layout at a
 token count where attention dominates, one process pinned to one core per worker (a core stands for a
 Mac), a ring group of 2 over 127.0.0.1 against one process, in interleaved pairs (the order alternates,
 so load drifting on the machine hits both sides). Per pair: the forward's wall seconds each way (the
@@ -42,7 +42,7 @@ def _one(grid: tuple[int, int, int], repeats: int, folder: Path) -> dict:
 
 
 def _sp(grid: tuple[int, int, int], repeats: int, folder: Path, k: int = 2) -> dict:
-    from ltx_engine.sp_group import run_ring
+    from ltx_engine.parallel.sp_group import run_ring
 
     out = folder / "sp.json"
     ranks = run_ring([sys.executable, "-m", "farm_cli.bench.sp_rank", "sp", *map(str, grid), str(repeats), str(out)],
@@ -62,7 +62,7 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
     runs it (stage 1's degree chosen at lease time)."""
     from coordinator.plan import costs, placement, sp_degree
     from farm_cli.bench.model import SPEC, _plan
-    from ltx_engine.sp_plan import ShardPlan, forward_bytes
+    from ltx_engine.rules.sp_plan import ShardPlan, forward_bytes
 
     tokens = 17 * 30 * 16
     forward = costs.dit_forward_s(tokens)
@@ -83,7 +83,7 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
 
 def _projection(t1: float, t2: float, wire2: float, tokens: int, macs: int) -> list[str]:
     from ltx_engine.models.transformer import tiny_config
-    from ltx_engine.sequence_parallel import ShardPlan, forward_bytes
+    from ltx_engine.parallel.sequence_parallel import ShardPlan, forward_bytes
 
     c = tiny_config()
     p = min(1.0, max(0.0, 2 * (1 - (t2 - wire2) / t1)))

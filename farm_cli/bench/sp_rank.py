@@ -16,7 +16,7 @@ import time
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine import patchify as P
+from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, tiny_config
 
 AUDIO_TOKENS = 126  # ~5 s of audio latents
@@ -66,8 +66,8 @@ def main(argv: list[str]) -> None:
         _timed(lambda: model(video, audio), 1)
         result["forward_s"] = _timed(lambda: model(video, audio), int(repeats))
     else:
-        from ltx_engine.sequence_parallel import GroupExchange, ShardPlan, sp_forward
-        from ltx_engine.sp_group import open_ring
+        from ltx_engine.parallel.sequence_parallel import GroupExchange, ShardPlan, sp_forward
+        from ltx_engine.parallel.sp_group import open_ring
 
         group = open_ring(rank, ring[1])
         ex = GroupExchange(ShardPlan(video.latent.shape[1], group.size()), group)

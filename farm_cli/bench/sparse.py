@@ -21,11 +21,11 @@ import mlx.core as mx
 import numpy as np
 import typer
 
-from ltx_engine import sparse_attention as sa
 from ltx_engine.denoise import forward_tokens
-from ltx_engine.forward_options import ForwardOptions
+from ltx_engine.models import sparse_attention as sa
+from ltx_engine.models.forward_options import ForwardOptions
+from ltx_engine.models.patchify import video_positions
 from ltx_engine.models.transformer import VIDEO_ONLY, LTXModel, TransformerConfig, tiny_config
-from ltx_engine.patchify import video_positions
 
 FRAME = (32, 32)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from coordinator.state.redis_server import free_port
 from farm_cli.supervise import stop_processes
+from protos.kinds import TaskKind
 from protos.states import TERMINAL
 
 PHASES = ("stage2", "reducer", "decode", "assembling")
@@ -40,11 +41,10 @@ def client_args(seed: int) -> list[str]:
 
 
 def client_spec(seed: int) -> dict:
-    """The spec `farm submit client_args(seed)` sends, built by the same functions."""
-    from farm_cli.common import advanced_spec, render_spec
+    """The spec `farm submit client_args(seed)` sends, parsed by submit's own options."""
+    from farm_cli.render_options import spec_of_args
 
-    spec, _ = render_spec("a fox", 256, 384, 25, 24.0, seed, "tiny", None, False)
-    return spec | advanced_spec("2x2", 5, None, 0, "32,256,256", None)
+    return spec_of_args(client_args(seed)).to_dict()
 
 
 def _env(token: str = "") -> dict[str, str]:
@@ -68,7 +68,7 @@ def in_phase(store, phase: str) -> bool:
         for tid in store.client.zrange(store.key("leases"), 0, -1):
             kind, capability = store.client.hmget(store.key("task", tid), "kind", "capability")
             if (phase == "stage2" and ".stage2." in tid and capability != "coordinator") \
-                    or (phase == "reducer" and capability == "coordinator") or (phase == "decode" and kind == "decode_tile"):
+                    or (phase == "reducer" and capability == "coordinator") or (phase == "decode" and kind == TaskKind.DECODE_TILE):
                 return True
     except Exception:  # noqa: BLE001 - failing over
         return False
@@ -150,7 +150,7 @@ class StandbyFarm:
     """A replicated set, two coordinator processes (leader, standby) and two workers on one data folder."""
 
     def __init__(self, rs, data: Path, packs: Path) -> None:
-        from coordinator.auth import load_or_create_token
+        from coordinator.api.auth import load_or_create_token
         from coordinator.state.redis_server import connect
         from coordinator.state.store import FarmStore
 
@@ -240,14 +240,14 @@ def chaos_round(farm: StandbyFarm, out_dir: Path, stagger_s: float = 4.0) -> Ite
     with FarmClient(farm.both, farm.token, timeout=30) as api:
         for seed in SEEDS[1:]:
             time.sleep(stagger_s)
-            result.ids[seed] = str(retry(lambda seed=seed: api.submit(client_spec(seed))))
+            result.ids[seed] = _submit_once(farm, api, seed, seen)
         try:
             stdout, result.client_err = client.communicate(timeout=600)
         except subprocess.TimeoutExpired:
             client.kill()
             raise
         result.client_rc = client.returncode
-        result.ids[SEEDS[0]] = _render_of(api, seen | set(result.ids.values()))
+        result.ids[SEEDS[0]] = str(retry(lambda: _new_render_of(farm, SEEDS[0], seen)))
         for seed, rid in result.ids.items():
             result.renders[seed] = _wait_done(api, rid, 600)
         killer.done.set()
@@ -270,9 +270,19 @@ class RoundResult:
     api: object = None  # the FarmClient on both addresses, while the round is open
 
 
-def _render_of(api, others: set[str]) -> str:
-    """The client's render: the one that is none of the others."""
-    return next(r["id"] for r in retry(lambda: api.list(1000)) if r["id"] not in others)
+def _new_render_of(farm: StandbyFarm, seed: int, seen: set[str]) -> str | None:
+    """The round's render of this seed, if the store holds one: renders are told apart by their seed, since
+    a submit cut by a kill may have landed or not."""
+    return next((r["id"] for r in farm.store.list_renders(1000)
+                 if r["id"] not in seen and (r.get("spec") or {}).get("seed") == seed), None)
+
+
+def _submit_once(farm: StandbyFarm, api, seed: int, seen: set[str], timeout: float = 60.0) -> str:
+    """Submit this seed's render during a failover, exactly once: a submit that failed may still have
+    landed, so the store is asked for the render before each new try (never a duplicate to mistake)."""
+    def attempt() -> str | None:
+        return _new_render_of(farm, seed, seen) or api.submit(client_spec(seed))
+    return str(retry(attempt, timeout))
 
 
 def _wait_done(api, render_id: str, timeout: float) -> dict:

@@ -184,8 +184,8 @@ PATHS = {"grpc": "gRPC (TLS)", "tls": "data channel, TLS", "plain": "data channe
 def run_pairs(size: int, pairs: int, data: Path, rounds: int = SMALL_ROUNDS) -> tuple[dict, dict]:
     """GB/s per pair for each path's put, raw send, get, raw receive (keys like 'tls put', 'tls tcp_in');
     and per small size (KiB), milliseconds per put and get of each path (keys like 'tls put')."""
-    from coordinator.auth import load_or_create_token
-    from coordinator.bulk_server import BulkServer
+    from coordinator.api.auth import load_or_create_token
+    from coordinator.api.bulk_server import BulkServer
     from coordinator.server import serve, stop
     from coordinator.state import redis_server
     from coordinator.state.store import FarmStore

@@ -127,7 +127,7 @@ def _child_round(store, child, command: str, count: int, cpu: dict[str, list[flo
 
 def run_pairs(workers: int, count: int, pairs: int, data: Path,
               profile: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]], list[str]]:
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
     from coordinator.server import serve, stop
     from coordinator.state import redis_server
     from coordinator.state.store import FarmStore

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
-from ltx_engine.audio_mel import MelConfig, log_mel
+from ltx_engine.models.audio_mel import MelConfig, log_mel
 from ltx_engine.models.audio_vae import (
     AttnBlock,
     AudioDecoder,

@@ -5,7 +5,7 @@ ltx-core 1.0.0 has none; this follows upstream's `DiffusionVideoDecoder` (ltx-co
 upsample the latent (x1/x2/x2/x2 in time, x2 each in space) into a context volume, then stage 5's
 diffusion blocks denoise patchified pixel noise guided by that context, with Euler steps on
 `linspace(1, 1/n, n)` (n = 2 by default: one evaluation per step, v-prediction). One call decodes
-one whole clip or one latent tile of it (the farm blends tiles, `ltx_engine.diffusion_tiling`).
+one whole clip or one latent tile of it (the farm blends tiles, `ltx_engine.rules.diffusion_tiling`).
 
 Pack keys (`vae_decoder_av.` stripped) are the MLX packs': fused `attn.qkv`, `t_embedder.mlp.{0,2}`,
 `per_channel_statistics.{mean,std}`; the architecture is in the file's `config` metadata (`vae.decoder`).
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import mlx.nn as nn
 
-from ltx_engine.diffusion_tiling import context_keep, min_latent_shape, symmetric_pad
 from ltx_engine.models.na_blocks import DiffusionNABlock, NABlock, PixelShuffleUpsample, TimestepEmbedder
 from ltx_engine.models.vae_blocks import PerChannelStatistics, patchify, unpatchify
+from ltx_engine.rules.diffusion_tiling import context_keep, min_latent_shape, symmetric_pad
 
 Kernel = tuple[int, int, int]
 TIME_SCALE, SPACE_SCALE = 8, 32  # latent -> pixel (the conv VAE's)

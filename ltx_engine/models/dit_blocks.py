@@ -14,8 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ltx_engine import sparse_attention
-from ltx_engine.models import compute
+from ltx_engine.models import compute, sparse_attention
 from ltx_engine.models.rope import SPLIT, RopeTable, apply_interleaved, apply_split, apply_split_flat
 
 TIMESTEP_PROJ_DIM = 256  # sinusoidal width the reference's PixArt embedding always uses
@@ -127,7 +126,7 @@ class FeedForward(nn.Module):
         self.proj_out = nn.Linear(int(dim * mult), dim_out, bias=bias)
 
     def __call__(self, x: mx.array) -> mx.array:
-        dt = getattr(self, "_compute", None)  # `ltx_engine.forward_options`: a narrower compute dtype
+        dt = getattr(self, "_compute", None)  # `ltx_engine.models.forward_options`: a narrower compute dtype
         if dt is None:
             return self.proj_out(nn.gelu_approx(self.proj_in(x)))
         return compute.linear(self.proj_out, nn.gelu_approx(compute.linear(self.proj_in, x, dt)), dt).astype(x.dtype)
@@ -183,7 +182,7 @@ class Attention(nn.Module):
         return self.attend(x, self.project_q(x, pe), k, v, mask, self_attention)
 
     def _dtype(self) -> mx.Dtype | None:
-        """The compute dtype set for this forward by `ltx_engine.forward_options` (None: the weights')."""
+        """The compute dtype set for this forward by `ltx_engine.models.forward_options` (None: the weights')."""
         return getattr(self, "_compute", None)
 
     def project_q(self, x: mx.array, pe: RopeTable | None) -> mx.array:
@@ -194,7 +193,7 @@ class Attention(nn.Module):
 
     def project_kv(self, context: mx.array, pe: RopeTable | None) -> tuple[mx.array, mx.array]:
         """Keys (normed, rotated) and values (B, H, T, Dh) of `context`; row-local like the queries
-        (`ltx_engine.sequence_parallel` computes them per shard and gathers them)."""
+        (`ltx_engine.parallel.sequence_parallel` computes them per shard and gathers them)."""
         dt = self._dtype()
         k = self._rope(compute.rms_norm(self.k_norm, compute.linear(self.to_k, context, dt), dt), pe)
         return (k if dt is None else k.astype(dt)), self._heads(compute.linear(self.to_v, context, dt))

@@ -3,7 +3,7 @@
 Follows upstream `ltx_core.duration_head` (ltx-core 1.0.0 predates it): each modality's connector
 tokens are projected to the pooler width and tagged with a learned modality embedding, one attention
 pooler (learned queries over every token, PyTorch `nn.MultiheadAttention` weights) pools them, and a
-tanh-GELU MLP gives a log-duration in seconds. `ltx_engine.duration.frames_for` turns seconds into a
+tanh-GELU MLP gives a log-duration in seconds. `ltx_engine.rules.duration.frames_for` turns seconds into a
 clip length the way upstream's DurationPredictor does (clamp to [1 s, 20 s] in frames, floor to
 8k + 1, up again when that undershoots the minimum). Pack keys are the reference's (`duration_head.` stripped).
 """

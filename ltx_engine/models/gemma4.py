@@ -23,7 +23,7 @@ from mlx.utils import tree_flatten
 from ltx_engine.models.connector import TextProjection
 from ltx_engine.models.connector_config import ConnectorConfig
 from ltx_engine.models.text_encoder import REFERENCE_MAX_LENGTH, attention_masks
-from ltx_engine.text_encoders import GEMMA4_CONFIG, GEMMA4_WEIGHTS
+from ltx_engine.rules.text_encoders import GEMMA4_CONFIG, GEMMA4_WEIGHTS
 
 PREFIX = "text_encoder."
 LM_PREFIXES = ("model.language_model.", "model.")   # HF nesting, or the flat names mlx-forge keeps
@@ -186,7 +186,7 @@ def tiny_gemma4_weights(config: dict, video_dim: int, audio_dim: int, seed: int)
 
 def write_tiny_tower(folder: Path, video_dim: int, audio_dim: int, seed: int, dtype: mx.Dtype = mx.float32) -> None:
     """Write the tiny Gemma 4 tower into a pack folder the way mlx-forge lays out a 2.5 pack."""
-    from ltx_engine.tiny_tokenizer import tiny_vocab_size, write_tiny_tokenizer
+    from ltx_engine.tiny.tiny_tokenizer import tiny_vocab_size, write_tiny_tokenizer
 
     folder = Path(folder)
     write_tiny_tokenizer(folder, bos=False)  # Gemma 4's tokenizer adds no <bos>: the encoder prepends it

@@ -23,10 +23,10 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ltx_engine.diffusion_tiling import context_keep
 from ltx_engine.models import na_blocks
 from ltx_engine.models.diffusion_decoder import SPACE_SCALE, TIME_SCALE, DiffusionVideoDecoder, _resize
 from ltx_engine.models.vae_blocks import patchify, unpatchify
+from ltx_engine.rules.diffusion_tiling import context_keep
 
 SLOTS = 2  # planes a video query sees, frames a plane query sees (the port's KEYFRAME_CONTEXT_SLOTS)
 

@@ -117,7 +117,7 @@ def encode_prompt(encoder: TextEncoder, connector: TextConnector, prompt: str) -
 
 def tiny_gemma_config(vocab_size: int | None = None) -> dict:
     """mlx-lm `gemma3_text` config.json of a tiny Gemma 3 (3 layers, width 64, sliding + global)."""
-    from ltx_engine.tiny_tokenizer import tiny_vocab_size
+    from ltx_engine.tiny.tiny_tokenizer import tiny_vocab_size
 
     return {
         "model_type": "gemma3_text",
@@ -176,7 +176,7 @@ def tiny_gemma_weights(config: dict, seed: int) -> dict[str, mx.array]:
 
 def write_tiny_text_encoder(folder: Path, seed: int, max_length: int = REFERENCE_MAX_LENGTH) -> Path:
     """Write a tiny Gemma 3 checkpoint (config.json, model.safetensors, tokenizer files) to `folder`."""
-    from ltx_engine.tiny_tokenizer import write_tiny_tokenizer
+    from ltx_engine.tiny.tiny_tokenizer import write_tiny_tokenizer
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

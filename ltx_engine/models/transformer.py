@@ -16,7 +16,6 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ltx_engine.guidance import NO_PERTURBATION, Perturbation
 from ltx_engine.models.dit_blocks import (
     NO_SKIP,
     AdaLayerNormSingle,
@@ -28,7 +27,8 @@ from ltx_engine.models.dit_blocks import (
     modulation,
 )
 from ltx_engine.models.rope import parse_rope_type, rope_table
-from ltx_engine.transformer_keys import _RENAMES, OTHER_COMPONENTS, reference_name  # noqa: F401
+from ltx_engine.rules.guidance import NO_PERTURBATION, Perturbation
+from ltx_engine.rules.transformer_keys import _RENAMES, OTHER_COMPONENTS, reference_name  # noqa: F401
 
 AUDIO_VIDEO, VIDEO_ONLY, AUDIO_ONLY = "AudioVideo", "VideoOnly", "AudioOnly"
 
@@ -309,9 +309,10 @@ class LTXModel(nn.Module):
         return [BlockSkip(i in p.video_self_blocks, i in p.audio_self_blocks, p.skip_a2v, p.skip_v2a)
                 for i in range(n)]
 
-    def __call__(self, video: Modality | None, audio: Modality | None,
-                 perturbation: Perturbation | None = None) -> tuple[mx.array | None, mx.array | None]:
-        """Velocities of both modalities; `perturbation` makes it a STG or modality-isolated pass."""
+    def __call__(self, video: Modality | None, audio: Modality | None, perturbation: Perturbation | None = None,
+                 cache=None) -> tuple[mx.array | None, mx.array | None]:
+        """Velocities of both modalities; `perturbation` makes it a STG or modality-isolated pass; `cache`
+        (`ltx_engine.step_cache.StepCache`) may replay the block stack from an earlier step's residual."""
         c = self.config
         if video is None and audio is None:
             raise ValueError("at least one of video or audio is required")
@@ -321,7 +322,11 @@ class LTXModel(nn.Module):
             raise ValueError("this model has no audio stream")
         v = self._prepare(video, audio, "") if video is not None and video.enabled else None
         a = self._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
-        v, a = self._run_blocks(v, a, self.block_skips(perturbation))
+        skips = self.block_skips(perturbation)
+        if cache is None:
+            v, a = self._run_blocks(v, a, skips)
+        else:
+            v, a = cache.run(self, v, a, lambda v_in, a_in: self._run_blocks(v_in, a_in, skips))
         vx = self._output("", v).astype(video.latent.dtype) if v is not None else None
         ax = self._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
         return vx, ax
@@ -330,8 +335,17 @@ class LTXModel(nn.Module):
     def num_blocks(self) -> int:
         return len(self.transformer_blocks)
 
+    def first_block_gate(self, v: StreamArgs | None, a: StreamArgs | None) -> mx.array:
+        """Block 0's modulated self-attention input of the video (else the audio) stream: the step
+        cache's signal, `rms(x) * (1 + scale) + shift` as the block computes it, without attention."""
+        prefix, s = ("", v) if v is not None else ("audio_", a)
+        return self.first_block()._self_in(s, prefix)[0]
+
+    def first_block(self) -> BasicAVTransformerBlock:
+        return self.transformer_blocks[0]
+
     def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
-        """Every block in order (`ltx_engine.streaming` binds them one at a time instead)."""
+        """Every block in order (`ltx_engine.loading.streaming` binds them one at a time instead)."""
         for block, skip in zip(self.transformer_blocks, skips, strict=True):
             v, a = block(v, a, skip)
         return v, a

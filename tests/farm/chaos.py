@@ -40,7 +40,7 @@ class ChaosFarm:
         self.dead: set[str] = set()
 
     def __enter__(self) -> ChaosFarm:
-        from coordinator.auth import load_or_create_token
+        from coordinator.api.auth import load_or_create_token
         from coordinator.server import serve
 
         self.token = load_or_create_token(self.data)

@@ -30,7 +30,7 @@ def start_worker(address: str, token: str, packs: Path, name: str, data: Path) -
 
 def join_token(data: Path, secret: str) -> str:
     """The join token of the farm whose data folder is `data`, with `secret` (serve(token=secret))."""
-    from coordinator.tls import load_or_create_tls
+    from coordinator.api.tls import load_or_create_tls
     from protos.auth import JoinToken
 
     return str(JoinToken(load_or_create_tls(data).fingerprint, secret))
@@ -47,12 +47,16 @@ def token_file(data: Path, name: str, token: str) -> Path:
 
 
 @contextlib.contextmanager
-def farm(store, data: Path, packs: Path, workers: int, lease_ms: int = 30_000) -> Iterator[tuple[FarmClient, list]]:
-    from coordinator.auth import load_or_create_token
+def farm(store, data: Path, packs: Path, workers: int, lease_ms: int = 30_000,
+         shelf: Path | None = None) -> Iterator[tuple[FarmClient, list]]:
+    """A coordinator and `workers` worker processes; `shelf`: the packs the coordinator itself holds (as
+    `farm up` keeps them), read at submit for the pack's facts."""
+    from coordinator.api.auth import load_or_create_token
     from coordinator.server import serve, stop
 
     token = load_or_create_token(data)
-    server, port = serve(store, data, "127.0.0.1", 0, token, lease_ms=lease_ms, expiry_interval_s=0.2)
+    server, port = serve(store, data, "127.0.0.1", 0, token, lease_ms=lease_ms, expiry_interval_s=0.2,
+                         packs_dir=shelf)
     address = f"127.0.0.1:{port}"
     procs = {f"w{i + 1}": start_worker(address, token, packs, f"w{i + 1}", data) for i in range(workers)}
     client = FarmClient(address, token, timeout=30)
@@ -118,3 +122,42 @@ def wait_until(check, timeout: float, what: str, poll: float = 0.1):
     if not found:
         raise AssertionError(f"not within {timeout} s: {what}")
     return found
+
+
+class ModuleFarm:
+    """One coordinator for the module; `workers(n)` starts more worker processes as tests ask for them."""
+
+    def __init__(self, client, procs: dict, data, packs):
+        self.client, self.procs, self.data, self.packs = client, procs, data, packs
+
+    def start(self, name: str, *extra: str) -> subprocess.Popen:
+        from coordinator.api.auth import load_or_create_token
+
+        token = load_or_create_token(self.data)
+        cmd = worker_command(
+            str(self.client.endpoints),
+            token_file(self.data, name, token),
+            self.packs,
+            name,
+            self.data / f"cache-{name}",
+            wait_ms=500,
+        )
+        log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
+        self.procs[name] = subprocess.Popen(
+            [*cmd, *extra],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        return self.procs[name]
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.terminate()
+        proc.wait(timeout=20)
+
+    def workers(self, n: int) -> None:
+        for i in range(1, n + 1):
+            if f"w{i}" not in self.procs:
+                self.start(f"w{i}")

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.auth import auth_metadata, load_or_create_token
+from coordinator.api.auth import auth_metadata, load_or_create_token
 from coordinator.server import serve, stop
 from farm_cli.client import FarmClient, FarmError
 from protos import farm_pb2, farm_pb2_grpc

@@ -12,21 +12,18 @@ import numpy as np
 import pytest
 
 from farm_cli.local import render_local
-from ltx_engine.duration import frames_for
+from ltx_engine.rules.duration import frames_for
 from tests.farm.farm_harness import farm, wait_done
 from tests.farm.test_cli_length import _described
+from tests.session_fixtures import link_packs
 
 SPEC = {"prompt": "a fox walks through snow", "height": 64, "width": 64, "frame_rate": 24.0, "seed": 3,
         "pack": "tiny25", "decode_tiles": "off", "audio": False}
 
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory) -> Path:
-    from ltx_engine.tiny_pack import write_tiny_pack
-
-    folder = tmp_path_factory.mktemp("packs-auto-duration")
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    return folder
+def packs(tiny25_pack, tmp_path_factory) -> Path:
+    return link_packs(tmp_path_factory.mktemp("packs-auto-duration"), tiny25=tiny25_pack)
 
 
 def _frames(path: Path) -> list[np.ndarray]:
@@ -35,10 +32,9 @@ def _frames(path: Path) -> list[np.ndarray]:
 
 
 @pytest.mark.timeout(900)
-def test_the_range_holds_the_heads_pick_on_the_farm_as_locally(packs, store, tmp_data, tmp_path: Path) -> None:
-    from worker.runner import Runner
-
-    mp4, _, _ = render_local({**SPEC, "auto_duration": [3.0, 4.0]}, tmp_path / "ranged.mp4", Runner(packs))
+def test_the_range_holds_the_heads_pick_on_the_farm_as_locally(packs, runner25, store, tmp_data,
+                                                               tmp_path: Path) -> None:
+    mp4, _, _ = render_local({**SPEC, "auto_duration": [3.0, 4.0]}, tmp_path / "ranged.mp4", runner25)
     spec = json.loads(mp4.with_suffix(".json").read_text())["spec"]
     seconds = spec["predicted_seconds"]
     assert frames_for(seconds, 24.0) == 49 and seconds < 3.0  # unbounded, the head picks 49 frames

@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator.auth import auth_metadata
+from coordinator.api.auth import auth_metadata
 from coordinator.server import serve, stop
 from coordinator.state.blobs import BlobError, BlobMismatch, BlobStore
 from farm_cli.client import BlobCorrupt, FarmClient, FarmError, blob_chunks, receive_blob

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.blob_servicer import FarmBlobsServicer
+from coordinator.api.blob_servicer import FarmBlobsServicer
 from coordinator.state.blobs import BlobStore
 from protos import farm_pb2, farm_pb2_grpc
 from protos.blobwire import (

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from farm_cli.local import render_local
 from tests.farm.chaos import ChaosFarm, assert_same_outputs, spec
 from tests.farm.farm_harness import ROOT, wait_done
 
@@ -57,8 +56,8 @@ def farm_cli(farm: ChaosFarm, *args: str) -> str:
 
 @pytest.mark.timeout(300)
 def test_a_worker_failing_every_task_is_blocklisted_and_the_render_finishes(
-        store, tmp_data, tiny_packs, local_runner, tmp_path):
-    _, local_outputs, _ = render_local(spec(50), tmp_path / "local.mp4", local_runner)
+        store, tmp_data, tiny_packs, local_reference, tmp_path):
+    _, local_outputs, _ = local_reference(spec(0))
     bad_packs = damaged_copy(tiny_packs, tmp_path / "bad-packs")
     # The good workers are frozen but must stay counted (registered, attached): the coordinator pings
     # peers only every 120 s here, so their connections outlive the freeze (by default a frozen Mac is
@@ -70,7 +69,7 @@ def test_a_worker_failing_every_task_is_blocklisted_and_the_render_finishes(
         time.sleep(1.0)  # their last long polls (500 ms) end
         farm.names.append("bad")
         farm.start("bad", packs=bad_packs)
-        rid = farm.client.submit(spec(50))
+        rid = farm.client.submit(spec(0))
         _wait(lambda: store.get_render(rid)["blocklist"] == ["bad"], 120)
         shown = farm_cli(farm, "workers")
         cleared = farm_cli(farm, "requeue", rid)  # a second chance: it fails three more and is out again

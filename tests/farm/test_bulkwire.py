@@ -1,4 +1,4 @@
-"""The bulk data channel (protos.bulkwire, coordinator.bulk_server) against a real coordinator: blobs
+"""The bulk data channel (protos.bulkwire, coordinator.api.bulk_server) against a real coordinator: blobs
 round-trip over TLS and plain TCP with the same checks as gRPC; corrupt, cut, misnamed or unsigned
 transfers are refused with one line and leave nothing behind; a worker falls back to gRPC."""
 
@@ -81,8 +81,11 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> N
         time.sleep(0.02)
 
 
-def nothing_in_flight(farm: Farm) -> bool:
-    return not any((farm.data / "blobs" / "tmp").iterdir())
+def nothing_in_flight(farm: Farm, connections: int | None = None) -> bool:
+    """No temp file and no open connection; with `connections`, also every connection the test made
+    was accepted: a cut sender hears no reply, so only the server's count says it was seen at all."""
+    accepted = connections is None or farm.bulk.connections >= connections
+    return accepted and farm.bulk.open == 0 and not any((farm.data / "blobs" / "tmp").iterdir())
 
 
 def test_round_trip_over_tls_and_plain(farm: Farm, store, tmp_path: Path) -> None:
@@ -249,11 +252,12 @@ def test_flipped_byte_is_refused_and_the_worker_retries(plain_farm: Farm, tmp_pa
 def test_truncated_streams_keep_nothing(plain_farm: Farm, tmp_path: Path) -> None:
     farm, data = plain_farm, os.urandom(8 * MIB)
     sha = hashlib.sha256(data).hexdigest()
+    before = farm.bulk.connections
     with bc.connect(farm.endpoint()) as sock:  # the client closes early
         sock.sendall(
             bw.encode_header(SECRET, bw.PUT, sha, len(data), int(time.time()) + 60) + data[: 3 * MIB]
         )
-    wait_until(lambda: nothing_in_flight(farm), "the cut put left a temp file")
+    wait_until(lambda: nothing_in_flight(farm, before + 1), "the cut put left a temp file")
     assert farm.stored() == []
     assert bc.put(farm.endpoint(), SECRET, data) == sha
     proxy = Proxy(farm.bulk.port, cut=5 * MIB)  # the server's reply is cut short
@@ -269,6 +273,30 @@ def test_truncated_streams_keep_nothing(plain_farm: Farm, tmp_path: Path) -> Non
     finally:
         proxy.close()
     assert not list(cache.rglob(".tmp-*")) and (cache / sha[:2] / sha[2:]).read_bytes() == data
+
+
+def test_a_cut_put_is_off_disk_before_its_connection_is_released(
+    plain_farm: Farm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order, not the timing: when the server releases a cut PUT's connection (the count a
+    watcher reads), its temp file is already gone; a file seen then is a file the count let slip."""
+    farm, data = plain_farm, os.urandom(4 * MIB)
+    tmp, seen = farm.data / "blobs" / "tmp", []
+    release = farm.bulk._release
+
+    def observed(raw: socket.socket) -> None:
+        seen.append(sorted(p.name for p in tmp.iterdir()))
+        release(raw)
+
+    monkeypatch.setattr(farm.bulk, "_release", observed)
+    before = farm.bulk.connections
+    for n, cut in enumerate((0, MIB, 3 * MIB), 1):  # before the body, in the first block, mid-body
+        with bc.connect(farm.endpoint()) as sock:  # one at a time: another's temp file is not this one's
+            sock.sendall(bw.encode_header(SECRET, bw.PUT, hashlib.sha256(data).hexdigest(), len(data),
+                                          int(time.time()) + 60) + data[:cut])
+        wait_until(lambda n=n: len(seen) == n, "a cut connection was never released")
+    assert farm.bulk.connections == before + 3 and farm.bulk.open == 0
+    assert seen == [[], [], []] and farm.stored() == []
 
 
 _KILLED_SENDER = """
@@ -363,7 +391,7 @@ def test_a_standby_refuses_with_the_leaders_address_and_serves_once_it_leads(
 
 
 def test_a_rotated_token_signs_the_tickets_from_then_on(store, tmp_data: Path) -> None:
-    from coordinator.auth import load_or_create_token, rotate_token
+    from coordinator.api.auth import load_or_create_token, rotate_token
     from protos.auth import JoinToken
 
     old = load_or_create_token(tmp_data)  # DATA/token: the data channel follows it, as gRPC does

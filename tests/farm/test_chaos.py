@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from farm_cli.local import render_local
 from tests.farm.chaos import ChaosFarm, Killer, assert_same_outputs, assert_same_video, spec, wait_released
 from tests.farm.farm_harness import wait_done
 
@@ -18,17 +17,12 @@ LONG = os.environ.get("FARM_CHAOS_LONG") == "1"
 
 
 @pytest.fixture(scope="module")
-def refs(local_runner, tmp_path_factory):
-    """seed -> (mp4, task outputs) of the in-process reference, rendered once per seed."""
-    folder, cache = tmp_path_factory.mktemp("chaos-local"), {}
+def refs(local_reference):
+    """seed -> (mp4, task outputs) of the in-process reference, rendered once per seed in the session.
 
-    def ref(seed: int):
-        if seed not in cache:
-            path, outputs, _ = render_local(spec(seed), folder / f"{seed}.mp4", local_runner)
-            cache[seed] = (path, outputs)
-        return cache[seed]
-
-    return ref
+    The renders of one farm take distinct seeds (a result landing in the wrong render would show); each
+    test has a farm of its own, so the tests take the same seeds, 0 upwards, and share references."""
+    return lambda seed: local_reference(spec(seed))[:2]
 
 
 def finish_identical(farm: ChaosFarm, ids: dict[int, str], refs, tmp_path, timeout: float = 240) -> None:
@@ -64,7 +58,7 @@ def test_random_busy_workers_killed_and_restarted(store, tmp_data, tiny_packs, r
 @pytest.mark.timeout(300)
 def test_workers_killed_without_restart_until_one_is_left(store, tmp_data, tiny_packs, refs, tmp_path):
     with ChaosFarm(store, tmp_data, tiny_packs, workers=3) as farm:
-        ids = {seed: farm.client.submit(spec(seed)) for seed in (10, 11)}
+        ids = {seed: farm.client.submit(spec(seed)) for seed in (0, 1)}
         killer = Killer(farm, every_s=2.0, restart=False, max_kills=2, keep=1, seed=2)
         killer.start()
         finish_identical(farm, ids, refs, tmp_path)
@@ -83,21 +77,24 @@ def _first_lease(farm: ChaosFarm, rid: str, suffix: str, timeout: float = 120) -
 
 
 @pytest.mark.timeout(300)
-def test_killed_workers_task_is_leased_again_within_5_s(store, tmp_data, tiny_packs, refs, tmp_path):
-    """From the kill to the re-lease, measured on the store; the lease deadline (30 s) plays no part."""
+def test_killed_workers_task_is_taken_back_by_its_broken_connection(store, tmp_data, tiny_packs, refs, tmp_path):
+    """The kill breaks the worker's presence stream, which returns its lease before the deadline (30 s)
+    would: the event says why, the farm's clock says when. How soon: `farm bench failover`."""
     with ChaosFarm(store, tmp_data, tiny_packs, workers=3) as farm:
-        rid = farm.client.submit(spec(20))
+        rid = farm.client.submit(spec(0))
         task, worker = _first_lease(farm, rid, ".stage1")
         killed_at = time.monotonic()
         farm.kill(worker)
-        seconds = wait_released(store, task, worker, 10, killed_at)
+        seconds = wait_released(store, task, worker, 90, killed_at)  # past the deadline: the slow path shows
         events = list(farm.client.watch(rid))
-        finish_identical(farm, {20: rid}, refs, tmp_path)
+        finish_identical(farm, {0: rid}, refs, tmp_path)
         record = next(t for t in farm.client.get(rid)["tasks"] if t["id"] == task)
     print(f"{task} on {worker}: leased again {seconds:.3f} s after kill -9")
-    assert seconds is not None and seconds < 5
+    assert seconds is not None
     lost = [e for e in events if e["type"] == "task_lost" and e["task"] == task]
     assert lost and lost[0]["worker"] == worker and "connection broke" in lost[0]["reason"]
+    granted = [e for e in events if e["type"] == "task_leased" and e["task"] == task and e["worker"] == worker]
+    assert lost[0]["ts"] < granted[-1]["deadline_ms"], (granted[-1], lost[0])
     assert record["failures"] == 0 and record["lost"] == 1  # the machine's fault: no attempt spent
 
 
@@ -109,7 +106,7 @@ def test_frozen_worker_loses_its_lease_only_at_the_deadline_and_its_late_result_
     # here (by default a frozen peer misses a ping within seconds; tests/farm/test_silent_worker.py),
     # so what is held is the lease deadline's rule for a worker that is alive to TCP but silent.
     with ChaosFarm(store, tmp_data, tiny_packs, workers=2, lease_ms=lease_ms, ping_ms=120_000) as farm:
-        rid = farm.client.submit(spec(30))
+        rid = farm.client.submit(spec(1))
         task, worker = _first_lease(farm, rid, ".stage1")
         farm.kill(worker, signal.SIGSTOP)
         stopped_ms = int(time.time() * 1000)
@@ -117,7 +114,7 @@ def test_frozen_worker_loses_its_lease_only_at_the_deadline_and_its_late_result_
         assert wait_released(store, task, worker, lease_ms / 1000 + 10) is not None
         released = store.get_task(task)
         farm.kill(worker, signal.SIGCONT)
-        finish_identical(farm, {30: rid}, refs, tmp_path)
+        finish_identical(farm, {1: rid}, refs, tmp_path)
         time.sleep(1.0)
         log = farm.log(worker)
     print(f"SIGSTOP at {stopped_ms}, lease deadline {deadline_ms}, re-leased at {released['leased_ms']}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ltx_engine.duration import frames_for
+from ltx_engine.rules.duration import frames_for
 from tests.farm.farm_harness import ROOT, farm, wait_done
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]

@@ -1,5 +1,6 @@
 """What `farm` prints against a real coordinator (no workers): stage column, cancel twice, fetch of a
-cancelled render, no gRPC code names, where the token lives, `farm workers` chip and lost, doctor's clock."""
+cancelled render, no stage running once cancelled, `farm status` and `farm ls` as one list, no gRPC code
+names, where the token lives, `farm workers` chip and lost, doctor's clock."""
 
 from __future__ import annotations
 
@@ -65,6 +66,30 @@ def test_status_cancel_and_fetch_say_what_happened(coordinator, tmp_path):
     assert "FAILED_PRECONDITION" not in line and not (tmp_path / "x.mp4").exists()
 
 
+@pytest.mark.timeout(120)
+def test_a_render_cancelled_during_its_text_task_shows_no_stage_running(coordinator, store):
+    rid = farm(coordinator, "submit", *SPEC).stdout.strip()
+    held = store.lease("w-text", ["mlx"], 60_000)  # a worker holds the text task when the cancel comes
+    assert held and held["id"].startswith(f"{rid}.text"), held
+    assert farm(coordinator, "cancel", rid).returncode == 0
+    stages = [line for line in farm(coordinator, "status", rid).stdout.splitlines() if line.startswith("    ")]
+    assert stages and not any("running" in line for line in stages), stages
+    assert any(line.split()[:3] == ["Text", "0/1", "cancelled"] for line in stages), stages
+    store.complete(held["id"], "w-text", int(held["fence"]), {}, {})  # its result comes back unwanted
+    stages = [line for line in farm(coordinator, "status", rid).stdout.splitlines() if line.startswith("    ")]
+    assert stages and not any("running" in line for line in stages), stages
+
+
+@pytest.mark.timeout(60)
+def test_status_without_an_id_is_the_ls_list(coordinator):
+    rids = [farm(coordinator, "submit", *SPEC, "--seed", str(seed)).stdout.strip() for seed in (1, 2)]
+    status, listed = farm(coordinator, "status").stdout.splitlines(), farm(coordinator, "ls").stdout.splitlines()
+    assert status[0] == listed[0], (status, listed)  # one header: the same columns, the same names
+    assert status[0].split() == ["id", "state", "stage", "progress", "eta", "age", "by", "prompt"], status
+    assert [r.split()[:3] for r in status[1:]] == [r.split()[:3] for r in listed[1:]], (status, listed)
+    assert sorted(r.split()[0] for r in status[1:]) == sorted(rids), status
+
+
 @pytest.mark.timeout(60)
 def test_messages_carry_no_grpc_code_names_and_say_where_the_token_lives(coordinator):
     unknown = farm(coordinator, "status", "r-nope")
@@ -80,12 +105,15 @@ def test_messages_carry_no_grpc_code_names_and_say_where_the_token_lives(coordin
 
 @pytest.mark.timeout(60)
 def test_workers_shows_chip_and_lost(coordinator, store):
-    store.register_worker("studio", {"chip": "Apple M2 Ultra", "memory_bytes": 192 << 30})
-    store.register_worker("laptop", {"chip": "Apple M3 Max"}, session="s1")
+    store.register_worker("studio", {"chip": "Apple M2 Ultra", "memory_bytes": 192 << 30, "fingerprint": "f2",
+                                     "installed": {"lock": "10c", "installed": "5e7"}})
+    store.register_worker("laptop", {"chip": "Apple M3 Max", "fingerprint": "f3"}, session="s1")
     store.lose_leases("laptop", session="s1", reason="cable cut")
     rows = {line.split()[0]: line for line in farm(coordinator, "workers").stdout.splitlines() if line.strip()}
     assert "Apple M2 Ultra" in rows["studio"] and "idle" in rows["studio"], rows
+    assert "f2" in rows["studio"] and "5e7 (lock 10c)" in rows["studio"], rows  # its class and installed set
     assert "lost" in rows["laptop"] and "Apple M3 Max" in rows["laptop"], rows
+    assert rows["2"].endswith("f2: studio; f3: laptop"), rows  # "2 determinism classes (...): ..."
 
 
 @pytest.mark.timeout(60)

@@ -78,7 +78,7 @@ def test_farm_worker_without_coordinator_is_one_line(tmp_path: Path) -> None:
 
 
 def _logs_in_with_the_printed_link(output: str, data: Path, dash: int) -> None:
-    """`farm up` prints a dashboard link that logs in (issue #27): the farm's secret in the query, traded
+    """`farm up` prints a dashboard link that logs in: the farm's secret in the query, traded
     by the dashboard for the session cookie and a redirect to the clean URL."""
     import http.client
 

@@ -1,4 +1,4 @@
-"""Retake and extend on a real farm (issue #24): a PyAV-written clip with its own AAC track, 33 frames
+"""Retake and extend on a real farm: a PyAV-written clip with its own AAC track, 33 frames
 at 128x192; one module farm: retake and extend on 3 workers, then both on 2. Every task's output is
 bit for bit `farm render --local`'s. The retake's latent frames (and audio latents) outside its
 window are the source's re-encoded ones exactly; the extend's window holds the pinned context and the
@@ -14,7 +14,7 @@ import pytest
 from coordinator.state.redis_server import connect
 from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
-from ltx_engine.retake import audio_window_mask, window_latent_frames
+from ltx_engine.rules.retake import audio_window_mask, window_latent_frames
 from tests.farm.farm_harness import farm, wait_done, wait_until
 from tests.media_files import write_clip_with_audio
 

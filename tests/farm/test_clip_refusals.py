@@ -1,5 +1,5 @@
 """`--retake` / `--extend` asks that cannot render, through the real `farm submit` and coordinator
-(issue #24 retake/extend): one line naming the flag (and the file, once the probe has read it), exit 2,
+(retake/extend): one line naming the flag (and the file, once the probe has read it), exit 2,
 nothing queued; `farm render --local` refuses a window outside the clip the same way."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
         "no such file": (["--retake", f["gone"], "--start", "0", "--end", "0.5"], "no such file"),
         "retake with stage 2 tiles": (
             [*retake, "--start", "0.2", "--end", "0.5", "--stage2-tiles", "1x2"],
-            "no stage 2 to tile",
+            "--stage2-tiles does not apply to the retake recipe (--retake); it applies to: distilled, two-stage, dfr, extend, ic-lora, dub-it",
         ),
         "extend without frames": (extend, "--extend needs --extend-frames N"),
         "extend bad direction": ([*extend, "--extend-frames", "1", "--direction", "up"], "--direction 'up'"),
@@ -81,7 +81,8 @@ def test_clip_asks_that_cannot_render_are_refused_at_submit(coordinator, files, 
 
 
 @pytest.mark.timeout(120)
-def test_render_local_refuses_a_clip_shorter_than_the_render(files, tmp_path):
+def test_render_local_refuses_a_clip_shorter_than_the_render(files, tmp_path, tiny_packs):
+    (tmp_path / "packs").symlink_to(tiny_packs)  # a pack here: its refusal is the one line
     args = ["--retake", files["clip"], "--start", "0.2", "--end", "0.5", "-f", "41"]
     result = farm("127.0.0.1:1", "render", "--local", *SPEC, *args, token="unused", data=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]

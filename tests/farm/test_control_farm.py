@@ -1,5 +1,5 @@
-"""IC-LoRA control on a real farm (issue #24): a PyAV-written control clip and the tiny IC-LoRA
-(`reference_downscale_factor` 2), on 3 and then 2 workers of one module farm: every task's output is
+"""IC-LoRA control on a real farm: a PyAV-written control clip and the tiny IC-LoRA
+(`reference_downscale_factor` 2), on one module farm of 2 workers: every task's output is
 bit for bit `farm render --local`'s. The control encodes tiled (2 frame tiles) at stage 1's
 size over the downscale; stage 1 carries the IC-LoRA and the reference (attention strength 0.5); the
 upsample and the tiled stage 2 run on the plain DiT. Dub-It (a clip with picture and sound, the same
@@ -87,7 +87,9 @@ def module_farm(redis_server, tiny_packs, tmp_path_factory):
     (data / "packs" / "tiny").symlink_to(
         tiny_packs / "tiny"
     )  # the shelf: the IC-LoRA's keys checked at submit
-    with farm(FarmStore(client), data, tiny_packs, workers=3) as (
+    # One count: the control's encode tiles and the dub's stage-2 tiles are given, so 2 and 3 workers run
+    # the same plan.
+    with farm(FarmStore(client), data, tiny_packs, workers=2) as (
         farm_client,
         procs,
     ):
@@ -134,16 +136,12 @@ def _check_dub(tasks: dict, local: dict) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_control_and_dub_match_local_on_3_then_2_workers(module_farm, media, reference):
-    farm_client, procs = module_farm
+def test_control_and_dub_match_local_on_the_farm(module_farm, media, reference):
+    farm_client, _procs = module_farm
     specs, files = media
     wait_until(
-        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
+        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 2, 60, "2 workers registered"
     )
-    _check_control(_render(farm_client, specs["control"], files), reference["control"])
-    _check_dub(_render(farm_client, specs["dub"], files), reference["dub"])
-    procs["w3"].terminate()
-    procs["w3"].wait(timeout=20)
     _check_dub(_render(farm_client, specs["dub"], files), reference["dub"])
     tasks = _render(farm_client, specs["control"], files)
     _check_control(tasks, reference["control"])

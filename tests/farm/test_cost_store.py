@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from coordinator.fleet import cost_ratios
 from coordinator.state.store import FarmStore
+from coordinator.views.fleet import cost_ratios
 
 GB = 2**30
 

@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.state.store import FarmStore
-from ltx_engine.tiling import DimensionTilingConfig, TileCountConfig, plan_tiles
+from ltx_engine.rules.tiling import DimensionTilingConfig, TileCountConfig, plan_tiles
+from tests.needs import require_program
 
 ROOT = Path(__file__).resolve().parents[2]
 GRID = (4, 16, 24)
@@ -360,11 +361,8 @@ def test_metrics_parse_and_move(store: FarmStore, dash) -> None:
 
 
 def chromium() -> str:
-    """The system's Chromium; tests never install it (`.ci/run` provisions it), so skip when absent."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("no chromium on PATH (.ci/run installs it; tests never install system packages)")
-    return found
+    """The system's Chromium (`.ci/run` provisions it; missing, tests/needs.py's rule skips or fails)."""
+    return require_program("chromium", "chromium-browser")
 
 
 def headless(browser: str, url: str, *extra: str) -> subprocess.CompletedProcess:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from coordinator import metrics
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.state.store import FarmStore
+from coordinator.views import metrics
 from tests.farm.test_dashboard import AUTH, ROOT, chromium, headless, new_render, run_to_the_end, step_once
 
 MP4 = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40

@@ -53,7 +53,7 @@ def _wait_log(path, text: str, timeout: float) -> None:
 
 @pytest.mark.timeout(400)
 def test_a_draining_worker_resumed_from_the_dashboard_serves_on(store, tmp_data, tiny_packs) -> None:
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
     from coordinator.server import serve, stop
     from farm_cli.client import FarmClient
 

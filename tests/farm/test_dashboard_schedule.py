@@ -1,4 +1,4 @@
-"""The dashboard's schedule and login link in a real headless Chromium (issue #27 items 4 and 6).
+"""The dashboard's schedule and login link in a real headless Chromium (items 4 and 6).
 
 A render is driven through the real store's Lua scripts by three workers taking tasks side by side:
 one attempt fails and is retried, one lease is lost with its worker, the rest finish; its decode is 15
@@ -30,6 +30,7 @@ from tests.farm.test_dashboard import WORKERS, chromium, tiled_tasks
 from tests.farm.test_dashboard_browser import OVERFLOWING
 
 RID, LIVE, BLK = "r20250101-130000-gantt1", "r20250101-130500-live22", "r20250101-131000-block3"
+CNC, SRC = "r20250101-131500-cancl4", "r20250101-132000-clip55"
 SHOTS = Path(os.environ.get("FARM_SHOTS") or ROOT / "test-artifacts")
 OUT = {"out": "0" * 64}
 
@@ -85,6 +86,18 @@ def farm_page(redis_server, tmp_path_factory) -> Iterator[tuple[FarmStore, str, 
     assert store.create_render(LIVE, {**spec, "prompt": "a heron at dusk", "seed": 7}, tiled_tasks(LIVE))
     running = store.lease("studio-1", ["mlx"], 60_000, seen=True)
     store.heartbeat(running["id"], "studio-1", running["fence"], 60_000, {"phase": "run"})
+    assert store.create_render(CNC, {**spec, "prompt": "a lantern carried through a night market", "seed": 3},
+                               tiled_tasks(CNC))
+    text = store.lease("studio-2", ["mlx"], 60_000, seen=True)  # its text task runs when it is cancelled
+    assert text["id"] == f"{CNC}.text" and store.cancel_render(CNC)
+    store.complete(text["id"], "studio-2", text["fence"], OUT, {})  # the worker gives it back: not wanted
+    clip = [{"id": f"{SRC}.source.t0", "kind": "video_encode", "capability": "mlx", "params": {}, "inputs": {}},
+            {"id": f"{SRC}.decode", "kind": "decode_video", "capability": "mlx", "params": {},
+             "inputs": {"in": {"task": f"{SRC}.source.t0", "output": "out"}}}]
+    assert store.create_render(SRC, {**spec, "prompt": "a clip of waves, retaken", "decode_tiles": "80,512,768"}, clip)
+    for _ in clip:  # the source encode, then the decode of the whole clip (its tile sizes cover it)
+        task = store.lease("mbp-1", ["mlx"], 60_000, seen=True)
+        store.complete(task["id"], "mbp-1", task["fence"], OUT, {"seconds": 0.2})
     blocked = [{"id": f"{BLK}.audio{i}", "kind": "decode_audio", "capability": "mlx", "params": {}, "inputs": {},
                 "max_attempts": 3} for i in range(3)]
     assert store.create_render(BLK, {**spec, "prompt": "three failures", "seed": 9}, blocked)
@@ -183,7 +196,7 @@ def test_gantt_grid_facts_feed_and_a_list_that_fits(farm_page) -> None:
                  "mini-1 lost (mini-1's connection broke)", "retried: NaN in the audio decode"):
         assert line in farm_feed, (line, farm_feed)
     farm = bars(browser, "farm-gantt")
-    assert {b[0].split(".")[0] for lane in farm for b in lane["bars"]} == {RID, LIVE, BLK}
+    assert {b[0].split(".")[0] for lane in farm for b in lane["bars"]} == {RID, LIVE, BLK, CNC, SRC}
     assert [b for lane in farm for b in lane["bars"] if b[1] == "running"][0][0].startswith(LIVE)
     width = browser.js(SCROLLS)
     assert width[0] <= width[1], f"the renders list scrolls sideways at 1400 px: {width}"
@@ -206,3 +219,102 @@ def shot_of(browser: Browser, name: str) -> None:
     browser.screenshot(SHOTS / f"{stem}-render.png", "#render")
     browser.screenshot(SHOTS / f"{stem}-farm.png", "#schedule-pane")
     assert all((SHOTS / n).stat().st_size > 5_000 for n in (name, f"{stem}-render.png", f"{stem}-farm.png"))
+
+
+# The renders list as laid out: per row, the prompt cell's room against 30 characters of its prompt in its
+# font, the cells whose text is cut (prompt and submitter are cut on purpose), badges past their cell;
+# headers whose text does not fit their column (the next header's text would run into it).
+LIST = """((CHARS) => {
+  const ctx = document.createElement('canvas').getContext('2d');
+  const rows = [...document.querySelectorAll('#renders tbody tr')].map((tr) => {
+    const td = tr.querySelector('td.prompt'); const cs = getComputedStyle(td); ctx.font = cs.font;
+    const room = td.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    return {room, need: ctx.measureText(td.textContent.padEnd(CHARS, 'n').slice(0, CHARS)).width,
+      cut: [...tr.cells].filter((c) => c.offsetParent && !c.matches('.prompt, .by')
+        && c.scrollWidth > c.clientWidth).map((c) => c.textContent),
+      badge: [...tr.querySelectorAll('.pill')].filter((b) => b.getBoundingClientRect().right
+        > b.closest('td').getBoundingClientRect().right).map((b) => b.textContent)};
+  });
+  const heads = [...document.querySelectorAll('#renders th')].filter((th) => th.offsetParent
+    && th.scrollWidth > th.clientWidth).map((th) => th.textContent);
+  return {rows, heads};
+})"""
+# Labels that touch or overlap on one line: each Gantt's time axis.
+TICKS = """[...document.querySelectorAll('.g-axis')].filter((a) => a.offsetParent).map((a) =>
+  [...a.querySelectorAll('.g-tick')].map((t) => t.getBoundingClientRect()).filter((r, i, all) =>
+    i > 0 && r.left < all[i - 1].right).length)"""
+SIDEWAYS = """['renders-pane', 'render-pane', 'schedule-pane', 'workers-pane'].map((id) => document.getElementById(id))
+  .filter((p) => p.offsetParent).filter((p) => p.scrollWidth > p.clientWidth).map((p) => p.id)"""
+
+
+def list_reads(browser: Browser, rows: int, chars: int = 30) -> None:
+    """Every row shows `chars` characters of its prompt; no header, badge, ETA or age is cut."""
+    browser.wait_for(f"document.querySelectorAll('#renders tbody tr').length === {rows}")
+    laid = browser.js(f"{LIST}({chars})")
+    assert laid["heads"] == [], f"headers cut or running together: {laid['heads']}"
+    for row in laid["rows"]:
+        assert row["room"] >= row["need"], f"prompt cell {row['room']:.0f} px < {chars} characters {row['need']:.0f} px"
+        assert row["cut"] == [] and row["badge"] == [], row
+
+
+@pytest.mark.timeout(120)
+def test_the_list_reads_at_1400_px_and_a_phone_has_no_overlaps(farm_page) -> None:
+    """1400 px: nothing picked, the list has the row (no empty pane); picked, the prompt still shows 30
+    characters; headers, badges (`cancelled`), ETAs and ages fit. A clip's source-encode bars and legend
+    have their colour, and a clip decoded whole says so. 390 px: no empty pane, no touching time labels,
+    nothing scrolls sideways (the workers are cards)."""
+    _store, url, browser = farm_page
+    shots = SHOTS / "list"
+    shots.mkdir(parents=True, exist_ok=True)
+    browser.goto(f"{url}?token=sekrit")
+    browser.wait_for("document.getElementById('session').textContent === 'operator'")
+    browser.viewport(1400, 1000)
+    renders = 5
+    list_reads(browser, renders)
+    assert browser.js("document.getElementById('render-pane').offsetParent") is None, "an empty detail pane"
+    assert browser.js("document.getElementById('renders-pane').offsetWidth / document.querySelector('main')"
+                      ".clientWidth") > 0.9
+    browser.screenshot(shots / "list-1400.png")
+
+    browser.js(f"location.hash = 'render={SRC}'; true")
+    browser.wait_for("document.querySelectorAll('#render-gantt .g-bar').length === 2")
+    list_reads(browser, renders)
+    assert browser.js("document.getElementById('render-pane').offsetWidth") >= 540
+    chip = browser.js("[...document.querySelectorAll('#render-gantt-legend span')].filter((s) => s.textContent === "
+                      "'Source').map((s) => getComputedStyle(s).backgroundColor)")
+    idle = browser.js("getComputedStyle(document.querySelector('#render-gantt .g-track')).backgroundColor")
+    source = browser.js("getComputedStyle(document.querySelector('#render-gantt .g-bar.st-source')).backgroundColor")
+    queued = browser.js("getComputedStyle(document.documentElement).getPropertyValue('--queued').trim()")
+    assert chip and chip[0] == source and source not in ("rgba(0, 0, 0, 0)", idle), (chip, source, idle)
+    assert source != browser.js(f"(() => {{ const e = document.createElement('i'); e.style.color = '{queued}';"
+                                "document.body.append(e); const c = getComputedStyle(e).color; e.remove();"
+                                "return c; })()"), "source bars in the grey of queued/idle"
+    facts = browser.js("document.getElementById('facts').textContent")
+    assert "decode tileswhole clip in one task" in facts, facts
+    browser.screenshot(shots / "clip-1400.png")
+
+    browser.js(f"location.hash = 'render={RID}'; true")
+    browser.wait_for("document.querySelectorAll('#render-gantt .g-bar').length > 20")
+    list_reads(browser, renders)
+    assert browser.js(TICKS) == [0, 0] and browser.js(SIDEWAYS) == []
+    browser.screenshot(shots / "picked-1400.png")
+
+    browser.viewport(390, 3400, mobile=True)  # a window narrowed: the axes are laid out again at once
+    assert browser.js(f"new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))).then(() => {TICKS})") \
+        == [0, 0], "time labels crowd after a resize"
+    browser.js("location.hash = ''; true")
+    browser.wait_for("document.getElementById('render-pane').offsetParent === null")
+    assert "Pick a render" not in browser.js("document.body.innerText")
+    list_reads(browser, renders, chars=16)
+    assert browser.js(TICKS) == [0] and browser.js(SIDEWAYS) == [], browser.js(SIDEWAYS)
+    assert browser.js(OVERFLOWING) == [], "wider than a 390 px screen"
+    browser.screenshot(shots / "list-390.png")
+    for pane in ("renders-pane", "schedule-pane", "workers-pane"):
+        browser.screenshot(shots / f"list-390-{pane}.png", f"#{pane}")
+    browser.js(f"location.hash = 'render={RID}'; true")
+    browser.wait_for("document.getElementById('render').offsetParent"
+                     " && document.querySelectorAll('#render-gantt .g-bar').length > 20")
+    assert browser.js(TICKS) == [0, 0] and browser.js(SIDEWAYS) == [], browser.js(SIDEWAYS)
+    assert browser.js(OVERFLOWING) == [], "wider than a 390 px screen"
+    browser.screenshot(shots / "picked-390.png")
+    browser.screenshot(shots / "picked-390-render.png", "#render")

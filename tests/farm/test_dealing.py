@@ -153,3 +153,17 @@ def test_bench_affinity_counts_models_a_worker_had_to_load(store: FarmStore) -> 
         time.sleep(0.002)  # distinct lease times: the count follows lease order
     assert model_loads(store, ["r"], {}) == 2  # a once, then b
     assert model_loads(store, ["r"], {"w": {"a", "b"}}) == 1  # warm from an earlier run, b evicted at once
+
+
+def test_a_peer_of_another_class_does_not_hold_a_tile_back(store: FarmStore) -> None:
+    """Dealing counts only the peers the step's determinism class lets take a tile: a slow worker of the
+    class that started the step takes a tile a fast worker of another class could not."""
+    for name, ratio, fingerprint in (("slow", 4.0, "A"), ("slow2", 4.0, "A"), ("fast", 1.0, "B")):
+        store.register_worker(name, {"fingerprint": fingerprint})
+        store.worker_seen(name, "idle", "")
+        store.client.hset(store.key("costratio", name), KIND, ratio)
+    store.create_render("r", {"prompt": "fox"}, _tiles("r", 3, cost_s=30.0))
+    store.set_policy(dealing="0")
+    assert store.lease("slow2", ["mlx"], 60_000, seen=True)["id"] == "r.s0.t0"  # class A starts the step
+    store.set_policy(dealing="")
+    assert store.lease("slow", ["mlx"], 60_000, seen=True)["id"] == "r.s0.t1"  # B's fast worker cannot take it

@@ -1,5 +1,5 @@
 """Tiled VAE decode across real workers: every tile is a task, the coordinator blends them in tile order
-and streams frames to the encoder. Farm (2 and 3 workers) equals `farm render --local` bit for bit,
+and streams frames to the encoder. Farm (2 workers, one module farm) equals `farm render --local` bit for bit,
 tiles decode at the same time on different workers, assembly memory stays at one temporal window, and
 the outputs (mp4 with AAC, EXR frames, metadata JSON) are complete."""
 
@@ -15,6 +15,8 @@ import pytest
 
 from coordinator.plan.decode import decode_tile_plan, tile_task_name
 from coordinator.plan.render import normalize_spec, validate_spec
+from coordinator.state.redis_server import connect
+from coordinator.state.store import FarmStore
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
 from farm_cli.remote import latents_from_outputs
@@ -54,6 +56,18 @@ def _exr_frames(folder: Path) -> list[np.ndarray]:
 
 
 @pytest.fixture(scope="module")
+def decode_farm(redis_server, tiny_packs, tmp_path_factory):
+    """One farm of 2 workers for the module: (client, store, data folder). One count: the decode tiles are
+    given, so 2 and 3 workers run the same plan, and 2 already decode tiles at once on different workers."""
+    redis = connect(redis_server.url)
+    redis.flushdb()
+    store, data = FarmStore(redis), tmp_path_factory.mktemp("decode-data")
+    with farm(store, data, tiny_packs, workers=2) as (client, _procs):
+        yield client, store, data
+    redis.close()
+
+
+@pytest.fixture(scope="module")
 def reference(local_runner, tmp_path_factory):
     folder = tmp_path_factory.mktemp("decode-local")
     spec = {**TILED, "exr": str(folder / "exr")}
@@ -81,17 +95,16 @@ def _overlapping_tiles(events: list[dict]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("workers", [2, 3])
-def test_tiled_decode_matches_local_and_runs_in_parallel(workers, store, tmp_data, tiny_packs, reference, tmp_path):
-    tiles = _tile_count(TILED)
-    with farm(store, tmp_data, tiny_packs, workers=workers) as (client, _procs):
-        render_id = client.submit({**TILED, "exr": str(tmp_path / "exr")})
-        render = wait_done(client, render_id, timeout=400)
-        events = list(client.watch(render_id))
-        outputs = {t["id"]: t.get("outputs") or {} for t in render["tasks"]}
-        arrays = _arrays(outputs, render_id, lambda sha: decode_tensor(client.get_blob(sha)), tiles)
-        mp4 = client.fetch_output(render_id, tmp_path / "farm.mp4")
-        assert client.fetch_exr(render_id, tmp_path / "exr") == 49  # the client's folder: fetched, not written there
+def test_tiled_decode_matches_local_and_runs_in_parallel(decode_farm, reference, tmp_path):
+    client, _store, tmp_data = decode_farm
+    workers, tiles = 2, _tile_count(TILED)
+    render_id = client.submit({**TILED, "exr": str(tmp_path / "exr")})
+    render = wait_done(client, render_id, timeout=400)
+    events = list(client.watch(render_id))
+    outputs = {t["id"]: t.get("outputs") or {} for t in render["tasks"]}
+    arrays = _arrays(outputs, render_id, lambda sha: decode_tensor(client.get_blob(sha)), tiles)
+    mp4 = client.fetch_output(render_id, tmp_path / "farm.mp4")
+    assert client.fetch_exr(render_id, tmp_path / "exr") == 49  # the client's folder: fetched, not written there
     assert_identical(arrays, reference["arrays"])
     farm_frames = _mp4_frames(mp4)
     assert len(farm_frames) == 49 and all(np.array_equal(a, b) for a, b in zip(farm_frames, reference["mp4"],
@@ -108,13 +121,13 @@ def test_tiled_decode_matches_local_and_runs_in_parallel(workers, store, tmp_dat
 
 
 @pytest.mark.timeout(600)
-def test_long_tiled_decode_memory_audio_and_exr(store, tmp_data, tiny_packs, tmp_path):
+def test_long_tiled_decode_memory_audio_and_exr(decode_farm, tmp_path):
     """97 frames in 33-frame windows: the coordinator's assembly peak stays one window + one tile + a
     constant, well below the clip; the mp4 carries AAC of the clip's length; 97 EXRs; full metadata."""
-    with farm(store, tmp_data, tiny_packs, workers=2) as (client, _procs):
-        render_id = client.submit({**LONG, "exr": str(tmp_path / "exr")})
-        wait_done(client, render_id, timeout=400)
-        assert client.fetch_exr(render_id, tmp_path / "exr") == 97  # fetched to the client's folder
+    client, _store, tmp_data = decode_farm
+    render_id = client.submit({**LONG, "exr": str(tmp_path / "exr")})
+    wait_done(client, render_id, timeout=400)
+    assert client.fetch_exr(render_id, tmp_path / "exr") == 97  # fetched to the client's folder
     out = tmp_data / "renders" / render_id
     meta = json.loads((out / "render.json").read_text())
     assembly = meta["assembly"]
@@ -143,10 +156,12 @@ def test_long_tiled_decode_memory_audio_and_exr(store, tmp_data, tiny_packs, tmp
         assert sum(1 for _ in container.decode(video=0)) == 97
 
 
-def test_bad_decode_tiles_refused_before_queuing(store, tmp_data, tiny_packs):
-    with farm(store, tmp_data, tiny_packs, workers=0) as (client, _procs):
-        with pytest.raises(FarmError) as info:
-            client.submit({**BASE, "frames": 25, "decode_tiles": "8,64,64"})
+@pytest.mark.timeout(120)
+def test_bad_decode_tiles_refused_before_queuing(decode_farm):
+    client, store, _data = decode_farm
+    before = store.list_renders()
+    with pytest.raises(FarmError) as info:
+        client.submit({**BASE, "frames": 25, "decode_tiles": "8,64,64"})
     message = str(info.value)
     assert "\n" not in message and "no larger than its overlap" in message
-    assert store.list_renders() == [] and not any(store.queue_depths().values())
+    assert store.list_renders() == before and not any(store.queue_depths().values())  # nothing queued

@@ -1,8 +1,8 @@
 """DFR as upstream runs it (padded canvas, keyframe slots from stage 1 through the rounds, an image
 guide per tile, the detailing IC-LoRA in stage 2, stage 2 untiled or tiled) across real workers equals `farm render --local` bit for bit (every task output, the
 mp4's frames), ships (frames - 1) * 2**R + 1 frames at frame_rate * 2**R fps, runs the tiles of a round
-on several workers at once (whenever workers are free: with two workers the audio decode may hold one
-through round 1), and bad DFR specs are refused before anything queues."""
+on several workers at once (3 workers, one module farm), and bad DFR specs (a pack without the temporal
+upsampler among them) are refused before anything queues."""
 
 from __future__ import annotations
 
@@ -12,15 +12,19 @@ import av
 import numpy as np
 import pytest
 
+from coordinator.state.redis_server import connect
+from coordinator.state.store import FarmStore
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
-from ltx_engine.tiny_pack import DETAILING_LORA
+from ltx_engine.tiny.tiny_pack import DETAILING_LORA
 from protos.tensors import encode_tensor
-from tests.farm.farm_harness import farm, wait_done
+from tests.farm.farm_harness import farm, wait_done, wait_until
+from tests.session_fixtures import link_packs, pack_without
 
 # 41 frames pad to a 49-frame canvas (24-frame segments, slots at 24 and 48) and are trimmed back.
 BASE = {"prompt": "a fox", "height": 128, "width": 192, "frames": 41, "frame_rate": 24.0, "seed": 5,
         "pack": "tiny25", "decode_tiles": "off"}
+UPSAMPLER = "temporal_upscaler_x2_v1_0.safetensors"
 IMAGE = (np.arange(96 * 128 * 3) % 251).astype(np.uint8).reshape(96, 128, 3)
 CASES = {
     "r1": {**BASE, "temporal_upscalings": 1},
@@ -35,22 +39,9 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def packs25(tmp_path_factory) -> Path:
-    """A packs folder with the tiny LTX-2.5 pack (`tiny25`) and the 2.3 one (`tiny`)."""
-    from ltx_engine.tiny_pack import write_tiny_pack
-
-    folder = tmp_path_factory.mktemp("packs25")
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    write_tiny_pack(folder / "tiny", seed=0)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def references(packs25, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+def references(runner25, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     """Each case rendered in-process: its mp4 and every task's output shas by task name."""
-    from worker.runner import Runner
-
-    runner, folder, out = Runner(packs25), tmp_path_factory.mktemp("dfr-local"), {}
+    runner, folder, out = runner25, tmp_path_factory.mktemp("dfr-local"), {}
     for name, spec in CASES.items():
         path, outputs, _ = render_local(dict(spec), folder / f"{name}.mp4", runner, IMAGE if "image" in spec else None)
         out[name] = (path, {tid.removeprefix("local."): shas for tid, shas in outputs.items()})
@@ -91,67 +82,65 @@ def _overlapping(runs: list[tuple[float, float, str]]) -> bool:
     return any(a[2] != b[2] and a[0] < b[1] and b[0] < a[1] for i, a in enumerate(runs) for b in runs[i + 1 :])
 
 
+@pytest.fixture(scope="module")
+def dfr_packs(packs25, tiny25_pack, tmp_path_factory) -> Path:
+    """tiny25 and tiny, and `noup25`: tiny25 without its temporal upsampler (a pack that cannot run rounds)."""
+    folder = link_packs(tmp_path_factory.mktemp("dfr-packs"), tiny25=packs25 / "tiny25", tiny=packs25 / "tiny")
+    pack_without(folder / "noup25", tiny25_pack, UPSAMPLER)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dfr_farm(redis_server, dfr_packs, tmp_path_factory):
+    """One farm of 3 workers for the module. One count: the plan (rounds, tiles) is the same on 2 and 3
+    workers, and 3 is the count where every round's tiles must overlap (with 2, the audio decode may
+    hold a worker through round 1)."""
+    redis = connect(redis_server.url)
+    redis.flushdb()
+    with farm(FarmStore(redis), tmp_path_factory.mktemp("dfr-data"), dfr_packs, workers=3) as (client, _procs):
+        wait_until(lambda: sum(bool((w.get("packs") or {}).get("noup25")) for w in client.workers()) == 3, 60,
+                   "3 workers describing their packs")
+        yield client
+    redis.close()
+
+
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("workers", [2, 3])
-def test_dfr_rounds_on_the_farm_equal_local(workers, store, tmp_data, packs25, references, tmp_path):
-    with farm(store, tmp_data, packs25, workers=workers) as (client, _procs):
-        sha = client.put_blob(encode_tensor(IMAGE))
-        for name, spec in CASES.items():  # one at a time, so a round's tiles only compete with each other
-            if "image" in spec:
-                spec = {**spec, "image": {**spec["image"], "blob": sha}}
-            render_id = client.submit(dict(spec))
-            render = wait_done(client, render_id, timeout=600)
-            events = list(client.watch(render_id))
-            mp4 = client.fetch_output(render_id, tmp_path / f"{name}.mp4")
-            local_mp4, local_shas = references[name]
-            shas = {t["id"].removeprefix(f"{render_id}."): t.get("outputs") or {} for t in render["tasks"]}
-            assert shas == local_shas, name  # every task output, tiles and stitches included, bit for bit
-            rounds = spec["temporal_upscalings"]
-            frames, rate, audio_streams = _mp4(mp4)
-            local_frames, local_rate, _ = _mp4(local_mp4)
-            assert len(frames) == (spec["frames"] - 1) * 2**rounds + 1 and rate == spec["frame_rate"] * 2**rounds
-            assert frames[0].shape == (spec["height"], spec["width"], 3)
-            assert audio_streams == (1 if spec.get("audio", True) else 0)
-            assert rate == local_rate and all((a == b).all() for a, b in zip(frames, local_frames, strict=True))
-            runs = _tile_runs(events, render_id)
-            assert sorted(runs) == list(range(1, rounds + 1))
-            print(name, workers, {r: [(round(b - a, 2), w) for a, b, w in v] for r, v in runs.items()})
-            if workers >= 3 or not spec.get("audio", True):  # with 2 workers the audio decode may hold one
-                assert all(_overlapping(v) for v in runs.values()), _timeline(events)
+def test_dfr_rounds_on_the_farm_equal_local(dfr_farm, references, tmp_path):
+    client = dfr_farm
+    sha = client.put_blob(encode_tensor(IMAGE))
+    for name, spec in CASES.items():  # one at a time, so a round's tiles only compete with each other
+        if "image" in spec:
+            spec = {**spec, "image": {**spec["image"], "blob": sha}}
+        render_id = client.submit(dict(spec))
+        render = wait_done(client, render_id, timeout=600)
+        events = list(client.watch(render_id))
+        mp4 = client.fetch_output(render_id, tmp_path / f"{name}.mp4")
+        local_mp4, local_shas = references[name]
+        shas = {t["id"].removeprefix(f"{render_id}."): t.get("outputs") or {} for t in render["tasks"]}
+        assert shas == local_shas, name  # every task output, tiles and stitches included, bit for bit
+        rounds = spec["temporal_upscalings"]
+        frames, rate, audio_streams = _mp4(mp4)
+        local_frames, local_rate, _ = _mp4(local_mp4)
+        assert len(frames) == (spec["frames"] - 1) * 2**rounds + 1 and rate == spec["frame_rate"] * 2**rounds
+        assert frames[0].shape == (spec["height"], spec["width"], 3)
+        assert audio_streams == (1 if spec.get("audio", True) else 0)
+        assert rate == local_rate and all((a == b).all() for a, b in zip(frames, local_frames, strict=True))
+        runs = _tile_runs(events, render_id)
+        assert sorted(runs) == list(range(1, rounds + 1))
+        print(name, {r: [(round(b - a, 2), w) for a, b, w in v] for r, v in runs.items()})
+        assert all(_overlapping(v) for v in runs.values()), _timeline(events)  # 3 workers: always
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("changes", "message"), [
     ({"pack": "tiny"}, "is not an LTX-2.5 pack"),
     ({"temporal_upscalings": 3}, "must be 0, 1 or 2"),
+    ({"pack": "noup25"}, "has no temporal_upscaler .temporal_upscaler_x2_v1_0.safetensors."),
 ])
-def test_bad_dfr_plans_are_refused_before_queuing(changes, message, store, tmp_data, packs25):
-    with farm(store, tmp_data, packs25, workers=1) as (client, _procs):
-        _wait_registered(client)
-        with pytest.raises(FarmError, match=message) as info:
-            client.submit({**CASES["r1"], **changes})
-        assert "\n" not in str(info.value)
-        assert client.list() == []
-
-
-def test_pack_without_temporal_upsampler_is_refused(store, tmp_data, packs25, tmp_path):
-    import shutil
-
-    folder = tmp_path / "packs"
-    shutil.copytree(packs25 / "tiny25", folder / "tiny25")
-    (folder / "tiny25" / "temporal_upscaler_x2_v1_0.safetensors").unlink()
-    with farm(store, tmp_data, folder, workers=1) as (client, _procs):
-        _wait_registered(client)
-        with pytest.raises(FarmError, match="has no temporal_upscaler .temporal_upscaler_x2_v1_0.safetensors."):
-            client.submit(dict(CASES["r1"]))
-
-
-def _wait_registered(client, timeout: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any((w.get("packs") or {}).get("tiny25") for w in client.workers()):  # its components, described
-            return
-        time.sleep(0.2)
-    raise AssertionError("no worker registered its packs")
+def test_bad_dfr_plans_are_refused_before_queuing(changes, message, dfr_farm):
+    client = dfr_farm
+    before = [r["id"] for r in client.list()]
+    with pytest.raises(FarmError, match=message) as info:
+        client.submit({**CASES["r1"], **changes})
+    assert "\n" not in str(info.value)
+    assert [r["id"] for r in client.list()] == before  # nothing queued

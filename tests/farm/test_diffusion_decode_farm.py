@@ -1,4 +1,4 @@
-"""`--video-decoder diffusion` on the farm (issue #29): LTX-2.5's diffusion decoder in three decode tiles.
+"""`--video-decoder diffusion` on the farm: LTX-2.5's diffusion decoder in three decode tiles.
 
 The tiny 2.5 pack's `vae_decoder_av` decodes a 64x256x9 render in three latent tiles (48,192,192 px:
 the 160 px overlap leaves a 1-latent stride), each a `decode_tile` task with its own noise seed on any
@@ -22,7 +22,7 @@ import pytest
 from coordinator.state.redis_server import connect
 from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
-from ltx_engine.tiny_pack import DETAILING_LORA
+from ltx_engine.tiny.tiny_pack import DETAILING_LORA
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done, wait_until
 
 ARGS = [
@@ -70,7 +70,7 @@ WORKERS = (3, 2)
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory, tiny_packs):
     """tiny25 (with vae_decoder_av), tiny25-conv (the same pack without it) and the 2.3 tiny pack."""
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
     folder = tmp_path_factory.mktemp("diffdec-packs")
     write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
@@ -109,7 +109,7 @@ def diff_farm(request, redis_server, tmp_path_factory, packs):
     (data / "client").mkdir()
     (data / "client" / "packs").symlink_to(packs)  # `farm render --local` reads FARM_DATA/packs
     with farm(FarmStore(redis), data, packs, workers=request.param) as (client, _procs):
-        from coordinator.auth import load_or_create_token
+        from coordinator.api.auth import load_or_create_token
 
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -151,6 +151,7 @@ def test_tiled_diffusion_decode_matches_local(diff_farm, local_shas):
     assert all(
         t["params"]["decoder"] == "diffusion" and t["params"]["needs"] == ["vae_decoder_av"] for t in tiles
     )
+    assert tasks.keys() == local_shas.keys()  # the same tasks, none missing or extra on the farm
     for name, shas in local_shas.items():
         assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
 
@@ -166,6 +167,7 @@ def test_keyframe_aware_dfr_decode_matches_local(diff_farm, dfr_local_shas):
     assert "decode.t3" not in tasks
     for tile in tiles:
         assert tile["params"]["keyframe_frames"] == [24] and tile["params"]["keyframe_planes"] == [0]
+    assert tasks.keys() == dfr_local_shas.keys()  # the same tasks, none missing or extra on the farm
     for name, shas in dfr_local_shas.items():
         assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
 

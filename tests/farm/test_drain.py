@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from coordinator import fleet
+from coordinator.views import fleet
 from tests.farm.farm_harness import farm, wait_done
 
 SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3, "pack": "tiny"}

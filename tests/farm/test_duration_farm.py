@@ -7,7 +7,6 @@ task's current holder can set a render's length (set_length.lua's fence)."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -19,9 +18,10 @@ from coordinator.plan.render import DEFAULT_FRAMES, normalize_spec, plan_render,
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
 from farm_cli.views import render_details
-from ltx_engine.duration import frames_for
+from ltx_engine.rules.duration import frames_for
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import farm, wait_done
+from tests.session_fixtures import link_packs, pack_without
 
 SPEC = {"prompt": "a fox walks through snow", "height": 64, "width": 64, "frame_rate": 24.0, "seed": 3,
         "pack": "tiny25", "decode_tiles": "off"}
@@ -29,14 +29,10 @@ IMAGE = (np.arange(64 * 64 * 3) % 251).astype(np.uint8).reshape(64, 64, 3)
 
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory) -> Path:
-    """The tiny LTX-2.5 pack, and a copy of it without its DurationHead."""
-    from ltx_engine.tiny_pack import write_tiny_pack
-
-    folder = tmp_path_factory.mktemp("packs-length")
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    shutil.copytree(folder / "tiny25", folder / "headless25")
-    (folder / "headless25" / "duration_head.safetensors").unlink()
+def packs(tiny25_pack, tmp_path_factory) -> Path:
+    """The tiny LTX-2.5 pack, and a pack of its files but its DurationHead."""
+    folder = link_packs(tmp_path_factory.mktemp("packs-length"), tiny25=tiny25_pack)
+    pack_without(folder / "headless25", tiny25_pack, "duration_head.safetensors")
     return folder
 
 
@@ -55,10 +51,8 @@ def _registered(client, pack: str, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_length_picked_on_the_farm_equals_local(store, tmp_data, packs, tmp_path):
-    from worker.runner import Runner
-
-    local_mp4, local_outputs, _ = render_local(dict(SPEC), tmp_path / "local.mp4", Runner(packs))
+def test_length_picked_on_the_farm_equals_local(store, tmp_data, packs, runner25, tmp_path):
+    local_mp4, local_outputs, _ = render_local(dict(SPEC), tmp_path / "local.mp4", runner25)
     local_spec = json.loads(local_mp4.with_suffix(".json").read_text())["spec"]
     frames, seconds = local_spec["frames"], local_spec["predicted_seconds"]
     assert frames == frames_for(seconds, 24.0) and frames != DEFAULT_FRAMES  # the head's, not the default

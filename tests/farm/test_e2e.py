@@ -3,6 +3,7 @@ tiny pack) must equal `farm render --local` bit for bit, also when a worker is k
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -12,6 +13,8 @@ import av
 import pytest
 
 from farm_cli.local import render_local
+from ltx_engine.fingerprint import forward_fingerprint
+from protos import installed
 from tests.farm.farm_harness import assert_identical, farm, farm_results, local_results, wait_done
 
 SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3, "pack": "tiny"}
@@ -44,6 +47,12 @@ def test_farm_render_equals_local_reference(store, tmp_data, tiny_packs, referen
     assert all((a == b).all() for a, b in zip(frames, local_frames, strict=True))
     workers = {t["worker"] for t in render["tasks"]}
     assert workers <= {"w1", "w2"}
+    made = json.loads((tmp_data / "renders" / render_id / "render.json").read_text())["provenance"]
+    assert set(made["tasks"]) == {t["id"].removeprefix(f"{render_id}.") for t in render["tasks"]
+                                  if t["worker"] in ("w1", "w2")}  # every worker output says what made it
+    assert made["classes"] == [forward_fingerprint()]  # one machine: one class
+    assert all(m["chip"] == installed.chip_name() and m["project_version"] == installed.project_version()
+               for m in made["tasks"].values())
 
 
 @pytest.mark.timeout(420)
@@ -80,7 +89,7 @@ def test_assembly_writes_preview_thumbnails(tmp_path):
     with PyAV's PNG decoder)."""
     import numpy as np
 
-    from coordinator.previews import PreviewWriter
+    from coordinator.assemble.previews import PreviewWriter
 
     frames = [np.full((256, 384, 3), i / 24.0, np.float32) for i in range(25)]
     writer = PreviewWriter(tmp_path / "previews" / "r1.png", total_frames=25)

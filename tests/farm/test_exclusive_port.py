@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.auth import load_or_create_token
+from coordinator.api.auth import load_or_create_token
 from coordinator.server import serve, stop
 from farm_cli.client import FarmClient
 

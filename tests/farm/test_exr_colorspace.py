@@ -1,8 +1,8 @@
-"""`--exr-colorspace` (issue #29): a tiny render's EXR frames in acescg / acescct, read back with OpenEXR,
-hold the colour transforms (ltx_engine/color.py) of the frames the sRGB-linear EXR holds, with the
+"""`--exr-colorspace`: a tiny render's EXR frames in acescg / acescct, read back with OpenEXR,
+hold the colour transforms (ltx_engine/rules/color.py) of the frames the sRGB-linear EXR holds, with the
 primaries in their chromaticities header; an unknown colourspace or an --auto-duration range outside the
 duration head's is refused at submit through the real CLI and coordinator: one line, exit 2, nothing queued;
-`--hdr` writes the HLG master (coordinator/hdr_master.py), the farm's bit for bit the same as --local's."""
+`--hdr` writes the HLG master (coordinator/assemble/hdr_master.py), the farm's bit for bit the same as --local's."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import numpy as np
 import OpenEXR
 import pytest
 
-from coordinator.assembler import assemble_streaming, video_frames
-from coordinator.hdr_master import hlg_frame, hlg_path
+from coordinator.assemble.assembler import assemble_streaming, video_frames
+from coordinator.assemble.hdr_master import hlg_frame, hlg_path
 from coordinator.server import serve, stop
 from farm_cli.local import render_local
-from ltx_engine import color
+from ltx_engine.rules import color
 from tests.farm.farm_harness import ROOT, farm, join_token
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]

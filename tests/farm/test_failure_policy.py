@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from coordinator.state.store import FarmStore
+from protos.states import Fault
 from tests.farm.test_store import task, types
 
 
@@ -148,7 +149,7 @@ def test_reducer_leases_are_reclaimed(store: FarmStore) -> None:
 
 def test_dashboard_requeue_clears_a_render_blocklist_and_shows_stuck_and_failures(store: FarmStore, tmp_data) -> None:
     from coordinator.dashboard import start_dashboard, stop_dashboard
-    from coordinator.metrics import render_detail
+    from coordinator.views.metrics import render_detail
     from tests.farm.test_dashboard import post
 
     _workers(store, "bad", "good")
@@ -200,3 +201,32 @@ def test_the_coordinators_own_reclaimed_leases_never_count_as_a_poison_task(stor
         store.lease("reducer", ["coordinator"], 60_000)
         assert store.lose_leases("reducer", "", "coordinator restarted") == ["r.blend"]
     assert store.get_task("r.blend")["state"] == "queued" and store.get_render("r")["state"] != "failed"
+
+
+def test_an_error_every_worker_would_hit_fails_at_once_and_blames_nobody(store: FarmStore) -> None:
+    """A permanent error, or the same unclassed text from a second worker, fails the render on that
+    attempt, blocklists nobody, and `retry_render` answers fails_again; a transient one never does."""
+    _workers(store, "w1", "w2", "w3")
+    store.create_render("p", {}, [task("p.a")])
+    t = store.lease("w1", ["mlx"], 60_000)
+    assert store.fail("p.a", "w1", t["fence"], "LoRA x: cut short", fault=Fault.PERMANENT) == "failed"
+    render = store.get_render("p")
+    assert render["error"] == "LoRA x: cut short" and render["blocklist"] == []
+    assert store.retry_render("p") == "fails_again" and store.get_render("p")["state"] == "failed"
+
+    store.create_render("s", {}, [task("s.a")])
+    for w in ("w1", "w1", "w1"):  # three times on one worker: blocklisted there, the same text proves nothing
+        t = store.lease(w, ["mlx"], 60_000)
+        assert store.fail("s.a", w, t["fence"], "ValueError: bad shape") == "requeued"
+    assert store.get_render("s")["blocklist"] == ["w1"]
+    t = store.lease("w2", ["mlx"], 60_000)
+    assert store.fail("s.a", "w2", t["fence"], "ValueError: bad shape") == "failed"
+    render = store.get_render("s")
+    assert render["error"] == "the same error on w1 and w2: ValueError: bad shape" and render["blocklist"] == []
+    assert store.retry_render("s") == "fails_again"
+
+    store.create_render("t", {}, [task("t.a")])
+    for w in ("w1", "w2"):  # out of memory on two Macs is still the Macs'
+        t = store.lease(w, ["mlx"], 60_000)
+        assert store.fail("t.a", w, t["fence"], "Metal: out of memory", fault=Fault.TRANSIENT) == "requeued"
+    assert store.get_render("t")["state"] == "running"

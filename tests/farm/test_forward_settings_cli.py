@@ -1,4 +1,4 @@
-"""Issue #26's flags at submit, through the real CLI against a real coordinator (no workers): a tau list of
+"""Flags at submit, through the real CLI against a real coordinator (no workers): a tau list of
 the wrong length or not finite, sparse attention on a stage 2 that cannot route, a compute dtype the
 backend lacks: one line, exit 2, nothing queued; a good one is queued with both recorded in its spec."""
 

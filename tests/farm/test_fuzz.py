@@ -26,7 +26,7 @@ import grpc
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-from coordinator.auth import auth_metadata, load_or_create_token
+from coordinator.api.auth import auth_metadata, load_or_create_token
 from coordinator.server import serve, stop
 from coordinator.state.redis_server import free_port
 from farm_cli.client import FarmClient, FarmError

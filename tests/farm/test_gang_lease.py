@@ -1,4 +1,4 @@
-"""The gang lease in Lua (issue #25), against real Redis, no processes: all or none, the degree from the
+"""The gang lease in Lua, against real Redis, no processes: all or none, the degree from the
 idle workers at lease time, the window, the reducer kept out, the handout through the lease reply, a
 member's heartbeat, the kept step on a re-lease (coordinator/state/lua/gang.lua, sp_degree.gang_degree)."""
 
@@ -8,9 +8,9 @@ import json
 import time
 
 from coordinator.gang import handout
-from coordinator.metrics import redis_now_ms
 from coordinator.retention import prune
 from coordinator.state.store import FarmStore
+from coordinator.views.metrics import redis_now_ms
 
 CAPS = {"pack_components": {"tiny": ["transformer"]}}
 
@@ -92,15 +92,20 @@ def test_an_unfilled_window_runs_with_what_it_has_and_the_reducer_never_joins(st
     assert json.loads(json.dumps(store.get_task("q.stage1")["params"]))["stage1_degrees"] == [1]
 
 
-def test_a_kept_step_outlives_blob_collection_and_a_deleted_render_leaves_no_gang(store: FarmStore, tmp_data) -> None:
-    """Rank 0's kept step is referenced by its task (retention keeps it while the render lives), and a
-    render deleted after its gang leaves no gang key, whichever members never asked again."""
+def _gang_of_two(store: FarmStore) -> None:
+    """Render r's stage 1 started as a gang of w1 (rank 0, the opener) and w2."""
     for w in ("w1", "w2"):
         store.register_worker(w, CAPS)
         assert _lease(store, w) is None
     store.create_render("r", {"prompt": "fox"}, [_stage1("r", [1, 2])])
     assert _lease(store, "w1") is None  # opens for 2
     assert _rank(_lease(store, "w2"))[0] == 1  # joins, full: started
+
+
+def test_a_kept_step_outlives_blob_collection_and_a_deleted_render_leaves_no_gang(store: FarmStore, tmp_data) -> None:
+    """Rank 0's kept step is referenced by its task (retention keeps it while the render lives), and a
+    render deleted after its gang leaves no gang key, whichever members never asked again."""
+    _gang_of_two(store)
     rank0 = _lease(store, "w1")
     sha = "cd" * 32
     (tmp_data / sha).write_bytes(b"kept step")
@@ -114,3 +119,45 @@ def test_a_kept_step_outlives_blob_collection_and_a_deleted_render_leaves_no_gan
     assert not store.client.exists(store.key("gang", "r.stage1"))
     assert not store.client.sismember(store.key("gangs"), "r.stage1")
     assert prune(store, tmp_data, older_than_s=86_400, now_ms=later).blobs == 1  # the render gone: so is its step
+
+
+def test_a_gangs_ranks_are_of_one_determinism_class_unless_any_class(store: FarmStore) -> None:
+    for w, fingerprint in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("b2", "B")):
+        store.register_worker(w, {**CAPS, "fingerprint": fingerprint})
+        assert _lease(store, w) is None
+    store.create_render("r", {"prompt": "fox"}, [_stage1("r", [1, 2, 3, 4])])
+    assert _lease(store, "a1") is None  # opens for 2: the idle workers of its class
+    assert _lease(store, "b1") is None  # another class: does not join
+    assert _rank(_lease(store, "a2"))[1]["members"] == ["a1", "a2"]
+
+    store.create_render("m", {"prompt": "fox", "any_class": True}, [_stage1("m", [1, 2, 3, 4])])
+    store.register_worker("a3", {**CAPS, "fingerprint": "A"})  # a1 and a2 are busy: a3 and the B class idle
+    assert _lease(store, "a3") is None
+    assert _lease(store, "b2") is None  # b1 still waits in no gang: asks below
+    assert _rank(_lease(store, "b1"))[1]["members"] == ["a3", "b2", "b1"]
+
+
+def test_every_rank_of_a_gang_is_in_its_record_events_and_schedule(store: FarmStore, capsys) -> None:
+    """Rank 0 holds the lease and reports, but each rank computed: the task record, its done event,
+    `farm status ID`, `farm logs` and the Gantt (one bar per rank) name every rank's worker."""
+    from coordinator.views.metrics import task_view
+    from coordinator.views.schedule import render_schedule
+    from farm_cli.manage import print_logs
+    from farm_cli.views import render_details
+
+    _gang_of_two(store)
+    running = render_schedule(store, "r")
+    assert {lane["worker"] for lane in running["lanes"]} == {"w1", "w2"}, running["lanes"]
+    rank0 = _lease(store, "w1")
+    assert task_view(store.get_task("r.stage1"))["workers"] == ["w1", "w2"]
+    assert store.complete("r.stage1", "w1", int(rank0["fence"]), {"latent": "ab" * 32}, {}) in ("ok", "render_ready")
+    done = [e for _, e in store.read_events("r") if e["type"] == "task_done"]
+    assert done and done[0]["workers"] == ["w1", "w2"], done
+    ended = render_schedule(store, "r")
+    bars = {lane["worker"]: lane["bars"] for lane in ended["lanes"]}
+    assert sorted(bars) == ["w1", "w2"] and [b["rank"] for b in bars["w1"] + bars["w2"]] == [0, 1], bars
+    assert ended["marks"]["retried"] == 0 and not any(b["again"] for b in bars["w1"] + bars["w2"])
+    render = {**store.get_render("r"), "tasks": store.render_tasks("r")}
+    assert any(line.strip().startswith("Stage 1") and line.endswith("on w1, w2") for line in render_details(render))
+    print_logs(render, "stage1")
+    assert "== r.stage1  done on w1, w2" in capsys.readouterr().out

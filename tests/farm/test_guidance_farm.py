@@ -1,7 +1,7 @@
-"""The guided recipes on real workers: one-stage, two-stage and two-stage HQ on 1, 2 and 3 workers, each
-bit-identical to `farm render --local` on the tiny dev-only pack (one farm for the module, workers added
-as the count grows); a worker SIGKILLed while it holds a guidance pass loses only that pass; bad guidance
-input is refused at submit with nothing queued; A2V on the two-stage recipe (upstream's a2vid_two_stage:
+"""The guided recipes on real workers: one-stage, two-stage and two-stage HQ on 3 workers (the plan is the
+same on 1, 2 or 3), each bit-identical to `farm render --local` on the tiny dev-only pack (one farm for the
+module, workers added as tests ask for them); a worker SIGKILLed while it holds a guidance pass loses
+only that pass; bad guidance input is refused at submit with nothing queued; A2V on the two-stage recipe (upstream's a2vid_two_stage:
 the track's latent frozen in every pass and in stage 2, the source track muxed) and one-stage on 2
 workers == --local."""
 
@@ -11,29 +11,24 @@ import hashlib
 import os
 import shutil
 import signal
-import subprocess
 
 import numpy as np
 import pytest
 
-from coordinator.auth import load_or_create_token
-from coordinator.state.redis_server import connect
-from coordinator.state.store import FarmStore
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
-from farm_cli.services import worker_command
 from tests.farm.farm_harness import (
-    ROOT,
+    ModuleFarm,
     assert_identical,
     farm,
     farm_results,
     local_results,
-    token_file,
     wait_done,
     wait_until,
 )
 from tests.farm.user_loras import write_user_loras
 from tests.media_files import write_wav
+from tests.session_fixtures import pack_without
 
 BASE = {
     "prompt": "a fox",
@@ -65,21 +60,26 @@ STEPS = {"one-stage": 2, "two-stage": 2, "two-stage-hq": 5 + 3}
 
 
 @pytest.fixture(scope="module")
-def dev_packs(tmp_path_factory):
-    from ltx_engine.tiny_pack import write_tiny_pack
-
+def dev_packs(tiny_dev_pack, tmp_path_factory):
+    """`dev`: the session's dev-only pack's files (links) and a user LoRA among them."""
     folder = tmp_path_factory.mktemp("devpacks")
-    write_tiny_pack(folder / "dev", seed=0, layout="dev-only")
+    pack_without(folder / "dev", tiny_dev_pack)
     style, _camera = write_user_loras(tmp_path_factory.mktemp("user-loras"), folder / "dev")
     shutil.copy(style, folder / "dev" / USER_LORA)  # a pack file: no upload, no shelf needed
     return folder
 
 
 @pytest.fixture(scope="module")
-def reference(dev_packs, tmp_path_factory):
+def dev_runner(dev_packs):
+    """The module's one in-process Runner for `--local` references: models stay warm between them."""
     from worker.runner import Runner
 
-    runner, done = Runner(dev_packs), {}
+    return Runner(dev_packs)
+
+
+@pytest.fixture(scope="module")
+def reference(dev_runner, tmp_path_factory):
+    runner, done = dev_runner, {}
 
     def local(name: str) -> dict:
         if name not in done:
@@ -93,55 +93,10 @@ def reference(dev_packs, tmp_path_factory):
     return local
 
 
-class ModuleFarm:
-    """One coordinator for the module; `workers(n)` starts more worker processes as tests ask for them."""
-
-    def __init__(self, client, procs: dict, data, packs):
-        self.client, self.procs, self.data, self.packs = client, procs, data, packs
-
-    def start(self, name: str, *extra: str) -> subprocess.Popen:
-        token = load_or_create_token(self.data)
-        cmd = worker_command(
-            str(self.client.endpoints),
-            token_file(self.data, name, token),
-            self.packs,
-            name,
-            self.data / f"cache-{name}",
-            wait_ms=500,
-        )
-        log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until it exits
-        self.procs[name] = subprocess.Popen(
-            [*cmd, *extra],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        return self.procs[name]
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        proc.terminate()
-        proc.wait(timeout=20)
-
-    def workers(self, n: int) -> None:
-        for i in range(1, n + 1):
-            if f"w{i}" not in self.procs:
-                self.start(f"w{i}")
-
-
-@pytest.fixture(scope="module")
-def mstore(redis_server):
-    client = connect(redis_server.url)
-    client.flushdb()
-    yield FarmStore(client)
-    client.close()
-
-
 @pytest.fixture(scope="module")
 def guided_farm(mstore, dev_packs, tmp_path_factory):
     data = tmp_path_factory.mktemp("guided-farm")
-    with farm(mstore, data, dev_packs, workers=0) as (client, procs):
+    with farm(mstore, data, dev_packs, workers=0, shelf=dev_packs) as (client, procs):  # as `farm up`
         yield ModuleFarm(client, procs, data, dev_packs)
 
 
@@ -182,7 +137,9 @@ def test_a_worker_killed_mid_pass_loses_only_that_pass(guided_farm, mstore, refe
     del guided_farm.procs["victim"]
 
 
-CASES = [(w, name) for w in (1, 2, 3) for name in SPECS]
+# One worker count per recipe: a guided plan (its passes and guide steps) is the same on 1, 2 or 3 workers;
+# 3 is the count where a step's passes run at once on different workers.
+CASES = [(3, name) for name in SPECS]
 
 
 @pytest.mark.timeout(240)
@@ -222,10 +179,15 @@ def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
     [
         ({"stg_blocks": [99]}, "--stg-blocks 99: outside the model's"),
         ({"cfg_scale": -1.0}, "cfg_scale -1.0 is outside [0.0, 100.0]"),
-        ({"pipeline": "distilled"}, "--steps does not apply to the distilled pipeline"),
+        ({"pipeline": "distilled"}, "--steps does not apply to the distilled recipe"),
         ({"steps": 5000}, "steps 5000 is outside 1..200"),
         ({"pipeline": "two-stage", "stage2_steps": 4}, "--stage2-steps 4: stage 2's sigma table has 3 steps"),
         ({"stage1_steps": 3}, "--steps 2 and --stage1-steps 3 disagree"),
+        ({"skip_step": 1, "audio_skip_step": 2}, "--skip-step 1 and --audio-skip-step 2 differ"),
+        ({"apg_eta": 0.5, "cfg_scale": 1.0, "audio_cfg_scale": 1.0, "negative_prompt": None},
+         "--apg-eta needs a cfg scale other than 1"),
+        ({"apg_norm_threshold": 2.0}, "--apg-norm-threshold needs --apg-eta"),
+        ({"skip_step": -1}, "skip_step -1 is negative"),
     ],
 )
 def test_bad_guidance_refused_at_submit(bad, line, guided_farm, mstore):
@@ -237,17 +199,37 @@ def test_bad_guidance_refused_at_submit(bad, line, guided_farm, mstore):
     assert len(mstore.list_renders()) == before
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("name", ["two-stage", "one-stage"])
-def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_packs, tmp_path):
-    """The track encoded once; every guidance pass reads the prep's frozen audio; stage 2 and the output's
-    track are the source's; farm bit for bit --local on the same plan."""
+@pytest.mark.timeout(60)
+def test_the_default_stg_block_is_held_to_the_packs_depth(guided_farm, mstore, dev_packs, tmp_path):
+    """The default STG block is the 22B's (28); the tiny DiT has 2. With the pack on the coordinator's
+    shelf (as `farm up` keeps it) the submit is refused in one line and nothing is queued, where every
+    worker used to fail the pass; `--local` refuses with the same line before any work."""
+    from coordinator.admit.lora_check import pack_dit_depth
+    from protos.spec import SpecError
     from worker.runner import Runner
 
+    assert pack_dit_depth(dev_packs / "dev") == 2
+    default = {k: v for k, v in ONE.items() if k != "stg_blocks"}
+    line = "the default --stg-blocks (the 22B's) 28: outside the model's 2 blocks (0..1)"
+    before = len(mstore.list_renders())
+    with pytest.raises(FarmError) as info:
+        guided_farm.client.submit(default)
+    assert "\n" not in str(info.value) and line in str(info.value), info.value
+    assert len(mstore.list_renders()) == before
+    with pytest.raises(SpecError) as local:
+        render_local(default, tmp_path / "x.mp4", Runner(dev_packs))
+    assert line in str(local.value) and not (tmp_path / "x.mp4").exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["two-stage", "one-stage"])
+def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_runner, tmp_path):
+    """The track encoded once; every guidance pass reads the prep's frozen audio; stage 2 and the output's
+    track are the source's; farm bit for bit --local on the same plan."""
     wav = write_wav(tmp_path / "tone.wav")
     sha = hashlib.sha256(wav.read_bytes()).hexdigest()
     spec = {**SPECS[name], "audio_input": {"blob": sha, "start": 0.25, "name": "tone.wav"}}
-    _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", Runner(dev_packs), media={sha: wav})
+    _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner, media={sha: wav})
     guided_farm.workers(2)
     for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
         guided_farm.stop(extra)
@@ -265,3 +247,93 @@ def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_packs, tmp_pat
     if name == "two-stage":
         assert tasks["stage2"]["inputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
     assert int(blobs.get(local["audio"]["sample_rate"])[0]) == 44100  # the source track, at its rate
+
+
+# Upstream's skip step (guide steps 0, N+1, 2(N+1), ...; the others reuse the last guided x0, res_2s's
+# substep never skipped) and the CFG term as APG. One-stage: 4 Euler steps, skip 1 -> steps 1 and 3 run no
+# passes (the last step is the one named `stage1`). HQ: stage 1's res_2s step 1 (its first half) reuses step 0's second half; stage 2 has no guidance.
+SKIPPED = {"one-stage": ({**ONE, "steps": 4, "skip_step": 1, "audio_skip_step": 1, "apg_eta": 0.5,
+                          "apg_norm_threshold": 5.0}, 2 * 4, 4),
+           "two-stage-hq": ({**HQ, "skip_step": 1, "audio_skip_step": 1}, 4 * 3 + 3, 5 + 3)}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", list(SKIPPED))
+def test_skip_step_and_apg_on_2_workers_equal_local(name, guided_farm, dev_runner, tmp_path):
+    spec, passes, steps = SKIPPED[name]
+    _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner)
+    guided_farm.workers(2)
+    render = wait_done(guided_farm.client, guided_farm.client.submit(dict(spec)), timeout=150)
+    assert_identical(farm_results(guided_farm.client, render), local_results(outputs, blobs))
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert {n: tasks[n].get("outputs") or {} for n in local} == local  # every output, bit for bit
+    kinds = [t["kind"] for t in tasks.values()]
+    assert kinds.count("guidance_pass") == passes and kinds.count("guide_step") == steps
+    held = sorted(n for n, t in tasks.items() if t["kind"] == "guide_step" and t["params"].get("held"))
+    assert held == (["stage1", "stage1.s1"] if name == "one-stage" else ["stage1.s1a"])
+    if name == "one-stage":  # the CFG term as APG: every pass and step carries it
+        assert all(t["params"]["video"]["apg_eta"] == 0.5 for t in tasks.values() if t["kind"] == "guidance_pass")
+
+
+# Text-to-audio (upstream's t2a_one_stage): the audio track alone; 2 steps x 3 passes (modality off: no video).
+T2A = {"prompt": "a bell rings", "frames": 9, "seed": 3, "pack": "dev", "pipeline": "t2a", "steps": 2,
+       "stg_blocks": [1], "negative_prompt": "noise"}
+
+
+@pytest.mark.timeout(120)
+def test_t2a_on_2_workers_equals_local(guided_farm, dev_runner, tmp_path):
+    """Every task output bit for bit --local, no video task, and the fetched WAV is --local's file, its
+    samples the decoded waveform as upstream scales it."""
+    import wave
+
+    from coordinator.assemble.audio_file import pcm16
+
+    local_wav, outputs, blobs = render_local(dict(T2A), tmp_path / "local.wav", dev_runner)
+    guided_farm.workers(2)
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:
+        guided_farm.stop(extra)
+    render = wait_done(guided_farm.client, guided_farm.client.submit(dict(T2A)), timeout=100)
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local and set(tasks) == set(local)
+    assert {t["kind"] for t in tasks.values()} == {"text_encode", "stage_prepare", "guidance_pass", "guide_step",
+                                                    "decode_audio"}
+    assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
+    farm_wav = guided_farm.client.fetch_output(render["id"], tmp_path / "farm.wav")
+    assert farm_wav.read_bytes() == local_wav.read_bytes()
+    with wave.open(str(farm_wav)) as wav:
+        rate, samples = wav.getframerate(), np.frombuffer(wav.readframes(wav.getnframes()), "<i2").reshape(-1, 2)
+    assert rate == int(blobs.get(local["audio"]["sample_rate"])[0])
+    np.testing.assert_array_equal(samples, pcm16(blobs.get(local["audio"]["waveform"])))
+
+
+@pytest.mark.timeout(120)
+def test_t2a_with_a_user_lora_on_2_workers_equals_local(guided_farm, dev_runner, tmp_path):
+    """Upstream's T2A takes LoRAs (an accent LoRA is its example): the pack file's factors on every audio-only
+    pass, farm == --local for every output, the audio different from the render without it."""
+    spec = {**T2A, "loras": LORA}
+    _, outputs, blobs = render_local(dict(spec), tmp_path / "lora.wav", dev_runner)
+    _, plain, plain_blobs = render_local(dict(T2A), tmp_path / "plain.wav", dev_runner)
+    guided_farm.workers(2)
+    render = wait_done(guided_farm.client, guided_farm.client.submit(spec), timeout=100)
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local
+    assert all(t["params"]["loras"] == LORA for t in tasks.values() if t["kind"] == "guidance_pass")
+    with_lora = blobs.get(local["stage1"]["audio_latent"])
+    assert not np.array_equal(with_lora, plain_blobs.get(plain["local.stage1"]["audio_latent"]))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad,line", [
+    ({"decode_tiles": "off"}, "--decode-tiles does not apply to the t2a recipe (--pipeline t2a)"),
+    ({"cfg_scale": 2.0}, "--cfg-scale does not apply to the t2a recipe (--pipeline t2a)"),
+    ({"height": 128}, "-W/-H 384x128: --pipeline t2a renders only the audio track (no picture); drop them"),
+])
+def test_t2a_with_video_flags_refused_at_submit(bad, line, guided_farm, mstore):
+    before = len(mstore.list_renders())
+    with pytest.raises(FarmError) as info:
+        guided_farm.client.submit({**T2A, **bad})
+    assert "\n" not in str(info.value) and line in str(info.value), info.value
+    assert len(mstore.list_renders()) == before

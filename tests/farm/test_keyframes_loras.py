@@ -1,4 +1,4 @@
-"""Issue #22's whole case through the real CLI: two stacked seeded LoRAs (one in ComfyUI naming) and a
+"""Whole case through the real CLI: two stacked seeded LoRAs (one in ComfyUI naming) and a
 first (`replace`) and a last (`guide`) image, with tiled stage 2 and tiled decode: every task output on
 the farm (3 workers, then 2: the LoRA tests' module farm) equals `farm render --local` bit for bit."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from farm_cli.common import read_image
 from farm_cli.local import render_local
-from ltx_engine.lora import file_sha256
+from ltx_engine.lora.lora import file_sha256
 from tests.farm.test_user_loras import (  # noqa: F401 - the module farm and LoRA files, shared
     SPEC,
     STRENGTHS,

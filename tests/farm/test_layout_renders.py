@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from farm_cli.local import render_local
-from ltx_engine.tiny_pack import write_tiny_pack
+from ltx_engine.tiny.tiny_pack import write_tiny_pack
 from tests.farm.farm_harness import assert_identical, local_results
 
 SPEC = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate": 24.0, "seed": 3}
@@ -33,8 +33,8 @@ def test_layout_renders_the_standard_frames(layout, reference, local_runner, tmp
 
 
 @pytest.mark.timeout(180)
-def test_dev_only_pack_renders_with_the_distilled_lora_fused(reference, local_runner, tmp_path):
-    pack = write_tiny_pack(tmp_path / "pack", seed=0, layout="dev-only")
+def test_dev_only_pack_renders_with_the_distilled_lora_fused(reference, local_runner, tiny_dev_pack, tmp_path):
+    pack = tiny_dev_pack
     arrays = _render(local_runner, pack, tmp_path / "out.mp4")
     frames, want = arrays["frames"], reference["frames"]
     assert frames.shape == want.shape and np.isfinite(frames).all()

@@ -4,7 +4,7 @@ the planner listed (real Redis); a worker that describes no encoders may take it
 from __future__ import annotations
 
 from coordinator.state.store import FarmStore
-from ltx_engine import text_encoders
+from ltx_engine.rules import text_encoders
 
 
 def _task(tid: str, kind: str, params: dict) -> dict:

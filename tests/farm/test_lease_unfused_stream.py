@@ -1,10 +1,11 @@
-"""Issue #26: an unfused LoRA set's run-time adapters wrap a resident DiT's layers, so its DiT tasks are
+"""An unfused LoRA set's run-time adapters wrap a resident DiT's layers, so its DiT tasks are
 never streamed. The cost model gives them no streamed need, and the lease (real Redis) keeps them off a
 worker that could hold the DiT only streamed, while the same render with the set fused goes there."""
 
 from __future__ import annotations
 
 from coordinator.plan import costs
+from coordinator.plan.resolved import RenderPlan
 from coordinator.state.store import FarmStore
 
 GB = 2**30
@@ -20,7 +21,7 @@ def _task(render: str, spec: dict) -> dict:
         "capability": "mlx",
         "params": {"pack": "p", "height": 512, "width": 768, "frames": 49, "loras": LORAS},
     }
-    costs.annotate([task], spec)
+    costs.annotate([task], RenderPlan.from_stored({"prompt": "fox", **spec}))  # the plan as the store reads it
     return task
 
 

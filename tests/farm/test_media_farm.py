@@ -1,6 +1,6 @@
-"""Media in on a real farm (issue #24): an A2V render (a PyAV-written 44.1 kHz tone, with an --image
-and a tiled stage 2) that also encodes a source clip tiled across workers, on 3 and then 2 workers of
-one module farm: every task's output is bit for bit `farm render --local`'s; the track's latent is
+"""Media in on a real farm: an A2V render (a PyAV-written 44.1 kHz tone, with an --image
+and a tiled stage 2) that also encodes a source clip tiled across workers, on one module farm of 2
+workers: every task's output is bit for bit `farm render --local`'s; the track's latent is
 frozen through both stages; the output muxes the source track at its own rate."""
 
 from __future__ import annotations
@@ -61,9 +61,11 @@ def reference(media, local_runner, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def module_farm(redis_server, tiny_packs, tmp_path_factory):
+    """One farm of 2 workers. One count: the encode tiles and stage 2's tiles are given, so 2 and 3
+    workers run the same plan."""
     client = connect(redis_server.url)
     client.flushdb()
-    with farm(FarmStore(client), tmp_path_factory.mktemp("media-farm"), tiny_packs, workers=3) as (
+    with farm(FarmStore(client), tmp_path_factory.mktemp("media-farm"), tiny_packs, workers=2) as (
         farm_client,
         procs,
     ):
@@ -103,18 +105,12 @@ def _streams(path) -> tuple[bytes, bytes, int]:
 
 
 @pytest.mark.timeout(600)
-def test_a2v_and_a_tiled_source_encode_match_local_on_3_then_2_workers(
-    module_farm, media, reference, tmp_path
-):
-    farm_client, procs = module_farm
+def test_a2v_and_a_tiled_source_encode_match_local_on_the_farm(module_farm, media, reference, tmp_path):
+    farm_client, _procs = module_farm
     local, blobs, path = reference
     wait_until(
-        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
+        lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 2, 60, "2 workers registered"
     )
-    _, tasks = _render(farm_client, media)
-    _check(tasks, local)
-    procs["w3"].terminate()
-    procs["w3"].wait(timeout=20)
     render_id, tasks = _render(farm_client, media)
     _check(tasks, local)
     farm_mp4 = farm_client.fetch_output(render_id, tmp_path / "farm.mp4")

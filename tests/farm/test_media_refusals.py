@@ -1,5 +1,4 @@
-"""`--audio` files that cannot serve an A2V render, through the real `farm submit` and coordinator
-(issue #24): one line naming the file and what is wrong, exit 2, nothing queued; the coordinator
+"""`--audio` files that cannot serve an A2V render, through the real `farm submit` and coordinator: one line naming the file and what is wrong, exit 2, nothing queued; the coordinator
 probes each uploaded file in its child process and survives them all, and a refused blob is gone once
 retention's grace has passed. `farm render --local` refuses the same file the same way. IC-LoRA
 control and Dub-It the same way: a clip shorter than the render, an IC-LoRA without its metadata (or
@@ -58,11 +57,11 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
         "no such file": (["--audio", f["gone"]], "no such file"),
         "negative start": (
             ["--audio", f["tone"], "--audio-start", "-1"],
-            "audio_input start -1.0 is outside",
+            "--audio-start -1.0 is outside",
         ),
         "A2V on the HQ recipe": (
             ["--audio", f["tone"], "--pipeline", "two-stage-hq"],
-            "--audio tone.wav: A2V runs with the distilled, one-stage or two-stage pipeline",
+            "--audio does not apply to the two-stage-hq recipe (--pipeline two-stage-hq); it applies to: distilled, one-stage, two-stage, dfr",
         ),
         "audio guidance on a frozen track": (
             ["--audio", f["tone"], "--pipeline", "two-stage", "--audio-cfg-scale", "7"],
@@ -89,7 +88,8 @@ def test_audio_that_cannot_serve_a2v_is_refused_at_submit(coordinator, files, st
 
 
 @pytest.mark.timeout(120)
-def test_render_local_probes_the_file_as_the_coordinator_does(files, tmp_path):
+def test_render_local_probes_the_file_as_the_coordinator_does(files, tmp_path, tiny_packs):
+    (tmp_path / "packs").symlink_to(tiny_packs)  # a pack here: its refusal is the one line
     result = farm(
         "127.0.0.1:1", "render", "--local", *SPEC, "--audio", files["clip"], token="unused", data=tmp_path
     )
@@ -144,7 +144,7 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
         "dub without its LoRA": (["--dub", f["talk"]], "--dub needs --ic-lora FILE STRENGTH"),
         "dub and control at once": (
             ["--dub", f["talk"], "--control-video", f["clip30"], "1", *ic],
-            "--control-video and --dub are two pipelines: give one",
+            "--dub and --control-video are two recipes: give one",
         ),
         "a reference the VAE cannot encode": (
             ["-W", "192", "--control-video", f["clip"], "1", *ic],

@@ -1,4 +1,4 @@
-"""Nothing fresh is lost (issue #28, part 4): `farm prune --older-than 0` keeps a blob uploaded seconds
+"""Nothing fresh is lost: `farm prune --older-than 0` keeps a blob uploaded seconds
 ago for a submit on its way; a PutBlob the client cuts mid-stream costs one log line, not an ERROR with a
 traceback; and an old leader that lost its epoch publishes no file (reducer blobs, assembly outputs)."""
 
@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator.assembler import assemble_streaming
+from coordinator.assemble.assembler import assemble_streaming
 from coordinator.leadership import check_epoch
 from coordinator.server import serve, stop
 from coordinator.state.store import FarmStore, NotLeader
@@ -114,7 +114,7 @@ def test_an_old_leaders_assembly_and_reducer_outputs_are_fenced(store, tmp_data:
 @pytest.mark.timeout(60)
 def test_a_reducer_that_lost_its_epoch_writes_no_blob_and_logs_one_line(store, tmp_data: Path, caplog,
                                                                         monkeypatch) -> None:
-    import coordinator.reducer as reducer_module
+    import coordinator.reduce.reducer as reducer_module
     from coordinator.state.blobs import BlobStore
 
     old = _deposed(store)

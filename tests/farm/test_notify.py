@@ -69,3 +69,39 @@ def test_webhook_posts_once_when_a_render_ends(store, tmp_data, tiny_packs, rece
     by_id = {g["render_id"]: g for g in got}
     assert len(got) == 2 and by_id[rid]["state"] == "cancelled" and by_id[other]["state"] == "done", got
     assert by_id[other]["prompt"] == "a heron" and by_id[other]["fetch"].startswith(f"farm fetch {other}")
+
+
+@pytest.mark.timeout(60)
+def test_a_redis_outage_is_one_line_when_it_starts_and_one_when_it_ends(tmp_path, caplog):
+    """The webhook loop against a real redis-server killed twice: per outage one warning and one 'back'
+    line, never a traceback per pass."""
+    import logging
+
+    from coordinator.notify import Notifier
+    from coordinator.state.redis_server import EmbeddedRedis, connect, free_port
+    from coordinator.state.store import FarmStore
+
+    server = EmbeddedRedis(tmp_path / "redis", unix_socket=False, port=free_port())
+    server.start()
+    store = FarmStore(connect(server.url))
+    notifier = Notifier(store, interval_s=0.02)
+    caplog.set_level(logging.INFO, logger="farm")
+    notifier.start()
+    try:
+        for outage in range(2):
+            time.sleep(0.2)
+            server.proc.kill()
+            server.proc.wait(10)
+            time.sleep(0.5)  # many passes while it is down
+            server.start()
+            deadline = time.monotonic() + 20
+            while sum("back after" in r.getMessage() for r in caplog.records) <= outage:
+                assert time.monotonic() < deadline, "the loop never said Redis was back"
+                time.sleep(0.05)
+    finally:
+        notifier.stop()
+        server.stop()
+    mine = [r for r in caplog.records if r.name == "farm.notify"]
+    print("\n".join(r.getMessage() for r in mine))
+    assert not [r for r in mine if r.exc_info], "a traceback was logged"
+    assert [r.levelname for r in mine] == ["WARNING", "INFO"] * 2, [r.getMessage() for r in mine]

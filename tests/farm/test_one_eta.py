@@ -1,4 +1,4 @@
-"""One ETA (issue #27 item 5): `farm ls`, `farm status ID`, `farm watch` and the dashboard's list and
+"""One ETA (item 5): `farm ls`, `farm status ID`, `farm watch` and the dashboard's list and
 detail show the same number for the same render, through the real CLI and coordinator.
 
 The farm: a real worker renders once (the cost model learns its speeds), then stops; its registration is
@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from coordinator.auth import load_or_create_token
+from coordinator.api.auth import load_or_create_token
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from farm_cli.views import duration
 from farm_cli.watch_view import WatchState, render_view

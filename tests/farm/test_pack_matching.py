@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from farm_cli.local import render_local
 from tests.farm.farm_harness import (
     assert_identical,
     farm,
@@ -34,9 +33,9 @@ def _registered(store, names: set[str], timeout: float = 90) -> None:
 
 
 @pytest.mark.timeout(400)
-def test_tasks_go_to_the_worker_whose_pack_holds_their_components(store, tmp_data, tiny_packs, local_runner,
+def test_tasks_go_to_the_worker_whose_pack_holds_their_components(store, tmp_data, tiny_packs, local_reference,
                                                                     tmp_path):
-    _, outputs, blobs = render_local(SPEC, tmp_path / "ref.mp4", local_runner)
+    _, outputs, blobs = local_reference(SPEC)  # the session's: test_pack_sync renders the same spec
     partial = tmp_path / "partial"
     shutil.copytree(tiny_packs / "tiny", partial / "tiny")
     (partial / "tiny" / "spatial_upscaler_x2_v1_1.safetensors").unlink()

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.packs import PackShelf
+from coordinator.api.packs import PackShelf
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
 from protos.packpaths import STAGING
@@ -114,7 +114,7 @@ def test_pull_into_a_full_disk_stops_and_leaves_nothing_trusted(source: str, tin
 
 @pytest.mark.timeout(60)
 def test_shelf_serves_only_files_of_its_packs(store, tmp_data: Path, tiny_packs: Path, tmp_path: Path):
-    from coordinator.auth import auth_metadata, load_or_create_token
+    from coordinator.api.auth import auth_metadata, load_or_create_token
     from coordinator.server import serve, stop
 
     (tmp_path / "secret.txt").write_text("not a pack file")

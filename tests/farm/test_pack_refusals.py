@@ -13,7 +13,7 @@ import time
 import mlx.core as mx
 import pytest
 
-from ltx_engine.tiny_pack import write_tiny_pack
+from ltx_engine.tiny.tiny_pack import write_tiny_pack
 from tests.farm.farm_harness import ROOT, farm, wait_done
 
 SMALL = {"prompt": "a fox", "height": 128, "width": 128, "frames": 9, "frame_rate": 24.0, "seed": 3}

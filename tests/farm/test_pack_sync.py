@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.packs import BLOCK_BYTES, PackShelf
-from farm_cli.local import render_local
+from coordinator.api.packs import BLOCK_BYTES, PackShelf
 from protos.packpaths import STAGING
 from tests.farm.farm_harness import ROOT, assert_identical, farm_results, local_results, wait_done, wait_until
 
@@ -73,7 +72,7 @@ def sha(path: Path) -> str:
 
 @pytest.fixture
 def coordinator(store, tmp_data: Path, tmp_path: Path):
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
     from coordinator.server import serve, stop
 
     shelf_dir = tmp_path / "shelf"
@@ -177,14 +176,14 @@ def test_copy_onto_a_full_disk_stops_with_one_line_and_loads_nothing(
 
 @pytest.mark.timeout(600)
 def test_second_worker_receives_the_pack_and_renders_identical(
-        store, tmp_data: Path, tiny_packs: Path, local_runner, tmp_path: Path):
-    from coordinator.auth import load_or_create_token
+        store, tmp_data: Path, tiny_packs: Path, local_reference, tmp_path: Path):
+    from coordinator.api.auth import load_or_create_token
     from coordinator.dashboard import start_dashboard, stop_dashboard
     from coordinator.server import serve, stop
     from farm_cli.client import FarmClient
 
     spec = {**SPEC, "pack": "tiny"}
-    _, outputs, blobs = render_local(spec, tmp_path / "local.mp4", local_runner)
+    _, outputs, blobs = local_reference(spec)  # the session's: test_pack_matching renders the same spec
     token = load_or_create_token(tmp_data)
     server, port = serve(store, tmp_data, "127.0.0.1", 0, token, packs_dir=tiny_packs)
     dashboard, dash_port = start_dashboard(store, "127.0.0.1", 0, token, data_dir=tmp_data)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from coordinator.auth import load_or_create_token
+from coordinator.api.auth import load_or_create_token
 from tests.farm.farm_harness import ROOT, farm, wait_done
 
 SPEC = {"prompt": "a fox in the snow", "height": 256, "width": 384, "frames": 25, "seed": 3, "pack": "tiny"}

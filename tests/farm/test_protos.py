@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,25 @@ def test_check_reports_stale_files(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert generate.main(["--check"]) == 1
     generate.main([])
     assert generate.stale_files() == []
+
+
+def test_a_generator_release_alone_is_not_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another grpcio-tools stamps its own version into the files; only a contract change is stale."""
+    for name in ("farm.proto", "farm_pb2.py", "farm_pb2.pyi", "farm_pb2_grpc.py"):
+        shutil.copy(generate.PROTO_DIR / name, tmp_path / name)
+    monkeypatch.setattr(generate, "PROTO_DIR", tmp_path)
+    grpc_code, pb_code = tmp_path / "farm_pb2_grpc.py", tmp_path / "farm_pb2.py"
+    grpc_code.write_text(re.sub(r"GRPC_GENERATED_VERSION = '[^']*'", "GRPC_GENERATED_VERSION = '9.99.0'",
+                                grpc_code.read_text()))
+    restamped = re.sub(r"(ValidateProtobufRuntimeVersion\(\n\s*\S+,\n\s*)\d+,\n\s*\d+,\n\s*\d+,",
+                       r"\g<1>9,\n    99,\n    0,", pb_code.read_text())
+    pb_code.write_text(re.sub(r"# Protobuf Python Version: \S+", "# Protobuf Python Version: 9.99.0", restamped))
+    assert generate.generator_versions(grpc_code.read_text()) == {"grpc": "9.99.0"}
+    assert generate.generator_versions(pb_code.read_text()) == {"protobuf": "9.99.0"}
+    assert "9,\n    99,\n    0," in pb_code.read_text()
+    assert generate.stale_files() == []
+    pb_code.write_text(pb_code.read_text().replace("ltxfarm.v1", "ltxfarm.v2"))  # the contract itself
+    assert generate.stale_files() == ["farm_pb2.py"]
 
 
 def test_generated_grpc_imports_are_package_relative() -> None:

@@ -16,7 +16,6 @@ import pytest
 
 from coordinator.state.redis_server import EmbeddedRedis, connect, free_port
 from coordinator.state.store import FarmStore
-from farm_cli.local import render_local
 from tests.farm.chaos import ChaosFarm, assert_same_outputs, assert_same_video, spec
 from tests.farm.farm_harness import ROOT, wait_done
 
@@ -61,9 +60,9 @@ class RedisKiller(threading.Thread):
 
 
 @pytest.mark.timeout(420)
-def test_redis_killed_in_every_phase_renders_finish_identical(local_runner, tmp_path, tiny_packs, caplog):
+def test_redis_killed_in_every_phase_renders_finish_identical(local_reference, tmp_path, tiny_packs, caplog):
     caplog.set_level(logging.INFO)
-    refs = {s: render_local(spec(s), tmp_path / f"local-{s}.mp4", local_runner) for s in (40, 41, 42)}
+    refs = {s: local_reference(spec(s)) for s in (0, 1, 2)}  # distinct seeds: a result in the wrong render shows
     redis = EmbeddedRedis(tmp_path / "redis", unix_socket=False, port=free_port(), persistence=True).start()
     store = FarmStore(connect(redis.url))
     data = tmp_path / "data"
@@ -71,24 +70,24 @@ def test_redis_killed_in_every_phase_renders_finish_identical(local_runner, tmp_
     try:
         with ChaosFarm(store, data, tiny_packs, workers=3, lease_ms=6000) as farm:
             killer = RedisKiller(redis, store)
-            ids = {40: farm.client.submit(spec(40))}
+            ids = {0: farm.client.submit(spec(0))}
             killer.start()
             cli = subprocess.Popen(
                 [sys.executable, "-c", "from farm_cli.main import main; main()", "submit", "-p", "a fox", "-H", "128",
-                 "-W", "256", "-f", "9", "--seed", "41", "--stage2-tiles", "2x2", "--tile-overlap", "1",
+                 "-W", "256", "-f", "9", "--seed", "1", "--stage2-tiles", "2x2", "--tile-overlap", "1",
                  "--decode-tiles", "32,128,128", "--coordinator", farm.address, "--wait",
                  "-o", str(tmp_path / "wait.mp4"), "--json"],
                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "FARM_TOKEN": farm.token}, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True)
             time.sleep(2.0)
-            ids[42] = farm.client.submit(spec(42))
+            ids[2] = farm.client.submit(spec(2))
             out, err = cli.communicate(timeout=300)
             for rid in ids.values():
                 wait_done(farm.client, rid, 300)
             killer.done.set()
             killer.join(15)
-            ids[41] = [r["id"] for r in farm.client.list() if r["id"] not in ids.values()][0]
+            ids[1] = [r["id"] for r in farm.client.list() if r["id"] not in ids.values()][0]
             for seed, rid in ids.items():
                 render = farm.client.get(rid)
                 assert render["state"] == "done", (seed, render.get("error"))
@@ -99,7 +98,7 @@ def test_redis_killed_in_every_phase_renders_finish_identical(local_runner, tmp_
     print(f"redis killed during {killer.hit}; submit --wait exit {cli.returncode}")
     assert killer.hit == list(PHASES)
     assert cli.returncode == 0, err[-2000:]
-    assert_same_video(tmp_path / "wait.mp4", refs[41][0])
+    assert_same_video(tmp_path / "wait.mp4", refs[1][0])
     warnings = [r.getMessage() for r in caplog.records if "retrying until it is back" in r.getMessage()]
     loops = [m.split(":")[0] for m in warnings]
     print("outage lines:", *sorted(set(warnings)), sep="\n  ")

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from coordinator.metrics import redis_now_ms
 from coordinator.retention import FRESH_BLOB_FLOOR_S, prune
+from coordinator.views.metrics import redis_now_ms
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ROOT, farm, wait_done
 

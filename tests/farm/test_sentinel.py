@@ -15,7 +15,7 @@ import time
 import pytest
 import redis
 
-from coordinator.auth import load_or_create_token
+from coordinator.api.auth import load_or_create_token
 from coordinator.state.redis_server import connect
 from coordinator.state.replicated import ReplicatedRedis
 from coordinator.state.sentinel import FULL_WAIT_EVERY_S, SentinelUrl, check_redis_url, parse_sentinel_url
@@ -126,11 +126,9 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_epochs_only_grow(tmp_p
         fence = a.lease("w1", ["mlx"], 30_000)["fence"]
         assert a.complete("r1.t", "w1", fence, {"x": "f" * 64}, {}) == "ok"  # acknowledged: then the kill
         old = rs.primary()
-        killed = _kill_primary(rs)
-        leased = _until(lambda: a.lease("w2", ["mlx"], 30_000))
-        took = time.monotonic() - killed
-        print(f"primary kill -9 to the next lease on the new primary: {took:.2f} s")
-        assert rs.primary() is not old and leased["id"] == "r1.u" and took < 15
+        _kill_primary(rs)
+        leased = _until(lambda: a.lease("w2", ["mlx"], 30_000))  # how soon: `farm bench standby`
+        assert rs.primary() is not old and leased["id"] == "r1.u"  # the client followed the sentinels' promotion
         assert a.get_task("r1.t")["state"] == "done" and a.get_task("r1.t")["outputs"] == {"x": "f" * 64}
         # The new primary re-loads scripts it lacks: force it, for a fenced write and a plain one.
         a.client.script_flush()

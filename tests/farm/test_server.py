@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator.auth import auth_metadata
+from coordinator.api.auth import auth_metadata
 from coordinator.server import serve, stop
 from coordinator.state.redis_server import free_port
 from farm_cli.client import CoordinatorUnreachable, FarmClient, FarmError
@@ -130,16 +130,13 @@ def test_good_result_commits(farm) -> None:
 
 def test_unreachable_coordinator_is_one_line(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"
-    start = time.monotonic()
     with FarmClient(address, join_token(tmp_path, TOKEN), timeout=1.0) as client, pytest.raises(CoordinatorUnreachable) as info:
         client.list()
-    assert time.monotonic() - start < 10
     message = str(info.value)
     assert address in message and "\n" not in message and "Traceback" not in message
 
 
 def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) -> None:
-    pytest.importorskip("coordinator.plan.render")
     address, store, token = farm
     with FarmClient(address, token, timeout=10) as client:
         with pytest.raises(FarmError) as info:
@@ -162,7 +159,7 @@ def test_submit_refuses_bad_spec_and_watch_ends_on_cancel(farm, tmp_path: Path) 
 
 
 def test_only_recently_seen_workers_shape_validation(store) -> None:
-    from coordinator.client_servicer import live_fleet
+    from coordinator.api.client_servicer import live_fleet
 
     store.register_worker("gone", {"packs": ["tiny"], "memory_bytes": 1 << 30})
     store.register_worker("here", {"packs": ["tiny"], "memory_bytes": 1 << 34})

@@ -1,4 +1,4 @@
-"""Sequence-parallel stage 1 as a gang lease on a real farm (issue #25): k workers at once, the group
+"""Sequence-parallel stage 1 as a gang lease on a real farm: k workers at once, the group
 handed out by the coordinator, the ranks in child processes under a watchdog; every render equals
 `farm render --local` bit for bit, whatever happened to the gang."""
 
@@ -69,6 +69,12 @@ def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, referen
             print(asked, s1["metrics"].get("stage1_parallel"), s1["metrics"].get("seconds"), started)
             assert s1["metrics"]["stage1_parallel"] == degree, s1["metrics"].get("gang_broke")
             assert started and started[0]["degree"] == degree
+            # every rank in the record: the task, its done event and the schedule (a bar per rank)
+            assert s1["ranks"] == started[0]["members"] and len(set(s1["ranks"])) == degree, s1.get("ranks")
+            done = [e for e in _events(client, render["id"]) if e.get("type") == "task_done" and e["task"] == s1["id"]]
+            assert done[0]["workers"] == s1["ranks"], done
+            bars = [r["worker"] for r in store.render_attempts(render["id"]) if r["task"] == s1["id"]]
+            assert sorted(bars) == sorted(s1["ranks"]), bars
         # a user LoRA: the worker fetches its blob and hands its rank process the file
         lora = write_user_loras(tmp_data / "loras", tiny_packs / "tiny")[0]
         sha = client.put_blob(lora.read_bytes())
@@ -145,7 +151,7 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
 
     store.set_policy(gang_step_floor_s="3", gang_open_s="8")
     with farm(store, tmp_data, tiny_packs, workers=0) as (client, procs):
-        from coordinator.auth import load_or_create_token
+        from coordinator.api.auth import load_or_create_token
 
         address = client.endpoints.addresses[0]
         procs.update(_start_throttled(address, load_or_create_token(tmp_data), tiny_packs, tmp_data, 3, 2.0))
@@ -189,7 +195,7 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
 def test_coordinator_restarted_mid_gang(store, redis_url, tmp_data, tiny_packs, reference):
     """kill -9 the coordinator while a gang of 2 runs and start it again on its port: the ranks never
     needed it (peer to peer), rank 0 commits to the new one under the same fence."""
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
     from farm_cli.client import FarmClient
     from farm_cli.supervise import stop_processes
     from tests.farm.test_failover import free_port, serving_after, start_coordinator

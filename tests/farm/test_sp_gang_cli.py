@@ -1,6 +1,6 @@
 """`--stage1-parallel` at submit, through the real CLI against a real coordinator (no workers): a degree
 that is no whole number in 1..8 is one line, exit 2, nothing queued; a good one (even above the live
-workers: the lease falls back) is queued with it in its spec and its gang cap on stage 1 (issue #25)."""
+workers: the lease falls back) is queued with it in its spec and its gang cap on stage 1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue #26 on the farm: a render with sparse stage-2 attention and float16 compute, stage 2 tiled so that
+"""On the farm: a render with sparse stage-2 attention and float16 compute, stage 2 tiled so that
 every tile forward routes (>= 4096 tokens: two tiles of 2 latent frames x 37 x 56), is bit-identical on a
 1-worker farm to `farm render --local`; each tile forward carries its step's tau, and the tau changes what
 a tile computes. Kept cheap (the suite's largest farm render): the fewest pixels whose tiles each reach

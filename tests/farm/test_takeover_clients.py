@@ -1,4 +1,4 @@
-"""No dead window for clients (issue #28, part 3): a `farm submit` started while a standby takes over
+"""No dead window for clients: a `farm submit` started while a standby takes over
 from a killed leader waits for the new leader and lands (exit 0, one line saying it waits); a paused old
 leader that wakes up logs one line per loop that lost its epoch, never a traceback; a gRPC error in a
 retry line reads as its status code and details."""
@@ -14,7 +14,7 @@ import time
 import grpc
 import pytest
 
-from coordinator.auth import load_or_create_token
+from coordinator.api.auth import load_or_create_token
 from protos.retry import Outage, describe
 from tests.farm.farm_harness import ROOT
 from tests.farm.test_failover import CLI, free_port, serving_after, start_coordinator, stop_all

@@ -50,11 +50,8 @@ def test_tiled_stage2_matches_local_for_any_worker_count(workers, store, tmp_dat
             assert_identical(farm_results(client, render), references[name])
             tiles = [t for t in render["tasks"] if t["kind"] == "transformer_forward"]
             assert {t["worker"] for t in tiles} <= {f"w{i + 1}" for i in range(workers)}
-            # Not held here any more: "alone, a worker's guess of its next tile is right" (half the tiles
-            # found every input prefetched). On this machine in December 2026 0 of 8 tiles were, at this
-            # commit and at f1088d2 alike (inputs_warm 6-7 of 9: the text and prep blobs, not the tile's),
-            # though stop 32's CI passed it: the guess (worker_servicer.Upcoming, guesses.pick) and the
-            # lease order part. A timing-free test of the guess itself is the follow-up (issue #26's note).
+            # How many tiles find their inputs prefetched depends on timing; that the prefetch asks for
+            # the inputs of the very task its next lease hands over is held in test_prefetch_guess.py.
 
 
 def test_one_tile_without_overlap_is_exactly_untiled(local_runner, tmp_path, references):

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from farm_cli.local import render_local
-from ltx_engine import text_encoders
 from ltx_engine.models.text_encoder import write_tiny_text_encoder
-from ltx_engine.tiny_pack import write_tiny_pack
+from ltx_engine.rules import text_encoders
+from ltx_engine.tiny.tiny_pack import write_tiny_pack
 from tests.farm.farm_harness import ROOT, assert_identical, farm, farm_results, local_results, wait_done
 from tests.unit.test_text_encoders import hf_cache_repo
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from farm_cli.local import render_local
-from ltx_engine import text_encoders
 from ltx_engine.models.text_encoder import write_tiny_text_encoder
-from ltx_engine.tiny_pack import write_tiny_pack
+from ltx_engine.rules import text_encoders
+from ltx_engine.tiny.tiny_pack import write_tiny_pack
 from tests.farm.hub_server import serve_repos
 from tests.farm.test_pack_pull import farm, files_of
 

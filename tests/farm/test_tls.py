@@ -17,9 +17,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.auth import load_or_create_token
+from coordinator.api.auth import load_or_create_token
+from coordinator.api.tls import load_or_create_tls
 from coordinator.server import serve, stop
-from coordinator.tls import load_or_create_tls
 from farm_cli.client import FarmClient, FarmError
 from protos.auth import NOT_THIS_FARM, JoinToken
 from tests.farm.farm_harness import ROOT

@@ -9,7 +9,7 @@ import logging
 import grpc
 import pytest
 
-from coordinator.auth import auth_metadata, load_or_create_token
+from coordinator.api.auth import auth_metadata, load_or_create_token
 from coordinator.server import serve, stop
 from coordinator.state.redis_server import EmbeddedRedis, connect, free_port
 from coordinator.state.store import FarmStore

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.auth import auth_metadata
+from coordinator.api.auth import auth_metadata
 from coordinator.scheduler import Scheduler
 from coordinator.server import serve, stop
 from coordinator.state.blobs import BlobStore

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.auth import auth_metadata, load_or_create_token
+from coordinator.api.auth import auth_metadata, load_or_create_token
 from coordinator.server import serve, stop
 from farm_cli.client import FarmClient, FarmError
 from protos import farm_pb2, farm_pb2_grpc

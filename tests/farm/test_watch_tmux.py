@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import time
 import pytest
 
 from tests.farm.farm_harness import ROOT, farm
+from tests.needs import require_program
 
 SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 7, "pack": "tiny",
         "stage2_tiles": "2x2", "tile_overlap": 5}
@@ -22,8 +22,7 @@ def _tmux(*args: str) -> str:
 
 @pytest.mark.timeout(300)
 def test_farm_watch_shows_every_stage_done(store, tmp_data, tiny_packs):
-    if shutil.which("tmux") is None:
-        pytest.skip("no tmux on PATH (.ci/run installs it; tests never install system packages)")
+    require_program("tmux")
     session = f"farmwatch{os.getpid()}"
     with farm(store, tmp_data, tiny_packs, workers=2) as (client, _procs):
         render_id = client.submit(dict(SPEC))

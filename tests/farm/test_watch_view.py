@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from coordinator import metrics
 from coordinator.state.store import FarmStore
+from coordinator.views import metrics
 from farm_cli.watch_view import WatchState, watch_render
 from tests.farm.test_dashboard import new_render, run_to_the_end
 

@@ -1,5 +1,5 @@
 """500 concurrent watchers cannot stop the farm: one hub thread reads Redis for all of them
-(coordinator/watchhub.py), each watcher relayed to the end; a tiled render finishes under them. The hub
+(coordinator/api/watchhub.py), each watcher relayed to the end; a tiled render finishes under them. The hub
 gives each watcher every event after the id it asked for, once, in order, whenever it joins; the limits
 (in all and per client address) answer RESOURCE_EXHAUSTED in one line and free up when a watcher leaves."""
 
@@ -11,10 +11,11 @@ import time
 import grpc
 import pytest
 
-from coordinator.auth import auth_metadata, load_or_create_token
+from coordinator.api.auth import auth_metadata, load_or_create_token
+from coordinator.api.watchhub import END, WatchHub, backlog
 from coordinator.server import serve, stop
-from coordinator.watchhub import END, WatchHub, backlog
 from farm_cli.client import FarmClient
+from farm_cli.follow import Outage, follow_events
 from protos import farm_pb2, farm_pb2_grpc
 from protos.auth import farm_channel
 from protos.states import TERMINAL
@@ -37,8 +38,8 @@ def test_five_hundred_watchers_are_all_relayed_and_a_tiled_render_finishes(store
         seen: list[list[dict]] = [[] for _ in range(WATCHERS)]
         ended: list[str] = []
 
-        def watch(i: int) -> None:
-            for event in clients[i % CHANNELS].watch(render_id, timeout=360):
+        def watch(i: int) -> None:  # as `farm watch` follows: a stream cut under load resumes after its last event
+            for event in follow_events(clients[i % CHANNELS], render_id, Outage(limit_s=60)):
                 seen[i].append(event)
             ended.append(clients[i % CHANNELS].get(render_id)["state"])
 

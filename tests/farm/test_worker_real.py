@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.auth import load_or_create_token
+from coordinator.api.auth import load_or_create_token
 from coordinator.server import serve, stop
 from coordinator.state.redis_server import free_port
 from farm_cli.client import FarmClient
@@ -69,7 +69,7 @@ def test_cancel_mid_render_then_the_same_worker_renders_again(store, tmp_data, t
         # The worker hears CANCEL on its next heartbeat, stops and reports the task with Fail, which the
         # coordinator answers STALE (the render is over). Only if the task outran the heartbeat does its
         # Complete get the same STALE refusal instead; either way nothing of it is committed.
-        reported = (f"task {task_id} reported failed (cancelled): STALE", f"task {task_id}: STALE")
+        reported = (f"task {task_id} reported failed (cancelled, transient): STALE", f"task {task_id}: STALE")
         _wait(
             lambda: any(line in _log(tmp_data, "w1") for line in reported),
             60,
@@ -141,21 +141,19 @@ def test_sigterm_mid_task_exits_zero_and_hands_the_task_back(store, tmp_data, ti
             f"w1 to start {task_id}",
             lambda: _log(tmp_data, "w1"),
         )
-        start = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         try:
-            code = worker.wait(timeout=15)
+            code = worker.wait(timeout=90)  # a hang guard with room for a loaded machine, not a figure
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the worker ignored SIGTERM for 15 s\n{_log(tmp_data, 'w1')}") from None
-        elapsed = time.monotonic() - start
-        assert code == 0 and elapsed < 15, _log(tmp_data, "w1")
+            raise AssertionError(f"the worker ignored SIGTERM for 90 s\n{_log(tmp_data, 'w1')}") from None
+        assert code == 0, _log(tmp_data, "w1")
         task = store.get_task(task_id)
         # The run stops, the task is handed back for another worker (or, if it finished just before the
         # signal, committed): never left leased until its deadline.
         assert task["state"] in ("queued", "done"), task
         if task["state"] == "queued":
             assert "shutting down" in task.get("error", ""), task
-            assert f"task {task_id} reported failed (worker shutting down): REQUEUED" in _log(tmp_data, "w1")
+            assert f"task {task_id} reported failed (worker shutting down, transient): REQUEUED" in _log(tmp_data, "w1")
 
 
 @pytest.mark.timeout(300)

@@ -1,4 +1,4 @@
-"""Seeded user LoRAs for the tiny pack (issue #22 farm tests): one in the reference layout, one in
+"""Seeded user LoRAs for the tiny pack (farm tests): one in the reference layout, one in
 ComfyUI's (lora_down / lora_up with an alpha), on video, audio and audio-video modules of the DiT."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ STYLE_SEED, CAMERA_SEED = 11, 12
 
 def tiny_lora_shapes(pack_dir: Path) -> dict[str, tuple[int, int]]:
     """Reference module -> (out, in) of the tiny pack's DiT (a quantized weight read at its true inputs)."""
-    from ltx_engine.lora_keys import LAYOUTS  # noqa: F401 - the layouts the files are written in
-    from ltx_engine.model_classes import model_class
-    from ltx_engine.pack import Pack
-    from ltx_engine.tiny_loras import TINY_LORA_MODULES
+    from ltx_engine.loading.model_classes import model_class
+    from ltx_engine.loading.pack import Pack
+    from ltx_engine.rules.lora_keys import LAYOUTS  # noqa: F401 - the layouts the files are written in
+    from ltx_engine.tiny.tiny_loras import TINY_LORA_MODULES
 
     pack = Pack(Path(pack_dir))
     weights, sanitize = pack.tensors("transformer"), model_class("transformer").sanitize
@@ -28,7 +28,7 @@ def tiny_lora_shapes(pack_dir: Path) -> dict[str, tuple[int, int]]:
 
 def write_user_loras(folder: Path, pack_dir: Path, scale: float = 0.05) -> tuple[Path, Path]:
     """`style.safetensors` (reference layout) and `camera.safetensors` (ComfyUI, alpha 2) in `folder`."""
-    from ltx_engine.tiny_loras import tiny_lora_factors, write_tiny_lora
+    from ltx_engine.tiny.tiny_loras import tiny_lora_factors, write_tiny_lora
 
     folder.mkdir(parents=True, exist_ok=True)
     shapes = tiny_lora_shapes(pack_dir)

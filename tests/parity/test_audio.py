@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 _STANDIN = "torchaudio" not in sys.modules and importlib.util.find_spec("torchaudio") is None
@@ -26,7 +26,7 @@ from ltx_core.model.audio_vae.model_configurator import (  # noqa: E402
 if _STANDIN:
     del sys.modules["torchaudio"]
 
-from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.loading.loader import apply_weights  # noqa: E402
 from ltx_engine.models.audio_vae import AudioDecoder, tiny_config  # noqa: E402
 
 

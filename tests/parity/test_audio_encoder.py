@@ -16,7 +16,7 @@ import types
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 _STANDIN = "torchaudio" not in sys.modules and importlib.util.find_spec("torchaudio") is None
@@ -31,9 +31,9 @@ if _STANDIN:
 
 from mlx.utils import tree_flatten  # noqa: E402
 
-from ltx_engine.audio_mel import MelConfig, log_mel  # noqa: E402
-from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.loading.loader import apply_weights  # noqa: E402
 from ltx_engine.models.audio_encoder import AudioEncoder  # noqa: E402
+from ltx_engine.models.audio_mel import MelConfig, log_mel  # noqa: E402
 from ltx_engine.models.audio_vae import tiny_config  # noqa: E402
 
 
@@ -160,7 +160,7 @@ def test_encode_waveform_equals_reference_chain():
 
 def test_tiny_pack_carries_the_encoder(tmp_path):
     """The tiny pack's audio_vae file loads strictly into the encoder, and encodes to the latent's shape."""
-    from ltx_engine.tiny_pack import tiny_embedded_config, write_tiny_pack
+    from ltx_engine.tiny.tiny_pack import tiny_embedded_config, write_tiny_pack
 
     pack = write_tiny_pack(tmp_path / "tiny", seed=0)
     raw = mx.load(str(pack / "audio_vae.safetensors"))

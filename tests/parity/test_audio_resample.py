@@ -1,11 +1,11 @@
-"""Parity of the audio encode's resampler (issue #24) with torchaudio's `functional.resample`, the call
+"""Parity of the audio encode's resampler with torchaudio's `functional.resample`, the call
 ltx_core 1.0.0's `AudioProcessor.resample_audio` makes with its defaults (windowed sinc, Hann window,
 lowpass_filter_width 6, rolloff 0.99).
 
 torchaudio is not installed: `_torchaudio_resample` below is its `_get_sinc_resample_kernel` and
 `_apply_sinc_resample_kernel` written out in torch (a strided `conv1d` over the padded waveform, one
 filter per output phase), as `test_audio_encoder.py` writes out its mel formulas; the farm's version is
-numpy (`ltx_engine/audio_resample.py`: a strided window view times the kernel).
+numpy (`ltx_engine/rules/audio_resample.py`: a strided window view times the kernel).
 """
 
 import math
@@ -13,9 +13,10 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
 
-from ltx_engine.audio_resample import resample  # noqa: E402
+from ltx_engine.rules.audio_resample import resample  # noqa: E402
 
 
 def _torchaudio_resample(wave: "torch.Tensor", orig: int, new: int, width_lp: int = 6, rolloff: float = 0.99):

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
+
 save_file = pytest.importorskip("safetensors.torch").save_file
 
 import mlx.core as mx  # noqa: E402
@@ -29,12 +30,12 @@ from ltx_core.text_encoders.gemma.embeddings_connector import (  # noqa: E402
 from ltx_core.text_encoders.gemma.embeddings_processor import EmbeddingsProcessor  # noqa: E402
 from ltx_core.text_encoders.gemma.feature_extractor import FeatureExtractorV2  # noqa: E402
 
-from ltx_engine.checkpoint import GEMMA_ENV, CheckpointPack  # noqa: E402
-from ltx_engine.loader import PackError  # noqa: E402
+from ltx_engine.loading.checkpoint import GEMMA_ENV, CheckpointPack  # noqa: E402
+from ltx_engine.loading.loader import PackError  # noqa: E402
+from ltx_engine.loading.pack import open_pack  # noqa: E402
+from ltx_engine.loading.registry import ModelRegistry  # noqa: E402
 from ltx_engine.models.upsampler import tiny_spatial_config, tiny_temporal_config  # noqa: E402
-from ltx_engine.pack import open_pack  # noqa: E402
-from ltx_engine.registry import ModelRegistry  # noqa: E402
-from ltx_engine.tiny_pack import tiny_embedded_config  # noqa: E402
+from ltx_engine.tiny.tiny_pack import tiny_embedded_config  # noqa: E402
 
 # The audio parity module installs the torchaudio stand-in ltx_core's audio imports need.
 from tests.parity import test_audio as audio_parity  # noqa: E402

@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from coordinator.reducer import run_reduce_task
-from ltx_engine import dfr_epilogue, lanczos
-from ltx_engine.dfr_layout import plan_params
+from coordinator.reduce.reducer import run_reduce_task
+from ltx_engine import lanczos
+from ltx_engine.rules import dfr_epilogue
+from ltx_engine.rules.dfr_layout import plan_params
 
 
 def _upstream_clamp(dim: int, n: int, overlap: int) -> tuple[int, int]:

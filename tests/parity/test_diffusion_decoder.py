@@ -16,14 +16,17 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
-from ltx_core.model.transformer.timestep_embedding import PixArtAlphaCombinedTimestepSizeEmbeddings
-from ltx_core.model.video_vae.ops import patchify, unpatchify
-from mlx.utils import tree_flatten, tree_unflatten
 
-from ltx_engine.diffusion_tiling import min_latent_shape
-from ltx_engine.models.diffusion_decoder import DiffusionVideoDecoder, tiny_config
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
+import torch.nn.functional as F  # noqa: E402
+from ltx_core.model.transformer.timestep_embedding import PixArtAlphaCombinedTimestepSizeEmbeddings  # noqa: E402
+from ltx_core.model.video_vae.ops import patchify, unpatchify  # noqa: E402
+from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
+
+from ltx_engine.models.diffusion_decoder import DiffusionVideoDecoder, tiny_config  # noqa: E402
+from ltx_engine.rules.diffusion_tiling import min_latent_shape  # noqa: E402
 
 CFG = tiny_config()
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-import torch
-from torch import nn
 
-from ltx_engine.duration import frames_for
-from ltx_engine.models.duration_head import DurationHead
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
+from torch import nn  # noqa: E402
+
+from ltx_engine.models.duration_head import DurationHead  # noqa: E402
+from ltx_engine.rules.duration import frames_for  # noqa: E402
 
 VIDEO, AUDIO, HIDDEN, QUERIES, HEADS, MLP = 48, 24, 32, 2, 4, 40
 

@@ -14,8 +14,9 @@ import json
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
+
 transformers = pytest.importorskip("transformers")
 
 import mlx.core as mx  # noqa: E402
@@ -26,10 +27,10 @@ from ltx_core.text_encoders.gemma.embeddings_connector import (  # noqa: E402
 )
 from ltx_core.text_encoders.gemma.feature_extractor import FeatureExtractorV2  # noqa: E402
 
+from ltx_engine.loading.pack import Pack  # noqa: E402
+from ltx_engine.loading.registry import ModelRegistry  # noqa: E402
 from ltx_engine.models.gemma4 import Gemma4Tower, gemma4_hidden_states, split_tower_weights, tokenize  # noqa: E402
 from ltx_engine.models.text_encoder import encode_prompt  # noqa: E402
-from ltx_engine.pack import Pack  # noqa: E402
-from ltx_engine.registry import ModelRegistry  # noqa: E402
 from tests.parity.upstream_rules import (  # noqa: E402
     connector_inputs_main,
     gemma_tokenize_main,
@@ -46,7 +47,7 @@ def rel_l2(ours, ref) -> float:
 
 @pytest.fixture(scope="module")
 def pack25(tmp_path_factory) -> Pack:
-    from ltx_engine.tiny_pack import write_tiny_pack  # float32 throughout: the parity bar is float32
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack  # float32 throughout: the parity bar is float32
 
     return Pack(write_tiny_pack(tmp_path_factory.mktemp("g4") / "tiny25", seed=2, variant="2.5", dtype=mx.float32))
 

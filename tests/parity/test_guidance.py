@@ -4,22 +4,24 @@ ltx-core 1.0.0 (float32, <= 1e-4 relative); ltx-pipelines' loops as transcribed 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 from ltx_core.components.diffusion_steps import EulerDiffusionStep, Res2sDiffusionStep  # noqa: E402
 from ltx_core.components.guiders import (  # noqa: E402
     CFGGuider,
     CFGStarRescalingGuider,
+    LtxAPGGuider,
     MultiModalGuider,
+    MultiModalGuiderFactory,
     MultiModalGuiderParams,
     STGGuider,
 )
 from ltx_core.components.schedulers import LTX2Scheduler  # noqa: E402
 
-from ltx_engine import guidance as G  # noqa: E402
-from ltx_engine import res2s as R  # noqa: E402
-from ltx_engine.schedule import ltx2_sigmas  # noqa: E402
+from ltx_engine.rules import guidance as G  # noqa: E402
+from ltx_engine.rules import res2s as R  # noqa: E402
+from ltx_engine.rules.schedule import ltx2_sigmas  # noqa: E402
 from tests.parity import pipelines_ref as ref_loops  # noqa: E402
 
 TOL = 1e-4
@@ -82,6 +84,47 @@ def test_combine_matches_multimodal_guider(name):
     assert guider.do_unconditional_generation() == (G.UNCOND in ran)
     assert guider.do_perturbed_generation() == (G.PERTURBED in ran)
     assert guider.do_isolated_modality_generation() == (G.ISOLATED in ran)
+
+
+@pytest.mark.parametrize(("scale", "eta", "threshold"), [(3.0, 1.0, 0.0), (3.0, 0.0, 0.0), (7.0, 0.5, 2.0),
+                                                          (4.0, 1.5, 50.0)])
+def test_apg_delta_matches_ltx_apg_guider(scale, eta, threshold):
+    """`LtxAPGGuider.delta` (1.0.0, unchanged in 1.2.0); one sample, as its (B, 1) projection broadcasts."""
+    o = _outputs(5, (1, 24, 16))
+    c, u = o[G.COND], o[G.UNCOND]
+    want = LtxAPGGuider(scale, eta, threshold).delta(_t(c), _t(u)).numpy()
+    assert _rel(G.apg_delta(scale, c, u, eta, threshold), want) <= TOL
+
+
+def test_a_combine_with_apg_takes_apgs_delta_for_the_cfg_term():
+    p = G.GuiderParams(cfg_scale=3.0, stg_scale=1.0, stg_blocks=(1,), modality_scale=2.0, rescale=0.7, apg_eta=0.5,
+                       apg_norm_threshold=3.0)
+    o = _outputs(6, (1, 24, 16))
+    apg = LtxAPGGuider(3.0, 0.5, 3.0).delta(_t(o[G.COND]), _t(o[G.UNCOND]))
+    # MultiModalGuider.calculate with its CFG difference replaced by APG's delta:
+    # uncond_text chosen so that (cfg - 1)(cond - uncond_text) == apg.
+    uncond_text = _t(o[G.COND]) - apg / 2.0
+    want = MultiModalGuider(_ref_params(p)).calculate(_t(o[G.COND]), uncond_text, _t(o[G.PERTURBED]),
+                                                      _t(o[G.ISOLATED])).numpy()
+    assert _rel(G.combine(p, o), want) <= TOL
+    assert G.params_from_dict(G.params_to_dict(p)) == p
+    assert "apg_eta" not in G.params_to_dict(G.VIDEO_DEV) and "skip_step" not in G.params_to_dict(G.VIDEO_DEV)
+
+
+@pytest.mark.parametrize("skip", [0, 1, 2, 4])
+def test_skip_step_is_the_guiders(skip):
+    ref = MultiModalGuider(MultiModalGuiderParams(cfg_scale=3.0, skip_step=skip))
+    ours = G.GuiderParams(cfg_scale=3.0, skip_step=skip)
+    assert [G.skips_step(ours, i) for i in range(12)] == [ref.should_skip_step(i) for i in range(12)]
+
+
+def test_params_binned_by_sigma_are_the_factorys():
+    bins = {1.0: G.GuiderParams(cfg_scale=5.0), 0.6: G.GuiderParams(cfg_scale=3.0), 0.2: G.GuiderParams(cfg_scale=1.5)}
+    factory = MultiModalGuiderFactory.from_dict({k: _ref_params(v) for k, v in bins.items()})
+    for sigma in (1.5, 1.0, 0.99, 0.6, 0.59, 0.2, 0.1, 0.0):
+        assert _ref_params(G.params_for_sigma(tuple(bins.items()), sigma)) == factory.params(sigma), sigma
+    with pytest.raises(ValueError, match="at least one"):
+        G.params_for_sigma((), 0.5)
 
 
 def test_passes_for_the_recipes():
@@ -177,7 +220,7 @@ def test_noise_normalisation_and_streams():
 
 def test_euler_after_combine_matches_reference_step():
     """The Euler step the guided one-stage loop takes, on a combined x0 (ltx-core's EulerDiffusionStep)."""
-    from ltx_engine.sampling import euler_step
+    from ltx_engine.rules.sampling import euler_step
 
     o = _outputs(4, (1, 24, 16))
     x0 = G.combine(G.VIDEO_DEV, o)

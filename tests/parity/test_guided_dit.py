@@ -1,20 +1,21 @@
-"""Parity of the perturbed DiT passes (STG block skipping, modality isolation) and of one full guided
-step of the tiny DiT with ltx-core 1.0.0 (+ the 1.2.0 cross-attention rule), float32 <= 1e-4."""
+"""Parity of the perturbed DiT passes (STG block skipping, modality isolation; T2A's audio-only passes)
+and of one full guided step of the tiny DiT with ltx-core 1.0.0 (+ the 1.2.0 cross-attention rule),
+float32 <= 1e-4."""
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 from ltx_core.components.diffusion_steps import EulerDiffusionStep  # noqa: E402
 from ltx_core.components.guiders import MultiModalGuider, MultiModalGuiderParams  # noqa: E402
 from ltx_core.model.transformer.model import X0Model  # noqa: E402
 
-from ltx_engine import guidance as G  # noqa: E402
 from ltx_engine.guided import guided_euler_step, guided_x0, pass_x0  # noqa: E402
-from ltx_engine.sampling import LatentState, apply_clean  # noqa: E402
-from ltx_engine.schedule import ltx2_sigmas  # noqa: E402
+from ltx_engine.rules import guidance as G  # noqa: E402
+from ltx_engine.rules.sampling import LatentState, apply_clean  # noqa: E402
+from ltx_engine.rules.schedule import ltx2_sigmas  # noqa: E402
 from tests.parity import pipelines_ref as refp  # noqa: E402
 from tests.parity.test_transformer import (  # noqa: E402
     _audio_inputs,
@@ -62,6 +63,17 @@ def test_perturbed_pass(av_models, case):
     print(case, errs, "vs unperturbed", plain)
     assert len(errs) == 2 and max(errs) <= TOL
     assert max(plain) > 1e-2  # the perturbation really changes the output
+
+
+def test_audio_only_passes(av_models):
+    """T2A's passes: the joint DiT with no video stream (upstream's `video=None`), plain and with the
+    audio's STG block skipped, against ltx-core's; the perturbation changes the audio."""
+    ref, ours = av_models
+    audio = _audio_inputs(np.random.default_rng(12), _cfg("split")["transformer"]["audio_cross_attention_dim"])
+    make_ref, ours_pert = PERTURBED_CASES["stg_audio_block0"]
+    errs = _pair(ref, ours, None, audio, make_ref(2), ours_pert) + _pair(ref, ours, None, audio, None, None)
+    changed = _pair(ref, ours, None, audio, make_ref(2), None)
+    assert len(errs) == 2 and max(errs) <= TOL and max(changed) > 1e-2
 
 
 def test_stg_blocks_outside_the_model_refused(av_models):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ltx_engine import hdr
+from ltx_engine.rules import hdr
 
 F64 = np.float64
 UP_ACESCG_TO_SRGB = np.array(
@@ -141,7 +141,7 @@ def test_sdr_input_chain_is_upstreams():
 
 
 def test_output_chain_and_the_hlg_signal_are_upstreams():
-    from coordinator.hdr_master import hlg_signal
+    from coordinator.assemble.hdr_master import hlg_signal
 
     decoded = np.random.default_rng(2).uniform(-1.2, 1.2, (2, 4, 4, 3))
     codes = np.clip((decoded + 1) / 2, 0, 1)

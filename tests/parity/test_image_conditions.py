@@ -7,7 +7,6 @@
   `num_pixel_frames` (ltx-core main, conditioning/types/keyframe_cond.py) narrows a latent of one pixel
   frame to [f, f + 1): the test applies that formula to 1.0.0's positions (`_narrow`). The multi-frame
   guide keeps 1.0.0's positions as they are.
-torch and ltx_core are imported at module level: a missing one fails collection (CI never skips).
 """
 
 from __future__ import annotations
@@ -16,16 +15,20 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
-from ltx_core.components.patchifiers import VideoLatentPatchifier, VideoLatentShape
-from ltx_core.conditioning.types import VideoConditionByKeyframeIndex, VideoConditionByLatentIndex
-from ltx_core.tools import VideoLatentTools
 
-from ltx_engine.conditioning import ImageCondition, apply_image_conditions
-from ltx_engine.denoise import StageInputs, build_stage_states
-from ltx_engine.patchify import video_positions
-from ltx_engine.sampling import LatentState
-from ltx_engine.tokens import patchify_video
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
+from ltx_core.components.patchifiers import VideoLatentPatchifier, VideoLatentShape  # noqa: E402
+from ltx_core.conditioning.types import VideoConditionByKeyframeIndex, VideoConditionByLatentIndex  # noqa: E402
+from ltx_core.tools import VideoLatentTools  # noqa: E402
+
+from ltx_engine.conditioning import ImageCondition, apply_image_conditions  # noqa: E402
+from ltx_engine.denoise import StageInputs, build_stage_states  # noqa: E402
+from ltx_engine.models.patchify import video_positions  # noqa: E402
+from ltx_engine.rules.sampling import LatentState  # noqa: E402
+from ltx_engine.rules.tokens import patchify_video  # noqa: E402
+from tests.parity.upstream_rules import conditioned_1_1_6  # noqa: E402
 
 pytestmark = pytest.mark.timeout(20)
 C, F, H, W, FPS = 8, 4, 2, 3, 24.0
@@ -67,8 +70,8 @@ def test_two_replace_images_match_latent_index_conditioning():
     first, last = _latents(2)
     tools = _tools()
     ref = tools.create_initial_state("cpu", torch.float32, torch.from_numpy(clean))
-    ref = VideoConditionByLatentIndex(torch.from_numpy(first), 0.9, 0).apply_to(ref, tools)
-    ref = VideoConditionByLatentIndex(torch.from_numpy(last), 1.0, F - 1).apply_to(ref, tools)
+    ref = conditioned_1_1_6(VideoConditionByLatentIndex(torch.from_numpy(first), 0.9, 0), ref, tools)
+    ref = conditioned_1_1_6(VideoConditionByLatentIndex(torch.from_numpy(last), 1.0, F - 1), ref, tools)
     conds = (ImageCondition(first, 0, 0.9, "replace", "first"), ImageCondition(last, -8, 1.0, "replace", "last"))
     _assert_same(apply_image_conditions(_ours_initial(clean), conds, (F, H, W), FRAMES, FPS), ref)
 
@@ -79,11 +82,11 @@ def test_two_guide_images_match_keyframe_index_conditioning():
     clip = _latents(1, frames=2)[0]
     tools = _tools()
     ref = tools.create_initial_state("cpu", torch.float32, None)
-    ref = VideoConditionByKeyframeIndex(torch.from_numpy(mid), 17, 0.7).apply_to(ref, tools)
+    ref = conditioned_1_1_6(VideoConditionByKeyframeIndex(torch.from_numpy(mid), 17, 0.7), ref, tools)
     ref = dataclasses.replace(ref, positions=_narrow(ref.positions, H * W))
-    ref = VideoConditionByKeyframeIndex(torch.from_numpy(end), FRAMES - 1, 1.0).apply_to(ref, tools)
+    ref = conditioned_1_1_6(VideoConditionByKeyframeIndex(torch.from_numpy(end), FRAMES - 1, 1.0), ref, tools)
     ref = dataclasses.replace(ref, positions=_narrow(ref.positions, H * W))
-    ref = VideoConditionByKeyframeIndex(torch.from_numpy(clip), 9, 0.5).apply_to(ref, tools)  # 9 pixel frames
+    ref = conditioned_1_1_6(VideoConditionByKeyframeIndex(torch.from_numpy(clip), 9, 0.5), ref, tools)  # 9 frames
     conds = (ImageCondition(mid, 17, 0.7, "guide"), ImageCondition(end, "last", 1.0, "guide"),
              ImageCondition(clip, 9, 0.5, "guide", "clip"))
     _assert_same(apply_image_conditions(_ours_initial(clean), conds, (F, H, W), FRAMES, FPS), ref)

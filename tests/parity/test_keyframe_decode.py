@@ -18,14 +18,17 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
-from ltx_core.model.transformer.timestep_embedding import PixArtAlphaCombinedTimestepSizeEmbeddings
-from ltx_core.model.video_vae.ops import patchify, unpatchify
 
-from ltx_engine.diffusion_tiling import min_latent_shape
-from ltx_engine.models import keyframe_decode
-from tests.parity.test_diffusion_decoder import (
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
+import torch.nn.functional as F  # noqa: E402
+from ltx_core.model.transformer.timestep_embedding import PixArtAlphaCombinedTimestepSizeEmbeddings  # noqa: E402
+from ltx_core.model.video_vae.ops import patchify, unpatchify  # noqa: E402
+
+from ltx_engine.models import keyframe_decode  # noqa: E402
+from ltx_engine.rules.diffusion_tiling import min_latent_shape  # noqa: E402
+from tests.parity.test_diffusion_decoder import (  # noqa: E402
     CFG,
     _bounds,
     _lin,

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from ltx_core.components.patchifiers import VideoLatentPatchifier, VideoLatentShape, get_pixel_coords
-from ltx_core.tools import VideoLatentTools
 
-from ltx_engine import sampling
-from ltx_engine.denoise import StageInputs, build_stage_states, stage_marker, stage_slots
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
+from ltx_core.components.patchifiers import VideoLatentPatchifier, VideoLatentShape, get_pixel_coords  # noqa: E402
+from ltx_core.tools import VideoLatentTools  # noqa: E402
+
+from ltx_engine.denoise import StageInputs, build_stage_states, stage_marker, stage_slots  # noqa: E402
+from ltx_engine.rules import sampling  # noqa: E402
 
 C, F, H, W, FPS = 8, 7, 2, 3, 24.0
 

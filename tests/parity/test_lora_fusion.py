@@ -12,12 +12,15 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-import torch
-from ltx_core.loader.fuse_loras import _prepare_deltas, apply_loras
-from ltx_core.loader.primitives import LoraStateDictWithStrength, StateDict
 
-from ltx_engine.lora import fuse_lora
-from ltx_engine.model_classes import model_class
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
+from ltx_core.loader.fuse_loras import _prepare_deltas, apply_loras  # noqa: E402
+from ltx_core.loader.primitives import LoraStateDictWithStrength, StateDict  # noqa: E402
+
+from ltx_engine.loading.model_classes import model_class  # noqa: E402
+from ltx_engine.lora.lora import fuse_lora  # noqa: E402
 
 OUT, IN, RANK, GROUP, STRENGTH = 96, 128, 8, 32, 0.5
 TARGET = "transformer_blocks.0.attn1.to_q"
@@ -85,3 +88,24 @@ def test_quantized_fusion_is_the_reference_requantized(bits):
     print(f"lora fusion q{bits} rel vs reference requantized", rel, "max err / step", np.max(np.abs(got - ref) / step))
     assert rel <= 1e-4
     assert np.all(np.abs(got - ref) <= step + 1e-6)  # within one step of MLX's affine grid of the float fusion
+
+
+def test_a_bf16_weight_is_fused_by_upstreams_mac_rule_float32_not_the_cpu_rule_bf16():
+    """ltx-core 1.2.0 aggregates LoRA products in float32 on MPS and in bf16 on CPU/CUDA
+    (tests/parity/upstream_rules.py `fuse_lora_1_2_0`); the farm keeps the Mac's rule on every backend.
+    Its bf16 result is the MPS rule's up to float32 rounding of the product's association (at most one
+    bf16 step, on a few weights); the CPU rule is further off, on many more weights."""
+    from tests.parity.upstream_rules import fuse_lora_1_2_0
+
+    w, a, b = _arrays()
+    w_bf16 = torch.from_numpy(w).to(torch.bfloat16)
+    got = np.array(_ours({f"{TARGET}.weight": mx.array(w_bf16.float().numpy()).astype(mx.bfloat16)}, a, b)
+                   [f"{TARGET}.weight"].astype(mx.float32))
+    lora = [(torch.from_numpy(a), torch.from_numpy(b), STRENGTH)]
+    mac = fuse_lora_1_2_0(w_bf16, lora, "mps").float().numpy()
+    cpu = fuse_lora_1_2_0(w_bf16, lora, "cpu").float().numpy()
+    ulp = np.abs(w_bf16.float().numpy()) * 2.0 ** -7 + 1e-30  # one bf16 step at the weight's magnitude (upper bound)
+    off_mac, off_cpu = float(np.mean(got != mac)), float(np.mean(got != cpu))
+    print(f"bf16 fusion: weights off the MPS rule {off_mac:.2%}, off the CPU rule {off_cpu:.2%}")
+    assert np.all(np.abs(got - mac) <= 2 * ulp)
+    assert off_mac <= 0.01 and off_cpu >= 5 * max(off_mac, 1e-3)

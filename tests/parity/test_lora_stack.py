@@ -9,7 +9,6 @@
 - the unfused adapter (`lora_adapters`) on a float and a q8 layer == the dense update
   `x @ (W + sum s B A)^T + bias`, W the weight the layer really holds; 1.0.0 has no adapter, so the
   dense side is the reference's own summed delta.
-torch and ltx_core are imported at module level: a missing one fails collection (CI never skips).
 """
 
 from __future__ import annotations
@@ -18,14 +17,17 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-import torch
-from ltx_core.loader.fuse_loras import _prepare_deltas, apply_loras
-from ltx_core.loader.primitives import LoraStateDictWithStrength, StateDict
 
-from ltx_engine.lora import LoraInput, fuse_loras
-from ltx_engine.lora_adapters import LoraAdapter, attach_loras, detach_loras
-from ltx_engine.model_classes import model_class
-from ltx_engine.tiny_loras import in_layout, tiny_lora_factors
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
+from ltx_core.loader.fuse_loras import _prepare_deltas, apply_loras  # noqa: E402
+from ltx_core.loader.primitives import LoraStateDictWithStrength, StateDict  # noqa: E402
+
+from ltx_engine.loading.model_classes import model_class  # noqa: E402
+from ltx_engine.lora.lora import LoraInput, fuse_loras  # noqa: E402
+from ltx_engine.lora.lora_adapters import LoraAdapter, attach_loras, detach_loras  # noqa: E402
+from ltx_engine.tiny.tiny_loras import in_layout, tiny_lora_factors  # noqa: E402
 
 pytestmark = pytest.mark.timeout(20)
 GROUP, S1, S2, ALPHA = 32, 0.8, -0.35, 2.0

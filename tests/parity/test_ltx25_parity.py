@@ -13,16 +13,16 @@ import copy
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 import mlx.core as mx  # noqa: E402
 from ltx_core.model.transformer.model_configurator import LTXModelConfigurator  # noqa: E402
 
-from ltx_engine import patchify as P  # noqa: E402
-from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.loading.loader import apply_weights  # noqa: E402
+from ltx_engine.models import patchify as P  # noqa: E402
 from ltx_engine.models.transformer import LTXModel, TransformerConfig, tiny_config  # noqa: E402
-from ltx_engine.tiny_pack import LTX25_TRANSFORMER  # noqa: E402
+from ltx_engine.tiny.tiny_pack import LTX25_TRANSFORMER  # noqa: E402
 from tests.parity.test_transformer import (  # noqa: E402
     _audio_inputs,
     _our_mod,

@@ -1,24 +1,26 @@
-"""Parity of ltx_engine.sampling with the reference ltx-core (torch): relative error <= 1e-6."""
+"""Parity of ltx_engine.rules.sampling with the reference ltx-core (torch): relative error <= 1e-6."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
+
 diffusion_steps = pytest.importorskip("ltx_core.components.diffusion_steps")
 noisers = pytest.importorskip("ltx_core.components.noisers")
 ltx_types = pytest.importorskip("ltx_core.types")
 ltx_utils = pytest.importorskip("ltx_core.utils")
 
-from ltx_engine.sampling import (  # noqa: E402
+from ltx_engine.rules.sampling import (  # noqa: E402
     DISTILLED_SIGMAS,
     STAGE_2_DISTILLED_SIGMAS,
     LatentState,
     apply_clean,
     euler_ancestral_step,
     euler_step,
-    noise_latent,
+    lerp_noise,
     x0_from_velocity,
 )
 
@@ -81,19 +83,32 @@ def test_ancestral_step_matches_reference() -> None:
 
 
 def test_noiser_matches_reference() -> None:
+    """Where latent == clean (a fresh stage) the noiser is 1.0.0's `GaussianNoiser` (<= 1e-6); with a
+    latent of its own it is 1.1.6's lerp rule (`upstream_rules.gaussian_noiser_1_1_6`, <= 1e-5), which
+    1.0.0's misses there."""
+    from tests.parity.upstream_rules import gaussian_noiser_1_1_6
+
     rng = np.random.default_rng(2)
-    clean = rng.standard_normal((1, 40, 8)).astype(np.float32)
+    clean, latent = (rng.standard_normal((1, 40, 8)).astype(np.float32) for _ in range(2))
     mask = rng.random((1, 40, 1)).astype(np.float32)
     mask[:, :5] = 0.0
     mask[:, 5:10] = 1.0
-    state = ltx_types.LatentState(
+    fresh = ltx_types.LatentState(
         latent=_t(clean), denoise_mask=_t(mask), positions=torch.zeros(1, 3, 40, 2), clean_latent=_t(clean)
+    )
+    own = ltx_types.LatentState(
+        latent=_t(latent), denoise_mask=_t(mask), positions=torch.zeros(1, 3, 40, 2), clean_latent=_t(clean)
     )
     for sigma in (1.0, 0.909375, 0.625):
         gen = torch.Generator().manual_seed(11)
-        ref = noisers.GaussianNoiser(gen)(state, noise_scale=sigma).latent
+        ref = noisers.GaussianNoiser(gen)(fresh, noise_scale=sigma).latent
         n = torch.randn(1, 40, 8, generator=torch.Generator().manual_seed(11), dtype=torch.float32).numpy()
-        assert _rel_err(noise_latent(clean, n, sigma, mask), ref) <= 1e-6
+        assert _rel_err(lerp_noise(clean, clean, n, sigma, mask), ref) <= 1e-6
+        got = lerp_noise(latent, clean, n, sigma, mask)
+        assert _rel_err(got, gaussian_noiser_1_1_6(own, _t(n), sigma).latent) <= 1e-5
+        np.testing.assert_array_equal(got[:, :5], clean[:, :5])  # mask 0: clean exactly
+        if sigma < 1:
+            assert _rel_err(got, noisers.GaussianNoiser(torch.Generator().manual_seed(11))(own, sigma).latent) > 1e-2
 
 
 def test_x0_model_matches_reference() -> None:
@@ -114,7 +129,8 @@ def test_apply_clean_matches_post_process() -> None:
 
 
 def test_keyframe_append_matches_reference() -> None:
-    """LatentState.append_tokens lays tokens out as VideoConditionByKeyframeIndex does."""
+    """LatentState.append_tokens lays tokens out as VideoConditionByKeyframeIndex does under 1.1.6's
+    latent rule (zeros appended to the noisy latent)."""
     from ltx_core.components.patchifiers import VideoLatentPatchifier
     from ltx_core.conditioning.types import VideoConditionByKeyframeIndex
     from ltx_core.tools import VideoLatentTools
@@ -122,7 +138,9 @@ def test_keyframe_append_matches_reference() -> None:
     tools = VideoLatentTools(VideoLatentPatchifier(1), ltx_types.VideoLatentShape(1, 8, 3, 2, 3), fps=24.0)
     ref0 = tools.create_initial_state("cpu", torch.float32)
     kf = torch.randn(1, 8, 1, 2, 3, generator=torch.Generator().manual_seed(5))
-    ref = VideoConditionByKeyframeIndex(kf, frame_idx=16, strength=0.95).apply_to(ref0, tools)
+    from tests.parity.upstream_rules import conditioned_1_1_6
+
+    ref = conditioned_1_1_6(VideoConditionByKeyframeIndex(kf, frame_idx=16, strength=0.95), ref0, tools)
     ours = LatentState(
         latent=ref0.latent.numpy(),
         denoise_mask=ref0.denoise_mask.numpy(),

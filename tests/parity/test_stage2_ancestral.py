@@ -7,12 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
+pytest.importorskip("ltx_core")
 
 from coordinator.plan import samplers  # noqa: E402
-from ltx_engine import sampling, tdp  # noqa: E402
-from ltx_engine.generation import stage1_sampler  # noqa: E402
-from ltx_engine.tiling import masked_tile_output, reduce_masked_outputs  # noqa: E402
+from coordinator.plan.resolved import RenderPlan  # noqa: E402
+from ltx_engine.rules import sampling, tdp  # noqa: E402
+from ltx_engine.rules.generation import stage1_sampler  # noqa: E402
+from ltx_engine.rules.tiling import masked_tile_output, reduce_masked_outputs  # noqa: E402
 from tests.parity.test_sampling_parity import _TorchAncestralOracle  # noqa: E402
 from tests.parity.upstream_rules import ANCESTRAL_ETA, ancestral_loop_step_main, ancestral_sampler_main  # noqa: E402
 
@@ -20,13 +22,13 @@ from tests.parity.upstream_rules import ANCESTRAL_ETA, ancestral_loop_step_main,
 @pytest.mark.parametrize("generation", ["2.3", "2.5"])
 def test_each_stage_samples_as_upstream_main(generation):
     main2 = ancestral_sampler_main(generation, "stage2")
-    ours = samplers.stage2_params({"generation": generation})
+    ours = samplers.stage2_params(RenderPlan.from_stored({"prompt": "x", "generation": generation}))
     assert (ours["sampler"], ours["ancestral_offset"]) == (
         main2 or (sampling.EULER, ours["ancestral_offset"])
     )
     main1 = ancestral_sampler_main(generation, "stage1")
     assert stage1_sampler(generation, dfr=True) == (main1[0] if main1 else sampling.EULER)
-    assert samplers.stage2_params({}) == {}  # generation unknown: the worker picks it from its pack
+    assert samplers.stage2_params(RenderPlan.from_stored({"prompt": "x"})) == {}  # generation unknown: the worker picks it from its pack
 
 
 def _state(rng, grid, extra):

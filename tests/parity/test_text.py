@@ -2,7 +2,7 @@
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 import mlx.core as mx  # noqa: E402
@@ -14,7 +14,7 @@ from ltx_core.text_encoders.gemma.embeddings_connector import (  # noqa: E402
 from ltx_core.text_encoders.gemma.embeddings_processor import EmbeddingsProcessor  # noqa: E402
 from ltx_core.text_encoders.gemma.feature_extractor import FeatureExtractorV2  # noqa: E402
 
-from ltx_engine.loader import PackError, apply_weights  # noqa: E402
+from ltx_engine.loading.loader import PackError, apply_weights  # noqa: E402
 from ltx_engine.models.connector import TextConnector  # noqa: E402
 from ltx_engine.models.connector_config import ConnectorConfig, tiny_connector_config  # noqa: E402
 from ltx_engine.models.text_encoder import (  # noqa: E402

@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 import mlx.core as mx  # noqa: E402
@@ -22,9 +22,8 @@ from ltx_core.model.transformer.model_configurator import (  # noqa: E402
 from ltx_core.model.transformer.rope import generate_freq_grid_pytorch  # noqa: E402
 from ltx_core.types import AudioLatentShape, VideoLatentShape  # noqa: E402
 
-from ltx_engine import patchify as P  # noqa: E402
-from ltx_engine import tokens as T  # noqa: E402
-from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.loading.loader import apply_weights  # noqa: E402
+from ltx_engine.models import patchify as P  # noqa: E402
 from ltx_engine.models.rope import _freq_grid  # noqa: E402
 from ltx_engine.models.transformer import (  # noqa: E402
     VIDEO_ONLY,
@@ -33,6 +32,7 @@ from ltx_engine.models.transformer import (  # noqa: E402
     TransformerConfig,
     tiny_config,
 )
+from ltx_engine.rules import tokens as T  # noqa: E402
 from tests.parity.upstream_rules import follow_ltx_core_1_2_0  # noqa: E402
 
 FRAMES, HEIGHT, WIDTH, FPS = 3, 4, 6, 24.0

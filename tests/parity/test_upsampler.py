@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 import mlx.core as mx  # noqa: E402
 from ltx_core.model.upsampler import LatentUpsamplerConfigurator, upsample_video  # noqa: E402
 
-from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.loading.loader import apply_weights  # noqa: E402
 from ltx_engine.models.upsampler import (  # noqa: E402
     LatentUpsampler,
     tiny_spatial_config,

@@ -7,7 +7,7 @@ from unittest import mock
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # the reference (the parity extra): tests/needs.py's CI rule
 pytest.importorskip("ltx_core")
 
 import mlx.core as mx  # noqa: E402
@@ -17,7 +17,7 @@ from ltx_core.model.video_vae.model_configurator import (  # noqa: E402
     VideoEncoderConfigurator,
 )
 
-from ltx_engine.loader import apply_weights  # noqa: E402
+from ltx_engine.loading.loader import apply_weights  # noqa: E402
 from ltx_engine.models.video_vae import (  # noqa: E402
     VideoDecoder,
     VideoEncoder,

@@ -7,6 +7,7 @@ changed between them is written here once, from reading upstream, and applied to
 
 from __future__ import annotations
 
+import itertools
 import types
 from dataclasses import replace
 
@@ -214,3 +215,191 @@ def stage2_audio_main(stage1_audio, stage2_audio):
     """The audio latent main decodes after a two-stage render: stage 1's (1.0.0: `stage2_audio`)."""
     del stage2_audio
     return stage1_audio
+
+
+# ---------------------------------------------------------------- conditioning and noiser (ltx-core 1.1.6, f4b06fb)
+# 1.0.0's conditioning items wrote the image into the noisy `latent` as well as `clean_latent`, and its
+# `GaussianNoiser` blended noise into `latent` by sigma x mask. Since 1.1.6 (commit f4b06fb,
+# conditioning/types/latent_cond.py, keyframe_cond.py, reference_video_cond.py, components/noisers.py)
+# a replaced frame (`VideoConditionByLatentIndex`) leaves `latent` as it was, an appended one (keyframe,
+# IC-LoRA reference, reference audio) appends zeros there, and the noiser lerps: first from the token's
+# own latent toward the noise by sigma, then from the clean value toward that by the mask. Both agree at
+# strength 1 (mask 0) or sigma 1; a stage that starts below sigma 1 (distilled stage 2 at 0.909) with an
+# image below strength 1 starts its conditioned tokens from the stage's latent rather than the image.
+# Why follow it: it is the rule upstream's released pipelines run (and the MLX port with them).
+
+
+def conditioned_1_1_6(item, state, tools):
+    """`item.apply_to(state, tools)` of a 1.0.0 conditioning item (or the attention-strength wrapper
+    around one) under 1.1.6's latent rule: the tokens it had keep `state.latent`, the ones it appends
+    get zeros; clean values, mask, positions and attention mask stay as 1.0.0 sets them."""
+    out = item.apply_to(state, tools)
+    kept = state.latent.shape[1]
+    return replace(out, latent=torch.cat([state.latent, torch.zeros_like(out.latent[:, kept:])], dim=1))
+
+
+def gaussian_noiser_1_1_6(state, noise: torch.Tensor, noise_scale: float):
+    """`GaussianNoiser.__call__` of 1.1.6 with its drawn noise given: lerp(clean, lerp(latent, noise,
+    scale), mask) in float32, cast back to the latent's dtype."""
+    latent = torch.lerp(state.latent.float(), noise.float(), noise_scale)
+    latent = torch.lerp(state.clean_latent.float(), latent, state.denoise_mask)
+    return replace(state, latent=latent.to(state.latent.dtype))
+
+
+# ---------------------------------------------------------------- tiled video encode (ltx-core 1.2.0, 2362161)
+# 1.0.0's `prepare_tiles_for_encoding` split the video in pixels (time: each tile but the last one frame
+# longer) and dropped a tile's spoiled edge latents with 0/1 masks, raising small overlaps to 16 frames /
+# 64 px. 1.2.0 (commit 2362161; CHANGELOG "size-, count-, and automatic-tiling APIs"; model/video_vae/
+# video_vae.py and ltx_core/tiling.py) splits the LATENT grid, by size (`TileSizeConfig`, pixel sizes
+# floor-divided by the VAE factors, tile at least max(2, overlap + 1) cells) or by count (`TileCountConfig`,
+# `split_by_count`), time causally (`split_temporal_causal`: tiles after the first start one cell earlier,
+# left ramp + 1); maps cells [b, e) to pixels [8b, 1 + 8(e - 1)) and [32b, 32e); weights each latent tile by
+# trapezoid masks (`compute_trapezoidal_mask_1d`, time's left ramp from 0) and divides by their sum unless
+# the masks partition unity axis by axis (`masks_are_complementary`, atol 1e-5). Overlaps below 16 frames /
+# 64 px are refused (`_validate_overlap`). ltx-core 1.0.0 has none of it, so it is written here in torch.
+
+
+def trapezoid_1_2_0(length: int, left: int, right: int, left_from_zero: bool) -> torch.Tensor:
+    """`compute_trapezoidal_mask_1d`: linspace fade-in (from 0 for causal time) and fade-out."""
+    left, right = max(0, min(left, length)), max(0, min(right, length))
+    mask = torch.ones(length)
+    if left > 0:
+        fade = torch.linspace(0.0, 1.0, left + 1 if left_from_zero else left + 2)[:-1]
+        mask[:left] *= fade if left_from_zero else fade[1:]
+    if right > 0:
+        mask[-right:] *= torch.linspace(1.0, 0.0, right + 2)[1:-1]
+    return mask.clamp_(0, 1)
+
+
+def _split_by_size_1_2_0(size: int, overlap: int, length: int) -> list[tuple[int, int, int, int]]:
+    if length <= size:
+        return [(0, length, 0, 0)]
+    amount = (length + size - 2 * overlap - 1) // (size - overlap)
+    starts = [i * (size - overlap) for i in range(amount)]
+    return [(s, length if i == amount - 1 else s + size, 0 if i == 0 else overlap, 0 if i == amount - 1 else overlap)
+            for i, s in enumerate(starts)]
+
+
+def _split_by_count_1_2_0(n: int, overlap: int, length: int) -> list[tuple[int, int, int, int]]:
+    if n > length:
+        raise ValueError(f"num_tiles ({n}) exceeds dim_size ({length})")
+    if n == 1:
+        return [(0, length, 0, 0)]
+    total = length + overlap * (n - 1)
+    size, rem = total // n, total % n
+    if size <= overlap:
+        raise ValueError("split_by_count produced size <= overlap")
+    base = _split_by_size_1_2_0(size, overlap, length - rem)
+    return [(s + min(i, rem), e + min(i, rem) + (1 if i < rem else 0), lr, rr) for i, (s, e, lr, rr) in enumerate(base)]
+
+
+def encode_tiles_1_2_0(frames: int, height: int, width: int, axes) -> list[tuple[tuple[slice, ...], tuple[slice, ...], tuple]]:
+    """`prepare_tiles_for_encoding` of 1.2.0 on a cropped video: (pixel slices, latent slices, 1-D
+    masks) per tile, t slowest. `axes` per (t, h, w): None (untiled), ("size", pixels, overlap pixels)
+    or ("count", tiles, overlap cells)."""
+    grid = ((frames - 1) // 8 + 1, height // 32, width // 32)
+    per_axis = []
+    for axis, (spec, length, factor) in enumerate(zip(axes, grid, (8, 32, 32), strict=True)):
+        if spec is None:
+            ivs = [(0, length, 0, 0)]
+        elif spec[0] == "size":
+            cells = spec[2] // factor
+            ivs = _split_by_size_1_2_0(max(2, cells + 1, spec[1] // factor), cells, length)
+        else:
+            ivs = _split_by_count_1_2_0(spec[1], spec[2], length)
+        if axis == 0 and len(ivs) > 1:  # causal time: later tiles one cell earlier, left ramp + 1
+            ivs = ivs[:1] + [(s - 1, e, lr + 1, rr) for s, e, lr, rr in ivs[1:]]
+        per_axis.append(ivs)
+    tiles = []
+    for t, h, w in itertools.product(*per_axis):
+        pixels = (slice(t[0] * 8, 1 + (t[1] - 1) * 8), slice(h[0] * 32, h[1] * 32), slice(w[0] * 32, w[1] * 32))
+        latents = tuple(slice(iv[0], iv[1]) for iv in (t, h, w))
+        masks = tuple(trapezoid_1_2_0(iv[1] - iv[0], iv[2], iv[3], i == 0) for i, iv in enumerate((t, h, w)))
+        tiles.append((pixels, latents, masks))
+    return tiles
+
+
+def tiled_encode_blend_1_2_0(tiles, latents, shape) -> torch.Tensor:
+    """`VideoEncoder.tiled_encode`'s accumulation: latent x masks summed (axis by axis, float32), divided
+    by the summed masks (clamped at 1e-8) unless `masks_are_complementary`."""
+    out, weight = torch.zeros(shape), torch.zeros(shape)
+    for (_, latent_cut, masks), latent in zip(tiles, latents, strict=True):
+        where = (slice(None), slice(None), *latent_cut)
+        t, h, w = masks
+        out[where] += latent * t.view(-1, 1, 1) * h.view(1, -1, 1) * w.view(1, 1, -1)
+        weight[where] += torch.ones_like(latent) * t.view(-1, 1, 1) * h.view(1, -1, 1) * w.view(1, 1, -1)
+    for axis, length in enumerate(shape[2:]):
+        acc, seen = torch.zeros(length), set()
+        for _, latent_cut, masks in tiles:
+            key = (latent_cut[axis].start, latent_cut[axis].stop)
+            if key not in seen:
+                seen.add(key)
+                acc[latent_cut[axis]] += masks[axis]
+        if not torch.allclose(acc, torch.ones(length), atol=1e-5, rtol=0.0):
+            return out / weight.clamp(min=1e-8)
+    return out
+
+
+# ---------------------------------------------------------------- samplers' steps (ltx-core 1.2.0)
+# `LinearQuadraticScheduler` and `BetaScheduler` are unchanged from 1.0.0 (held against it directly).
+# 1.2.0's `Res2sDiffusionStep.step` takes `eta` (1.0.0 fixed sigma_up = 0.5 sigma_next) and the res_2s
+# loop passes it to the main steps only, the substeps keeping 0.5 ("for compatibility with original
+# implementation"). 1.2.0 adds `EulerCfgPpDiffusionStep` (CFG++, arXiv 2406.08070), absent from 1.0.0.
+# Why follow them: the samplers upstream's guided pipelines offer, so a user can pick the same one.
+
+
+def res2s_step_1_2_0(sample, denoised, sigmas, step_index, noise, eta: float = 0.5):
+    """1.2.0's `Res2sDiffusionStep.step` with its `eta`, on 1.0.0's own `get_sde_coeff`."""
+    from ltx_core.components.diffusion_steps import Res2sDiffusionStep
+
+    sigma, sigma_next = sigmas[step_index], sigmas[step_index + 1]
+    alpha_ratio, sigma_down, sigma_up = Res2sDiffusionStep.get_sde_coeff(sigma_next, sigma_up=sigma_next * eta)
+    if torch.any(sigma_up == 0) or torch.any(sigma_next == 0):
+        return denoised
+    eps_next = (sample - denoised) / (sigma - sigma_next)
+    return (alpha_ratio * (sample - sigma * eps_next + sigma_down * eps_next) + sigma_up * noise).to(denoised.dtype)
+
+
+def euler_cfg_pp_step_1_2_0(sample, cond, uncond, sigmas, step_index, eta=1.0, noise=None, s_noise=1.0):
+    """1.2.0's `EulerCfgPpDiffusionStep.step`: the ODE direction from the unconditioned x0, the DDIM
+    ancestral split (`_get_ancestral_step`) in sigma / alpha, the landing on the conditioned x0."""
+    eps = torch.finfo(torch.float32).eps
+    s, t = sigmas[step_index].to(torch.float32), sigmas[step_index + 1].to(torch.float32)
+    a_s, a_t = (1.0 - s).clamp(min=eps), (1.0 - t).clamp(min=eps)
+    d = (sample.float() - a_s * uncond.float()) / s
+    s_from, s_to = s / a_s, t / a_t
+    if eta:
+        variance = s_to**2 * (s_from**2 - s_to**2).clamp(min=0) / s_from**2
+        up = (eta * variance**0.5).clamp(max=s_to)
+        down = (s_to**2 - up**2).clamp(min=0) ** 0.5
+    else:
+        down, up = s_to, torch.zeros_like(s_to)
+    x_next = a_t * cond.float() + (a_t * down) * d
+    if noise is not None and eta > 0 and s_noise > 0:
+        x_next = x_next + a_t * noise.float() * s_noise * up
+    return x_next.to(sample.dtype)
+
+
+# ---------------------------------------------------------------- LoRA fusion's dtype (ltx-core 1.2.0, 63fd9a4)
+# 1.0.0's `apply_loras` made each `(B * strength) @ A` in the target weight's dtype (bf16 for a bf16 DiT) and
+# added it there. 1.2.0 (`loader/fuse_loras.py`: `FuseRule`, `device_fuse_rule`, `aggregate_lora_products`)
+# keeps the bf16 aggregation on CPU and CUDA, but on Apple's MPS aggregates the products in float32 ("fp32
+# sidesteps the bf16-on-MPS numerical unreliability"), adds the weight to the float32 sum and casts the
+# result back to the weight's dtype. The farm fuses by the MPS rule on every backend: it is upstream's rule
+# for the Macs the farm runs on, and one rule for every worker keeps a mixed fleet's fused weights equal.
+
+
+def fuse_lora_1_2_0(weight: torch.Tensor, loras: list[tuple[torch.Tensor, torch.Tensor, float]],
+                    device_type: str) -> torch.Tensor:
+    """`fuse_lora_weights` of 1.2.0 for one weight on `device_type` ("mps": float32 aggregation; "cpu" /
+    "cuda": bf16), `loras` as (A, B, strength) in set order; the fused weight in the weight's dtype."""
+    dtype = torch.float32 if device_type == "mps" else torch.bfloat16
+    aggregated = None
+    for a, b, strength in loras:
+        a, b = a.to(dtype), b.to(dtype)
+        if aggregated is None:
+            aggregated = torch.matmul(b * strength, a).to(dtype=dtype)
+        else:
+            aggregated.addmm_(b, a, alpha=strength)
+    aggregated.add_(weight)
+    return aggregated.to(dtype=weight.dtype)

@@ -9,8 +9,8 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ltx_engine import patchify as P
 from ltx_engine.denoise import StageInputs
+from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, tiny_config
 
 

@@ -14,9 +14,9 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine.sequence_parallel import GroupExchange, ShardPlan, sp_forward
-from ltx_engine.sp_denoise import denoise_stage1
-from ltx_engine.sp_group import open_ring
+from ltx_engine.parallel.sequence_parallel import GroupExchange, ShardPlan, sp_forward
+from ltx_engine.parallel.sp_denoise import denoise_stage1
+from ltx_engine.parallel.sp_group import open_ring
 from tests.unit import sp_model
 
 

@@ -10,10 +10,11 @@ import numpy as np
 import OpenEXR
 import pytest
 
-from coordinator.assembler import assemble_streaming, srgb_to_linear, tile_frames
+from coordinator.assemble.assembler import assemble_streaming, srgb_to_linear, tile_frames
+from coordinator.assemble.render_meta import stage_timings
 from coordinator.plan.decode import decode_tile_plan, plan_decode, resolve_decode_tiles, tile_task_name
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.render import SpecError, normalize_spec, plan_render, validate_spec
-from coordinator.render_meta import stage_timings
 
 BASE = {"prompt": "a fox", "height": 256, "width": 384, "frames": 97, "frame_rate": 24.0, "pack": "tiny"}
 GIB = 2**30
@@ -23,8 +24,8 @@ def _spec(**kw) -> dict:
     return normalize_spec({**BASE, **kw})
 
 
-def _fleet(n: int, memory: int = 64 * GIB) -> list[dict]:
-    return [{"packs": ["tiny"], "memory_bytes": memory} for _ in range(n)]
+def _fleet(n: int, memory: int = 64 * GIB) -> Fleet:
+    return Fleet.of([{"packs": ["tiny"], "memory_bytes": memory} for _ in range(n)])
 
 
 def test_tiles_become_tasks_reading_the_whole_latent() -> None:

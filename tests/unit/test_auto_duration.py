@@ -1,5 +1,5 @@
-"""`--auto-duration MIN:MAX` (issue #29): the range bounds the length the LTX-2.5 duration head picks
-(ltx_engine/duration.py's rule, upstream's seconds_to_clamped_num_frames with the range's ends), and the
+"""`--auto-duration MIN:MAX`: the range bounds the length the LTX-2.5 duration head picks
+(ltx_engine/rules/duration.py's rule, upstream's seconds_to_clamped_num_frames with the range's ends), and the
 planner refuses a range the head cannot honour, in one line, before anything is planned."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from coordinator.plan.graph import SpecError
 from coordinator.plan.length import head_params
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from coordinator.plan.resolved import Resolved
-from ltx_engine.duration import MAX_SECONDS, MIN_SECONDS, frames_for, range_problem, shortest_frames
+from ltx_engine.rules.duration import MAX_SECONDS, MIN_SECONDS, frames_for, range_problem, shortest_frames
 from protos.spec import RenderSpec
 
 pytestmark = pytest.mark.timeout(60)

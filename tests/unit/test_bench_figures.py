@@ -1,4 +1,4 @@
-"""Issue #26's bench figures: the overhead bench's forward seconds leave model loads out, and the sparse
+"""Bench figures: the overhead bench's forward seconds leave model loads out, and the sparse
 bench skips (with its reason, in --json too) a token count whose dense attention would not fit."""
 
 from __future__ import annotations

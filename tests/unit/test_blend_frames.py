@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from coordinator.state.blobs import BlobStore, TensorFrames
-from ltx_engine.decode_tiling import DecodeTileSizes, FrameBlender, blend_frames, plan_decode_tiles
+from ltx_engine.rules.decode_tiling import DecodeTileSizes, FrameBlender, blend_frames, plan_decode_tiles
 from protos.tensors import encode_tensor
 
 pytestmark = pytest.mark.timeout(120)

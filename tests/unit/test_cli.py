@@ -32,7 +32,7 @@ def test_render_refuses_bad_input_in_one_line(args, message, tmp_path):
 
 
 def test_unreachable_coordinator_is_one_line(tmp_path):
-    from coordinator.auth import load_or_create_token
+    from coordinator.api.auth import load_or_create_token
 
     load_or_create_token(tmp_path)  # FARM_DATA/token: a join token, so only the address is wrong
     result = _farm("submit", "-p", "fox", "--coordinator", "127.0.0.1:1", env_data=tmp_path)

@@ -1,9 +1,10 @@
-"""Terminal text of renders: piped progress lines and the one-line rows of `farm status`."""
+"""Terminal text of renders: piped progress lines and the rows of the one list view (`farm ls`, `farm status`)."""
 
 from __future__ import annotations
 
+from farm_cli.manage import DEFAULT_COLUMNS, table
 from farm_cli.remote import progress_printer
-from farm_cli.views import duration, render_row
+from farm_cli.views import duration
 
 
 def test_progress_lines_read_the_nested_progress_and_skip_empty_beats(capsys) -> None:
@@ -14,14 +15,15 @@ def test_progress_lines_read_the_nested_progress_and_skip_empty_beats(capsys) ->
     assert err.strip() == "stage1: step 3/8" and "None" not in err
 
 
-def test_status_row_shows_stage_progress_eta_submitter_and_prompt() -> None:
-    row = render_row({"id": "r1", "state": "running", "current_stage": "stage2", "current_stage_label": "Stage 2",
-                      "progress": 0.5, "eta_s": 75, "age_s": 3700, "submitter": "ana@studio",
-                      "prompt": "a fox " * 20})
+def test_list_rows_show_stage_progress_eta_submitter_and_prompt() -> None:
+    running = {"id": "r1", "state": "running", "current_stage": "stage2", "current_stage_label": "Stage 2",
+               "progress": 0.5, "eta_s": 75, "age_s": 3700, "submitter": "ana@studio", "prompt": "a fox " * 20}
+    done = {"id": "r2", "state": "done", "current_stage": "mux", "progress": 1.0}
+    header, row, finished = table([running, done], DEFAULT_COLUMNS.split(","))
+    assert header.split() == ["id", "state", "stage", "progress", "eta", "age", "by", "prompt"]
     assert "Stage 2" in row and " 50%" in row and "1m15s" in row and "1h01m" in row and "ana@studio" in row
-    assert row.endswith("…") and duration(None) == "-"
-    done = render_row({"id": "r2", "state": "done", "current_stage": "mux", "progress": 1.0})
-    assert "Mux" not in done and "100%" in done
+    assert row.endswith("a fox a fox") and duration(None) == "-"
+    assert "Mux" not in finished and "100%" in finished
 
 
 def test_batches_are_prompts_times_seeds_in_one_group(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""A source clip at the render's rate and size (issue #24 retake/extend, `ltx_engine.clip_frames`):
+"""A source clip at the render's rate and size (retake/extend, `ltx_engine.rules.clip_frames`):
 render frame i is the clip's frame on screen at i / fps (upstream's timestamps; the same frames at
 the same rate), held or dropped at another rate, fitted to the render's size as an `--image` is; the
 worker's decode child gives exactly that for a PyAV-written clip; -f left out covers the whole clip."""
@@ -10,8 +10,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from ltx_engine.clip_frames import clip_length, frames_at_rate, resample_clip
-from ltx_engine.media import image_to_pixels
+from ltx_engine.rules.clip_frames import clip_length, frames_at_rate, resample_clip
+from ltx_engine.rules.media import image_to_pixels
 
 WHOLE = ((0, 64), (0, 96))
 
@@ -85,7 +85,7 @@ def test_the_workers_decode_child_picks_a_real_clips_frames_by_timestamp(tmp_pat
 
 @pytest.mark.timeout(60)
 def test_the_probe_resolves_a_left_out_length_from_the_clip(tmp_path):
-    from coordinator.media_check import check_render_media, clip_frames
+    from coordinator.admit.media_check import check_render_media, clip_frames
     from coordinator.plan.render import normalize_spec
     from tests.media_files import write_clip_with_audio
 

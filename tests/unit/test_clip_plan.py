@@ -1,15 +1,18 @@
-"""The retake / extend graphs (issue #24 retake/extend, `coordinator/plan/clip.py`), their spec records
+"""The retake / extend graphs (retake/extend, `coordinator/plan/clip.py`), their spec records
 and the coordinator's extend kinds. Pure: no model, no farm."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from coordinator.encode_blend import ENCODE_KINDS
 from coordinator.plan import render as planner
 from coordinator.plan.graph import SpecError
-from ltx_engine import extend, media_pipelines
+from coordinator.reduce.encode_blend import ENCODE_STEPS
+from ltx_engine import media_pipelines
+from ltx_engine.rules import extend
 from protos.spec import RenderSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -96,14 +99,14 @@ def test_extend_pins_the_boundary_in_both_stages_and_joins_before_one_decode(dir
         ({"extend": {"frames": 1, "direction": "up"}}, "--direction 'up'"),
         ({"retake": {"start": 0.5, "end": 0.5}}, "is empty"),
         ({"retake": {"start": 0.1, "end": 2.0}}, "--retake: --end 2 s is past the render's 33 frames"),
-        ({"retake": {"start": 0.1, "end": 0.5}, "stage2_tiles": "1x2"}, "no stage 2 to tile"),
-        ({"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage"}, "--retake runs with the distilled"),
+        ({"retake": {"start": 0.1, "end": 0.5}, "stage2_tiles": "1x2"}, "--stage2-tiles does not apply to the retake recipe (--retake); it applies to: distilled, two-stage, dfr, extend, ic-lora, dub-it"),
+        ({"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage"}, "--retake and --pipeline one-stage are two recipes: give one"),
         ({"extend": {"frames": 1}, "frames": 17}, "--extend: the source has 17 frames"),
         ({"extend": {"frames": 1}, "source_video": None}, "--extend names no source video"),
     ],
 )
 def test_clip_asks_the_farm_does_not_build_are_one_line(extra, line):
-    with pytest.raises(SpecError, match=line.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(SpecError, match=re.escape(line)):
         _plan(**extra)
 
 
@@ -114,13 +117,13 @@ def test_the_coordinators_extend_kinds_are_media_pipelines_extend_clip():
     src_audio, win_audio = rng.standard_normal((1, 2, 34, 4)), rng.standard_normal((1, 2, 43, 4))
     params = {"source_frames": 33, "fps": 24.0, "new_latent_frames": 2, "direction": "before"}
     inputs = {"source": source, "window": window, "source_audio": src_audio, "window_audio": win_audio}
-    got = ENCODE_KINDS["extend_join"](params, inputs)
+    got = ENCODE_STEPS["extend_join"](params, inputs)
     want = media_pipelines.extend_clip(
         lay, source, src_audio, {"video_latent": window, "audio_latent": win_audio}
     )
     assert all(np.array_equal(got[k], want[k]) for k in want)
     cut = lay.source_audio_slice(34)
-    pin = ENCODE_KINDS["extend_audio_pin"]({"start": cut.start, "stop": cut.stop}, {"latent": src_audio})[
+    pin = ENCODE_STEPS["extend_audio_pin"]({"start": cut.start, "stop": cut.stop}, {"latent": src_audio})[
         "latent"
     ]
     assert np.array_equal(pin, src_audio[:, :, cut])

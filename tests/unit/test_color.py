@@ -1,4 +1,4 @@
-"""Parity of the HDR colour transforms (ltx_engine/color.py) against the standards, float32 <= 1e-4 relative.
+"""Parity of the HDR colour transforms (ltx_engine/rules/color.py) against the standards, float32 <= 1e-4 relative.
 
 ltx-core==1.0.0, the farm's parity reference, has no colour module (upstream added `ltx_core.hdr` and
 `ltx_core.color` in 1.2.0), so this test writes the standards' formulas itself, scalar by scalar in
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from ltx_engine import color
+from ltx_engine.rules import color
 
 REL = 1e-4
 RNG = np.random.default_rng(29)

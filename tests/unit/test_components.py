@@ -1,7 +1,6 @@
 """The pack file table: which files make a component, which a render needs, what a pull fetches."""
 
-from ltx_engine.components import (
-    KIND_COMPONENTS,
+from ltx_engine.rules.components import (
     PARTS,
     RENDER_KINDS,
     missing_line,
@@ -9,6 +8,7 @@ from ltx_engine.components import (
     render_components,
     resolve_files,
 )
+from protos.kinds import KINDS
 
 PUBLISHED = [
     "README.md", ".gitattributes", "config.json", "embedded_config.json", "quantize_config.json", "split_model.json",
@@ -29,7 +29,7 @@ def test_newest_version_and_known_extras():
     assert layout.found["transformer_dev"].prefix == "transformer"
     assert layout.unknown == ["notes.bin"]
     assert "README.md" in layout.unused
-    assert layout.found["vae_decoder_av"].prefix == "vae_decoder_av"  # LTX-2.5's diffusion decoder (issue #29)
+    assert layout.found["vae_decoder_av"].prefix == "vae_decoder_av"  # LTX-2.5's diffusion decoder
     assert layout.found["duration_head"].files == ("duration_head.safetensors",)  # LTX-2.5's length head
 
 
@@ -48,17 +48,20 @@ def test_render_needs():
     assert "temporal_upscaler" in render_components({"temporal_upscalings": 1})
     assert "audio_vae" not in render_components({"audio": False})
     assert set(render_components({})) == set(RENDER_KINDS["t2v"])
-    needed = {c for kind in KIND_COMPONENTS.values() for c in kind}
+    needed = {c for f in KINDS.values() for c in (*f.components, *f.also_needs, *f.weighs)}
     assert needed <= set(PARTS) | {"text_encoder"}
 
 
 def test_diffusion_decode_needs_vae_decoder_av():
-    from ltx_engine.components import task_needs
+    from coordinator.plan.graph import kind_needs
+    from ltx_engine.rules.components import task_needs
 
     needs = render_components({"video_decoder": "diffusion"})
     assert "vae_decoder_av" in needs and "vae_decoder" not in needs
-    assert task_needs("decode_tile", {"decoder": "diffusion"}) == ["vae_decoder_av"]
-    assert task_needs("decode_tile", {}) == ["vae_decoder"]
+    assert task_needs(("vae_decoder",), {"decoder": "diffusion"}) == ["vae_decoder_av"]
+    assert task_needs(("vae_decoder",), {}) == ["vae_decoder"]
+    assert kind_needs("decode_tile", {"decoder": "diffusion"}) == ["vae_decoder_av"]  # a kind's facts, adjusted
+    assert kind_needs("decode_tile", {}) == ["vae_decoder"]
     assert "hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av.safetensors" in missing_line("vae_decoder_av", "tiny")
     assert "vae_decoder_av.safetensors" in pull_files(PUBLISHED, RENDER_KINDS["diffusion"])
     assert "vae_decoder_av.safetensors" not in pull_files(PUBLISHED, RENDER_KINDS["t2v"])

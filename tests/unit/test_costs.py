@@ -3,6 +3,8 @@ per-task seconds and peaks in a plan, the submit refusal with numbers, pull sche
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from coordinator.plan import costs, placement
@@ -101,14 +103,22 @@ def test_a_slow_worker_stays_slow_on_a_kind_it_never_ran() -> None:
     assert filled["new"]["a"] == pytest.approx(2.0)  # the median worker's speed
 
 
-def test_bench_model_prints_speedups_and_assumptions() -> None:
+def test_bench_model_leads_with_the_same_plan_and_says_what_differs_after() -> None:
     from farm_cli.bench.model import model
 
     lines = model(4, "M1 Max", 96, 2, "2x2")
-    one, queue = (float(lines[i].split("x  ")[0].split()[-1]) for i in (3, 4))
-    assert one > 1.5 and queue > 1.5  # four Macs help (over one Mac's untiled 3-step plan)
-    same = [float(w.rstrip("x,")) for w in lines[5].split() if w.endswith(("x", "x,"))]
-    assert len(same) == 2 and all(1.5 < r <= 4 for r in same)  # the same plan: never more than four times
+    assert "the same plan" in lines[0]
+    rows = [i for i, line in enumerate(lines) if line.startswith(("  one render", "  queue of"))][:2]
+    speedups = [float(lines[i].split("x  ")[0].split()[-1]) for i in rows]
+    walls = [re.search(r"wall s +(\d+) +(\d+)", lines[i]).groups() for i in rows]
+    same, fleet = ([float(w[k]) for w in walls] for k in (0, 1))  # one Mac on the fleet's plan; four Macs
+    assert all(1.5 < r <= 4 for r in speedups)  # four Macs help, never more than four times the same plan
+    assert speedups == pytest.approx([s / f for s, f in zip(same, fleet, strict=True)], rel=0.01)
+    other = next(line for line in lines if "against 1 Mac on another plan" in line)
+    untiled = [float(n) for n in re.findall(r"(\d+) s\b", other)]  # one Mac on its own untiled plan
+    ratios = [float(w.rstrip("x,")) for w in other.split() if w.endswith(("x", "x,"))]
+    # Over another plan (longer or shorter) the ceiling is four times the ratio of the two plans' times.
+    assert len(ratios) == 2 and all(r <= 4 * u / s for r, u, s in zip(ratios, untiled, same, strict=True))
     assert "assumptions:" in lines and any("redundancy" in line for line in lines)
 
 
@@ -156,7 +166,7 @@ def test_auto_tiles_fit_the_smallest_worker_holding_the_pack() -> None:
 
 
 def test_the_farm_eta_queues_a_render_behind_the_one_before_it_and_leaves_the_slots_alone() -> None:
-    """One simulation for every unfinished render (coordinator/eta.py): the second waits for the first,
+    """One simulation for every unfinished render (coordinator/views/eta.py): the second waits for the first,
     whoever asks, and the caller's slots are not moved (the dashboard list once reused them per row)."""
     slots = [placement.Slot("w", ratios={"a": 1.0})]
     first = [{"id": "r1.a", "kind": "a", "cost_s": 10.0, "deps": [], "display": "queued"}]

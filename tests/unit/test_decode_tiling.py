@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from ltx_engine.decode_tiling import (
+from ltx_engine.rules.decode_tiling import (
     DecodeTileSizes,
     FrameBlender,
     blend_decoded,
@@ -18,7 +18,7 @@ from ltx_engine.decode_tiling import (
     temporal_pixel_span,
     trapezoid,
 )
-from ltx_engine.tiling import Interval
+from ltx_engine.rules.tiling import Interval
 
 
 def _fake_decode(latent: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The dev DiT with the distilled LoRA at a recipe's strength (ltx_engine/dev_distilled.py) on the tiny
+"""The dev DiT with the distilled LoRA at a recipe's strength (ltx_engine/lora/dev_distilled.py) on the tiny
 dev-only pack: at strength 1 it is the pack's own fused distilled DiT, bit for bit; at HQ's 0.25 / 0.5 it
 is neither that nor the plain dev DiT; each strength has its own registry key; a user LoRA reaches the
 dev DiT a guided pass loads."""
@@ -7,19 +7,16 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine.dev_distilled import DevWithDistilled, dev_view
+from ltx_engine.lora.dev_distilled import DevWithDistilled, dev_view
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def dev_pack(tmp_path_factory):
-    from ltx_engine.pack import Pack
-    from ltx_engine.tiny_pack import write_tiny_pack
+def dev_pack(tiny_dev_pack):
+    from ltx_engine.loading.pack import Pack
 
-    folder = tmp_path_factory.mktemp("dev") / "dev"
-    write_tiny_pack(folder, seed=0, layout="dev-only")
-    return Pack(folder)
+    return Pack(tiny_dev_pack)
 
 
 def _same(a: dict, b: dict) -> bool:

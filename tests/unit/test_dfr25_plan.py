@@ -15,7 +15,7 @@ from coordinator.plan import costs
 from coordinator.plan.dfr_finish import final_keyframes
 from coordinator.plan.graph import SpecError
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
-from ltx_engine.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER, EULER_ANCESTRAL
+from ltx_engine.rules.sampling import ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER, EULER_ANCESTRAL
 
 FLEET = [
     {
@@ -102,7 +102,7 @@ def test_stage_2_stays_euler_below_ltx_2_5():
     [
         ({"spatial_upscalings": 2, "height": 192}, "height 192 is not a multiple of 128 .try 256."),
         ({"spatial_upscalings": 2, "images": [{"blob": "ab" * 32, "frame": 0}]}, "with --image is not built"),
-        ({"dfr": True, "num_generated_keyframes": 1}, "DFR places its own slots"),
+        ({"dfr": True, "num_generated_keyframes": 1}, "--num-generated-keyframes does not apply to the dfr recipe"),
     ],
 )
 def test_the_planner_refuses_what_it_cannot_plan(changes, message):
@@ -179,7 +179,7 @@ def test_a_keyframe_aware_decode_gets_the_planes_inside_the_clip_and_its_tile():
     import numpy as np
 
     from coordinator.plan.dfr_finish import keyframe_decode_io
-    from ltx_engine.dfr_epilogue import task_keyframes
+    from ltx_engine.rules.dfr_epilogue import task_keyframes
 
     spec, _ = _plan(dfr=True, height=128, width=192)
     params, inputs = keyframe_decode_io("r", spec)
@@ -271,7 +271,7 @@ def test_a2v_under_dfr_freezes_the_tracks_canvas_window_through_the_stages(kw, a
 def test_the_tracks_latent_is_right_padded_with_zero_tokens_to_the_canvas():
     import numpy as np
 
-    from ltx_engine.audio_source import fit_audio_tokens
+    from ltx_engine.rules.audio_source import fit_audio_tokens
 
     latent = np.arange(16 * 43 * 2, dtype=np.float32).reshape(1, 16, 43, 2) + 1
     padded = fit_audio_tokens(latent, 51)

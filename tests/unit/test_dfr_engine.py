@@ -15,12 +15,13 @@ import pytest
 
 from coordinator.plan.graph import SpecError
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
-from coordinator.reducer import run_reduce_task
-from ltx_engine import patchify
+from coordinator.reduce.reducer import run_reduce_task
 from ltx_engine.dfr import build_tile_state, noised_tile_state, tile_image_frame
-from ltx_engine.dfr_layout import plan_dfr, plan_params
-from ltx_engine.sampling import lerp_noise
-from ltx_engine.tokens import patchify_video
+from ltx_engine.models import patchify
+from ltx_engine.rules.dfr_layout import plan_dfr, plan_params
+from ltx_engine.rules.sampling import lerp_noise
+from ltx_engine.rules.tokens import patchify_video
+from tests.session_fixtures import link_packs
 
 C, H, W = 128, 2, 3
 
@@ -192,14 +193,11 @@ def test_bad_dfr_specs_are_refused_in_one_line(changes, fleet, match):
 
 
 @pytest.fixture(scope="module")
-def runner25(tmp_path_factory):
-    from ltx_engine.tiny_pack import write_tiny_pack
+def runner_2325(tiny25_pack, tiny_packs, tmp_path_factory):
+    """A Runner over the session's tiny packs, the 2.3 one named `tiny23`."""
     from worker.runner import Runner
 
-    folder = tmp_path_factory.mktemp("packs25")
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    write_tiny_pack(folder / "tiny23", seed=0)
-    return Runner(folder)
+    return Runner(link_packs(tmp_path_factory.mktemp("packs25"), tiny25=tiny25_pack, tiny23=tiny_packs / "tiny"))
 
 
 def _tile_task(runner, pack: str, tile_index: int = 1):
@@ -211,43 +209,43 @@ def _tile_task(runner, pack: str, tile_index: int = 1):
     return params, inputs
 
 
-def test_a_real_tile_is_deterministic_and_reads_the_keyframe_marker(runner25):
-    params, inputs = _tile_task(runner25, "tiny25")
-    out, _ = runner25.run("dfr_tile", params, inputs)
-    again, _ = runner25.run("dfr_tile", params, inputs)
+def test_a_real_tile_is_deterministic_and_reads_the_keyframe_marker(runner_2325):
+    params, inputs = _tile_task(runner_2325, "tiny25")
+    out, _ = runner_2325.run("dfr_tile", params, inputs)
+    again, _ = runner_2325.run("dfr_tile", params, inputs)
     assert out["latent"].shape == (1, C, 13, 4, 6) and out["slots"].shape == (1, C, 2, 4, 6)
     for name in out:
         np.testing.assert_array_equal(out[name], again[name])
-    model = runner25.engine.model(runner25.pack("tiny25"), "transformer")
+    model = runner_2325.engine.model(runner_2325.pack("tiny25"), "transformer")
     saved = model.keyframes_abs_pos_embedding
     model.keyframes_abs_pos_embedding = mx.zeros_like(saved)
     try:
-        unmarked, _ = runner25.run("dfr_tile", params, inputs)
+        unmarked, _ = runner_2325.run("dfr_tile", params, inputs)
     finally:
         model.keyframes_abs_pos_embedding = saved
     assert not np.array_equal(unmarked["latent"], out["latent"])
-    other, _ = runner25.run("dfr_tile", {**params, "tile_index": 0}, inputs)
+    other, _ = runner_2325.run("dfr_tile", {**params, "tile_index": 0}, inputs)
     assert other["latent"].shape[2] == 7
 
 
-def test_a_23_pack_refuses_tiles_and_reports_no_dfr_features(runner25):
-    params, inputs = _tile_task(runner25, "tiny23")
+def test_a_23_pack_refuses_tiles_and_reports_no_dfr_features(runner_2325):
+    params, inputs = _tile_task(runner_2325, "tiny23")
     with pytest.raises(ValueError, match="not an LTX-2.5 pack"):
-        runner25.run("dfr_tile", params, inputs)
-    features = runner25.capabilities()["pack_features"]
+        runner_2325.run("dfr_tile", params, inputs)
+    features = runner_2325.capabilities()["pack_features"]
     assert set(features["tiny25"]) == {"temporal_upscaler", "keyframes"}
     assert features["tiny23"] == ["temporal_upscaler"]
 
 
-def test_upsample_temporal_doubles_frames(runner25):
-    out, _ = runner25.run("upsample_temporal", {"pack": "tiny25"}, {"latent": _rand((1, C, 7, 8, 12), 9)})
+def test_upsample_temporal_doubles_frames(runner_2325):
+    out, _ = runner_2325.run("upsample_temporal", {"pack": "tiny25"}, {"latent": _rand((1, C, 7, 8, 12), 9)})
     assert out["latent"].shape == (1, C, 13, 8, 12) and out["latent"].dtype == np.float32
 
 
-def test_keyframe_mask_is_a_no_op_without_the_embedding(runner25):
+def test_keyframe_mask_is_a_no_op_without_the_embedding(runner_2325):
     from ltx_engine.models.transformer import Modality
 
-    model = runner25.engine.model(runner25.pack("tiny23"), "transformer")
+    model = runner_2325.engine.model(runner_2325.pack("tiny23"), "transformer")
     n = 2 * H * W
     base = dict(latent=mx.array(_rand((1, n, C), 1)), sigma=mx.array([0.5]), timesteps=mx.full((1, n), 0.5),
                 positions=patchify.video_positions(1, 2, H, W, 24.0), context=mx.array(_rand((1, 4, 64), 2)))
@@ -293,7 +291,7 @@ def test_detailing_lora_conditions_stage_2_on_stage_1s_video():
     assert (s2["params"]["detailing_lora"], s2["params"]["detailing_strength"]) == ("detail.safetensors", 0.5)
     assert s2["inputs"]["reference_latent"] == {"task": "r.stage1", "output": "video_latent"}
     assert "detailing_lora" not in tasks["r.dfr.r1.t0"]["params"]  # detached for the rounds
-    for bad, match in [({"temporal_upscalings": 0}, "details DFR's stage 2"),
+    for bad, match in [({"temporal_upscalings": 0}, "--detailing-lora does not apply to the distilled recipe"),
                        ({"detailing_lora": "../x.safetensors"}, "not a .safetensors file name"),
                        ({"detailing_strength": 3}, "outside")]:
         with pytest.raises(SpecError, match=match):
@@ -301,43 +299,43 @@ def test_detailing_lora_conditions_stage_2_on_stage_1s_video():
 
 
 @pytest.mark.timeout(300)
-def test_a_detailing_lora_is_fused_once_into_a_dit_of_its_own(runner25, tmp_path):
+def test_a_detailing_lora_is_fused_once_into_a_dit_of_its_own(runner_2325, tmp_path):
     """Stage 2 with the tiny pack's detailing IC-LoRA (bf16 here; q8/q4 fusion has its parity
     test): differs from plain stage 2, repeats bit for bit without building the fused DiT again, and
     leaves the plain DiT (the rounds') as it was."""
-    from ltx_engine.tiny_pack import DETAILING_LORA
+    from ltx_engine.tiny.tiny_pack import DETAILING_LORA
 
-    text, _ = runner25.run("text_encode", {"pack": "tiny25", "prompt": "a fox"}, {})
+    text, _ = runner_2325.run("text_encode", {"pack": "tiny25", "prompt": "a fox"}, {})
     params = {"pack": "tiny25", "seed": 3, "frames": 49, "fps": 24.0, "height": 64, "width": 64, "audio_frames": 51,
               "sigmas": [0.909375, 0.725, 0.421875, 0.0], "noise_stream": 1, "dfr_slots": [24, 48], "renoise_audio": True}
     inputs = {**text, "latent": _rand((1, C, 7, 2, 2), 1), "audio_latent": _rand((1, 8, 51, 16), 2),
               "slots": _rand((1, C, 2, 2, 2), 3), "reference_latent": _rand((1, C, 7, 1, 1), 4)}
-    plain, _ = runner25.run("denoise_stage2", params, inputs)
-    detailed, _ = runner25.run("denoise_stage2", {**params, "detailing_lora": DETAILING_LORA,
+    plain, _ = runner_2325.run("denoise_stage2", params, inputs)
+    detailed, _ = runner_2325.run("denoise_stage2", {**params, "detailing_lora": DETAILING_LORA,
                                                   "detailing_strength": 0.5}, inputs)
-    loaded = runner25.engine.registry.load_seconds
-    again, _ = runner25.run("denoise_stage2", {**params, "detailing_lora": DETAILING_LORA,
+    loaded = runner_2325.engine.registry.load_seconds
+    again, _ = runner_2325.run("denoise_stage2", {**params, "detailing_lora": DETAILING_LORA,
                                                "detailing_strength": 0.5}, inputs)
-    assert runner25.engine.registry.load_seconds == loaded  # the fused DiT stayed warm
+    assert runner_2325.engine.registry.load_seconds == loaded  # the fused DiT stayed warm
     assert not np.array_equal(plain["video_latent"], detailed["video_latent"])
     for name in detailed:
         np.testing.assert_array_equal(detailed[name], again[name])
-    unchanged, _ = runner25.run("denoise_stage2", params, inputs)
+    unchanged, _ = runner_2325.run("denoise_stage2", params, inputs)
     np.testing.assert_array_equal(unchanged["video_latent"], plain["video_latent"])
     with pytest.raises(Exception, match="has no detailing LoRA file 'missing.safetensors'"):
-        runner25.run("denoise_stage2", {**params, "detailing_lora": "missing.safetensors",
+        runner_2325.run("denoise_stage2", {**params, "detailing_lora": "missing.safetensors",
                                         "detailing_strength": 0.5}, inputs)
 
 
-def test_the_cli_passes_the_detailing_lora_to_the_planner(runner25):
+def test_the_cli_passes_the_detailing_lora_to_the_planner(runner_2325):
     from typer.testing import CliRunner
 
     from farm_cli.main import app
 
-    pack = str(runner25.packs_dir / "tiny25")
+    pack = str(runner_2325.packs_dir / "tiny25")
     result = CliRunner().invoke(app, ["render", "--local", "-p", "a fox", "-H", "64", "-W", "64", "-f", "9", "--pack",
                                       pack, "--detailing-lora", "x.safetensors", "--detailing-strength", "0.7"])
-    assert result.exit_code == 2 and "details DFR's stage 2: give --temporal-upscalings 1 or 2" in result.output
+    assert result.exit_code == 2 and "--detailing-lora does not apply to the distilled recipe (--pipeline distilled); it applies to: dfr," in result.output
 
 
 class _GatedHub(BaseHTTPRequestHandler):
@@ -357,7 +355,7 @@ class _GatedHub(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def test_a_gated_lora_repo_is_refused_before_anything_queues(runner25, monkeypatch):
+def test_a_gated_lora_repo_is_refused_before_anything_queues(runner_2325, monkeypatch):
     """--detailing-lora REPO against a real HTTP hub endpoint (HF_ENDPOINT) that says the repo is gated:
     one line naming the licence page, exit 2, before the pack is even opened."""
     from typer.testing import CliRunner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ltx_engine.dfr_layout import (
+from ltx_engine.rules.dfr_layout import (
     ANCESTRAL_ETA,
     ANCHOR_STRENGTH,
     TEMPORAL_SIGMAS,
@@ -16,7 +16,7 @@ from ltx_engine.dfr_layout import (
     stitch_round,
     trim_latent,
 )
-from ltx_engine.sampling import DISTILLED_SIGMAS
+from ltx_engine.rules.sampling import DISTILLED_SIGMAS
 
 
 def test_canvas_known_values() -> None:

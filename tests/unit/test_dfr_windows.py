@@ -1,9 +1,9 @@
-"""DFR's spatial epilogue after temporal rounds (issue #29): the windows, each pinned on the previous one.
+"""DFR's spatial epilogue after temporal rounds: the windows, each pinned on the previous one.
 
 ltx-core 1.0.0 has no epilogue, so upstream's rules (main's `dfr_helpers.tile_prefix`,
 `lead_in_carryover`, `resample_audio_time`, `audio_latent_for_tile` and the window loop of
 `dfr_stages._run_epilogue_windows` / `_prepare_epilogue_window_specs`) are written here in numpy and the
-farm's `ltx_engine/dfr_windows.py` is held to them; then the planner's chained graph."""
+farm's `ltx_engine/rules/dfr_windows.py` is held to them; then the planner's chained graph."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
-from coordinator.reducer import dfr_epi_window, dfr_trim
-from ltx_engine import dfr_windows
-from ltx_engine.dfr_layout import plan_dfr, plan_params
+from coordinator.reduce.reducer import dfr_epi_window, dfr_trim
+from ltx_engine.rules import dfr_windows
+from ltx_engine.rules.dfr_layout import plan_dfr, plan_params
 
 FLEET = [
     {

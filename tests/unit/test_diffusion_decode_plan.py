@@ -1,4 +1,4 @@
-"""`--video-decoder diffusion` in the planner (issue #29): its tiles, task params, needs, costs, refusals."""
+"""`--video-decoder diffusion` in the planner: its tiles, task params, needs, costs, refusals."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import pytest
 from coordinator.plan import costs
 from coordinator.plan.decode import decode_tile_plan, plan_decode, resolve_decode_tiles
 from coordinator.plan.diffusion_decode import check_video_decoder
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import SpecError
-from ltx_engine.decode_tiling import temporal_pixel_span
-from ltx_engine.diffusion_tiling import DiffusionTileSizes, min_latent_shape, parse_sizes, tile_plan
+from coordinator.plan.resolved import RenderPlan
 from ltx_engine.models.diffusion_decoder import DiffusionDecoderConfig
+from ltx_engine.rules.decode_tiling import temporal_pixel_span
+from ltx_engine.rules.diffusion_tiling import DiffusionTileSizes, min_latent_shape, parse_sizes, tile_plan
 
+_stored = RenderPlan.from_stored  # the test specs as the render hash would hold them
 SPEC = {
     "pack": "p",
     "seed": 5,
@@ -41,38 +44,38 @@ def test_size_floor_is_upstreams_rule_for_the_production_decoder():
 
 
 def test_decode_tasks_carry_the_decoder_a_seed_per_tile_and_need_vae_decoder_av():
-    tasks = plan_decode("r", SPEC, {"task": "r.stage2", "output": "latent"})
+    tasks = plan_decode("r", _stored(SPEC), {"task": "r.stage2", "output": "latent"})
     assert [t["params"]["noise_seed"] for t in tasks] == [30005, 30006, 30007]
     assert {tuple(t["params"]["needs"]) for t in tasks} == {("vae_decoder_av",)}
-    whole = plan_decode("r", {**SPEC, "decode_tiles": "off"}, {"task": "r.stage2", "output": "latent"})
+    whole = plan_decode("r", _stored({**SPEC, "decode_tiles": "off"}), {"task": "r.stage2", "output": "latent"})
     assert [t["kind"] for t in whole] == ["decode_video"] and whole[0]["params"]["noise_seed"] == 30005
-    conv = plan_decode("r", {**SPEC, "video_decoder": None}, {"task": "r.stage2", "output": "latent"})
+    conv = plan_decode("r", _stored({**SPEC, "video_decoder": None}), {"task": "r.stage2", "output": "latent"})
     assert "decoder" not in conv[0]["params"] and conv[0]["params"]["needs"] == ["vae_decoder"]
 
 
 def test_auto_tiles_only_across_workers_and_bad_sizes_are_one_line():
-    spec = {**SPEC, "decode_tiles": "auto"}
-    assert resolve_decode_tiles(spec, [{"packs": ["p"]}]) == "off"
-    assert resolve_decode_tiles(spec, [{"packs": ["p"]}] * 2) == "96,512,512"
-    small_mac = [{"packs": ["p"], "memory_bytes": 16 * 2**30}]
-    big = {**spec, "height": 1024, "width": 1536, "frames": 121}  # ~95 GB whole: tiled even on one Mac
+    spec = _stored({**SPEC, "decode_tiles": "auto"})
+    assert resolve_decode_tiles(spec, Fleet.of([{"packs": ["p"]}])) == "off"
+    assert resolve_decode_tiles(spec, Fleet.of([{"packs": ["p"]}] * 2)) == "96,512,512"
+    small_mac = Fleet.of([{"packs": ["p"], "memory_bytes": 16 * 2**30}])
+    big = _stored({**SPEC, "decode_tiles": "auto", "height": 1024, "width": 1536, "frames": 121})  # ~95 GB whole: tiled even on one Mac
     assert (
         resolve_decode_tiles(big, small_mac) == "96,512,512"
         and resolve_decode_tiles(spec, small_mac) == "off"
     )
-    assert decode_tile_plan({**SPEC, "decode_tiles": "off"}) is None
+    assert decode_tile_plan(_stored({**SPEC, "decode_tiles": "off"})) is None
     with pytest.raises(SpecError, match="height tile 128 is no larger than its overlap 160"):
-        resolve_decode_tiles({**SPEC, "decode_tiles": "48,128,192"}, [])
+        resolve_decode_tiles(_stored({**SPEC, "decode_tiles": "48,128,192"}), Fleet())
     with pytest.raises(ValueError, match="not a multiple of 8"):
         parse_sizes("44,192,192")
 
 
 def test_refused_on_23_and_without_the_file():
     with pytest.raises(SpecError, match="needs an LTX-2.5 pack"):
-        check_video_decoder({**SPEC, "generation": "2.3"})
+        check_video_decoder(_stored({**SPEC, "generation": "2.3"}))
     with pytest.raises(SpecError, match="hf download dgrauet/ltx-2.5-mlx-q8 vae_decoder_av.safetensors"):
-        check_video_decoder(SPEC, has_component=False)
-    check_video_decoder({**SPEC, "generation": "2.3", "video_decoder": "conv"})
+        check_video_decoder(_stored(SPEC), has_component=False)
+    check_video_decoder(_stored({**SPEC, "generation": "2.3", "video_decoder": "conv"}))
 
 
 def test_costs_are_the_seeds_15x_and_load_the_diffusion_weights():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from ltx_engine import patchify as P
-from ltx_engine.loader import apply_weights, quantize_weights
+from ltx_engine.loading.loader import apply_weights, quantize_weights
+from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, quantizable, tiny_config
 from tests.unit.sp_model import seeded_model
 

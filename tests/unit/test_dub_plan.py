@@ -1,4 +1,4 @@
-"""Dub-It's graph (issue #24, `coordinator/plan/control.py`) with a tiled stage 2: `stage2.prep` takes
+"""Dub-It's graph (`coordinator/plan/control.py`) with a tiled stage 2: `stage2.prep` takes
 the stage-2 reference video and stage 1's audio as audio reference, every tile forward runs with the
 Dub-It LoRA, and the coordinator's cut of prep's state (the engine's own state builder, the reducer's
 own cut) hands every tile the reference tokens overlapping it, with the audio reference in prep's audio.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from coordinator.plan import render as planner
-from coordinator.reducer import run_reduce_task
+from coordinator.reduce.reducer import run_reduce_task
 from ltx_engine.denoise import StageInputs, build_stage_states
 from ltx_engine.media_stage import stage_fields
 from protos.spec import RenderSpec

@@ -1,10 +1,10 @@
 """`--extend CLIP --extend-frames 1 --direction before` through `farm render --local` (the farm's task
 graph run in this process, what a farm render must equal bit for bit) against the engine's oracle
-(`ltx_engine.media_pipelines.extend_window` + `extend_clip` from the same encoded latents), issue #24.
+(`ltx_engine.media_pipelines.extend_window` + `extend_clip` from the same encoded latents).
 
 The clip is 50 frames at 30 fps with an AAC track, rendered at 24 fps without -f: the length is the
 whole clip at 24 fps rounded down to 8k + 1 (33), the source encode is the clip's frames picked by
-timestamp (`ltx_engine.clip_frames`) through the worker's decode child, and the new latent frame goes in
+timestamp (`ltx_engine.rules.clip_frames`) through the worker's decode child, and the new latent frame goes in
 front: the joined clip is window[:1] + the source's latents, 33 + 8 frames decoded once. (A farm render
 of `before` would add ~70 s to tests/farm/test_clip_farm.py, already ~160 s on this machine.)"""
 
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from farm_cli.local import render_local
-from ltx_engine import extend, media_pipelines
+from ltx_engine import media_pipelines
+from ltx_engine.rules import extend
 from tests.media_files import write_clip_with_audio
 from worker.media import tile_pixels
 

@@ -1,4 +1,4 @@
-"""Issue #26 on the DiT: sparse stage-2 self-attention wired into blocks 1.. (tau = -inf is the dense model
+"""On the DiT: sparse stage-2 self-attention wired into blocks 1.. (tau = -inf is the dense model
 bit for bit, block 0 stays dense), tiles route their own frame size, float16 compute and its overflow guard."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine import tdp
 from ltx_engine.denoise import forward_tokens
-from ltx_engine.forward_options import ForwardOptions, step_options
+from ltx_engine.models.forward_options import ForwardOptions, step_options
+from ltx_engine.models.patchify import video_positions
+from ltx_engine.models.sparse_attention import frame_tokens
 from ltx_engine.models.transformer import VIDEO_ONLY, LTXModel, TransformerConfig, tiny_config
-from ltx_engine.patchify import video_positions
-from ltx_engine.sparse_attention import frame_tokens
+from ltx_engine.rules import tdp
 
 GRID = (4, 32, 32)  # 4096 tokens: the smallest forward that routes
 
@@ -107,7 +107,7 @@ def test_an_overflowing_float16_forward_is_computed_again_in_float32(caplog):
     tokens, contexts = _tokens((1, 8, 8))
     full = forward_tokens(model, tokens, 0.7, contexts)
     assert np.isfinite(full).all()
-    with caplog.at_level(logging.WARNING, logger="ltx_engine.forward_options"):
+    with caplog.at_level(logging.WARNING, logger="ltx_engine.models.forward_options"):
         half = forward_tokens(model, tokens, 0.7, contexts, ForwardOptions(compute_dtype="float16"))
     assert np.array_equal(half, full)
     assert any("overflowed" in r.getMessage() for r in caplog.records)

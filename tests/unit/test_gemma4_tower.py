@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ltx_engine.models.gemma4 import PREFIX, Gemma4Tower, write_tiny_tower
-from ltx_engine.text_encoders import GEMMA4_WEIGHTS, is_gemma4_tower, weight_bytes
+from ltx_engine.rules.text_encoders import GEMMA4_WEIGHTS, is_gemma4_tower, weight_bytes
 
 PROMPT = "a heron lifts off a misty lake at dawn"
 QUANTIZED = (".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
@@ -73,7 +73,7 @@ def test_the_tower_counts_only_its_own_file(tower_dir) -> None:
 
 
 def test_a_pull_for_text_takes_the_towers_files_from_a_25_listing() -> None:
-    from ltx_engine.components import TEXT_ENCODER, pull_files, resolve_files
+    from ltx_engine.rules.components import TEXT_ENCODER, pull_files, resolve_files
 
     listing = ["config.json", "embedded_config.json", "connector.safetensors", "transformer-distilled.safetensors",
                "text_encoder.safetensors", "text_encoder_config.json", "tokenizer.json", "tokenizer_config.json",

@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
+from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import SpecError
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
-from ltx_engine import sampling
-from ltx_engine.generation import detect_generation, parse_version, stage1_sampler, stage2_sampler
-from ltx_engine.pack import Pack
+from ltx_engine.loading.pack import Pack
+from ltx_engine.rules import sampling
+from ltx_engine.rules.generation import detect_generation, parse_version, stage1_sampler, stage2_sampler
+from tests.session_fixtures import link_packs
 
 
 @pytest.mark.parametrize(("text", "parsed"), [
@@ -43,13 +46,9 @@ def test_ltx25_samples_every_stage_ancestrally_as_upstream_after_1_2_0():
 
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory):
-    from ltx_engine.tiny_pack import write_tiny_pack
-
-    folder = tmp_path_factory.mktemp("gen-packs")
-    write_tiny_pack(folder / "tiny23", seed=0)
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    write_tiny_pack(folder / "bare25", seed=0, variant="2.5")
+def packs(tiny25_pack, tiny_packs, tmp_path_factory):
+    folder = link_packs(tmp_path_factory.mktemp("gen-packs"), tiny23=tiny_packs / "tiny", tiny25=tiny25_pack)
+    shutil.copytree(tiny25_pack, folder / "bare25")  # a copy: its files change below
     for name in ("config.json", "split_model.json"):  # a pack that records no version: read from its DiT
         path = folder / "bare25" / name
         path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "model_version"}))
@@ -117,7 +116,7 @@ def test_ancestral_stage_1_is_seeded_apart_and_deterministic(packs):
 
 def test_a_25_pack_serves_its_vae_from_the_conv_files(packs):
     """2.5 packs name the conv VAE `vae_decoder_conv` / `vae_encoder_conv` (keys under that prefix)."""
-    from ltx_engine.components import pull_files, resolve_files
+    from ltx_engine.rules.components import pull_files, resolve_files
 
     pack = Pack(packs / "tiny25")
     assert not (pack.root / "vae_decoder.safetensors").exists()
@@ -147,13 +146,13 @@ def test_a_left_out_length_on_25_plans_the_duration_head_first_and_defaults_for_
         ("r.length.plan", "plan_length", "coordinator")]
     assert tasks[1]["inputs"]["video_context"] == {"task": "r.text", "output": "video_context"}
     assert tasks[2]["params"]["spec"]["frames"] is None
-    full_spec, full = continue_render(tasks[2]["params"]["spec"], 49, 2.01, "r", _fleet(["2.5"]))
+    full_spec, full = continue_render(tasks[2]["params"]["spec"], 49, 2.01, "r", Fleet.of(_fleet(["2.5"])))
     assert full_spec["frames"] == 49 and full_spec["predicted_seconds"] == 2.01
     assert full[0] == {**tasks[0], "params": {**tasks[0]["params"], "cost_s": full[0]["params"]["cost_s"]}}
     stage1 = next(t for t in full if t["kind"] == "denoise_stage1")
     assert stage1["params"]["frames"] == 49
     with pytest.raises(SpecError, match="frames 50 is not of the form 8k"):
-        continue_render(tasks[2]["params"]["spec"], 50, 2.0, "r", _fleet(["2.5"]))
+        continue_render(tasks[2]["params"]["spec"], 50, 2.0, "r", Fleet.of(_fleet(["2.5"])))
     headless = [{**w, "pack_components": {"p": ["transformer", "connector"]}} for w in _fleet(["2.5"])]
     with pytest.raises(SpecError, match="pack 'p' has no duration_head .* or give -f/--frames"):
         validate_spec(normalize_spec({"prompt": "a fox", "pack": "p"}), headless)
@@ -169,7 +168,7 @@ def test_a_25_render_without_frames_takes_the_duration_heads_length(packs, tmp_p
     import av
 
     from farm_cli.local import render_local
-    from ltx_engine.duration import frames_for
+    from ltx_engine.rules.duration import frames_for
     from worker.runner import Runner
 
     runner = Runner(packs)
@@ -191,7 +190,7 @@ def test_a_25_render_without_frames_takes_the_duration_heads_length(packs, tmp_p
 def test_tiled_stage_2_on_a_25_pack_carries_the_keyframe_marker(packs, tmp_path):
     """One tile without overlap equals the untiled stage 2 exactly on the 2.5 pack too: each tile forward
     reads its share of the first-frame keyframe marker (upstream's modality tiling slices it likewise)."""
-    from coordinator.reducer import run_reduce_task
+    from coordinator.reduce.reducer import run_reduce_task
     from farm_cli.local import render_local
     from worker.runner import Runner
 

@@ -31,15 +31,15 @@ def test_plan_shows_the_guided_passes_per_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args,line", [
-    (["--negative-prompt", "blurry"], "--negative-prompt does not apply to the distilled pipeline"),
+    (["--negative-prompt", "blurry"], "--negative-prompt does not apply to the distilled recipe"),
     (["--pipeline", "one-stage", "--cfg-scale", "nan"], "cfg_scale nan is not a finite number"),
     (["--pipeline", "one-stage", "--stg-scale", "-2"], "stg_scale -2.0 is outside [0.0, 100.0]"),
     (["--pipeline", "one-stage", "--steps", "0"], "steps 0 is outside 1..200"),
     (["--pipeline", "one-stage", "--stg-blocks", "99"], "--stg-blocks 99: outside the model's 48 blocks"),
     (["--pipeline", "two-stage-hq", "--steps", "5000"], "steps 5000 is outside 1..200"),
     (["--pipeline", "two-stage", "--stage2-steps", "4"], "--stage2-steps 4: stage 2's sigma table has 3 steps"),
-    (["--pipeline", "one-stage", "--stage2-steps", "2"], "--stage2-steps is a stage-2 option"),
-    (["--stage1-steps", "4"], "--stage1-steps does not apply to the distilled pipeline"),
+    (["--pipeline", "one-stage", "--stage2-steps", "2"], "--stage2-steps does not apply to the one-stage recipe (--pipeline one-stage); it applies to: two-stage, two-stage-hq"),
+    (["--stage1-steps", "4"], "--stage1-steps does not apply to the distilled recipe"),
 ])
 def test_bad_guidance_input_is_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
     result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), *args)

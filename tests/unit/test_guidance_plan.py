@@ -7,14 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from coordinator.guide_step import guide_step
 from coordinator.plan import guidance as PG
 from coordinator.plan.graph import COORDINATOR
+from coordinator.plan.render import validate_spec
 from coordinator.plan.resolved import RenderPlan
-from ltx_engine import guidance as G
-from ltx_engine import res2s
+from coordinator.reduce.guide_step import guide_step
+from ltx_engine.rules import guidance as G
+from ltx_engine.rules import res2s
 from protos.fields import SpecError
 from protos.spec import RenderSpec
+
+_stored = RenderPlan.from_stored  # a test spec as the render hash would hold it
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,14 +33,24 @@ pytestmark = pytest.mark.timeout(120)
     ({"pipeline": "one-stage", "steps": 0}, "steps 0 is outside 1..200"),
     ({"pipeline": "one-stage", "steps": 100_000}, "steps 100000 is outside 1..200"),
     ({"pipeline": "four-stage"}, "is not one of distilled, one-stage"),
-    ({"negative_prompt": "blurry"}, "--negative-prompt does not apply to the distilled pipeline (it has no uncond"),
-    ({"cfg_scale": 3.0}, "--cfg-scale does not apply to the distilled pipeline"),
 ])
 def test_spec_refusals(raw, line):
     with pytest.raises(SpecError) as err:
         RenderSpec.from_dict({"prompt": "a cat", **raw})
     assert line in str(err.value) and "\n" not in str(err.value)
 
+
+
+@pytest.mark.parametrize("raw,line", [
+    ({"negative_prompt": "blurry"}, "--negative-prompt does not apply to the distilled recipe (--pipeline distilled); "
+                                    "it applies to: one-stage, two-stage, two-stage-hq"),
+    ({"cfg_scale": 3.0}, "--cfg-scale does not apply to the distilled recipe"),
+])
+def test_the_distilled_recipe_refuses_the_knobs(raw, line):
+    spec = RenderSpec.from_dict({"prompt": "a cat", **raw})  # the contract types it; which recipe takes it: the planner's
+    with pytest.raises(SpecError) as err:
+        validate_spec(spec, [])
+    assert line in str(err.value)
 
 def test_spec_fields_round_trip():
     spec = RenderSpec.from_dict({"prompt": "a", "pipeline": "two-stage", "stg_blocks": "28,29", "cfg_scale": 4})
@@ -51,19 +64,19 @@ def test_recipes_default_to_upstream():
     assert dev.video == G.VIDEO_DEV and dev.audio == G.AUDIO_DEV and dev.sampler == PG.EULER
     assert len(dev.sigmas) == 31 and dev.negative_prompt == G.DEFAULT_NEGATIVE_PROMPT
     assert dev.passes == (G.COND, G.UNCOND, G.PERTURBED, G.ISOLATED) and dev.forwards_per_step() == 4
-    hq = PG.recipe({"pipeline": "two-stage-hq"})
+    hq = PG.recipe(_stored({"pipeline": "two-stage-hq"}))
     assert hq.sampler == PG.RES_2S and len(hq.sigmas) == 16 and hq.passes == (G.COND, G.UNCOND, G.ISOLATED)
     assert hq.forwards_per_step() == 6
-    cfg_only = PG.recipe({"pipeline": "two-stage", "stg_scale": 0, "modality_scale": 1, "audio_stg_scale": 0,
-                          "audio_modality_scale": 1, "steps": 8})
+    cfg_only = PG.recipe(_stored({"pipeline": "two-stage", "stg_scale": 0, "modality_scale": 1, "audio_stg_scale": 0,
+                          "audio_modality_scale": 1, "steps": 8}))
     assert cfg_only.passes == (G.COND, G.UNCOND) and len(cfg_only.sigmas) == 9
-    assert PG.recipe({"pipeline": "distilled"}) is None
+    assert PG.recipe(_stored({"pipeline": "distilled"})) is None
     # HQ hands the scheduler its stage-1 latent (upstream's ti2vid_two_stages_hq); the others the 4096 anchor.
-    from ltx_engine.schedule import ltx2_sigmas
+    from ltx_engine.rules.schedule import ltx2_sigmas
 
     sized = {"frames": 121, "height": 1088, "width": 1920}
-    assert PG.recipe({"pipeline": "two-stage-hq", **sized}).sigmas == ltx2_sigmas(15, tokens=16 * 17 * 30)
-    assert PG.recipe({"pipeline": "two-stage", **sized}).sigmas == ltx2_sigmas(30)
+    assert PG.recipe(_stored({"pipeline": "two-stage-hq", **sized})).sigmas == ltx2_sigmas(15, tokens=16 * 17 * 30)
+    assert PG.recipe(_stored({"pipeline": "two-stage", **sized})).sigmas == ltx2_sigmas(30)
 
 
 @pytest.mark.parametrize("spec,line", [
@@ -74,13 +87,13 @@ def test_recipes_default_to_upstream():
 ])
 def test_recipe_refusals(spec, line):
     with pytest.raises(SpecError, match=line.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        PG.check_recipe(spec)
+        PG.check_recipe(_stored(spec))
 
 
 def test_stg_blocks_checked_against_the_pack_model():
-    assert PG.check_recipe({"pipeline": "one-stage", "stg_blocks": [1]}, num_layers=2) is not None
+    assert PG.check_recipe(_stored({"pipeline": "one-stage", "stg_blocks": [1]}), num_layers=2) is not None
     with pytest.raises(SpecError, match="outside the model's 2 blocks"):
-        PG.check_recipe({"pipeline": "one-stage"}, num_layers=2)  # upstream's block 28 on the tiny DiT
+        PG.check_recipe(_stored({"pipeline": "one-stage"}), num_layers=2)  # upstream's block 28 on the tiny DiT
 
 
 CTX = {"prompt": {k: {"task": "r.text", "output": k} for k in ("video_context", "audio_context")},
@@ -88,7 +101,7 @@ CTX = {"prompt": {k: {"task": "r.text", "output": k} for k in ("video_context", 
 
 
 def test_plan_shape_euler():
-    rec = PG.recipe({"pipeline": "one-stage", "steps": 3})
+    rec = PG.recipe(_stored({"pipeline": "one-stage", "steps": 3}))
     tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
     kinds = [t["kind"] for t in tasks]
     assert kinds == (["guidance_pass"] * 4 + ["guide_step"]) * 3
@@ -103,7 +116,7 @@ def test_plan_shape_euler():
 
 
 def test_plan_shape_res2s():
-    rec = PG.recipe({"pipeline": "two-stage-hq", "steps": 2})
+    rec = PG.recipe(_stored({"pipeline": "two-stage-hq", "steps": 2}))
     tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
     steps = [t["params"]["evaluation"] for t in tasks if t["kind"] == "guide_step"]
     assert steps == ["mid", "end", "mid", "end", "final"]
@@ -119,8 +132,9 @@ def test_plan_shape_res2s():
 
 @pytest.fixture(scope="module")
 def tiny():
-    mx = pytest.importorskip("mlx.core")
-    from ltx_engine import patchify as P
+    import mlx.core as mx  # the engine's own dependency: imported plainly, never skipped
+
+    from ltx_engine.models import patchify as P
     from ltx_engine.models.transformer import LTXModel, TransformerConfig, tiny_config
 
     mx.random.seed(3)
@@ -162,10 +176,10 @@ SPEC_TINY = {"stg_blocks": [1], "steps": 3}
 
 def test_planned_euler_stage_equals_the_local_loop(tiny):
     from ltx_engine.guided import guided_euler_step
-    from ltx_engine.sampling import LatentState
+    from ltx_engine.rules.sampling import LatentState
 
     model, blobs = tiny
-    rec = PG.check_recipe({"pipeline": "one-stage", **SPEC_TINY}, num_layers=2)
+    rec = PG.check_recipe(_stored({"pipeline": "one-stage", **SPEC_TINY}), num_layers=2)
     out = _execute(model, PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX), blobs)
     p = blobs["r.prep"]
     video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
@@ -181,10 +195,10 @@ def test_planned_euler_stage_equals_the_local_loop(tiny):
 
 def test_planned_res2s_stage_equals_the_local_steps(tiny):
     from ltx_engine.guided import guided_x0
-    from ltx_engine.sampling import LatentState
+    from ltx_engine.rules.sampling import LatentState
 
     model, blobs = tiny
-    rec = PG.check_recipe({"pipeline": "two-stage-hq", **SPEC_TINY}, num_layers=2)
+    rec = PG.check_recipe(_stored({"pipeline": "two-stage-hq", **SPEC_TINY}), num_layers=2)
     out = _execute(model, PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX), blobs)
     p = blobs["r.prep"]
     pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}

@@ -6,8 +6,8 @@ stage 2 as cond-pass tasks and guide steps with noise streams of its own; --stag
 import numpy as np
 import pytest
 
-from coordinator.guide_step import sde_noise
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+from coordinator.reduce.guide_step import sde_noise
 from protos.fields import SpecError
 
 pytestmark = pytest.mark.timeout(60)
@@ -100,9 +100,9 @@ def test_step_flags():
         ({"pipeline": "two-stage-hq", "stage2_steps": 10_000}, "stage2_steps 10000 is outside 1..200"),
         (
             {"pipeline": "distilled", "stage2_steps": 2},
-            "--stage2-steps does not apply to the distilled pipeline",
+            "--stage2-steps does not apply to the distilled recipe",
         ),
-        ({"negative_prompt": "blurry"}, "--negative-prompt does not apply to the distilled pipeline"),
+        ({"negative_prompt": "blurry"}, "--negative-prompt does not apply to the distilled recipe"),
         (
             {"pipeline": "two-stage-hq", "steps": 1},
             "--steps 1: the LTX2 schedule on two-stage-hq's stage-1 latent is not",

@@ -1,5 +1,5 @@
 """The HDR IC-LoRA render in process on the tiny 2.5 pack (`ltx_engine.hdr_pipeline`, the oracle a farm
-graph must equal), and its rules (`ltx_engine.hdr_lora`).
+graph must equal), and its rules (`ltx_engine.rules.hdr_lora`).
 
 A 25-frame 32x32 SDR clip written with PyAV (libx264) is read back as rgb24; the scene embedding is a
 `.safetensors` with `video_context` (the pack's own connector output for a prompt); the pack's tiny HDR
@@ -15,8 +15,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ltx_engine import hdr_lora, hdr_pipeline
+from ltx_engine import hdr_pipeline
 from ltx_engine.hdr_sources import read_exr_dir, read_sdr_clip
+from ltx_engine.rules import hdr_lora
+from tests.session_fixtures import link_packs
 
 pytestmark = pytest.mark.timeout(120)
 FPS, SIZE, FRAMES = 24.0, 32, 25
@@ -41,15 +43,13 @@ def _sdr_clip(path) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def hdr_setup(tmp_path_factory):
+def hdr_setup(tiny25_pack, tmp_path_factory):
     import mlx.core as mx
 
-    from ltx_engine.lora import WithLoras
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.lora.lora import WithLoras
     from worker.runner import Runner
 
-    folder = tmp_path_factory.mktemp("packs25")
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
+    folder = link_packs(tmp_path_factory.mktemp("packs25"), tiny25=tiny25_pack)
     runner = Runner(folder)
     engine, pack = runner.engine, runner.pack("tiny25")
     emb = folder / "scene-emb.safetensors"
@@ -78,9 +78,9 @@ def base(hdr_setup):
 
 def test_the_tiny_hdr_lora_fits_the_pack_from_headers(hdr_setup):
     """The submit-time LoRA check (safetensors headers only) finds a module for every pair of factors."""
-    from coordinator.lora_check import _components
-    from ltx_engine.lora_check import check_lora_files
-    from ltx_engine.transformer_keys import pack_keys
+    from coordinator.admit.lora_check import _components
+    from ltx_engine.rules.lora_check import check_lora_files
+    from ltx_engine.rules.transformer_keys import pack_keys
 
     pack = hdr_setup[1]
     lora = pack.root / hdr_lora.HDR_LORA_FILE
@@ -89,7 +89,7 @@ def test_the_tiny_hdr_lora_fits_the_pack_from_headers(hdr_setup):
 
 
 def test_the_local_hdr_render_is_finite_in_range_and_deterministic(hdr_setup, base):
-    from coordinator.hdr_master import hlg_signal
+    from coordinator.assemble.hdr_master import hlg_signal
 
     out, again = base, _run(hdr_setup)
     for name in out:
@@ -208,7 +208,7 @@ def test_hdr_refusals_are_one_line_and_say_how(tmp_path):
 def test_the_stage_layout_generated_guides_slots_then_the_clean_reference():
     from ltx_engine.conditioning import GUIDE, ImageCondition
     from ltx_engine.denoise import build_stage_states
-    from ltx_engine.tokens import patchify_video
+    from ltx_engine.rules.tokens import patchify_video
 
     rng = np.random.default_rng(5)
     ref, seam = (rng.standard_normal((1, 128, f, 1, 1)).astype(np.float32) for f in (4, 1))

@@ -1,4 +1,4 @@
-"""The HLG master (coordinator/hdr_master.py): a 10-bit HEVC file PyAV reads back with BT.2020 primaries,
+"""The HLG master (coordinator/assemble/hdr_master.py): a 10-bit HEVC file PyAV reads back with BT.2020 primaries,
 the ARIB STD-B67 (HLG) transfer, the BT.2020 NCL matrix and limited range, whose planes are the ones the
 pure functions computed (exactly when lossless, within a few codes at the master's CRF). This PyAV build
 has libx265 (checked: `av.codecs_available`)."""
@@ -9,8 +9,14 @@ import av
 import numpy as np
 import pytest
 
-from coordinator.hdr_master import HLG_REFERENCE_WHITE, HlgMasterWriter, hlg_frame, hlg_signal, ycbcr_planes
-from ltx_engine import color
+from coordinator.assemble.hdr_master import (
+    HLG_REFERENCE_WHITE,
+    HlgMasterWriter,
+    hlg_frame,
+    hlg_signal,
+    ycbcr_planes,
+)
+from ltx_engine.rules import color
 
 pytestmark = pytest.mark.timeout(120)
 

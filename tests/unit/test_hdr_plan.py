@@ -1,4 +1,4 @@
-"""The HDR IC-LoRA render's graph (issue #29, `coordinator/plan/hdr.py`): its tasks with and without the seam
+"""The HDR IC-LoRA render's graph (`coordinator/plan/hdr.py`): its tasks with and without the seam
 keyframes, `farm plan --hdr-ic-lora` through the real CLI, and `--local`'s run of the graph (untiled encode)
 against the engine's oracle (`ltx_engine.hdr_pipeline.hdr_ic_lora`): every latent, the decoded codes and the
 EXR values bit for bit."""
@@ -18,6 +18,7 @@ import pytest
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from coordinator.plan.resolved import Resolved
 from tests.media_files import write_clip
+from tests.session_fixtures import link_packs, pack_without
 
 BLOB = "ab" * 32
 SPEC = {
@@ -104,18 +105,13 @@ def test_farm_plan_shows_the_hdr_graph_through_the_cli(tmp_path: Path):
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory):
+def runner(tiny25_pack, tmp_path_factory):
     """A Runner over tiny25 and nolora25 (tiny25's files but its HDR LoRA)."""
-    from ltx_engine.hdr_lora import HDR_LORA_FILE
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.rules.hdr_lora import HDR_LORA_FILE
     from worker.runner import Runner
 
-    packs = tmp_path_factory.mktemp("hdr-plan-packs")
-    write_tiny_pack(packs / "tiny25", seed=0, variant="2.5")
-    (packs / "nolora25").mkdir()
-    for f in (packs / "tiny25").iterdir():
-        if f.name != HDR_LORA_FILE:
-            (packs / "nolora25" / f.name).symlink_to(f)
+    packs = link_packs(tmp_path_factory.mktemp("hdr-plan-packs"), tiny25=tiny25_pack)
+    pack_without(packs / "nolora25", tiny25_pack, HDR_LORA_FILE)
     return Runner(packs)
 
 
@@ -140,9 +136,10 @@ def test_local_refuses_a_pack_without_the_lora_a_missing_length_and_a_short_clip
 @pytest.mark.timeout(300)
 def test_local_runs_of_the_graph_equal_the_engine_oracle(runner, tmp_path: Path):
     from farm_cli.local import render_local
-    from ltx_engine import hdr_lora, hdr_pipeline
+    from ltx_engine import hdr_pipeline
     from ltx_engine.hdr_sources import read_sdr_clip
-    from ltx_engine.lora import WithLoras
+    from ltx_engine.lora.lora import WithLoras
+    from ltx_engine.rules import hdr_lora
 
     clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
     sha = hashlib.sha256(clip.read_bytes()).hexdigest()
@@ -181,7 +178,7 @@ def test_render_local_refuses_an_hdr_lora_with_the_wrong_metadata_in_one_line(ru
     with it) reaches `farm render --local` as one line, exit 2, not a traceback."""
     import mlx.core as mx
 
-    from ltx_engine.hdr_lora import HDR_LORA_FILE
+    from ltx_engine.rules.hdr_lora import HDR_LORA_FILE
 
     packs = tmp_path / "packs"
     (packs / "wrong25").mkdir(parents=True)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from coordinator.plan.render import SpecError, normalize_spec, plan_render, validate_spec
-from ltx_engine import tdp
 from ltx_engine.conditioning import ImageCondition
 from ltx_engine.denoise import StageInputs, build_stage_states
+from ltx_engine.rules import tdp
 from protos.spec import MAX_IMAGES, RenderSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -137,7 +137,7 @@ def test_generated_keyframes_are_stage1_slots_at_evenly_spaced_interior_frames()
 @pytest.mark.parametrize(("fleet", "changes", "line"), [
     (FLEET_23, {}, "needs an LTX-2.5 pack"),
     ([], {}, "needs an LTX-2.5 pack"),
-    (FLEET_25, {"temporal_upscalings": 1, "frames": 49}, "without DFR rounds"),
+    (FLEET_25, {"temporal_upscalings": 1, "frames": 49}, "--num-generated-keyframes does not apply to the dfr recipe \\(--dfr\\); it applies to: distilled, one-stage,"),
     (FLEET_25, {"frames": 9, "num_generated_keyframes": 8}, "do not fit between the first and last of 9 frames"),
 ])
 def test_generated_keyframes_that_cannot_render_are_refused(fleet, changes, line):

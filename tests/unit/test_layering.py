@@ -2,7 +2,8 @@
 
 The engine knows nothing of the farm; coordinator and worker meet only through `protos/` (the
 contract, with the auth, channel, retry and log helpers both sides need); workers never import Redis;
-the coordinator imports only the engine's pure math, never model code (so it runs without MLX).
+the coordinator imports only the engine's pure math (`ltx_engine/rules/`), never model code (so it runs
+without MLX).
 Inside the coordinator, plan/ (the job compiler) is pure: no Redis, gRPC, wire messages, store or
 model code; state/ never reaches back into plan/; the dashboard reads through the read ports, never the
 store or Redis. No package holds an import circle. Every import in the tree is read with `ast`,
@@ -20,20 +21,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FARM_PACKAGES = ("coordinator", "worker", "protos", "farm_cli", "ltx_engine")
-# The engine modules the coordinator may import: planning and tiling math, tables, no model code.
-PURE_ENGINE = {"color", "components", "decode_tiling", "dfr_layout", "duration", "generation", "keyframes", "sampling", "sp_plan",
-               "tdp", "text_encoders", "tiling", "tokens", "errors", "lora_check", "lora_keys", "transformer_keys", "safetensors_header"}
-PURE_ENGINE |= {"guidance", "res2s", "schedule"}  # the guided recipes' combine, sampler and sigma schedule
-PURE_ENGINE |= {"forward_rules"}  # issue #26: sparse-attention and compute-dtype rules
-PURE_ENGINE |= {"dfr_epilogue", "dfr_windows"}  # issue #29: DFR's epilogue grid and windows, the decode's keyframes
-PURE_ENGINE |= {"retake", "extend", "ic_lora", "dubit"}  # issue #24: media pipelines' masks and layouts
-PURE_ENGINE |= {"hdr", "hdr_lora"}  # issue #29: the HDR IC-LoRA's colour ends, LoRA metadata and refusals
-PURE_ENGINE |= {"diffusion_tiling"}  # issue #29: the diffusion decoder's shape rules and tiles
-PURE_ENGINE |= {"encode_tiling"}  # issue #24: the source clip's encode tiles, planned and blended
-PURE_ENGINE |= {"clip_frames", "media"}  # issue #24: a clip's frames at the render's rate (numpy pixels)
+# The engine folder the coordinator may import: planning and tiling math, tables, no model code.
+PURE_ENGINE = "ltx_engine.rules"
 MODEL_LIBRARIES = {"mlx", "mlx_lm", "torch", "safetensors"}
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def reaches_model_code(name: str) -> bool:
+    """An import of engine code outside `ltx_engine.rules` (the bare `ltx_engine` package holds nothing)."""
+    return name.startswith("ltx_engine.") and name != PURE_ENGINE and not name.startswith(PURE_ENGINE + ".")
+
+
+def model_reaches(imports: dict[str, set[str]]) -> list[str]:
+    """`file: module` for each import of engine code outside rules/, of {file: imported names}."""
+    return [f"{file}: {name}" for file, names in imports.items() for name in sorted(names) if reaches_model_code(name)]
 
 
 def module_name(path: Path) -> str:
@@ -90,26 +92,29 @@ def test_coordinator_never_imports_worker_code():
 
 
 def test_coordinator_imports_only_pure_engine_modules():
-    used: set[str] = set()
-    for names in package_imports("coordinator").values():
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "ltx_engine" and len(parts) > 1:
-                used.add(parts[1])
-    assert used and used <= PURE_ENGINE, f"model code reached from the coordinator: {sorted(used - PURE_ENGINE)}"
-    # ... and those modules stay pure: they import no model library, directly or through each other.
-    for module in sorted(m for m in PURE_ENGINE if (ROOT / "ltx_engine" / f"{m}.py").exists()):
-        names = imports_of(ROOT / "ltx_engine" / f"{module}.py")
-        assert not {n.split(".")[0] for n in names} & MODEL_LIBRARIES, module
-        engine_deps = {n.split(".")[1] for n in names if n.startswith("ltx_engine.")}
-        assert engine_deps <= PURE_ENGINE, f"{module} imports {sorted(engine_deps - PURE_ENGINE)}"
+    imports = package_imports("coordinator")
+    assert any(name.startswith(PURE_ENGINE + ".") for names in imports.values() for name in names)
+    assert model_reaches(imports) == [], "model code reached from the coordinator"
+    # ... and rules/ stays pure: no model library, no engine module outside rules/, directly or through each other.
+    rules = package_imports("ltx_engine/rules")
+    assert len(rules) > 1
+    assert [f for f, names in rules.items() if {n.split(".")[0] for n in names} & MODEL_LIBRARIES] == []
+    assert model_reaches(rules) == []
+
+
+def test_the_engine_rule_refuses_model_code():
+    """The rule reads the folder: a coordinator import of a model module (or any engine module outside
+    rules/) is caught; the rules/ modules, the folder itself and the bare package are not."""
+    allowed = {"ltx_engine", "ltx_engine.rules", "ltx_engine.rules.tiling", "ltx_engine.rules.tiling.plan_tiles"}
+    assert model_reaches({"coordinator/x.py": allowed}) == []
+    for name in ("ltx_engine.models.transformer", "ltx_engine.models", "ltx_engine.engine", "ltx_engine.loading.pack",
+                 "ltx_engine.tiny.tiny_pack", "ltx_engine.rules_extra"):
+        assert model_reaches({"coordinator/x.py": allowed | {name}}) == [f"coordinator/x.py: {name}"]
 
 
 def test_the_whole_coordinator_loads_without_mlx():
     """Importing every coordinator module leaves MLX unloaded: a coordinator host needs no model stack."""
-    modules = [f"coordinator.{p.stem}" for p in sorted((ROOT / "coordinator").glob("*.py")) if p.stem != "__init__"]
-    modules += [f"coordinator.{p.name}" for p in sorted((ROOT / "coordinator").iterdir())
-                if p.is_dir() and (p / "__init__.py").exists()]
+    modules = [module_name(p) for p in sorted((ROOT / "coordinator").rglob("*.py"))]  # its rooms' modules too
     code = ("import importlib, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
             "print(sorted(n for n in sys.modules if n.split('.')[0] in ('mlx', 'mlx_lm', 'torch')))")
@@ -125,9 +130,7 @@ def test_the_job_compiler_is_pure():
     """plan/ turns a spec into tasks: no Redis, no gRPC or wire messages, no store, no worker, no model code."""
     forbidden = {"redis", "grpc", "protos.farm_pb2*", "coordinator.state", "worker", "farm_cli"} | MODEL_LIBRARIES
     assert offenders("coordinator/plan", forbidden) == []
-    engine = {name.split(".")[1] for names in package_imports("coordinator/plan").values() for name in names
-              if name.startswith("ltx_engine.")}
-    assert engine <= PURE_ENGINE, f"model code reached from coordinator/plan: {sorted(engine - PURE_ENGINE)}"
+    assert model_reaches(package_imports("coordinator/plan")) == [], "model code reached from coordinator/plan"
 
 
 def test_the_state_layer_never_reaches_into_the_planner():

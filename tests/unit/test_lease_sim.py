@@ -37,8 +37,8 @@ def test_every_task_lands_where_its_peak_fits_resident_or_streamed() -> None:
         {"name": "studio", "chip": "Apple M1 Max", "memory_gb": 64},
         {"name": "mini", "chip": "Apple M4 Pro", "memory_gb": 24, "count": 2},
     ]
-    from coordinator.plan.forecast import described_fleet
     from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+    from coordinator.views.forecast import described_fleet
 
     caps, slots = described_fleet(caps_rows, SPEC["pack"])
     spec = validate_spec(normalize_spec({**SPEC, "stage2_tiles": "2x2"}), caps)
@@ -136,7 +136,7 @@ def test_bench_model_prints_the_goals_and_what_bounds_a_figure_under_one() -> No
 
 
 def test_the_farm_eta_follows_priority_and_backfills() -> None:
-    """coordinator/eta.py hands each render's (priority, submitter): a later render of higher priority
+    """coordinator/views/eta.py hands each render's (priority, submitter): a later render of higher priority
     goes first, and a small Mac runs a later render's task while the first render's waits for the big one."""
     slots = [placement.Slot("w", ratios={"a": 1.0})]
     low = [{"id": "r1.a", "kind": "a", "cost_s": 10.0, "deps": [], "display": "queued"}]

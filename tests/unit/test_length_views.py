@@ -38,7 +38,7 @@ def test_a_length_being_picked_says_so_and_a_given_one_says_nothing() -> None:
 
 def test_farm_plan_says_a_25_plan_without_frames_is_its_first_phase(capsys) -> None:
     from coordinator.plan import placement
-    from coordinator.plan.forecast import forecast
+    from coordinator.views.forecast import forecast
     from farm_cli.plan import print_plan
 
     caps = [{"packs": ["p"], "pack_generation": {"p": "2.5"}, "memory_bytes": 2**40}]

@@ -1,4 +1,4 @@
-"""The lease script's warm-model affinity and LoRA sets (issue #22): among queued DiT tasks, a worker
+"""The lease script's warm-model affinity and LoRA sets: among queued DiT tasks, a worker
 takes one whose render's LoRA set it holds warm (its `params.warm` name among the worker's models, as
 complete.lua records them from a task's metrics) before one it would have to build; with the policy off
 it takes the queue's first."""

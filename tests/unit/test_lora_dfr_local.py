@@ -1,4 +1,4 @@
-"""User LoRAs on an LTX-2.5 DFR render in-process (issue #22): stage 1, stage 2 (with the detailing
+"""User LoRAs on an LTX-2.5 DFR render in-process: stage 1, stage 2 (with the detailing
 IC-LoRA in the same sum when fused, or the set's adapters on the detailed DiT when unfused) and the
 temporal round tiles all run with the set. On the tiny 2.5 pack (bf16 weights): the set moves every
 DiT task's output, and fused and unfused agree to far better than the set's effect."""
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from farm_cli.local import render_local
-from ltx_engine.lora import file_sha256
-from ltx_engine.tiny_pack import DETAILING_LORA
+from ltx_engine.lora.lora import file_sha256
+from ltx_engine.tiny.tiny_pack import DETAILING_LORA
 from tests.farm.user_loras import write_user_loras
+from tests.session_fixtures import link_packs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -21,12 +22,10 @@ SPEC = {"prompt": "a fox", "height": 128, "width": 192, "frames": 41, "frame_rat
 DIT = ("stage1", "stage2", "dfr.r1.t0", "dfr.r1.t1")
 
 
-def test_every_dfr_dit_task_runs_with_the_set_fused_or_unfused(tmp_path_factory):
-    from ltx_engine.tiny_pack import write_tiny_pack
+def test_every_dfr_dit_task_runs_with_the_set_fused_or_unfused(tiny25_pack, tmp_path_factory):
     from worker.runner import Runner
 
-    packs = tmp_path_factory.mktemp("packs25")
-    write_tiny_pack(packs / "tiny25", seed=0, variant="2.5")
+    packs = link_packs(tmp_path_factory.mktemp("packs25"), tiny25=tiny25_pack)
     files = write_user_loras(tmp_path_factory.mktemp("loras25"), packs / "tiny25", scale=0.2)
     runner = Runner(packs)
     shas = [file_sha256(f) for f in files]

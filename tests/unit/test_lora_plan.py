@@ -1,4 +1,4 @@
-"""User LoRAs in the spec, the plan and the runner (issue #22): the spec's rules, every DiT task of the
+"""User LoRAs in the spec, the plan and the runner: the spec's rules, every DiT task of the
 graph carrying the set with its warm name and the fusion's seconds, and a worker whose LoRA file cannot
 be had failing the task with the reason while its warm models stay."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.plan.costs import DIT_KINDS, LORA_READ_S, LORA_REQUANTIZE_S, load_seconds
+from coordinator.plan.costs import LORA_READ_S, LORA_REQUANTIZE_S, load_seconds
 from coordinator.plan.render import normalize_spec, plan_render
-from ltx_engine import lora as engine_lora
+from ltx_engine.lora import lora as engine_lora
 from protos import spec as spec_rules
+from protos.kinds import DIT_KINDS
 from protos.lora_set import warm_key
 from protos.spec import RenderSpec, SpecError
 
@@ -116,8 +117,8 @@ def test_a_lora_with_connector_factors_encodes_the_prompt_with_them(local_runner
     leaves the embeddings as they were."""
     import numpy as np
 
-    from ltx_engine.pack import Pack
-    from ltx_engine.tiny_loras import TINY_CONNECTOR_MODULE, tiny_lora_factors, write_tiny_lora
+    from ltx_engine.loading.pack import Pack
+    from ltx_engine.tiny.tiny_loras import TINY_CONNECTOR_MODULE, tiny_lora_factors, write_tiny_lora
 
     text = [t for t in plan_render(normalize_spec({**BASE, "loras": LORAS}), "r") if t["kind"] == "text_encode"]
     plain = [t for t in plan_render(normalize_spec(BASE), "r") if t["kind"] == "text_encode"]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from ltx_engine.conditioning import ConditioningError, ImageCondition, apply_image_conditions, resolve_frame
-from ltx_engine.lora import (
+from ltx_engine.loading.model_classes import model_class
+from ltx_engine.lora.lora import (
     MAX_LORAS,
     LoraError,
     LoraInput,
@@ -18,10 +19,9 @@ from ltx_engine.lora import (
     fuse_loras,
     lora_set_identity,
 )
-from ltx_engine.lora_keys import LAYOUTS, read_factors
-from ltx_engine.model_classes import model_class
-from ltx_engine.sampling import LatentState
-from ltx_engine.tiny_loras import TINY_CONNECTOR_MODULE, in_layout, tiny_lora_factors, write_tiny_lora
+from ltx_engine.rules.lora_keys import LAYOUTS, read_factors
+from ltx_engine.rules.sampling import LatentState
+from ltx_engine.tiny.tiny_loras import TINY_CONNECTOR_MODULE, in_layout, tiny_lora_factors, write_tiny_lora
 
 pytestmark = pytest.mark.timeout(20)
 SANITIZE = model_class("transformer").sanitize
@@ -84,8 +84,8 @@ def test_the_set_identity_is_stable_and_tells_sets_apart():
 
 
 def test_tiny_pack_fuses_a_set_once_and_the_connector_factor_into_the_connector(tmp_path):
-    from ltx_engine.pack import Pack
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.loading.pack import Pack
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
     write_tiny_pack(tmp_path / "p", seed=0, bits=8)
     pack = Pack(tmp_path / "p")
@@ -140,7 +140,7 @@ def test_appended_tokens_counts_the_guides():
 
 def test_dfr_tiles_take_several_images_the_single_one_unchanged():
     from ltx_engine.dfr import build_tile_state
-    from ltx_engine.dfr_layout import plan_dfr
+    from ltx_engine.rules.dfr_layout import plan_dfr
 
     rnd = plan_dfr(97, 24.0, 1, seed=7).rounds[-1]
     first, second = rnd.tiles
@@ -158,9 +158,9 @@ def test_dfr_tiles_take_several_images_the_single_one_unchanged():
 
 
 def test_a_dev_only_q8_pack_fuses_the_distilled_and_a_user_lora_as_one_set(tmp_path):
-    from ltx_engine.pack import Pack
-    from ltx_engine.tiny_layouts import LORA_FILE
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.loading.pack import Pack
+    from ltx_engine.tiny.tiny_layouts import LORA_FILE
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
     root = write_tiny_pack(tmp_path / "dev", seed=0, bits=8, layout="dev-only")
     pack = Pack(root)

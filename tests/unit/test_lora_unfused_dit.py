@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from ltx_engine.denoise import StageInputs, build_stage_states, model_forward
-from ltx_engine.loader import apply_weights
-from ltx_engine.lora import LoraInput, check_loras, fuse_loras, lora_deltas, quantization_of
-from ltx_engine.lora_adapters import LoraAdapter, attach_loras, detach_loras
-from ltx_engine.model_classes import model_class
-from ltx_engine.tiny_loras import TINY_LORA_MODULES, in_layout, tiny_lora_factors
+from ltx_engine.loading.loader import apply_weights
+from ltx_engine.loading.model_classes import model_class
+from ltx_engine.lora.lora import LoraInput, check_loras, fuse_loras, lora_deltas, quantization_of
+from ltx_engine.lora.lora_adapters import LoraAdapter, attach_loras, detach_loras
+from ltx_engine.tiny.tiny_loras import TINY_LORA_MODULES, in_layout, tiny_lora_factors
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -34,8 +34,8 @@ def _dense(q: dict[str, mx.array], loras: list[LoraInput], rename) -> dict[str, 
 
 
 def test_unfused_set_on_the_tiny_q8_dit_is_the_dense_update(tmp_path):
-    from ltx_engine.pack import Pack
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.loading.pack import Pack
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
     write_tiny_pack(tmp_path / "q8", seed=0, bits=8)
     pack = Pack(tmp_path / "q8")

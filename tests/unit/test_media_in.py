@@ -1,4 +1,4 @@
-"""Media in (issue #24), the pure parts: the spec's media records, A2V's graph (the track's encode in
+"""Media in, the pure parts: the spec's media records, A2V's graph (the track's encode in
 the audio decode's place, frozen into every stage), the source clip's tiled encode plan and its blend
 on the coordinator, the resampler to the VAE's rate, and the track's window as the encoder takes it."""
 
@@ -9,10 +9,10 @@ import pytest
 
 from coordinator.plan.media import plan_video_encode
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
-from coordinator.reducer import run_reduce_task
-from ltx_engine.audio_resample import resample
-from ltx_engine.audio_source import decode_window, encoder_waveform
-from ltx_engine.encode_tiling import blend_encoded, plan_encode_tiles
+from coordinator.reduce.reducer import run_reduce_task
+from ltx_engine.rules.audio_resample import resample
+from ltx_engine.rules.audio_source import decode_window, encoder_waveform
+from ltx_engine.rules.encode_tiling import blend_encoded, plan_encode_tiles
 from protos.fields import SpecError
 from protos.spec import RenderSpec
 from tests.media_files import write_wav
@@ -58,7 +58,7 @@ def test_a2v_encodes_the_track_once_and_freezes_it_into_every_stage():
         for t in tasks.values()
         for r in t["inputs"].values()
     )
-    from ltx_engine.components import render_components
+    from ltx_engine.rules.components import render_components
 
     needs = render_components(validate_spec(normalize_spec(A2V), []))
     assert "audio_vae" in needs and "vocoder" not in needs  # the encoder's half of the audio VAE, no vocoder
@@ -68,7 +68,7 @@ def test_a2v_encodes_the_track_once_and_freezes_it_into_every_stage():
 def test_a2v_dev_freezes_the_track_in_every_guided_pass_and_stage_2(pipeline):
     """Upstream's a2vid_two_stage: the video guider's passes (the audio guider off), each on the
     prep's frozen audio state; the uncond pass's audio stream on the prompt; stage 2 never re-noises."""
-    from ltx_engine import guidance as G
+    from ltx_engine.rules import guidance as G
 
     tasks = _plan({**A2V, "pipeline": pipeline, "stage1_steps": 2, "negative_prompt": "blurry"})
     latent = {"task": "r.audio", "output": "latent"}
@@ -100,7 +100,7 @@ def test_a2v_dev_freezes_the_track_in_every_guided_pass_and_stage_2(pipeline):
 @pytest.mark.parametrize(
     ("extra", "line"),
     [
-        ({"pipeline": "two-stage-hq"}, "distilled, one-stage or two-stage pipeline on the farm"),
+        ({"pipeline": "two-stage-hq"}, "--audio does not apply to the two-stage-hq recipe \\(--pipeline two-stage-hq\\); it applies to: distilled, one-stage, two-stage, dfr"),
         ({"pipeline": "two-stage", "audio_cfg_scale": 7.0}, "--audio-cfg-scale does not apply"),
         ({"audio": False}, "drop --no-audio"),
     ],
@@ -137,7 +137,7 @@ def test_a_source_clip_is_one_encode_task_per_tile_and_a_coordinator_blend():
 
 
 def _sizes(blend: dict):
-    from ltx_engine.encode_tiling import EncodeTileSizes
+    from ltx_engine.rules.encode_tiling import EncodeTileSizes
 
     t, to, s, so = blend["params"]["sizes"]
     return EncodeTileSizes(frames=t, frames_overlap=to, spatial=s, spatial_overlap=so)
@@ -240,7 +240,7 @@ def test_a_stage_task_hands_the_media_pipelines_fields_to_the_engine(local_runne
 
 def test_the_encodes_plan_under_other_names_for_the_pipelines_that_start_from_a_clip():
     from coordinator.plan.media import audio_encode_task, video_encode_tasks
-    from ltx_engine.encode_tiling import EncodeTileSizes
+    from ltx_engine.rules.encode_tiling import EncodeTileSizes
 
     spec = normalize_spec({**BASE, "frames": 49})
     tasks, latent = video_encode_tasks(

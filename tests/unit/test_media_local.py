@@ -21,8 +21,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine import extend, ic_lora, media_pipelines
-from ltx_engine.retake import RetakeWindow
+from ltx_engine import media_pipelines
+from ltx_engine.rules import extend, ic_lora
+from ltx_engine.rules.retake import RetakeWindow
 
 pytestmark = pytest.mark.timeout(120)
 FPS, SIZE = 24.0, 64
@@ -99,7 +100,7 @@ def test_extend_pins_the_source_boundary_and_its_audio(media, direction):
 
 
 def _ic_lora(tmp_path, pack) -> str:
-    from ltx_engine.tiny_pack import write_detailing_lora
+    from ltx_engine.tiny.tiny_pack import write_detailing_lora
 
     path = tmp_path / "control.safetensors"
     write_detailing_lora(path, pack.config["transformer"], seed=3)
@@ -107,7 +108,7 @@ def _ic_lora(tmp_path, pack) -> str:
 
 
 def test_ic_lora_control_reference_and_its_attention_strength(media, tmp_path):
-    from ltx_engine.lora import WithLoras
+    from ltx_engine.lora.lora import WithLoras
 
     engine, pack, _, half, _, contexts = media
     path = _ic_lora(tmp_path, pack)
@@ -131,7 +132,7 @@ def test_ic_lora_control_reference_and_its_attention_strength(media, tmp_path):
 
 
 def test_dubit_reference_audio_conditions_and_is_dropped(media, tmp_path):
-    from ltx_engine.lora import WithLoras
+    from ltx_engine.lora.lora import WithLoras
 
     engine, pack, latent, half, audio, contexts = media
     fused = WithLoras(pack, ((_ic_lora(tmp_path, pack), 1.0),))

@@ -7,8 +7,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine import dubit, extend, ic_lora, retake
-from ltx_engine.patchify import video_positions
+from ltx_engine.models.patchify import video_positions
+from ltx_engine.rules import dubit, extend, ic_lora, retake
 
 pytestmark = pytest.mark.timeout(20)
 

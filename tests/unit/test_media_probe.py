@@ -10,13 +10,12 @@ import wave
 import zipfile
 from pathlib import Path
 
+import av  # a dependency of the project (the worker's media): imported plainly, never skipped
 import numpy as np
 import pytest
 
-av = pytest.importorskip("av")
-
-from coordinator.media_probe import probe_media  # noqa: E402
-from coordinator.media_rules import MediaInfo, MediaRefused, ProbeLimits  # noqa: E402
+from coordinator.admit.media_probe import probe_media
+from coordinator.admit.media_rules import MediaInfo, MediaRefused, ProbeLimits
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -167,3 +166,30 @@ def test_the_parent_survives_every_refusal(clip, tmp_path):
         _refused(tmp_path / name)
     assert os.getpid() == pid
     assert probe_media(clip, "video").video.frames == 24
+
+
+def _bit_flipped(clip: Path, to: Path, seed: int) -> Path:
+    """The clip with three bits flipped where Random(seed) says (a damaged download or disk)."""
+    import random
+
+    rng, data = random.Random(seed), bytearray(clip.read_bytes())
+    for _ in range(3):
+        i = rng.randrange(len(data))
+        data[i] ^= 1 << rng.randrange(8)
+    to.write_bytes(data)
+    return to
+
+
+def test_a_bit_flip_that_loses_the_codec_is_named_not_shown_as_a_probe_crash(clip, tmp_path):
+    why = _refused(_bit_flipped(clip, tmp_path / "flipped.mp4", 19))
+    assert "damaged" in why and "probe failed" not in why and "Error" not in why, why
+
+
+def test_a_file_whose_audio_the_workers_cannot_decode_is_refused(clip, tmp_path):
+    """Header and demux fine, the first frames decode: the audio track as the workers read it does not."""
+    from ltx_engine.rules.audio_source import decode_window
+
+    damaged = _bit_flipped(clip, tmp_path / "flipped.mp4", 0)
+    with pytest.raises(av.error.FFmpegError):  # what every worker's audio decode would meet
+        decode_window(damaged.read_bytes(), 0.0, 1.0)
+    assert "has no decodable audio" in _refused(damaged)

@@ -9,10 +9,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine.loader import PackError
-from ltx_engine.pack import Pack
-from ltx_engine.registry import ModelRegistry
-from ltx_engine.tiny_pack import write_tiny_pack
+from ltx_engine.loading.loader import PackError
+from ltx_engine.loading.pack import Pack
+from ltx_engine.loading.registry import ModelRegistry
+from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
 
 def _dit_output(folder) -> np.ndarray:
@@ -76,7 +76,7 @@ def test_wrong_shape_names_key_and_file(broken):
 def test_unknown_file_is_skipped_with_one_warning(broken, caplog):
     (broken / "mystery.safetensors").write_bytes(b"")
     (broken / "notes.txt").write_text("x")
-    with caplog.at_level("WARNING", logger="ltx_engine.pack"):
+    with caplog.at_level("WARNING", logger="ltx_engine.loading.pack"):
         pack = Pack(broken)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "mystery.safetensors" in lines[0] and "notes.txt" in lines[0]

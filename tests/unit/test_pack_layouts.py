@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from ltx_engine.loader import PackError
-from ltx_engine.pack import open_pack
-from ltx_engine.registry import ModelRegistry
-from ltx_engine.tiny_layouts import LAYOUTS, LORA_FILE
-from ltx_engine.tiny_pack import write_tiny_pack
+from ltx_engine.loading.loader import PackError
+from ltx_engine.loading.pack import open_pack
+from ltx_engine.loading.registry import ModelRegistry
+from ltx_engine.tiny.tiny_layouts import LAYOUTS, LORA_FILE
+from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
 # The components whose files a layout renames, shards, versions or fuses: built through the registry
 # and compared, parameter by parameter, with the standard layout's models.
@@ -42,7 +42,7 @@ def _same(a: dict, b: dict) -> bool:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("layout", LOSSLESS)
 def test_lossless_layout_loads_the_same_models(layout, tmp_path, standard_models, caplog):
-    with caplog.at_level("WARNING", logger="ltx_engine.pack"):
+    with caplog.at_level("WARNING", logger="ltx_engine.loading.pack"):
         pack = open_pack(write_tiny_pack(tmp_path / "pack", seed=0, layout=layout))
     for component in VARYING:
         assert _same(_params(pack, component), standard_models[component]), (layout, component)

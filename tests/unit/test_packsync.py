@@ -8,7 +8,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from coordinator.packs import PackShelf, hash_file
+from coordinator.api.packs import PackShelf, hash_file
 from protos import farm_pb2
 from worker.packsync import _PartFile
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.eta import render_eta
-from coordinator.metrics import STAGES
-from coordinator.progress import eta_from_speeds, task_label
+from coordinator.views.eta import render_eta
+from coordinator.views.metrics import STAGES
+from coordinator.views.progress import eta_from_speeds, task_label
 
 ORDER = [s for s, _ in STAGES]
 

@@ -1,4 +1,4 @@
-"""Issue #26 part 4: a worker's helper threads (prefetch, heartbeat, presence) run below the forward's
+"""Part 4: a worker's helper threads (prefetch, heartbeat, presence) run below the forward's
 priority, and the forward's own thread keeps its priority."""
 
 from __future__ import annotations

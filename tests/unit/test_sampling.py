@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from ltx_engine.sampling import (
+from ltx_engine.rules.sampling import (
     DISTILLED_SIGMAS,
     STAGE_2_DISTILLED_SIGMAS,
     STREAM_AUDIO,
@@ -20,8 +20,8 @@ from ltx_engine.sampling import (
     denoise_step,
     euler_ancestral_step,
     euler_step,
+    lerp_noise,
     noise,
-    noise_latent,
     stream_id,
     timesteps_from_mask,
     x0_from_velocity,
@@ -86,18 +86,20 @@ def test_noise_is_deterministic_and_streamed() -> None:
 
 
 def test_noise_same_in_another_process() -> None:
-    code = "from ltx_engine.sampling import noise; import sys; sys.stdout.buffer.write(noise((64,), 7, 5).tobytes())"
+    code = "from ltx_engine.rules.sampling import noise; import sys; sys.stdout.buffer.write(noise((64,), 7, 5).tobytes())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
     np.testing.assert_array_equal(np.frombuffer(out, dtype=np.float32), noise((64,), 7, 5))
 
 
-def test_noise_latent_and_apply_clean() -> None:
-    clean, n = _arr(1, 4, 3), _arr(1, 4, 3)
+def test_lerp_noise_and_apply_clean() -> None:
+    clean, latent, n = _arr(1, 4, 3), _arr(1, 4, 3), _arr(1, 4, 3)
     mask = np.array([1, 1, 0, 0.5], np.float32).reshape(1, 4, 1)
-    x = noise_latent(clean, n, 0.8, mask)
+    x = lerp_noise(clean, clean, n, 0.8, mask)
     np.testing.assert_allclose(x[:, 0], n[:, 0] * 0.8 + clean[:, 0] * 0.2, atol=1e-6)
     np.testing.assert_array_equal(x[:, 2], clean[:, 2])
     np.testing.assert_allclose(x[:, 3], n[:, 3] * 0.4 + clean[:, 3] * 0.6, atol=1e-6)
+    own = lerp_noise(latent, clean, n, 0.8, mask)  # starts from the token's own latent
+    np.testing.assert_allclose(own[:, 3], 0.5 * clean[:, 3] + 0.5 * (0.2 * latent[:, 3] + 0.8 * n[:, 3]), atol=1e-6)
     x0 = _arr(1, 4, 3)
     y = apply_clean(x0, clean, mask)
     np.testing.assert_array_equal(y[:, 0], x0[:, 0])
@@ -126,10 +128,12 @@ def test_latent_state_append_replace_truncate() -> None:
     assert st2.num_tokens == 8
     np.testing.assert_allclose(st2.denoise_mask[0, 6:, 0], [0.05, 0.05], atol=1e-7)
     np.testing.assert_array_equal(st2.clean_latent[:, 6:], tok)
+    np.testing.assert_array_equal(st2.latent[:, 6:], 0.0)  # placeholder zeros, the clean value apart
     np.testing.assert_array_equal(st2.positions[:, :, 6:], 1.0)
     st3 = st2.replace_tokens(0, tok, strength=1.0)
     np.testing.assert_array_equal(st3.denoise_mask[0, :2, 0], [0, 0])
-    np.testing.assert_array_equal(st3.latent[:, :2], tok)
+    np.testing.assert_array_equal(st3.clean_latent[:, :2], tok)
+    np.testing.assert_array_equal(st3.latent, st2.latent)  # the noisy latent stays as it was
     assert st3.truncate(6).num_tokens == 6
     with pytest.raises(ValueError):
         st.append_tokens(_arr(1, 2, 5), np.zeros((1, 3, 2, 2), np.float32), 1.0)

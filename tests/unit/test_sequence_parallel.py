@@ -9,17 +9,16 @@ assert exact equality; docs/ARCHITECTURE.md ("Sequence-parallel stage 1") states
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine.sampling import LatentState
-from ltx_engine.sequence_parallel import LocalExchange, ShardPlan, forward_bytes, sp_forward
-from ltx_engine.sp_denoise import Resume, denoise_stage1
-from ltx_engine.sp_group import run_ring
+from ltx_engine.parallel.sequence_parallel import LocalExchange, ShardPlan, forward_bytes, sp_forward
+from ltx_engine.parallel.sp_denoise import Resume, denoise_stage1
+from ltx_engine.parallel.sp_group import run_ring
+from ltx_engine.rules.sampling import LatentState
 from tests.unit import sp_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +122,7 @@ def test_engine_stage1_on_the_tiny_pack_equals_its_k_way_plans(tiny_packs) -> No
     """The tiny pack through the Engine: `denoise_stage1` (what `farm render --local` runs today) and
     `denoise_stage1_sp` with 2 and 3 shards in one process (a k-way plan) give the same latents, bit for bit."""
     from ltx_engine.engine import Engine
-    from ltx_engine.pack import open_pack
+    from ltx_engine.loading.pack import open_pack
 
     engine, pack = Engine(), open_pack(tiny_packs / "tiny")
     inputs = sp_model.stage1_inputs()
@@ -156,13 +155,14 @@ def test_runner_stage1_task_with_a_planned_degree_equals_the_plain_task(local_ru
 def test_a_ring_with_a_frozen_or_dead_peer_is_killed_not_left_hanging(tmp_path, mode) -> None:
     """Rank 1 SIGSTOPs itself (or exits) after the group opens; rank 0 blocks in its first all_gather
     forever. `run_ring` ends both: at the deadline for a frozen peer, at once for a dead one."""
-    start = time.monotonic()
     results = run_ring([sys.executable, "-m", "tests.unit.sp_rank", mode, str(tmp_path), "3", "5", "7"], 2,
                        8 if mode == "freeze" else RING_TIMEOUT_S, cwd=ROOT)
-    took = time.monotonic() - start
-    # Rank 0 is blocked in the collective and killed, or (a dead peer) sees its socket close and exits
-    # non-zero first; MLX's ring notices a closed socket at once on an idle machine. Either way it ends.
-    assert results[0].returncode is None if mode == "freeze" else results[0].returncode != 0
-    assert results[1].returncode == (None if mode == "freeze" else 3)
     assert not (tmp_path / "rank0.npz").exists()
-    assert took < (15 if mode == "freeze" else 10), took
+    if mode == "freeze":  # both blocked (rank 0 in the collective, rank 1 stopped): killed at the deadline
+        assert [(r.returncode, r.ended) for r in results] == [(None, "deadline")] * 2
+        return
+    # A dead peer ends the ring at once, not at the deadline: rank 0 is killed because its peer failed,
+    # or (MLX's ring noticing the closed socket first) exits non-zero by itself.
+    assert (results[1].returncode, results[1].ended) == (3, "exited")
+    assert (results[0].returncode, results[0].ended) == (None, "peer failed") or (
+        results[0].ended == "exited" and results[0].returncode != 0), results[0]

@@ -4,12 +4,17 @@ here from the routing rules (docs/ARCHITECTURE.md, "Sparse stage-2 attention")."
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine import sparse_attention as sa
+from ltx_engine.models import sparse_attention as sa
+from ltx_engine.rules.forward_rules import SPARSE_METAL_MAX_HEAD_DIM, sparse_path
 
 
 def _qkv(t: int, heads: int = 2, dim: int = 16, seed: int = 0):
@@ -104,16 +109,39 @@ def test_structural_blocks_hold_neighbours_and_the_frames_around():
     assert s[0].nonzero()[0].tolist() == [0, 1, 2]
 
 
-@pytest.mark.timeout(120)
-def test_a_kernel_that_cannot_run_leaves_the_plain_path_with_one_warning():
-    """Off Metal the kernel does not build: the first call warns once and returns the plain result."""
-    if mx.metal.is_available():
-        pytest.skip("on Metal the kernel builds; its check is the first call itself")
-    q, k, v = (mx.array(x) for x in _qkv(4160))
-    selected = sa.selection(q, k, 0.25, sa.Routing(1.0, 320))
-    plain = sa.routed_attention(q, k, v, 0.25, selected)
-    sa._KERNELS.pop("test", None)
-    with pytest.warns(UserWarning, match="plain MLX path runs"):
-        out = sa.checked_kernel("test")(q, k, v, 0.25, selected)
-    assert np.array_equal(np.array(out), np.array(plain))
-    assert sa._KERNELS.pop("test") is sa.routed_attention
+def test_the_sparse_path_is_a_rule_of_shape_dtype_and_device():
+    assert sparse_path(128, "bfloat16", metal=True) == "metal" and sparse_path(64, "float32", metal=True) == "metal"
+    assert sparse_path(128, "bfloat16", metal=False) == "plain"  # off Metal: the plain MLX path
+    assert sparse_path(SPARSE_METAL_MAX_HEAD_DIM + 1, "float16", metal=True) == "plain"  # not built that wide
+    assert sparse_path(128, "int8", metal=True) == "plain"
+    expected = sa.routed_attention if not mx.metal.is_available() else None
+    if expected is not None:
+        assert sa.kernel_for(128, mx.bfloat16) is expected
+
+
+_CHOOSE = """
+import sys
+import mlx.core as mx
+import numpy as np
+from ltx_engine.models import sparse_attention as sa
+from ltx_engine.rules.forward_rules import sparse_path
+if sys.argv[1] == "history":  # other shapes and dtypes first, as a worker's earlier tiles would
+    rng = np.random.default_rng(0)
+    for dtype, t in ((mx.float32, 4160), (mx.bfloat16, 4224)):
+        q, k, v = (mx.array(rng.standard_normal((1, 2, t, 16)).astype(np.float32)).astype(dtype) for _ in range(3))
+        mx.eval(sa.attend(q, k, v, 0.25, sa.Routing(1.0, 320)))
+chosen = [sa.kernel_for(d, dt).__name__ for d, dt in ((128, mx.bfloat16), (64, mx.float32), (16, mx.float16))]
+print(chosen, [sparse_path(d, dt, True) for d, dt in ((128, "bfloat16"), (512, "float32"))])
+"""
+
+
+@pytest.mark.timeout(180)
+def test_two_processes_with_different_histories_choose_the_same_path():
+    """A fresh process and one that already ran routed calls pick the same kernel for each shape: the
+    choice is computed, never remembered (the old first-call check made it history)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    runs = [subprocess.run([sys.executable, "-c", _CHOOSE, mode], capture_output=True, text=True, timeout=150,
+                           cwd=root, env=env) for mode in ("fresh", "history")]
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-500:] for r in runs]
+    assert runs[0].stdout == runs[1].stdout and "['metal', 'plain']" in runs[0].stdout

@@ -75,3 +75,30 @@ def _spec_writes(path: Path) -> list[str]:
 def test_no_module_writes_into_a_spec():
     files = [*sorted((ROOT / "coordinator").rglob("*.py")), ROOT / "farm_cli" / "local.py"]
     assert [w for f in files for w in _spec_writes(f)] == []
+
+
+def test_the_plan_reads_by_attribute_resolved_first_and_back_from_its_stored_view():
+    plan = validate_spec(RenderSpec.from_dict({"prompt": "a fox", "pack": "p", "frames": 49, "dfr": True,
+                                               "stage2_sigmas": [0.9, 0.5, 0.0]}), FLEET)
+    assert plan.frames == 49 and plan.generation == "2.5" and plan.output_frames == plan.resolved.output_frames
+    assert plan.stage2_sigmas == (0.9, 0.5, 0.0)  # typed, as the spec holds it (the stored view: a list)
+    assert plan.resolve(frames=97).frames == 97 and plan.frames == 49  # a view: the plan is unchanged
+    asked = validate_spec(RenderSpec.from_dict({"prompt": "a fox", "pack": "p"}), [])
+    assert asked.predicted_seconds is None and asked.steps is None  # neither asked nor decided: None
+    with pytest.raises(AttributeError):
+        asked.no_such_field  # noqa: B018
+    again = RenderPlan.from_stored(plan.as_dict())
+    assert again.as_dict() == plan.as_dict() and again.output_fps == plan.output_fps
+
+
+def test_the_fleet_answers_the_planners_questions_once_typed():
+    from coordinator.plan.fleet import Fleet
+
+    fleet = Fleet.of([*FLEET, {"packs": ["q"], "memory_bytes": 2**30, "text_encoders": {"gemma": 1},
+                               "pack_components": {"q": ["transformer"]}, "pack_problems": {"q": {"pack": "why"}}}])
+    assert Fleet.of(fleet) is fleet and len(fleet.holders("p")) == 2 and not Fleet()
+    assert fleet.holders("p").pack_bytes("p") == 26 * 2**30 and fleet.pack_bytes("q") is None
+    assert fleet.generations("p") == {"2.5"} and fleet.features("p") == {"temporal_upscaler", "keyframes"}
+    assert fleet.components("p") is None and fleet.components("q") == {"transformer"}
+    assert fleet.problem("q", "vae_decoder") == "why" and fleet.text_encoders() == {"gemma"}
+    assert fleet.holders("q").largest_memory() == 2**30 and fleet.largest_memory() == 2**36

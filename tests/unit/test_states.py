@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from protos.states import RETRYABLE, TERMINAL, Outcome, RenderState, TaskState, WorkerState
+from protos.kinds import TaskKind
+from protos.states import RETRYABLE, TERMINAL, Fault, Outcome, RenderState, TaskState, WorkerState
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "coordinator" / "state" / "lua"
@@ -31,8 +32,11 @@ ARGUMENTS = {
 }
 # Words compared with something that is not a state (types, flags, capabilities, kinds, lease.lua's
 # text_shortcut answers that never leave the script); any other compared word must be in the vocabulary.
-NOT_STATES = {"", "0", "1", "table", "string", "coordinator", "text_encode", "moved", "wait"}
-NOT_STATES |= {"open", "started"}  # gang.lua: a reservation's phase (issue #25), never a task/worker/render state
+NOT_STATES = {"", "0", "1", "table", "string", "coordinator", "moved", "wait"}
+NOT_STATES |= set(TaskKind)  # a kind word (tests/unit/test_kinds.py holds them against protos.kinds)
+NOT_STATES |= {"open", "started"}  # gang.lua: a reservation's phase, never a task/worker/render state
+NOT_STATES |= set(Fault)  # fail.lua's ARGV[7]: the worker's class of a task error
+NOT_STATES |= {"peek", "*"}  # lease.lua's ARGV[5] mode (a read-only look); gang.lua's "any class"
 INTERNAL_RETURNS = {("lease.lua", "moved"), ("lease.lua", "wait")}  # text_shortcut's, read by lease.lua only
 WORD = re.compile(r"'([^']*)'")
 
@@ -186,7 +190,7 @@ def test_retry_takes_the_retryable_states() -> None:
 
 
 def test_the_terminal_set_is_written_once_in_python_and_not_in_the_page() -> None:
-    """Done-when of issue #21: the set is protos/states.py's; nothing else spells it out."""
+    """Done-when of the set is protos/states.py's; nothing else spells it out."""
     spelled = re.compile(r"""(?x)[(\[{]\s*(?:["'](?:done|failed|cancelled)["']\s*,?\s*){3}[)\]}]""")
     defined = re.compile(r"(?i)terminal\w*\s*[:=]\s*(frozenset|set|\{|\(|\[)")
     found = []

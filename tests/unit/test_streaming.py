@@ -10,16 +10,16 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine import patchify as P
-from ltx_engine.guidance import Perturbation
-from ltx_engine.loader import PackError
-from ltx_engine.lora import WithLoras
+from ltx_engine.loading.loader import PackError
+from ltx_engine.loading.pack import Pack
+from ltx_engine.loading.registry import ModelRegistry
+from ltx_engine.loading.streaming import StreamedLTX, StreamedPack, can_stream
+from ltx_engine.lora.lora import WithLoras
+from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import Modality
-from ltx_engine.pack import Pack
-from ltx_engine.registry import ModelRegistry
-from ltx_engine.streaming import StreamedLTX, StreamedPack, can_stream
-from ltx_engine.tiny_loras import tiny_lora_factors, write_tiny_lora
-from ltx_engine.tiny_pack import write_tiny_pack
+from ltx_engine.rules.guidance import Perturbation
+from ltx_engine.tiny.tiny_loras import tiny_lora_factors, write_tiny_lora
+from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -147,9 +147,9 @@ def _grid_inputs(cfg: dict, grid=(4, 32, 32)) -> tuple[Modality, Modality, np.nd
 
 @pytest.mark.timeout(180)
 def test_a_streamed_forward_takes_the_renders_sparse_attention_and_compute_dtype(tmp_path):
-    """The per-forward settings (issue #26) reach blocks bound during the forward, as they reach resident
+    """The per-forward settings reach blocks bound during the forward, as they reach resident
     ones: sparse stage-2 attention and float16 compute give the resident model's bits streamed too."""
-    from ltx_engine.forward_options import ForwardOptions, run
+    from ltx_engine.models.forward_options import ForwardOptions, run
 
     write_tiny_pack(tmp_path / "p", seed=0)
     pack = Pack(tmp_path / "p")

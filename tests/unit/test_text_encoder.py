@@ -6,7 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ltx_engine.loader import PackError, apply_weights
+from ltx_engine.loading.loader import PackError, apply_weights
 from ltx_engine.models.connector import TextConnector, tiny_connector_weights
 from ltx_engine.models.connector_config import ConnectorConfig, tiny_connector_config
 from ltx_engine.models.text_encoder import (
@@ -16,7 +16,7 @@ from ltx_engine.models.text_encoder import (
     tiny_gemma_config,
     write_tiny_text_encoder,
 )
-from ltx_engine.tiny_tokenizer import tiny_vocab_size, write_tiny_tokenizer
+from ltx_engine.tiny.tiny_tokenizer import tiny_vocab_size, write_tiny_tokenizer
 
 VIDEO_DIM, AUDIO_DIM = 32, 16
 PROMPT = "A red fox runs through the snowy forest at sunset, camera tracking slowly."
@@ -136,8 +136,8 @@ def test_registry_takes_connector_sizes_from_the_weights(tiny_packs, tmp_path) -
     connector depth, head width and registers) loads through the registry at the file's sizes."""
     import shutil
 
-    from ltx_engine.pack import open_pack
-    from ltx_engine.registry import ModelRegistry
+    from ltx_engine.loading.pack import open_pack
+    from ltx_engine.loading.registry import ModelRegistry
 
     folder = shutil.copytree(tiny_packs / "tiny", tmp_path / "stale")
     cfg = json.loads((folder / "embedded_config.json").read_text())

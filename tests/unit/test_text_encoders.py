@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from coordinator.plan.render import SpecError, normalize_spec, plan_render, validate_spec
-from ltx_engine import text_encoders
 from ltx_engine.models.text_encoder import write_tiny_text_encoder
+from ltx_engine.rules import text_encoders
 
 SPEC = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3}
 ALL = ["connector", "transformer", "spatial_upscaler", "vae_decoder", "audio_vae", "vocoder"]
@@ -134,8 +134,8 @@ def test_no_live_worker_holding_the_encoder_refuses_in_one_line():
 
 def test_the_encoder_counts_in_the_model_budget_before_it_loads(tiny_packs, gemma):
     from ltx_engine.engine import Engine
-    from ltx_engine.pack import open_pack
-    from ltx_engine.registry import ModelRegistry
+    from ltx_engine.loading.pack import open_pack
+    from ltx_engine.loading.registry import ModelRegistry
 
     pack = open_pack(tiny_packs / "tiny")
     incoming = text_encoders.weight_bytes(gemma)
@@ -145,7 +145,7 @@ def test_the_encoder_counts_in_the_model_budget_before_it_loads(tiny_packs, gemm
         engine.model(pack, "vae_decoder")  # warm, and not needed by a text task
         loaded = sum(registry._bytes.values())
         registry.budget_bytes = loaded + incoming + spare
-        engine.prepare(pack, "text_encode", gemma)
+        engine.prepare(pack, ("text_encoder", "connector"), gemma)  # a text task's components
         assert ("vae_decoder" in registry.loaded()) is kept
 
 
@@ -177,7 +177,7 @@ def test_pack_list_shows_each_workers_encoders_once():
 
 def test_doctor_checks_the_encoder_a_published_pack_needs(gemma, hub, tmp_path):
     from farm_cli import doctor
-    from ltx_engine.tiny_pack import write_tiny_pack
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
     packs, data = tmp_path / "packs", tmp_path / "data"
     write_tiny_pack(packs / "published", seed=0, layout="published-2.3")

@@ -7,10 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from ltx_engine.tiling import (
+from ltx_engine.rules.tiling import (
     DimensionTilingConfig as D,
 )
-from ltx_engine.tiling import (
+from ltx_engine.rules.tiling import (
     Interval,
     TileCountConfig,
     average_audio,

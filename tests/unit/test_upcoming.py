@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.upcoming import GUESS_TTL_S, UpcomingGuesses
+from coordinator.views.upcoming import GUESS_TTL_S, UpcomingGuesses
 
 pytestmark = pytest.mark.timeout(10)
 QUEUE = [("t1", ["a"]), ("t2", ["b"]), ("t3", ["c"])]

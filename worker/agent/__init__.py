@@ -28,10 +28,12 @@ import numpy as np
 from protos import defaults, farm_pb2, farm_pb2_grpc
 from protos.auth import auth_metadata, read_token
 from protos.records import Progress, WorkerCapabilities
+from protos.states import Fault
 from protos.tensors import encode_tensor
 from worker import gang
 from worker.blobcache import BlobCache
 from worker.connection import RECONNECT_MAX_S, RESULT_RETRY_S, RPC_TIMEOUT_S, Coordinators, default_worker_id
+from worker.faults import classify
 from worker.heartbeat import Heartbeat
 from worker.packsync import PackSync
 from worker.packwatch import PackWatch, listing
@@ -175,6 +177,9 @@ class Agent:
                         continue
                     log.error("coordinator refused our token; check --token-file / FARM_TOKEN")
                     return 2
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and not registered:
+                    log.error("%s", exc.details())  # another project version: the line says how to upgrade
+                    return 2
                 if exc.code() not in RETRY_CODES and exc.code() != grpc.StatusCode.CANCELLED:
                     log.error("coordinator error %s: %s", exc.code(), exc.details())
                 else:
@@ -184,7 +189,7 @@ class Agent:
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, RECONNECT_MAX_S)
         if self.next_lease is not None:  # leased with the last result, never started: hand it back
-            self._report_fail(self.next_lease, "worker shutting down", retryable=True)
+            self._report_fail(self.next_lease, "worker shutting down", Fault.TRANSIENT)
         if self.draining.is_set():
             log.info("drained: exiting")
         self.presence.stop()
@@ -210,8 +215,10 @@ class Agent:
         self.heartbeat_ms = int(reply.heartbeat_ms) or defaults.heartbeat_ms(reply.lease_ms)
         if not self.presence.is_alive():
             self.presence.start()  # the Attach stream: our death is noticed from it at once
-        log.info("registered %s with %s (heartbeat %d ms; packs: %s)", self.worker_id, self.address,
-                 self.heartbeat_ms, ", ".join(self.capabilities.packs or []) or "none")
+        mine = self.capabilities.other
+        log.info("registered %s with %s (heartbeat %d ms; packs: %s; ltx-farm %s, mlx %s, class %s)", self.worker_id,
+                 self.address, self.heartbeat_ms, ", ".join(self.capabilities.packs or []) or "none",
+                 mine.get("project_version", "?"), mine.get("mlx_version", "?"), mine.get("fingerprint", "-"))
 
     def _packs_arrived(self) -> bool:
         """Between leases: start copying packs unfinished renders need; True once a copy finished."""
@@ -247,7 +254,7 @@ class Agent:
             return None
         if self.stopping.is_set():
             log.info("task %s leased as we stop: handing it back", reply.task_id)
-            self._report_fail(reply, "worker shutting down", retryable=True)
+            self._report_fail(reply, "worker shutting down", Fault.TRANSIENT)
             return None
         return reply
 
@@ -273,14 +280,14 @@ class Agent:
             inputs, moved = self._fetch_inputs(lease, lease_next)
             beat.progress = Progress(phase="run")  # the next beat tells the dashboard: computing, not fetching
             params = json.loads(lease.params_json or "{}")
-            if gang.is_gang(params):  # issue #25: this worker's rank of a sequence-parallel stage 1
+            if gang.is_gang(params):  # this worker's rank of a sequence-parallel stage 1
                 outputs, metrics = gang.run(self, lease, params, inputs, beat)
                 if outputs is None:
                     return "GANG_RANK_DONE"  # rank 0 reports the task
             else:
                 outputs, metrics = self.runner.run(lease.kind, params, inputs, progress, cancelled)
             if cancelled():
-                return self._report_fail(lease, self._stop_reason(beat), retryable=True)
+                return self._report_fail(lease, self._stop_reason(beat), Fault.TRANSIENT)
             ran = time.perf_counter()
             encoded = {name: encode_tensor(np.asarray(arr)) for name, arr in outputs.items()}
             shas = self.transfer.upload(encoded)
@@ -290,13 +297,15 @@ class Agent:
         except grpc.RpcError as exc:
             if exc.code() in RETRY_CODES or exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                 raise  # coordinator away: the run loop backs off; the lease expires and is re-queued
-            return self._report_fail(lease, f"coordinator refused: {exc.code().name}: {exc.details()}", True)
+            return self._report_fail(lease, f"coordinator refused: {exc.code().name}: {exc.details()}",
+                                     Fault.TRANSIENT)
         except Exception as exc:
             if cancelled():
-                return self._report_fail(lease, self._stop_reason(beat), retryable=True)
+                return self._report_fail(lease, self._stop_reason(beat), Fault.TRANSIENT)
             log.exception("task %s failed", lease.task_id)
-            error = f"{type(exc).__name__}: {exc}"
-            return self._report_fail(lease, error, retryable=bool(getattr(exc, "retryable", True)))
+            fault = classify(exc)  # a permanent error's text is written for the user: no class name
+            error = str(exc) if fault == Fault.PERMANENT else f"{type(exc).__name__}: {exc}"
+            return self._report_fail(lease, error, fault)
         finally:
             beat.finish()
             tasklog.stop()
@@ -347,19 +356,20 @@ class Agent:
     def _stop_reason(self, beat: Heartbeat) -> str:
         return beat.stop_reason or "worker shutting down"
 
-    def _report_fail(self, lease: farm_pb2.LeaseReply, error: str, retryable: bool) -> str:
+    def _report_fail(self, lease: farm_pb2.LeaseReply, error: str, fault: Fault) -> str:
+        """Report the task failed, with the error's class (worker/faults.py): the coordinator's policy."""
         request = farm_pb2.FailRequest(
             task_id=lease.task_id,
             worker_id=self.worker_id,
             fence=lease.fence,
             error=error[:defaults.ERROR_CHARS],
-            retryable=retryable,
+            retryable=fault != Fault.PERMANENT,
+            fault=str(fault),
         )
         reply = self._retrying(lambda stub: stub.Fail, request)
         status = farm_pb2.TaskStatus.Name(reply.status)
-        log.info(
-            "task %s reported failed (%s): %s", lease.task_id, error.splitlines()[0] if error else "", status
-        )
+        log.info("task %s reported failed (%s, %s): %s", lease.task_id, error.splitlines()[0] if error else "",
+                 fault, status)
         return status
 
     def _retrying(self, pick: Callable[[farm_pb2_grpc.FarmWorkerStub], Callable], request: Any) -> Any:

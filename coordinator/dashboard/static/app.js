@@ -1,7 +1,8 @@
 // LTX farm dashboard: one page, no build step. Fetches JSON from /api, re-fetches on every SSE event.
 "use strict";
 
-const S = { renders: [], workers: [], summary: null, detail: null, selected: null, session: null, filter: "" };
+const S = { renders: [], workers: [], summary: null, detail: null, selected: null, session: null, filter: "",
+  farm: null };
 const $ = (id) => document.getElementById(id);
 
 function h(tag, attrs, ...kids) {
@@ -68,15 +69,19 @@ function drawRenders() {
   $("renders").tBodies[0].replaceChildren(...rows.map((r) => h("tr", {
     class: r.id === S.selected ? "selected" : "", title: r.prompt,
     onclick: () => { location.hash = "render=" + encodeURIComponent(r.id); },
-  }, h("td", {}, shortId(r.id)), h("td", { class: "prompt" }, r.prompt || "–"), h("td", {}, pill(r.state)),
+  }, h("td", { class: "wide-only" }, shortId(r.id)), h("td", { class: "prompt" }, r.prompt || "–"), h("td", {}, pill(r.state)),
     h("td", { class: "wide-only" }, ended(r.state) ? "–" : r.current_stage_label || "–"),
     h("td", {}, bar(r.progress, r.state === "failed" ? "failed" : ""), ), h("td", { class: "eta" }, dur(r.eta_s)),
-    h("td", { class: "wide-only" }, r.submitter || "–"), h("td", { class: "wide-only" }, dur(r.age_s)))));
+    h("td", { class: "wide-only by" }, r.submitter || "–"), h("td", { class: "wide-only age" }, dur(r.age_s)))));
 }
 
 // ---------------------------------------------------------------- one render
+// No render picked: the list takes the whole row (no empty pane beside it); picked: the list and its
+// detail side by side on a wide screen, one above the other on a narrow one.
 function drawRender() {
   const d = S.detail;
+  document.querySelector("main").classList.toggle("picked", !!S.selected);
+  $("render-empty").textContent = S.selected ? `loading ${S.selected}…` : "";
   $("render-empty").classList.toggle("hidden", !!d);
   $("render").classList.toggle("hidden", !d);
   if (!d) return;
@@ -107,7 +112,7 @@ function drawRender() {
     `${t.display.toUpperCase()} ${t.label} on ${t.worker || "?"} (attempt ${t.attempts}/${t.max_attempts}): ${t.error}`,
     d.actions && t.display === "failed" ? [" ", h("button", { onclick: () => post(`/api/tasks/${t.id}/requeue`) }, "requeue")] : null)));
   $("facts").replaceChildren(...(d.facts || []).map(([k, v]) => [h("dt", {}, k), h("dd", { title: v }, v)]).flat());
-  drawGantt($("render-gantt"), $("render-gantt-legend"), d.schedule, false);
+  drawGantts();
   drawFeed($("render-feed"), d.feed || []);
   $("legend").replaceChildren(...["queued", "leased", "running", "done", "failed", "retried"]
     .map((s) => h("span", { class: "tile-legend " + s, style: `background:var(--${s})` }, s)));
@@ -124,6 +129,7 @@ function drawActions(d) {
     onclick: () => post(`/api/renders/${r.id}/retry`) }, "retry");
   box.replaceChildren(...(live ? [cancel, h("span", { class: "sub" }, "priority"), prio,
     h("button", { onclick: () => post(`/api/renders/${r.id}/priority`, { priority: Number(prio.value) }) }, "set")]
+    : r.fails_again === "1" ? [h("span", { class: "sub" }, "every worker would fail it the same way: change the spec")]
     : S.session.states.retryable.includes(r.state) ? [retry] : []));
 }
 
@@ -142,7 +148,7 @@ function drawVideo(d) {
 }
 
 function tileText(t) {
-  const lines = [`${t.label} — ${t.display}`, `worker: ${t.worker || "–"}`,
+  const lines = [`${t.label} — ${t.display}`, `${(t.workers || []).length > 1 ? "ranks" : "worker"}: ${(t.workers || []).join(", ") || "–"}`,
     `attempts: ${t.attempts}/${t.max_attempts}`];
   if (t.failures || t.lost) lines.push(`failed ${t.failures || 0}× (${(t.failed_on || []).join(", ") || "–"}) · lost with a worker ${t.lost || 0}×`);
   if (t.stuck) lines.push("STUCK: running far past its kind's usual time");
@@ -193,7 +199,7 @@ function tickTimes(t0, t1, most) {
 }
 function barText(b) {
   return [`${b.name} — ${b.what}`, `stage ${b.stage_label} · render ${b.render}`,
-    `worker ${b.worker || "–"} · attempt ${b.attempt}`,
+    `worker ${b.worker || "–"}${b.rank !== null && b.rank !== undefined ? ` (rank ${b.rank})` : ""} · attempt ${b.attempt}`,
     `${clock(b.start_ms)} – ${b.outcome === "running" ? "now" : clock(b.end_ms)} (${dur((b.end_ms - b.start_ms) / 1000)})`,
     b.outcome === "lost" || b.outcome === "expired" ? `${b.outcome}: the lease ended without a result (no attempt spent)`
       : b.outcome].join("\n");
@@ -201,7 +207,7 @@ function barText(b) {
 function ganttBar(b, pct) {
   const left = pct(b.start_ms), width = Math.max(0, pct(b.end_ms) - left);
   const el = h("div", { class: `g-bar st-${b.stage} o-${b.outcome}${b.again ? " again" : ""}`,
-    style: `left:${left.toFixed(3)}%;width:max(3px, ${width.toFixed(3)}%)`, "data-bar": b.task, "data-outcome": b.outcome },
+    style: `left:${left.toFixed(3)}%;width:max(3px, ${width.toFixed(3)}%)`, "data-bar": b.task, "data-outcome": b.outcome, "data-rank": b.rank ?? "" },
     MARK[b.outcome] || (b.again ? "↻" : ""));
   el.addEventListener("mousemove", (e) => showTip(e, barText(b)));
   el.addEventListener("mouseleave", hideTip);
@@ -214,7 +220,7 @@ function drawGantt(box, legend, g, farm) {
   }
   const span = Math.max(1000, g.end_ms - g.start_ms);
   const pct = (ms) => Math.min(100, Math.max(0, 100 * (ms - g.start_ms) / span));
-  const most = Math.max(3, Math.floor(box.clientWidth / 90));
+  const most = Math.max(2, Math.floor((box.clientWidth - 90) / 80)); // a clock label is ~50 px wide
   const axis = h("div", { class: "g-lane g-axis" }, h("div", { class: "g-label" }, ""),
     h("div", { class: "g-track" }, tickTimes(g.start_ms, g.end_ms, most).map((t) =>
       h("span", { class: "g-tick" + (pct(t) > 88 ? " end" : pct(t) < 8 ? " start" : ""),
@@ -223,10 +229,25 @@ function drawGantt(box, legend, g, farm) {
     h("div", { class: "g-label", title: l.worker }, l.worker.replace(/^worker-/, "w")),
     h("div", { class: "g-track" }, l.bars.map((b) => ganttBar(b, pct)))));
   box.replaceChildren(axis, ...lanes);
+  dropCrowdedTicks(axis);
   const m = g.marks;
   legend.replaceChildren(...g.stages.map(([s, label]) => h("span", { class: "st-" + s }, label)),
     h("span", { class: "mark" }, `✗ failed ${m.failed}`), h("span", { class: "mark" }, `⚡ lost lease ${m.lost}`),
     h("span", { class: "mark" }, `↻ ran again ${m.retried}`));
+}
+// Ticks whose labels would touch the one before (a narrow track, the end tick pulled left) are left out.
+function dropCrowdedTicks(axis) {
+  let right = -Infinity;
+  for (const tick of axis.querySelectorAll(".g-tick")) {
+    const r = tick.getBoundingClientRect();
+    if (r.left < right + 6) tick.remove(); else right = r.right;
+  }
+}
+// Both schedules from the last data; also on a resize (a phone turned, a window narrowed): the time
+// labels are placed for the track's width, and a narrower track would crowd them until the next refresh.
+function drawGantts() {
+  if (S.detail) drawGantt($("render-gantt"), $("render-gantt-legend"), S.detail.schedule, false);
+  if (S.farm) drawGantt($("farm-gantt"), $("farm-gantt-legend"), S.farm.schedule, true);
 }
 function drawFeed(box, events) {
   box.replaceChildren(...(events.length ? events.map((e) => h("div", { class: "ev " + e.type },
@@ -254,7 +275,8 @@ function packsCell(w) {
 }
 function drawWorkers() {
   const two = (a, b) => [h("div", {}, a), h("div", { class: "sub small" }, b)];
-  $("workers").tBodies[0].replaceChildren(...S.workers.map((w) => h("tr", {},
+  const names = [...$("workers").tHead.rows[0].cells].map((c) => c.textContent);
+  $("workers").tBodies[0].replaceChildren(...S.workers.map((w) => labelled(names, h("tr", {},
     h("td", {}, two(w.id, w.host || "–")),
     h("td", {}, two(w.chip || "–", [w.memory_bytes ? bytes(w.memory_bytes) : "?", w.mlx_device || "?"].join(" · "))),
     h("td", {}, pill(w.state), ...(w.blocklisted_for || []).map((r) => [" ", pill("blocklisted"), ` for ${shortId(r)}`])),
@@ -262,7 +284,12 @@ function drawWorkers() {
     h("td", {}, w.tasks_done), h("td", {}, w.mean_s_per_tile !== null ? w.mean_s_per_tile.toFixed(2) : "–"),
     h("td", {}, w.failures), h("td", {}, w.last_seen_age_s !== null ? dur(w.last_seen_age_s) : "–"),
     h("td", { class: "packs" }, packsCell(w)),
-    h("td", {}, workerAction(w)))));
+    h("td", {}, workerAction(w))))));
+}
+// A phone shows each worker as a card (style.css): every cell says which column it is.
+function labelled(names, row) {
+  [...row.cells].forEach((td, i) => { if (names[i]) td.dataset.label = names[i]; });
+  return row;
 }
 // Drain (finish the task, take no more, exit) and, until the worker has left, resume.
 function workerAction(w) {
@@ -335,7 +362,7 @@ async function refresh() {
   S.renders = renders.renders; S.workers = workers.workers; S.summary = summary;
   if (sel === S.selected) S.detail = detail;
   drawRenders(); drawRender(); drawWorkers(); drawStats();
-  drawGantt($("farm-gantt"), $("farm-gantt-legend"), farm.schedule, true); drawFeed($("farm-feed"), farm.feed);
+  S.farm = farm; drawGantts(); drawFeed($("farm-feed"), farm.feed);
   $("farm-gantt-window").textContent = `${clock(farm.schedule.start_ms)} – now`;
 }
 let timer = null;
@@ -381,7 +408,7 @@ async function init() {
   $("filter").addEventListener("input", (e) => { S.filter = e.target.value; drawRenders(); });
   $("login").addEventListener("submit", async (e) => { e.preventDefault(); await login($("login-token").value); });
   window.addEventListener("hashchange", () => { hideTip(); route(); });
-  window.addEventListener("resize", hideTip);
+  window.addEventListener("resize", () => { hideTip(); drawGantts(); });
   const token = tokenFromHash();
   if (loginFailedFromHash()) loginError("that login link's token is not this farm's (rotated?): `farm dashboard` prints a new one");
   S.session = await api("/api/session"); drawSession();

@@ -18,7 +18,7 @@ for _, tid in ipairs(redis.call('ZRANGE', key('leases'), 0, -1)) do
     if running > hard then
       local err = string.format('stuck on %s: ran %.1f s, past the hard limit %.1f s', t[2], running / 1000,
         hard / 1000)
-      task_failed(tid, t[2], err, true)
+      task_failed(tid, t[2], err, 'transient')  -- a hang may be the Mac's (asleep, swapping)
       cancelled[#cancelled + 1] = tid
     elseif running > soft and (tonumber(t[6]) or 0) == 0 then
       redis.call('HSET', tk, 'stuck_ms', NOW)

@@ -71,12 +71,26 @@ end
 -- from when to when and how it ended ('done', 'failed', 'lost', 'expired', 'requeued', 'cancelled'):
 -- in the render's list and in the farm's, scored by its end and kept ATTEMPTS_KEEP_MS.
 local ATTEMPTS_KEEP_MS = 2 * 3600 * 1000
+
+-- The workers a lease ran on: a gang's every rank (gang.lua writes `ranks`, rank 0 first, the holder),
+-- else the holder alone. Rank 0 reports for all, but every rank computed: the record names them all.
+local function task_ranks(tid, worker)
+  local out = {}
+  for w in string.gmatch(redis.call('HGET', key('task', tid), 'ranks') or '', '%S+') do out[#out + 1] = w end
+  if #out < 2 or out[1] ~= worker then return {worker} end
+  return out
+end
+
 local function record_attempt(tid, worker, leased_ms, how)
   local t = redis.call('HMGET', key('task', tid), 'render', 'kind', 'attempts')
-  local row = cjson.encode({task = tid, render = t[1] or '', kind = t[2] or '', worker = worker,
-    attempt = tonumber(t[3]) or 0, start_ms = tonumber(leased_ms) or NOW, end_ms = NOW, outcome = how})
-  if t[1] then redis.call('RPUSH', key('render', t[1], 'attempts'), row) end
-  redis.call('ZADD', key('attempts'), NOW, row)
+  local ranks = task_ranks(tid, worker)
+  for r, w in ipairs(ranks) do  -- one row per rank: one bar per rank on the schedule
+    local row = cjson.encode({task = tid, render = t[1] or '', kind = t[2] or '', worker = w,
+      attempt = tonumber(t[3]) or 0, start_ms = tonumber(leased_ms) or NOW, end_ms = NOW, outcome = how,
+      rank = #ranks > 1 and r - 1 or nil})
+    if t[1] then redis.call('RPUSH', key('render', t[1], 'attempts'), row) end
+    redis.call('ZADD', key('attempts'), NOW, row)
+  end
   redis.call('ZREMRANGEBYSCORE', key('attempts'), '-inf', NOW - ATTEMPTS_KEEP_MS)
 end
 
@@ -291,6 +305,26 @@ local function lose_task(tid, event, reason)
   return true
 end
 
+-- A worker's determinism class (ltx_engine/fingerprint.py): the fingerprint it registered ('' if none).
+-- Workers of one class compute the fixed tiny forward to the same bits; lease.lua and gang.lua deal the
+-- tiles of one step and the ranks of one gang within one class.
+local function class_of(info_json)
+  local ok, info = pcall(cjson.decode, info_json or '')
+  return ok and type(info) == 'table' and type(info.fingerprint) == 'string' and info.fingerprint or ''
+end
+
+-- Whether a live worker (seen lately, not lost, refused or draining) of class `cls` is registered.
+local function class_alive(cls)
+  for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
+    local h = redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'info')
+    if h[1] ~= 'lost' and h[1] ~= 'refused' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS
+        and class_of(h[4]) == cls then
+      return true
+    end
+  end
+  return false
+end
+
 local function blocklisted(render, worker)
   return has_word(redis.call('HGET', key('render', render), 'blocklist'), worker)
 end
@@ -319,15 +353,14 @@ local function runnable_workers(render)
   local out = {}
   for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
     local h = redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain')
-    local live = h[1] ~= 'lost' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS
+    local live = h[1] ~= 'lost' and h[1] ~= 'refused' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS
     if live and not blocklisted(render, w) then out[#out + 1] = w end
   end
   return out
 end
 
 -- Why the render must stop after this failure, or nil while it can go on.
-local function fatal_reason(tid, render, failed_on, max_attempts, retryable, err)
-  if not retryable then return err end
+local function fatal_reason(tid, render, failed_on, max_attempts, err)
   local n = 0
   for _ in string.gmatch(failed_on, '%S+') do n = n + 1 end
   if n >= max_attempts then
@@ -341,9 +374,27 @@ local function fatal_reason(tid, render, failed_on, max_attempts, retryable, err
   return nil
 end
 
+-- The one line when the failure is the task's own, so every worker would hit it (nil: it may be the
+-- worker's): the worker classed it permanent (the engine refused its input), or a second worker raised
+-- the very error another did. A fault the worker classed transient (memory, a killed process, I/O, a
+-- lost peer) is never the task's. The task's fault_error / fault_worker keep the last unclassed one.
+local function task_fault(tid, worker, err, fault)
+  if fault == 'permanent' then return err end
+  if fault == 'transient' then return nil end
+  local t = redis.call('HMGET', key('task', tid), 'fault_error', 'fault_worker')
+  if t[1] == err and t[2] and t[2] ~= '' and t[2] ~= worker then
+    return 'the same error on ' .. t[2] .. ' and ' .. worker .. ': ' .. err
+  end
+  redis.call('HSET', key('task', tid), 'fault_error', err, 'fault_worker', worker)
+  return nil
+end
+
 -- A leased task raised on `worker` (or its result was refused, or it ran stuck): spend an attempt.
+-- fault: 'permanent', 'transient' or 'unknown' (the worker's class of the error, worker/faults.py).
+-- An error every worker would hit fails the render at once, blocklists nobody, and marks the render
+-- fails_again (retry_render.lua then refuses: only another spec can help).
 -- Returns 'requeued', 'failed' or 'stale' (its render already stopped).
-local function task_failed(tid, worker, err, retryable)
+local function task_failed(tid, worker, err, fault)
   local tk = key('task', tid)
   local t = redis.call('HMGET', tk, 'leased_ms', 'attempts', 'max_attempts', 'failed_on', 'render')
   local render = t[5]
@@ -356,9 +407,15 @@ local function task_failed(tid, worker, err, retryable)
   local failed_on = add_word(t[4], worker)
   redis.call('HINCRBY', tk, 'failures', 1)
   redis.call('HSET', tk, 'failed_on', failed_on)
-  note_worker_failure(render, worker)
+  local own = task_fault(tid, worker, err, fault)
+  if own then  -- no worker was to blame: those it blocklisted on this render are cleared
+    redis.call('HSET', key('render', render), 'fails_again', '1')
+    if (redis.call('HGET', key('render', render), 'blocklist') or '') ~= '' then clear_blocklist(render) end
+  else
+    note_worker_failure(render, worker)
+  end
   local attempt = tonumber(t[2])
-  local why = fatal_reason(tid, render, failed_on, tonumber(t[3]), retryable, err)
+  local why = own or fatal_reason(tid, render, failed_on, tonumber(t[3]), err)
   if why then
     redis.call('HSET', tk, 'state', 'failed', 'error', err, 'done_ms', NOW)
     emit(render, {type = 'task_failed', task = tid, worker = worker, attempt = attempt, error = err})

@@ -12,9 +12,20 @@ if not render_active(render) then
   return 'stale'
 end
 redis.call('HSET', tk, 'state', 'done', 'outputs', ARGV[6], 'metrics', ARGV[7], 'done_ms', NOW, 'error', '')
+-- Provenance: which code, libraries and hardware produced this output (the worker's registration).
+local okw, winfo = pcall(cjson.decode, redis.call('HGET', key('worker', worker), 'info') or '')
+if okw and type(winfo) == 'table' then
+  local made = {worker = worker}
+  for _, f in ipairs({'chip', 'backend', 'project_version', 'mlx_version', 'fingerprint', 'installed'}) do
+    made[f] = winfo[f]
+  end
+  redis.call('HSET', tk, 'made_by', cjson.encode(made))
+end
 release(tid, worker, t[1], 'done')
 local remaining = redis.call('HINCRBY', key('render', render), 'remaining', -1)
+local ranks = task_ranks(tid, worker)  -- a gang's: every rank's worker
 emit(render, {type = 'task_done', task = tid, worker = worker, attempt = tonumber(t[2]),
+  workers = #ranks > 1 and ranks or nil,
   outputs = cjson.decode(ARGV[6]), metrics = cjson.decode(ARGV[7]), remaining = remaining})
 -- Dependents are scored by plan position, so they queue in plan order.
 for _, d in ipairs(redis.call('ZRANGE', key('task', tid, 'dependents'), 0, -1)) do

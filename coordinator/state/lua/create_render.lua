@@ -11,6 +11,8 @@ local ok, spec = pcall(cjson.decode, ARGV[4])  -- whose share of the fleet its t
 local submitter = ok and type(spec) == 'table' and spec.submitter
 submitter = type(submitter) == 'string' and submitter or ''
 redis.call('HSET', rk, 'submitter', submitter)
+-- --any-class: its tiles and gangs may mix determinism classes (lease.lua class_declines, gang.lua).
+if ok and type(spec) == 'table' and spec.any_class == true then redis.call('HSET', rk, 'any_class', '1') end
 -- Every submitter that ever had a render here (lease.lua: while there is one, fair share has nobody to
 -- weigh). A farm from before this set builds it from the renders it holds, the first time.
 local sk = key('submitters')

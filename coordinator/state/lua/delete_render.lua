@@ -9,7 +9,7 @@ local caps = redis.call('SMEMBERS', key('capabilities'))
 for _, tid in ipairs(redis.call('LRANGE', key('render', rid, 'tasks'), 0, -1)) do
   redis.call('DEL', key('task', tid), key('task', tid, 'dependents'), key('task', tid, 'pending'))
   redis.call('ZREM', key('leases'), tid)
-  redis.call('DEL', key('gang', tid))  -- a gang whose members never asked again (issue #25)
+  redis.call('DEL', key('gang', tid))  -- a gang whose members never asked again
   redis.call('SREM', key('gangs'), tid)
   for _, cap in ipairs(caps) do redis.call('ZREM', key('ready', cap), tid) end
 end
@@ -17,7 +17,7 @@ for _, row in ipairs(redis.call('LRANGE', key('render', rid, 'attempts'), 0, -1)
   redis.call('ZREM', key('attempts'), row)  -- the farm's schedule forgets it too
 end
 redis.call('DEL', rk, key('render', rid, 'tasks'), key('events', rid), key('render', rid, 'wfail'),
-  key('render', rid, 'attempts'))
+  key('render', rid, 'attempts'), key('stepclass', rid))
 redis.call('ZREM', key('renders'), rid)
 redis.call('SREM', key('to_assemble'), rid)
 return 'deleted'

@@ -1,4 +1,4 @@
--- Gang leases (issue #25): a sequence-parallel stage-1 task (params.stage1_degrees, its degree table
+-- Gang leases: a sequence-parallel stage-1 task (params.stage1_degrees, its degree table
 -- fixed at submit) leased to k workers at once, all or none, inside lease.lua's one call. The rule is
 -- coordinator/plan/sp_degree.py `gang_degree` (the fleet simulation follows it too):
 --   open:  the first idle worker whose next task is such a task opens a reservation on it (the task
@@ -10,7 +10,8 @@
 --          (the opener) with the handout (members, host:port per rank, deadlines) on the task; each
 --          member gets the task and its rank on its next ask.
 --   stale: a reservation no member asked about for 3 windows (its members gone) puts the task back.
--- Keys: gang:<task> {phase open|started, members, cap, opened_ms, fence, handed}, gangs (open ones),
+-- The task keeps `ranks` (every rank's worker, rank 0 first) for its record: attempts, events, views.
+-- Keys: gang:<task> {phase open|started, members, cap, opened_ms, fence, handed, class}, gangs (open ones),
 -- gangof:<worker> = the task of the reservation it is in.
 -- Ports: below both systems' ephemeral ranges (Linux 32768-60999, macOS 49152-65535), so no outgoing
 -- connection's local port (nor its TIME_WAIT) can hold a rank's listening port; 47100 was inside Linux's.
@@ -26,8 +27,9 @@ local function gang_words(s)
   return out
 end
 
--- Idle live workers other than `me` that are in no reservation and hold `pack` (or describe nothing).
-local function gang_idle_peers(me, pack)
+-- Idle live workers other than `me` that are in no reservation and hold `pack` (or describe nothing),
+-- of determinism class `cls` (common.lua class_of; nil: any class).
+local function gang_idle_peers(me, pack, cls)
   local n = 0
   for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
     if w ~= me and redis.call('EXISTS', key('gangof', w)) == 0 then
@@ -35,7 +37,10 @@ local function gang_idle_peers(me, pack)
       local ok, info = pcall(cjson.decode, h[4] or '')
       local packs = ok and type(info) == 'table' and type(info.pack_components) == 'table' and info.pack_components
       local holds = not packs or packs[pack] ~= nil
-      if h[1] == 'idle' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS and holds then n = n + 1 end
+      local alike = cls == nil or class_of(h[4]) == cls
+      if h[1] == 'idle' and h[3] ~= '1' and NOW - (tonumber(h[2]) or 0) <= LIVE_MS and holds and alike then
+        n = n + 1
+      end
     end
   end
   return n
@@ -109,7 +114,7 @@ local function gang_start(G, tid)
   local handout = {degree = #members, members = members, hosts = hosts, fence = tonumber(fence),
     step_deadline_s = math.max(gang_policy('gang_step_floor_s', 10), per_step * gang_policy('gang_margin', 4)),
     open_deadline_s = gang_policy('gang_open_s', 20)}
-  redis.call('HSET', key('task', tid), 'gang', cjson.encode(handout))
+  redis.call('HSET', key('task', tid), 'gang', cjson.encode(handout), 'ranks', table.concat(members, ' '))
   redis.call('HSET', gk, 'phase', 'started', 'fence', fence, 'handed', '')
   for i = 2, #members do
     redis.call('HSET', key('worker', members[i]), 'state', 'busy', 'current_task', tid, 'last_seen_ms', NOW)
@@ -118,16 +123,25 @@ local function gang_start(G, tid)
   return nil
 end
 
+-- The class a gang's members must share ('*': any, the render was submitted with --any-class).
+local function gang_class(G, tid)
+  local render = redis.call('HGET', key('task', tid), 'render') or ''
+  return G.render_info(render).any_class and '*' or G.class
+end
+
 -- Open a reservation on `tid` (just taken from its queue) when it is a gang task and peers are idle.
+-- Its ranks are of one determinism class: the opener's, unless the render mixes classes.
 -- Returns false (this worker waits in it), or nil: lease it as usual.
 local function gang_open(G, tid)
   local params = G.task_info(tid).params
   if type(params) ~= 'table' or type(params.stage1_degrees) ~= 'table' then return nil end
-  local want = math.min(GANG_MAX, gang_want(params.stage1_degrees, 1 + gang_idle_peers(G.worker, params.pack)))
+  local cls = gang_class(G, tid)
+  local peers = gang_idle_peers(G.worker, params.pack, cls ~= '*' and cls or nil)
+  local want = math.min(GANG_MAX, gang_want(params.stage1_degrees, 1 + peers))
   if want < 2 then return nil end
   local gk = key('gang', tid)
   redis.call('DEL', gk)
-  redis.call('HSET', gk, 'phase', 'open', 'members', G.worker, 'cap', want, 'opened_ms', NOW)
+  redis.call('HSET', gk, 'phase', 'open', 'members', G.worker, 'cap', want, 'opened_ms', NOW, 'class', cls)
   redis.call('SADD', key('gangs'), tid)
   redis.call('SET', key('gangof', G.worker), tid)
   G.waiting()
@@ -161,7 +175,7 @@ local function gang_poll(G)
   end
   for _, tid in ipairs(redis.call('SMEMBERS', key('gangs'))) do
     local gk = key('gang', tid)
-    local g = redis.call('HMGET', gk, 'phase', 'members', 'opened_ms', 'cap')
+    local g = redis.call('HMGET', gk, 'phase', 'members', 'opened_ms', 'cap', 'class')
     local t = redis.call('HMGET', key('task', tid), 'render', 'capability')
     local render = t[1] or ''
     if g[1] ~= 'open' then
@@ -170,7 +184,7 @@ local function gang_poll(G)
       gang_dissolve(tid, gang_words(g[2]))
       if redis.call('HGET', key('task', tid), 'state') == 'queued' then push_ready(tid, true) end
     elseif #gang_words(g[2]) < tonumber(g[4]) and G.queues[t[2] or ''] and not blocklisted(render, w)
-        and G.holds_needs(tid) then
+        and (g[5] == '*' or (g[5] or G.class) == G.class) and G.holds_needs(tid) then
       redis.call('HSET', gk, 'members', g[2] .. ' ' .. w)
       redis.call('SET', key('gangof', w), tid)
       if #gang_words(g[2]) + 1 >= tonumber(g[4]) then

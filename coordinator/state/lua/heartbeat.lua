@@ -8,7 +8,7 @@ local function beat(status)
   return {status, drain}
 end
 local render = holder_render(tid, worker, ARGV[5])
-if not render and gang_member_render(tid, worker, ARGV[5]) then return beat('ok') end  -- issue #25: a rank > 0
+if not render and gang_member_render(tid, worker, ARGV[5]) then return beat('ok') end  -- a rank > 0
 if not render then return beat('stale') end
 if not render_active(render) then return beat('cancel') end
 local deadline = NOW + tonumber(ARGV[6])

@@ -2,11 +2,21 @@
 -- common.lua worker_seen), ARGV[6..] capabilities in preference order.
 -- Returns {task id, the task's hash as a flat list}, or nil when nothing is ready: the whole lease in one
 -- round trip, the reply carrying everything the worker needs.
+-- ARGV[5] 'peek': the task this call would lease, by the same rules, leasing and moving nothing
+-- (FarmWorker.Upcoming: the inputs a busy worker prefetches must be those of its next lease); then
+-- ARGV[6] is a JSON list of task ids to step over (guessed for other workers) and capabilities follow.
 local worker = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
 local seen = ARGV[5] == '1'
+local peek = ARGV[5] == 'peek'
+local passed, first_cap = {}, 6
+if peek then
+  first_cap = 7
+  for _, tid in ipairs(cjson.decode(ARGV[6])) do passed[tid] = true end
+end
 -- The worker's own fields, read once (nothing below changes them before the lease is written).
-local W = redis.call('HMGET', key('worker', worker), 'drain', 'info', 'models', 'session')
+local W = redis.call('HMGET', key('worker', worker), 'drain', 'info', 'models', 'session', 'refused')
+if (seen or peek) and W[5] and W[5] ~= '' then return false end  -- refused at registration (another project version)
 if W[1] == '1' then  -- draining: no more
   if seen and redis.call('HGET', key('worker', worker), 'state') ~= 'drained' then
     feed({type = 'worker_drained', worker = worker})
@@ -25,6 +35,7 @@ local function worker_holdings()
   return packs, encoders, tonumber(info.memory_bytes)
 end
 local holdings, encoders, memory = worker_holdings()
+local my_class = class_of(W[2])
 
 -- Whether the worker holds the task's text encoder under one of the names it may have
 -- (params.text_encoder_names, set only when the encoder is not the pack's own).
@@ -114,8 +125,9 @@ end
 local renders = {}
 local function render_info(render)
   if not renders[render] then
-    local r = redis.call('HMGET', key('render', render), 'priority', 'submitter', 'state')
-    renders[render] = {state = r[3], active = r[3] and not TERMINAL[r[3]], priority = r[1], submitter = r[2] or ''}
+    local r = redis.call('HMGET', key('render', render), 'priority', 'submitter', 'state', 'any_class')
+    renders[render] = {state = r[3], active = r[3] and not TERMINAL[r[3]], priority = r[1], submitter = r[2] or '',
+      any_class = r[4] == '1'}
   end
   return renders[render]
 end
@@ -123,13 +135,15 @@ local function submitter_of(render)
   return render_info(render).submitter
 end
 
+-- The kinds whose outputs are cached under params.text_key: a prompt's embeddings, an enhanced prompt.
+local function cached_kind(kind) return kind == 'text_encode' or kind == 'enhance_prompt' end
 -- The prompt-embedding cache: a queued text task whose embeddings (same pack, prompt and encoder: its
 -- params.text_key) a finished text task left (complete.lua keeps them) is not encoded again: it moves to
 -- the coordinator's queue with those blobs as its inputs, and the reducer hands them on as its outputs.
 -- While a text task with the same key runs, the others wait for it. Returns 'moved', 'wait' or nil.
 local function text_shortcut(q, tid)
   local info = task_info(tid)
-  if info.kind ~= 'text_encode' or q == key('ready', 'coordinator') then return nil end
+  if not cached_kind(info.kind) or q == key('ready', 'coordinator') then return nil end
   local params = info.params
   local k = info.stored and info.ok and type(params) == 'table' and params.text_key
   if type(k) ~= 'string' then return nil end
@@ -140,12 +154,13 @@ local function text_shortcut(q, tid)
     end
   end
   if cached then
+    if peek then return 'moved' end  -- it would go to the coordinator's queue, not to this worker
     redis.call('ZREM', q, tid)
     redis.call('HSET', key('task', tid), 'capability', 'coordinator', 'inputs', cached)
     push_ready(tid, false)
     return 'moved'
   end
-  redis.call('HDEL', key('textcache'), k)
+  if not peek then redis.call('HDEL', key('textcache'), k) end
   local holder = redis.call('HGET', key('textholder'), k)
   if holder and holder ~= tid and redis.call('HGET', key('task', holder), 'state') == 'leased' then return 'wait' end
   return nil
@@ -154,10 +169,31 @@ end
 local function claim_text(tid)
   local info = task_info(tid)
   local params = info.params
-  if info.kind == 'text_encode' and info.stored and info.ok and type(params) == 'table'
+  if cached_kind(info.kind) and info.stored and info.ok and type(params) == 'table'
       and type(params.text_key) == 'string' then
     redis.call('HSET', key('textholder'), params.text_key, tid)
   end
+end
+
+-- Determinism classes (common.lua class_of): the tiles of one step (a tile task's id less its `.t<i>`)
+-- go to the class of the worker that took its first tile (stepclass:<render> {step: class}), so a
+-- render's bits depend only on its spec and the classes it ran on. A render submitted with --any-class
+-- mixes them; a step whose class has no live worker left goes on with another (else it waits forever:
+-- the render's provenance then shows both classes).
+local function tile_step(tid)
+  if decoded(tid).tile_index == nil then return nil end
+  return string.match(tid, '^(.*)%.t%d+$')
+end
+-- The class a tile's step is held to: nil when it is no tile, its step has no class yet, or the render
+-- mixes classes.
+local function step_class(tid, render)
+  if not seen or render_info(render).any_class then return nil end
+  local step = tile_step(tid)
+  return step and redis.call('HGET', key('stepclass', render), step) or nil
+end
+local function class_declines(tid, render)
+  local cls = step_class(tid, render)
+  return cls ~= nil and cls ~= my_class and class_alive(cls)
 end
 
 -- Speed-aware dealing (coordinator/plan/placement.py deal_takes is this rule in Python, held against it by
@@ -174,7 +210,7 @@ end
 -- Seconds until peer `w` (fields state, last_seen_ms, drain, current_task, info) is free, or nil when
 -- it cannot be counted on (lost, draining, unseen, too small for the task).
 local function free_in(w, h, need)
-  if h[1] == 'lost' or h[3] == '1' or NOW - (tonumber(h[2]) or 0) > LIVE_MS then return nil end
+  if h[1] == 'lost' or h[1] == 'refused' or h[3] == '1' or NOW - (tonumber(h[2]) or 0) > LIVE_MS then return nil end
   local ok, info = pcall(cjson.decode, h[5] or '')
   if need and ok and type(info) == 'table' and tonumber(info.memory_bytes) and tonumber(info.memory_bytes) < need then
     return nil
@@ -205,12 +241,13 @@ local function deal_declines(q, tid, render)
   if params.tile_index == nil or not cost or not own_ratio then return false end
   local own = cost * own_ratio
   if NOW - (tonumber(info.queued_ms) or NOW) >= own * 1000 then return false end
-  local limit, before = own * DEAL_MARGIN, 0
+  local limit, before, cls = own * DEAL_MARGIN, 0, step_class(tid, render)
   for _, w in ipairs(redis.call('SMEMBERS', key('workers'))) do
     local r = w ~= worker and ratio(w, info.kind)
     if r and not blocklisted(render, w) and redis.call('EXISTS', key('gangof', w)) == 0 then  -- held: no peer
-      local free = free_in(w, redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'current_task',
-        'info'), tonumber(params.min_memory_stream_bytes) or tonumber(params.min_memory_bytes))
+      local h = redis.call('HMGET', key('worker', w), 'state', 'last_seen_ms', 'drain', 'current_task', 'info')
+      local free = free_in(w, h, tonumber(params.min_memory_stream_bytes) or tonumber(params.min_memory_bytes))
+      if free and cls and class_of(h[5]) ~= cls then free = nil end  -- a peer the step's class rules out
       if free and free + cost * r < limit then
         before = before + math.ceil((limit - free) / (cost * r)) - 1
       end
@@ -229,8 +266,8 @@ local function warmer_task(q, first, render)
     local t = redis.call('HMGET', key('task', tid), 'state', 'render')
     local r = t[2] and render_info(t[2])
     if t[1] == 'queued' and r and r.active and r.priority == priority and r.submitter == submitter_of(render)
-        and not blocklisted(t[2], worker) and holds_needs(tid) and is_warm(tid) and not deal_declines(q, tid, t[2])
-        and not text_shortcut(q, tid) then
+        and not passed[tid] and not blocklisted(t[2], worker) and holds_needs(tid) and is_warm(tid)
+        and not class_declines(tid, t[2]) and not deal_declines(q, tid, t[2]) and not text_shortcut(q, tid) then
       return tid
     end
   end
@@ -286,19 +323,22 @@ local function next_task(q)
       local shortcut = t[1] == 'queued' and r and r.active and not seen[r.submitter] and text_shortcut(q, tid)
       if shortcut == 'moved' then
         shortcut = nil  -- left this queue: the next entry now sits at pos
+        if peek then pos = pos + 1 end  -- a peek moved nothing: step over it
       elseif t[1] == 'queued' and r and r.active then
         pos = pos + 1
         if band then after = after + 1 end
         if band and r.priority ~= band then after = FAIR_LOOKAHEAD end
         if after >= FAIR_LOOKAHEAD then break end
-        if shortcut ~= 'wait' and not seen[r.submitter] and not blocklisted(t[2], worker) and holds_needs(tid)
-            and not deal_declines(q, tid, t[2]) then
+        if shortcut ~= 'wait' and not seen[r.submitter] and not passed[tid] and not blocklisted(t[2], worker)
+            and holds_needs(tid) and not class_declines(tid, t[2]) and not deal_declines(q, tid, t[2]) then
           seen[r.submitter], band = true, r.priority
           firsts[#firsts + 1] = {tid = tid, render = t[2], submitter = r.submitter}
           -- A submitter holding no lease has the smallest share there is: no later one can beat it.
           local fairest_yet = #firsts == 1 and first_is_fairest(firsts[1]) or #firsts > 1 and share(r.submitter) == 0
           if fairest_yet then after = FAIR_LOOKAHEAD; break end
         end
+      elseif peek then
+        pos = pos + 1  -- a stopped render's entry: the lease drops it, a peek leaves it
       else
         redis.call('ZREM', q, tid)
         if t[1] == 'queued' then redis.call('HSET', key('task', tid), 'state', 'cancelled') end
@@ -308,6 +348,7 @@ local function next_task(q)
   if #firsts == 0 then return nil end
   local pick = fairest(firsts)
   local tid = warmer_task(q, pick.tid, pick.render) or pick.tid
+  if peek then return tid end
   redis.call('ZREM', q, tid)
   claim_text(tid)
   return tid
@@ -321,11 +362,15 @@ local function grant(tid, who)
   local fence = redis.call('INCR', key('fence'))
   local attempt = tonumber(t[3]) + 1
   local deadline = NOW + lease_ms
-  local session = W[4] or ''
+  -- The holder's own session: lose_leases.lua matches it when that worker's connection breaks (a gang
+  -- that fills on a joining member's ask is granted to rank 0, not to the asker).
+  local session = (who and redis.call('HGET', key('worker', who), 'session') or W[4]) or ''
   redis.call('HSET', tk, 'state', 'leased', 'worker', worker, 'fence', fence, 'attempts', attempt,
     'leased_ms', NOW, 'deadline_ms', deadline, 'progress', '{}', 'session', session, 'stuck_ms', 0)
   redis.call('ZADD', key('leases'), deadline, tid)
-  redis.call('HDEL', tk, 'gang', 'gang_ended')  -- a gang's handout is written after its grant
+  redis.call('HDEL', tk, 'gang', 'gang_ended', 'ranks')  -- a gang's handout is written after its grant
+  local step = seen and not who and tile_step(tid)
+  if step then redis.call('HSETNX', key('stepclass', t[2]), step, my_class) end  -- the step's class
   if seen and not who then
     worker_seen(worker, 'busy', tid)
   else
@@ -340,18 +385,19 @@ local function grant(tid, who)
   return {tid, redis.call('HGETALL', tk)}
 end
 
--- Gang leases (issue #25; the rule in Python: coordinator/plan/sp_degree.py gang_degree): sequence-
+-- Gang leases (the rule in Python: coordinator/plan/sp_degree.py gang_degree): sequence-
 -- parallel stage 1 on k workers at once, all or none, in this one script.
 local GANG = {grant = grant, task_info = task_info, holds_needs = holds_needs, render_info = render_info,
-  worker = worker, waiting = function() if seen then worker_seen(worker, 'idle', '') end end, queues = {}}
-for i = 6, #ARGV do GANG.queues[ARGV[i]] = true end
+  worker = worker, class = my_class, waiting = function() if seen then worker_seen(worker, 'idle', '') end end, queues = {}}
+for i = first_cap, #ARGV do GANG.queues[ARGV[i]] = true end
 if seen then  -- a worker asks (the coordinator's own reducer never gangs)
   local gang_lease = gang_poll(GANG)
   if gang_lease ~= nil then return gang_lease end
 end
 
-for i = 6, #ARGV do
+for i = first_cap, #ARGV do
   local tid = next_task(key('ready', ARGV[i]))
+  if peek and tid then return {tid, redis.call('HGETALL', key('task', tid))} end
   if tid then
     if seen and gang_open(GANG, tid) == false then return false end  -- it waits in a reservation
     return grant(tid)

@@ -1,13 +1,15 @@
 -- ARGV[3] render id. Run a failed or cancelled render again under its own id, keeping every task that
 -- finished: the others start over (no attempts spent, a new fence so a straggler's result is stale) and
 -- queue as their inputs are done; a render whose tasks all finished is assembled again.
--- Returns 'retried', 'live' (not ended), 'missing', or 'gone' when a blob the kept tasks made or a task
--- reads is no longer stored (then nothing changed: the caller renders it anew).
+-- Returns 'retried', 'live' (not ended), 'missing', 'gone' when a blob the kept tasks made or a task
+-- reads is no longer stored (then nothing changed: the caller renders it anew), or 'fails_again' when it
+-- failed on an error every worker would hit (common.lua task_failed): only another spec can help.
 local rid = ARGV[3]
 local rk = key('render', rid)
 local state = redis.call('HGET', rk, 'state')
 if not state then return 'missing' end
 if state ~= 'failed' and state ~= 'cancelled' then return 'live' end
+if redis.call('HGET', rk, 'fails_again') == '1' then return 'fails_again' end
 local tids = redis.call('LRANGE', key('render', rid, 'tasks'), 0, -1)
 for _, tid in ipairs(tids) do  -- check first: a retry that cannot finish changes nothing
   local t = redis.call('HMGET', key('task', tid), 'state', 'outputs', 'input_refs')
@@ -29,8 +31,8 @@ for _, tid in ipairs(tids) do
     if t[1] == 'leased' then release(tid, t[2], t[3], nil, 'cancelled') end
     if t[1] == 'queued' then redis.call('ZREM', key('ready', t[4]), tid) end
     redis.call('HSET', tk, 'state', 'waiting', 'fence', redis.call('INCR', key('fence')), 'attempts', 0,
-      'failures', 0, 'failed_on', '', 'lost', 0, 'error', '', 'worker', '', 'outputs', '{}', 'inputs', '{}',
-      'progress', '{}', 'leased_ms', 0, 'deadline_ms', 0, 'done_ms', 0, 'stuck_ms', 0)
+      'failures', 0, 'failed_on', '', 'fault_error', '', 'fault_worker', '', 'lost', 0, 'error', '', 'worker', '',
+      'outputs', '{}', 'inputs', '{}', 'progress', '{}', 'leased_ms', 0, 'deadline_ms', 0, 'done_ms', 0, 'stuck_ms', 0)
     remaining = remaining + 1
     again[#again + 1] = tid
   end

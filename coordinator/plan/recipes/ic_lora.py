@@ -1,0 +1,34 @@
+"""The IC-LoRA control recipe: a control clip (depth, canny, pose …) as reference tokens in stage 1."""
+
+from __future__ import annotations
+
+from coordinator.plan.control import check_reference
+from coordinator.plan.recipes.base import PackFacts, Recipe
+from coordinator.plan.resolved import RenderPlan
+
+CLIP = {"blob": "0" * 64, "name": "control.mp4"}  # the default spec's stand-ins (planning needs no file)
+LORA = {"blob": "1" * 64, "name": "ic.safetensors", "strength": 1.0, "downscale": 1}
+
+
+def check_control(spec: RenderPlan, pack: PackFacts) -> dict | None:
+    """Its IC-LoRA, the clip's encode tiles, a reference the VAE encodes (`plan/control.py`)."""
+    check_reference(spec, "control_video", "--control-video")
+    return None
+
+
+def _picked(spec: RenderPlan) -> bool:
+    return bool(spec.control_video)
+
+
+IC_LORA = Recipe(
+    name="ic-lora",
+    purpose="IC-LoRA control: the control clip encoded at stage 1's size over the LoRA's downscale, the IC-LoRA "
+            "fused in stage 1 with its reference tokens, a clean stage 2",
+    upstream="ltx-pipelines 1.0.0 ICLoraPipeline (`ic-lora --video-conditioning V S`); PIPELINES.md row 7",
+    flag="--control-video",
+    picked=_picked,
+    fields=("control_video", "ic_lora", "encode_tiles"),
+    components=("text_encoder", "connector", "transformer", "spatial_upscaler", "vae_decoder", "audio_vae", "vocoder"),
+    check=check_control,
+    default_spec={"control_video": CLIP, "ic_lora": LORA},
+)

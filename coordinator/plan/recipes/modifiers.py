@@ -1,0 +1,159 @@
+"""The flags that cross recipes, each declared once with the recipes it composes with. Pure.
+
+Why one table: before it, each feature module carried its own prose list of the flags it refused, so
+the matrix of what composes with what was scattered over a dozen modules and worded a dozen ways.
+Here each modifier names the recipes that take it (one direction only: recipes do not list modifiers);
+`refusal` is the one generic check, worded one way. The table holds exactly the combinations the farm
+builds; a flag's own rules (ranges, sizes, a pack that lacks something) stay with the flag's module.
+"""
+
+from __future__ import annotations
+
+from coordinator.plan.recipes.base import Modifier, Recipe
+from coordinator.plan.resolved import RenderPlan
+from protos.guidance_spec import KNOBS
+
+DISTILLED, ONE_STAGE, TWO_STAGE, HQ = "distilled", "one-stage", "two-stage", "two-stage-hq"
+DFR, RETAKE, EXTEND, IC_LORA, DUB_IT, HDR = "dfr", "retake", "extend", "ic-lora", "dub-it", "hdr-ic-lora"
+T2A = "t2a"
+VIDEO = (DISTILLED, ONE_STAGE, TWO_STAGE, HQ, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT, HDR)  # the recipes with a picture
+ALL = (*VIDEO, T2A)
+GUIDED = (ONE_STAGE, TWO_STAGE, HQ)
+# The guidance knobs T2A takes as upstream's t2a_one_stage does (its steps, negative prompt and audio guider;
+# `--stg-blocks` is the audio's there); the others shape the video's guidance or the joint passes.
+AUDIO_KNOBS = ("steps", "negative_prompt", "audio_cfg_scale", "audio_stg_scale", "audio_rescale", "stg_blocks",
+               "audio_skip_step")
+DFR_STAGES = ("--dfr", "--temporal-upscalings", "--spatial-upscalings 2")  # what makes a render DFR's
+
+
+def _value(spec: RenderPlan, name: str) -> object:
+    return getattr(spec, name)
+
+
+def _given(value: object) -> bool:
+    """A field the user set: not empty, zero, false or `auto` (the fields' "not asked" values)."""
+    return bool(value) and value != "auto"
+
+
+def _unfused(spec: RenderPlan) -> bool:
+    return bool(_value(spec, "loras")) and str(_value(spec, "lora_mode") or "fused") != "fused"
+
+
+def _sp(spec: RenderPlan) -> bool:
+    return str(_value(spec, "stage1_parallel") or "auto") not in ("auto", "1")
+
+
+def _epilogue(spec: RenderPlan) -> bool:
+    return int(_value(spec, "spatial_upscalings") or 1) != 1
+
+
+def _diffusion(spec: RenderPlan) -> bool:
+    return _value(spec, "video_decoder") not in (None, "conv")
+
+
+def _attention(spec: RenderPlan) -> bool:
+    return any(clip is not None and clip.attention_strength != 1.0 for clip in (spec.control_video, spec.dub_video))
+
+
+def _except(*names: str) -> tuple[str, ...]:
+    """The video recipes but these."""
+    return tuple(n for n in VIDEO if n not in names)
+
+
+MODIFIERS: tuple[Modifier, ...] = (
+    # inputs that pick a recipe of their own
+    Modifier("--hdr-ic-lora", "an SDR clip graded to HDR", ("hdr_ic_lora",), (HDR,), selects=HDR),
+    Modifier("--retake", "regenerate a window of a clip", ("retake",), (RETAKE,), selects=RETAKE),
+    Modifier("--extend", "continue a clip", ("extend",), (RETAKE, EXTEND), selects=EXTEND),
+    Modifier("--control-video", "an IC-LoRA control clip", ("control_video",), (IC_LORA,), selects=IC_LORA),
+    Modifier("--dub", "Dub-It's reference clip", ("dub_video",), (DUB_IT,), selects=DUB_IT),
+    Modifier("--dfr", "DFR at 0 temporal rounds (its canvas, slots, keyframes)", ("dfr",), (DFR, IC_LORA, DUB_IT),
+             selects=DFR),
+    # modifiers
+    Modifier("--ic-lora", "the IC-LoRA of a control or Dub-It clip", ("ic_lora",), (IC_LORA, DUB_IT)),
+    Modifier("--control-attention", "the control clip's attention strength (Dub-It's reference takes full attention)",
+             ("control_video", "dub_video"), (IC_LORA,), on=_attention),
+    Modifier("a source video", "a clip the render encodes", ("source_video",), _except(IC_LORA, DUB_IT, HDR)),
+    Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, EXTEND, HDR)),
+    Modifier("--audio", "an audio track to generate video for (A2V; the track is frozen)", ("audio_input",),
+             (DISTILLED, ONE_STAGE, TWO_STAGE, DFR)),
+    Modifier("--enhance-prompt", "the prompt rewritten by the text encoder's Gemma 3 before it is encoded",
+             ("enhance_prompt",), (*_except(HDR), T2A)),
+    Modifier("--lora", "user LoRAs on every DiT task", ("loras",), (*_except(HDR), T2A)),
+    Modifier("--step-cache", "TeaCache: a step's block stack replayed from the last computed step's residual",
+             ("step_cache",), (*_except(DFR, RETAKE, EXTEND, HDR), T2A)),
+    Modifier("--lora-mode unfused", "user LoRAs as run-time adapters", ("lora_mode",),
+             (DISTILLED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_unfused),
+    Modifier("--stage2-tiles", "stage 2 split into tiles across Macs", ("stage2_tiles",),
+             (DISTILLED, TWO_STAGE, DFR, EXTEND, IC_LORA, DUB_IT)),
+    Modifier("--stage2-sigmas", "stage 2's sigma table", ("stage2_sigmas",), _except(ONE_STAGE)),
+    Modifier("--stage2-steps", "the last N steps of stage 2's table", ("stage2_steps",), (TWO_STAGE, HQ)),
+    Modifier("--cfg-scale … (guidance)", "the video's and the joint passes' guidance, --stage1-steps, APG",
+             tuple(k for k in KNOBS if k != "stage2_steps" and k not in AUDIO_KNOBS), GUIDED),
+    Modifier("--steps … (audio guidance)", "steps, the negative prompt and the audio's guidance scales",
+             AUDIO_KNOBS, (*GUIDED, T2A)),
+    Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs", ("stage1_parallel",),
+             _except(IC_LORA, DUB_IT), on=_sp),
+    Modifier("--temporal-upscalings", "DFR's temporal rounds", ("temporal_upscalings",), (DFR,)),
+    Modifier("--spatial-upscalings 2", "DFR's spatial epilogue", ("spatial_upscalings",),
+             (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_epilogue),
+    Modifier("--detailing-lora", "DFR's stage-2 detailing IC-LoRA", ("detailing_lora",),
+             (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
+    Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1", ("num_generated_keyframes",),
+             _except(DFR, RETAKE, EXTEND), excludes=DFR_STAGES, rule="DFR places its own keyframe slots"),
+    Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder", ("video_decoder",), _except(HDR),
+             on=_diffusion),
+    Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",), VIDEO),
+    Modifier("--compute-dtype", "the DiT's attention / FF dtype", ("compute_dtype",), VIDEO),
+    Modifier("--decode-tiles", "the VAE decode's tiles", ("decode_tiles",), VIDEO),
+    Modifier("--encode-tiles", "a source clip's tiled encode", ("encode_tiles",), VIDEO),
+    Modifier("--exr", "EXR frames (and their colourspace)", ("exr", "exr_colorspace"), VIDEO),
+    Modifier("--hdr", "an HLG 10-bit HEVC master", ("hdr",), VIDEO),
+)
+
+
+def is_on(mod: Modifier, spec: RenderPlan) -> bool:
+    """Whether a spec asks for this modifier."""
+    if mod.on is not None:
+        return mod.on(spec)
+    return any(_given(_value(spec, name)) for name in mod.fields)
+
+
+def given_flag(mod: Modifier, spec: RenderPlan) -> str:
+    """The flag the user gave: a group's first given field, else the modifier's own."""
+    if len(mod.fields) > 1 and mod.on is None:
+        name = next(n for n in mod.fields if _given(_value(spec, n)))
+        return "--" + name.replace("_", "-")
+    return mod.flag
+
+
+def taken_by(recipe: Recipe) -> tuple[Modifier, ...]:
+    """The modifiers a recipe composes with (read from the one table)."""
+    return tuple(m for m in MODIFIERS if recipe.name in m.recipes and m.selects != recipe.name)
+
+
+def takes(recipe: Recipe, flag: str) -> bool:
+    """Whether the recipe composes with the modifier of this flag."""
+    return any(m.flag == flag for m in taken_by(recipe))
+
+
+def refusal(recipe: Recipe, spec: RenderPlan) -> str | None:
+    """The one line for the first modifier the chosen recipe does not take, else for the first that needs
+    or excludes another; None when all compose."""
+    on = [mod for mod in MODIFIERS if is_on(mod, spec)]
+    for mod in on:
+        if recipe.name in mod.recipes:
+            continue
+        flag = given_flag(mod, spec)
+        if mod.selects is not None:
+            return f"{flag} and {recipe.flag} are two recipes: give one"
+        takers = ", ".join(mod.recipes)
+        return f"{flag} does not apply to the {recipe.name} recipe ({recipe.flag}); it applies to: {takers}"
+    given = {mod.flag for mod in on}
+    for mod in on:
+        clash = next((f for f in mod.excludes if f in given), None)
+        if clash is not None:
+            return f"{given_flag(mod, spec)} and {clash} do not compose ({mod.rule})"
+        if mod.needs and not given & set(mod.needs):
+            return f"{given_flag(mod, spec)} needs one of {', '.join(mod.needs)} ({mod.rule})"
+    return None

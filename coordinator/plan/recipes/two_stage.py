@@ -1,0 +1,26 @@
+"""The two-stage dev recipe: a guided half-size stage 1, then stage 2 on dev + the distilled LoRA."""
+
+from __future__ import annotations
+
+from coordinator.plan.recipes.base import Recipe
+from coordinator.plan.recipes.guided import (
+    TWO_STAGE_COMPONENTS,
+    TWO_STAGE_DITS,
+    TWO_STAGE_FIELDS,
+    check_guided,
+)
+
+TWO_STAGE = Recipe(
+    name="two-stage",
+    purpose="guided dev stage 1 at half size, upsample, stage 2 on the dev DiT + distilled LoRA (tileable)",
+    upstream="ltx-pipelines 1.0.0 TI2VidTwoStagesPipeline (`generate --two-stage`); PIPELINES.md row 11",
+    flag="--pipeline two-stage",
+    pipeline="two-stage",
+    fields=TWO_STAGE_FIELDS,
+    components=TWO_STAGE_COMPONENTS,
+    check=check_guided,
+    guided=True,
+    distilled_stage2=False,
+    dits=TWO_STAGE_DITS,
+    default_spec={"pipeline": "two-stage"},
+)

@@ -1,0 +1,94 @@
+"""A measured render's wall time split along its critical path, from the tasks' store timestamps. Pure.
+
+Why: a speed-up below the goal is only useful with a name for what was lost. Walking back from the
+task that ended last, each task waited for whichever ended last of its dependencies and the task its
+worker ran before it; the chain of those tasks and the gaps between them covers the wall time from the
+first submit to the last render's end exactly, so every second is one of: a stage's compute, its model
+loads, its transfers, the worker's own overhead around a task, a coordinator step, an idle gap (ready
+but not leased), or the assembly after the last task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+PARTS = ("compute", "load", "transfer", "worker overhead", "coordinator", "idle gap", "assembly")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of the critical path: `part` of `stage` (a task's id stage, or "" for gaps), seconds."""
+
+    stage: str
+    part: str
+    seconds: float
+
+
+def _stage(task_id: str) -> str:
+    """The stage word of a task id (`<render>.stage2.s0.t1` → stage2)."""
+    parts = task_id.split(".")
+    return parts[1] if len(parts) > 1 else task_id
+
+
+def _task_parts(task: Mapping) -> list[Segment]:
+    """A task's leased→done seconds as compute, load, transfer and the rest (worker overhead); a
+    coordinator task is one coordinator part."""
+    stage = _stage(str(task["id"]))
+    held = max(0.0, (int(task["done_ms"]) - int(task["leased_ms"])) / 1000.0)
+    if task.get("capability") == "coordinator":
+        return [Segment(stage, "coordinator", held)]
+    m = task.get("metrics") or {}
+    load = min(held, max(0.0, float(m.get("load_s") or 0.0)))
+    compute = min(held - load, max(0.0, float(m.get("seconds") or 0.0) - load))
+    transfer = min(held - load - compute, float(m.get("fetch_s") or 0.0) + float(m.get("upload_s") or 0.0))
+    rest = held - load - compute - transfer
+    return [Segment(stage, p, s) for p, s in (("compute", compute), ("load", load), ("transfer", transfer),
+                                               ("worker overhead", rest))]
+
+
+def _predecessor(task: Mapping, done: dict[str, Mapping], by_worker: dict[str, list[Mapping]]) -> Mapping | None:
+    """What `task` waited for: the latest-ending of its deps and its worker's previous task."""
+    leased = int(task["leased_ms"])
+    candidates = [done[d] for d in task.get("deps") or [] if d in done]
+    if task.get("capability") != "coordinator":
+        candidates += [t for t in by_worker.get(str(task.get("worker")), [])
+                       if t is not task and int(t["done_ms"]) <= leased]
+    candidates = [t for t in candidates if int(t["done_ms"]) <= leased]
+    return max(candidates, key=lambda t: int(t["done_ms"]), default=None)
+
+
+def critical_path(tasks: list[Mapping], start_ms: int, end_ms: int) -> list[Segment]:
+    """The segments from `start_ms` (first submit) to `end_ms` (last render finished), oldest first.
+    Only done tasks with both timestamps count; their seconds plus the gaps sum to the wall time."""
+    done = {str(t["id"]): t for t in tasks if t.get("state", "done") == "done"
+            and int(t.get("leased_ms") or 0) and int(t.get("done_ms") or 0)}
+    if not done:
+        return [Segment("", "idle gap", (end_ms - start_ms) / 1000.0)]
+    by_worker: dict[str, list[Mapping]] = {}
+    for t in done.values():
+        if t.get("capability") != "coordinator":
+            by_worker.setdefault(str(t.get("worker")), []).append(t)
+    task: Mapping | None = max(done.values(), key=lambda t: int(t["done_ms"]))
+    out = [Segment("", "assembly", max(0, end_ms - int(task["done_ms"])) / 1000.0)]
+    while task is not None:
+        out += reversed(_task_parts(task))
+        before = _predecessor(task, done, by_worker)
+        since = int(before["done_ms"]) if before is not None else start_ms
+        out.append(Segment("", "idle gap", max(0, int(task["leased_ms"]) - since) / 1000.0))
+        task = before
+    return list(reversed(out))
+
+
+def by_part(segments: list[Segment]) -> dict[str, float]:
+    """Seconds per part (PARTS order), summed over the path."""
+    return {p: round(sum(s.seconds for s in segments if s.part == p), 3) for p in PARTS}
+
+
+def by_stage(segments: list[Segment]) -> dict[str, float]:
+    """Seconds per stage of the tasks on the path, in path order (gaps and assembly left out)."""
+    out: dict[str, float] = {}
+    for s in segments:
+        if s.stage:
+            out[s.stage] = round(out.get(s.stage, 0.0) + s.seconds, 3)
+    return out

@@ -1,0 +1,56 @@
+"""What the cost model predicts for `farm bench scale`'s runs, from the 1-worker run alone. Pure.
+
+Why: the planner, `farm plan` and every ETA trust coordinator/plan/costs.py and the lease simulation;
+a bench that measures N workers against 1 is the place to check them. The 1-worker run teaches the
+model this machine's speed as the farm itself learns it (each kind's measured seconds over its
+reference `cost_s`, and its model loads); the simulation (placement.simulate, lease.lua's rules) then
+places the same plan on 1 and on N such workers. Transfers, worker overheads and assembly are not in
+the model, so its error is what they and the scheduling cost.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from coordinator.plan import placement
+
+SIM_FIELDS = ("id", "kind", "capability", "deps", "params")
+
+
+def learned(tasks: list[Mapping]) -> tuple[dict[str, float], dict[str, float]]:
+    """Per kind: measured compute seconds over reference seconds, and the largest model load seen."""
+    compute: dict[str, float] = defaultdict(float)
+    reference: dict[str, float] = defaultdict(float)
+    loads: dict[str, float] = defaultdict(float)
+    for t in tasks:
+        if t.get("capability") == "coordinator" or t.get("state", "done") != "done":
+            continue
+        m, kind = t.get("metrics") or {}, str(t["kind"])
+        load = float(m.get("load_s") or 0.0)
+        compute[kind] += max(0.0, float(m.get("seconds") or 0.0) - load)
+        reference[kind] += float((t.get("params") or {}).get("cost_s") or 0.0)
+        loads[kind] = max(loads[kind], load)
+    ratios = {k: compute[k] / reference[k] for k in compute if reference[k] > 0}
+    return ratios, dict(loads)
+
+
+def _plan_order(tasks: list[Mapping]) -> list[dict]:
+    """The tasks as the simulation takes them: plan fields only, in the order given (each render's plan
+    order, renders in submit order, as `measure` reads them)."""
+    return [{k: t.get(k) for k in SIM_FIELDS} for t in tasks]
+
+
+def predicted_wall(tasks: list[Mapping], workers: int, ratios: dict[str, float], loads: dict[str, float]) -> float:
+    """Modelled seconds for `tasks` (one or more renders) on `workers` workers of the learned speed."""
+    slots = [placement.Slot(f"w{i + 1}", ratios=dict(ratios), loads=dict(loads)) for i in range(workers)]
+    placed = placement.simulate(_plan_order(tasks), slots, sp=placement.ETA_SP)
+    return max((p.end for p in placed), default=0.0)
+
+
+def model_vs_measured(one: list[Mapping], many: list[Mapping], workers: int) -> dict[str, float]:
+    """The model's 1-worker and N-worker walls and speed-up for the plan of these runs (`one`: the
+    1-worker run's tasks, which teach the speed; `many`: the N-worker run's, the same plan)."""
+    ratios, loads = learned(one)
+    t1, tn = predicted_wall(one, 1, ratios, loads), predicted_wall(many, workers, ratios, loads)
+    return {"one_s": round(t1, 3), "many_s": round(tn, 3), "speedup": round(t1 / tn, 3) if tn else 0.0}

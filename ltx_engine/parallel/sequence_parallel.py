@@ -1,0 +1,176 @@
+"""Sequence-parallel DiT forward: the video tokens split over k ranks, audio replicated.
+
+The split is upstream's (`ltx_core.multigpu.transformer.sequence_parallel`, not in ltx-core 1.0.0;
+read from Lightricks/LTX-2): pad the video tokens to the next multiple of k, equal shards, rank r holds
+tokens [r*n, (r+1)*n). Upstream pads with zeros and masks the padded keys; here a padded row is a copy
+of the last real token and the padded keys are dropped after the gather, so no padded row ever reaches
+a real token and no attention changes shape against the unsplit forward.
+
+Per block (see docs/ARCHITECTURE.md, "Sequence-parallel stage 1"):
+- video self-attention: each rank projects K/V of its rows; K and V are all-gathered (rank order),
+  cut to the real tokens; each rank attends its own queries over them;
+- text cross-attention, FF, AdaLN: row-local, no exchange;
+- audio -> video: video queries of the shard over the whole (replicated) audio, no exchange;
+- video -> audio: K/V of the video rows gathered like self-attention; every rank computes the whole
+  (small) audio stream, so every rank holds the same audio state;
+- the output's video rows are gathered once at the end, so every rank returns the whole velocity.
+
+An `Exchange` decides where the shards live: `GroupExchange` (one shard per process, over an
+`mx.distributed` group) or `LocalExchange` (all k shards in one process, concatenation in place of
+the gather). Both run the same per-shard code on the same shapes, so they agree bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import mlx.core as mx
+import numpy as np
+
+from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, Modulation, StreamArgs, _rms
+from ltx_engine.models.rope import SPLIT, RopeTable
+from ltx_engine.rules.sp_plan import ShardPlan, forward_bytes
+
+__all__ = ["Exchange", "GroupExchange", "LocalExchange", "ShardPlan", "forward_bytes", "shard_stream", "sp_block",
+           "sp_forward"]
+
+
+@dataclass
+class Exchange:
+    """Where the shards of one forward live, and how rows are gathered across them.
+
+    `bytes_received` counts what ONE rank receives per gather ((k-1) shards of each gathered array),
+    the same figure for both kinds, so a one-process run measures a k-process run's traffic."""
+
+    plan: ShardPlan
+    ranks: tuple[int, ...]
+    bytes_received: int = 0
+    gathers: int = 0
+    log: list[tuple[str, int]] = field(default_factory=list)
+
+    def gather(self, parts: list[mx.array], axis: int, what: str) -> mx.array:
+        """The rows of every rank in rank order along `axis`, cut to the real tokens."""
+        got = (self.plan.degree - 1) * parts[0].nbytes
+        self.bytes_received += got
+        self.gathers += 1
+        self.log.append((what, got))
+        full = self._gather(parts, axis)
+        if self.plan.padding:
+            full = mx.take(full, mx.arange(self.plan.tokens), axis=axis)
+        return full
+
+    def _gather(self, parts: list[mx.array], axis: int) -> mx.array:
+        raise NotImplementedError
+
+
+class LocalExchange(Exchange):
+    """All k shards in this process (`farm render --local` of a k-way plan)."""
+
+    def __init__(self, plan: ShardPlan):
+        super().__init__(plan, tuple(range(plan.degree)))
+
+    def _gather(self, parts: list[mx.array], axis: int) -> mx.array:
+        return mx.concatenate(parts, axis=axis)
+
+
+class GroupExchange(Exchange):
+    """This process's shard, the others' over an `mx.distributed` group (ring, JACCL, MPI)."""
+
+    def __init__(self, plan: ShardPlan, group: mx.distributed.Group):
+        if group.size() != plan.degree:
+            raise ValueError(f"group of {group.size()} ranks for a {plan.degree}-way plan")
+        super().__init__(plan, (group.rank(),))
+        self.group = group
+
+    def _gather(self, parts: list[mx.array], axis: int) -> mx.array:
+        (part,) = parts
+        gathered = mx.distributed.all_gather(mx.moveaxis(part, axis, 0), group=self.group)
+        return mx.moveaxis(gathered, 0, axis)
+
+
+def _take(a: mx.array | None, idx: mx.array, axis: int) -> mx.array | None:
+    return None if a is None else mx.take(a, idx, axis=axis)
+
+
+def _shard_rope(pe: RopeTable | None, idx: mx.array) -> RopeTable | None:
+    if pe is None:
+        return None
+    axis = 2 if pe.kind == SPLIT else 1  # SPLIT (B, H, T, Dh/2); INTERLEAVED (B, T, inner)
+    return RopeTable(_take(pe.cos, idx, axis), _take(pe.sin, idx, axis), pe.kind)
+
+
+def _shard_modulation(m: Modulation | None, idx: np.ndarray) -> Modulation | None:
+    """The rows of a shard's tokens; per-sample modulations (one token) are shared."""
+    if m is None or m.tokens == 1:
+        return m
+    n = len(idx)
+    if m.inverse is not None:
+        inverse = m.inverse.reshape(m.batch, m.tokens)[:, mx.array(idx)].reshape(-1)
+        return Modulation(m.rows, inverse, m.batch, n, m.num_params)
+    rows = m.rows.reshape(m.batch, m.tokens, -1)[:, mx.array(idx)].reshape(m.batch * n, -1)
+    return Modulation(rows, None, m.batch, n, m.num_params)
+
+
+def shard_stream(s: StreamArgs, idx: np.ndarray) -> StreamArgs:
+    """One rank's share of the prepared video stream (text context and per-sample tables shared)."""
+    i = mx.array(idx)
+    return replace(
+        s, x=_take(s.x, i, 1), embedded_timestep=_take(s.embedded_timestep, i, 1),
+        mod=_shard_modulation(s.mod, idx), pe=_shard_rope(s.pe, i), self_mask=_take(s.self_mask, i, 2),
+        cross_pe=_shard_rope(s.cross_pe, i), cross_scale_shift=_shard_modulation(s.cross_scale_shift, idx),
+    )
+
+
+def _self_attention(block: BasicAVTransformerBlock, shards: list[StreamArgs], ex: Exchange) -> list[mx.array]:
+    attn = block.attn1
+    inputs = [block._self_in(s, "") for s in shards]
+    kv = [attn.project_kv(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
+    k = ex.gather([k for k, _ in kv], 2, "self_k")
+    v = ex.gather([v for _, v in kv], 2, "self_v")
+    return [s.x + attn.attend(h, attn.project_q(h, s.pe), k, v, s.self_mask) * gate
+            for (h, gate), s in zip(inputs, shards, strict=True)]
+
+
+def _cross_av(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs,
+              vx: list[mx.array], ax: mx.array, ex: Exchange) -> tuple[list[mx.array], mx.array]:
+    vn = [_rms(x, block.eps) for x in vx]
+    an = _rms(ax, block.eps)
+    new_vx = [block._a2v(s, audio, x, n, an) for s, x, n in zip(shards, vx, vn, strict=True)]
+    attn = block.video_to_audio_attn
+    kv = [attn.project_kv(block._v2a_context(s, n), s.cross_pe) for s, n in zip(shards, vn, strict=True)]
+    k = ex.gather([k for k, _ in kv], 2, "v2a_k")
+    v = ex.gather([v for _, v in kv], 2, "v2a_v")
+    query, gate = block._v2a_query(audio, an)
+    return new_vx, ax + attn.attend(query, attn.project_q(query, audio.cross_pe), k, v, None) * gate
+
+
+def sp_block(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs | None,
+             ex: Exchange) -> tuple[list[StreamArgs], StreamArgs | None]:
+    """One joint block on this process's video shards and the replicated audio stream."""
+    run_a = audio is not None and audio.x.size > 0
+    vx = [block._text(s, x, "") for s, x in zip(shards, _self_attention(block, shards, ex), strict=True)]
+    ax = block._self_and_text(audio, "audio_") if run_a else None
+    if run_a and shards[0].cross_gate is not None and audio.cross_gate is not None:
+        vx, ax = _cross_av(block, shards, audio, vx, ax, ex)
+    shards = [replace(s, x=block._ff(s, x, "")) for s, x in zip(shards, vx, strict=True)]
+    if run_a:
+        audio = replace(audio, x=block._ff(audio, ax, "audio_"))
+    return shards, audio
+
+
+def sp_forward(model, video, audio, ex: Exchange) -> tuple[mx.array, mx.array | None]:
+    """`model(video, audio)` with the video tokens split as `ex.plan` says; every rank returns the
+    whole video velocity and the whole audio velocity (see the module docstring)."""
+    if video is None or not video.enabled:
+        raise ValueError("sequence parallel splits the video stream; this forward has none")
+    if video.latent.shape[1] != ex.plan.tokens:
+        raise ValueError(f"{video.latent.shape[1]} video tokens for a plan of {ex.plan.tokens}")
+    v = model._prepare(video, audio, "")
+    a = model._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
+    shards = [shard_stream(v, ex.plan.indices(r)) for r in ex.ranks]
+    for block in model.transformer_blocks:
+        shards, a = sp_block(block, shards, a, ex)
+    vx = ex.gather([model._output("", s) for s in shards], 1, "output").astype(video.latent.dtype)
+    ax = model._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
+    return vx, ax
+

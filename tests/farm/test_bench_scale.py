@@ -1,0 +1,49 @@
+"""`farm bench scale` through the real command at a tiny size: its JSON's shape, and the critical path
+covering the measured wall time. Never a timed assertion on the speed-up itself; the time limit is
+sized for a CI machine running three test processes at once (a 110 s limit was seen to run out there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from farm_cli.bench.critical import PARTS
+from tests.farm.farm_harness import ROOT
+
+CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
+
+
+def _covers(side: dict) -> None:
+    """The path's parts sum to the wall time (timestamps are whole ms: a little rounding)."""
+    assert set(side["parts"]) == set(PARTS)
+    assert side["path_sum_s"] == pytest.approx(side["wall_s"], abs=0.01)
+    assert sum(side["parts"].values()) == pytest.approx(side["wall_s"], abs=0.02)
+    assert side["parts"]["compute"] > 0 and "stage1" in side["stages"]
+
+
+@pytest.mark.timeout(420)
+def test_bench_scale_json_and_its_critical_path(tmp_path: Path, tiny_packs: Path) -> None:
+    data = tmp_path / "data"
+    (data / "packs").mkdir(parents=True)
+    (data / "packs" / "tiny").symlink_to(tiny_packs / "tiny")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")} | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run([*CLI, "bench", "scale", "-H", "256", "-W", "384", "-f", "9", "--stage2-tiles", "1x2", "--decode-tiles", "auto",
+                           "--pairs", "1", "--queue", "2", "--queue-pairs", "1", "--data", str(data), "--json"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["workers"] == 2 and result["pairs"] == 1 and result["queue_renders"] == 2
+    for key in ("speedup", "queue_speedup"):
+        assert result[key] > 0 and result[f"{key}_spread"][0] <= result[key] <= result[f"{key}_spread"][1]
+    for block in (result["one"], result["queue"]):
+        for side in block["critical_path"].values():
+            _covers(side)
+        assert set(block["model"]) >= {"one_s", "many_s", "speedup", "error"} and block["model"]["many_s"] > 0
+    pins = result["one"]["critical_path"]["many"]["pinning"]
+    if sys.platform == "linux" and len(os.sched_getaffinity(0)) >= 2:  # each worker on a core of its own
+        assert len(set(pins["allowed"])) == 2 and all(a.isdigit() for a in pins["allowed"]), pins

@@ -1,0 +1,69 @@
+"""The critical-path split of `farm bench scale`: from tasks' timestamps alone, no Redis or gRPC."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm_cli.bench.critical import by_part, by_stage, critical_path
+
+B = 1_700_000_000_000  # Redis clock ms; 0 means "never" in the store
+
+
+def _path(tasks: list[dict], end: int) -> list:
+    return critical_path(tasks, B, B + end)
+
+
+def _t(tid: str, worker: str, leased: int, done: int, deps=(), cap: str = "mlx", **metrics) -> dict:
+    return {"id": f"r.{tid}", "worker": worker, "leased_ms": B + leased, "done_ms": B + done, "state": "done",
+            "deps": [f"r.{d}" for d in deps], "capability": cap, "metrics": metrics}
+
+
+def test_a_serial_chain_covers_the_wall_and_names_each_part():
+    tasks = [_t("text", "w1", 100, 1100, seconds=0.8, load_s=0.3, fetch_s=0.05, upload_s=0.05),
+             _t("stage1", "w1", 1200, 3200, ("text",), seconds=2.0),
+             _t("stage2.cut", "coordinator", 3300, 3400, ("stage1",), cap="coordinator")]
+    path = _path(tasks, 4000)
+    parts = by_part(path)
+    assert sum(s.seconds for s in path) == pytest.approx(4.0)
+    assert parts["compute"] == pytest.approx(0.5 + 2.0) and parts["load"] == pytest.approx(0.3)
+    assert parts["transfer"] == pytest.approx(0.1) and parts["worker overhead"] == pytest.approx(0.1)
+    assert parts["coordinator"] == pytest.approx(0.1)
+    assert parts["idle gap"] == pytest.approx(0.1 + 0.1 + 0.1) and parts["assembly"] == pytest.approx(0.6)
+    assert list(by_stage(path)) == ["text", "stage1", "stage2"]
+
+
+def test_the_path_follows_what_each_task_waited_for():
+    # Two tiles in parallel after prep; the slow one (w2) is on the path, the fast one is not.
+    tasks = [_t("prep", "w1", 0, 1000, seconds=1.0),
+             _t("stage2.s0.t0", "w1", 1100, 2000, ("prep",), seconds=0.9),
+             _t("stage2.s0.t1", "w2", 1500, 3000, ("prep",), seconds=1.5),
+             _t("stage2.s0", "coordinator", 3050, 3100, ("stage2.s0.t0", "stage2.s0.t1"), cap="coordinator")]
+    path = _path(tasks, 3100)
+    assert sum(s.seconds for s in path) == pytest.approx(3.1)
+    assert by_part(path)["compute"] == pytest.approx(1.0 + 1.5)  # prep and the slow tile only
+    assert by_part(path)["idle gap"] == pytest.approx(0.5 + 0.05)  # w2 leased its tile 0.5 s after prep
+
+
+def test_a_busy_worker_is_what_a_ready_task_waited_for():
+    # One worker, two independent tasks: the second waited for the first (its worker), not for a dep.
+    tasks = [_t("a", "w1", 0, 2000, seconds=2.0), _t("b", "w1", 2000, 3000, seconds=1.0)]
+    path = _path(tasks, 3000)
+    assert by_part(path)["compute"] == pytest.approx(3.0) and by_part(path)["idle gap"] == 0
+
+
+def test_no_done_task_is_all_gap():
+    assert by_part(_path([], 1500))["idle gap"] == 1.5
+
+
+def test_the_model_learns_from_the_one_worker_run_and_places_the_same_plan_on_more():
+    from farm_cli.bench.scale_model import learned, predicted_wall
+
+    def task(tid: str, seconds: float, deps=(), load: float = 0.0) -> dict:
+        return {"id": f"r.{tid}", "kind": "transformer_forward", "capability": "mlx", "deps": [f"r.{d}" for d in deps],
+                "params": {"cost_s": 2.0, "needs": ["dit"]}, "state": "done", "metrics": {"seconds": seconds + load, "load_s": load}}
+
+    tasks = [task("a", 4.0, load=1.0), task("b", 4.0, ("a",)), task("c", 4.0, ("a",))]
+    ratios, loads = learned(tasks)
+    assert ratios == {"transformer_forward": pytest.approx(2.0)} and loads == {"transformer_forward": 1.0}
+    one, two = predicted_wall(tasks, 1, ratios, loads), predicted_wall(tasks, 2, ratios, loads)
+    assert (one, two) == (pytest.approx(1 + 3 * 4), pytest.approx(1 + 4 + 1 + 4))  # the 2nd worker loads too
