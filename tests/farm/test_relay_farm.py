@@ -1,8 +1,8 @@
 """A prompt per moment (`--segment TEXT SECONDS`, the MLX port's Prompt Relay) on the tiny pack: `--local`
 with two segments differs from the render without them and gives the same bits twice; on 2 workers, with
-stage 2 cut into tiles over time, every task's output and the frames are `--local`'s bit for bit; segments
-that cannot be relayed are one line at submit (exit 2 from `farm submit`), nothing queued. One farm for the
-module, small frames."""
+stage 2 cut into tiles over time, every task's output and the frames are `--local`'s bit for bit; a guided
+step masks every pass but the uncond one; segments that cannot be relayed are one line at submit (exit 2
+from `farm submit`), nothing queued. One farm for the module, small frames."""
 
 from __future__ import annotations
 
@@ -74,6 +74,23 @@ def test_two_segments_on_2_workers_equal_local(relay_farm, reference):
     tiles = [t for t in tasks.values() if t["kind"] == "transformer_forward"]
     assert len(tiles) == 2 * 2 and all(RELAY in t["inputs"] for t in tiles)  # 2 tiles over time x 2 TDP steps
     assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
+
+
+@pytest.mark.timeout(300)
+def test_a_guided_step_masks_every_pass_but_the_uncond(tiny_dev_pack, tmp_path):
+    """One-stage on the dev pack: with the segments the uncond pass (the negative prompt's contexts) gives the
+    same x0 as without them, as the port leaves it unmasked; the cond, STG and modality passes differ."""
+    from tests.session_fixtures import link_packs
+    from worker.runner import Runner
+
+    runner = Runner(link_packs(tmp_path / "packs", dev=tiny_dev_pack))
+    one = {"prompt": PROMPT, "height": 64, "width": 64, "frames": 25, "seed": 3, "pack": "dev", "decode_tiles": "off",
+           "pipeline": "one-stage", "steps": 2, "stg_blocks": [1], "negative_prompt": "blurry"}
+    relay = _outputs(render_local({**one, "segments": SEGMENTS}, tmp_path / "relay.mp4", runner)[1])
+    plain = _outputs(render_local(one, tmp_path / "plain.mp4", runner)[1])
+    assert relay["negative"] == plain["negative"] and relay["stage1.s0.uncond"] == plain["stage1.s0.uncond"]
+    for name in ("cond", "perturbed", "isolated"):
+        assert relay[f"stage1.s0.{name}"] != plain[f"stage1.s0.{name}"], name
 
 
 BAD = [
