@@ -14,7 +14,7 @@ import pytest
 
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
-from ltx_engine.rules.prompt_relay import RELAY, RelayTable
+from ltx_engine.rules.prompt_relay import RELAY, RelayError, RelayTable
 from ltx_engine.tiny.tiny_tokenizer import build_tiny_tokenizer
 from tests.farm.farm_harness import ROOT, ModuleFarm, farm, farm_results, join_token, local_results, wait_done
 
@@ -91,6 +91,19 @@ def test_a_guided_step_masks_every_pass_but_the_uncond(tiny_dev_pack, tmp_path):
     assert relay["negative"] == plain["negative"] and relay["stage1.s0.uncond"] == plain["stage1.s0.uncond"]
     for name in ("cond", "perturbed", "isolated"):
         assert relay[f"stage1.s0.{name}"] != plain[f"stage1.s0.{name}"], name
+
+
+@pytest.mark.timeout(120)
+def test_a_prompt_the_encoder_would_cut_fails_its_text_task_at_once(local_runner):
+    """Over the encoder's 1024 tokens the encoder would cut the segments' words: the text task refuses, a
+    permanent fault (every worker would), so the render fails once instead of being retried."""
+    from protos.states import Fault
+    from worker.faults import classify
+
+    relay = {"segments": [["the fox runs", 0.0, 1.0]], "fps": 24.0, "epsilon": 1e-3, "strength": 1.0}
+    with pytest.raises(RelayError) as err:
+        local_runner.run("text_encode", {"pack": "tiny", "prompt": "a fox " * 600, RELAY: relay}, {})
+    assert "past the text encoder's 1024" in str(err.value) and classify(err.value) == Fault.PERMANENT
 
 
 BAD = [
