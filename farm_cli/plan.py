@@ -125,9 +125,11 @@ def plan(fleet: FleetFile = None, *, coordinator: Coordinator, token: Token = No
 def print_guidance(spec) -> None:
     """A guided recipe's passes per step (each a task any worker takes at once)."""
     from coordinator.plan.guidance import RES_2S, recipe
+    from coordinator.plan.recipes import recipe_for
     from coordinator.plan.resolved import RenderPlan
 
-    rec = recipe(RenderPlan(spec))
+    plan = RenderPlan(spec)
+    rec = recipe(plan, recipe_for(plan).guidance)
     if rec is None:
         return
     rounds = "2 evaluations x " if rec.sampler == RES_2S else ""

@@ -42,7 +42,6 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     ref,
     task,
 )
-from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
 from coordinator.plan.hdr import is_hdr, plan_hdr
 from coordinator.plan.images import (
@@ -61,7 +60,7 @@ from coordinator.plan.length import (
 from coordinator.plan.loras import with_loras
 from coordinator.plan.media import a2v_negative, check_media, plan_video_encode, wire_audio
 from coordinator.plan.outputs import check_exr_colorspace
-from coordinator.plan.recipes import PackFacts, check_recipe_spec, recipe_for
+from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
 from ltx_engine.rules import text_encoders
@@ -270,7 +269,7 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)
     s1 = f"{rid}.stage1"
-    guided = check_recipe(spec)
+    guided = guided_stage(spec)
     one_stage = not recipe_for(spec).two_stage  # the guided stage at full size, no stage 2
     if guided is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
         tasks.append(negative_text_task(rid, spec, guided, text, text_key))
