@@ -149,7 +149,7 @@ def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
     DurationHead pick the length; what it picked, with the seconds it predicted, shown on stderr before
     stage 1 starts."""
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
-    params = {"pack": plan["pack"], "prompt": plan["prompt"], **text_params(plan)}
+    params = {"pack": plan.pack, "prompt": plan.prompt, **text_params(plan)}
     inputs = {}
     for enhance in plan_enhance("local", plan, text_params(plan))[0]:  # the head reads the enhanced prompt's
         inputs = dict(runner.run(enhance["kind"], enhance["params"], {})[0])
@@ -163,9 +163,9 @@ def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
 def resolve_local_text_encoder(plan: RenderPlan, runner: Runner) -> str | None:
     """This machine is the whole fleet: the pack's own tower wins, else the encoder named (or the MLX
     port's default) must be here; PackError's one line with the fetch command when it is not."""
-    pack = runner.pack(plan["pack"])
+    pack = runner.pack(plan.pack)
     encoder = text_encoders.resolve(TEXT_ENCODER in pack.components(), plan.spec.text_encoder)
-    runner.text_encoder_dir(pack, {"pack": plan["pack"], "text_encoder": encoder})
+    runner.text_encoder_dir(pack, {"pack": plan.pack, "text_encoder": encoder})
     return encoder
 
 

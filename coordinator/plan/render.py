@@ -237,7 +237,7 @@ def _check_components(spec: RenderPlan, fleet: Fleet) -> None:
     if held is None:
         return
     recipe = recipe_for(spec)
-    for component in render_components(spec, recipe.dits, recipe.video):
+    for component in render_components(spec.as_dict(), recipe.dits, recipe.video):  # an engine rule: plain data
         if component not in held:
             raise SpecError(fleet.problem(pack, component) or missing_line(component, pack))
 

@@ -51,8 +51,8 @@ SPEC_NAMES = frozenset(f.name for f in fields(RenderSpec))
 @dataclass(frozen=True, slots=True)
 class RenderPlan(Mapping[str, JsonValue]):
     """A spec with what the planner resolved for it (resolved wins), read by attribute. It is still a
-    mapping of the stored view's JSON values (what `as_dict()` iterates) because the coordinator's media
-    admission (`coordinator/admit/media_check.py`: `clip_frames`, `check_render_media`) reads it so."""
+    mapping of the stored view's JSON values (what `as_dict()` iterates) for the readers that still index
+    it by key (many tests; the planner, admission and `--local` read attributes, engine rules `as_dict()`)."""
 
     spec: RenderSpec
     resolved: Resolved = field(default_factory=Resolved)
