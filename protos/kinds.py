@@ -48,6 +48,7 @@ class TaskKind(StrEnum):
     PLAN_LENGTH = "plan_length"
     CHUNK_CARRY = "chunk_carry"
     CHUNK_AUDIO_JOIN = "chunk_audio_join"
+    CHUNK_LATENT_CARRY = "chunk_latent_carry"
 
 
 class Cost(StrEnum):
@@ -131,6 +132,7 @@ KINDS: dict[TaskKind, KindFacts] = {
     # chunked renders: a window's last decoded frames (the next window's conditioning), the windows' audio joined
     K.CHUNK_CARRY: KindFacts("carry frames", reduce="chunk_carry"),
     K.CHUNK_AUDIO_JOIN: KindFacts("join audio", reduce="chunk_audio_join"),
+    K.CHUNK_LATENT_CARRY: KindFacts("carry latents", reduce="chunk_latent_carry"),  # --chunk-carry latent
 }
 NO_FACTS = KindFacts()  # what an unknown word reads as: loads nothing, fixed cost, no label
 

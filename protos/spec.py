@@ -274,6 +274,9 @@ class RenderSpec:
     chunk_blend_frames: int | None = spec_field(None, integer(0, 1 << 16), opt(
         "--chunk-blend-frames", help="--chunked: frames crossfaded at each seam, at the end of the carried "
         "frames (default 8)."), group=GIVEN)
+    chunk_carry: str | None = spec_field(None, text(16), opt(
+        "--chunk-carry", help="--chunked: decoded (default, upstream's: the frames re-encoded) | latent (ours: the "
+        "stage latents carried, so the next window starts before this one decodes)."), group=GIVEN)
     submitter: str | None = spec_field(None, text(256), group=SUBMIT)
     priority: int | None = spec_field(None, integer(-1_000_000, 1_000_000), opt(
         "--priority", type=int, default=0, help="Higher renders lease first.", commands=("submit",)), group=SUBMIT)

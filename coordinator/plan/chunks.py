@@ -22,6 +22,7 @@ from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import check_tiling
 from ltx_engine.rules.chunks import (
     BLEND_FRAMES,
+    CARRIES,
     CARRY_FRAMES,
     PIXEL_FRAMES,
     ChunkLayout,
@@ -30,7 +31,7 @@ from ltx_engine.rules.chunks import (
 )
 
 MAX_SEED = 2**63 - 1
-ASKED = ("chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames")
+ASKED = ("chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
 
 
 def chunked(spec: RenderPlan) -> bool:
@@ -50,10 +51,19 @@ def check_chunks(spec: RenderPlan) -> None:
         if given is not None:
             raise SpecError(f"--{given.replace('_', '-')} needs --chunked")
         return
+    if spec.spec.frames is None:  # not a length the duration head picks: one window's at most
+        raise SpecError("--chunked needs -f/--frames: the whole clip's length, above one window")
+    if spec.chunk_carry not in (None, *CARRIES):
+        raise SpecError(f"--chunk-carry {spec.chunk_carry!r}: decoded (upstream's) or latent (ours)")
     lay = chunk_layout(spec)
     problem = layout_problem(lay.total, lay.window, lay.carry, lay.blend)
     if problem:
         raise SpecError(problem)
+
+
+def latent_carry(spec: RenderPlan) -> bool:
+    """`--chunk-carry latent`: the stage latents carried instead of the decoded frames."""
+    return spec.chunk_carry == "latent"
 
 
 def window_view(spec: RenderPlan, window: Window | None = None) -> RenderPlan:
@@ -111,6 +121,20 @@ def _context(rid: str, spec: RenderPlan, lay: ChunkLayout, window: Window, half:
     return tasks, {"images": [image], "inputs": {"context": latent}}
 
 
+def _latent_context(rid: str, spec: RenderPlan, lay: ChunkLayout, window: Window,
+                    half: bool) -> tuple[list[dict], dict]:
+    """`--chunk-carry latent`: the window before's last carry latents of a stage (stage 1's at half size,
+    stage 2's at full), and the stage's replace condition on them (latent 0)."""
+    stage = "stage1" if half else "stage2"
+    name = f"w{window.index}.carry_s{1 if half else 2}"
+    params = {"latent_frames": lay.carry_latents, "expect": {"latent": expect("float32", 1, -1, lay.carry_latents,
+                                                                                -1, -1)}}
+    source = {"latent": ref(f"{rid}.w{window.index - 1}.{stage}", "video_latent")}
+    cut = task(rid, name, "chunk_latent_carry", params, source, capability=COORDINATOR)
+    image = {"input": "context", "frame": 0, "strength": 1.0, "binding": "replace"}
+    return [cut], {"images": [image], "inputs": {"context": ref(cut["id"], "latent")}}
+
+
 def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Window) -> list[dict]:
     """One window's stages and decode; after the first, its contexts and audio pin from the window before."""
     wid, view = f"{rid}.w{window.index}", _seeded(spec, window)
@@ -119,8 +143,9 @@ def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Win
     pin = None
     if window.index > 0:
         before = lay.windows[window.index - 1]
-        enc1, cond1 = _context(rid, spec, lay, window, True)
-        enc2, cond2 = _context(rid, spec, lay, window, False)
+        contexts = _latent_context if latent_carry(spec) else _context
+        enc1, cond1 = contexts(rid, spec, lay, window, True)
+        enc2, cond2 = contexts(rid, spec, lay, window, False)
         latent = ref(f"{rid}.w{before.index}.stage1", "audio_latent")
         tasks += [*enc1, *enc2]
         if spec.audio:
@@ -129,7 +154,7 @@ def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Win
     tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec)))
     tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec))
     tasks += plan_decode(wid, view, ref(f"{wid}.stage2", "video_latent"))
-    if window.index < len(lay.windows) - 1:
+    if window.index < len(lay.windows) - 1 and not latent_carry(spec):
         tasks.append(_carry(rid, spec, lay, window))
     return tasks
 

@@ -3,7 +3,8 @@
 `chunk_carry` takes a window's last carry frames from its decode (the untiled decode's frames, or its
 tiles blended in tile order as the assembler blends them), as 8-bit RGB: the frames the next window
 is conditioned on, re-encoded on the workers like extend's boundary frames. `chunk_audio_join` joins the
-windows' stage-1 audio latents (`ltx_engine.rules.chunks.join_audio`) for one decode of the whole track.
+windows' stage-1 audio latents (`ltx_engine.rules.chunks.join_audio`) for one decode of the whole track;
+`chunk_latent_carry` (`--chunk-carry latent`) cuts a window's last latent frames instead.
 Pure numpy, next to the blob store; `farm render --local` runs the same steps.
 """
 
@@ -50,4 +51,10 @@ def chunk_audio_join(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, n
     return {"latent": np.ascontiguousarray(join_audio(lay, latents))}
 
 
-CHUNK_STEPS = {"chunk_carry": chunk_carry, "chunk_audio_join": chunk_audio_join}
+def chunk_latent_carry(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`--chunk-carry latent`: a window's last latent frames (its stage-1 or stage-2 video latent)."""
+    return {"latent": np.ascontiguousarray(inputs["latent"][:, :, -int(params["latent_frames"]) :])}
+
+
+CHUNK_STEPS = {"chunk_carry": chunk_carry, "chunk_audio_join": chunk_audio_join,
+               "chunk_latent_carry": chunk_latent_carry}

@@ -9,6 +9,12 @@ of its audio. Each window adds `frames - carry` new frames, so window k starts a
 The decoded windows are joined by a crossfade over the last `blend` frames of each overlap (window k's
 frames before it, window k + 1's after), and the audio latents are joined once (window 0's, then each
 later window's after its pinned part) and decoded once, so the track has no seam of its own.
+
+`latent` carry (ours, not upstream's): window k + 1 pins window k's last (carry - 1) / 8 + 1 latent frames
+themselves, at half size from its stage 1 and at full size from its stage 2, so its stage 1 waits for
+window k's stage 1 alone. Those latents span carry + 7 of window k's frames; pinned at latent 0, the
+first of them stands for one frame (the causal VAE's lone first frame), so the window's frames keep the
+decoded carry's places and the seam's crossfade hides the 7 frames that first latent folds into one.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ PIXEL_FRAMES = 97  # upstream's window
 CARRY_FRAMES = 25  # upstream's carry: extend's 25 boundary frames
 BLEND_FRAMES = 8  # ours: one latent frame's span of the carry (docs/parity.md)
 AUDIO_LATENTS_PER_SECOND = 25.0
+CARRIES = ("decoded", "latent")  # upstream's decoded frames re-encoded; ours: the stage latents themselves
 
 
 class ChunkError(ValueError):
@@ -75,6 +82,11 @@ class ChunkLayout:
             start = out[-1].stop - self.carry
             out.append(Window(len(out), start, min(self.window, self.total - start), self.carry))
         return tuple(out)
+
+    @property
+    def carry_latents(self) -> int:
+        """Latent frames of the carry (a clip of its own under the causal VAE): what a latent carry pins."""
+        return (self.carry - 1) // 8 + 1
 
     @property
     def carry_audio(self) -> int:

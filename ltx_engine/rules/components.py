@@ -194,7 +194,7 @@ def render_components(spec: dict, dits: tuple[str, ...] = DISTILLED_DITS, video:
         out += ["audio_vae", "vocoder"]
     if spec.get("video_decoder") == DIFFUSION:
         out[out.index("vae_decoder")] = "vae_decoder_av"
-    if spec.get("chunked") and "vae_encoder" not in out:  # each window's carried frames are encoded
+    if spec.get("chunked") and spec.get("chunk_carry") != "latent" and "vae_encoder" not in out:  # carried frames
         out.append("vae_encoder")
     if spec.get("source_video"):  # retake/extend: the clip and its own track are encoded
         out += [c for c in ("vae_encoder", "audio_vae") if c not in out]

@@ -1,6 +1,7 @@
 """A chunked distilled render on a real farm: 3 windows of 17 frames carrying 9 (stage 2 in 1x2 tiles,
-each window decoded in 2 tiles, its carry blended from them on the coordinator) on 2 workers. Every task's
-output is bit for bit `farm render --local`'s, and so are the joined clip's frames in render.mp4."""
+each window decoded in 2 tiles) on 2 workers, with the decoded carry (blended from the decode tiles on the
+coordinator) and with the latent carry. Every task's output is bit for bit `farm render --local`'s, and so
+are the joined clip's frames in render.mp4."""
 
 from __future__ import annotations
 
@@ -29,18 +30,20 @@ def chunk_farm(mstore, tiny_packs, tmp_path_factory):
 
 
 @pytest.mark.timeout(300)
-def test_three_windows_on_two_workers_match_local(chunk_farm, local_runner, tmp_path):
-    client = chunk_farm.client
+@pytest.mark.parametrize("carry", ["decoded", "latent"])
+def test_three_windows_on_two_workers_match_local(carry, chunk_farm, local_runner, tmp_path):
+    client, spec = chunk_farm.client, {**SPEC, "chunk_carry": carry}
     wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 2, 60, "2 workers registered")
-    render_id = client.submit(dict(SPEC))
+    render_id = client.submit(dict(spec))
     render = wait_done(client, render_id, timeout=240)
     tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
-    out, outputs, _ = render_local(dict(SPEC), tmp_path / "local.mp4", local_runner)
+    out, outputs, _ = render_local(dict(spec), tmp_path / "local.mp4", local_runner)
     local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
     assert set(tasks) == set(local)
     assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
     assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "coordinator"}
-    assert sum(t["kind"] == "chunk_carry" for t in tasks.values()) == 2
+    carried = "chunk_carry" if carry == "decoded" else "chunk_latent_carry"
+    assert sum(t["kind"] == carried for t in tasks.values()) == (2 if carry == "decoded" else 4)
     frames = _frames(chunk_farm.data / "renders" / render_id / "render.mp4")
     assert frames.shape[0] == 33
     np.testing.assert_array_equal(frames, _frames(out))

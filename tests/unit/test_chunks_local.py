@@ -33,3 +33,14 @@ def test_three_windows_join_into_one_clip_with_its_audio(local_runner, tmp_path)
         audio = container.streams.audio[0]
         assert abs(float(audio.duration * audio.time_base) - 33 / 24) <= 2 / 24
         assert sum(1 for _ in container.decode(video=0)) == 33
+
+
+@pytest.mark.timeout(300)
+def test_a_latent_carry_pins_the_window_befores_stage_latents(local_runner, tmp_path):
+    out, outputs, blobs = render_local({**SPEC, "chunk_carry": "latent"}, tmp_path / "latent.mp4", local_runner)
+    got = {tid.removeprefix("local."): {k: blobs.get(sha) for k, sha in o.items()} for tid, o in outputs.items()}
+    for k in (1, 2):
+        for stage in ("stage1", "stage2"):
+            np.testing.assert_array_equal(got[f"w{k}.{stage}"]["video_latent"][:, :, :2],
+                                          got[f"w{k - 1}.{stage}"]["video_latent"][:, :, -2:])
+    assert json.loads(out.with_suffix(".json").read_text())["frames"] == 33

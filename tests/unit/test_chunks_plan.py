@@ -76,6 +76,18 @@ def test_each_window_after_the_first_is_pinned_on_the_last_frames_and_audio_of_t
     assert all(order.index(d) < order.index(tid) for tid, t in tasks.items() for d in t["deps"])
 
 
+def test_a_latent_carry_pins_the_stage_latents_so_a_window_waits_for_the_last_ones_stage_1_alone():
+    tasks = _tasks(chunk_carry="latent")
+    assert not any(t["kind"] in ("chunk_carry", "video_encode") for t in tasks.values())
+    for k in (1, 2):
+        assert tasks[f"r.w{k}.stage1"]["deps"] == ["r.text", f"r.w{k}.audio_pin", f"r.w{k}.carry_s1"]
+        for stage in (1, 2):
+            cut = tasks[f"r.w{k}.carry_s{stage}"]
+            assert cut["params"]["latent_frames"] == 2 and cut["capability"] == "coordinator"
+            assert cut["inputs"] == {"latent": {"task": f"r.w{k - 1}.stage{stage}", "output": "video_latent"}}
+            assert tasks[f"r.w{k}.stage{stage}"]["inputs"]["context"]["task"] == cut["id"]
+
+
 def test_a_tiled_window_carries_from_its_decode_tiles():
     tasks = _tasks(decode_tiles="32,96,96", stage2_tiles="1x2", tile_overlap=1)
     carry = tasks["r.w0.carry"]
@@ -127,6 +139,8 @@ def test_the_windows_audio_joins_to_the_clips_length():
     ({"pipeline": "two-stage"}, "--chunked does not apply to the two-stage recipe (--pipeline two-stage); it "
                                 "applies to: distilled"),
     ({"chunked": None}, "--chunk-pixel-frames needs --chunked"),
+    ({"frames": None}, "--chunked needs -f/--frames: the whole clip's length, above one window"),
+    ({"chunk_carry": "pixels"}, "--chunk-carry 'pixels': decoded (upstream's) or latent (ours)"),
     ({"images": [{"blob": "0" * 64, "frame": 0}]},
      "--chunked and --image do not compose (a window is conditioned on the one before alone)"),
 ])

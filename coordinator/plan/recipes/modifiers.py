@@ -23,7 +23,7 @@ GUIDED = (ONE_STAGE, TWO_STAGE, HQ)
 # `--stg-blocks` is the audio's there); the others shape the video's guidance or the joint passes.
 AUDIO_KNOBS = ("steps", "negative_prompt", "audio_cfg_scale", "audio_stg_scale", "audio_rescale", "stg_blocks",
                "audio_skip_step")
-CHUNK_FIELDS = ("chunked", "chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames")
+CHUNK_FIELDS = ("chunked", "chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
 DFR_STAGES = ("--dfr", "--temporal-upscalings", "--spatial-upscalings 2")  # what makes a render DFR's
 
 
