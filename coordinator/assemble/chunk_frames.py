@@ -19,17 +19,19 @@ Frames = Callable[[RenderPlan, str], tuple[Iterator[np.ndarray], dict]]  # (wind
 
 
 def joined_frames(plan: RenderPlan, window_frames: Frames) -> tuple[Iterator[np.ndarray], dict]:
-    """The clip's frames in order, and what the metadata says of the decode (the first window's, and the
-    number of windows)."""
+    """The clip's frames in order, and what the metadata says of the decode: the first window's (filled in
+    as it is read, before the assembler reads it once the frames are written) and the number of windows."""
     lay = chunk_layout(plan)
-    _, info = window_frames(window_view(plan), "w0.")
-    return _join(plan, lay, window_frames), {**info, "chunk_windows": len(lay.windows)}
+    info = {"chunk_windows": len(lay.windows)}
+    return _join(plan, lay, window_frames, info), info
 
 
-def _join(plan: RenderPlan, lay: ChunkLayout, window_frames: Frames) -> Iterator[np.ndarray]:
+def _join(plan: RenderPlan, lay: ChunkLayout, window_frames: Frames, info: dict) -> Iterator[np.ndarray]:
     held: list[np.ndarray] = []
     for window in lay.windows:
-        frames, _ = window_frames(window_view(plan, window), f"w{window.index}.")
+        frames, decoded = window_frames(window_view(plan, window), f"w{window.index}.")
+        if window.index == 0:
+            info.update(decoded)
         held = yield from _window(lay, window, frames, held)
 
 
