@@ -25,9 +25,9 @@ from ltx_engine.rules.chunks import (
     CARRIES,
     CARRY_FRAMES,
     PIXEL_FRAMES,
+    ChunkError,
     ChunkLayout,
     Window,
-    layout_problem,
 )
 
 MAX_SEED = 2**63 - 1
@@ -55,10 +55,10 @@ def check_chunks(spec: RenderPlan) -> None:
         raise SpecError("--chunked needs -f/--frames: the whole clip's length, above one window")
     if spec.chunk_carry not in (None, *CARRIES):
         raise SpecError(f"--chunk-carry {spec.chunk_carry!r}: decoded (upstream's) or latent (ours)")
-    lay = chunk_layout(spec)
-    problem = layout_problem(lay.total, lay.window, lay.carry, lay.blend)
-    if problem:
-        raise SpecError(problem)
+    try:
+        chunk_layout(spec)
+    except ChunkError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def latent_carry(spec: RenderPlan) -> bool:
