@@ -17,11 +17,19 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from protos.guidance_spec import DISTILLED, GUIDANCE_FIELDS
-from protos.spec import ASKED_FIELDS, RESOLVED_ONLY, SUBMIT_FIELDS, JsonValue, RenderSpec, json_value
+from protos.spec import (
+    ASKED_FIELDS,
+    GIVEN_FIELDS,
+    RESOLVED_ONLY,
+    SUBMIT_FIELDS,
+    JsonValue,
+    RenderSpec,
+    json_value,
+)
 
 _ENCODER = ASKED_FIELDS.index("text_encoder") + 1  # the resolved-only keys are stored after it
 ASKED_ORDER = (*ASKED_FIELDS[:_ENCODER], *RESOLVED_ONLY, *ASKED_FIELDS[_ENCODER:])  # the spec's asked fields
-SUBMIT_ORDER = SUBMIT_FIELDS
+SUBMIT_ORDER = GIVEN_FIELDS + SUBMIT_FIELDS  # stored only when given (the chunk flags: older views lack them)
 GUIDANCE_ORDER = tuple(GUIDANCE_FIELDS)  # a dev recipe's knobs: stored only when given (distilled stores none)
 DERIVED_ORDER = ("output_frames", "output_fps", "pack_bytes", "assemble_s")  # stored only once known
 DERIVED_ORDER += ("source_audio",)  # retake/extend: the probe found an audio track in the clip

@@ -23,6 +23,7 @@ GUIDED = (ONE_STAGE, TWO_STAGE, HQ)
 # `--stg-blocks` is the audio's there); the others shape the video's guidance or the joint passes.
 AUDIO_KNOBS = ("steps", "negative_prompt", "audio_cfg_scale", "audio_stg_scale", "audio_rescale", "stg_blocks",
                "audio_skip_step")
+CHUNK_FIELDS = ("chunked", "chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
 DFR_STAGES = ("--dfr", "--temporal-upscalings", "--spatial-upscalings 2")  # what makes a render DFR's
 
 
@@ -109,6 +110,10 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--encode-tiles", "a source clip's tiled encode", ("encode_tiles",), VIDEO),
     Modifier("--exr", "EXR frames (and their colourspace)", ("exr", "exr_colorspace"), VIDEO),
     Modifier("--hdr", "an HLG 10-bit HEVC master", ("hdr",), VIDEO),
+    Modifier("--chunked", "a clip longer than one window: windows each conditioned on the last frames (and audio) "
+             "of the one before, the seams crossfaded", CHUNK_FIELDS, (DISTILLED,),
+             excludes=("--image", "--audio", "--num-generated-keyframes", "--stage1-parallel",
+                       "--video-decoder diffusion"), rule="a window is conditioned on the one before alone"),
 )
 
 
