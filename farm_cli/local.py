@@ -18,6 +18,7 @@ from coordinator.admit.lora_check import check_render_depth
 from coordinator.admit.media_check import check_render_media, clip_frames
 from coordinator.assemble.assembler import assemble_streaming
 from coordinator.assemble.hdr_master import HLG_FILE, hlg_path
+from coordinator.plan.chunks import window_view
 from coordinator.plan.decode import resolve_decode_tiles
 from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
 from coordinator.plan.enhance import check_enhancer, plan_enhance
@@ -124,7 +125,7 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
     check_enhancer(plan, LM_HEAD in runner.pack(spec.pack).components())  # --enhance-prompt: its Gemma writes
     if str(spec.decode_tiles).strip().lower() == "auto":  # this machine is the whole fleet: tile only if
         local = Fleet.of([{"packs": [spec.pack], "memory_bytes": device_memory_bytes()}])  # the decode would not fit
-        plan = plan.resolve(decode_tiles=resolve_decode_tiles(plan.resolve(decode_tiles=None), local))
+        plan = plan.resolve(decode_tiles=resolve_decode_tiles(window_view(plan.resolve(decode_tiles=None)), local))
     tasks = plan_render(plan, "local")
     runs: list[dict] = []
     outputs = run_plan(tasks, runner, blobs, _recording(runs, on_event))
@@ -149,7 +150,7 @@ def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
     DurationHead pick the length; what it picked, with the seconds it predicted, shown on stderr before
     stage 1 starts."""
     plan = plan.resolve(text_encoder=resolve_local_text_encoder(plan, runner))
-    params = {"pack": plan["pack"], "prompt": plan["prompt"], **text_params(plan)}
+    params = {"pack": plan.pack, "prompt": plan.prompt, **text_params(plan)}
     inputs = {}
     for enhance in plan_enhance("local", plan, text_params(plan))[0]:  # the head reads the enhanced prompt's
         inputs = dict(runner.run(enhance["kind"], enhance["params"], {})[0])
@@ -163,9 +164,9 @@ def predict_frames(plan: RenderPlan, runner: Runner) -> Resolved:
 def resolve_local_text_encoder(plan: RenderPlan, runner: Runner) -> str | None:
     """This machine is the whole fleet: the pack's own tower wins, else the encoder named (or the MLX
     port's default) must be here; PackError's one line with the fetch command when it is not."""
-    pack = runner.pack(plan["pack"])
+    pack = runner.pack(plan.pack)
     encoder = text_encoders.resolve(TEXT_ENCODER in pack.components(), plan.spec.text_encoder)
-    runner.text_encoder_dir(pack, {"pack": plan["pack"], "text_encoder": encoder})
+    runner.text_encoder_dir(pack, {"pack": plan.pack, "text_encoder": encoder})
     return encoder
 
 

@@ -104,8 +104,9 @@ def asked_for(spec: dict) -> dict:
     """The fields a submit may carry, out of a recorded spec (which also holds what validation derived,
     e.g. the fleet's pack sizes): what `farm retry` sends again."""
     from coordinator.plan.render import DEFAULTS
+    from protos.spec import GIVEN_FIELDS
 
-    return {k: v for k, v in spec.items() if k in DEFAULTS or k in ("priority", "group", "notify")}
+    return {k: v for k, v in spec.items() if k in DEFAULTS or k in GIVEN_FIELDS or k in ("priority", "group", "notify")}
 
 
 def group_renders(farm, group: str, limit: int = 500) -> list[dict]:

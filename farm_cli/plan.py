@@ -104,7 +104,7 @@ def plan(fleet: FleetFile = None, *, coordinator: Coordinator, token: Token = No
         asked_plan = RenderPlan(spec)
         known = asked_plan.resolve(**clip_frames(asked_plan, render.media_files.get))  # -f from the clip
         caps, slots = _fleet(fleet, pack, coordinator, token)
-        assumed = fleet is not None and known["frames"] is None and not (  # where no other rule sets it
+        assumed = fleet is not None and known.frames is None and not (  # where no other rule sets it
             spec.auto_duration or spec.hdr_ic_lora or spec.control_video or spec.dub_video)
         result = forecast(known.resolve(frames=DEFAULT_FRAMES) if assumed else known, caps, slots)
     if as_json:
@@ -125,9 +125,11 @@ def plan(fleet: FleetFile = None, *, coordinator: Coordinator, token: Token = No
 def print_guidance(spec) -> None:
     """A guided recipe's passes per step (each a task any worker takes at once)."""
     from coordinator.plan.guidance import RES_2S, recipe
+    from coordinator.plan.recipes import recipe_for
     from coordinator.plan.resolved import RenderPlan
 
-    rec = recipe(RenderPlan(spec))
+    plan = RenderPlan(spec)
+    rec = recipe(plan, recipe_for(plan).guidance)
     if rec is None:
         return
     rounds = "2 evaluations x " if rec.sampler == RES_2S else ""

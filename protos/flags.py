@@ -20,6 +20,7 @@ from protos.fields import SpecError
 
 RENDER_COMMANDS = ("render", "submit", "plan")
 ASKED, GUIDANCE, SUBMIT = "asked", "guidance", "submit"  # how the render hash stores a field (resolved.py)
+GIVEN = "given"  # asked, but stored only when given: a field renders before it never stored keep their views
 FIELD = object()  # a flag's default: its field's
 
 

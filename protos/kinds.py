@@ -46,6 +46,9 @@ class TaskKind(StrEnum):
     EXTEND_AUDIO_PIN = "extend_audio_pin"
     EXTEND_JOIN = "extend_join"
     PLAN_LENGTH = "plan_length"
+    CHUNK_CARRY = "chunk_carry"
+    CHUNK_AUDIO_JOIN = "chunk_audio_join"
+    CHUNK_LATENT_CARRY = "chunk_latent_carry"
 
 
 class Cost(StrEnum):
@@ -126,6 +129,10 @@ KINDS: dict[TaskKind, KindFacts] = {
     K.EXTEND_AUDIO_PIN: KindFacts(reduce="extend_audio_pin"),  # retake/extend
     K.EXTEND_JOIN: KindFacts(reduce="extend_join"),
     K.PLAN_LENGTH: KindFacts(reduce="plan_length"),  # the reducer thread plans the rest of the render
+    # chunked renders: a window's last decoded frames (the next window's conditioning), the windows' audio joined
+    K.CHUNK_CARRY: KindFacts("carry frames", reduce="chunk_carry"),
+    K.CHUNK_AUDIO_JOIN: KindFacts("join audio", reduce="chunk_audio_join"),
+    K.CHUNK_LATENT_CARRY: KindFacts("carry latents", reduce="chunk_latent_carry"),  # --chunk-carry latent
 }
 NO_FACTS = KindFacts()  # what an unknown word reads as: loads nothing, fixed cost, no label
 

@@ -20,7 +20,19 @@ from pathlib import Path
 
 from protos.fields import SpecError, integer, number, text
 from protos.fields import parse_object as _parse_object
-from protos.flags import ASKED, GUIDANCE, SUBMIT, given, negated, numbers, opt, seconds_range, spec_field, url
+from protos.flags import (
+    ASKED,
+    GIVEN,
+    GUIDANCE,
+    SUBMIT,
+    given,
+    negated,
+    numbers,
+    opt,
+    seconds_range,
+    spec_field,
+    url,
+)
 from protos.guidance_spec import GUIDANCE_FIELDS as G
 from protos.media_spec import MEDIA_FIELDS as M
 from protos.media_spec import (
@@ -261,6 +273,21 @@ class RenderSpec:
     any_class: bool = spec_field(False, boolean, opt(  # lease.lua / gang.lua: one class per step and gang unless set
         "--any-class", help="Deal a step's tiles and a gang's ranks to workers of any determinism class "
         "(faster on a mixed fleet; the bits then depend on which Macs took which tiles)."))
+    # A clip longer than one window, in overlapping windows (coordinator/plan/chunks.py); None: the defaults
+    chunked: bool | None = spec_field(None, boolean, opt(
+        "--chunked", type=bool, default=False, help="Render -f frames in windows, each conditioned on the last "
+        "frames of the one before, seams crossfaded (upstream's chunks).", parse=given), group=GIVEN)
+    chunk_pixel_frames: int | None = spec_field(None, integer(9, 1 << 16), opt(
+        "--chunk-pixel-frames", help="--chunked: frames per window, 8k+1 (default 97)."), group=GIVEN)
+    chunk_carry_frames: int | None = spec_field(None, integer(1, 1 << 16), opt(
+        "--chunk-carry-frames", help="--chunked: the previous window's last frames each window is conditioned "
+        "on, 8k+1 (default 25)."), group=GIVEN)
+    chunk_blend_frames: int | None = spec_field(None, integer(0, 1 << 16), opt(
+        "--chunk-blend-frames", help="--chunked: frames crossfaded at each seam, at the end of the carried "
+        "frames (default 8)."), group=GIVEN)
+    chunk_carry: str | None = spec_field(None, text(16), opt(
+        "--chunk-carry", help="--chunked: decoded (default, upstream's: the frames re-encoded) | latent (ours: the "
+        "stage latents carried, so the next window starts before this one decodes)."), group=GIVEN)
     submitter: str | None = spec_field(None, text(256), group=SUBMIT)
     priority: int | None = spec_field(None, integer(-1_000_000, 1_000_000), opt(
         "--priority", type=int, default=0, help="Higher renders lease first.", commands=("submit",)), group=SUBMIT)
@@ -286,7 +313,7 @@ class RenderSpec:
         out: dict[str, JsonValue] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in SUBMIT_FIELDS and value is None:
+            if (f.name in SUBMIT_FIELDS or f.name in GIVEN_FIELDS) and value is None:
                 continue
             out[f.name] = json_value(value)
         return out
@@ -319,4 +346,5 @@ def spec_field_names() -> tuple[str, ...]:
 SPEC_FIELDS: dict[str, Rule] = {f.name: f.metadata["rule"] for f in fields(RenderSpec) if f.metadata.get("rule")}
 ASKED_FIELDS = tuple(f.name for f in fields(RenderSpec) if f.metadata.get("group") == ASKED)
 SUBMIT_FIELDS = tuple(f.name for f in fields(RenderSpec) if f.metadata.get("group") == SUBMIT)  # stored only when given
+GIVEN_FIELDS = tuple(f.name for f in fields(RenderSpec) if f.metadata.get("group") == GIVEN)  # asked, stored when given
 RESOLVED_ONLY = ("generation", "predicted_seconds")  # accepted (older clients send them back) and dropped

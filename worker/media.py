@@ -132,8 +132,20 @@ def tile_pixels(
         )
 
 
+def frames_tile(frames: np.ndarray, pixels: list, height: int, width: int) -> np.ndarray:
+    """One encode tile of frames the farm decoded (uint8 (F, H, W, 3), a chunked render's carry), taken by
+    index and fitted to the size as a clip's frames are: (1, 3, f, h, w) float32 in [-1, 1]."""
+    from ltx_engine.rules.clip_frames import resample_clip
+
+    span, rows, cols = (tuple(int(x) for x in axis) for axis in pixels)
+    return resample_clip(((None, f) for f in frames), span, (height, width), (rows, cols), None, 1.0)
+
+
 def video_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One tile of the source clip -> its latent tile."""
+    """One tile of the source clip (or of decoded frames: no file, no child) -> its latent tile."""
+    if "frames" in inputs:
+        video = frames_tile(inputs["frames"], params["pixels"], int(params["height"]), int(params["width"]))
+        return {"latent": engine.encode_video_tile(pack, video)}
     first = int(params.get("first") or 0)  # the render frame (of the clip at its rate) the tile starts at
     pixels = [[f + first for f in params["pixels"][0]], *params["pixels"][1:]]
     args = {

@@ -32,11 +32,13 @@ def _darwin_background() -> bool:
 
 
 def background() -> bool:
-    """Lower the calling thread's scheduling priority; True when it took."""
+    """Lower the calling thread's scheduling priority by NICE below the thread that starts it; True when it
+    took. Relative, so a worker started under `nice` keeps its helpers below its forward (an absolute
+    value would raise them above a forward niced past it)."""
     try:
         if sys.platform == "darwin":
             return _darwin_background()
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, priority() + NICE))
         return True
     except (OSError, AttributeError) as exc:  # a sandbox without the call: the helper runs as before
         log.debug("helper thread priority unchanged: %s", exc)

@@ -102,11 +102,11 @@ def pack_dit_depth(folder: Path) -> int | None:
 def check_render_depth(spec: RenderPlan, folder: Path | None) -> None:
     """SpecError (one line) when the render's guidance perturbs a block the pack's DiT does not have:
     the default STG block is the 22B's (28), which a smaller model (the tiny pack's 2) lacks."""
-    from coordinator.plan.guidance import check_recipe
+    from coordinator.plan.recipes import guided_stage
 
     depth = pack_dit_depth(folder) if folder is not None else None
     if depth is not None:
-        check_recipe(spec, depth)
+        guided_stage(spec, depth)
 
 
 def shelf_folder(spec: Mapping, shelf: Shelf | None) -> Path | None:

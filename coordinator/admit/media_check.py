@@ -11,21 +11,17 @@ queued). A refused blob is named by no render, so retention removes it after its
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from coordinator.admit.media_probe import probe_media
 from coordinator.admit.media_rules import MediaInfo, MediaRefused, ProbeLimits
+from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules.clip_frames import clip_length, frames_at_rate
 from ltx_engine.rules.ic_lora import ControlError, control_downscale
 from protos.fields import SpecError
 
 PathOf = Callable[[str], Path | None]  # a blob's file, or None when it was never uploaded
-
-
-def _field(spec: Mapping, key: str) -> dict | None:
-    value = spec.get(key)
-    return value.to_dict() if hasattr(value, "to_dict") else value
 
 
 @functools.lru_cache(maxsize=256)
@@ -53,101 +49,105 @@ def _blob_path(blob: str, path_of: PathOf, flag: str, name: str) -> Path:
     return path
 
 
-def check_render_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | None = None) -> dict:
+def check_render_media(spec: RenderPlan, path_of: PathOf, limits: ProbeLimits | None = None) -> dict:
     """Refuse, in one line, a render whose media cannot serve it; what the probe resolves for the plan
     (`source_audio`: the source clip has an audio track)."""
-    audio = _field(spec, "audio_input")
+    audio = spec.audio_input
     if audio:
-        name = audio.get("name") or audio["blob"][:12]
-        path = _blob_path(audio["blob"], path_of, "--audio", name)
-        info = probe_named(path, "audio", "--audio", name, limits, sha=audio["blob"])
-        start = float(audio.get("start") or 0.0)
+        name = audio.name or audio.blob[:12]
+        path = _blob_path(audio.blob, path_of, "--audio", name)
+        info = probe_named(path, "audio", "--audio", name, limits, sha=audio.blob)
+        start = float(audio.start or 0.0)
         if not 0.0 <= start < info.duration_s:
             raise SpecError(
                 f"--audio {name}: --audio-start {start:g} s is outside the track's {info.duration_s:.2f} s"
             )
-    clip = _field(spec, "hdr_ic_lora")  # the HDR IC-LoRA render's SDR clip, held as a retake's
+    clip = spec.hdr_ic_lora  # the HDR IC-LoRA render's SDR clip, held as a retake's
     if clip:
-        name = clip.get("name") or clip["blob"][:12]
-        path = _blob_path(clip["blob"], path_of, "--hdr-ic-lora", name)
-        info = probe_named(path, "video", "--hdr-ic-lora", name, limits, sha=clip["blob"])
+        name = clip.name or clip.blob[:12]
+        path = _blob_path(clip.blob, path_of, "--hdr-ic-lora", name)
+        info = probe_named(path, "video", "--hdr-ic-lora", name, limits, sha=clip.blob)
         check_clip(spec, info, f"--hdr-ic-lora {name}")
     check_control_media(spec, path_of, limits)  # IC-LoRA control / Dub-It
-    source = _field(spec, "source_video")
+    source = spec.source_video
     if not source:
         return {}
-    flag = "--retake" if _field(spec, "retake") else "--extend" if _field(spec, "extend") else "source video"
-    name = source.get("name") or source["blob"][:12]
-    path = _blob_path(source["blob"], path_of, flag, name)
-    info = probe_named(path, "video", flag, name, limits, sha=source["blob"])
+    flag = _clip_flag(spec) or "source video"
+    name = source.name or source.blob[:12]
+    path = _blob_path(source.blob, path_of, flag, name)
+    info = probe_named(path, "video", flag, name, limits, sha=source.blob)
     if flag != "source video":
         check_clip(spec, info, f"{flag} {name}")
     return {"source_audio": info.audio is not None}
 
 
-def check_control_media(spec: Mapping, path_of: PathOf, limits: ProbeLimits | None = None) -> None:
+def check_control_media(spec: RenderPlan, path_of: PathOf, limits: ProbeLimits | None = None) -> None:
     """IC-LoRA control's clip or Dub-It's reference: a video (Dub-It's with a track) no shorter than the
     render; the IC-LoRA's header declaring the downscale the spec was planned with."""
     for key, flag in (("control_video", "--control-video"), ("dub_video", "--dub")):
-        clip = _field(spec, key)
+        clip = getattr(spec, key)
         if not clip:
             continue
-        name = clip.get("name") or clip["blob"][:12]
-        if spec.get("frames") is None:  # an LTX-2.5 length the duration head would pick: not for a clip
+        name = clip.name or clip.blob[:12]
+        if spec.frames is None:  # an LTX-2.5 length the duration head would pick: not for a clip
             raise SpecError(f"{flag} {name}: give -f (the render takes that many of the clip's frames)")
         info = probe_named(
-            _blob_path(clip["blob"], path_of, flag, name), "video", flag, name, limits, clip["blob"]
+            _blob_path(clip.blob, path_of, flag, name), "video", flag, name, limits, clip.blob
         )
-        frames = int(spec["frames"])
+        frames = int(spec.frames)
         if info.video is None or info.video.frames < frames:
             have = 0 if info.video is None else info.video.frames
             raise SpecError(f"{flag} {name}: {have} frames, shorter than the render's {frames}")
         if key == "dub_video" and info.audio is None:
             raise SpecError(f"--dub {name}: has no audio stream (Dub-It re-voices the clip's track)")
-    lora = _field(spec, "ic_lora")
+    lora = spec.ic_lora
     if lora:
-        name = lora.get("name") or lora["blob"][:12]
-        path = _blob_path(lora["blob"], path_of, "--ic-lora", name)
+        name = lora.name or lora.blob[:12]
+        path = _blob_path(lora.blob, path_of, "--ic-lora", name)
         try:
             factor = control_downscale([path])
         except ControlError as exc:
             raise SpecError(f"--ic-lora {name}: {str(exc).removeprefix(f'{path}: ')}") from None
-        if factor != int(lora["downscale"]):
+        if factor != int(lora.downscale):
             raise SpecError(
                 f"--ic-lora {name}: its metadata's reference_downscale_factor {factor} is not the "
-                f"spec's {lora['downscale']}"
+                f"spec's {lora.downscale}"
             )
 
 
-def check_clip(spec: Mapping, info: MediaInfo, named: str) -> None:
+def check_clip(spec: RenderPlan, info: MediaInfo, named: str) -> None:
     """Retake/extend: the clip holds the render's frames at the render's rate (its own rate
     converted by timestamp, `ltx_engine.rules.clip_frames`), the retake window inside it."""
-    frames, fps = int(spec["frames"]), float(spec["frame_rate"])
+    frames, fps = int(spec.frames), float(spec.frame_rate)
     held = frames_at_rate(info.video.frames, info.video.fps, fps)
     if held < frames:
         at = "" if abs(info.video.fps - fps) < 0.01 else f" at {info.video.fps:g} fps ({held} at {fps:g})"
         raise SpecError(f"{named}: {info.video.frames} frames{at}, fewer than the render's {frames} (-f)")
-    window = _field(spec, "retake")
-    if window and float(window["end"]) > info.duration_s + 1e-6:
+    window = spec.retake
+    if window and float(window.end) > info.duration_s + 1e-6:
         raise SpecError(
-            f"{named}: --end {float(window['end']):g} s is past the clip's {info.duration_s:.2f} s"
+            f"{named}: --end {float(window.end):g} s is past the clip's {info.duration_s:.2f} s"
         )
-    if _field(spec, "extend") and spec.get("audio", True) and info.audio is None:
+    if spec.extend and spec.audio and info.audio is None:
         raise SpecError(f"{named}: the clip has no audio track to continue; give --no-audio")
 
 
-def clip_frames(spec: Mapping, path_of: PathOf, limits: ProbeLimits | None = None) -> dict:
+def clip_frames(spec: RenderPlan, path_of: PathOf, limits: ProbeLimits | None = None) -> dict:
     """-f left out on a retake / extend: the whole clip at the render's rate, rounded down to 8k + 1
     (`{"frames": N}`, resolved before the spec is checked, so the DurationHead never picks it); {}
     otherwise. Probed as `check_render_media` probes it (the same cached child)."""
-    source = _field(spec, "source_video")
-    kind = "--retake" if _field(spec, "retake") else "--extend" if _field(spec, "extend") else None
-    if spec.get("frames") is not None or not source or kind is None:
+    source, kind = spec.source_video, _clip_flag(spec)
+    if spec.frames is not None or not source or kind is None:
         return {}
-    name = source.get("name") or source["blob"][:12]
-    path = _blob_path(source["blob"], path_of, kind, name)
-    video = probe_named(path, "video", kind, name, limits, sha=source["blob"]).video
-    return {"frames": clip_length(video.frames, video.fps, float(spec["frame_rate"]))}
+    name = source.name or source.blob[:12]
+    path = _blob_path(source.blob, path_of, kind, name)
+    video = probe_named(path, "video", kind, name, limits, sha=source.blob).video
+    return {"frames": clip_length(video.frames, video.fps, float(spec.frame_rate))}
+
+
+def _clip_flag(spec: RenderPlan) -> str | None:
+    """The flag of the clip recipe a source video serves (retake or extend), None for a plain source."""
+    return "--retake" if spec.retake else "--extend" if spec.extend else None
 
 
 def store_paths(blobs) -> PathOf:

@@ -22,6 +22,7 @@ import numpy as np
 import OpenEXR
 
 from coordinator.assemble.audio_file import assemble_audio
+from coordinator.assemble.chunk_frames import joined_frames
 from coordinator.assemble.hdr_master import (
     HDR_EXR_DEFAULT,
     HLG_FILE,
@@ -31,6 +32,7 @@ from coordinator.assemble.hdr_master import (
 )
 from coordinator.assemble.previews import PreviewWriter, to_uint8
 from coordinator.assemble.render_meta import PeakMemory, build_metadata, write_metadata
+from coordinator.plan.chunks import chunked
 from coordinator.plan.decode import DECODE, decode_tile_plan, tile_task_name
 from coordinator.plan.recipes import recipe_for
 from coordinator.plan.resolved import RenderPlan
@@ -190,15 +192,24 @@ def tile_frames(tiles: list, get_pixels: Callable[[int], TileFrames | None]) -> 
 
 def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], dict]:
     """The render's frames in order (streamed when tiled) and what the metadata says about the decode:
-    window_bytes counts everything the blend holds at once (accumulator, weights, tile slices)."""
-    tiles = decode_tile_plan(RenderPlan.from_stored(spec))  # the stored view, typed where it enters
+    window_bytes counts everything the blend holds at once (accumulator, weights, tile slices). A chunked
+    render's windows are joined (assemble/chunk_frames.py)."""
+    plan = RenderPlan.from_stored(spec)  # the stored view, typed where it enters
+    if chunked(plan):
+        return joined_frames(plan, lambda view, prefix: _decoded(view, get, prefix))
+    return _decoded(plan, get)
+
+
+def _decoded(plan: RenderPlan, get: OutputGetter, prefix: str = "") -> tuple[Iterator[np.ndarray], dict]:
+    """One decode's frames (its tasks named `prefix` + decode …)."""
+    tiles = decode_tile_plan(plan)
     if tiles is None:
-        video = get(DECODE, "frames")
+        video = get(prefix + DECODE, "frames")
         if video is None:
             raise RuntimeError("the render has no decoded frames")
         return (video[i] for i in range(video.shape[0])), {"decode_tiles": 1, "window_frames": int(video.shape[0]),
                                                            "window_bytes": int(video.nbytes)}
-    frames = tile_frames(tiles, lambda i: get(tile_task_name(i), "pixels"))
+    frames = tile_frames(tiles, lambda i: get(prefix + tile_task_name(i), "pixels"))
     return frames, {"decode_tiles": len(tiles), "window_frames": 1, "window_bytes": frame_bytes(tiles)}
 
 

@@ -143,44 +143,62 @@ def plan_extend(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
 def _extend_stage1(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict, audio: dict | None) -> list[dict]:
     """The half-size context's encode, the source track's pinned boundary, stage 1 on the window."""
     tasks, cond = _context(rid, spec, lay, True)
-    frames, fps, height, width = (
-        lay.window_frames,
-        spec.frame_rate,
-        spec.height // 2,
-        spec.width // 2,
-    )
+    pin = None
+    if audio is not None:
+        cut = lay.source_audio_slice(audio_latent_frames(spec.frames, spec.frame_rate))
+        tasks += [audio, audio_pin_task(rid, ref(audio["id"], "latent"), cut)]
+        pin = (ref(f"{rid}.audio_pin", "latent"), lay.audio_pin_start)
+    return [*tasks, pinned_stage1(rid, spec, lay.window_frames, ctx, cond, pin)]
+
+
+def audio_pin_task(rid: str, latent: dict, cut: slice) -> dict:
+    """The coordinator's slice of a track's latents a window pins (`audio_pin`)."""
+    pin = {"start": cut.start, "stop": cut.stop, "expect": {"latent": expect("float32", 1, -1, -1, -1)}}
+    return task(rid, "audio_pin", "extend_audio_pin", pin, {"latent": latent}, capability=COORDINATOR)
+
+
+def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
+                  pin: tuple[dict, int] | None = None, extra: dict | None = None) -> dict:
+    """Stage 1 at half size on a window of `frames` with `cond`'s replace conditions ({"images", "inputs"})
+    and, given, `pin` (the audio latents' reference, the first audio token they are pinned at)."""
+    fps, height, width = spec.frame_rate, spec.height // 2, spec.width // 2
     params = {
         **_stage_params(spec, frames, height, width),
         "sigmas": list(DISTILLED_SIGMAS),
         "images": cond["images"],
+        **(extra or {}),
         "expect": _latent_expect(frames, height, width, fps),
     }
     if spec.generation:
         params["sampler"] = stage1_sampler(spec.generation, False)
     inputs = {**ctx, **cond["inputs"]}
-    if audio is not None:
-        cut = lay.source_audio_slice(audio_latent_frames(spec.frames, fps))
-        pin = {"start": cut.start, "stop": cut.stop, "expect": {"latent": expect("float32", 1, -1, -1, -1)}}
-        latent = {"latent": ref(audio["id"], "latent")}
-        tasks += [audio, task(rid, "audio_pin", "extend_audio_pin", pin, latent, capability=COORDINATOR)]
-        params["audio_pin_start"] = lay.audio_pin_start
-        inputs["audio_pin"] = ref(f"{rid}.audio_pin", "latent")
-    return [*tasks, task(rid, "stage1", "denoise_stage1", params, inputs)]
+    if pin is not None:
+        params["audio_pin_start"] = pin[1]
+        inputs["audio_pin"] = pin[0]
+    return task(rid, "stage1", "denoise_stage1", params, inputs)
 
 
 def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> list[dict]:
-    """The upsample, the full-size context's encode and stage 2 (untiled, or TDP tiles) on the window."""
-    frames, fps, height, width = lay.window_frames, spec.frame_rate, spec.height, spec.width
+    """The full-size context's encode, the upsample and stage 2 on the window."""
+    encodes, cond = _context(rid, spec, lay, False)
+    stages = pinned_stage2(rid, spec, lay.window_frames, ctx, cond)
+    return [stages[0], *encodes, *stages[1:]]
+
+
+def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
+                  extra: dict | None = None) -> list[dict]:
+    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions."""
+    fps, height, width = spec.frame_rate, spec.height, spec.width
     video = _latent_expect(frames, height, width, fps)["video_latent"]
     s1 = f"{rid}.stage1"
     upsample = {"pack": spec.pack, "expect": {"latent": video}}
     tasks = [task(rid, "upsample", "upsample_spatial", upsample, {"latent": ref(s1, "video_latent")})]
-    encodes, cond = _context(rid, spec, lay, False)
     params = {
         **_stage_params(spec, frames, height, width),
         "sigmas": stage2_sigmas(spec),
         "noise_stream": 1,
         "images": cond["images"],
+        **(extra or {}),
         **samplers.stage2_params(spec),
     }
     inputs = {
@@ -190,11 +208,11 @@ def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> 
     }
     if spec.stage2_tiles is not None:
         window = spec.resolve(frames=frames)  # the tiles cover the window, not the joined clip
-        return [*tasks, *encodes, *plan_tiled_stage2(rid, window, params, inputs, ctx)]
+        return [*tasks, *plan_tiled_stage2(rid, window, params, inputs, ctx)]
     stage2 = task(
         rid, "stage2", "denoise_stage2", {**params, "expect": {"video_latent": video}}, {**ctx, **inputs}
     )
-    return [*tasks, *encodes, stage2]
+    return [*tasks, stage2]
 
 
 def _join(rid: str, spec: RenderPlan, lay: ExtendLayout, source: dict, audio: dict | None) -> list[dict]:

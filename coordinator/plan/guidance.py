@@ -1,8 +1,8 @@
 """A guided stage as tasks: per model evaluation, K pass forwards (workers, at once) and one guide
 step (the coordinator's), the way tiled stage 2 is planned. Pure.
 
-`recipe(spec)` resolves a dev pipeline's knobs against upstream's defaults (ltx-pipelines
-`constants.py`: LTX-2.3 dev, and the HQ recipe); `check_recipe` refuses what cannot run (STG blocks
+`recipe(spec, rule)` resolves a guided recipe's knobs against its rule (`GuidedRule`: upstream's
+defaults from ltx-pipelines `constants.py`, LTX-2.3 dev and the HQ recipe, carried on the recipe record); `check_recipe` refuses what cannot run (STG blocks
 outside the model, a negative prompt no pass reads, STG without blocks); `plan_guided_stage` lays out
 the tasks: the passes the scales make non-trivial (`guidance.passes_needed`), each a
 `guidance_pass` task reading the state from the previous step's task, and a `guide_step` task
@@ -22,7 +22,6 @@ from ltx_engine.rules import guidance as G
 from ltx_engine.rules import res2s
 from ltx_engine.rules import step_cache as cache_rule
 from ltx_engine.rules.schedule import ltx2_sigmas
-from protos.guidance_spec import DISTILLED, ONE_STAGE, T2A, TWO_STAGE_HQ
 
 REFERENCE_LAYERS = 48  # the released LTX-2 / 2.3 DiTs
 # The distilled LoRA on the dev DiT (ltx-pipelines `args.py`): HQ's --distilled-lora-strength-stage-1/2
@@ -74,34 +73,54 @@ def _override(base: G.GuiderParams, spec: RenderPlan, prefix: str) -> G.GuiderPa
                           apg_norm_threshold=float(spec.apg_norm_threshold or 0.0))
 
 
-def recipe(spec: RenderPlan) -> Recipe | None:
-    """The resolved recipe of a guided pipeline; None for the distilled one."""
-    name = spec.pipeline
-    if name == DISTILLED:
+@dataclass(frozen=True, slots=True)
+class GuidedRule:
+    """How a guided recipe samples and guides its first stage: data on its recipe record
+    (`recipes/base.py`), so no rule here asks which pipeline a render runs."""
+
+    video: G.GuiderParams = G.VIDEO_DEV
+    audio: G.GuiderParams = G.AUDIO_DEV
+    steps: int = G.DEV_STEPS_2_3
+    sampler: str = EULER
+    anchored: bool = False               # the scheduler reads the stage-1 latent's tokens (HQ), not the 4096 anchor
+    stage1_lora: float | None = None     # the distilled LoRA on the passes' dev DiT (HQ: 0.25)
+    stage2_lora: float | None = None     # ... on stage 2's (two-stage 1.0, HQ 0.5; one-stage has no stage 2)
+    audio_only: bool = False             # no video stream (T2A): modality guidance off, video params inert
+
+
+DEV = GuidedRule(stage2_lora=TWO_STAGE_LORA)
+DEV_ONE_STAGE = GuidedRule()
+HQ = GuidedRule(G.VIDEO_HQ, G.AUDIO_HQ, G.HQ_STEPS, RES_2S, True, HQ_STAGE1_LORA, HQ_STAGE2_LORA)
+AUDIO_ONLY = GuidedRule(audio_only=True)
+
+
+def recipe(spec: RenderPlan, rule: GuidedRule | None) -> Recipe | None:
+    """The render's guided stage resolved from its recipe's rule and the spec's knobs; None when the
+    recipe runs no guidance (the distilled ones)."""
+    if rule is None:
         return None
-    if name == T2A:
-        return _audio_only(spec)
-    hq = name == TWO_STAGE_HQ
-    video = _override(G.VIDEO_HQ if hq else G.VIDEO_DEV, spec, "")
-    audio = _override(G.AUDIO_HQ if hq else G.AUDIO_DEV, spec, "audio_")
+    if rule.audio_only:
+        return _audio_only(spec, rule)
+    video = _override(rule.video, spec, "")
+    audio = _override(rule.audio, spec, "audio_")
     if spec.audio_input:  # A2V (plan/media.py): a frozen track, upstream's audio guider off
         audio = G.GuiderParams(skip_step=video.skip_step)  # a frozen track's x0 is never read: skip with video
-    steps = stage1_steps(spec) or (G.HQ_STEPS if hq else G.DEV_STEPS_2_3)
+    steps = stage1_steps(spec) or rule.steps
     negative = spec.negative_prompt
-    sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if hq and spec.frames else {}))
-    stage2 = None if name == ONE_STAGE else HQ_STAGE2_LORA if hq else TWO_STAGE_LORA
-    return Recipe(pipeline=name, sampler=RES_2S if hq else EULER, sigmas=sigmas, video=video,
+    sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if rule.anchored and spec.frames else {}))
+    return Recipe(pipeline=spec.pipeline, sampler=rule.sampler, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
-                  distilled_lora=HQ_STAGE1_LORA if hq else None, stage2_lora=stage2,
+                  distilled_lora=rule.stage1_lora, stage2_lora=rule.stage2_lora,
                   step_cache=step_cache(spec))
 
 
-def _audio_only(spec: RenderPlan) -> Recipe:
+def _audio_only(spec: RenderPlan, rule: GuidedRule) -> Recipe:
     """T2A (upstream's t2a_one_stage): the audio guider of the dev recipe with modality guidance off (no
     video to isolate from); the video's params are inert and carry the audio's skip step, which rounds follow."""
-    audio = replace(_override(G.AUDIO_DEV, spec, "audio_"), modality_scale=1.0)
+    audio = replace(_override(rule.audio, spec, "audio_"), modality_scale=1.0)
     negative = spec.negative_prompt
-    return Recipe(pipeline=T2A, sampler=EULER, sigmas=ltx2_sigmas(int(stage1_steps(spec) or G.DEV_STEPS_2_3)),
+    return Recipe(pipeline=spec.pipeline, sampler=rule.sampler,
+                  sigmas=ltx2_sigmas(int(stage1_steps(spec) or rule.steps)),
                   video=G.GuiderParams(skip_step=audio.skip_step), audio=audio,
                   negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative))
 
@@ -120,9 +139,9 @@ def _stage1_tokens(spec: RenderPlan) -> int:
         spec.width // 2 // SPATIAL_FACTOR)
 
 
-def check_recipe(spec: RenderPlan, num_layers: int = REFERENCE_LAYERS) -> Recipe | None:
-    """The recipe, or one line saying why it cannot run on a DiT of `num_layers` blocks."""
-    rec = recipe(spec)
+def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = REFERENCE_LAYERS) -> Recipe | None:
+    """The guided stage, or one line saying why it cannot run on a DiT of `num_layers` blocks."""
+    rec = recipe(spec, rule)
     if rec is None:
         return None
     for p in (rec.video, rec.audio):

@@ -31,6 +31,7 @@ from coordinator.plan.guidance import RES_2S, Recipe, plan_guided_stage
 from coordinator.plan.relay import without_relay
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules import guidance as G
+from protos.kinds import TaskKind, facts
 
 AUDIO_CHANNELS = 8  # the audio VAE's latent channels (z_channels) the stage's audio tokens fold back into
 
@@ -65,7 +66,6 @@ def contexts_of(task_id: str) -> dict:
 
 NO_GUIDANCE = G.GuiderParams()  # stage 2's SimpleDenoiser: the cond pass alone
 STAGE2_STREAMS = 1 << 12         # stage 2's res_2s SDE noise streams start past any stage-1 step
-STAGE2_DIT_KINDS = ("denoise_stage2", "transformer_forward")
 
 
 def stage2_recipe(rec: Recipe, sigmas: list[float]) -> Recipe:
@@ -79,13 +79,14 @@ def guided_stage2(tasks: list[dict], rid: str, rec: Recipe, ctx: dict) -> list[d
     LoRA, untiled audio re-noised; for HQ the `denoise_stage2` task replaced by the res_2s stage."""
     out: list[dict] = []
     for t in tasks:
-        if not t["id"].startswith(f"{rid}.stage2") or t["kind"] not in STAGE2_DIT_KINDS:
+        if not t["id"].startswith(f"{rid}.stage2") or not facts(t["kind"]).runs_dit:
             out.append(t)
             continue
         params = {**t["params"], "distilled_lora_strength": rec.stage2_lora}
-        if t["kind"] == "denoise_stage2":
+        whole = t["kind"] == TaskKind.DENOISE_STAGE2  # untiled: the stage's steps in one task
+        if whole:
             params["renoise_audio"] = True
-        if t["kind"] == "denoise_stage2" and rec.sampler == RES_2S:
+        if whole and rec.sampler == RES_2S:
             out += plan_hq_stage2(rid, rec, params, t["inputs"], ctx)
             continue
         out.append({**t, "params": {**params, "needs": kind_needs(t["kind"], params)}})

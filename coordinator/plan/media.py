@@ -167,11 +167,13 @@ def video_encode_tasks(
     sizes: EncodeTileSizes,
     first: int = 0,
     fps: float | None = None,
+    frames_ref: dict | None = None,
 ) -> tuple[list[dict], dict]:
     """Frames [first, first + F) of a clip blob (F cropped to 1 + 8k; at `fps` by timestamp, else by
     index), each resized to H x W, encoded one task per tile (`{name}.t{i}`) and blended by the
     coordinator (`{name}`): the tasks and the blended latent's reference. What the pipelines that start from a clip plan (the source at a stage's
-    size, extend's boundary frames) with their own name, frames and size."""
+    size, extend's boundary frames) with their own name, frames and size; `frames_ref`: decoded frames
+    (uint8 (F, H, W, 3), a chunked render's carry) instead of the clip blob, taken by index."""
     frames, height, width = crop_frames(size[0]), size[1], size[2]
     base = {"pack": pack, "frames": frames, "height": height, "width": width, "first": int(first)}
     if fps is not None:  # the clip's frames by timestamp at the render's rate (ltx_engine/rules/clip_frames)
@@ -181,7 +183,8 @@ def video_encode_tasks(
         pixels = [[s.start, s.stop] for s in tile.pixels]
         lat = tuple(s.stop - s.start for s in tile.latents)
         params = {**base, "pixels": pixels, "expect": {"latent": expect("float32", 1, -1, *lat)}}
-        tasks.append(task(rid, f"{name}.t{i}", "video_encode", params, {"video": {"blob": blob}}))
+        source = {"video": {"blob": blob}} if frames_ref is None else {"frames": dict(frames_ref)}
+        tasks.append(task(rid, f"{name}.t{i}", "video_encode", params, source))
         blend_in[f"t{i}"] = ref(tasks[-1]["id"], "latent")
     blend = {
         "frames": frames,

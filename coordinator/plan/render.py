@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from coordinator.plan import costs, placement, samplers, sp_degree, sparse
 from coordinator.plan.audio_only import plan_audio_only
+from coordinator.plan.chunks import check_chunks, check_window_tiling, chunked, plan_chunks, window_view
 from coordinator.plan.clip import clip_pipeline, plan_clip
 from coordinator.plan.control import wire_control
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
@@ -42,7 +43,6 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     ref,
     task,
 )
-from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
 from coordinator.plan.hdr import is_hdr, plan_hdr
 from coordinator.plan.images import (
@@ -61,10 +61,10 @@ from coordinator.plan.length import (
 from coordinator.plan.loras import with_loras
 from coordinator.plan.media import a2v_negative, check_media, plan_video_encode, wire_audio
 from coordinator.plan.outputs import check_exr_colorspace
-from coordinator.plan.recipes import PackFacts, check_recipe_spec, recipe_for
+from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
 from coordinator.plan.relay import check_relay, with_relay
 from coordinator.plan.resolved import RenderPlan, Resolved
-from coordinator.plan.stage2 import check_tiling, plan_tiled_stage2, stage2_sigmas
+from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
 from ltx_engine.rules import text_encoders
 from ltx_engine.rules.components import TEXT_ENCODER, missing_line, render_components
 from ltx_engine.rules.generation import check_generation, stage1_sampler
@@ -130,6 +130,10 @@ def _validate_sized(spec: RenderPlan, fleet: Fleet) -> RenderPlan:
     frames = spec.frames
     if frames < 1 or (frames - 1) % TEMPORAL_FACTOR:
         raise SpecError(f"frames {frames} is not of the form 8k+1 (e.g. 25, 49, 97, 121)")
+    if chunked(spec):  # a recipe that chunks and windows that lay out: the range below is one window's
+        check_recipe_spec(spec, PackFacts(spec.pack, spec.generation))
+        check_chunks(spec)
+    frames = window_view(spec).frames
     if frames > MAX_FRAMES or frames / spec.frame_rate > MAX_SECONDS:
         raise SpecError(f"{frames} frames at {spec.frame_rate} fps exceed the model's {MAX_SECONDS:.0f} s range")
     if spec.frame_rate <= 0:
@@ -141,15 +145,16 @@ def _validate_sized(spec: RenderPlan, fleet: Fleet) -> RenderPlan:
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
     check_relay(spec)  # --segment: inside the clip, a latent frame each (plan/relay.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
+    check_chunks(spec)  # the chunk flags only with --chunked (plan/chunks.py)
     check_media(spec)  # A2V's frozen track, the source's encode tiles (plan/media.py)
     spec = spec.resolve(**resolved, text_encoder=resolve_text_encoder(spec, fleet))
     check_enhancer(spec, fleet_has_head(spec, fleet))  # --enhance-prompt: a pack's Gemma that writes
     check_video_decoder(spec)  # --video-decoder diffusion on LTX-2.5 only
     _check_components(spec, fleet)
     spec = spec.resolve(**check_dfr(spec, fleet))
-    spec = spec.resolve(decode_tiles=resolve_decode_tiles(spec, fleet))
-    spec = spec.resolve(stage2_tiles=check_tiling(spec, fleet))  # first: _check_fleet refuses by its tiles' peaks
-    sparse.check_forward_settings(spec, len(stage2_sigmas(spec)) - 1)
+    spec = spec.resolve(decode_tiles=resolve_decode_tiles(window_view(spec), fleet))  # a window's, when chunked
+    spec = spec.resolve(stage2_tiles=check_window_tiling(spec, fleet))  # before _check_fleet's peaks
+    sparse.check_forward_settings(window_view(spec), len(stage2_sigmas(spec)) - 1)
     spec = spec.resolve(pack_bytes=_check_fleet(spec, fleet))
     return spec.resolve(assemble_s=round(costs.assemble_seconds(spec), 4))
 
@@ -166,7 +171,7 @@ def _check_fleet(spec: RenderPlan, fleet: Fleet) -> int | None:
         placement.refuse_oversize(spec, plan_render(spec.resolve(pack_bytes=pack_bytes), "check"), holders)
         return pack_bytes
     largest = holders.largest_memory()
-    need = estimate_peak_bytes(spec)
+    need = estimate_peak_bytes(window_view(spec))
     if largest and need > largest:
         raise SpecError(
             f"{spec.width}x{spec.height}x{spec.frames} needs ~{need / 2**30:.1f} GiB on one worker; "
@@ -240,7 +245,7 @@ def _check_components(spec: RenderPlan, fleet: Fleet) -> None:
     if held is None:
         return
     recipe = recipe_for(spec)
-    for component in render_components(spec, recipe.dits, recipe.video):
+    for component in render_components(spec.as_dict(), recipe.dits, recipe.video):  # an engine rule: plain data
         if component not in held:
             raise SpecError(fleet.problem(pack, component) or missing_line(component, pack))
 
@@ -269,11 +274,13 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
         return _finish(plan_hdr(rid, spec, text), spec, rid)
     if clip_pipeline(spec):  # retake/extend: their own graphs (plan/clip.py)
         return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
+    if chunked(spec):  # a clip longer than one window, in windows (plan/chunks.py)
+        return _finish([*tasks, *plan_chunks(rid, spec, ctx)], spec, rid)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)
     s1 = f"{rid}.stage1"
-    guided = check_recipe(spec)
+    guided = guided_stage(spec)
     one_stage = not recipe_for(spec).two_stage  # the guided stage at full size, no stage 2
     if guided is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
         tasks.append(negative_text_task(rid, spec, guided, text, text_key))

@@ -17,11 +17,19 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from protos.guidance_spec import DISTILLED, GUIDANCE_FIELDS
-from protos.spec import ASKED_FIELDS, RESOLVED_ONLY, SUBMIT_FIELDS, JsonValue, RenderSpec, json_value
+from protos.spec import (
+    ASKED_FIELDS,
+    GIVEN_FIELDS,
+    RESOLVED_ONLY,
+    SUBMIT_FIELDS,
+    JsonValue,
+    RenderSpec,
+    json_value,
+)
 
 _ENCODER = ASKED_FIELDS.index("text_encoder") + 1  # the resolved-only keys are stored after it
 ASKED_ORDER = (*ASKED_FIELDS[:_ENCODER], *RESOLVED_ONLY, *ASKED_FIELDS[_ENCODER:])  # the spec's asked fields
-SUBMIT_ORDER = SUBMIT_FIELDS
+SUBMIT_ORDER = GIVEN_FIELDS + SUBMIT_FIELDS  # stored only when given (the chunk flags: older views lack them)
 GUIDANCE_ORDER = tuple(GUIDANCE_FIELDS)  # a dev recipe's knobs: stored only when given (distilled stores none)
 DERIVED_ORDER = ("output_frames", "output_fps", "pack_bytes", "assemble_s")  # stored only once known
 DERIVED_ORDER += ("source_audio",)  # retake/extend: the probe found an audio track in the clip
@@ -51,8 +59,8 @@ SPEC_NAMES = frozenset(f.name for f in fields(RenderSpec))
 @dataclass(frozen=True, slots=True)
 class RenderPlan(Mapping[str, JsonValue]):
     """A spec with what the planner resolved for it (resolved wins), read by attribute. It is still a
-    mapping of the stored view's JSON values (what `as_dict()` iterates) because the coordinator's media
-    admission (`coordinator/admit/media_check.py`: `clip_frames`, `check_render_media`) reads it so."""
+    mapping of the stored view's JSON values (what `as_dict()` iterates) for the readers that still index
+    it by key (many tests; the planner, admission and `--local` read attributes, engine rules `as_dict()`)."""
 
     spec: RenderSpec
     resolved: Resolved = field(default_factory=Resolved)

@@ -17,6 +17,7 @@ import numpy as np
 
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.plan.length import PLAN_KIND, picked
+from coordinator.reduce.chunks import CHUNK_STEPS
 from coordinator.reduce.encode_blend import ENCODE_STEPS
 from coordinator.reduce.guide_step import guide_step
 from coordinator.state.store import NotLeader, is_transient
@@ -142,6 +143,7 @@ STEPS: dict[str, Callable[[dict, dict[str, np.ndarray]], dict[str, np.ndarray]]]
     "dfr_trim": dfr_trim, "dfr_epi_window": dfr_epi_window,
     "guide_step": guide_step,  # a guided step: combine its passes, step (coordinator/reduce/guide_step.py)
     **ENCODE_STEPS,  # a source clip's encode tiles blended, retake/extend (coordinator/reduce/encode_blend.py)
+    **CHUNK_STEPS,  # a chunked render's carry and joined audio (coordinator/reduce/chunks.py)
 }
 
 

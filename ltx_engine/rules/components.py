@@ -194,6 +194,8 @@ def render_components(spec: dict, dits: tuple[str, ...] = DISTILLED_DITS, video:
         out += ["audio_vae", "vocoder"]
     if spec.get("video_decoder") == DIFFUSION:
         out[out.index("vae_decoder")] = "vae_decoder_av"
+    if spec.get("chunked") and spec.get("chunk_carry") != "latent" and "vae_encoder" not in out:  # carried frames
+        out.append("vae_encoder")
     if spec.get("source_video"):  # retake/extend: the clip and its own track are encoded
         out += [c for c in ("vae_encoder", "audio_vae") if c not in out]
     if spec.get("audio_input") and "vocoder" in out:  # A2V muxes the source track, decodes none

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +161,27 @@ class ModuleFarm:
         for i in range(1, n + 1):
             if f"w{i}" not in self.procs:
                 self.start(f"w{i}")
+
+
+@contextlib.contextmanager
+def shelf_farm(store, data: Path, packs: Path) -> Iterator[ModuleFarm]:
+    """A module's coordinator holding `packs` on its shelf (as `farm up` keeps them) and no worker yet:
+    each test starts the workers it needs."""
+    with farm(store, data, packs, workers=0, shelf=packs) as (client, procs):
+        yield ModuleFarm(client, procs, data, packs)
+
+
+def local_references(runner, mktemp, spec_of) -> Callable[[str], dict[str, np.ndarray]]:
+    """`farm render --local` results by name, each rendered once with one warm Runner: `spec_of(name)` is
+    the name's spec, `mktemp(name)` a fresh folder (tmp_path_factory.mktemp)."""
+    from farm_cli.local import render_local
+
+    done: dict[str, dict[str, np.ndarray]] = {}
+
+    def local(name: str) -> dict[str, np.ndarray]:
+        if name not in done:
+            _, outputs, blobs = render_local(spec_of(name), mktemp("local") / "local.mp4", runner)
+            done[name] = local_results(outputs, blobs)
+        return done[name]
+
+    return local

@@ -18,11 +18,11 @@ import pytest
 from farm_cli.client import FarmError
 from farm_cli.local import render_local
 from tests.farm.farm_harness import (
-    ModuleFarm,
     assert_identical,
-    farm,
     farm_results,
+    local_references,
     local_results,
+    shelf_farm,
     wait_done,
     wait_until,
 )
@@ -79,25 +79,17 @@ def dev_runner(dev_packs):
 
 @pytest.fixture(scope="module")
 def reference(dev_runner, tmp_path_factory):
-    runner, done = dev_runner, {}
+    def spec_of(name: str) -> dict:
+        spec = SPECS.get(name.removesuffix("+lora"), KILLED)
+        return dict({**spec, "loras": LORA} if name.endswith("+lora") else spec)
 
-    def local(name: str) -> dict:
-        if name not in done:
-            out = tmp_path_factory.mktemp("guided") / "local.mp4"
-            spec = SPECS.get(name.removesuffix("+lora"), KILLED)
-            spec = {**spec, "loras": LORA} if name.endswith("+lora") else spec
-            _, outputs, blobs = render_local(dict(spec), out, runner)
-            done[name] = local_results(outputs, blobs)
-        return done[name]
-
-    return local
+    return local_references(dev_runner, tmp_path_factory.mktemp, spec_of)
 
 
 @pytest.fixture(scope="module")
 def guided_farm(mstore, dev_packs, tmp_path_factory):
-    data = tmp_path_factory.mktemp("guided-farm")
-    with farm(mstore, data, dev_packs, workers=0, shelf=dev_packs) as (client, procs):  # as `farm up`
-        yield ModuleFarm(client, procs, data, dev_packs)
+    with shelf_farm(mstore, tmp_path_factory.mktemp("guided-farm"), dev_packs) as module_farm:  # as `farm up`
+        yield module_farm
 
 
 @pytest.mark.timeout(90)

@@ -13,13 +13,11 @@ import signal
 import numpy as np
 import pytest
 
-from farm_cli.local import render_local
 from tests.farm.farm_harness import (
-    ModuleFarm,
     assert_identical,
-    farm,
     farm_results,
-    local_results,
+    local_references,
+    shelf_farm,
     wait_done,
     wait_until,
 )
@@ -46,25 +44,19 @@ def reference(packs, tmp_path_factory):
     """`--local` of a spec by name (`+plain`: without the step cache), with one warm Runner."""
     from worker.runner import Runner
 
-    runner, done = Runner(packs), {}
+    def spec_of(name: str) -> dict:
+        spec = dict(SPECS[name.removesuffix("+plain")])
+        if name.endswith("+plain"):
+            del spec["step_cache"]
+        return spec
 
-    def local(name: str) -> dict:
-        if name not in done:
-            spec = dict(SPECS[name.removesuffix("+plain")])
-            if name.endswith("+plain"):
-                del spec["step_cache"]
-            _, outputs, blobs = render_local(spec, tmp_path_factory.mktemp("cached") / "local.mp4", runner)
-            done[name] = local_results(outputs, blobs)
-        return done[name]
-
-    return local
+    return local_references(Runner(packs), tmp_path_factory.mktemp, spec_of)
 
 
 @pytest.fixture(scope="module")
 def cache_farm(mstore, packs, tmp_path_factory):
-    data = tmp_path_factory.mktemp("cache-farm")
-    with farm(mstore, data, packs, workers=0, shelf=packs) as (client, procs):
-        yield ModuleFarm(client, procs, data, packs)
+    with shelf_farm(mstore, tmp_path_factory.mktemp("cache-farm"), packs) as module_farm:
+        yield module_farm
 
 
 def _registered(mstore, name: str) -> None:

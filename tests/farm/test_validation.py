@@ -33,6 +33,11 @@ BAD_SPECS = {
     "unknown field": {"colour": "red"},
     "image blob not a sha": {"image": {"blob": "../../x", "frame": 0, "strength": 1.0}},
     "group with a colon": {"group": "g:1"},
+    "chunk carry not shorter than the window": {"chunked": True, "frames": 49, "chunk_pixel_frames": 17,
+                                                "chunk_carry_frames": 17},
+    "chunk window not 8k+1": {"chunked": True, "frames": 49, "chunk_pixel_frames": 20},
+    "chunked on a recipe that does not chunk": {"chunked": True, "frames": 121, "pipeline": "two-stage"},
+    "chunked within one window": {"chunked": True, "frames": 25},
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from coordinator.plan import guidance as PG
 from coordinator.plan.graph import COORDINATOR
+from coordinator.plan.recipes import guided_stage, recipe_for
 from coordinator.plan.render import validate_spec
 from coordinator.plan.resolved import RenderPlan
 from coordinator.reduce.guide_step import guide_step
@@ -20,6 +21,11 @@ from protos.spec import RenderSpec
 _stored = RenderPlan.from_stored  # a test spec as the render hash would hold it
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def _recipe(plan):
+    """The guided stage its recipe's rule resolves, unchecked."""
+    return PG.recipe(plan, recipe_for(plan).guidance)
 
 
 @pytest.mark.parametrize("raw,line", [
@@ -60,23 +66,23 @@ def test_spec_fields_round_trip():
 
 
 def test_recipes_default_to_upstream():
-    dev = PG.recipe(RenderPlan(RenderSpec.from_dict({"prompt": "a", "pipeline": "one-stage"})))
+    dev = _recipe(RenderPlan(RenderSpec.from_dict({"prompt": "a", "pipeline": "one-stage"})))
     assert dev.video == G.VIDEO_DEV and dev.audio == G.AUDIO_DEV and dev.sampler == PG.EULER
     assert len(dev.sigmas) == 31 and dev.negative_prompt == G.DEFAULT_NEGATIVE_PROMPT
     assert dev.passes == (G.COND, G.UNCOND, G.PERTURBED, G.ISOLATED) and dev.forwards_per_step() == 4
-    hq = PG.recipe(_stored({"pipeline": "two-stage-hq"}))
+    hq = _recipe(_stored({"pipeline": "two-stage-hq"}))
     assert hq.sampler == PG.RES_2S and len(hq.sigmas) == 16 and hq.passes == (G.COND, G.UNCOND, G.ISOLATED)
     assert hq.forwards_per_step() == 6
-    cfg_only = PG.recipe(_stored({"pipeline": "two-stage", "stg_scale": 0, "modality_scale": 1, "audio_stg_scale": 0,
+    cfg_only = _recipe(_stored({"pipeline": "two-stage", "stg_scale": 0, "modality_scale": 1, "audio_stg_scale": 0,
                           "audio_modality_scale": 1, "steps": 8}))
     assert cfg_only.passes == (G.COND, G.UNCOND) and len(cfg_only.sigmas) == 9
-    assert PG.recipe(_stored({"pipeline": "distilled"})) is None
+    assert _recipe(_stored({"pipeline": "distilled"})) is None
     # HQ hands the scheduler its stage-1 latent (upstream's ti2vid_two_stages_hq); the others the 4096 anchor.
     from ltx_engine.rules.schedule import ltx2_sigmas
 
     sized = {"frames": 121, "height": 1088, "width": 1920}
-    assert PG.recipe(_stored({"pipeline": "two-stage-hq", **sized})).sigmas == ltx2_sigmas(15, tokens=16 * 17 * 30)
-    assert PG.recipe(_stored({"pipeline": "two-stage", **sized})).sigmas == ltx2_sigmas(30)
+    assert _recipe(_stored({"pipeline": "two-stage-hq", **sized})).sigmas == ltx2_sigmas(15, tokens=16 * 17 * 30)
+    assert _recipe(_stored({"pipeline": "two-stage", **sized})).sigmas == ltx2_sigmas(30)
 
 
 @pytest.mark.parametrize("spec,line", [
@@ -87,13 +93,13 @@ def test_recipes_default_to_upstream():
 ])
 def test_recipe_refusals(spec, line):
     with pytest.raises(SpecError, match=line.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        PG.check_recipe(_stored(spec))
+        guided_stage(_stored(spec))
 
 
 def test_stg_blocks_checked_against_the_pack_model():
-    assert PG.check_recipe(_stored({"pipeline": "one-stage", "stg_blocks": [1]}), num_layers=2) is not None
+    assert guided_stage(_stored({"pipeline": "one-stage", "stg_blocks": [1]}), num_layers=2) is not None
     with pytest.raises(SpecError, match="outside the model's 2 blocks"):
-        PG.check_recipe(_stored({"pipeline": "one-stage"}), num_layers=2)  # upstream's block 28 on the tiny DiT
+        guided_stage(_stored({"pipeline": "one-stage"}), num_layers=2)  # upstream's block 28 on the tiny DiT
 
 
 CTX = {"prompt": {k: {"task": "r.text", "output": k} for k in ("video_context", "audio_context")},
@@ -101,7 +107,7 @@ CTX = {"prompt": {k: {"task": "r.text", "output": k} for k in ("video_context", 
 
 
 def test_plan_shape_euler():
-    rec = PG.recipe(_stored({"pipeline": "one-stage", "steps": 3}))
+    rec = _recipe(_stored({"pipeline": "one-stage", "steps": 3}))
     tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
     kinds = [t["kind"] for t in tasks]
     assert kinds == (["guidance_pass"] * 4 + ["guide_step"]) * 3
@@ -116,7 +122,7 @@ def test_plan_shape_euler():
 
 
 def test_plan_shape_res2s():
-    rec = PG.recipe(_stored({"pipeline": "two-stage-hq", "steps": 2}))
+    rec = _recipe(_stored({"pipeline": "two-stage-hq", "steps": 2}))
     tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
     steps = [t["params"]["evaluation"] for t in tasks if t["kind"] == "guide_step"]
     assert steps == ["mid", "end", "mid", "end", "final"]
@@ -179,7 +185,7 @@ def test_planned_euler_stage_equals_the_local_loop(tiny):
     from ltx_engine.rules.sampling import LatentState
 
     model, blobs = tiny
-    rec = PG.check_recipe(_stored({"pipeline": "one-stage", **SPEC_TINY}), num_layers=2)
+    rec = guided_stage(_stored({"pipeline": "one-stage", **SPEC_TINY}), num_layers=2)
     out = _execute(model, PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX), blobs)
     p = blobs["r.prep"]
     video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
@@ -198,7 +204,7 @@ def test_planned_res2s_stage_equals_the_local_steps(tiny):
     from ltx_engine.rules.sampling import LatentState
 
     model, blobs = tiny
-    rec = PG.check_recipe(_stored({"pipeline": "two-stage-hq", **SPEC_TINY}), num_layers=2)
+    rec = guided_stage(_stored({"pipeline": "two-stage-hq", **SPEC_TINY}), num_layers=2)
     out = _execute(model, PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX), blobs)
     p = blobs["r.prep"]
     pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}

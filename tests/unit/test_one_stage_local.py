@@ -70,9 +70,9 @@ def test_one_stage_local_render_equals_the_engine_loop(dev_runner):
     p = get["stage1.prep"]
     video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
     audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
-    from coordinator.plan.guidance import check_recipe
+    from coordinator.plan.recipes import guided_stage
 
-    rec = check_recipe(plan)
+    rec = guided_stage(plan)
     model = dev_runner.engine.model(dev_runner.pack("dev"), "transformer_dev")
     for step in range(len(rec.sigmas) - 1):
         video, audio = guided_euler_step(model, video, audio, list(rec.sigmas), step, get["text"], get["negative"],

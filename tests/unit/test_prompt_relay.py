@@ -67,6 +67,8 @@ def test_spec_refusals(raw, line):
     ({"segments": TWO, "temporal_upscalings": 1},
      "--segment does not apply to the dfr recipe (--dfr); it applies to: distilled, one-stage, two-stage"),
     ({"segments": TWO, "pipeline": "t2a"}, "--segment does not apply to the t2a recipe"),
+    ({"segments": TWO, "chunked": True, "frames": 145},
+     "--segment and --chunked do not compose (the windows do not take their own segments yet"),
 ])
 def test_plan_refusals(raw, line):
     with pytest.raises(SpecError) as err:

@@ -33,7 +33,8 @@ def test_the_prefetch_thread_runs_niced_and_the_caller_does_not():
     before = quiet.priority()
     Prefetcher(ask, lambda sha: b"", lambda sha: False).start(object())
     assert asked.wait(5)
-    assert seen == [before + quiet.NICE] or seen == [19]  # nice is capped at 19
+    # every ask the thread made ran niced (a refused ask is retried, so there may be more than one by now)
+    assert seen and all(p == min(before + quiet.NICE, 19) for p in list(seen))  # relative; capped at 19
     assert quiet.priority() == before
 
 

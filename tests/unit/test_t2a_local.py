@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from coordinator.assemble.audio_file import pcm16
-from coordinator.plan.guidance import check_recipe
+from coordinator.plan.recipes import guided_stage
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from ltx_engine.rules import guidance as G
 from ltx_engine.rules.schedule import ltx2_sigmas
@@ -51,7 +51,7 @@ def test_the_graph_is_audio_alone():
 def test_upstream_defaults():
     """ltx-pipelines' LTX-2.3 params for T2A: 30 steps, audio CFG 7, STG 1 on block 28, rescale 0.7,
     modality off (no video), skip step 0, upstream's negative prompt."""
-    rec = check_recipe(normalize_spec({"prompt": "a bell", "frames": 25, "pipeline": "t2a"}))
+    rec = guided_stage(normalize_spec({"prompt": "a bell", "frames": 25, "pipeline": "t2a"}))
     assert rec.sigmas == ltx2_sigmas(30) and rec.sampler == "euler"
     assert rec.audio == G.GuiderParams(cfg_scale=7.0, stg_scale=1.0, stg_blocks=(28,), rescale=0.7,
                                        modality_scale=1.0)
@@ -108,7 +108,7 @@ def test_t2a_local_equals_the_engine_loop_and_writes_the_wav(dev_runner, tmp_pat
     p = get["stage1.prep"]
     assert set(p) == {"audio_latent", "audio_mask", "audio_clean", "audio_positions"}
     audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
-    rec = check_recipe(validate_spec(normalize_spec(SPEC), []))
+    rec = guided_stage(validate_spec(normalize_spec(SPEC), []))
     model = dev_runner.engine.model(dev_runner.pack("dev"), "transformer_dev")
     for step in range(len(rec.sigmas) - 1):
         video, audio = guided_euler_step(model, None, audio, list(rec.sigmas), step, get["text"], get["negative"],

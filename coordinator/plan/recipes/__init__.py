@@ -11,6 +11,8 @@ recipe's own rules. The order of `RECIPES` is the order they are tried: a recipe
 from __future__ import annotations
 
 from coordinator.plan.graph import SpecError
+from coordinator.plan.guidance import REFERENCE_LAYERS, check_recipe
+from coordinator.plan.guidance import Recipe as GuidedStage
 from coordinator.plan.recipes.base import Modifier, PackFacts, Recipe
 from coordinator.plan.recipes.dfr import DFR
 from coordinator.plan.recipes.distilled import DISTILLED
@@ -34,7 +36,7 @@ SHOWN: tuple[Recipe, ...] = (DISTILLED, ONE_STAGE, TWO_STAGE, TWO_STAGE_HQ, DFR,
                              HDR_IC_LORA, T2A)
 
 __all__ = ["BY_NAME", "MODIFIERS", "RECIPES", "SHOWN", "Modifier", "PackFacts", "Recipe", "check_recipe_spec",
-           "recipe_for", "taken_by", "takes"]
+           "guided_stage", "recipe_for", "taken_by", "takes"]
 
 
 def recipe_for(spec: RenderPlan) -> Recipe:
@@ -54,3 +56,9 @@ def check_recipe_spec(spec: RenderPlan, pack: PackFacts) -> dict:
     if line is not None:
         raise SpecError(line)
     return recipe.check(spec, pack) or {}
+
+
+def guided_stage(spec: RenderPlan, num_layers: int = REFERENCE_LAYERS) -> GuidedStage | None:
+    """The render's guided stage resolved by its recipe's rule (None: the recipe runs no guidance), or one
+    line saying why it cannot run on a DiT of `num_layers` blocks."""
+    return check_recipe(spec, recipe_for(spec).guidance, num_layers)

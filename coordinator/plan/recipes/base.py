@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from coordinator.plan.guidance import GuidedRule
 from coordinator.plan.resolved import RenderPlan
 
 Check = Callable[[RenderPlan, "PackFacts"], "dict | None"]
@@ -52,11 +53,16 @@ class Recipe:
     components: tuple[str, ...] = ()
     check: Check = _none
     two_stage: bool = True  # a half-size stage 1, the spatial upsample, a full-size stage 2
-    guided: bool = False  # guidance passes on the dev DiT (CFG/STG/modality), a negative prompt
+    guidance: GuidedRule | None = None  # its guided stage's rule (guidance passes on the dev DiT, a negative prompt)
     distilled_stage2: bool = True  # stage 2 samples with the distilled generation's sampler rule
     video: bool = True  # a video stream and picture (False: the audio track alone, T2A)
     dits: tuple[str, ...] = ("transformer", "spatial_upscaler")  # its stages' DiTs and upsampler (pack components)
     default_spec: Mapping = field(default_factory=dict)  # fields beside the base spec for its default render
+
+    @property
+    def guided(self) -> bool:
+        """Its first stage runs guidance passes (CFG/STG/modality) on the dev DiT."""
+        return self.guidance is not None
 
 
 @dataclass(frozen=True, slots=True)

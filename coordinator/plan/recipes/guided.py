@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 from coordinator.plan.graph import SpecError
-from coordinator.plan.guidance import check_recipe
-from coordinator.plan.recipes.base import PackFacts
+from coordinator.plan.guidance import GuidedRule, check_recipe
+from coordinator.plan.recipes.base import Check, PackFacts
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import stage2_sigmas
 
@@ -23,11 +23,18 @@ TWO_STAGE_COMPONENTS = ("text_encoder", "connector", "transformer_dev", "distill
 TWO_STAGE_DITS = ("transformer_dev", "distilled_lora", "spatial_upscaler")
 
 
-def check_guided(spec: RenderPlan, pack: PackFacts) -> dict | None:
-    """The recipe's scales against the reference DiT, stage 2's steps, a finite stage-1 schedule."""
-    rec = check_recipe(spec)
-    if rec is None:
-        return None
+def guided_check(rule: GuidedRule) -> Check:
+    """A guided recipe's check: its rule's scales against the reference DiT, stage 2's steps, a finite
+    stage-1 schedule."""
+
+    def check(spec: RenderPlan, pack: PackFacts) -> dict | None:
+        return _check_guided(spec, rule)
+
+    return check
+
+
+def _check_guided(spec: RenderPlan, rule: GuidedRule) -> None:
+    rec = check_recipe(spec, rule)
     n = spec.stage2_steps
     if n is not None:
         if spec.stage2_sigmas is not None:

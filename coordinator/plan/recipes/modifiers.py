@@ -23,6 +23,7 @@ GUIDED = (ONE_STAGE, TWO_STAGE, HQ)
 # `--stg-blocks` is the audio's there); the others shape the video's guidance or the joint passes.
 AUDIO_KNOBS = ("steps", "negative_prompt", "audio_cfg_scale", "audio_stg_scale", "audio_rescale", "stg_blocks",
                "audio_skip_step")
+CHUNK_FIELDS = ("chunked", "chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
 DFR_STAGES = ("--dfr", "--temporal-upscalings", "--spatial-upscalings 2")  # what makes a render DFR's
 
 
@@ -93,7 +94,8 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--steps … (audio guidance)", "steps, the negative prompt and the audio's guidance scales",
              AUDIO_KNOBS, (*GUIDED, T2A)),
     Modifier("--segment", "a prompt per moment (Prompt Relay: each segment's text held to its seconds)",
-             ("segments",), (DISTILLED, *GUIDED)),
+             ("segments",), (DISTILLED, *GUIDED), excludes=("--chunked",),
+             rule="the windows do not take their own segments yet"),
     Modifier("--relay-epsilon … (relay)", "Prompt Relay's falloff and strength", ("relay_epsilon", "relay_strength"),
              (DISTILLED, *GUIDED), needs=("--segment",), rule="they shape the segments' penalty"),
     Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs", ("stage1_parallel",),
@@ -113,6 +115,10 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--encode-tiles", "a source clip's tiled encode", ("encode_tiles",), VIDEO),
     Modifier("--exr", "EXR frames (and their colourspace)", ("exr", "exr_colorspace"), VIDEO),
     Modifier("--hdr", "an HLG 10-bit HEVC master", ("hdr",), VIDEO),
+    Modifier("--chunked", "a clip longer than one window: windows each conditioned on the last frames (and audio) "
+             "of the one before, the seams crossfaded", CHUNK_FIELDS, (DISTILLED,),
+             excludes=("--image", "--audio", "--num-generated-keyframes", "--stage1-parallel",
+                       "--video-decoder diffusion"), rule="a window is conditioned on the one before alone"),
 )
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from coordinator.plan.guidance import DEV_ONE_STAGE
 from coordinator.plan.recipes.base import Recipe
-from coordinator.plan.recipes.guided import check_guided
+from coordinator.plan.recipes.guided import guided_check
 
 ONE_STAGE = Recipe(
     name="one-stage",
@@ -13,9 +14,9 @@ ONE_STAGE = Recipe(
     pipeline="one-stage",
     fields=("steps", "cfg_scale", "stg_scale", "stg_blocks", "rescale", "modality_scale", "negative_prompt"),
     components=("text_encoder", "connector", "transformer_dev", "vae_decoder", "audio_vae", "vocoder"),
-    check=check_guided,
+    check=guided_check(DEV_ONE_STAGE),
     two_stage=False,
-    guided=True,
+    guidance=DEV_ONE_STAGE,
     distilled_stage2=False,
     dits=("transformer_dev",),
     default_spec={"pipeline": "one-stage"},

@@ -8,8 +8,9 @@ negative prompt and audio guider) is the modifier table's, the size and `--no-au
 from __future__ import annotations
 
 from coordinator.plan.graph import SpecError
+from coordinator.plan.guidance import AUDIO_ONLY
 from coordinator.plan.recipes.base import PackFacts, Recipe
-from coordinator.plan.recipes.guided import check_guided
+from coordinator.plan.recipes.guided import guided_check
 from coordinator.plan.recipes.modifiers import AUDIO_KNOBS
 from coordinator.plan.resolved import RenderPlan
 from protos.spec import RenderSpec
@@ -30,7 +31,7 @@ def check_t2a(spec: RenderPlan, pack: PackFacts) -> dict | None:
                         "drop them")
     if not audio:
         raise SpecError("--no-audio: --pipeline t2a renders only the audio track; drop it")
-    return check_guided(spec, pack)
+    return guided_check(AUDIO_ONLY)(spec, pack)
 
 
 T2A = Recipe(
@@ -44,7 +45,7 @@ T2A = Recipe(
     components=("text_encoder", "connector", "transformer_dev", "audio_vae", "vocoder"),
     check=check_t2a,
     two_stage=False,
-    guided=True,
+    guidance=AUDIO_ONLY,
     distilled_stage2=False,
     video=False,
     dits=("transformer_dev",),

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from coordinator.plan.guidance import DEV
 from coordinator.plan.recipes.base import Recipe
 from coordinator.plan.recipes.guided import (
     TWO_STAGE_COMPONENTS,
     TWO_STAGE_DITS,
     TWO_STAGE_FIELDS,
-    check_guided,
+    guided_check,
 )
 
 TWO_STAGE = Recipe(
@@ -18,8 +19,8 @@ TWO_STAGE = Recipe(
     pipeline="two-stage",
     fields=TWO_STAGE_FIELDS,
     components=TWO_STAGE_COMPONENTS,
-    check=check_guided,
-    guided=True,
+    check=guided_check(DEV),
+    guidance=DEV,
     distilled_stage2=False,
     dits=TWO_STAGE_DITS,
     default_spec={"pipeline": "two-stage"},

@@ -1,0 +1,160 @@
+"""Chunked renders (`--chunked`), pure: the window plan, the graph of a 3-window distilled render (each
+window after the first pinned on the one before's carried frames and audio), the seams crossfaded by the
+assembler's join, the windows' audio joined to the clip's length, and the one-line refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coordinator.assemble.chunk_frames import joined_frames
+from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+from coordinator.reduce.chunks import chunk_audio_join, chunk_carry
+from ltx_engine.rules.chunks import ChunkError, ChunkLayout, Window, seam_weight
+from protos.fields import SpecError
+
+pytestmark = pytest.mark.timeout(60)
+
+SPEC = {"prompt": "a fox", "height": 64, "width": 128, "frames": 33, "seed": 3, "pack": "tiny", "chunked": True,
+        "chunk_pixel_frames": 17, "chunk_carry_frames": 9, "decode_tiles": "off"}
+
+
+def test_windows_start_a_carry_before_the_last_one_ends_and_the_last_is_cut_to_the_clip():
+    assert ChunkLayout(169).windows == (Window(0, 0, 97, 0), Window(1, 72, 97, 25))  # upstream's 97 / 25
+    assert ChunkLayout(33, 17, 9).windows == (Window(0, 0, 17, 0), Window(1, 8, 17, 9), Window(2, 16, 17, 9))
+    short = ChunkLayout(49, 33, 9).windows
+    assert short == (Window(0, 0, 33, 0), Window(1, 24, 25, 9)) and short[-1].stop == 49
+    lay = ChunkLayout(361, fps=24.0)  # 15 s in windows of 97: each adds 72 frames
+    assert [w.start for w in lay.windows] == [0, 72, 144, 216, 288] and lay.windows[-1].stop == 361
+    assert lay.carry_audio == 26 and lay.carry_audio_slice(lay.windows[0]) == slice(75, 101)
+    assert ChunkLayout(169, blend=8).blend_span(Window(1, 72, 97, 25)) == (89, 97)
+
+
+@pytest.mark.parametrize(("numbers", "line"), [
+    ((33, 17, 17, 8), "--chunk-carry-frames 17 is not shorter than the window's 17 frames"),
+    ((33, 18, 9, 8), "--chunk-pixel-frames 18 is not of the form 8k+1 (e.g. 97)"),
+    ((33, 17, 8, 4), "--chunk-carry-frames 8 is not of the form 8k+1 (e.g. 25)"),
+    ((17, 17, 9, 4), "--chunked: 17 frames fit one window of 17: give -f above it, or drop --chunked"),
+    ((33, 17, 9, 9), "--chunk-blend-frames 9: 0 to 8 (inside the carried frames, after the first)"),
+])
+def test_layouts_that_cannot_be_laid_out_say_why(numbers, line):
+    with pytest.raises(ChunkError) as refused:
+        ChunkLayout(*numbers)
+    assert str(refused.value) == line
+
+
+def _tasks(**extra) -> dict[str, dict]:
+    return {t["id"]: t for t in plan_render(validate_spec(normalize_spec({**SPEC, **extra}), []), "r")}
+
+
+def test_each_window_after_the_first_is_pinned_on_the_last_frames_and_audio_of_the_one_before():
+    tasks = _tasks()
+    assert [tid for tid, t in tasks.items() if t["kind"] == "denoise_stage1"] == ["r.w0.stage1", "r.w1.stage1",
+                                                                                  "r.w2.stage1"]
+    assert "context" not in tasks["r.w0.stage1"]["inputs"] and tasks["r.w0.stage1"]["params"]["images"] == []
+    for k in (1, 2):
+        s1, s2 = tasks[f"r.w{k}.stage1"], tasks[f"r.w{k}.stage2"]
+        assert s1["params"]["frames"] == 17 and s1["params"]["seed"] == 3 + k  # each window its own noise
+        pinned = {"input": "context", "frame": 0, "strength": 1.0, "binding": "replace"}
+        assert s1["params"]["images"] == s2["params"]["images"] == [pinned]
+        assert s1["inputs"]["context"] == {"task": f"r.w{k}.context_s1", "output": "latent"}
+        assert s2["inputs"]["context"] == {"task": f"r.w{k}.context_s2", "output": "latent"}
+        encode = tasks[f"r.w{k}.context_s1.t0"]
+        assert encode["inputs"] == {"frames": {"task": f"r.w{k - 1}.carry", "output": "frames"}}
+        assert encode["params"]["frames"] == 9 and encode["params"]["height"] == 32  # stage 1's half size
+        carry = tasks[f"r.w{k - 1}.carry"]
+        assert carry["capability"] == "coordinator" and carry["params"]["carry"] == 9
+        assert carry["inputs"] == {"frames": {"task": f"r.w{k - 1}.decode", "output": "frames"}}
+        pin = tasks[f"r.w{k}.audio_pin"]
+        assert pin["inputs"]["latent"] == {"task": f"r.w{k - 1}.stage1", "output": "audio_latent"}
+        assert (pin["params"]["start"], pin["params"]["stop"]) == (18 - 9, 18)
+        assert s1["inputs"]["audio_pin"]["task"] == f"r.w{k}.audio_pin" and s1["params"]["audio_pin_start"] == 0
+    join = tasks["r.audio_join"]
+    assert sorted(join["inputs"]) == ["w0", "w1", "w2"] and tasks["r.audio"]["inputs"]["latent"]["task"] == join["id"]
+    assert "r.w2.carry" not in tasks and "r.decode" not in tasks
+    order = list(tasks)
+    assert all(order.index(d) < order.index(tid) for tid, t in tasks.items() for d in t["deps"])
+
+
+def test_a_latent_carry_pins_the_stage_latents_so_a_window_waits_for_the_last_ones_stage_1_alone():
+    tasks = _tasks(chunk_carry="latent")
+    assert not any(t["kind"] in ("chunk_carry", "video_encode") for t in tasks.values())
+    for k in (1, 2):
+        assert tasks[f"r.w{k}.stage1"]["deps"] == ["r.text", f"r.w{k}.audio_pin", f"r.w{k}.carry_s1"]
+        for stage in (1, 2):
+            cut = tasks[f"r.w{k}.carry_s{stage}"]
+            assert cut["params"]["latent_frames"] == 2 and cut["capability"] == "coordinator"
+            assert cut["inputs"] == {"latent": {"task": f"r.w{k - 1}.stage{stage}", "output": "video_latent"}}
+            assert tasks[f"r.w{k}.stage{stage}"]["inputs"]["context"]["task"] == cut["id"]
+
+
+def test_a_tiled_window_carries_from_its_decode_tiles():
+    tasks = _tasks(decode_tiles="32,96,96", stage2_tiles="1x2", tile_overlap=1)
+    carry = tasks["r.w0.carry"]
+    assert sorted(carry["inputs"]) == [f"t{i}" for i in range(carry["params"]["tiles"])]
+    assert carry["params"]["tiles"] > 1 and carry["params"]["sizes"] == "32,96,96"
+    assert any(tid.startswith("r.w1.stage2.") for tid in tasks)  # each window's stage 2 in tiles
+
+
+def test_the_carry_is_the_windows_last_frames_as_8_bit_rgb():
+    frames = np.linspace(0.0, 1.0, 17 * 2 * 3 * 3, dtype=np.float32).reshape(17, 2, 3, 3)
+    out = chunk_carry({"frames": 17, "carry": 9}, {"frames": frames})["frames"]
+    assert out.dtype == np.uint8 and out.shape == (9, 2, 3, 3)
+    np.testing.assert_array_equal(out, np.rint(frames[8:] * 255).astype(np.uint8))
+
+
+def test_the_joined_clip_crossfades_the_last_blend_frames_of_each_overlap():
+    plan = validate_spec(normalize_spec({**SPEC, "chunk_blend_frames": 4}), [])
+    windows = {f"w{k}.": np.full((17, 1, 1, 3), float(k + 1), np.float32) + np.arange(17)[:, None, None, None]
+               for k in range(3)}
+
+    def window_frames(view, prefix):
+        assert view.frames == 17
+        return iter(windows[prefix]), {"decode_tiles": 1}
+
+    frames, info = joined_frames(plan, window_frames)
+    frames = np.stack(list(frames))[:, 0, 0, 0]
+    assert frames.shape == (33,) and info == {"chunk_windows": 3, "decode_tiles": 1}
+    np.testing.assert_array_equal(frames[:13], np.arange(13) + 1.0)  # window 0 until the blend
+    for i, at in enumerate(range(13, 17)):  # window 0's frames 13..16 into window 1's 5..8
+        w = np.float32(seam_weight(i, 4))
+        assert frames[at] == np.float32(1 - w) * np.float32(at + 1) + w * np.float32(2 + at - 8)
+    np.testing.assert_array_equal(frames[17:21], np.arange(9, 13) + 2.0)  # window 1 after the seam
+    np.testing.assert_array_equal(frames[25:], np.arange(9, 17) + 3.0)  # window 2's new frames
+
+
+def test_the_windows_audio_joins_to_the_clips_length():
+    lay = ChunkLayout(33, 17, 9)
+    latents = [np.full((1, 2, 18, 4), k, np.float32) for k in range(3)]
+    params = {"total": 33, "window": 17, "carry": 9, "blend": 8, "fps": 24.0, "windows": 3}
+    joined = chunk_audio_join(params, {f"w{k}": lat for k, lat in enumerate(latents)})["latent"]
+    assert joined.shape == (1, 2, round(33 / 24 * 25), 4) and lay.carry_audio == 9
+    assert (joined[0, 0, :18] == 0).all() and (joined[0, 0, 18:27] == 1).all() and (joined[0, 0, 27:] == 2).all()
+
+
+@pytest.mark.parametrize(("extra", "line"), [
+    ({"chunk_carry_frames": 17}, "--chunk-carry-frames 17 is not shorter than the window's 17 frames"),
+    ({"chunk_pixel_frames": 20}, "--chunk-pixel-frames 20 is not of the form 8k+1 (e.g. 97)"),
+    ({"frames": 17}, "--chunked: 17 frames fit one window of 17: give -f above it, or drop --chunked"),
+    ({"pipeline": "two-stage"}, "--chunked does not apply to the two-stage recipe (--pipeline two-stage); it "
+                                "applies to: distilled"),
+    ({"chunked": None}, "--chunk-pixel-frames needs --chunked"),
+    ({"frames": None}, "--chunked needs -f/--frames: the whole clip's length, above one window"),
+    ({"chunk_carry": "pixels"}, "--chunk-carry 'pixels': decoded (upstream's) or latent (ours)"),
+    ({"images": [{"blob": "0" * 64, "frame": 0}]},
+     "--chunked and --image do not compose (a window is conditioned on the one before alone)"),
+])
+def test_bad_chunked_renders_are_refused_in_one_line(extra, line):
+    with pytest.raises(SpecError) as refused:
+        validate_spec(normalize_spec({**SPEC, **extra}), [])
+    assert str(refused.value) == line
+
+
+def test_a_chunked_render_is_longer_than_one_generation_may_be():
+    plan = validate_spec(normalize_spec({**SPEC, "frames": 8 * 80 + 1, "chunk_pixel_frames": 97,
+                                         "chunk_carry_frames": 25}), [])
+    assert plan.as_dict()["chunked"] is True and plan.frames == 641 and plan.decode_tiles == "off"
+    with pytest.raises(SpecError, match="exceed the model's"):
+        validate_spec(normalize_spec({**SPEC, "frames": 641, "chunked": None, "chunk_pixel_frames": None,
+                                      "chunk_carry_frames": None}), [])
+    assert "chunked" not in validate_spec(normalize_spec({"prompt": "a fox", "frames": 25}), []).as_dict()
