@@ -47,14 +47,14 @@ def relay_params(spec: RenderPlan, window: tuple[float, float] | None = None) ->
     """The text task's relay params (None without segments): the spans, the clip's rate, the port's knobs.
     `window` [start, end) seconds: a chunked render's window, which sees the segments it overlaps on its own
     clock (None when it overlaps none)."""
-    spans = relay_spans(spec)
+    held = relay_spans(spec)
     if window is not None:  # a segment cut to a sliver by the window's edge holds no frame of it: left out
-        spans = [s for s in segments_in(spans, *window) if len(range(*frame_span(s.start, s.end, spec.frame_rate)))]
-    if not spans:
+        held = [s for s in segments_in(held, *window) if len(range(*frame_span(s.start, s.end, spec.frame_rate)))]
+    if not held:
         return None
     epsilon = DEFAULT_EPSILON if spec.relay_epsilon is None else spec.relay_epsilon
     strength = DEFAULT_STRENGTH if spec.relay_strength is None else spec.relay_strength
-    return {"segments": [[s.text, s.start, s.end] for s in spans], "fps": spec.frame_rate,
+    return {"segments": [[s.text, s.start, s.end] for s in held], "fps": spec.frame_rate,
             "epsilon": epsilon, "strength": strength}
 
 
