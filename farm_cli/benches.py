@@ -319,3 +319,20 @@ def step_cache(
 
     run(height, width, frames, stage1_steps, stage2_steps, pack, [float(t) for t in thresholds.split(",")], pairs,
         data, as_json)
+
+
+@bench_app.command("relay")
+def relay(
+    height: Height = 512,
+    width: Width = 768,
+    frames: Frames = 121,
+    frame_rate: spec_option("frame_rate") = 24.0,
+    layers: Annotated[int, typer.Option("--layers", help="DiT blocks of the tiny-width forward.")] = 4,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved without/with-segments pairs.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Prompt Relay's mask (--segment) per stage: its build, a forward and a full-width text attention with and
+    without it (paired medians), and the full-size stage's extra seconds."""
+    from farm_cli.bench.relay import run
+
+    run(height, width, frames, frame_rate, layers, pairs, as_json)

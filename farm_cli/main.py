@@ -9,7 +9,7 @@ import typer
 
 from farm_cli import common, config, dashboard, doctor, join, manage, packs, plan, recipes, renders, services
 from farm_cli.benches import bench_app
-from farm_cli.image_option import ImageCommand
+from farm_cli.multi_option import MultiValueCommand
 from farm_cli.options import Coordinator, DataDir, Output, SaveLatents, Token
 from farm_cli.render_options import asked_render, render_options
 from farm_cli.session import fail, one_line
@@ -120,8 +120,8 @@ def refuse_token_argv(argv: list[str]) -> None:
 
 
 # The commands, in the order `farm --help` lists them (sub-apps after the commands, as typer does).
-app.command(cls=ImageCommand)(render)  # --image PATH FRAME STRENGTH, repeatable (farm_cli/image_option.py)
-app.command(cls=ImageCommand)(renders.submit)
+app.command(cls=MultiValueCommand)(render)  # --image, --segment: several values per use (farm_cli/multi_option.py)
+app.command(cls=MultiValueCommand)(renders.submit)
 for command in (renders.watch, renders.status, renders.cancel, renders.fetch, renders.workers,
                 renders.requeue, renders.drain, services.coordinator, services.worker, services.up, services.demo,
                 doctor.doctor, join.join):
@@ -130,7 +130,7 @@ app.command("config")(config.show)
 app.command("dashboard")(dashboard.dashboard)
 for command in (manage.ls, manage.retry, manage.rerun, manage.delete, manage.prune, manage.logs):
     app.command()(command)
-app.command(cls=ImageCommand)(plan.plan)
+app.command(cls=MultiValueCommand)(plan.plan)
 app.command("recipes")(recipes.recipes)
 pack_app.command("tiny")(pack_tiny)
 pack_app.command("pull")(packs.pack_pull)

@@ -92,9 +92,11 @@ def spec_of_args(args: list[str], command: str = "submit", data: Path | None = N
     def flags_only(**asked: Any) -> dict:
         return asked
 
+    from farm_cli.multi_option import MultiValueCommand
+
     flags_only.__name__ = command
     app = typer.Typer()
-    app.command(name=command)(render_options(flags_only))
+    app.command(name=command, cls=MultiValueCommand)(render_options(flags_only))
     click_command = typer.main.get_command(app)
     ctx = click_command.make_context(command, list(args), resilient_parsing=False)
     return asked_render(dict(ctx.params), data=data).spec

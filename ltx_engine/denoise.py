@@ -263,6 +263,19 @@ def state_modality(state: LatentState, sigma: float, context: np.ndarray, mask: 
     return modality(state.latent, timesteps, state.positions, sigma, context, mask)
 
 
+def stream_modalities(video: LatentState | None, audio: LatentState | None, sigma: float,
+                      contexts: dict[str, np.ndarray]) -> tuple:
+    """Both streams' Modalities at `sigma` (None where a stream is absent), each with its text mask
+    (`ltx_engine.relay`: the context mask, or Prompt Relay's bias of its own tokens)."""
+    from ltx_engine.relay import text_mask
+
+    v_mod = None if video is None else state_modality(video, sigma, contexts["video_context"],
+                                                      text_mask(contexts, video.positions))
+    a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"],
+                                                      text_mask(contexts, audio.positions, audio=True))
+    return v_mod, a_mod
+
+
 def _run_model(model, v_mod, a_mod, options=None, positions: np.ndarray | None = None,
                cache=None) -> tuple[np.ndarray, np.ndarray | None]:
     """One forward as float32 numpy; `options` (`ltx_engine.models.forward_options`): sparse tau, compute dtype;
@@ -283,14 +296,17 @@ def forward_tokens(model, tokens: dict[str, np.ndarray], sigma: float, contexts:
                    options=None, cache=None) -> np.ndarray:
     """Video velocity of one forward on a token set (a tile): latent/timesteps/positions plus the
     untiled audio tokens as context (their output is not needed: stage-2 audio is frozen)."""
-    mask = contexts.get("context_mask")
-    v_mod = modality(tokens["latent"], tokens["timesteps"], tokens["positions"], sigma, contexts["video_context"], mask)
+    from ltx_engine.relay import text_mask
+
+    v_mod = modality(tokens["latent"], tokens["timesteps"], tokens["positions"], sigma, contexts["video_context"],
+                     text_mask(contexts, tokens["positions"]))
     if "keyframes" in tokens:  # LTX-2.5: the tile's share of the state's keyframe marker
         v_mod.keyframes_mask = mx.array(tokens["keyframes"])
     a_mod = None
     if "audio_latent" in tokens:
         a_t = sampling.timesteps_from_mask(tokens["audio_mask"], sigma)[..., 0]
-        a_mod = modality(tokens["audio_latent"], a_t, tokens["audio_positions"], sigma, contexts["audio_context"], mask)
+        a_mod = modality(tokens["audio_latent"], a_t, tokens["audio_positions"], sigma, contexts["audio_context"],
+                         text_mask(contexts, tokens["audio_positions"], audio=True))
     return _run_model(model, v_mod, a_mod, options, tokens["positions"], cache)[0]
 
 
@@ -300,13 +316,11 @@ def model_forward(model, video: LatentState, audio: LatentState | None, sigma: f
                   cache=None) -> tuple[np.ndarray, np.ndarray | None]:
     """Velocities of one forward, as float32 numpy; `marker` (1, T, 1) flags single-pixel-frame tokens;
     `attention_mask` (1, T, T) in [0, 1]: the video's self-attention strengths (IC-LoRA control)."""
-    mask = contexts.get("context_mask")
-    v_mod = state_modality(video, sigma, contexts["video_context"], mask)
+    v_mod, a_mod = stream_modalities(video, audio, sigma, contexts)
     if marker is not None:
         v_mod.keyframes_mask = mx.array(marker)
     if attention_mask is not None:
         v_mod.attention_mask = mx.array(attention_mask)
-    a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
     return _run_model(model, v_mod, a_mod, options, video.positions, cache)
 
 

@@ -86,6 +86,22 @@ class Engine:
         encoder = self.registry.get(EncoderFolder(encoder_dir or pack.text_encoder_dir), TEXT_ENCODER)
         return encode_prompt(encoder, self.model(pack, "connector"), prompt)
 
+    def relay_table(self, pack: Pack, prompt: str, relay: dict, encoder_dir: Path | None = None) -> np.ndarray:
+        """Prompt Relay's table for the stages (`rules.prompt_relay.RelayTable`): each segment's text columns
+        in the combined prompt, counted with the encoder's own tokenizer. `relay`: the text task's params
+        (segments as [text, start, end] seconds, fps, epsilon, strength)."""
+        from ltx_engine.rules import prompt_relay as pr
+
+        encoder = self.registry.get(EncoderFolder(encoder_dir or pack.text_encoder_dir), TEXT_ENCODER)
+        texts = [str(s[0]) for s in relay["segments"]]
+        total = encoder.token_count(pr.combined_prompt(prompt, texts))
+        if total > encoder.max_length:
+            raise pr.RelayError(f"the prompt and its segments are {total} tokens, past the text encoder's "
+                                f"{encoder.max_length}: it would cut them and every segment would read the wrong words")
+        ranges = pr.token_ranges(encoder.token_count, prompt, texts)
+        rows = tuple((a, b, float(s[1]), float(s[2])) for (a, b), s in zip(ranges, relay["segments"], strict=True))
+        return pr.RelayTable(float(relay["fps"]), float(relay["epsilon"]), float(relay["strength"]), rows).to_array()
+
     def enhance_prompt(self, pack: Pack, prompt: str, mode: str, max_new_tokens: int,
                        encoder_dir: Path | None = None) -> str:
         """The prompt rewritten by the text encoder's Gemma 3 (`models.prompt_enhancer`), greedily."""

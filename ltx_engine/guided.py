@@ -12,7 +12,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine.denoise import state_modality
+from ltx_engine.denoise import stream_modalities
 from ltx_engine.rules import guidance, sampling
 from ltx_engine.rules.sampling import LatentState
 
@@ -28,9 +28,7 @@ def pass_x0(model, name: str, video: LatentState | None, audio: LatentState | No
         if negative is None:
             raise ValueError("the uncond pass needs the negative prompt's contexts")
         contexts = negative
-    mask = contexts.get("context_mask")
-    v_mod = None if video is None else state_modality(video, sigma, contexts["video_context"], mask)
-    a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
+    v_mod, a_mod = stream_modalities(video, audio, sigma, contexts)
     perturbation = guidance.perturbation_for(name, video_params, audio_params)
     v_out, a_out = model(v_mod, a_mod, perturbation) if cache is None else model(v_mod, a_mod, perturbation, cache)
     mx.eval(*(o for o in (v_out, a_out) if o is not None))

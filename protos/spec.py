@@ -45,6 +45,9 @@ from protos.media_spec import (
     Retake,
     SourceVideo,
 )
+from protos.relay_spec import Segment, segment_flags
+from protos.relay_spec import epsilon as relay_epsilon_rule
+from protos.relay_spec import segments as relay_segments
 from protos.sp_spec import stage1_parallel
 from protos.spec_rules import (  # noqa: F401 - the contract's names, imported from here by both sides
     IMAGE_BINDINGS,
@@ -108,7 +111,7 @@ class RenderSpec:
     seed: int = spec_field(1, integer(0, MAX_SEED), opt("--seed"))
     pack: str = spec_field("tiny", text(256, pattern=PACK_NAME), opt(
         "--pack", help="Pack name in the packs folder, a path, or a HF repo id."))
-    images: tuple[ImageCondition, ...] = spec_field((), images, opt(  # three values per use: image_option.py
+    images: tuple[ImageCondition, ...] = spec_field((), images, opt(  # three values per use: multi_option.py
         "--image", type=list[str] | None, default=None,
         help="PATH FRAME STRENGTH, repeatable (keyframes). FRAME: an index, negative from the end, or last."), opt(
         "--image-binding", type=list[str] | None, default=None,
@@ -256,6 +259,14 @@ class RenderSpec:
         "--no-keyframes", type=bool, default=False, help="--hdr-ic-lora: no keyframe slots at the DFR seams."), opt(
         "--input-colorspace", type=str | None,
         help="--hdr-ic-lora: srgb_gamma (default, display-encoded) | srgb (codes taken as linear)."), client=MEDIA)
+    segments: tuple[Segment, ...] = spec_field((), relay_segments, opt(  # two values per use: multi_option.py
+        "--segment", type=list[str] | None, default=None, metavar="TEXT SECONDS", parse=segment_flags,
+        help="A prompt per moment (Prompt Relay): TEXT speaks for the next SECONDS of the clip; repeatable, back to "
+        "back from the start; -p holds everywhere."))
+    relay_epsilon: float | None = spec_field(None, relay_epsilon_rule, opt(  # None: the port's 1e-3
+        "--relay-epsilon", type=float | None, help="Prompt Relay's falloff in (0, 1): smaller is sharper (default 0.001)."))
+    relay_strength: float | None = spec_field(None, number(0.0, 100.0), opt(  # None: the port's 1
+        "--relay-strength", type=float | None, help="Prompt Relay's penalty multiplier (default 1)."))
     stage1_parallel: str = spec_field("auto", stage1_parallel, opt(  # protos/sp_spec.py
         "--stage1-parallel", type=str | None, default=None,
         help="auto (default) | K: stage 1 on up to K workers at once (1 = off; at most 8)."))
@@ -320,7 +331,7 @@ def _legacy_image(raw: Mapping[str, object]) -> Mapping[str, object]:
 
 def json_value(value: object) -> JsonValue:
     """A spec field as JSON holds it (an image as its object, sigmas as a list)."""
-    if isinstance(value, (ImageCondition, LoraRef, *MEDIA_RECORDS)):
+    if isinstance(value, (ImageCondition, LoraRef, Segment, *MEDIA_RECORDS)):
         return value.to_dict()
     if isinstance(value, tuple):
         return [json_value(v) for v in value]

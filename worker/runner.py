@@ -23,10 +23,12 @@ from ltx_engine.loading.pack import WeightPack, hf_snapshot, open_pack
 from ltx_engine.loading.registry import ModelRegistry
 from ltx_engine.lora.lora import WithLoras, reference_downscale
 from ltx_engine.media_stage import stage_fields
+from ltx_engine.relay import contexts_of, without_contexts
 from ltx_engine.rules import text_encoders
 from ltx_engine.rules.components import PARTS, TEXT_ENCODER
 from ltx_engine.rules.dfr_epilogue import task_keyframes
 from ltx_engine.rules.generation import stage2_sampler
+from ltx_engine.rules.prompt_relay import RELAY, combined_prompt
 from ltx_engine.rules.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STAGE2_NOISE_SEED_OFFSET, EULER
 from protos.kinds import WORKER_KINDS, facts
 from protos.tensors import prompt_bytes, prompt_text
@@ -48,10 +50,6 @@ class TaskCancelled(RuntimeError):
 def _problem(pack: WeightPack, component: str) -> str | None:
     problem = getattr(pack, "problem", None)  # a single-file checkpoint has no per-file problems
     return problem(component) if problem is not None else None
-
-
-def _contexts(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: inputs[k] for k in ("video_context", "audio_context", "context_mask") if k in inputs}
 
 
 def _forward_params(params: dict) -> dict:
@@ -252,13 +250,17 @@ class Runner:
 
         folder = self.text_encoder_dir(pack, params)
         prompt = prompt_text(inputs["prompt"]) if "prompt" in inputs else params["prompt"]
-        key = (pack.key, str(folder.resolve()), prompt, REFERENCE_MAX_LENGTH)
+        relay = params.get(RELAY)  # Prompt Relay: the prompt and its segments' texts encoded as one
+        encoded = prompt if relay is None else combined_prompt(prompt, [str(s[0]) for s in relay["segments"]])
+        key = (pack.key, str(folder.resolve()), encoded, REFERENCE_MAX_LENGTH)
         if key not in self._embeddings:
-            self._embeddings[key] = self.engine.encode_prompt(pack, prompt, folder)
+            self._embeddings[key] = self.engine.encode_prompt(pack, encoded, folder)
             while len(self._embeddings) > EMBEDDINGS_KEPT:
                 self._embeddings.popitem(last=False)
         self._embeddings.move_to_end(key)
-        return self._embeddings[key]
+        if relay is None:
+            return self._embeddings[key]
+        return {**self._embeddings[key], RELAY: self.engine.relay_table(pack, prompt, relay, folder)}
 
     def _run_enhance_prompt(self, pack, params, inputs, step):
         """The prompt rewritten by the encoder's Gemma 3 (`--enhance-prompt`), as UTF-8 bytes; an encoder
@@ -278,7 +280,7 @@ class Runner:
         audio_cfg = pack.config.get("audio_vae", {})
         return StageInputs(
             frames=params["frames"], height=params["height"], width=params["width"], fps=params["fps"],
-            seed=params["seed"], sigmas=[float(s) for s in params["sigmas"]], contexts=_contexts(inputs),
+            seed=params["seed"], sigmas=[float(s) for s in params["sigmas"]], contexts=contexts_of(inputs),
             audio_channels=int(audio_cfg.get("z_channels", 8)), mel_bins=int(audio_cfg.get("latent_mel_bins", 16)),
             audio_frames=int(params["audio_frames"]),
             initial_video=inputs.get("latent"), initial_audio=inputs.get("audio_latent"),
@@ -327,16 +329,16 @@ class Runner:
 
     def _run_transformer_forward(self, pack, params, inputs, step):
         pack, params = self._detailing(pack, params)
-        tokens = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
+        tokens = without_contexts(inputs)
         cache = self.engine.step_cache(params, inputs)  # the tile's, across the stage's steps
-        velocity = self.engine.forward(pack, tokens, float(params["sigma"]), _contexts(inputs), _tile_options(params), cache)
+        velocity = self.engine.forward(pack, tokens, float(params["sigma"]), contexts_of(inputs), _tile_options(params), cache)
         step(1, 1)
         return {"velocity": velocity} | ({} if cache is None else cache.to_arrays())
 
     def _run_guidance_pass(self, pack, params, inputs, step):
         """One pass (cond, uncond, perturbed, isolated) of a guided step: its x0 (coordinator/plan/guidance.py)."""
-        arrays = {k: v for k, v in inputs.items() if k not in ("video_context", "audio_context", "context_mask")}
-        out = self.engine.guidance_pass(pack, params, arrays, _contexts(inputs))
+        arrays = without_contexts(inputs)
+        out = self.engine.guidance_pass(pack, params, arrays, contexts_of(inputs))
         step(1, 1)
         return out
 
@@ -351,7 +353,7 @@ class Runner:
         from ltx_engine.rules.dfr_layout import plan_from_params
 
         plan = plan_from_params(params["dfr"]).rounds[int(params["round"]) - 1]
-        tile = DfrTileInputs(latent=inputs["latent"], carry=inputs["carry"], contexts=_contexts(inputs), plan=plan,
+        tile = DfrTileInputs(latent=inputs["latent"], carry=inputs["carry"], contexts=contexts_of(inputs), plan=plan,
                              tile=plan.tiles[int(params["tile_index"])], image_latent=inputs.get("image_latent"),
                              image_frame=int(params.get("image_frame", 0)),
                              image_strength=float(params.get("image_strength", 1.0)),
@@ -360,7 +362,7 @@ class Runner:
 
     def _run_predict_duration(self, pack, params, inputs, step):
         bounds = tuple(float(params[k]) for k in ("min_seconds", "max_seconds") if k in params)  # --auto-duration
-        seconds, frames = self.engine.predict_duration(pack, _contexts(inputs), float(params["fps"]), bounds)
+        seconds, frames = self.engine.predict_duration(pack, contexts_of(inputs), float(params["fps"]), bounds)
         return {"seconds": np.array([seconds], np.float32), "frames": np.array([frames], np.int32)}
 
     def _run_dfr_keyframe_plane(self, pack, params, inputs, step):

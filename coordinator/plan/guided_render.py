@@ -28,6 +28,7 @@ from coordinator.plan.graph import (
     task,
 )
 from coordinator.plan.guidance import RES_2S, Recipe, plan_guided_stage
+from coordinator.plan.relay import without_relay
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules import guidance as G
 from protos.kinds import TaskKind, facts
@@ -37,7 +38,7 @@ AUDIO_CHANNELS = 8  # the audio VAE's latent channels (z_channels) the stage's a
 
 def negative_text_task(rid: str, spec: RenderPlan, rec: Recipe, text_task: dict, key) -> dict:
     """The negative prompt's text task: the prompt's, with the negative text and its own cache key."""
-    params = {**text_task["params"], "prompt": rec.negative_prompt,
+    params = {**without_relay(text_task["params"]), "prompt": rec.negative_prompt,
               "text_key": key(spec.with_asked(prompt=rec.negative_prompt))}
     return task(rid, "negative", "text_encode", params, {})
 

@@ -62,6 +62,7 @@ from coordinator.plan.loras import with_loras
 from coordinator.plan.media import a2v_negative, check_media, plan_video_encode, wire_audio
 from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
+from coordinator.plan.relay import check_relay, with_relay
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
 from ltx_engine.rules import text_encoders
@@ -142,6 +143,7 @@ def _validate_sized(spec: RenderPlan, fleet: Fleet) -> RenderPlan:
     pack = PackFacts(spec.pack, spec.generation)
     resolved = check_recipe_spec(spec, pack)  # the recipe's modifiers and its own rules (plan/recipes/)
     resolved_images(spec)  # keyframes: frames inside the clip, one replace per latent frame (plan/images.py)
+    check_relay(spec)  # --segment: inside the clip, a latent frame each (plan/relay.py)
     generated_slots(spec)  # --num-generated-keyframes: LTX-2.5, no DFR, slots that fit
     check_chunks(spec)  # the chunk flags only with --chunked (plan/chunks.py)
     check_media(spec)  # A2V's frozen track, the source's encode tiles (plan/media.py)
@@ -261,6 +263,7 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     text = task(rid, "text", "text_encode", {"pack": pack, "prompt": spec.prompt, **text_params(spec),
                                              "text_key": enhanced_key or text_key(spec),
                 "expect": {k: expect("float32") for k in ctx}}, text_inputs)
+    text, ctx = with_relay(text, ctx, spec)  # --segment: the table beside the contexts (plan/relay.py)
     tasks = [*enhancer, text]
     if spec.frames is None:  # an LTX-2.5 render's length is picked first (plan_length)
         costs.annotate(enhancer, spec)

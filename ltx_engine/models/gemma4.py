@@ -22,7 +22,7 @@ from mlx.utils import tree_flatten
 
 from ltx_engine.models.connector import TextProjection
 from ltx_engine.models.connector_config import ConnectorConfig
-from ltx_engine.models.text_encoder import REFERENCE_MAX_LENGTH, attention_masks
+from ltx_engine.models.text_encoder import REFERENCE_MAX_LENGTH, attention_masks, without_eos
 from ltx_engine.rules.text_encoders import GEMMA4_CONFIG, GEMMA4_WEIGHTS
 
 PREFIX = "text_encoder."
@@ -125,6 +125,12 @@ class Gemma4Tower:
         model = build_language_model(config, lm, json.loads(quantize.read_text()) if quantize.is_file() else None)
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
         return cls(model, tokenizer, load_projection(proj), max_length)
+
+    def token_count(self, prompt: str) -> int:
+        """The tokens `tokenize` gives the prompt before padding or truncation (its `<bos>` in, a trailing
+        EOS out): Prompt Relay counts a segment's columns with it."""
+        ids = self.tokenizer(prompt.strip())["input_ids"]
+        return without_eos(self.tokenizer, ids) + (0 if ids and ids[0] == self.tokenizer.bos_token_id else 1)
 
     def hidden_states(self, prompt: str) -> tuple[list[mx.array], mx.array]:
         """All Gemma 4 hidden states (num_hidden_layers + 1 arrays of (1, L, hidden)) and the (1, L) mask."""

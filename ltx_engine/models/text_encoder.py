@@ -65,6 +65,13 @@ def gemma_hidden_states(model: nn.Module, input_ids: mx.array, mask: mx.array) -
     return states
 
 
+def without_eos(tokenizer, ids: list[int]) -> int:
+    """How many of `ids` precede a trailing EOS (the port's adjustment: an EOS would shift every later
+    segment's columns by one)."""
+    eos = tokenizer.eos_token_id
+    return len(ids) - 1 if len(ids) > 1 and eos is not None and ids[-1] == eos else len(ids)
+
+
 class TextEncoder:
     """Tokenizer + Gemma 3 (mlx-lm) from one local folder; yields per-layer hidden states."""
 
@@ -96,6 +103,11 @@ class TextEncoder:
             prompt.strip(), padding="max_length", max_length=self.max_length, truncation=True
         )
         return mx.array([enc["input_ids"]], dtype=mx.int32), mx.array([enc["attention_mask"]], dtype=mx.int32)
+
+    def token_count(self, prompt: str) -> int:
+        """The tokens `tokenize` gives the prompt before padding or truncation, a trailing EOS left out:
+        Prompt Relay counts a segment's columns with it."""
+        return without_eos(self.tokenizer, self.tokenizer(prompt.strip())["input_ids"])
 
     def hidden_states(self, prompt: str) -> tuple[list[mx.array], mx.array]:
         """All Gemma hidden states (num_hidden_layers + 1 arrays of (1, L, hidden)) and the (1, L) mask."""

@@ -123,9 +123,10 @@ class Modality:
     latent (B, T, C) tokens (generated then conditioning); sigma (B,) float32 scalar noise level;
     timesteps (B, T) per-token sigma * denoise_mask; positions (B, n_axes, T, 2) float32 [start, end)
     (pixels for H/W, seconds for time); context (B, L, D); context_mask (B, L) 1 = keep (or a float
-    additive bias); attention_mask (B, T, T) in [0, 1] or None for full self-attention;
-    keyframes_mask (B, T, 1) or (B, T), non-zero on single-pixel-frame tokens (LTX-2.5's keyframe
-    marker; None = no token marked, and models without the embedding ignore it).
+    additive bias, (B, L) or per query token (B, 1, T, L): Prompt Relay's); attention_mask (B, T, T) in
+    [0, 1] or None for full self-attention; keyframes_mask (B, T, 1) or (B, T), non-zero on
+    single-pixel-frame tokens (LTX-2.5's keyframe marker; None = no token marked, and models without
+    the embedding ignore it).
     """
 
     latent: mx.array

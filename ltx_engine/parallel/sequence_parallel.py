@@ -118,7 +118,14 @@ def shard_stream(s: StreamArgs, idx: np.ndarray) -> StreamArgs:
         s, x=_take(s.x, i, 1), embedded_timestep=_take(s.embedded_timestep, i, 1),
         mod=_shard_modulation(s.mod, idx), pe=_shard_rope(s.pe, i), self_mask=_take(s.self_mask, i, 2),
         cross_pe=_shard_rope(s.cross_pe, i), cross_scale_shift=_shard_modulation(s.cross_scale_shift, idx),
+        context_mask=_shard_rows(s.context_mask, i),
     )
+
+
+def _shard_rows(mask: mx.array | None, idx: mx.array) -> mx.array | None:
+    """A text mask's rows of the shard's tokens (Prompt Relay's bias has one per token; a mask of one row is
+    shared)."""
+    return mask if mask is None or mask.ndim < 4 or mask.shape[2] == 1 else mx.take(mask, idx, axis=2)
 
 
 def _self_attention(block: BasicAVTransformerBlock, shards: list[StreamArgs], ex: Exchange) -> list[mx.array]:

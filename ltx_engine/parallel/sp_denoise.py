@@ -18,8 +18,8 @@ from ltx_engine.denoise import (
     StageInputs,
     build_stage_states,
     stage_marker,
-    state_modality,
     step_states,
+    stream_modalities,
 )
 from ltx_engine.parallel.sequence_parallel import (
     Exchange,
@@ -59,13 +59,11 @@ class Resume:
 
 def sp_forward_fn(model, contexts: dict[str, np.ndarray], marker: np.ndarray | None, ex: Exchange) -> Forward:
     """`denoise.model_forward` with the video tokens split as `ex` says."""
-    mask = contexts.get("context_mask")
 
     def forward(video: LatentState, audio: LatentState | None, sigma: float):
-        v_mod = state_modality(video, sigma, contexts["video_context"], mask)
+        v_mod, a_mod = stream_modalities(video, audio, sigma, contexts)
         if marker is not None:
             v_mod.keyframes_mask = mx.array(marker)
-        a_mod = None if audio is None else state_modality(audio, sigma, contexts["audio_context"], mask)
         v_out, a_out = sp_forward(model, v_mod, a_mod, ex)
         mx.eval(v_out) if a_out is None else mx.eval(v_out, a_out)
         return np.array(v_out.astype(mx.float32)), None if a_out is None else np.array(a_out.astype(mx.float32))

@@ -40,6 +40,9 @@ TWO = {**GUIDED, "pipeline": "two-stage", "height": 128, "width": 128, "stage1_s
 HQ = {**GUIDED, "pipeline": "two-stage-hq", "height": 128, "width": 128, "stage1_steps": 2, "stage2_steps": 1}
 T2A = {"prompt": "a bell rings", "frames": 9, "seed": 3, "pack": "dev", "pipeline": "t2a", "steps": 2,
        "stg_blocks": [1], "negative_prompt": "noise"}
+RELAY = {"prompt": "a fox in a field", "height": 128, "width": 128, "frames": 25, "seed": 5, "pack": "tiny",
+         "decode_tiles": "off", "stage2_tiles": "2x1x1", "tile_overlap": 1, "relay_epsilon": 0.01,
+         "segments": [{"text": "the fox sleeps", "seconds": 0.5}, {"text": "the fox runs", "seconds": 0.54}]}
 KEYS = {"prompt": "a fox", "height": 256, "width": 384, "frames": 25, "frame_rate": 24.0, "seed": 3, "pack": "p"}
 DFR = {"prompt": "a fox", "frames": 41, "pack": "p"}
 DFR_FARM = {"prompt": "a fox", "height": 128, "width": 192, "frames": 41, "frame_rate": 24.0, "seed": 5,
@@ -153,6 +156,9 @@ PLANNED = [
                                                  "modality_scale": 2.0, "audio_cfg_scale": 6.0}),
     case("guided-one-stage-3-steps", "guidance", {**ONE, "steps": 3, "height": 64, "width": 64}),
     case("guided-two-stage-1-step", "guidance", {**{k: v for k, v in TWO.items() if k != "stage1_steps"}, "steps": 1}),
+    # A prompt per moment (Prompt Relay): the text task's table beside the contexts of every stage and tile.
+    case("relay-farm", "relay", RELAY, TWO_MACS),
+    case("relay-one-stage", "relay", {**ONE, "segments": RELAY["segments"], "frames": 25}, DEV_MAC),
     # Text to audio: the audio track alone.
     case("t2a", "t2a", T2A),
     case("t2a-dev-mac", "t2a", T2A, DEV_MAC),

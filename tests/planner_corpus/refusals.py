@@ -5,7 +5,21 @@ Why: a refusal's wording is what a person reads at `farm submit` / `farm plan`; 
 
 from __future__ import annotations
 
-from tests.planner_corpus.cases import A2V, CLIP, DFR, HDR, KEYS, LENGTH, NONE, P23, P25, PLANNER, T2A, case
+from tests.planner_corpus.cases import (
+    A2V,
+    CLIP,
+    DFR,
+    HDR,
+    KEYS,
+    LENGTH,
+    NONE,
+    P23,
+    P25,
+    PLANNER,
+    RELAY,
+    T2A,
+    case,
+)
 from tests.planner_corpus.run import blob
 
 GOOD = {"prompt": "a fox", "pack": "tiny"}  # tests/farm/test_validation.py: each bad field on a good spec
@@ -57,6 +71,13 @@ T2A_BAD = {  # tests/unit/test_t2a_local.py: video flags on the audio track alon
     "no-audio": {"audio": False}, "image": {"images": [{"blob": blob("image"), "frame": 0}]},
     "apg": {"apg_eta": 0.5}, "dfr": {"dfr": True},
 }
+RELAY_BAD = {  # tests/unit/test_prompt_relay.py, tests/farm/test_relay_farm.py
+    "past-the-end": {"segments": [*RELAY["segments"], {"text": "it rests", "seconds": 0.5}]},
+    "no-latent-frame": {"segments": [{"text": "the fox sleeps", "seconds": 0.55}, {"text": "blink", "seconds": 0.05}]},
+    "knob-alone": {"segments": []}, "epsilon-1": {"relay_epsilon": 1.0},
+    "on-t2a": {"pipeline": "t2a", "stage2_tiles": None, "decode_tiles": "auto"},
+    "chunked": {"chunked": True, "frames": 145},
+}
 FLEET_BAD = {  # tests/unit/test_planner.py, tests/farm/test_pack_refusals.py, test_lowram_farm.py
     "unknown-pack": ({**PLANNER, "pack": "big"}, [{"packs": ["tiny"], "memory_bytes": 1 << 36}]),
     "too-big-for-1gib": ({**PLANNER, "height": 2048, "width": 2048, "frames": 257},
@@ -101,6 +122,7 @@ REFUSED = [
     case("refuse-length-on-2.3", "refusal", {**LENGTH, "pack": "tiny", "auto_duration": [1.0, 3.0]}),
     *[case(f"refuse-t2a-{n}", "refusal", {**T2A, **bad}) for n, bad in T2A_BAD.items()],
     case("refuse-t2a-no-frames-2.5", "refusal", {**T2A, "pack": "p", "frames": None}, P25),
+    *[case(f"refuse-relay-{n}", "refusal", {**RELAY, **bad}) for n, bad in RELAY_BAD.items()],
     case("refuse-enhance-2.5-tower", "refusal", {"prompt": "a fox", "pack": "tiny25", "height": 64, "width": 64,
                                                  "frames": 9, "enhance_prompt": True},
          [{"packs": ["tiny25"], "memory_gb": 64, "disk": True}]),

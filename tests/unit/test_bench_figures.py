@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from farm_cli.bench import overhead, sparse
 
 
@@ -19,3 +21,14 @@ def test_a_token_count_too_large_for_the_free_memory_is_skipped(monkeypatch, cap
     out = json.loads(capsys.readouterr().out)
     assert out["tokens"]["8192"]["skipped"].startswith("dense attention needs ~1.0 GiB")
     assert sparse.dense_bytes(32768) == 16 * 2**30  # the default's 32k: skipped on a 16 GB machine
+
+
+@pytest.mark.timeout(60)
+def test_the_relay_bench_measures_each_stage(capsys):
+    from farm_cli.bench import relay
+
+    relay.run(64, 64, 9, 24.0, 1, 1, as_json=True)
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["stages"]) == ["stage 1", "stage 2"] and out["stages"]["stage 2"]["tokens"] == 2 * 2 * 2
+    assert all(0 < s["text_share"] < 0.1 and s["build_s"] > 0 for s in out["stages"].values())
+    assert relay.text_share(14080, 126) < relay.text_share(1536, 126)  # self-attention grows with the tokens
