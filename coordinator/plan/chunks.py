@@ -8,6 +8,7 @@ its decode as 8-bit RGB, which the tiled encode (`video_encode`, reading frames 
 turns into the pinned context at half and full size; `w{k+1}.audio_pin` slices window k's stage-1 audio
 latents. After the last window, `audio_join` joins the windows' audio latents and one `audio` decode
 gives the whole track; the assembler crossfades the decoded windows (`assemble/chunk_frames.py`).
+With `--segment`, a window's stages read a text task of its own segments (`plan/relay.py`'s `window_texts`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from coordinator.plan.decode import DECODE, decode_tile_plan, plan_decode, tile_
 from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import COORDINATOR, SpecError, expect, latent_grid, ref, task
 from coordinator.plan.media import encode_tile_sizes, video_encode_tasks
+from coordinator.plan.relay import window_texts
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import check_tiling
 from ltx_engine.rules.chunks import (
@@ -172,8 +174,17 @@ def _audio(rid: str, spec: RenderPlan, lay: ChunkLayout) -> list[dict]:
     return [join, decode]
 
 
-def plan_chunks(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
-    """The windows' tasks in order (each window's carry before the next window), then the joined audio."""
+def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict) -> list[dict]:
+    """The windows' tasks in order (each window's text task, when it is the first to read it, and its carry
+    before the next window), then the joined audio. `text`, `ctx`: the plain prompt's task and contexts;
+    with `--segment` each window relays the segments it overlaps, clipped to it, on its own clock."""
     lay = chunk_layout(spec)
-    tasks = [t for window in lay.windows for t in _window(rid, spec, ctx, lay, window)]
+    clocks = [(f"{rid}.w{w.index}", (w.start / lay.fps, w.stop / lay.fps)) for w in lay.windows]
+    tasks: list[dict] = []
+    texts: set[str] = set()
+    for window, (text_task, window_ctx) in zip(lay.windows, window_texts(text, ctx, spec, clocks), strict=True):
+        if text_task["id"] not in texts:
+            texts.add(text_task["id"])
+            tasks.append(text_task)
+        tasks += _window(rid, spec, window_ctx, lay, window)
     return tasks + (_audio(rid, spec, lay) if spec.audio else [])

@@ -263,6 +263,7 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     text = task(rid, "text", "text_encode", {"pack": pack, "prompt": spec.prompt, **text_params(spec),
                                              "text_key": enhanced_key or text_key(spec),
                 "expect": {k: expect("float32") for k in ctx}}, text_inputs)
+    plain = text, ctx  # a chunked render's windows each relay their own segments (plan/chunks.py)
     text, ctx = with_relay(text, ctx, spec)  # --segment: the table beside the contexts (plan/relay.py)
     tasks = [*enhancer, text]
     if spec.frames is None:  # an LTX-2.5 render's length is picked first (plan_length)
@@ -275,7 +276,7 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     if clip_pipeline(spec):  # retake/extend: their own graphs (plan/clip.py)
         return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
     if chunked(spec):  # a clip longer than one window, in windows (plan/chunks.py)
-        return _finish([*tasks, *plan_chunks(rid, spec, ctx)], spec, rid)
+        return _finish([*enhancer, *plan_chunks(rid, spec, *plain)], spec, rid)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)

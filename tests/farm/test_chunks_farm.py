@@ -1,7 +1,7 @@
 """A chunked distilled render on a real farm: 3 windows of 17 frames carrying 9 (stage 2 in 1x2 tiles,
 each window decoded in 2 tiles) on 2 workers, with the decoded carry (blended from the decode tiles on the
-coordinator) and with the latent carry. Every task's output is bit for bit `farm render --local`'s, and so
-are the joined clip's frames in render.mp4."""
+coordinator) and with the latent carry, and 2 windows with two `--segment`s (each window its own text task).
+Every task's output is bit for bit `farm render --local`'s, and so are the joined clip's frames in render.mp4."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from farm_cli.local import render_local
+from ltx_engine.rules.prompt_relay import RELAY
 from tests.farm.farm_harness import ModuleFarm, farm, wait_done, wait_until
 
 SPEC = {"prompt": "a fox", "height": 64, "width": 128, "frames": 33, "seed": 5, "pack": "tiny", "chunked": True,
@@ -46,4 +47,27 @@ def test_three_windows_on_two_workers_match_local(carry, chunk_farm, local_runne
     assert sum(t["kind"] == carried for t in tasks.values()) == (2 if carry == "decoded" else 4)
     frames = _frames(chunk_farm.data / "renders" / render_id / "render.mp4")
     assert frames.shape[0] == 33
+    np.testing.assert_array_equal(frames, _frames(out))
+
+
+@pytest.mark.timeout(300)
+def test_two_windows_with_two_segments_on_two_workers_match_local(chunk_farm, local_runner, tmp_path):
+    """Windows [0, 17) and [8, 25) frames: "sleeps" [0, 0.5) s and "runs" [0.5, 1.04) s each straddle the
+    seam, so each window relays both, clipped to it, from a text task of its own."""
+    client = chunk_farm.client
+    spec = {**SPEC, "frames": 25, "segments": [{"text": "the fox sleeps", "seconds": 0.5},
+                                               {"text": "the fox runs", "seconds": 0.54}]}
+    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 2, 60, "2 workers registered")
+    render_id = client.submit(dict(spec))
+    render = wait_done(client, render_id, timeout=240)
+    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+    out, outputs, _ = render_local(dict(spec), tmp_path / "local.mp4", local_runner)
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert set(tasks) == set(local)
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    assert sorted(n for n, t in tasks.items() if t["kind"] == "text_encode") == ["w0.text", "w1.text"]
+    assert all(RELAY in local[f"w{k}.text"] for k in (0, 1))
+    assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "coordinator"}
+    frames = _frames(chunk_farm.data / "renders" / render_id / "render.mp4")
+    assert frames.shape[0] == 25
     np.testing.assert_array_equal(frames, _frames(out))

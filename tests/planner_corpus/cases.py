@@ -159,6 +159,8 @@ PLANNED = [
     # A prompt per moment (Prompt Relay): the text task's table beside the contexts of every stage and tile.
     case("relay-farm", "relay", RELAY, TWO_MACS),
     case("relay-one-stage", "relay", {**ONE, "segments": RELAY["segments"], "frames": 25}, DEV_MAC),
+    case("relay-chunked", "relay", {**RELAY, "chunked": True, "chunk_pixel_frames": 17, "chunk_carry_frames": 9,
+                                    "height": 64, "width": 128, "stage2_tiles": "1x2"}, TWO_MACS),
     # Text to audio: the audio track alone.
     case("t2a", "t2a", T2A),
     case("t2a-dev-mac", "t2a", T2A, DEV_MAC),

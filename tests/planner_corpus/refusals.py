@@ -76,7 +76,6 @@ RELAY_BAD = {  # tests/unit/test_prompt_relay.py, tests/farm/test_relay_farm.py
     "no-latent-frame": {"segments": [{"text": "the fox sleeps", "seconds": 0.55}, {"text": "blink", "seconds": 0.05}]},
     "knob-alone": {"segments": []}, "epsilon-1": {"relay_epsilon": 1.0},
     "on-t2a": {"pipeline": "t2a", "stage2_tiles": None, "decode_tiles": "auto"},
-    "chunked": {"chunked": True, "frames": 145},
 }
 FLEET_BAD = {  # tests/unit/test_planner.py, tests/farm/test_pack_refusals.py, test_lowram_farm.py
     "unknown-pack": ({**PLANNER, "pack": "big"}, [{"packs": ["tiny"], "memory_bytes": 1 << 36}]),

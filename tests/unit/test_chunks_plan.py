@@ -1,6 +1,7 @@
 """Chunked renders (`--chunked`), pure: the window plan, the graph of a 3-window distilled render (each
 window after the first pinned on the one before's carried frames and audio), the seams crossfaded by the
-assembler's join, the windows' audio joined to the clip's length, and the one-line refusals."""
+assembler's join, the windows' audio joined to the clip's length, each window's own segments (`--segment`),
+and the one-line refusals."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from coordinator.assemble.chunk_frames import joined_frames
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from coordinator.reduce.chunks import chunk_audio_join, chunk_carry
 from ltx_engine.rules.chunks import ChunkError, ChunkLayout, Window, seam_weight
+from ltx_engine.rules.prompt_relay import RELAY
 from protos.fields import SpecError
 
 pytestmark = pytest.mark.timeout(60)
@@ -74,6 +76,40 @@ def test_each_window_after_the_first_is_pinned_on_the_last_frames_and_audio_of_t
     assert "r.w2.carry" not in tasks and "r.decode" not in tasks
     order = list(tasks)
     assert all(order.index(d) < order.index(tid) for tid, t in tasks.items() for d in t["deps"])
+
+
+def _texts_read(tasks: dict[str, dict], k: int) -> set[str]:
+    """The text tasks window k's tasks read their contexts (and relay table) from."""
+    keys = ("video_context", "audio_context", "context_mask", RELAY)
+    return {ref["task"] for tid, t in tasks.items() if tid.startswith(f"r.w{k}.")
+            for name, ref in t["inputs"].items() if name in keys}
+
+
+def test_each_window_relays_the_segments_it_overlaps_clipped_to_it_on_its_own_clock():
+    """Windows of 17 frames from frames 0, 8, 16 ([0, 0.71), [0.33, 1.04), [0.67, 1.375) s): "sleeps" [0, 0.6)
+    straddles windows 0 and 1; "runs" [0.6, 1.1) leaves window 0 a sliver of no latent frame (left out)."""
+    tasks = _tasks(segments=[{"text": "sleeps", "seconds": 0.6}, {"text": "runs", "seconds": 0.5}])
+    relays = {k: tasks[f"r.w{k}.text"]["params"][RELAY]["segments"] for k in range(3)}
+    assert relays[0] == [["sleeps", 0.0, 0.6]]
+    assert relays[1] == [["sleeps", 0.0, pytest.approx(0.6 - 8 / 24)], ["runs", pytest.approx(0.6 - 8 / 24),
+                                                                         pytest.approx(17 / 24)]]
+    assert relays[2] == [["runs", 0.0, pytest.approx(1.1 - 16 / 24)]]
+    assert all(_texts_read(tasks, k) == {f"r.w{k}.text"} for k in range(3))
+    assert "r.text" not in tasks and len({tasks[f"r.w{k}.text"]["params"]["text_key"] for k in range(3)}) == 3
+    order = list(tasks)
+    assert all(order.index(d) < order.index(tid) for tid, t in tasks.items() for d in t["deps"])
+
+
+def test_windows_with_equal_segments_share_a_text_task_and_the_rest_read_the_prompts():
+    held = _tasks(segments=[{"text": "sleeps", "seconds": 33 / 24}])  # the whole clip: each window alike
+    assert [tid for tid, t in held.items() if t["kind"] == "text_encode"] == ["r.w0.text"]
+    assert all(_texts_read(held, k) == {"r.w0.text"} for k in range(3))
+    early = _tasks(segments=[{"text": "sleeps", "seconds": 0.3}])  # window 0's alone
+    assert [tid for tid, t in early.items() if t["kind"] == "text_encode"] == ["r.w0.text", "r.text"]
+    assert [_texts_read(early, k) for k in range(3)] == [{"r.w0.text"}, {"r.text"}, {"r.text"}]
+    assert RELAY not in early["r.text"]["params"] and early["r.text"]["params"]["text_key"] == _tasks()[
+        "r.text"]["params"]["text_key"]
+    assert list(early).index("r.text") < list(early).index("r.w1.stage1")
 
 
 def test_a_latent_carry_pins_the_stage_latents_so_a_window_waits_for_the_last_ones_stage_1_alone():

@@ -2,9 +2,9 @@
 
 The spec: segments typed and refused field by field; the plan: the text task encodes the prompt with its
 segments and hands a relay table to every stage task and every guidance pass but the uncond one (the
-negative text task carries none), refusals in one line; the DiT: the table's bias reaches the video's and
-the audio's text cross-attention, and a sequence-parallel forward cuts it by rows, bit for bit the unsplit
-forward. The rule's parity with the port is tests/parity/test_prompt_relay.py.
+negative text task carries none), a chunked render's windows each their own, refusals in one line; the DiT:
+the table's bias reaches the video's and the audio's text cross-attention, and a sequence-parallel forward
+cuts it by rows, bit for bit the unsplit forward. The rule's parity with the port is tests/parity/test_prompt_relay.py.
 """
 
 from __future__ import annotations
@@ -67,13 +67,22 @@ def test_spec_refusals(raw, line):
     ({"segments": TWO, "temporal_upscalings": 1},
      "--segment does not apply to the dfr recipe (--dfr); it applies to: distilled, one-stage, two-stage"),
     ({"segments": TWO, "pipeline": "t2a"}, "--segment does not apply to the t2a recipe"),
-    ({"segments": TWO, "chunked": True, "frames": 145},
-     "--segment and --chunked do not compose (the windows do not take their own segments yet"),
 ])
 def test_plan_refusals(raw, line):
     with pytest.raises(SpecError) as err:
         validate_spec(RenderSpec.from_dict({**BASE, **raw}), [])
     assert line in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_segments_compose_with_chunked_windows():
+    """`--segment` with `--chunked` plans (windows [0, 97) and [72, 145) frames): window 0 relays both
+    segments from its own text task; window 1, past them, reads the plain prompt's."""
+    tasks = _by_id(_plan({**BASE, "segments": TWO, "chunked": True, "frames": 145}))
+    assert tasks["w0.text"]["params"][pr.RELAY]["segments"] == [["the fox sleeps", 0.0, 1.0],
+                                                                ["the fox runs", 1.0, 2.0]]
+    assert tasks["w0.stage1"]["inputs"][pr.RELAY] == {"task": "r.w0.text", "output": pr.RELAY}
+    assert tasks["w1.stage1"]["inputs"]["video_context"] == {"task": "r.text", "output": "video_context"}
+    assert pr.RELAY not in tasks["text"]["params"] and pr.RELAY not in tasks["w1.stage1"]["inputs"]
 
 
 def test_the_text_task_encodes_the_segments_and_every_stage_reads_the_table():
