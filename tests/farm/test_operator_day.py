@@ -25,9 +25,10 @@ from tests.farm.farm_harness import ROOT, wait_until
 
 CLI = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 SMALL = ["-H", "256", "-W", "384", "-f", "25"]
-# A render that outlasts a Ctrl-C and a worker killed mid-task on a fast machine (SMALL renders there in
-# about a second, so a signal sent after a status poll found it already done).
-LONG = ["-H", "256", "-W", "384", "-f", "121"]
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Farm:
@@ -51,8 +52,11 @@ class Farm:
                               timeout=timeout)
 
     def popen(self, *args: str) -> subprocess.Popen:
+        """`farm ARGS` as a process a test sends Ctrl-C to: SIGINT back at its default in the child, since a
+        suite started in the background by a non-interactive shell hands its children SIGINT ignored (and
+        Python then installs no KeyboardInterrupt), where a terminal's `farm` always has it."""
         return subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd=self.work, env=self.env)
+                                cwd=self.work, env=self.env, preexec_fn=_sigint_default)
 
     def start(self) -> None:
         log = open(self.log_path, "w")  # noqa: SIM115 - the farm writes it until it stops
@@ -150,7 +154,7 @@ def kill_mid_task(up: Farm, rid: str, leased) -> str:
 
 @pytest.mark.timeout(400)
 def test_ctrl_c_leaves_the_render_going_and_logs_show_the_lost_lease(up: Farm) -> None:
-    submit = up.popen("submit", "-p", "a paper crane", *LONG, "--seed", "4", "--wait", "-o", "crane.mp4")
+    submit = up.popen("submit", "-p", "a paper crane", *SMALL, "--seed", "4", "--wait", "-o", "crane.mp4")
     rid = submit.stdout.readline().strip()
     assert rid.startswith("r"), (rid, submit.stderr.read() if submit.poll() is not None else "")
 
@@ -249,7 +253,7 @@ def test_a_render_waiting_for_a_pack_shows_the_copy_under_way(up: Farm) -> None:
 
 @pytest.mark.timeout(120)
 def test_ctrl_c_during_a_batch_wait_names_the_group(up: Farm) -> None:
-    batch = up.popen("submit", "-p", "a kite", *LONG, "--seeds", "1-2", "--wait", "-o", "kites")
+    batch = up.popen("submit", "-p", "a kite", *SMALL, "--seeds", "1-2", "--wait", "-o", "kites")
     group, *ids = (batch.stdout.readline().strip() for _ in range(3))
     assert group.startswith("g") and all(i.startswith("r") for i in ids), (group, ids)
     time.sleep(1.0)  # following has begun
