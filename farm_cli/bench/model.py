@@ -151,6 +151,22 @@ def _guided(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
     return lines
 
 
+LONG = {**SPEC, "height": 704, "width": 1280, "frames": 721, "chunked": True}  # 30 s at 24 fps, 97-frame windows
+
+
+def _long(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
+    """A 30-second clip in chunked windows, each carry's schedule: the decoded carry (upstream's) chains
+    every window through its decode; the latent carry (ours) lets window k+1's stage 1 start while window
+    k's stage 2 and decode run on other Macs."""
+    lines = []
+    for carry in ("decoded", "latent"):
+        spec = {**LONG, "chunk_carry": carry, "stage2_tiles": tiles, "decode_tiles": "auto"}
+        t1 = _wall(_run(*_plan(spec, 1, chip, memory_gb, "long1")[:2], None))
+        tn = _wall(_run(*_plan(spec, macs, chip, memory_gb, "longn")[:2], placement.SpRule(LINKS[0][1])))
+        lines.append(f"  {carry} carry: {t1:.0f} s on 1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x")
+    return lines
+
+
 def model(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> list[str]:
     """The report's lines: one Mac vs the fleet, one render and a queue, per link; the guided recipes;
     then the assumptions."""
@@ -163,6 +179,9 @@ def model(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> lis
         *distilled,
         f"guided recipes, one render (stage 1 passes and guide steps as planned; {LINKS[0][0]}):",
         *_guided(macs, chip, memory_gb, tiles),
+        f"a 30-second clip, {LONG['width']}x{LONG['height']}x{LONG['frames']} --chunked (97-frame windows, a 25-frame "
+        f"carry; the same plan on 1 Mac and on {macs}; {LINKS[0][0]}):",
+        *_long(macs, chip, memory_gb, tiles),
         "assumptions:",
         f"- stage 2 tiled {resolved.stage2_tiles} (TDP schedule, 2 steps) on 1 Mac and on the fleet alike; "
         f"tile redundancy {redundancy(resolved):.2f}x the untiled tokens; the second line per link: one Mac on "

@@ -122,6 +122,21 @@ def test_bench_model_leads_with_the_same_plan_and_says_what_differs_after() -> N
     assert "assumptions:" in lines and any("redundancy" in line for line in lines)
 
 
+def test_bench_model_prices_a_30_second_chunked_clip_with_each_carry() -> None:
+    """Both carries help on 4 Macs and never beat 4x; the latent carry, whose next window's stage 1 waits
+    only for the stage 1 before it, is never slower on the fleet than the decoded carry."""
+    from farm_cli.bench.model import model
+
+    lines = model(4, "M1 Max", 96, 2, "2x2")
+    at = next(i for i, line in enumerate(lines) if line.startswith("a 30-second clip, 1280x704x721 --chunked"))
+    walls = {}
+    for line in lines[at + 1:at + 3]:
+        carry, one, four, ratio = re.match(r"  (\w+) carry: (\d+) s on 1 Mac, (\d+) s on 4: ([\d.]+)x", line).groups()
+        walls[carry] = float(four)
+        assert 1.0 < float(ratio) <= 4 and float(ratio) == pytest.approx(float(one) / float(four), abs=0.01)
+    assert set(walls) == {"decoded", "latent"} and walls["latent"] <= walls["decoded"]
+
+
 def test_tiles_are_dealt_to_whoever_ends_them_soonest() -> None:
     # 1x, 0.5x, 0.25x and 10 equal tiles: pull would give the slow worker a second tile at t=4 (ending at 8);
     # dealing ends the step at 6, the discrete optimum (ideal split 10 / 1.75 = 5.7).
