@@ -1,5 +1,5 @@
 """A chunked distilled render on a real farm: 3 windows of 17 frames carrying 9 (stage 2 in 1x2 tiles,
-each window decoded in 2 tiles) on 2 workers, with the decoded carry (blended from the decode tiles on the
+each window decoded in 2 tiles) on 2 workers (and, last, 3), with the decoded carry (blended from the decode tiles on the
 coordinator) and with the latent carry, and 2 windows with two `--segment`s (each window its own text task).
 Every task's output is bit for bit `farm render --local`'s, and so are the joined clip's frames in render.mp4."""
 
@@ -71,3 +71,20 @@ def test_two_windows_with_two_segments_on_two_workers_match_local(chunk_farm, lo
     frames = _frames(chunk_farm.data / "renders" / render_id / "render.mp4")
     assert frames.shape[0] == 25
     np.testing.assert_array_equal(frames, _frames(out))
+
+
+@pytest.mark.timeout(300)
+def test_three_windows_on_three_workers_match_local(chunk_farm, local_runner, tmp_path):
+    """The module's last test (a third worker joins): the windows' tiles dealt over 3 workers, the same bits."""
+    client = chunk_farm.client
+    chunk_farm.start("w3")
+    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 3, 60, "3 workers registered")
+    render_id = client.submit(dict(SPEC))
+    render = wait_done(client, render_id, timeout=240)
+    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+    out, outputs, _ = render_local(dict(SPEC), tmp_path / "local.mp4", local_runner)
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert set(tasks) == set(local)
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "w3", "coordinator"}
+    np.testing.assert_array_equal(_frames(chunk_farm.data / "renders" / render_id / "render.mp4"), _frames(out))
