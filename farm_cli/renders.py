@@ -72,14 +72,30 @@ def status(render_id: str = typer.Argument(None), *, coordinator: Coordinator,
     with one_line(code=1), client(coordinator, token) as farm:
         data = farm.get(render_id)
         workers = farm.workers() if data.get("state") not in TERMINAL else []
+        enhanced = enhanced_prompt(farm, data)
+    if enhanced:
+        data["enhanced_prompt"] = enhanced
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
     from farm_cli.views import pack_copies, render_details
 
     # a render waiting on its pack: the copies under way, with their progress
-    for line in render_details(data) + pack_copies(str((data.get("spec") or {}).get("pack") or ""), workers):
+    for line in render_details(data, enhanced) + pack_copies(str((data.get("spec") or {}).get("pack") or ""), workers):
         typer.echo(line)
+
+
+def enhanced_prompt(farm, render: dict) -> str | None:
+    """The prompt `--enhance-prompt` had the encoder's Gemma write (what the text task encoded), once its
+    task is done; None before, or without the flag."""
+    from protos.kinds import TaskKind
+    from protos.tensors import decode_tensor, prompt_text
+
+    for task in render.get("tasks") or []:
+        sha = (task.get("outputs") or {}).get("prompt")
+        if task.get("kind") == TaskKind.ENHANCE_PROMPT and sha:
+            return prompt_text(decode_tensor(farm.get_blob(sha)))
+    return None
 
 
 def cancel(render_id: str, *, coordinator: Coordinator, token: Token = None) -> None:

@@ -125,8 +125,9 @@ def length_note(spec: dict) -> str | None:
     return None
 
 
-def render_details(render: dict) -> list[str]:
-    """What `farm status ID` prints: prompt, size, times, stage timings, output, failures."""
+def render_details(render: dict, enhanced: str | None = None) -> list[str]:
+    """What `farm status ID` prints: prompt (and, with `--enhance-prompt`, the prompt the encoder's Gemma
+    wrote from it, once written), size, times, stage timings, output, failures."""
     spec = render.get("spec") if isinstance(render.get("spec"), dict) else {}
     created, started, finished = (int(render.get(k) or 0) for k in ("created_ms", "started_ms", "finished_ms"))
     state = render.get("state")
@@ -134,6 +135,7 @@ def render_details(render: dict) -> list[str]:
         f"{render.get('id')}  {state}" + (f" ({stage_label(render)}, {float(render.get('progress') or 0):.0%})"
                                           if stage_label(render) else ""),
         f"  prompt     {spec.get('prompt', '')}",
+        *([f"  enhanced   {enhanced}"] if enhanced else []),
         f"  size       {spec.get('height')}x{spec.get('width')}, {spec.get('frames')} frames at "
         f"{spec.get('frame_rate')} fps, seed {spec.get('seed')}, pack {spec.get('pack')}",
         f"  encoder    {_encoder(spec.get('text_encoder'))}",

@@ -99,6 +99,8 @@ def test_an_enhanced_sweep_enhances_once_and_equals_local(store, tmp_data, tiny_
     """`--enhance-prompt` on 2 workers: the pack's Gemma writes the prompt once for a 2-seed sweep (greedy:
     the second render's enhance task is the cache's), the text task encodes what it wrote, and the render
     is `--local`'s bit for bit."""
+    from farm_cli.renders import enhanced_prompt
+    from farm_cli.views import render_details
     from protos.tensors import prompt_text
 
     spec = {"prompt": "a kite over a beach", "height": 256, "width": 384, "frames": 9, "frame_rate": 24.0,
@@ -107,6 +109,7 @@ def test_an_enhanced_sweep_enhances_once_and_equals_local(store, tmp_data, tiny_
         ids = [client.submit(s) for s in batch_specs(spec, "1-2", None)]
         renders = [wait_done(client, rid, timeout=500) for rid in ids]
         arrays = farm_results(client, renders[0])
+        shown = [enhanced_prompt(client, r) for r in renders]  # what `farm status ID` prints
     enhances = [t for r in renders for t in r["tasks"] if t["kind"] == "enhance_prompt"]
     assert len(enhances) == 2 and sum(t["worker"] != "coordinator" for t in enhances) == 1
     assert len({tuple(sorted(t["outputs"].items())) for t in enhances}) == 1
@@ -114,5 +117,6 @@ def test_an_enhanced_sweep_enhances_once_and_equals_local(store, tmp_data, tiny_
     assert_identical(arrays, local_results(outputs, blobs))
     enhanced = prompt_text(blobs.get(outputs["local.enhance"]["prompt"]))
     assert enhanced and enhanced != spec["prompt"]
+    assert shown == [enhanced, enhanced] and f"  enhanced   {enhanced}" in render_details(renders[0], shown[0])
     plain = local_runner.run("text_encode", {"pack": "tiny", "prompt": enhanced}, {})[0]
     np.testing.assert_array_equal(plain["video_context"], blobs.get(outputs["local.text"]["video_context"]))
