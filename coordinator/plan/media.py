@@ -101,14 +101,15 @@ def a2v_negative(spec: RenderPlan, negative: dict, prompt: dict) -> dict:
     return {**negative, "audio_context": prompt["audio_context"]}
 
 
-def wire_audio(tasks: list[dict], rid: str, spec: RenderPlan) -> list[dict]:
+def wire_audio(tasks: list[dict], rid: str, spec: RenderPlan, start: float | None = None) -> list[dict]:
     """A2V's graph from the T2V/I2V one: the encode in the decode's place (before stage 1), its latent
     stage 1's frozen audio (a guided stage's: its prep's) and, in place of stage 1's, every later
-    stage's, never re-noised (DFR's: at its canvas length)."""
+    stage's, never re-noised (DFR's: at its canvas length). `start`: the track's second the clip starts at
+    (a chunked window's; else `--audio-start`)."""
     if not spec.audio_input:
         return tasks
     pad = audio_latent_frames(canvas_frames(spec), spec.frame_rate)  # the stages' audio length
-    s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec, pad_frames=pad)
+    s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec, start=start, pad_frames=pad)
     out = [t for t in tasks if t["kind"] != "decode_audio"]
     first = f"{s1}.prep" if any(t["id"] == f"{s1}.prep" for t in out) else s1
     latent = ref(encode["id"], "latent")

@@ -101,6 +101,11 @@ class ChunkLayout:
         n = self.audio_frames(window)
         return slice(n - min(self.carry_audio, n), n)
 
+    def track_window(self, window: Window) -> tuple[float, float]:
+        """[start, stop) seconds of an A2V track (from its start) that `window` is generated to: its own
+        frames', so the windows' frozen tracks are the source's own and meet at every seam."""
+        return window.start / self.fps, window.stop / self.fps
+
     def blend_span(self, window: Window) -> tuple[int, int]:
         """[start, stop) frames of the joined clip crossfaded into `window` (empty for window 0): the last
         `blend` frames of its overlap with the window before."""

@@ -1,9 +1,12 @@
 """A chunked distilled render on a real farm: 3 windows of 17 frames carrying 9 (stage 2 in 1x2 tiles,
 each window decoded in 2 tiles) on 2 workers (and, last, 3), with the decoded carry (blended from the decode tiles on the
-coordinator) and with the latent carry, and 2 windows with two `--segment`s (each window its own text task).
+coordinator) and with the latent carry, 3 windows with a long A2V track (each window frozen to its own slice), and
+2 windows with two `--segment`s (each window its own text task).
 Every task's output is bit for bit `farm render --local`'s, and so are the joined clip's frames in render.mp4."""
 
 from __future__ import annotations
+
+import hashlib
 
 import av
 import numpy as np
@@ -12,6 +15,7 @@ import pytest
 from farm_cli.local import render_local
 from ltx_engine.rules.prompt_relay import RELAY
 from tests.farm.farm_harness import ModuleFarm, farm, wait_done, wait_until
+from tests.media_files import write_wav
 
 SPEC = {"prompt": "a fox", "height": 64, "width": 128, "frames": 33, "seed": 5, "pack": "tiny", "chunked": True,
         "chunk_pixel_frames": 17, "chunk_carry_frames": 9, "stage2_tiles": "1x2", "tile_overlap": 1,
@@ -71,6 +75,42 @@ def test_two_windows_with_two_segments_on_two_workers_match_local(chunk_farm, lo
     frames = _frames(chunk_farm.data / "renders" / render_id / "render.mp4")
     assert frames.shape[0] == 25
     np.testing.assert_array_equal(frames, _frames(out))
+
+
+def _audio(path) -> tuple[np.ndarray, int]:
+    with av.open(str(path)) as container:
+        frames = [f.to_ndarray() for f in container.decode(audio=0)]
+        return np.concatenate(frames, axis=-1), container.streams.audio[0].rate
+
+
+@pytest.mark.timeout(300)
+def test_three_windows_with_a_long_track_on_two_workers_match_local(chunk_farm, local_runner, tmp_path):
+    """A2V chunked: a 3 s tone from 0.25 s; each window encodes and freezes its own slice of it, the output
+    muxes the track's window of the whole clip: as long as the 33 frames and sounding throughout."""
+    client = chunk_farm.client
+    wav = write_wav(tmp_path / "tone.wav", seconds=3.0)
+    sha = hashlib.sha256(wav.read_bytes()).hexdigest()
+    spec = {**SPEC, "audio_input": {"blob": sha, "start": 0.25, "name": "tone.wav"}}
+    assert client.put_blob(wav.read_bytes()) == sha
+    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 2, 60, "2 workers registered")
+    render_id = client.submit(dict(spec))
+    render = wait_done(client, render_id, timeout=240)
+    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+    out, outputs, _ = render_local(dict(spec), tmp_path / "local.mp4", local_runner, media={sha: wav})
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert set(tasks) == set(local)
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    assert sorted(n for n, t in tasks.items() if t["kind"] == "audio_encode") == ["audio", "w0.audio", "w1.audio",
+                                                                                  "w2.audio"]
+    assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "coordinator"}
+    mp4 = chunk_farm.data / "renders" / render_id / "render.mp4"
+    frames = _frames(mp4)
+    assert frames.shape[0] == 33
+    np.testing.assert_array_equal(frames, _frames(out))
+    wave, rate = _audio(mp4)
+    assert abs(wave.shape[-1] / rate - 33 / 24) < 2048 / rate  # the clip's length (AAC's priming aside)
+    steps = wave[0, : wave.shape[-1] // (rate // 24) * (rate // 24)].reshape(-1, rate // 24)
+    assert (np.sqrt((steps**2).mean(axis=1)) > 0.05).all()  # the tone runs through every frame's time
 
 
 @pytest.mark.timeout(300)

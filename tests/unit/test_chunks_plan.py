@@ -168,6 +168,28 @@ def test_the_windows_audio_joins_to_the_clips_length():
     assert (joined[0, 0, :18] == 0).all() and (joined[0, 0, 18:27] == 1).all() and (joined[0, 0, 27:] == 2).all()
 
 
+def test_each_window_is_generated_to_the_tracks_slice_for_its_own_frames():
+    lay = ChunkLayout(33, 17, 9)
+    assert [lay.track_window(w) for w in lay.windows] == [(0.0, 17 / 24), (8 / 24, 25 / 24), (16 / 24, 33 / 24)]
+    assert all(lay.track_window(a)[1] > lay.track_window(b)[0] for a, b in zip(lay.windows, lay.windows[1:], strict=False))
+
+
+def test_a2v_windows_freeze_their_own_slice_of_the_track_and_the_output_muxes_the_whole_clips():
+    """A chunked A2V render plans (no longer refused): each window encodes the track's slice for its frames
+    (offset by --audio-start) and freezes it in its stages in place of the carried audio pin."""
+    tasks = _tasks(audio_input={"blob": "0" * 64, "start": 0.25, "name": "voice.wav"})
+    assert not [tid for tid, t in tasks.items() if t["kind"] in ("extend_audio_pin", "chunk_audio_join",
+                                                                  "decode_audio")]
+    for k in range(3):
+        encode, s1, s2 = tasks[f"r.w{k}.audio"], tasks[f"r.w{k}.stage1"], tasks[f"r.w{k}.stage2"]
+        assert encode["kind"] == "audio_encode" and encode["params"]["frames"] == 17
+        assert encode["params"]["start"] == 0.25 + 8 * k / 24 and encode["params"]["audio_frames"] == 18
+        latent = {"task": encode["id"], "output": "latent"}
+        assert s1["inputs"]["audio_latent"] == latent and s2["inputs"]["audio_latent"] == latent
+    whole = tasks["r.audio"]
+    assert whole["kind"] == "audio_encode" and whole["params"]["frames"] == 33 and whole["params"]["start"] == 0.25
+
+
 @pytest.mark.parametrize(("extra", "line"), [
     ({"chunk_carry_frames": 17}, "--chunk-carry-frames 17 is not shorter than the window's 17 frames"),
     ({"chunk_pixel_frames": 20}, "--chunk-pixel-frames 20 is not of the form 8k+1 (e.g. 97)"),

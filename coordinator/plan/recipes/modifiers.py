@@ -116,7 +116,7 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--hdr", "an HLG 10-bit HEVC master", ("hdr",), VIDEO),
     Modifier("--chunked", "a clip longer than one window: windows each conditioned on the last frames (and audio) "
              "of the one before, the seams crossfaded", CHUNK_FIELDS, (DISTILLED,),
-             excludes=("--image", "--audio", "--num-generated-keyframes", "--stage1-parallel",
+             excludes=("--image", "--num-generated-keyframes", "--stage1-parallel",
                        "--video-decoder diffusion"), rule="a window is conditioned on the one before alone"),
 )
 
