@@ -167,6 +167,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             check_render_loras(plan, self.scheduler.blobs, self.shelf)  # uploaded, and fitting the pack
             check_render_depth(plan, shelf_folder(plan, self.shelf))  # STG blocks the DiT has
             plan = plan.resolve(**check_render_media(plan, store_paths(self.scheduler.blobs)))  # probed in a child
+            self._check_room(plan)
         except (ValueError, KeyError, TypeError) as exc:  # SpecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, _one_line(f"bad spec: {exc}", exc))
         tasks = planner.plan_render(plan, render_id)
@@ -190,6 +191,20 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the coordinator's data folder has {free / 1e9:.1f} GB free, below its floor of "
                           f"{floor / 1e9:.1f} GB (FARM_MIN_FREE_GB): `farm prune` or free space, then submit again")
+
+    def _check_room(self, plan) -> None:
+        """A chunked render whose windows' frames would not fit the data folder above its floor: one line
+        with the size, at submit (it would otherwise fail windows in, on a full disk)."""
+        from coordinator.plan.chunks import chunked, held_frame_bytes
+
+        if not chunked(plan):
+            return
+        need, room = held_frame_bytes(plan), shutil.disk_usage(self.scheduler.data_dir).free - min_free_bytes()
+        if need > room:
+            raise SpecError(f"-f {plan.frames} --chunked at {plan.width}x{plan.height}: its windows' decoded frames "
+                            f"need {need / 1e9:.1f} GB in the coordinator's data folder, which has "
+                            f"{max(room, 0) / 1e9:.1f} GB free above its floor: fewer frames, a smaller size, or "
+                            "free space (`farm prune`)")
 
     def _missing_blobs(self, tasks: list[dict]) -> str | None:
         """The first {"blob": sha} input that is not in the blob store (so it fails at submit, not on a Mac)."""

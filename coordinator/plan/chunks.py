@@ -66,6 +66,12 @@ def check_chunks(spec: RenderPlan) -> None:
         raise SpecError(str(exc)) from None
 
 
+def held_frame_bytes(spec: RenderPlan) -> int:
+    """What a chunked render's windows leave in the coordinator's data folder until the clip is joined:
+    each window's decoded frames (float32 RGB, the blobs the assembler crossfades), the mp4 aside."""
+    return sum(w.frames for w in chunk_layout(spec).windows) * spec.height * spec.width * 3 * 4
+
+
 def latent_carry(spec: RenderPlan) -> bool:
     """`--chunk-carry latent`: the stage latents carried instead of the decoded frames."""
     return spec.chunk_carry == "latent"

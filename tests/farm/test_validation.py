@@ -64,6 +64,30 @@ def test_specs_that_cannot_render_are_refused_in_one_line_and_nothing_is_queued(
 
 
 @pytest.mark.timeout(60)
+def test_a_chunked_clip_whose_windows_outgrow_the_data_folder_is_refused_with_the_size(coordinator, store,
+                                                                                       tmp_data) -> None:
+    """65,529 frames at 1536x1024: its windows' decoded frames need ~1.3 TB, more than this machine's data
+    folder has free; the next size down that fits is taken."""
+    import shutil
+
+    from coordinator.plan.chunks import held_frame_bytes
+    from coordinator.plan.render import normalize_spec
+
+    big = {**GOOD, "chunked": True, "frames": 65529, "height": 1024, "width": 1536}
+    need = held_frame_bytes(normalize_spec(big))
+    assert need > shutil.disk_usage(tmp_data).free  # the case is real here, not assumed
+    address, token = coordinator
+    with FarmClient(address, token, timeout=10) as client:
+        with pytest.raises(FarmError) as refused:
+            client.submit(big)
+        line = str(refused.value)
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in line
+        assert f"need {need / 1e9:.1f} GB in the coordinator's data folder" in line and "-f 65529" in line, line
+        assert client.list() == []
+        assert client.submit({**GOOD, "chunked": True, "frames": 121, "height": 64, "width": 128})
+
+
+@pytest.mark.timeout(60)
 def test_deep_or_huge_json_is_refused_without_a_recursion_error(coordinator) -> None:
     address, token = coordinator
     with farm_channel(address, token) as channel:
