@@ -27,6 +27,28 @@ def _frames(path) -> np.ndarray:
         return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
 
 
+def _farm_equals_local(chunk_farm, spec: dict, local_runner, folder, workers: int = 2,
+                       media: dict | None = None) -> tuple[dict, np.ndarray, object]:
+    """Render `spec` on the module farm's `workers` and with `--local`: every task output and the mp4's
+    frames bit for bit equal, only those workers (and the coordinator) ran tasks; (the farm's tasks by
+    name, the frames, the farm's mp4)."""
+    client = chunk_farm.client
+    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= workers, 60,
+               f"{workers} workers registered")
+    render_id = client.submit(dict(spec))
+    render = wait_done(client, render_id, timeout=240)
+    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+    out, outputs, _ = render_local(dict(spec), folder / "local.mp4", local_runner, media=media)
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert set(tasks) == set(local)
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    assert {t.get("worker") for t in tasks.values()} <= {*(f"w{i + 1}" for i in range(workers)), "coordinator"}
+    mp4 = chunk_farm.data / "renders" / render_id / "render.mp4"
+    frames = _frames(mp4)
+    np.testing.assert_array_equal(frames, _frames(out))
+    return tasks, frames, mp4
+
+
 @pytest.fixture(scope="module")
 def chunk_farm(mstore, tiny_packs, tmp_path_factory):
     data = tmp_path_factory.mktemp("chunk-farm")
@@ -37,44 +59,22 @@ def chunk_farm(mstore, tiny_packs, tmp_path_factory):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("carry", ["decoded", "latent"])
 def test_three_windows_on_two_workers_match_local(carry, chunk_farm, local_runner, tmp_path):
-    client, spec = chunk_farm.client, {**SPEC, "chunk_carry": carry}
-    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 2, 60, "2 workers registered")
-    render_id = client.submit(dict(spec))
-    render = wait_done(client, render_id, timeout=240)
-    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
-    out, outputs, _ = render_local(dict(spec), tmp_path / "local.mp4", local_runner)
-    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
-    assert set(tasks) == set(local)
-    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
-    assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "coordinator"}
+    tasks, frames, _ = _farm_equals_local(chunk_farm, {**SPEC, "chunk_carry": carry}, local_runner, tmp_path)
     carried = "chunk_carry" if carry == "decoded" else "chunk_latent_carry"
     assert sum(t["kind"] == carried for t in tasks.values()) == (2 if carry == "decoded" else 4)
-    frames = _frames(chunk_farm.data / "renders" / render_id / "render.mp4")
     assert frames.shape[0] == 33
-    np.testing.assert_array_equal(frames, _frames(out))
 
 
 @pytest.mark.timeout(300)
 def test_two_windows_with_two_segments_on_two_workers_match_local(chunk_farm, local_runner, tmp_path):
     """Windows [0, 17) and [8, 25) frames: "sleeps" [0, 0.5) s and "runs" [0.5, 1.04) s each straddle the
     seam, so each window relays both, clipped to it, from a text task of its own."""
-    client = chunk_farm.client
     spec = {**SPEC, "frames": 25, "segments": [{"text": "the fox sleeps", "seconds": 0.5},
                                                {"text": "the fox runs", "seconds": 0.54}]}
-    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 2, 60, "2 workers registered")
-    render_id = client.submit(dict(spec))
-    render = wait_done(client, render_id, timeout=240)
-    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
-    out, outputs, _ = render_local(dict(spec), tmp_path / "local.mp4", local_runner)
-    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
-    assert set(tasks) == set(local)
-    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    tasks, frames, _ = _farm_equals_local(chunk_farm, spec, local_runner, tmp_path)
     assert sorted(n for n, t in tasks.items() if t["kind"] == "text_encode") == ["w0.text", "w1.text"]
-    assert all(RELAY in local[f"w{k}.text"] for k in (0, 1))
-    assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "coordinator"}
-    frames = _frames(chunk_farm.data / "renders" / render_id / "render.mp4")
+    assert all(RELAY in tasks[f"w{k}.text"]["outputs"] for k in (0, 1))
     assert frames.shape[0] == 25
-    np.testing.assert_array_equal(frames, _frames(out))
 
 
 def _audio(path) -> tuple[np.ndarray, int]:
@@ -87,26 +87,14 @@ def _audio(path) -> tuple[np.ndarray, int]:
 def test_three_windows_with_a_long_track_on_two_workers_match_local(chunk_farm, local_runner, tmp_path):
     """A2V chunked: a 3 s tone from 0.25 s; each window encodes and freezes its own slice of it, the output
     muxes the track's window of the whole clip: as long as the 33 frames and sounding throughout."""
-    client = chunk_farm.client
     wav = write_wav(tmp_path / "tone.wav", seconds=3.0)
     sha = hashlib.sha256(wav.read_bytes()).hexdigest()
+    assert chunk_farm.client.put_blob(wav.read_bytes()) == sha
     spec = {**SPEC, "audio_input": {"blob": sha, "start": 0.25, "name": "tone.wav"}}
-    assert client.put_blob(wav.read_bytes()) == sha
-    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 2, 60, "2 workers registered")
-    render_id = client.submit(dict(spec))
-    render = wait_done(client, render_id, timeout=240)
-    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
-    out, outputs, _ = render_local(dict(spec), tmp_path / "local.mp4", local_runner, media={sha: wav})
-    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
-    assert set(tasks) == set(local)
-    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    tasks, frames, mp4 = _farm_equals_local(chunk_farm, spec, local_runner, tmp_path, media={sha: wav})
     assert sorted(n for n, t in tasks.items() if t["kind"] == "audio_encode") == ["audio", "w0.audio", "w1.audio",
                                                                                   "w2.audio"]
-    assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "coordinator"}
-    mp4 = chunk_farm.data / "renders" / render_id / "render.mp4"
-    frames = _frames(mp4)
     assert frames.shape[0] == 33
-    np.testing.assert_array_equal(frames, _frames(out))
     wave, rate = _audio(mp4)
     assert abs(wave.shape[-1] / rate - 33 / 24) < 2048 / rate  # the clip's length (AAC's priming aside)
     steps = wave[0, : wave.shape[-1] // (rate // 24) * (rate // 24)].reshape(-1, rate // 24)
@@ -116,15 +104,5 @@ def test_three_windows_with_a_long_track_on_two_workers_match_local(chunk_farm, 
 @pytest.mark.timeout(300)
 def test_three_windows_on_three_workers_match_local(chunk_farm, local_runner, tmp_path):
     """The module's last test (a third worker joins): the windows' tiles dealt over 3 workers, the same bits."""
-    client = chunk_farm.client
     chunk_farm.start("w3")
-    wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= 3, 60, "3 workers registered")
-    render_id = client.submit(dict(SPEC))
-    render = wait_done(client, render_id, timeout=240)
-    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
-    out, outputs, _ = render_local(dict(SPEC), tmp_path / "local.mp4", local_runner)
-    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
-    assert set(tasks) == set(local)
-    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
-    assert {t.get("worker") for t in tasks.values()} <= {"w1", "w2", "w3", "coordinator"}
-    np.testing.assert_array_equal(_frames(chunk_farm.data / "renders" / render_id / "render.mp4"), _frames(out))
+    _farm_equals_local(chunk_farm, dict(SPEC), local_runner, tmp_path, workers=3)
