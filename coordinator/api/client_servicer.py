@@ -186,7 +186,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         """Below the free-space floor of the data folder (FARM_MIN_FREE_GB, default 1) nothing is queued:
         a render that cannot write its blobs and mp4 would fail late, and take the farm's Redis along."""
         floor = min_free_bytes()
-        free = shutil.disk_usage(self.scheduler.data_dir).free
+        free = self._room() + floor
         if free < floor:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the coordinator's data folder has {free / 1e9:.1f} GB free, below its floor of "
@@ -199,12 +199,16 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
         if not chunked(plan):
             return
-        need, room = held_frame_bytes(plan), shutil.disk_usage(self.scheduler.data_dir).free - min_free_bytes()
+        need, room = held_frame_bytes(plan), self._room()
         if need > room:
             raise SpecError(f"-f {plan.frames} --chunked at {plan.width}x{plan.height}: its windows' decoded frames "
                             f"need {need / 1e9:.1f} GB in the coordinator's data folder, which has "
                             f"{max(room, 0) / 1e9:.1f} GB free above its floor: fewer frames, a smaller size, or "
                             "free space (`farm prune`)")
+
+    def _room(self) -> int:
+        """The data folder's free bytes above its floor (FARM_MIN_FREE_GB), negative below it."""
+        return shutil.disk_usage(self.scheduler.data_dir).free - min_free_bytes()
 
     def _missing_blobs(self, tasks: list[dict]) -> str | None:
         """The first {"blob": sha} input that is not in the blob store (so it fails at submit, not on a Mac)."""

@@ -33,8 +33,9 @@ AUDIO_STATE = tuple(f"audio_{k}" for k in STATE)
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """A dev pipeline's stage-1 (or one-stage) guidance and sampling, resolved."""
+class GuidedStage:
+    """A guided recipe's stage-1 (or one-stage) guidance and sampling, resolved from its `GuidedRule` and
+    the spec (named apart from `recipes.base.Recipe`, the recipe record that carries the rule)."""
 
     pipeline: str
     sampler: str
@@ -94,7 +95,7 @@ HQ = GuidedRule(G.VIDEO_HQ, G.AUDIO_HQ, G.HQ_STEPS, RES_2S, True, HQ_STAGE1_LORA
 AUDIO_ONLY = GuidedRule(audio_only=True)
 
 
-def recipe(spec: RenderPlan, rule: GuidedRule | None) -> Recipe | None:
+def recipe(spec: RenderPlan, rule: GuidedRule | None) -> GuidedStage | None:
     """The render's guided stage resolved from its recipe's rule and the spec's knobs; None when the
     recipe runs no guidance (the distilled ones)."""
     if rule is None:
@@ -108,18 +109,18 @@ def recipe(spec: RenderPlan, rule: GuidedRule | None) -> Recipe | None:
     steps = stage1_steps(spec) or rule.steps
     negative = spec.negative_prompt
     sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if rule.anchored and spec.frames else {}))
-    return Recipe(pipeline=spec.pipeline, sampler=rule.sampler, sigmas=sigmas, video=video,
+    return GuidedStage(pipeline=spec.pipeline, sampler=rule.sampler, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
                   distilled_lora=rule.stage1_lora, stage2_lora=rule.stage2_lora,
                   step_cache=step_cache(spec))
 
 
-def _audio_only(spec: RenderPlan, rule: GuidedRule) -> Recipe:
+def _audio_only(spec: RenderPlan, rule: GuidedRule) -> GuidedStage:
     """T2A (upstream's t2a_one_stage): the audio guider of the dev recipe with modality guidance off (no
     video to isolate from); the video's params are inert and carry the audio's skip step, which rounds follow."""
     audio = replace(_override(rule.audio, spec, "audio_"), modality_scale=1.0)
     negative = spec.negative_prompt
-    return Recipe(pipeline=spec.pipeline, sampler=rule.sampler,
+    return GuidedStage(pipeline=spec.pipeline, sampler=rule.sampler,
                   sigmas=ltx2_sigmas(int(stage1_steps(spec) or rule.steps)),
                   video=G.GuiderParams(skip_step=audio.skip_step), audio=audio,
                   negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative))
@@ -139,7 +140,7 @@ def _stage1_tokens(spec: RenderPlan) -> int:
         spec.width // 2 // SPATIAL_FACTOR)
 
 
-def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = REFERENCE_LAYERS) -> Recipe | None:
+def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = REFERENCE_LAYERS) -> GuidedStage | None:
     """The guided stage, or one line saying why it cannot run on a DiT of `num_layers` blocks."""
     rec = recipe(spec, rule)
     if rec is None:
@@ -158,7 +159,7 @@ def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = RE
     return rec
 
 
-def _check_skip_and_apg(spec: RenderPlan, rec: Recipe) -> None:
+def _check_skip_and_apg(spec: RenderPlan, rec: GuidedStage) -> None:
     """The skip step and APG knobs that would change nothing, or that the farm cannot run as asked."""
     if rec.video.skip_step != rec.audio.skip_step:
         raise SpecError(f"--skip-step {rec.video.skip_step} and --audio-skip-step {rec.audio.skip_step} differ: the "
@@ -180,7 +181,7 @@ class Evaluation:
     evaluation: str
 
 
-def evaluations(rec: Recipe) -> list[Evaluation]:
+def evaluations(rec: GuidedStage) -> list[Evaluation]:
     """Every round of passes of the stage, in order."""
     s = rec.sigmas
     if rec.sampler == EULER:
@@ -196,14 +197,14 @@ def evaluations(rec: Recipe) -> list[Evaluation]:
     return out
 
 
-def skipped(rec: Recipe, ev: Evaluation) -> bool:
+def skipped(rec: GuidedStage, ev: Evaluation) -> bool:
     """Whether the round reuses the previous round's guided x0 instead of running passes: upstream's
     `should_skip_step` on the denoiser's step index (res_2s's substep calls it with index 0: never skipped)."""
     index = 0 if ev.evaluation == "end" else ev.step
     return G.skips_step(rec.video, index)
 
 
-def _cache(rid: str, stage: str, rec: Recipe, name: str, chain: tuple[int, int, str | None]) -> tuple[dict, dict]:
+def _cache(rid: str, stage: str, rec: GuidedStage, name: str, chain: tuple[int, int, str | None]) -> tuple[dict, dict]:
     """A pass's step cache: (params, inputs) at its place (k of n rounds with passes, the last such round's
     label) in its chain over the stage; nothing without --step-cache."""
     k, n, previous = chain
@@ -213,7 +214,7 @@ def _cache(rid: str, stage: str, rec: Recipe, name: str, chain: tuple[int, int, 
     return params, ({} if previous is None else cache_inputs(f"{rid}.{stage}.{previous}.{name}"))
 
 
-def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: Recipe, params: dict, state: dict,
+def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage, params: dict, state: dict,
                ctx: dict, prefixes: tuple[str, ...], chain: tuple[int, int, str | None] = (0, 0, None)) -> dict:
     contexts = ctx["negative"] if name == G.UNCOND else ctx["prompt"]
     video, audio = "" in prefixes, "audio_" in prefixes
@@ -230,7 +231,7 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: Recipe, par
                 {**state, **contexts, **cache_in})
 
 
-def plan_guided_stage(rid: str, stage: str, rec: Recipe, params: dict, source: str, ctx: dict,
+def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, source: str, ctx: dict,
                       audio: bool = True, finish: dict | None = None, video: bool = True) -> list[dict]:
     """The stage's pass and guide-step tasks. `source`: the task whose outputs are the initial state
     (STATE with video, AUDIO_STATE with audio; T2A's stage has no video); `ctx`: {"prompt": {name: ref},
@@ -274,5 +275,5 @@ def plan_guided_stage(rid: str, stage: str, rec: Recipe, params: dict, source: s
     return tasks
 
 
-def _schedule(rec: Recipe) -> tuple[float, ...]:
+def _schedule(rec: GuidedStage) -> tuple[float, ...]:
     return res2s.res2s_sigmas(rec.sigmas) if rec.sampler == RES_2S else rec.sigmas

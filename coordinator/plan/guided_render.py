@@ -27,7 +27,7 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
-from coordinator.plan.guidance import RES_2S, Recipe, plan_guided_stage
+from coordinator.plan.guidance import RES_2S, GuidedStage, plan_guided_stage
 from coordinator.plan.relay import without_relay
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules import guidance as G
@@ -36,14 +36,14 @@ from protos.kinds import TaskKind, facts
 AUDIO_CHANNELS = 8  # the audio VAE's latent channels (z_channels) the stage's audio tokens fold back into
 
 
-def negative_text_task(rid: str, spec: RenderPlan, rec: Recipe, text_task: dict, key) -> dict:
+def negative_text_task(rid: str, spec: RenderPlan, rec: GuidedStage, text_task: dict, key) -> dict:
     """The negative prompt's text task: the prompt's, with the negative text and its own cache key."""
     params = {**without_relay(text_task["params"]), "prompt": rec.negative_prompt,
               "text_key": key(spec.with_asked(prompt=rec.negative_prompt))}
     return task(rid, "negative", "text_encode", params, {})
 
 
-def plan_guided_stage1(rid: str, spec: RenderPlan, rec: Recipe, ctx: dict, negative_ctx: dict, cond: dict,
+def plan_guided_stage1(rid: str, spec: RenderPlan, rec: GuidedStage, ctx: dict, negative_ctx: dict, cond: dict,
                        image_params: dict, height: int, width: int) -> list[dict]:
     """Prepare + the guided stage at height x width, its last guide step named `stage1` with
     `video_latent` and `audio_latent`, what the upsample (or the decode) and decode_audio read."""
@@ -68,13 +68,13 @@ NO_GUIDANCE = G.GuiderParams()  # stage 2's SimpleDenoiser: the cond pass alone
 STAGE2_STREAMS = 1 << 12         # stage 2's res_2s SDE noise streams start past any stage-1 step
 
 
-def stage2_recipe(rec: Recipe, sigmas: list[float]) -> Recipe:
+def stage2_recipe(rec: GuidedStage, sigmas: list[float]) -> GuidedStage:
     """HQ's stage 2 as a guided stage: res_2s on the stage-2 table, one cond pass per evaluation."""
     return replace(rec, sampler=RES_2S, sigmas=tuple(float(s) for s in sigmas), video=NO_GUIDANCE,
                    audio=NO_GUIDANCE, distilled_lora=rec.stage2_lora, stream_offset=STAGE2_STREAMS)
 
 
-def guided_stage2(tasks: list[dict], rid: str, rec: Recipe, ctx: dict) -> list[dict]:
+def guided_stage2(tasks: list[dict], rid: str, rec: GuidedStage, ctx: dict) -> list[dict]:
     """The distilled render's stage 2 made upstream's for a dev recipe: its DiT tasks on dev + distilled
     LoRA, untiled audio re-noised; for HQ the `denoise_stage2` task replaced by the res_2s stage."""
     out: list[dict] = []
@@ -93,7 +93,7 @@ def guided_stage2(tasks: list[dict], rid: str, rec: Recipe, ctx: dict) -> list[d
     return out
 
 
-def plan_hq_stage2(rid: str, rec: Recipe, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+def plan_hq_stage2(rid: str, rec: GuidedStage, params: dict, inputs: dict, ctx: dict) -> list[dict]:
     """Prepare (the upsampled video and stage 1's audio, re-noised at the first sigma), then res_2s."""
     grid = tuple(params["expect"]["video_latent"]["shape"][2:])
     base = {k: v for k, v in params.items() if k not in ("expect", "needs", "distilled_lora_strength")}
@@ -105,7 +105,7 @@ def plan_hq_stage2(rid: str, rec: Recipe, params: dict, inputs: dict, ctx: dict)
     return [prep, *stage]
 
 
-def stage2_line(spec: RenderPlan, rec: Recipe) -> str | None:
+def stage2_line(spec: RenderPlan, rec: GuidedStage) -> str | None:
     """`farm plan`'s stage-2 line of a two-stage recipe: its steps, evaluations and pass, and its DiT."""
     if rec.stage2_lora is None:
         return None

@@ -11,8 +11,7 @@ recipe's own rules. The order of `RECIPES` is the order they are tried: a recipe
 from __future__ import annotations
 
 from coordinator.plan.graph import SpecError
-from coordinator.plan.guidance import REFERENCE_LAYERS, check_recipe
-from coordinator.plan.guidance import Recipe as GuidedStage
+from coordinator.plan.guidance import REFERENCE_LAYERS, GuidedStage, check_recipe
 from coordinator.plan.recipes.base import Modifier, PackFacts, Recipe
 from coordinator.plan.recipes.dfr import DFR
 from coordinator.plan.recipes.distilled import DISTILLED
