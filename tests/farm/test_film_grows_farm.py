@@ -94,6 +94,12 @@ def test_a_fetch_mid_render_returns_the_finished_windows_and_a_restart_resumes_a
     coordinator, workers = film_farm
     render_id = coordinator.farm.client.submit(dict(SPEC))
     first = _before_window_2(coordinator.farm.client.get(render_id)["tasks"], render_id)
+    early = coordinator.cli("fetch", render_id, "--partial", "-o", str(tmp_path / "none.mp4"))
+    assert early.returncode == 1 and early.stderr.strip().endswith("no window of it is finished yet"), early.stderr
+    plain_id = coordinator.farm.client.submit({k: v for k, v in SPEC.items() if not k.startswith("chunk")} | {"frames": 9})
+    unchunked = coordinator.cli("fetch", plain_id, "--partial", "-o", str(tmp_path / "none.mp4"))
+    assert unchunked.returncode == 1 and "is not --chunked" in unchunked.stderr, unchunked.stderr
+    assert coordinator.farm.client.cancel(plain_id) and not (tmp_path / "none.mp4").exists()
     workers["w1"] = coordinator.farm.start("w1", "--max-tasks", str(first))
     assert workers["w1"].wait(timeout=300) == 0  # windows 0 and 1 rendered; window 2 waits for a worker
     out = coordinator.data / "renders" / render_id
