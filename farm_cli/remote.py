@@ -149,6 +149,16 @@ def desktop_notice(render: dict) -> None:
                    capture_output=True, timeout=10, check=False)
 
 
+def fetch_partial(render_id: str, output: Path, coordinator: str, token: str | None) -> None:
+    """`farm fetch --partial`: a chunked render's growing film (its finished windows) before it ends, the
+    render's mp4 once it is done."""
+    from farm_cli.follow import Outage, ride
+
+    with one_line(code=1), client(coordinator, token) as farm:
+        ride(lambda: farm.fetch_output(render_id, output, file="partial.mp4"), Outage())
+    typer.echo(f"wrote {output}")
+
+
 def fetch_results(render: dict, output: Path | None, save_latents: Path | None, coordinator: str,
                   token: str | None, exr: Path | None = None) -> None:
     """The render's files onto this machine: the mp4 to output, its EXR frames to exr (default: the

@@ -196,11 +196,11 @@ def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], d
     render's windows are joined (assemble/chunk_frames.py)."""
     plan = RenderPlan.from_stored(spec)  # the stored view, typed where it enters
     if chunked(plan):
-        return joined_frames(plan, lambda view, prefix: _decoded(view, get, prefix))
-    return _decoded(plan, get)
+        return joined_frames(plan, lambda view, prefix: decoded_frames(view, get, prefix))
+    return decoded_frames(plan, get)
 
 
-def _decoded(plan: RenderPlan, get: OutputGetter, prefix: str = "") -> tuple[Iterator[np.ndarray], dict]:
+def decoded_frames(plan: RenderPlan, get: OutputGetter, prefix: str = "") -> tuple[Iterator[np.ndarray], dict]:
     """One decode's frames (its tasks named `prefix` + decode …)."""
     tiles = decode_tile_plan(plan)
     if tiles is None:

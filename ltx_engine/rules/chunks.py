@@ -115,6 +115,18 @@ class ChunkLayout:
         return stop - self.blend, stop
 
 
+    def final_frames(self, decoded: int) -> int:
+        """Frames of the joined clip that are final once windows [0, decoded) are decoded: window k's
+        last `blend` frames wait for window k + 1's crossfade, so they are final only with it (the last
+        window's are final as they come). What a render's growing film holds."""
+        windows = self.windows
+        if decoded <= 0:
+            return 0
+        if decoded >= len(windows):
+            return self.total
+        return windows[decoded - 1].stop - self.blend
+
+
 def layout_problem(total: int, window: int, carry: int, blend: int) -> str | None:
     """Why these numbers lay out no windows (the one line a submit refuses with), else None."""
     if not _eight_k_plus_one(window):
