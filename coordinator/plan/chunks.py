@@ -24,7 +24,7 @@ from coordinator.plan import sparse
 from coordinator.plan.clip import audio_pin_task, pinned_stage1, pinned_stage2
 from coordinator.plan.decode import DECODE, decode_tile_plan, plan_decode, tile_task_name
 from coordinator.plan.fleet import Fleet
-from coordinator.plan.graph import COORDINATOR, SpecError, expect, latent_grid, ref, task
+from coordinator.plan.graph import COORDINATOR, SpecError, expect, latent_grid, mark_lead, ref, task
 from coordinator.plan.guided_render import contexts_of, guided_stage2, plan_guided_stage1
 from coordinator.plan.images import plan_image_encodes
 from coordinator.plan.media import (
@@ -262,6 +262,16 @@ def _audio(rid: str, spec: RenderPlan, lay: ChunkLayout) -> list[dict]:
         "expect": {"waveform": expect("float32", -1, -1), "sample_rate": expect("int32", 1)}},
         {"latent": ref(join["id"], "latent")})
     return [join, decode]
+
+
+def lead_chain(rid: str, spec: RenderPlan, tasks: list[dict]) -> list[dict]:
+    """The chain of windows marked to lease first (`graph.mark_lead`): each later window's stage 1 and what
+    it waits on (the decoded carry: the window before's stages, tiles and decode; the latent carry: its
+    stage 1 alone), so the next window starts as soon as it can while the tiles off the chain fill the
+    other Macs. Unchunked: the tasks as they are."""
+    if not chunked(spec):
+        return tasks
+    return mark_lead(tasks, {f"{rid}.w{w.index}.stage1" for w in chunk_layout(spec).windows[1:]})
 
 
 def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict, negative: dict | None = None) -> list[dict]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from coordinator.assemble.chunk_frames import joined_frames
+from coordinator.plan.graph import mark_lead, upstream_of
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from coordinator.reduce.chunks import chunk_audio_join, chunk_carry
 from ltx_engine.rules.chunks import ChunkError, ChunkLayout, Window, seam_weight
@@ -298,3 +299,25 @@ def test_keyframes_are_encoded_once_and_conditioned_in_their_own_windows():
     one = _tasks(**GUIDED["one-stage"], images=images[1:2])  # one stage at full size: the full-size encode alone
     assert [tid for tid, t in one.items() if t["kind"] == "image_encode"] == ["r.image1_s2"]
     assert one["r.w1.stage1.prep"]["inputs"]["image1_latent"] == {"task": "r.image1_s2", "output": "latent"}
+
+
+def test_upstream_of_is_what_a_task_waits_on_and_mark_lead_marks_only_that():
+    tasks = [{"id": i, "deps": d} for i, d in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]), ("e", ["a"]))]
+    assert upstream_of(tasks, {"d"}) == {"a", "b", "c", "d"} and upstream_of(tasks, {"zz"}) == set()
+    assert [t.get("lead", False) for t in mark_lead(tasks, {"d"})] == [True, True, True, True, False]
+
+
+@pytest.mark.parametrize("carry", ["decoded", "latent"])
+def test_the_chain_of_windows_leases_first_and_a_steps_tiles_are_marked_alike(carry):
+    """Each later window's stage 1 and what it waits on are `lead`: with the decoded carry the window before's
+    stages, tiles and decode; with the latent carry its stage 1 alone, so its stage-2 tiles fill other Macs."""
+    tasks = _tasks(chunk_carry=carry, stage2_tiles="1x2", tile_overlap=1)
+    lead = {tid for tid, t in tasks.items() if t.get("lead")}
+    assert {"r.text", "r.w0.stage1", "r.w1.stage1", "r.w2.stage1"} <= lead
+    tiles = [tid for tid in tasks if tid.startswith("r.w0.stage2.")]
+    assert tiles and {tid in lead for tid in tiles} == {carry == "decoded"}
+    assert "r.w2.stage2" not in lead and "r.audio_join" not in lead  # after the last window's stage 1: no chain
+    full = "r.w%d.carry_s2" if carry == "latent" else "r.w%d.context_s2"  # what a window's stage 2 pins
+    assert (full % 1 in lead) == (carry == "decoded") and full % 2 not in lead  # w1's stage 2 feeds w2's carry
+    assert not any(t.get("lead") for t in plan_render(validate_spec(normalize_spec(
+        {**SPEC, "chunked": None, "chunk_pixel_frames": None, "chunk_carry_frames": None, "frames": 17}), []), "r"))
