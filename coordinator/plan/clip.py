@@ -186,8 +186,9 @@ def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> 
 
 
 def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
-                  extra: dict | None = None) -> list[dict]:
-    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions."""
+                  extra: dict | None = None, distilled_stage2: bool = True) -> list[dict]:
+    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions;
+    `distilled_stage2`: the recipe's fact (a guided two-stage's stage 2 keeps Euler, `plan/samplers.py`)."""
     fps, height, width = spec.frame_rate, spec.height, spec.width
     video = _latent_expect(frames, height, width, fps)["video_latent"]
     s1 = f"{rid}.stage1"
@@ -199,7 +200,7 @@ def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
         "noise_stream": 1,
         "images": cond["images"],
         **(extra or {}),
-        **samplers.stage2_params(spec),
+        **samplers.stage2_params(spec, distilled_stage2),
     }
     inputs = {
         **cond["inputs"],

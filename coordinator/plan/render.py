@@ -15,7 +15,14 @@ from types import MappingProxyType
 
 from coordinator.plan import costs, placement, samplers, sp_degree, sparse
 from coordinator.plan.audio_only import plan_audio_only
-from coordinator.plan.chunks import check_chunks, check_window_tiling, chunked, plan_chunks, window_view
+from coordinator.plan.chunks import (
+    check_chunks,
+    check_window_tiling,
+    chunked,
+    lead_chain,
+    plan_chunks,
+    window_view,
+)
 from coordinator.plan.clip import clip_pipeline, plan_clip
 from coordinator.plan.control import wire_control
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
@@ -275,8 +282,10 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
         return _finish(plan_hdr(rid, spec, text), spec, rid)
     if clip_pipeline(spec):  # retake/extend: their own graphs (plan/clip.py)
         return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
-    if chunked(spec):  # a clip longer than one window, in windows (plan/chunks.py)
-        return _finish([*enhancer, *plan_chunks(rid, spec, *plain)], spec, rid)
+    if chunked(spec):  # a clip longer than one window, in windows (plan/chunks.py); a guided one: its negative
+        guided = guided_stage(spec)
+        negative = None if guided is None else negative_text_task(rid, spec, guided, plain[0], text_key)
+        return _finish(lead_chain(rid, spec, [*enhancer, *plan_chunks(rid, spec, *plain, negative)]), spec, rid)
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)

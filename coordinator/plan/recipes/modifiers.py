@@ -115,9 +115,10 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--exr", "EXR frames (and their colourspace)", ("exr", "exr_colorspace"), VIDEO),
     Modifier("--hdr", "an HLG 10-bit HEVC master", ("hdr",), VIDEO),
     Modifier("--chunked", "a clip longer than one window: windows each conditioned on the last frames (and audio) "
-             "of the one before, the seams crossfaded", CHUNK_FIELDS, (DISTILLED,),
-             excludes=("--image", "--num-generated-keyframes", "--stage1-parallel",
-                       "--video-decoder diffusion"), rule="a window is conditioned on the one before alone"),
+             "of the one before, the seams crossfaded; keyframes each in the window that makes its frame",
+             CHUNK_FIELDS, (DISTILLED, *GUIDED),
+             excludes=("--num-generated-keyframes", "--stage1-parallel", "--video-decoder diffusion"),
+             rule="a window is conditioned on the one before and its own keyframes alone"),
 )
 
 
