@@ -290,8 +290,7 @@ class Runner:
             ancestral_offset=int(params.get("ancestral_offset", ANCESTRAL_NOISE_SEED_OFFSET)),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
-            **_forward_params(params),
-            images=stage_images(params, inputs),
+            **_forward_params(params), images=stage_images(params, inputs),
             **stage_fields(params, inputs),  # retake / extend / IC-LoRA control / Dub-It (media_stage)
         )
 
@@ -357,7 +356,8 @@ class Runner:
                              tile=plan.tiles[int(params["tile_index"])], image_latent=inputs.get("image_latent"),
                              image_frame=int(params.get("image_frame", 0)),
                              image_strength=float(params.get("image_strength", 1.0)),
-                             images=dfr_images(params, inputs))
+                             images=dfr_images(params, inputs), previous=inputs.get("previous"),
+                             previous_slots=inputs.get("previous_slots"))
         return self.engine.dfr_tile(pack, tile, step)
 
     def _run_predict_duration(self, pack, params, inputs, step):
