@@ -371,7 +371,7 @@ class Runner:
         return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
 
     def _run_decode_video(self, pack, params, inputs, step):
-        if params.get("decoder") == "diffusion":  # LTX-2.5's vae_decoder_av (DFR: with keyframes)
+        if params.get("decoder") == "diffusion":  # LTX-2.5's vae_decoder_av (with the render's keyframes)
             pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
                                                         keyframes=task_keyframes(params, inputs))
             return {"frames": np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)}
