@@ -26,6 +26,7 @@ from coordinator.plan.chunks import (
 from coordinator.plan.clip import clip_pipeline, plan_clip
 from coordinator.plan.control import wire_control
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
+from coordinator.plan.decode_keyframes import keyframe_decode_io
 from coordinator.plan.dfr import (
     canvas_frames,
     check_dfr,
@@ -36,7 +37,7 @@ from coordinator.plan.dfr import (
     slot_expect,
     slot_params,
 )
-from coordinator.plan.dfr_finish import keyframe_decode_io, plan_dfr_finish, stage_view
+from coordinator.plan.dfr_finish import plan_dfr_finish, stage_view
 from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
 from coordinator.plan.enhance import check_enhancer, fleet_has_head, plan_enhance
 from coordinator.plan.fleet import Fleet
@@ -308,8 +309,8 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
         dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)
         tasks.extend(dfr_tasks)
         decode_spec = spec.resolve(frames=output_frames(spec))  # the decode reads the shipped length
-        if is_diffusion(spec):  # the keyframe-aware decode: each task its planes
-            keyframes = functools.partial(keyframe_decode_io, rid, spec)
+    if is_diffusion(spec):  # the keyframe-aware decode: each task its planes (DFR's, else the images')
+        keyframes = functools.partial(keyframe_decode_io, rid, spec)
     tasks.extend(plan_decode(rid, decode_spec, final, keyframes))
     if spec.audio:
         tasks.append(task(rid, "audio", "decode_audio", {
