@@ -5,7 +5,7 @@ Part of the contract beside `protos/spec.py`, which merges `GUIDANCE_FIELDS` int
 (upstream's guiders treat cfg 1, STG 0 and modality 1 as off; below 0 they point away from the
 prompt, which no upstream recipe does), rescale in [0, 1] (a blend of the std-matched prediction and
 the raw one), STG blocks distinct whole numbers (whether they lie inside the model is the planner's
-check: it knows the pack), steps 1..MAX_STEPS, a skip step 0 (guide every step) ..MAX_STEPS. Which recipes
+check: it knows the pack; modality blocks alike), steps 1..MAX_STEPS, a skip step 0 (guide every step) ..MAX_STEPS. Which recipes
 take the knobs is the planner's modifier table (`coordinator/plan/recipes/modifiers.py`): the distilled
 ones run no guidance pass, so they refuse every knob, the negative prompt included.
 """
@@ -59,6 +59,7 @@ GUIDANCE_FIELDS = {
     "cfg_scale": _scale,
     "stg_scale": _scale,
     "stg_blocks": stg_blocks,
+    "modality_blocks": stg_blocks,  # the same rule: distinct block numbers, the pack's depth the planner's
     "rescale": number(0.0, 1.0),
     "modality_scale": _scale,
     "audio_cfg_scale": _scale,

@@ -167,6 +167,9 @@ class RenderSpec:
         "--stg-scale", help="Video STG (default 1; 0 = off)."), group=GUIDANCE)
     stg_blocks: tuple[int, ...] | None = spec_field(None, G["stg_blocks"], opt(  # "28,29": the rule reads it
         "--stg-blocks", help="Blocks whose self-attention STG skips (28)."), group=GUIDANCE)
+    modality_blocks: tuple[int, ...] | None = spec_field(None, G["modality_blocks"], opt(  # None: every block
+        "--modality-blocks", help="Blocks whose audio<->video cross-attentions the modality pass skips "
+        "(default: every block, as upstream)."), group=GUIDANCE)
     rescale: float | None = spec_field(None, G["rescale"], opt(
         "--rescale", help="Guidance rescale in [0, 1] (default 0.7)."), group=GUIDANCE)
     modality_scale: float | None = spec_field(None, G["modality_scale"], opt(
