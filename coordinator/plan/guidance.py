@@ -71,7 +71,8 @@ def _override(base: G.GuiderParams, spec: RenderPlan, prefix: str) -> G.GuiderPa
                           modality_scale=float(get("modality_scale", base.modality_scale)),
                           skip_step=int(get("skip_step", base.skip_step)),
                           apg_eta=None if eta is None else float(eta),
-                          apg_norm_threshold=float(spec.apg_norm_threshold or 0.0))
+                          apg_norm_threshold=float(spec.apg_norm_threshold or 0.0),
+                          modality_blocks=None if spec.modality_blocks is None else tuple(spec.modality_blocks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,18 +154,33 @@ def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = RE
                             f"blocks (0..{num_layers - 1}); give --stg-blocks with blocks in that range")
         if p.needs_perturbed() and not p.stg_blocks:
             raise SpecError("an STG scale needs --stg-blocks (the blocks whose self-attention the pass skips)")
+    _check_modality_blocks(spec, rec, num_layers)
     if spec.negative_prompt is not None and G.UNCOND not in rec.passes:
         raise SpecError("--negative-prompt needs a cfg scale other than 1 (only the uncond pass reads it)")
     _check_skip_and_apg(spec, rec)
     return rec
 
 
+def _check_modality_blocks(spec: RenderPlan, rec: GuidedStage, num_layers: int) -> None:
+    """--modality-blocks: some block, each inside the model, and a modality pass that reads them."""
+    blocks = spec.modality_blocks
+    if blocks is None:
+        return
+    if not blocks:
+        raise SpecError("--modality-blocks needs at least one block (leave it out for every block)")
+    outside = sorted(b for b in blocks if b >= num_layers)
+    if outside:
+        raise SpecError(f"--modality-blocks {','.join(map(str, outside))}: outside the model's {num_layers} "
+                        f"blocks (0..{num_layers - 1}); give --modality-blocks with blocks in that range")
+    if G.ISOLATED not in rec.passes:
+        raise SpecError("--modality-blocks needs a modality scale other than 1 (only the modality pass reads it)")
+
+
 def _check_skip_and_apg(spec: RenderPlan, rec: GuidedStage) -> None:
     """The skip step and APG knobs that would change nothing, or that the farm cannot run as asked."""
-    if rec.video.skip_step != rec.audio.skip_step:
-        raise SpecError(f"--skip-step {rec.video.skip_step} and --audio-skip-step {rec.audio.skip_step} differ: the "
-                        "farm skips a guided step for both modalities at once (a forward with one modality "
-                        "frozen is not in the engine); give both the same")
+    if rec.video.skip_step != rec.audio.skip_step and rec.step_cache is not None:
+        raise SpecError(f"--skip-step {rec.video.skip_step} and --audio-skip-step {rec.audio.skip_step} differ: "
+                        "--step-cache replays whole passes, so it needs both the same")
     if spec.apg_eta is not None and G.UNCOND not in rec.passes:
         raise SpecError("--apg-eta needs a cfg scale other than 1 (APG reshapes the CFG term)")
     if spec.apg_norm_threshold is not None and spec.apg_eta is None:
@@ -197,11 +213,13 @@ def evaluations(rec: GuidedStage) -> list[Evaluation]:
     return out
 
 
-def skipped(rec: GuidedStage, ev: Evaluation) -> bool:
-    """Whether the round reuses the previous round's guided x0 instead of running passes: upstream's
-    `should_skip_step` on the denoiser's step index (res_2s's substep calls it with index 0: never skipped)."""
+def held_streams(rec: GuidedStage, ev: Evaluation, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The streams (prefixes) whose guider skips the round and reuse their last guided x0: upstream's
+    `should_skip_step` per modality on the denoiser's step index (res_2s's substep calls it with index 0:
+    never skipped). All of them: the round runs no passes; one: the passes run with it frozen."""
     index = 0 if ev.evaluation == "end" else ev.step
-    return G.skips_step(rec.video, index)
+    params = {"": rec.video, "audio_": rec.audio}
+    return tuple(p for p in prefixes if G.skips_step(params[p], index))
 
 
 def _cache(rid: str, stage: str, rec: GuidedStage, name: str, chain: tuple[int, int, str | None]) -> tuple[dict, dict]:
@@ -215,20 +233,44 @@ def _cache(rid: str, stage: str, rec: GuidedStage, name: str, chain: tuple[int, 
 
 
 def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage, params: dict, state: dict,
-               ctx: dict, prefixes: tuple[str, ...], chain: tuple[int, int, str | None] = (0, 0, None)) -> dict:
+               ctx: dict, prefixes: tuple[str, ...], chain: tuple[int, int, str | None] = (0, 0, None),
+               frozen: str | None = None) -> dict:
+    """One pass; `frozen`: the stream whose guider skips this round (its x0 neither computed nor sent)."""
     contexts = ctx["negative"] if name == G.UNCOND else ctx["prompt"]
     video, audio = "" in prefixes, "audio_" in prefixes
     cache_params, cache_in = _cache(rid, stage, rec, name, chain)
-    out = {f"{p}x0": expect("float32", 1, -1, -1) for p in prefixes}
+    out = {f"{p}x0": expect("float32", 1, -1, -1) for p in prefixes if p != frozen}
     cells = latent_frames(int(params["frames"])) * (params["height"] // SPATIAL_FACTOR) * (
         params["width"] // SPATIAL_FACTOR) if video and "frames" in params else 0
     return task(rid, f"{stage}.{ev.label}.{name}", "guidance_pass",
                 {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step, "cells": cells,
                  "video": G.params_to_dict(rec.video) if video else None,
                  "audio": G.params_to_dict(rec.audio) if audio else None,
+                 **({} if frozen is None else {"frozen": STREAM_NAMES[frozen]}),
                  **({} if rec.distilled_lora is None else {"distilled_lora_strength": rec.distilled_lora}),
                  **cache_params, "expect": out},
                 {**state, **contexts, **cache_in})
+
+
+STREAM_NAMES = {"": "video", "audio_": "audio"}
+
+
+def _round_passes(rec: GuidedStage, prefixes: tuple[str, ...], held: tuple[str, ...]) -> tuple[str, ...]:
+    """The passes a round runs: none when every stream is held, the running stream's alone when one is
+    (upstream runs the held guider's passes too, with that stream frozen: the running stream's combine
+    reads none of them), else every pass either guider needs."""
+    if held == prefixes:
+        return ()
+    if held:
+        running = [p for p in prefixes if p not in held][0]
+        return G.passes_needed(rec.audio if running else rec.video)
+    return rec.passes
+
+
+def _flag(streams: tuple[str, ...], prefixes: tuple[str, ...]) -> dict | bool:
+    """A guide step's held / keep_x0 value: True for every stream (as plans wrote it before one stream
+    could be held alone), else the streams' prefixes."""
+    return True if streams == prefixes else list(streams)
 
 
 def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, source: str, ctx: dict,
@@ -244,28 +286,30 @@ def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, sour
     latents = {k: ref(source, k) for k in names if k.endswith("latent")}
     tasks: list[dict] = []
     rounds = evaluations(rec)
+    held = [held_streams(rec, ev, prefixes) for ev in rounds]  # never the first round
     mid_src = None
-    chained = [ev.label for ev in rounds if not skipped(rec, ev)]  # the rounds a pass's step cache runs over
+    chained = [ev.label for ev, h in zip(rounds, held, strict=True) if h != prefixes]  # a pass's step cache's rounds
     for i, ev in enumerate(rounds):
-        held = skipped(rec, ev)  # no passes: the previous round's guided x0 again (never the first round)
-        passes = () if held else rec.passes
-        k = chained.index(ev.label) if not held else 0
+        passes = _round_passes(rec, prefixes, held[i])
+        k = chained.index(ev.label) if passes else 0
         chain = (k, len(chained), chained[k - 1] if k else None)
-        tasks += [_pass_task(rid, stage, ev, name, rec, params, {**fixed, **latents}, ctx, prefixes, chain)
+        frozen = held[i][0] if passes and held[i] else None
+        tasks += [_pass_task(rid, stage, ev, name, rec, params, {**fixed, **latents}, ctx, prefixes, chain, frozen)
                   for name in passes]
         step_in = {f"{name}_{p}x0": ref(f"{rid}.{stage}.{ev.label}.{name}", f"{p}x0")
-                   for name in passes for p in prefixes}
-        step_in |= {f"held_{p}x0": ref(mid_src, f"{p}x0") for p in prefixes} if held else {}
+                   for name in passes for p in prefixes if p not in held[i]}
+        step_in |= {f"held_{p}x0": ref(mid_src, f"{p}x0") for p in held[i]}
         step_in |= fixed | latents  # an `end` step reads the midpoint's latent: only its shape and masks count
         if ev.evaluation == "end":
             step_in |= {f"{p}{k}": ref(mid_src, f"{p}{k}") for p in prefixes for k in ("x_mid", "anchor", "eps1")}
         last = i == len(rounds) - 1
         name = stage if last else f"{stage}.{ev.label}"
+        keep = () if last else held[i + 1]
         tasks.append(task(rid, name, "guide_step",
                           {**({"finish": finish} if last and finish else {}), "evaluation": ev.evaluation, "step": ev.step, "sigmas": list(_schedule(rec)),
                            "passes": list(passes), "seed": int(params.get("seed", 0)),
-                           **({"held": True} if held else {}),
-                           **({"keep_x0": True} if i + 1 < len(rounds) and skipped(rec, rounds[i + 1]) else {}),
+                           **({"held": _flag(held[i], prefixes)} if held[i] else {}),
+                           **({"keep_x0": _flag(keep, prefixes)} if keep else {}),
                            **({"stream_offset": rec.stream_offset} if rec.stream_offset else {}),
                            "video": G.params_to_dict(rec.video) if video else None,
                            "audio": G.params_to_dict(rec.audio) if audio else None, "expect": {}},
