@@ -196,6 +196,10 @@ class RenderSpec:
     apg_norm_threshold: float | None = spec_field(None, G["apg_norm_threshold"], opt(
         "--apg-norm-threshold", help="APG: clip the CFG delta's norm to this (default 0 = no clip)."),
         group=GUIDANCE)
+    guidance_schedule: tuple | None = spec_field(None, G["guidance_schedule"], opt(  # None: one guider for every sigma
+        "--guidance-schedule", help="Guidance by sigma (ltx-core's MultiModalGuiderFactory): bins SIGMA:key=value,... "
+        "separated by ';', each overriding the scales and skip steps for sigmas up to SIGMA (above every bound: the "
+        "largest bin), e.g. 1.0:cfg_scale=4;0.5:cfg_scale=2."), group=GUIDANCE)
     sparse_attention: tuple[float, ...] | None = spec_field(None, taus, opt(  # None: dense
         "--sparse-attention", help="TAUS: sparse stage-2 self-attention, one tau per stage-2 step (e.g. 1.0,1.25,1.5).",
         parse=numbers("--sparse-attention", "taus, e.g. 1.0,1.25,1.5")))

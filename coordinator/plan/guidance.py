@@ -47,10 +47,23 @@ class GuidedStage:
     stage2_lora: float | None = None     # ... on stage 2's (two-stage 1.0, HQ 0.5; one-stage has none)
     stream_offset: int = 0               # res_2s SDE noise: stage 2 draws streams of its own
     step_cache: float | None = None      # --step-cache: each pass a chain over the stage's rounds of passes
+    bins: tuple[tuple[float, G.GuiderParams, G.GuiderParams], ...] = ()  # --guidance-schedule: (bound, video, audio)
 
     @property
     def passes(self) -> tuple[str, ...]:
         return G.passes_needed(self.video, self.audio)
+
+    def at(self, sigma: float) -> GuidedStage:
+        """The guidance of a round at `sigma`: upstream's `MultiModalGuiderFactory.build_from_sigma` per
+        modality (`guidance.params_for_sigma`) with a schedule, else the stage's own."""
+        if not self.bins:
+            return self
+        return replace(self, video=G.params_for_sigma(tuple((b, v) for b, v, _ in self.bins), sigma),
+                       audio=G.params_for_sigma(tuple((b, a) for b, _, a in self.bins), sigma), bins=())
+
+    def variants(self) -> list[GuidedStage]:
+        """Every guidance a round can take (each bin's; the stage's own without a schedule)."""
+        return [self.at(bound) for bound, _, _ in self.bins] or [self]
 
     def forwards_per_step(self) -> int:
         """Passes per step (res_2s: two evaluations, each all the passes)."""
@@ -107,13 +120,23 @@ def recipe(spec: RenderPlan, rule: GuidedRule | None) -> GuidedStage | None:
     audio = _override(rule.audio, spec, "audio_")
     if spec.audio_input:  # A2V (plan/media.py): a frozen track, upstream's audio guider off
         audio = G.GuiderParams(skip_step=video.skip_step)  # a frozen track's x0 is never read: skip with video
+    bins = tuple(_bin(video, audio, bound, dict(pairs), bool(spec.audio_input))
+                 for bound, pairs in spec.guidance_schedule or ())
     steps = stage1_steps(spec) or rule.steps
     negative = spec.negative_prompt
     sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if rule.anchored and spec.frames else {}))
     return GuidedStage(pipeline=spec.pipeline, sampler=rule.sampler, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
                   distilled_lora=rule.stage1_lora, stage2_lora=rule.stage2_lora,
-                  step_cache=step_cache(spec))
+                  step_cache=step_cache(spec), bins=bins)
+
+
+def _bin(video: G.GuiderParams, audio: G.GuiderParams, bound: float, given: dict, a2v: bool) -> tuple:
+    """One --guidance-schedule bin: its overrides on the render's resolved guidance (A2V's frozen track
+    keeps its guider off, skipping with the video)."""
+    v = replace(video, **{k: given[k] for k in given if not k.startswith("audio_")})
+    a = replace(audio, **{k.removeprefix("audio_"): given[k] for k in given if k.startswith("audio_")})
+    return float(bound), v, (G.GuiderParams(skip_step=v.skip_step) if a2v else a)
 
 
 def _audio_only(spec: RenderPlan, rule: GuidedRule) -> GuidedStage:
@@ -146,7 +169,7 @@ def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = RE
     rec = recipe(spec, rule)
     if rec is None:
         return None
-    for p in (rec.video, rec.audio):
+    for p in (p for r in rec.variants() for p in (r.video, r.audio)):
         outside = sorted(b for b in p.stg_blocks if b >= num_layers)
         if outside and p.needs_perturbed():
             given = "--stg-blocks" if spec.stg_blocks is not None else "the default --stg-blocks (the 22B's)"
@@ -155,10 +178,15 @@ def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = RE
         if p.needs_perturbed() and not p.stg_blocks:
             raise SpecError("an STG scale needs --stg-blocks (the blocks whose self-attention the pass skips)")
     _check_modality_blocks(spec, rec, num_layers)
-    if spec.negative_prompt is not None and G.UNCOND not in rec.passes:
+    if spec.negative_prompt is not None and not _any_pass(rec, G.UNCOND):
         raise SpecError("--negative-prompt needs a cfg scale other than 1 (only the uncond pass reads it)")
     _check_skip_and_apg(spec, rec)
     return rec
+
+
+def _any_pass(rec: GuidedStage, name: str) -> bool:
+    """Whether some round of the stage runs pass `name`."""
+    return any(name in r.passes for r in rec.variants())
 
 
 def _check_modality_blocks(spec: RenderPlan, rec: GuidedStage, num_layers: int) -> None:
@@ -172,16 +200,19 @@ def _check_modality_blocks(spec: RenderPlan, rec: GuidedStage, num_layers: int) 
     if outside:
         raise SpecError(f"--modality-blocks {','.join(map(str, outside))}: outside the model's {num_layers} "
                         f"blocks (0..{num_layers - 1}); give --modality-blocks with blocks in that range")
-    if G.ISOLATED not in rec.passes:
+    if not _any_pass(rec, G.ISOLATED):
         raise SpecError("--modality-blocks needs a modality scale other than 1 (only the modality pass reads it)")
 
 
 def _check_skip_and_apg(spec: RenderPlan, rec: GuidedStage) -> None:
     """The skip step and APG knobs that would change nothing, or that the farm cannot run as asked."""
+    if rec.bins and rec.step_cache is not None:
+        raise SpecError("--guidance-schedule and --step-cache: the schedule changes a round's passes, which the "
+                        "step cache replays as one chain per pass; give one")
     if rec.video.skip_step != rec.audio.skip_step and rec.step_cache is not None:
         raise SpecError(f"--skip-step {rec.video.skip_step} and --audio-skip-step {rec.audio.skip_step} differ: "
                         "--step-cache replays whole passes, so it needs both the same")
-    if spec.apg_eta is not None and G.UNCOND not in rec.passes:
+    if spec.apg_eta is not None and not _any_pass(rec, G.UNCOND):
         raise SpecError("--apg-eta needs a cfg scale other than 1 (APG reshapes the CFG term)")
     if spec.apg_norm_threshold is not None and spec.apg_eta is None:
         raise SpecError("--apg-norm-threshold needs --apg-eta (it clips APG's delta)")
@@ -286,15 +317,17 @@ def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, sour
     latents = {k: ref(source, k) for k in names if k.endswith("latent")}
     tasks: list[dict] = []
     rounds = evaluations(rec)
-    held = [held_streams(rec, ev, prefixes) for ev in rounds]  # never the first round
+    guides = [rec.at(ev.sigma) for ev in rounds]  # --guidance-schedule: each round its sigma's bin
+    held = [held_streams(r, ev, prefixes) for r, ev in zip(guides, rounds, strict=True)]  # never the first round
     mid_src = None
     chained = [ev.label for ev, h in zip(rounds, held, strict=True) if h != prefixes]  # a pass's step cache's rounds
     for i, ev in enumerate(rounds):
-        passes = _round_passes(rec, prefixes, held[i])
+        guide = guides[i]
+        passes = _round_passes(guide, prefixes, held[i])
         k = chained.index(ev.label) if passes else 0
         chain = (k, len(chained), chained[k - 1] if k else None)
         frozen = held[i][0] if passes and held[i] else None
-        tasks += [_pass_task(rid, stage, ev, name, rec, params, {**fixed, **latents}, ctx, prefixes, chain, frozen)
+        tasks += [_pass_task(rid, stage, ev, name, guide, params, {**fixed, **latents}, ctx, prefixes, chain, frozen)
                   for name in passes]
         step_in = {f"{name}_{p}x0": ref(f"{rid}.{stage}.{ev.label}.{name}", f"{p}x0")
                    for name in passes for p in prefixes if p not in held[i]}
@@ -311,8 +344,8 @@ def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, sour
                            **({"held": _flag(held[i], prefixes)} if held[i] else {}),
                            **({"keep_x0": _flag(keep, prefixes)} if keep else {}),
                            **({"stream_offset": rec.stream_offset} if rec.stream_offset else {}),
-                           "video": G.params_to_dict(rec.video) if video else None,
-                           "audio": G.params_to_dict(rec.audio) if audio else None, "expect": {}},
+                           "video": G.params_to_dict(guide.video) if video else None,
+                           "audio": G.params_to_dict(guide.audio) if audio else None, "expect": {}},
                           step_in, capability=COORDINATOR))
         mid_src = f"{rid}.{name}"
         latents = {k: ref(mid_src, k) for k in latents}  # the next round reads this step's latent (or midpoint)

@@ -180,6 +180,8 @@ def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
          "--skip-step 1 and --audio-skip-step 2 differ: --step-cache replays whole passes"),
         ({"modality_blocks": [0, 2]}, "--modality-blocks 2: outside the model's 2 blocks (0..1)"),
         ({"modality_blocks": "1,x"}, "must be block numbers like 28"),
+        ({"guidance_schedule": "0.5:cfg_scale=-2"}, "guidance_schedule cfg_scale -2.0 is outside [0.0, 100.0]"),
+        ({"guidance_schedule": "0.5:stg_scale=1", "stg_blocks": [7]}, "--stg-blocks 7: outside the model's 2 blocks"),
         ({"apg_eta": 0.5, "cfg_scale": 1.0, "audio_cfg_scale": 1.0, "negative_prompt": None},
          "--apg-eta needs a cfg scale other than 1"),
         ({"apg_norm_threshold": 2.0}, "--apg-norm-threshold needs --apg-eta"),
@@ -254,9 +256,15 @@ SKIPPED = {"one-stage": ({**ONE, "steps": 4, "skip_step": 1, "audio_skip_step": 
                           "apg_norm_threshold": 5.0}, 2 * 4, 4),
            "two-stage-hq": ({**HQ, "skip_step": 1, "audio_skip_step": 1}, 4 * 3 + 3, 5 + 3),
            "audio-held": ({**ONE, "steps": 4, "audio_skip_step": 1, "cfg_scale": 1.0, "modality_blocks": [1]},
-                          2 * 4 + 2 * 3, 4)}
+                          2 * 4 + 2 * 3, 4),
+           # --guidance-schedule (sigmas 1.0, 0.87, 0.63, 0.1): full guidance above 0.7, below it STG alone and
+           # the audio held on step 3.
+           "schedule": ({**ONE, "steps": 4, "guidance_schedule": "1.0:cfg_scale=4;0.7:cfg_scale=1,audio_cfg_scale=1,"
+                         "modality_scale=1,audio_modality_scale=1,audio_skip_step=1"}, 2 * 4 + 2 * 2, 4)}
 HELD = {"one-stage": {"stage1": True, "stage1.s1": True}, "two-stage-hq": {"stage1.s1a": True},
-        "audio-held": {"stage1": ["audio_"], "stage1.s1": ["audio_"]}}
+        "audio-held": {"stage1": ["audio_"], "stage1.s1": ["audio_"]}, "schedule": {"stage1": ["audio_"]}}
+FROZEN = {"audio-held": [f"stage1.s{i}.{p}" for i in (1, 3) for p in ("cond", "isolated", "perturbed")],
+          "schedule": ["stage1.s3.cond", "stage1.s3.perturbed"]}
 
 
 @pytest.mark.timeout(180)
@@ -275,10 +283,9 @@ def test_skip_step_and_apg_on_2_workers_equal_local(name, guided_farm, dev_runne
     held = {n: t["params"]["held"] for n, t in tasks.items() if t["kind"] == "guide_step" and t["params"].get("held")}
     assert held == HELD[name]
     frozen = sorted(n for n, t in tasks.items() if t["kind"] == "guidance_pass" and t["params"].get("frozen"))
-    assert frozen == (sorted(f"stage1.s{i}.{p}" for i in (1, 3) for p in ("cond", "perturbed", "isolated"))
-                      if name == "audio-held" else [])
-    if name == "audio-held":  # the frozen audio's x0 is neither computed nor sent; isolation in block 1 only
-        assert all(set(tasks[n]["outputs"]) == {"x0"} for n in frozen)
+    assert frozen == FROZEN.get(name, [])
+    assert all(set(tasks[n]["outputs"]) == {"x0"} for n in frozen)  # the frozen audio's x0 neither computed nor sent
+    if name == "audio-held":  # the isolation in block 1 only
         assert tasks["stage1.s0.isolated"]["params"]["video"]["modality_blocks"] == [1]
     if name == "one-stage":  # the CFG term as APG: every pass and step carries it
         assert all(t["params"]["video"]["apg_eta"] == 0.5 for t in tasks.values() if t["kind"] == "guidance_pass")

@@ -3,6 +3,7 @@ tasks + guide steps: run task by task on the tiny DiT (no Redis), it takes the e
 for bit."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -252,13 +253,14 @@ def _upstream_guided_loop(model, rec, video, audio, pos, neg):
     last = (None, None)
     sigmas = list(rec.sigmas)
     for step in range(len(sigmas) - 1):
-        v_skip, a_skip = G.skips_step(rec.video, step), G.skips_step(rec.audio, step)
+        g = rec.at(sigmas[step])  # FactoryGuidedDenoiser: the guiders of this step's sigma (the stage's own without bins)
+        v_skip, a_skip = G.skips_step(g.video, step), G.skips_step(g.audio, step)
         if not (v_skip and a_skip):
             frozen = "video" if v_skip else "audio" if a_skip else None
-            outs = {n: pass_x0(model, n, video, audio, sigmas[step], pos, neg, rec.video, rec.audio, frozen=frozen)
-                    for n in G.passes_needed(rec.video, rec.audio)}
-            last = (last[0] if v_skip else G.combine(rec.video, {n: o[0] for n, o in outs.items()}),
-                    last[1] if a_skip else G.combine(rec.audio, {n: o[1] for n, o in outs.items()}))
+            outs = {n: pass_x0(model, n, video, audio, sigmas[step], pos, neg, g.video, g.audio, frozen=frozen)
+                    for n in G.passes_needed(g.video, g.audio)}
+            last = (last[0] if v_skip else G.combine(g.video, {n: o[0] for n, o in outs.items()}),
+                    last[1] if a_skip else G.combine(g.audio, {n: o[1] for n, o in outs.items()}))
         video = sampling.denoise_step(video, last[0], sigmas, step)
         audio = sampling.denoise_step(audio, last[1], sigmas, step)
     return video, audio
@@ -289,3 +291,39 @@ def test_one_stream_held_while_the_other_runs_equals_upstreams_loop(tiny, held):
     video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
     np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
     np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+
+
+def test_a_guidance_schedule_run_task_by_task_equals_upstreams_loop(tiny):
+    """--guidance-schedule (sigmas 1.0, 0.87, 0.63, 0.1): the 1.0 bin guides fully, the 0.7 bin with CFG
+    and modality off and the audio skipping odd steps (step 3: the video's passes with the audio frozen)."""
+    from ltx_engine.rules.sampling import LatentState
+
+    model, blobs = tiny
+    spec = {**SPEC_TINY, "steps": 4, "modality_blocks": [0],
+            "guidance_schedule": "1.0:cfg_scale=4;0.7:cfg_scale=1,audio_cfg_scale=1,modality_scale=1,"
+                                 "audio_modality_scale=1,audio_skip_step=1"}
+    rec = guided_stage(_stored({"pipeline": "one-stage", **spec}), num_layers=2)
+    tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
+    steps = [t for t in tasks if t["kind"] == "guide_step"]
+    assert [t["params"]["passes"] for t in steps] == [list(G.PASS_ORDER)] * 2 + [[G.COND, G.PERTURBED]] * 2
+    assert [t["params"]["video"]["cfg_scale"] for t in steps] == [4.0, 4.0, 1.0, 1.0]
+    assert [t["params"].get("held") for t in steps] == [None, None, None, ["audio_"]]
+    out = _execute(model, tasks, blobs)
+    p = blobs["r.prep"]
+    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
+    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
+    pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}
+    video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
+    np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
+    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+
+
+@pytest.mark.parametrize("spec,line", [
+    ({"guidance_schedule": "0.5:cfg_scale=2", "step_cache": 0.5}, "--guidance-schedule and --step-cache"),
+    ({"guidance_schedule": "0.5:stg_scale=1", "stg_blocks": []}, "an STG scale needs --stg-blocks"),
+    ({"guidance_schedule": "0.5:cfg_scale=1,audio_cfg_scale=1", "cfg_scale": 1, "audio_cfg_scale": 1,
+      "negative_prompt": "x"}, "--negative-prompt needs a cfg scale other than 1"),
+])
+def test_guidance_schedule_refusals(spec, line):
+    with pytest.raises(SpecError, match=re.escape(line)):
+        guided_stage(_stored({"pipeline": "one-stage", "stg_blocks": [1], **spec}), num_layers=2)
