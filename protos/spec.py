@@ -153,7 +153,7 @@ class RenderSpec:
     pipeline: str = spec_field("distilled", G["pipeline"], opt(
         "--pipeline", help="distilled (8+3 steps, no guidance) | one-stage (dev DiT, full resolution, guided) | "
         "two-stage (guided half-res stage 1, dev + distilled LoRA stage 2) | two-stage-hq (both res_2s) | "
-        "t2a (text-to-audio: the audio track alone, guided, to a .wav)."),
+        "t2a (text-to-audio: the audio track alone, guided, to a .wav or .m4a)."),
         group=GUIDANCE)
     steps: int | None = spec_field(None, G["steps"], opt(
         "--steps", help="Guided steps (LTX2 scheduler; default 30, HQ 15)."), group=GUIDANCE)
@@ -188,7 +188,8 @@ class RenderSpec:
         "--skip-step", "--video-skip-step", help="Guide every N+1-th step only; the others reuse the last guided "
         "x0 (upstream's skip_step; default 0 = every step)."), group=GUIDANCE)
     audio_skip_step: int | None = spec_field(None, G["audio_skip_step"], opt(
-        "--audio-skip-step", help="Audio's skip step (default 0; the farm skips a step for both at once)."),
+        "--audio-skip-step", help="Audio's skip step (default 0); a step one modality skips runs the other's "
+        "passes with it frozen, as upstream."),
         group=GUIDANCE)
     apg_eta: float | None = spec_field(None, G["apg_eta"], opt(
         "--apg-eta", help="CFG as APG (ltx-core's LtxAPGGuider): the weight of the delta's part along cond "
