@@ -298,6 +298,26 @@ def _round_passes(rec: GuidedStage, prefixes: tuple[str, ...], held: tuple[str, 
     return rec.passes
 
 
+@dataclass(frozen=True)
+class Round:
+    """One round as planned: its evaluation, its guidance (its sigma's bin), the streams it holds, its passes."""
+
+    ev: Evaluation
+    guide: GuidedStage
+    held: tuple[str, ...]
+    passes: tuple[str, ...]
+
+
+def rounds_of(rec: GuidedStage, prefixes: tuple[str, ...]) -> list[Round]:
+    """Every round of the stage with the streams `prefixes` ("" video, "audio_")."""
+    out = []
+    for ev in evaluations(rec):
+        guide = rec.at(ev.sigma)  # --guidance-schedule: each round its sigma's bin
+        held = held_streams(guide, ev, prefixes)  # never the first round
+        out.append(Round(ev, guide, held, _round_passes(guide, prefixes, held)))
+    return out
+
+
 def _flag(streams: tuple[str, ...], prefixes: tuple[str, ...]) -> dict | bool:
     """A guide step's held / keep_x0 value: True for every stream (as plans wrote it before one stream
     could be held alone), else the streams' prefixes."""
@@ -316,14 +336,12 @@ def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, sour
     fixed = {k: ref(source, k) for k in names if not k.endswith("latent")}
     latents = {k: ref(source, k) for k in names if k.endswith("latent")}
     tasks: list[dict] = []
-    rounds = evaluations(rec)
-    guides = [rec.at(ev.sigma) for ev in rounds]  # --guidance-schedule: each round its sigma's bin
-    held = [held_streams(r, ev, prefixes) for r, ev in zip(guides, rounds, strict=True)]  # never the first round
+    planned = rounds_of(rec, prefixes)
+    rounds, held = [r.ev for r in planned], [r.held for r in planned]
     mid_src = None
-    chained = [ev.label for ev, h in zip(rounds, held, strict=True) if h != prefixes]  # a pass's step cache's rounds
+    chained = [r.ev.label for r in planned if r.passes]  # the rounds a pass's step cache runs over
     for i, ev in enumerate(rounds):
-        guide = guides[i]
-        passes = _round_passes(guide, prefixes, held[i])
+        guide, passes = planned[i].guide, planned[i].passes
         k = chained.index(ev.label) if passes else 0
         chain = (k, len(chained), chained[k - 1] if k else None)
         frozen = held[i][0] if passes and held[i] else None

@@ -30,6 +30,16 @@ def test_plan_shows_the_guided_passes_per_step(tmp_path: Path) -> None:
     assert "guidance_pass" in result.stdout and "denoise_stage1" not in result.stdout
 
 
+def test_plan_counts_the_passes_of_skip_steps_and_a_schedule(tmp_path: Path) -> None:
+    """4 steps (sigmas 1.0, 0.87, 0.63, 0.1), video CFG off below 0.7 (the audio's still asks for the uncond
+    pass); the audio skips steps 1 and 3, where the video's passes run alone: four, except step 3's three."""
+    result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), "-H", "512", "-W", "768",
+                   "-f", "49", "--pipeline", "one-stage", "--steps", "4", "--audio-skip-step", "1",
+                   "--guidance-schedule", "1.0:cfg_scale=4;0.7:cfg_scale=1")
+    assert result.returncode == 0, result.stderr
+    assert "skip steps / --guidance-schedule: 15 pass tasks over 4 rounds (4+4+4+3)" in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("args,line", [
     (["--negative-prompt", "blurry"], "--negative-prompt does not apply to the distilled recipe"),
     (["--pipeline", "one-stage", "--cfg-scale", "nan"], "cfg_scale nan is not a finite number"),
