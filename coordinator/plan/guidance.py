@@ -253,6 +253,9 @@ def held_streams(rec: GuidedStage, ev: Evaluation, prefixes: tuple[str, ...]) ->
     return tuple(p for p in prefixes if G.skips_step(params[p], index))
 
 
+STREAM_NAMES = {"": "video", "audio_": "audio"}  # a pass's `frozen`: the stream the engine runs disabled
+
+
 def _cache(rid: str, stage: str, rec: GuidedStage, name: str, chain: tuple[int, int, str | None]) -> tuple[dict, dict]:
     """A pass's step cache: (params, inputs) at its place (k of n rounds with passes, the last such round's
     label) in its chain over the stage; nothing without --step-cache."""
@@ -281,9 +284,6 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage
                  **({} if rec.distilled_lora is None else {"distilled_lora_strength": rec.distilled_lora}),
                  **cache_params, "expect": out},
                 {**state, **contexts, **cache_in})
-
-
-STREAM_NAMES = {"": "video", "audio_": "audio"}
 
 
 def _round_passes(rec: GuidedStage, prefixes: tuple[str, ...], held: tuple[str, ...]) -> tuple[str, ...]:
@@ -318,7 +318,7 @@ def rounds_of(rec: GuidedStage, prefixes: tuple[str, ...]) -> list[Round]:
     return out
 
 
-def _flag(streams: tuple[str, ...], prefixes: tuple[str, ...]) -> dict | bool:
+def _flag(streams: tuple[str, ...], prefixes: tuple[str, ...]) -> bool | list[str]:
     """A guide step's held / keep_x0 value: True for every stream (as plans wrote it before one stream
     could be held alone), else the streams' prefixes."""
     return True if streams == prefixes else list(streams)
