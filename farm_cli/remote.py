@@ -163,12 +163,14 @@ def fetch_results(render: dict, output: Path | None, save_latents: Path | None, 
                   token: str | None, exr: Path | None = None) -> None:
     """The render's files onto this machine: the mp4 to output, its EXR frames to exr (default: the
     folder its spec asked for, which this CLI resolved here at submit), latents to save_latents."""
+    from coordinator.assemble.audio_file import M4A_FILE
     from farm_cli.follow import Outage, ride
     from protos.tensors import decode_tensor
 
     with one_line(code=1), client(coordinator, token) as farm:
         if output:
-            ride(lambda: farm.fetch_output(render["id"], output), Outage())
+            file = M4A_FILE if Path(output).suffix.lower() == ".m4a" else ""  # a T2A render's AAC file
+            ride(lambda: farm.fetch_output(render["id"], output, file=file), Outage())
             typer.echo(f"wrote {output}")
             if (render.get("spec") or {}).get("hdr"):  # the HLG master beside it
                 from coordinator.assemble.hdr_master import HLG_FILE, hlg_path

@@ -39,7 +39,7 @@ from protos.tensors import CHUNK_BYTES
 log = logging.getLogger(__name__)
 
 
-OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json|render_hlg\.mp4")
+OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json|render_hlg\.mp4|render\.m4a")
 DEFAULT_MIN_FREE_GB = 1.0
 
 
@@ -268,7 +268,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             name = "render.mp4"
         if not OUTPUT_FILE.fullmatch(name):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name[:80]!r} is not a render output "
-                          "(render.mp4, render.json, exr/frame_NNNNN.exr, exr/render.json, render_hlg.mp4, partial.mp4)")
+                          "(render.mp4, render.json, exr/frame_NNNNN.exr, exr/render.json, render_hlg.mp4, render.m4a, partial.mp4)")
         if render.get("state") != RenderState.DONE or not output:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, _no_output(request.render_id, render))
         path = Path(output) if name == "render.mp4" else Path(output).parent / name

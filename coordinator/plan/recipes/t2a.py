@@ -37,7 +37,7 @@ def check_t2a(spec: RenderPlan, pack: PackFacts) -> dict | None:
 T2A = Recipe(
     name="t2a",
     purpose="text-to-audio: the dev DiT's audio stream alone (no video tokens) with upstream's audio guider, "
-            "each pass on its own Mac; the audio VAE + vocoder to a .wav",
+            "each pass on its own Mac; the audio VAE + vocoder to a .wav or .m4a",
     upstream="ltx-pipelines T2AOneStagePipeline (`ltx_pipelines.t2a_one_stage`); its pipelines.md section 11",
     flag="--pipeline t2a",
     pipeline="t2a",
