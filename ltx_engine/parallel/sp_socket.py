@@ -58,6 +58,8 @@ class SocketGroup:
         self._deadline = time.monotonic() + deadline_s
         self._senders = ThreadPoolExecutor(max(1, degree - 1), thread_name_prefix=f"sp-send-{rank}")
         self._closed = threading.Event()
+        self._cause = "the group was closed"  # the first loss, named by every later failure
+        self._lock = threading.Lock()
         self.bytes_moved = 0
 
     @classmethod
@@ -96,16 +98,19 @@ class SocketGroup:
     def all_gather(self, x: mx.array) -> mx.array:
         bits = np.ascontiguousarray(_view_bits(x))
         payload = memoryview(bits).cast("B")
+        n = bits.shape[0] if bits.ndim else 1
+        full = np.empty((n * self._degree, *bits.shape[1:]), bits.dtype)  # each part read in place
+        full[self._rank * n:(self._rank + 1) * n] = bits.reshape(n, *bits.shape[1:])
         try:
             sends = [self._senders.submit(self._send, peer, payload) for peer in self._socks]
-            parts = [bits if peer == self._rank else self._receive(peer, bits) for peer in range(self._degree)]
+            for peer in self._socks:
+                self._receive(peer, full[peer * n:(peer + 1) * n])
             for sent in sends:
                 sent.result()  # re-raises a sender's PeerLost
         except RuntimeError as exc:  # the sender pool shut down: the group was closed meanwhile
-            raise PeerLost("the group was closed") from exc
+            raise PeerLost(self._cause) from exc
         self.bytes_moved += payload.nbytes * len(self._socks)
-        full = mx.array(np.concatenate(parts, axis=0))
-        return full.view(mx.bfloat16) if x.dtype == mx.bfloat16 else full
+        return mx.array(full).view(mx.bfloat16) if x.dtype == mx.bfloat16 else mx.array(full)
 
     def close(self) -> None:
         """Close every socket (peers blocked on this rank see the end at once)."""
@@ -121,7 +126,7 @@ class SocketGroup:
     def _left(self, peer: int) -> float:
         left = self._deadline - time.monotonic()
         if self._closed.is_set():
-            raise PeerLost("the group was closed")
+            raise PeerLost(self._cause)
         if left <= 0:
             raise PeerLost(f"rank {peer} past the deadline")
         return left
@@ -136,35 +141,35 @@ class SocketGroup:
         except OSError as exc:
             raise self._lost(peer, exc) from exc
 
-    def _receive(self, peer: int, like: np.ndarray) -> np.ndarray:
+    def _receive(self, peer: int, into: np.ndarray) -> None:
+        """The peer's part, read straight into its rows of the gathered array."""
         try:
-            (n,) = LENGTH.unpack(self._read(peer, LENGTH.size))
-            if n != like.nbytes:
-                raise PeerLost(f"rank {peer} sent {n} bytes for a part of {like.nbytes}")
-            return np.frombuffer(self._read(peer, n), dtype=like.dtype).reshape(like.shape)
+            (size,) = LENGTH.unpack(self._read(peer, memoryview(bytearray(LENGTH.size))))
+            if size != into.nbytes:
+                raise PeerLost(f"rank {peer} sent {size} bytes for a part of {into.nbytes}")
+            self._read(peer, memoryview(into).cast("B"))
         except OSError as exc:
             raise self._lost(peer, exc) from exc
 
-    def _read(self, peer: int, n: int) -> bytearray:
-        sock, buf = self._socks[peer], bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
+    def _read(self, peer: int, view: memoryview) -> memoryview:
+        sock, got = self._socks[peer], 0
+        while got < view.nbytes:
             sock.settimeout(self._left(peer))
-            chunk = sock.recv_into(view[got:], n - got)
+            chunk = sock.recv_into(view[got:], view.nbytes - got)
             if chunk == 0:
                 raise PeerLost(f"rank {peer} closed the connection")
             got += chunk
-        return buf
+        return view
 
     def _lost(self, peer: int, exc: OSError) -> PeerLost:
-        """Close the group (every peer sees the end at once) and name the cause."""
-        closed = self._closed.is_set()
-        self.close()
-        if isinstance(exc, PeerLost):
-            return exc
-        if closed:
-            return PeerLost("the group was closed")
-        return PeerLost(f"rank {peer} {'past the deadline' if isinstance(exc, TimeoutError) else f'lost ({exc})'}")
+        """Close the group (every peer sees the end at once) and name the cause: the first loss, whichever
+        thread (a sender, the reader) met it."""
+        with self._lock:
+            if not self._closed.is_set():
+                self._cause = str(exc) if isinstance(exc, PeerLost) else (
+                    f"rank {peer} {'past the deadline' if isinstance(exc, TimeoutError) else f'lost ({exc})'}")
+                self.close()
+        return PeerLost(self._cause)
 
 
 def _listen(entry: str, degree: int) -> socket.socket:
