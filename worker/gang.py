@@ -120,7 +120,7 @@ def _ranked(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat, kee
 
     try:
         group = SocketGroup.open(rank, list(gang["hosts"]), open_s)
-        group.arm(step_s + open_s)  # the first step may load the model first
+        group.arm(step_s + open_s)  # the first step may load the model
         log.info("%s for %s open", what, lease.task_id)
         with rank_of(agent.runner, group, on_step):
             return agent.runner.run(lease.kind, {k: v for k, v in params.items() if k != "gang"}, inputs)
