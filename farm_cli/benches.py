@@ -279,12 +279,19 @@ def sp(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed forwards per side per pair.")] = 2,
     macs: Annotated[int, typer.Option("--macs", help="Macs in the projection.")] = 4,
     chip: Annotated[str, typer.Option("--chip", help="Chip of the full-size projection.")] = "M1 Max",
+    group: Annotated[str, typer.Option("--group", help="ring (mx.distributed) or socket (a gang's SocketGroup).")]
+    = "ring",
 ) -> None:
-    """Stage-1 DiT forward sequence-parallel on 2 workers vs 1 (ring on 127.0.0.1), bytes per step, ratio,
+    """Stage-1 DiT forward sequence-parallel on 2 workers vs 1 (a group on 127.0.0.1), bytes per step, ratio,
     and a projection for N Macs over 10 GbE and Thunderbolt 5."""
     from farm_cli.bench.sp import run
+    from farm_cli.session import fail
 
-    run(frames, height, width, pairs, repeats, macs, chip)
+    if group not in ("ring", "socket"):
+        fail(f"bench sp: --group {group}: give ring or socket")
+    run(frames, height, width, pairs, repeats, macs, chip, group)
+
+
 @bench_app.command("gang-memory")
 def gang_memory(
     height: Height = 384,
