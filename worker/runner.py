@@ -69,7 +69,7 @@ def _tile_options(params: dict):
 
 class Runner:
     """Runs one task at a time on this process's engine."""
-    sp_group = sp_on_step = None  # a gang rank's group and step hook (worker/gang_rank.py)
+    sp_group = sp_on_step = None  # a gang rank's group and step hook, for one task (worker/gang.py `rank_of`)
 
     def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None, throttle: float = 1.0):
         self.packs_dir = Path(packs_dir) if packs_dir else None
