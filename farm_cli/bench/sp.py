@@ -51,8 +51,31 @@ def _sp(grid: tuple[int, int, int], repeats: int, folder: Path, group: str, k: i
     if bad:
         raise RuntimeError(f"rank {bad[0].rank} ended {bad[0].returncode}: {bad[0].output[-1500:]}")
     results = [json.loads(Path(f"{out}" if r == 0 else f"{out}.{r}").read_text()) for r in range(k)]
-    return {**results[0], "forward_s": max(r["forward_s"] for r in results),
-            "wire_s": max(r["wire_s"] for r in results)}
+    got = {**results[0], **{key: max(r[key] for r in results) for key in results[0] if key.endswith("forward_s")},
+           "wire_s": max(r["wire_s"] for r in results)}
+    if "same_bits" in got:  # the socket group: both schedules timed (sp_rank._schedules)
+        got.update({key: statistics.mean(r[key] for r in results) for key in ("serial_wait_s", "overlap_wait_s")},
+                   same_bits=all(r["same_bits"] for r in results))
+    return got
+
+
+def _overlap_lines(sps: list[dict]) -> list[str]:
+    """Serial vs overlapped schedule (the socket group): forward seconds (the slower rank), the seconds a
+    rank spends blocked in gathers (mean over ranks: the wire plus waiting for a slower peer), the share
+    of that blocked time the overlap hides, and whether both schedules gave the same bits."""
+    def spread(values: list[float], fmt: str) -> str:
+        return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)} to {format(max(values), fmt)})"
+
+    saved = [s["serial_forward_s"] - s["overlap_forward_s"] for s in sps]
+    hidden = [1 - s["overlap_wait_s"] / s["serial_wait_s"] for s in sps]
+    windows = {site: statistics.median(s["window_s"][site] for s in sps) for site in sps[0]["window_s"]}
+    return [f"schedules: serial {spread([s['serial_forward_s'] for s in sps], '.3f')} s/step, overlapped "
+            f"{spread([s['overlap_forward_s'] for s in sps], '.3f')} s/step, saved {spread(saved, '.3f')} s",
+            f"  blocked in gathers per step: serial {spread([s['serial_wait_s'] for s in sps], '.4f')} s, overlapped "
+            f"{spread([s['overlap_wait_s'] for s in sps], '.4f')} s: {spread(hidden, '.0%')} hidden; same bits: "
+            f"{all(s['same_bits'] for s in sps)}",
+            "  compute behind each gather per step: " + ", ".join(f"{site} K/V {t:.3f} s ({sps[0]['site_bytes'][site] / 1e6:.2f} MB)"
+                                                              for site, t in windows.items())]
 
 
 def _full_size_lines(macs: int, chip: str) -> list[str]:
@@ -122,5 +145,8 @@ def run(frames: int, height: int, width: int, pairs: int, repeats: int, macs: in
     typer.echo(f"median: 1 worker {t1:.2f} s/step, 2 workers {t2:.2f} s/step, ratio {statistics.median(ratios):.2f}x "
                f"(pairs {min(ratios):.2f}-{max(ratios):.2f}); {moved / 1e6:.2f} MB per step per rank "
                f"(loopback: {wire2:.3f} s, {moved / max(wire2, 1e-9) / 1e9:.2f} GB/s)")
+    if "same_bits" in sps[0]:
+        for line in _overlap_lines(sps):
+            typer.echo(line)
     for line in _projection(t1, t2, wire2, tokens, macs) + _full_size_lines(macs, chip):
         typer.echo(line)
