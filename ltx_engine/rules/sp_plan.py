@@ -58,9 +58,9 @@ def forward_bytes(plan: ShardPlan, layers: int, video_width: int, audio_width: i
 # Shares of a rank's forward computed behind each gather while its bytes move (sequence_parallel.py:
 # the audio stream and the video queries behind the self-attention K/V; the video FF and the audio query
 # behind the video->audio K/V), measured by `farm bench sp --group socket` on the tiny layout
-# (docs/performance.md: the lower of two runs' medians). Its narrow widths make attention the bulk of
+# (docs/performance.md: the lowest of three runs' medians). Its narrow widths make attention the bulk of
 # its forward, so the FF's share there is smaller than at full size: a lower bound on the full-size windows.
-OVERLAP_SHARES = {"self": 0.05, "v2a": 0.16}
+OVERLAP_SHARES = {"self": 0.049, "v2a": 0.157}
 
 
 def site_bytes(plan: ShardPlan, dims: DitDims, out_itemsize: int = 4) -> dict[str, int]:
