@@ -75,7 +75,7 @@ def gang_seconds(cost_s: float, steps: int, tokens: int, k: int, ratio: float, l
                  dims: DitDims = FULL_SIZE) -> float:
     """Seconds of a stage 1 of `cost_s` reference seconds (`steps` forwards over `tokens` video tokens)
     on k ranks whose slowest takes `ratio` seconds per reference second: per step the replicated part,
-    the split part over k, and the gathers over the link (step_seconds; no overlap of wire and compute)."""
+    the split part over k, and the gathers' wire not hidden behind compute (step_seconds)."""
     steps = max(1, steps)
     forward = cost_s / steps * ratio
     replicated = min(forward, costs.DIT_FORWARD_S * ratio)

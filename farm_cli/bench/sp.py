@@ -8,9 +8,11 @@ so load drifting on the machine hits both sides). Per pair: the forward's wall s
 ring's slower rank), their ratio, the bytes one rank receives per forward (= per stage-1 step) and
 the seconds those gathers take alone on this link. Then the projection for 4 Macs: the parallel
 fraction p from the 2-worker compute (its wall less its wire time), and
-`t4 = t1·(1 - p) + t1·p/4 + bytes(k=4) / bandwidth` over 10 GbE (1.1 GB/s) and Thunderbolt 5 (8 GB/s),
-with bytes(k=4) from the same formula the 2-worker count checks (`sequence_parallel.forward_bytes`);
-and the same for the full-size LTX-2.3 stage 1 of 1920x1088x121 from the cost model.
+`t4 = c4 + exposed wire`, `c4 = t1·(1 - p) + t1·p/4`, over 10 GbE (1.1 GB/s) and Thunderbolt 5 (8 GB/s):
+each gather's bytes(k=4) over the link (the formula the 2-worker count checks, `sp_plan.site_bytes`)
+less the compute behind it (`sp_plan.exposed_wire_s`: the shares of c4 this bench measures behind the
+self and video->audio K/V over the socket group, kept as `OVERLAP_SHARES`); and the same for the
+full-size LTX-2.3 stage 1 of 1920x1088x121 from the cost model.
 """
 
 from __future__ import annotations
@@ -51,8 +53,33 @@ def _sp(grid: tuple[int, int, int], repeats: int, folder: Path, group: str, k: i
     if bad:
         raise RuntimeError(f"rank {bad[0].rank} ended {bad[0].returncode}: {bad[0].output[-1500:]}")
     results = [json.loads(Path(f"{out}" if r == 0 else f"{out}.{r}").read_text()) for r in range(k)]
-    return {**results[0], "forward_s": max(r["forward_s"] for r in results),
-            "wire_s": max(r["wire_s"] for r in results)}
+    got = {**results[0], **{key: max(r[key] for r in results) for key in results[0] if key.endswith("forward_s")},
+           "wire_s": max(r["wire_s"] for r in results)}
+    if "same_bits" in got:  # the socket group: both schedules timed (sp_rank._schedules)
+        got.update({key: statistics.mean(r[key] for r in results) for key in ("serial_wait_s", "overlap_wait_s")},
+                   same_bits=all(r["same_bits"] for r in results))
+    return got
+
+
+def _overlap_lines(sps: list[dict]) -> list[str]:
+    """Serial vs overlapped schedule (the socket group): forward seconds (the slower rank), the seconds a
+    rank spends blocked in gathers (mean over ranks: the wire plus waiting for a slower peer), the share
+    of that blocked time the overlap hides, and whether both schedules gave the same bits."""
+    def spread(values: list[float], fmt: str) -> str:
+        return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)} to {format(max(values), fmt)})"
+
+    saved = [s["serial_forward_s"] - s["overlap_forward_s"] for s in sps]
+    hidden = [1 - s["overlap_wait_s"] / s["serial_wait_s"] for s in sps]
+    windows = {site: statistics.median(s["window_s"][site] for s in sps) for site in sps[0]["window_s"]}
+    shares = {site: statistics.median(s["window_s"][site] / s["overlap_forward_s"] for s in sps) for site in windows}
+    return [f"schedules: serial {spread([s['serial_forward_s'] for s in sps], '.3f')} s/step, overlapped "
+            f"{spread([s['overlap_forward_s'] for s in sps], '.3f')} s/step, saved {spread(saved, '.3f')} s",
+            f"  blocked in gathers per step: serial {spread([s['serial_wait_s'] for s in sps], '.4f')} s, overlapped "
+            f"{spread([s['overlap_wait_s'] for s in sps], '.4f')} s: {spread(hidden, '.0%')} hidden; same bits: "
+            f"{all(s['same_bits'] for s in sps)}",
+            "  compute behind each gather per step (share of the forward; sp_plan.OVERLAP_SHARES): " + ", ".join(
+                f"{site} K/V {t:.3f} s ({shares[site]:.1%}; {sps[0]['site_bytes'][site] / 1e6:.2f} MB)"
+                for site, t in windows.items())]
 
 
 def _full_size_lines(macs: int, chip: str) -> list[str]:
@@ -68,6 +95,7 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
     forward = costs.dit_forward_s(tokens)
     one = forward / costs.chip_speed(chip)
     moved = forward_bytes(ShardPlan(tokens, macs), 48, 4096, 2048, 2, 128)
+    compute = (costs.DIT_FORWARD_S + (forward - costs.DIT_FORWARD_S) / macs) / costs.chip_speed(chip)
     lines = [f"full size, stage 1 of 1920x1088x121 ({tokens} tokens), {chip}: {one:.1f} s/step on one "
              f"(cost model); {macs} Macs receive {moved / 1e9:.2f} GB per step per rank"]
     tasks, slots, _ = _plan({**SPEC, "stage2_tiles": "2x2", "decode_tiles": "auto"}, macs, chip, 96, "p")
@@ -75,25 +103,29 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
         t = sp_degree.gang_seconds(forward, 1, tokens, macs, 1 / costs.chip_speed(chip), bw)
         wall = max(p.end for p in placement.simulate(tasks, [placement.Slot(**vars(s)) for s in slots],
                                                      sp=placement.SpRule(bw)))
-        lines.append(f"  {name}: {t - moved / bw:.1f} s compute + {moved / bw:.1f} s wire = {t:.1f} s/step, "
-                     f"{one / t:.2f}x one Mac (audio and AdaLN replicated, no overlap of wire and compute); "
-                     f"the whole render {wall:.0f} s on {macs} (farm bench model)")
+        lines.append(f"  {name}: {compute:.1f} s compute + {t - compute:.1f} s of {moved / bw:.1f} s wire not hidden "
+                     f"= {t:.1f} s/step, {one / t:.2f}x one Mac (audio and AdaLN replicated; sp_plan.OVERLAP_SHARES "
+                     f"behind the gathers); the whole render {wall:.0f} s on {macs} (farm bench model)")
     return lines
 
 
 def _projection(t1: float, t2: float, wire2: float, tokens: int, macs: int) -> list[str]:
     from ltx_engine.models.transformer import tiny_config
-    from ltx_engine.parallel.sequence_parallel import ShardPlan, forward_bytes
+    from ltx_engine.rules.sp_plan import DitDims, ShardPlan, exposed_wire_s, forward_bytes
 
     c = tiny_config()
     p = min(1.0, max(0.0, 2 * (1 - (t2 - wire2) / t1)))
-    moved = forward_bytes(ShardPlan(tokens, macs), c["num_layers"], c["num_attention_heads"] * c["attention_head_dim"],
-                          c["audio_num_attention_heads"] * c["audio_attention_head_dim"], 4, c["out_channels"])
+    dims = DitDims(c["num_layers"], c["num_attention_heads"] * c["attention_head_dim"],
+                   c["audio_num_attention_heads"] * c["audio_attention_head_dim"], 4, c["out_channels"])
+    plan = ShardPlan(tokens, macs)
+    moved = forward_bytes(plan, dims.layers, dims.video_width, dims.audio_width, dims.itemsize, dims.out_channels)
     lines = [f"projection, this DiT on {macs} Macs: parallel fraction p = {p:.3f} (from the 2-worker compute), "
              f"{moved / 1e6:.2f} MB per step per rank"]
     for name, bw in LINKS:
-        t = t1 * (1 - p) + t1 * p / macs + moved / bw
-        lines.append(f"  {name}: {t:.2f} s/step vs {t1:.2f} s on one: {t1 / t:.2f}x")
+        compute = t1 * (1 - p) + t1 * p / macs
+        t = compute + exposed_wire_s(plan, compute, bw, dims)
+        lines.append(f"  {name}: {t:.2f} s/step vs {t1:.2f} s on one: {t1 / t:.2f}x "
+                     f"({moved / bw:.4f} s wire, {t - compute:.4f} s not hidden)")
     return lines
 
 
@@ -122,5 +154,8 @@ def run(frames: int, height: int, width: int, pairs: int, repeats: int, macs: in
     typer.echo(f"median: 1 worker {t1:.2f} s/step, 2 workers {t2:.2f} s/step, ratio {statistics.median(ratios):.2f}x "
                f"(pairs {min(ratios):.2f}-{max(ratios):.2f}); {moved / 1e6:.2f} MB per step per rank "
                f"(loopback: {wire2:.3f} s, {moved / max(wire2, 1e-9) / 1e9:.2f} GB/s)")
+    if "same_bits" in sps[0]:
+        for line in _overlap_lines(sps):
+            typer.echo(line)
     for line in _projection(t1, t2, wire2, tokens, macs) + _full_size_lines(macs, chip):
         typer.echo(line)

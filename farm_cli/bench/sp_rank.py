@@ -4,7 +4,11 @@ MODE `one`: the unsplit forward (one worker); `sp`: this rank of a group's SP fo
 ring, or with SP_BACKEND=socket the `SocketGroup` a gang's worker joins). Each
 process is pinned to one core (one core stands for one Mac), builds the tiny pack's DiT layout from
 seed 0, runs one warm-up forward (and, for `sp`, opens the group), then REPEATS timed forwards, and
-for `sp` the forward's gathers alone (the wire time on this link). Writes OUT (JSON)."""
+for `sp` the forward's gathers alone (the wire time on this link). Over the socket group `sp` times two
+schedules, alternating forward by forward: the product's (each gather's bytes moving while the block's
+work that does not need them is computed) and the serial one before it (each gather waited for where it
+starts), with the seconds blocked in gathers for each, and checks both give the same bits. Writes OUT
+(JSON)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import numpy as np
 
 from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, tiny_config
+from ltx_engine.parallel.sequence_parallel import GroupExchange, ShardPlan, sp_forward
 
 AUDIO_TOKENS = 126  # ~5 s of audio latents
 OPEN_S = 900.0
@@ -68,6 +73,57 @@ def _group(rank: int, hostfile: str):
     return group
 
 
+class SerialExchange(GroupExchange):
+    """The schedule before the overlap: each gather waited for where it starts, nothing evaluated meanwhile
+    (the graph stays lazy between gathers), the baseline the overlap is measured against."""
+
+    def _start(self, parts: list[mx.array], axis: int):
+        full = super()._start(parts, axis)()
+        return lambda: full
+
+    def meanwhile(self, *work: mx.array | None) -> None:
+        pass
+
+
+class TimedExchange(GroupExchange):
+    """The product's schedule, timing its windows: the seconds of the work evaluated behind each gather,
+    by what the gather moves (self- or video->audio attention K/V)."""
+
+    windows: dict[str, float]
+
+    def meanwhile(self, *work: mx.array | None) -> None:
+        t = time.perf_counter()
+        super().meanwhile(*work)
+        site = self.log[-1][0].rsplit("_", 1)[0]
+        self.windows[site] = self.windows.get(site, 0.0) + time.perf_counter() - t
+
+
+def _schedules(model, video, audio, group, repeats: int) -> dict:
+    """Both schedules alternating (serial first in odd rounds, overlapped first in even ones): the median
+    forward and blocked-in-gathers seconds of each, and whether their outputs have the same bits."""
+    plan = ShardPlan(video.latent.shape[1], group.size())
+    runs = {"serial": SerialExchange(plan, group), "overlap": TimedExchange(plan, group)}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    outs, windows = {}, []
+    for i in range(repeats + 1):  # round 0 warms both
+        for name in (("serial", "overlap") if i % 2 else ("overlap", "serial")):
+            waited, t = group.wait_s, time.perf_counter()
+            runs["overlap"].windows = {}
+            outs[name] = [o for o in sp_forward(model, video, audio, runs[name]) if o is not None]
+            mx.eval(*outs[name])
+            if i:
+                times[name].append((time.perf_counter() - t, group.wait_s - waited))
+                windows += [runs["overlap"].windows] if name == "overlap" else []
+    same = all(np.array_equal(np.array(a), np.array(b)) for a, b in zip(outs["serial"], outs["overlap"], strict=True))
+    got = {f"{name}_{what}": statistics.median(t[j] for t in times[name])
+           for name in times for j, what in enumerate(("forward_s", "wait_s"))}
+    window = {site: statistics.median(w[site] for w in windows) for site in windows[0]}
+    wire = {}
+    for what, n in runs["overlap"].log[-len(runs["overlap"].log) // (repeats + 1):]:
+        wire[what.rsplit("_", 1)[0]] = wire.get(what.rsplit("_", 1)[0], 0) + n
+    return {**got, "same_bits": same, "window_s": window, "site_bytes": wire}
+
+
 def main(argv: list[str]) -> None:
     mode, f, h, w, repeats, out, *ring = argv
     rank = int(ring[0]) if ring else 0
@@ -82,13 +138,15 @@ def main(argv: list[str]) -> None:
         _timed(lambda: model(video, audio), 1)
         result["forward_s"] = _timed(lambda: model(video, audio), int(repeats))
     else:
-        from ltx_engine.parallel.sequence_parallel import GroupExchange, ShardPlan, sp_forward
-
         group = _group(rank, ring[1])
         ex = GroupExchange(ShardPlan(video.latent.shape[1], group.size()), group)
         _timed(lambda: sp_forward(model, video, audio, ex), 1)
         result["bytes_per_forward"], log = ex.bytes_received, list(ex.log)
-        result["forward_s"] = _timed(lambda: sp_forward(model, video, audio, ex), int(repeats))
+        if isinstance(group, mx.distributed.Group):
+            result["forward_s"] = _timed(lambda: sp_forward(model, video, audio, ex), int(repeats))
+        else:
+            result.update(_schedules(model, video, audio, group, int(repeats)))
+            result["forward_s"] = result["overlap_forward_s"]
         result["wire_s"] = _wire_s(log, group, 3)
     with open(out if rank == 0 else f"{out}.{rank}", "w") as fh:
         json.dump(result, fh)

@@ -18,10 +18,19 @@ Per block (see docs/ARCHITECTURE.md, "Sequence-parallel stage 1"):
 An `Exchange` decides where the shards live: `GroupExchange` (one shard per process, over an
 `mx.distributed` group or plain sockets, sp_socket.py) or `LocalExchange` (all k shards in one process, concatenation in place of
 the gather). Both run the same per-shard code on the same shapes, so they agree bit for bit.
+
+The schedule hides the exchange behind compute where the bytes move on threads (the socket group): a
+gather is started as soon as its K/V are evaluated, then the block's work that does not need the
+others' rows is evaluated while they move (the audio stream's self- and text attention and the video
+queries behind the self-attention K/V; the video FF and the audio query behind the video->audio K/V),
+then the gather is waited for. Only WHEN arrays are evaluated changes, never which ops run on what, so
+the bits are those of the lazy one-graph forward (LocalExchange and the ring keep that graph: their
+`start_gather` is the lazy gather and `meanwhile` does nothing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import mlx.core as mx
@@ -50,16 +59,24 @@ class Exchange:
 
     def gather(self, parts: list[mx.array], axis: int, what: str) -> mx.array:
         """The rows of every rank in rank order along `axis`, cut to the real tokens."""
+        return self.start_gather(parts, axis, what)()
+
+    def start_gather(self, parts: list[mx.array], axis: int, what: str) -> Callable[[], mx.array]:
+        """Start `gather`; the returned call waits for the rows (every rank starts its gathers in one order)."""
         got = (self.plan.degree - 1) * parts[0].nbytes
         self.bytes_received += got
         self.gathers += 1
         self.log.append((what, got))
-        full = self._gather(parts, axis)
-        if self.plan.padding:
-            full = mx.take(full, mx.arange(self.plan.tokens), axis=axis)
-        return full
+        wait = self._start(parts, axis)
+        if not self.plan.padding:
+            return wait
+        return lambda: mx.take(wait(), mx.arange(self.plan.tokens), axis=axis)
 
-    def _gather(self, parts: list[mx.array], axis: int) -> mx.array:
+    def meanwhile(self, *work: mx.array | None) -> None:
+        """Evaluate `work` now if gathers move on threads (it is then computed while they do); else
+        leave the graph lazy, as one forward's graph."""
+
+    def _start(self, parts: list[mx.array], axis: int) -> Callable[[], mx.array]:
         raise NotImplementedError
 
 
@@ -69,8 +86,9 @@ class LocalExchange(Exchange):
     def __init__(self, plan: ShardPlan):
         super().__init__(plan, tuple(range(plan.degree)))
 
-    def _gather(self, parts: list[mx.array], axis: int) -> mx.array:
-        return mx.concatenate(parts, axis=axis)
+    def _start(self, parts: list[mx.array], axis: int) -> Callable[[], mx.array]:
+        full = mx.concatenate(parts, axis=axis)
+        return lambda: full
 
 
 class GroupExchange(Exchange):
@@ -83,14 +101,18 @@ class GroupExchange(Exchange):
         super().__init__(plan, (group.rank(),))
         self.group = group
 
-    def _gather(self, parts: list[mx.array], axis: int) -> mx.array:
+    def _start(self, parts: list[mx.array], axis: int) -> Callable[[], mx.array]:
         (part,) = parts
         moved = mx.moveaxis(part, axis, 0)
         if isinstance(self.group, mx.distributed.Group):
-            gathered = mx.distributed.all_gather(moved, group=self.group)
-        else:
-            gathered = self.group.all_gather(moved)
-        return mx.moveaxis(gathered, 0, axis)
+            gathered = mx.moveaxis(mx.distributed.all_gather(moved, group=self.group), 0, axis)
+            return lambda: gathered
+        gathering = self.group.start_gather(moved)
+        return lambda: mx.moveaxis(gathering.wait(), 0, axis)
+
+    def meanwhile(self, *work: mx.array | None) -> None:
+        if not isinstance(self.group, mx.distributed.Group):
+            mx.eval(*[w for w in work if w is not None])
 
 
 def _take(a: mx.array | None, idx: mx.array, axis: int) -> mx.array | None:
@@ -133,38 +155,54 @@ def _shard_rows(mask: mx.array | None, idx: mx.array) -> mx.array | None:
     return mask if mask is None or mask.ndim < 4 or mask.shape[2] == 1 else mx.take(mask, idx, axis=2)
 
 
-def _self_attention(block: BasicAVTransformerBlock, shards: list[StreamArgs], ex: Exchange) -> list[mx.array]:
+def _gather_kv(ex: Exchange, kv: list[tuple[mx.array, mx.array]], what: str,
+               meanwhile: list[mx.array | None]) -> tuple[mx.array, mx.array]:
+    """K and V of every rank (token axis 2), `meanwhile` (work that needs neither) computed while they move."""
+    k = ex.start_gather([k for k, _ in kv], 2, f"{what}_k")
+    v = ex.start_gather([v for _, v in kv], 2, f"{what}_v")
+    ex.meanwhile(*meanwhile)
+    return k(), v()
+
+
+def _self_attention(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs | None,
+                    ex: Exchange) -> tuple[list[mx.array], mx.array | None]:
+    """Video self- and text attention of the shards; the audio stream's (when it runs) behind the gather."""
     attn = block.attn1
     inputs = [block._self_in(s, "") for s in shards]
     kv = [attn.project_kv(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
-    k = ex.gather([k for k, _ in kv], 2, "self_k")
-    v = ex.gather([v for _, v in kv], 2, "self_v")
-    return [s.x + attn.attend(h, attn.project_q(h, s.pe), k, v, s.self_mask) * gate
-            for (h, gate), s in zip(inputs, shards, strict=True)]
+    q = [attn.project_q(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
+    ax = block._self_and_text(audio, "audio_") if audio is not None else None
+    k, v = _gather_kv(ex, kv, "self", [*q, ax])
+    vx = [s.x + attn.attend(h, qs, k, v, s.self_mask) * gate
+          for (h, gate), qs, s in zip(inputs, q, shards, strict=True)]
+    return [block._text(s, x, "") for s, x in zip(shards, vx, strict=True)], ax
 
 
-def _cross_av(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs,
-              vx: list[mx.array], ax: mx.array, ex: Exchange) -> tuple[list[mx.array], mx.array]:
+def _cross_av_ff(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs,
+                 vx: list[mx.array], ax: mx.array, ex: Exchange) -> tuple[list[mx.array], mx.array]:
+    """a2v, v2a, then the video FF (behind the video->audio gather); the audio state before its FF."""
     vn = [_rms(x, block.eps) for x in vx]
     an = _rms(ax, block.eps)
     new_vx = [block._a2v(s, audio, x, n, an) for s, x, n in zip(shards, vx, vn, strict=True)]
     attn = block.video_to_audio_attn
     kv = [attn.project_kv(block._v2a_context(s, n), s.cross_pe) for s, n in zip(shards, vn, strict=True)]
-    k = ex.gather([k for k, _ in kv], 2, "v2a_k")
-    v = ex.gather([v for _, v in kv], 2, "v2a_v")
+    ff = [block._ff(s, x, "") for s, x in zip(shards, new_vx, strict=True)]
     query, gate = block._v2a_query(audio, an)
-    return new_vx, ax + attn.attend(query, attn.project_q(query, audio.cross_pe), k, v, None) * gate
+    q = attn.project_q(query, audio.cross_pe)
+    k, v = _gather_kv(ex, kv, "v2a", [*ff, q])
+    return ff, ax + attn.attend(query, q, k, v, None) * gate
 
 
 def sp_block(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs | None,
              ex: Exchange) -> tuple[list[StreamArgs], StreamArgs | None]:
     """One joint block on this process's video shards and the replicated audio stream."""
     run_a = audio is not None and audio.x.size > 0
-    vx = [block._text(s, x, "") for s, x in zip(shards, _self_attention(block, shards, ex), strict=True)]
-    ax = block._self_and_text(audio, "audio_") if run_a else None
+    vx, ax = _self_attention(block, shards, audio if run_a else None, ex)
     if run_a and shards[0].cross_gate is not None and audio.cross_gate is not None:
-        vx, ax = _cross_av(block, shards, audio, vx, ax, ex)
-    shards = [replace(s, x=block._ff(s, x, "")) for s, x in zip(shards, vx, strict=True)]
+        vx, ax = _cross_av_ff(block, shards, audio, vx, ax, ex)
+    else:
+        vx = [block._ff(s, x, "") for s, x in zip(shards, vx, strict=True)]
+    shards = [replace(s, x=x) for s, x in zip(shards, vx, strict=True)]
     if run_a:
         audio = replace(audio, x=block._ff(audio, ax, "audio_"))
     return shards, audio

@@ -10,9 +10,11 @@ would, while every socket here has a deadline and can be closed from this proces
 The group is a full mesh of k ranks (k is small: a gang of Macs): rank r listens on its own
 "host:port" and accepts the ranks above it; it connects to the ranks below it. Each connection starts
 with a hello (magic, rank, degree) so a stray connection (an old gang's peer, a port scanner) is
-refused. A gather sends this rank's part to every peer from small sender threads while the caller
-reads the peers' parts, so no pair of ranks can wait on each other's full buffers. A deadline passed,
-a reset or a closed peer closes every socket and raises `PeerLost`.
+refused. A gather sends this rank's part to every peer and reads the peers' parts on threads, one
+sender and one reader per peer (so gathers in flight keep their order on each socket, and no pair of
+ranks can wait on each other's full buffers): `start_gather` returns at once and the caller computes
+what does not need the rows while the bytes move, then `wait`s. A deadline passed, a reset or a closed
+peer closes every socket and raises `PeerLost`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import socket
 import struct
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 import mlx.core as mx
 import numpy as np
@@ -46,21 +48,45 @@ def _view_bits(x: mx.array) -> np.ndarray:
     return np.array(x.view(mx.uint16) if x.dtype == mx.bfloat16 else x)
 
 
+class Gathering:
+    """An all-gather in flight: its part sent and the peers' parts read on the group's threads."""
+
+    def __init__(self, group: SocketGroup, full: np.ndarray, bf16: bool, moves: list[Future]):
+        self._group, self._full, self._bf16, self._moves = group, full, bf16, moves
+
+    def wait(self) -> mx.array:
+        """Every rank's part in rank order (axis 0), once the last byte is in; `PeerLost` if one was lost."""
+        t = time.perf_counter()
+        try:
+            for move in self._moves:
+                move.result()  # re-raises a sender's or reader's PeerLost
+        except (RuntimeError, CancelledError) as exc:  # the pools shut down: the group was closed meanwhile
+            raise PeerLost(self._group._cause) from exc
+        finally:
+            self._group.wait_s += time.perf_counter() - t
+        full = mx.array(self._full)
+        return full.view(mx.bfloat16) if self._bf16 else full
+
+
 class SocketGroup:
     """This process's rank of a k-way group whose ranks reach each other at `hosts` (rank order).
 
     `all_gather(x)` is `mx.distributed.all_gather`'s contract: every rank's `x` (same shape and dtype)
-    concatenated along axis 0 in rank order. `arm(s)` sets the deadline the next operations must meet
-    (the caller re-arms it per step)."""
+    concatenated along axis 0 in rank order; `start_gather(x).wait()` is the same, split so the caller
+    can compute in between (every rank must start its gathers in the same order). `arm(s)` sets the
+    deadline the next operations must meet (the caller re-arms it per step). `wait_s` adds up the seconds
+    callers spent blocked in `wait` (the exchange time not hidden behind compute)."""
 
     def __init__(self, rank: int, socks: dict[int, socket.socket], degree: int, deadline_s: float):
         self._rank, self._degree, self._socks = rank, degree, socks
         self._deadline = time.monotonic() + deadline_s
-        self._senders = ThreadPoolExecutor(max(1, degree - 1), thread_name_prefix=f"sp-send-{rank}")
+        self._senders = {p: ThreadPoolExecutor(1, thread_name_prefix=f"sp-send-{rank}-{p}") for p in socks}
+        self._readers = {p: ThreadPoolExecutor(1, thread_name_prefix=f"sp-read-{rank}-{p}") for p in socks}
         self._closed = threading.Event()
         self._cause = "the group was closed"  # the first loss, named by every later failure
         self._lock = threading.Lock()
         self.bytes_moved = 0
+        self.wait_s = 0.0
 
     @classmethod
     def open(cls, rank: int, hosts: list[str], timeout_s: float) -> SocketGroup:
@@ -96,21 +122,22 @@ class SocketGroup:
         self._deadline = time.monotonic() + seconds
 
     def all_gather(self, x: mx.array) -> mx.array:
+        return self.start_gather(x).wait()
+
+    def start_gather(self, x: mx.array) -> Gathering:
+        """Evaluate `x` and start moving it: sent to every peer, their parts read into place, on threads."""
         bits = np.ascontiguousarray(_view_bits(x))
         payload = memoryview(bits).cast("B")
         n = bits.shape[0] if bits.ndim else 1
         full = np.empty((n * self._degree, *bits.shape[1:]), bits.dtype)  # each part read in place
         full[self._rank * n:(self._rank + 1) * n] = bits.reshape(n, *bits.shape[1:])
         try:
-            sends = [self._senders.submit(self._send, peer, payload) for peer in self._socks]
-            for peer in self._socks:
-                self._receive(peer, full[peer * n:(peer + 1) * n])
-            for sent in sends:
-                sent.result()  # re-raises a sender's PeerLost
-        except RuntimeError as exc:  # the sender pool shut down: the group was closed meanwhile
+            moves = [self._senders[p].submit(self._send, p, payload) for p in self._socks]
+            moves += [self._readers[p].submit(self._receive, p, full[p * n:(p + 1) * n]) for p in self._socks]
+        except RuntimeError as exc:  # the pools shut down: the group was closed meanwhile
             raise PeerLost(self._cause) from exc
         self.bytes_moved += payload.nbytes * len(self._socks)
-        return mx.array(full).view(mx.bfloat16) if x.dtype == mx.bfloat16 else mx.array(full)
+        return Gathering(self, full, x.dtype == mx.bfloat16, moves)
 
     def close(self) -> None:
         """Close every socket (peers blocked on this rank see the end at once)."""
@@ -121,7 +148,8 @@ class SocketGroup:
             except OSError:
                 pass
             sock.close()
-        self._senders.shutdown(wait=False, cancel_futures=True)
+        for pool in (*self._senders.values(), *self._readers.values()):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _left(self, peer: int) -> float:
         left = self._deadline - time.monotonic()
@@ -142,7 +170,7 @@ class SocketGroup:
             raise self._lost(peer, exc) from exc
 
     def _receive(self, peer: int, into: np.ndarray) -> None:
-        """The peer's part, read straight into its rows of the gathered array."""
+        """Runs on the peer's reader thread: its part, read straight into its rows of the gathered array."""
         try:
             (size,) = LENGTH.unpack(self._read(peer, memoryview(bytearray(LENGTH.size))))
             if size != into.nbytes:
@@ -163,7 +191,7 @@ class SocketGroup:
 
     def _lost(self, peer: int, exc: OSError) -> PeerLost:
         """Close the group (every peer sees the end at once) and name the cause: the first loss, whichever
-        thread (a sender, the reader) met it."""
+        thread (a sender, a reader) met it."""
         with self._lock:
             if not self._closed.is_set():
                 self._cause = str(exc) if isinstance(exc, PeerLost) else (

@@ -3,6 +3,14 @@
 import pytest
 
 from coordinator.plan.sp_degree import LINKS, stage1_degree
+from ltx_engine.rules.sp_plan import (
+    FULL_SIZE,
+    OVERLAP_SHARES,
+    ShardPlan,
+    exposed_wire_s,
+    forward_bytes,
+    site_bytes,
+)
 
 FULL = 17 * 30 * 16  # stage 1 of 1920x1088x121: 8,160 tokens
 
@@ -25,3 +33,15 @@ def test_an_explicit_degree_is_an_upper_bound_and_one_is_off() -> None:
     assert stage1_degree(3, 2, FULL, LINKS["thunderbolt5"]) == 2
     with pytest.raises(ValueError):
         stage1_degree(0, 4, FULL, LINKS["10gbe"])
+
+
+def test_each_gathers_wire_hides_behind_at_most_its_compute() -> None:
+    """The step model counts a gather's wire time less the compute behind it, never below zero."""
+    plan = ShardPlan(FULL, 4)
+    moved = site_bytes(plan, FULL_SIZE)
+    assert sum(moved.values()) == forward_bytes(plan, 48, 4096, 2048, 2, 128)
+    slow = 1e6  # every window full: the whole wire less every window
+    assert exposed_wire_s(plan, 10.0, slow) == pytest.approx(sum(moved.values()) / slow - sum(OVERLAP_SHARES.values()) * 10)
+    fast = 1e12  # the K/V hidden whole: only the output rows (no compute behind them) wait
+    assert exposed_wire_s(plan, 10.0, fast) == pytest.approx(moved["output"] / fast)
+    assert exposed_wire_s(plan, 0.0, LINKS["10gbe"]) == pytest.approx(sum(moved.values()) / LINKS["10gbe"])
