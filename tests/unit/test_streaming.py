@@ -135,7 +135,7 @@ def test_a_worker_lora_view_with_detailing_on_top_streams_bit_identical(tmp_path
 
 
 def _grid_inputs(cfg: dict, grid=(4, 32, 32)) -> tuple[Modality, Modality, np.ndarray]:
-    """4096 video tokens (the smallest forward sparse attention routes) and a short audio stream."""
+    """`grid`'s video tokens (4096: the smallest forward sparse attention routes) and a short audio stream."""
     video, audio = _inputs(cfg)
     rng = np.random.default_rng(11)
     tv = int(np.prod(grid))
@@ -148,7 +148,9 @@ def _grid_inputs(cfg: dict, grid=(4, 32, 32)) -> tuple[Modality, Modality, np.nd
 @pytest.mark.timeout(180)
 def test_a_streamed_forward_takes_the_renders_sparse_attention_and_compute_dtype(tmp_path):
     """The per-forward settings reach blocks bound during the forward, as they reach resident
-    ones: sparse stage-2 attention and float16 compute give the resident model's bits streamed too."""
+    ones: sparse stage-2 attention and float16 compute give the resident model's bits streamed too.
+    The settings with sparse attention run on 4096 video tokens (the fewest it routes); float16 alone and
+    the plain forward need no such size, so they run on 2x4x6 tokens (each 4096-token forward is costly)."""
     from ltx_engine.models.forward_options import ForwardOptions, run
 
     write_tiny_pack(tmp_path / "p", seed=0)
@@ -156,9 +158,10 @@ def test_a_streamed_forward_takes_the_renders_sparse_attention_and_compute_dtype
     registry = ModelRegistry()
     resident = registry.get(pack, "transformer")
     streamed = registry.get(StreamedPack(pack), "transformer")
-    video, audio, positions = _grid_inputs(pack.config)
 
-    def forward(model, options):
+    def forward(model, options, grid):
+        video, audio, positions = _grid_inputs(pack.config, grid)
+
         def call():
             v, a = model(video, audio)
             mx.eval(v, a)
@@ -166,10 +169,12 @@ def test_a_streamed_forward_takes_the_renders_sparse_attention_and_compute_dtype
         v, a = run(model, call, options, positions)
         return np.array(v.astype(mx.float32)), np.array(a.astype(mx.float32))
 
-    plain = forward(resident, None)
-    for options in (ForwardOptions(sparse_tau=1.0), ForwardOptions(compute_dtype="float16"),
-                    ForwardOptions(sparse_tau=1.0, compute_dtype="float16")):
-        want, got = forward(resident, options), forward(streamed, options)
-        assert all(np.array_equal(w, g) for w, g in zip(want, got, strict=True)), options
-        assert not np.array_equal(want[0], plain[0]), options  # the setting really changed the forward
-    assert all(np.array_equal(w, g) for w, g in zip(plain, forward(streamed, None), strict=True))
+    for grid, settings in (((4, 32, 32), (ForwardOptions(sparse_tau=1.0),
+                                          ForwardOptions(sparse_tau=1.0, compute_dtype="float16"))),
+                           ((2, 4, 6), (ForwardOptions(compute_dtype="float16"),))):
+        plain = forward(resident, None, grid)
+        for options in settings:
+            want, got = forward(resident, options, grid), forward(streamed, options, grid)
+            assert all(np.array_equal(w, g) for w, g in zip(want, got, strict=True)), options
+            assert not np.array_equal(want[0], plain[0]), options  # the setting really changed the forward
+    assert all(np.array_equal(w, g) for w, g in zip(plain, forward(streamed, None, grid), strict=True))
