@@ -41,13 +41,12 @@ def _clip(spec: RenderPlan) -> tuple[str, str, ControlVideo] | None:
 
 
 def check_reference(spec: RenderPlan, key: str, flag: str) -> str:
-    """A control or Dub-It clip's own rules: its IC-LoRA is given, the clip's encode tiles are ones
-    upstream's tiling takes, and each stage's reference is a size the VAE encodes whole; the clip's name."""
+    """A control or Dub-It clip's own rules (its IC-LoRA is given: the modifier table's `needs`): the clip's
+    encode tiles are ones upstream's tiling takes, and each stage's reference is a size the VAE encodes
+    whole; the clip's name."""
     value = getattr(spec, key)
     name = value.name or value.blob[:12]
     lora = spec.ic_lora
-    if not lora:
-        raise SpecError(f"{flag} {name}: needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
     encode_tile_sizes(spec)
     for height, width in _stage_sizes(spec, key):
         _reference_size(height, width, lora.downscale, flag, name)

@@ -31,26 +31,21 @@ from coordinator.plan.graph import COORDINATOR, SpecError, audio_latent_frames, 
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules.encode_tiling import EncodeTileSizes, crop_frames, latent_shape, plan_encode_tiles
 
-AUDIO_GUIDANCE = ("audio_cfg_scale", "audio_stg_scale", "audio_rescale", "audio_modality_scale")
 AUDIO_TASK = "audio"  # the assembler muxes `audio.waveform` / `audio.sample_rate` (the source's, for A2V)
 SOURCE_ENCODE = "source_encode"
 DEFAULT_ENCODE_TILES = EncodeTileSizes()  # upstream's tiled-encode defaults: 64 frames / 24, 512 px / 64
 
 
 def check_media(spec: RenderPlan) -> None:
-    """A2V's own rules (which recipes take `--audio` is the modifier table's, `plan/recipes/`): its audio
-    kept and no audio guidance (moot for a frozen track); a source clip's encode tiles that upstream's
-    tiling takes."""
+    """A2V's own rule, its audio kept (which recipes take `--audio`, and that a frozen track takes no audio
+    guidance, is the modifier table's, `plan/recipes/`); a source clip's encode tiles that upstream's tiling
+    takes."""
     if spec.source_video:
         encode_tile_sizes(spec)
     audio = spec.audio_input
     if not audio:
         return
     name = audio.name or "the track"
-    given = [k for k in AUDIO_GUIDANCE if getattr(spec, k) is not None]
-    if given:
-        flag = "--" + given[0].replace("_", "-")
-        raise SpecError(f"--audio {name}: {flag} does not apply (the track is frozen: no audio guidance)")
     if not spec.audio:
         raise SpecError(f"--audio {name}: the output carries the source track; drop --no-audio")
 

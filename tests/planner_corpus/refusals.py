@@ -8,7 +8,9 @@ from __future__ import annotations
 from tests.planner_corpus.cases import (
     A2V,
     CLIP,
+    CONTROL,
     DFR,
+    DUB,
     HDR,
     KEYS,
     LENGTH,
@@ -122,6 +124,8 @@ REFUSED = [
     *[case(f"refuse-t2a-{n}", "refusal", {**T2A, **bad}) for n, bad in T2A_BAD.items()],
     case("refuse-t2a-no-frames-2.5", "refusal", {**T2A, "pack": "p", "frames": None}, P25),
     *[case(f"refuse-relay-{n}", "refusal", {**RELAY, **bad}) for n, bad in RELAY_BAD.items()],
+    case("refuse-control-no-ic-lora", "refusal", {**CONTROL, "ic_lora": None}),
+    case("refuse-dub-no-ic-lora", "refusal", {**DUB, "ic_lora": None}),
     case("refuse-enhance-2.5-tower", "refusal", {"prompt": "a fox", "pack": "tiny25", "height": 64, "width": 64,
                                                  "frames": 9, "enhance_prompt": True},
          [{"packs": ["tiny25"], "memory_gb": 64, "disk": True}]),

@@ -101,7 +101,7 @@ def test_a2v_dev_freezes_the_track_in_every_guided_pass_and_stage_2(pipeline):
     ("extra", "line"),
     [
         ({"pipeline": "two-stage-hq"}, "--audio does not apply to the two-stage-hq recipe \\(--pipeline two-stage-hq\\); it applies to: distilled, one-stage, two-stage, dfr"),
-        ({"pipeline": "two-stage", "audio_cfg_scale": 7.0}, "--audio-cfg-scale does not apply"),
+        ({"pipeline": "two-stage", "audio_cfg_scale": 7.0}, "--audio and --audio-cfg-scale do not compose"),
         ({"audio": False}, "drop --no-audio"),
     ],
 )
