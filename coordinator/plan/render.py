@@ -37,13 +37,13 @@ from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
     SpecError,
-    audio_latent_frames,
+    StageGeometry,
     expect,
     latent_frames,
     ref,
     task,
 )
-from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
+from coordinator.plan.guided_render import contexts_of, negative_text_task
 from coordinator.plan.hdr import is_hdr, plan_hdr
 from coordinator.plan.images import (
     generated_slot_params,
@@ -64,7 +64,8 @@ from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
 from coordinator.plan.relay import check_relay, with_relay
 from coordinator.plan.resolved import RenderPlan, Resolved
-from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
+from coordinator.plan.stage2 import stage2_sigmas
+from coordinator.plan.stages import Guided, stage1_block, stage2_block, upsample_block
 from ltx_engine.rules import text_encoders
 from ltx_engine.rules.components import TEXT_ENCODER, missing_line, render_components
 from ltx_engine.rules.generation import check_generation, stage1_sampler
@@ -281,19 +282,17 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)
     s1 = f"{rid}.stage1"
-    guided = guided_stage(spec)
+    rule, guided = guided_stage(spec), None
     one_stage = not recipe_for(spec).two_stage  # the guided stage at full size, no stage 2
-    if guided is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
-        tasks.append(negative_text_task(rid, spec, guided, text, text_key))
-        guided_ctx = (ctx, a2v_negative(spec, contexts_of(f"{rid}.negative"), ctx))  # plan/media.py
+    if rule is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
+        tasks.append(negative_text_task(rid, spec, rule, text, text_key))
+        guided = Guided(rule, ctx, a2v_negative(spec, contexts_of(f"{rid}.negative"), ctx))  # plan/media.py
     if one_stage:  # at full resolution, decoded as it is
         tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
-        tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec.height,
-                                        spec.width))
+        geo = StageGeometry(pack, spec.seed, spec.frames, spec.frame_rate, spec.height, spec.width)
+        tasks.extend(stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, guided))
     else:
-        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params,
-                                  (guided, *guided_ctx) if guided is not None else None))
-        tasks = tasks if guided is None else guided_stage2(tasks, rid, guided, ctx)  # plan/guided_render.py
+        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params, guided))
     final, decode_spec, keyframes = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec, None
     if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
         dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)
@@ -325,35 +324,23 @@ def _stage1_sampler(spec: RenderPlan) -> dict:
 
 
 def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
-                 guided: tuple | None = None) -> list[dict]:
-    """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots);
-    `guided` (recipe, prompt contexts, negative contexts): stage 1 is the dev recipe's guided stage."""
-    pack, seed, fps = spec.pack, spec.seed, spec.frame_rate
-    frames, slots = canvas_frames(spec), slot_params(spec)
-    f_lat, a_lat = latent_frames(frames), audio_latent_frames(frames, fps)
-    h2, w2 = spec.height // 2, spec.width // 2
-    shape1 = (1, -1, f_lat, h2 // SPATIAL_FACTOR, w2 // SPATIAL_FACTOR)
-    shape2 = (1, -1, f_lat, spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR)
-    s1 = f"{rid}.stage1"
+                 guided: Guided | None = None) -> list[dict]:
+    """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots) from the
+    stage blocks (plan/stages.py); `guided`: a dev recipe's guided stage 1 and its stage 2's DiT."""
+    geo = StageGeometry(spec.pack, spec.seed, canvas_frames(spec), spec.frame_rate, spec.height, spec.width)
+    half, slots = geo.half(), slot_params(spec)
+    h2, w2 = half.height, half.width
     generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
-    tasks = [task(rid, "stage1", "denoise_stage1", {
-        "pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": h2, "width": w2,
-        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **generated,
-        **_stage1_sampler(spec), **sparse.stage1_params(spec),
-        **sp_degree.stage1_params(spec, f_lat * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR),
-                                  len(DISTILLED_SIGMAS) - 1),  # its gang cap
-        "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
-                   **slot_expect(spec, h2, w2), **generated_expect}},
-        {**ctx, **cond1})]
-    if guided is not None:
-        tasks = plan_guided_stage1(rid, spec, guided[0], guided[1], guided[2], cond1, image_params, h2, w2)
-    tasks.append(task(rid, "upsample", "upsample_spatial", {
-        "pack": pack, "expect": {"latent": expect("float32", *shape2)}}, {"latent": ref(s1, "video_latent")}))
+    tokens = half.grid[0] * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR)
+    stage1 = {**slots, **generated, **_stage1_sampler(spec), **sparse.stage1_params(spec),
+              **sp_degree.stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)}  # its gang cap
+    s1 = f"{rid}.stage1"
+    tasks = stage1_block(rid, half, ctx, cond1, image_params, stage1,
+                         {**slot_expect(spec, h2, w2), **generated_expect}, guided)
+    tasks.append(upsample_block(rid, geo))
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
-    stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec.height,
-                     "width": spec.width, "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
-                     "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec),
-                     **samplers.stage2_params(spec, recipe_for(spec).distilled_stage2)}
+    stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots,
+                     **sparse.stage2_params(spec), **samplers.stage2_params(spec, recipe_for(spec).distilled_stage2)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
@@ -362,14 +349,8 @@ def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict
         stage2_params |= detailing_params(spec)
         if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
             stage2_inputs["reference_latent"] = ref(s1, "video_latent")
-    if spec.stage2_tiles is None:
-        tasks.append(task(rid, "stage2", "denoise_stage2", {
-            **stage2_params, "expect": {"video_latent": expect("float32", *shape2),
-                                        **slot_expect(spec, spec.height, spec.width)}},
-            {**ctx, **stage2_inputs}))
-    else:
-        tasks.extend(plan_tiled_stage2(rid, spec, stage2_params, stage2_inputs, ctx))
-    return tasks
+    return tasks + stage2_block(rid, geo, spec, stage2_params, stage2_inputs, ctx,
+                                slot_expect(spec, spec.height, spec.width), guided and guided.stage)
 
 
 def stage_latent_outputs() -> dict[str, tuple[str, str]]:
