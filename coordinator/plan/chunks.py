@@ -9,7 +9,7 @@ turns into the pinned context at half and full size; `w{k+1}.audio_pin` slices w
 latents. After the last window, `audio_join` joins the windows' audio latents and one `audio` decode
 gives the whole track; the assembler crossfades the decoded windows (`assemble/chunk_frames.py`).
 With `--audio` (A2V) each window is generated to the track's slice for its own frames, encoded and frozen
-as A2V freezes it (`plan/media.py`'s `wire_audio`) instead of the carried pin, and `audio` encodes the
+as A2V freezes it (`plan/media.py`'s `frozen_track`) instead of the carried pin, and `audio` encodes the
 source track's window of the whole clip (what the output muxes, as A2V's does).
 With `--segment`, a window's stages read a text task of its own segments (`plan/relay.py`'s `window_texts`).
 """
@@ -21,7 +21,7 @@ from coordinator.plan.clip import audio_pin_task, pinned_stage1, pinned_stage2
 from coordinator.plan.decode import DECODE, decode_tile_plan, plan_decode, tile_task_name
 from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import COORDINATOR, SpecError, expect, latent_grid, ref, task
-from coordinator.plan.media import audio_encode_task, encode_tile_sizes, video_encode_tasks, wire_audio
+from coordinator.plan.media import audio_encode_task, encode_tile_sizes, frozen_track, video_encode_tasks
 from coordinator.plan.relay import window_texts
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import check_tiling
@@ -162,13 +162,16 @@ def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Win
         if spec.audio and not spec.audio_input:  # A2V: the window's own slice of the track, frozen
             tasks.append(audio_pin_task(wid, latent, lay.carry_audio_slice(before)))
             pin = (ref(f"{wid}.audio_pin", "latent"), 0)
-    tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec)))
-    tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec))
+    track = frozen_track(wid, view, spec.audio_input.start + lay.track_window(window)[0]) if spec.audio_input else None
+    audio = None
+    if track is not None:  # A2V: the window's slice of the track, frozen
+        tasks.append(track)
+        audio = ref(track["id"], "latent")
+    tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec), audio))
+    tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec), audio)
     tasks += plan_decode(wid, view, ref(f"{wid}.stage2", "video_latent"))
     if window.index < len(lay.windows) - 1 and not latent_carry(spec):
         tasks.append(_carry(rid, spec, lay, window))
-    if spec.audio_input:
-        tasks = wire_audio(tasks, wid, view, spec.audio_input.start + lay.track_window(window)[0])
     return tasks
 
 

@@ -158,9 +158,10 @@ def audio_pin_task(rid: str, latent: dict, cut: slice) -> dict:
 
 
 def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
-                  pin: tuple[dict, int] | None = None, extra: dict | None = None) -> dict:
+                  pin: tuple[dict, int] | None = None, extra: dict | None = None, audio: dict | None = None) -> dict:
     """Stage 1 at half size on a window of `frames` with `cond`'s replace conditions ({"images", "inputs"})
-    and, given, `pin` (the audio latents' reference, the first audio token they are pinned at)."""
+    and, given, `pin` (the audio latents' reference, the first audio token they are pinned at) or `audio`
+    (A2V's frozen track's latent)."""
     fps, height, width = spec.frame_rate, spec.height // 2, spec.width // 2
     params = {
         **_stage_params(spec, frames, height, width),
@@ -175,6 +176,8 @@ def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
     if pin is not None:
         params["audio_pin_start"] = pin[1]
         inputs["audio_pin"] = pin[0]
+    if audio is not None:
+        inputs["audio_latent"] = audio
     return task(rid, "stage1", "denoise_stage1", params, inputs)
 
 
@@ -186,8 +189,9 @@ def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> 
 
 
 def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
-                  extra: dict | None = None) -> list[dict]:
-    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions."""
+                  extra: dict | None = None, audio: dict | None = None) -> list[dict]:
+    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions;
+    `audio`: the latent it reads (A2V's frozen track), else stage 1's."""
     fps, height, width = spec.frame_rate, spec.height, spec.width
     video = _latent_expect(frames, height, width, fps)["video_latent"]
     s1 = f"{rid}.stage1"
@@ -204,7 +208,7 @@ def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
     inputs = {
         **cond["inputs"],
         "latent": ref(f"{rid}.upsample", "latent"),
-        "audio_latent": ref(s1, "audio_latent"),
+        "audio_latent": audio or ref(s1, "audio_latent"),
     }
     if spec.stage2_tiles is not None:
         window = spec.resolve(frames=frames)  # the tiles cover the window, not the joined clip

@@ -82,12 +82,6 @@ def audio_encode_task(
     return task(rid, name, "audio_encode", params, {"audio": {"blob": blob or audio.blob}})
 
 
-def _retarget(t: dict, old: dict, new: dict) -> None:
-    """Every input of `t` that reads `old` reads `new` instead; its deps follow its inputs."""
-    t["inputs"] = {k: (dict(new) if v == old else v) for k, v in t["inputs"].items()}
-    t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
-
-
 def a2v_negative(spec: RenderPlan, negative: dict, prompt: dict) -> dict:
     """The uncond pass's contexts: with A2V its audio stream reads the prompt's (upstream's audio
     guider has no negative context, so its uncond batch takes the positive one)."""
@@ -96,29 +90,15 @@ def a2v_negative(spec: RenderPlan, negative: dict, prompt: dict) -> dict:
     return {**negative, "audio_context": prompt["audio_context"]}
 
 
-def wire_audio(tasks: list[dict], rid: str, spec: RenderPlan, start: float | None = None) -> list[dict]:
-    """A2V's graph from the T2V/I2V one: the encode in the decode's place (before stage 1), its latent
-    stage 1's frozen audio (a guided stage's: its prep's) and, in place of stage 1's, every later
-    stage's, never re-noised (DFR's: at its canvas length). `start`: the track's second the clip starts at
-    (a chunked window's; else `--audio-start`)."""
+def frozen_track(rid: str, spec: RenderPlan, start: float | None = None) -> dict | None:
+    """A2V's encode of the track's window (None without `--audio`): the `audio` task the output muxes, in
+    the audio decode's place, whose latent the stages read frozen in place of stage 1's, never re-noised
+    (at the stages' length: DFR's canvas). `start`: the track's second the clip starts at (a chunked
+    window's; else `--audio-start`)."""
     if not spec.audio_input:
-        return tasks
+        return None
     pad = audio_latent_frames(canvas_frames(spec), spec.frame_rate)  # the stages' audio length
-    s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec, start=start, pad_frames=pad)
-    out = [t for t in tasks if t["kind"] != "decode_audio"]
-    first = f"{s1}.prep" if any(t["id"] == f"{s1}.prep" for t in out) else s1
-    latent = ref(encode["id"], "latent")
-    for t in out:
-        if t["id"] == first:
-            t["inputs"] = {**t["inputs"], "audio_latent": latent}
-            t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
-        else:
-            reads = ref(s1, "audio_latent") in t["inputs"].values()
-            _retarget(t, ref(s1, "audio_latent"), latent)
-            if reads and t["params"].get("renoise_audio"):  # a dev stage 2 re-noises; A2V's stays frozen
-                t["params"] = {**t["params"], "renoise_audio": False}
-    at = next((i for i, t in enumerate(out) if t["id"] == first), len(out))
-    return [*out[:at], encode, *out[at:]]
+    return audio_encode_task(rid, spec, start=start, pad_frames=pad)
 
 
 def encode_tile_sizes(spec: RenderPlan) -> EncodeTileSizes:

@@ -59,13 +59,13 @@ from coordinator.plan.length import (
     settled,
 )
 from coordinator.plan.loras import with_loras
-from coordinator.plan.media import a2v_negative, check_media, plan_video_encode, wire_audio
+from coordinator.plan.media import a2v_negative, check_media, frozen_track, plan_video_encode
 from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
 from coordinator.plan.relay import check_relay, with_relay
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import stage2_sigmas
-from coordinator.plan.stages import Guided, stage1_block, stage2_block, upsample_block
+from coordinator.plan.stages import Guided, stage1_block, stage2_block, stage_audio, upsample_block
 from ltx_engine.rules import text_encoders
 from ltx_engine.rules.components import TEXT_ENCODER, missing_line, render_components
 from ltx_engine.rules.generation import check_generation, stage1_sampler
@@ -281,7 +281,7 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
     tasks.extend(encodes)
     tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)
-    s1 = f"{rid}.stage1"
+    s1, track = f"{rid}.stage1", frozen_track(rid, spec)  # A2V's frozen source track (plan/media.py)
     rule, guided = guided_stage(spec), None
     one_stage = not recipe_for(spec).two_stage  # the guided stage at full size, no stage 2
     if rule is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
@@ -290,23 +290,23 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     if one_stage:  # at full resolution, decoded as it is
         tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
         geo = StageGeometry(pack, spec.seed, spec.frames, spec.frame_rate, spec.height, spec.width)
-        tasks.extend(stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, guided))
+        tasks.extend(stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, guided, track))
     else:
-        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params, guided))
+        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params, guided, track))
     final, decode_spec, keyframes = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec, None
     if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
-        dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)
+        dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params, stage_audio(rid, track))
         tasks.extend(dfr_tasks)
         decode_spec = spec.resolve(frames=output_frames(spec))  # the decode reads the shipped length
         if is_diffusion(spec):  # the keyframe-aware decode: each task its planes
             keyframes = functools.partial(keyframe_decode_io, rid, spec)
     tasks.extend(plan_decode(rid, decode_spec, final, keyframes))
-    if spec.audio:
+    if spec.audio and track is None:  # A2V: the encode is the `audio` task the output muxes
         tasks.append(task(rid, "audio", "decode_audio", {
             "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
                                                          "sample_rate": expect("int32", 1)}},
             {"latent": ref(s1, "audio_latent")}))
-    return _finish(wire_audio(tasks, rid, spec), spec, rid)  # A2V's frozen source track (plan/media.py)
+    return _finish(tasks, spec, rid)
 
 
 def _finish(tasks: list[dict], spec: RenderPlan, rid: str) -> list[dict]:
@@ -324,9 +324,10 @@ def _stage1_sampler(spec: RenderPlan) -> dict:
 
 
 def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
-                 guided: Guided | None = None) -> list[dict]:
+                 guided: Guided | None = None, track: dict | None = None) -> list[dict]:
     """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots) from the
-    stage blocks (plan/stages.py); `guided`: a dev recipe's guided stage 1 and its stage 2's DiT."""
+    stage blocks (plan/stages.py); `guided`: a dev recipe's guided stage 1 and its stage 2's DiT; `track`:
+    A2V's encode, its latent the stages' frozen audio."""
     geo = StageGeometry(spec.pack, spec.seed, canvas_frames(spec), spec.frame_rate, spec.height, spec.width)
     half, slots = geo.half(), slot_params(spec)
     h2, w2 = half.height, half.width
@@ -336,12 +337,13 @@ def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict
               **sp_degree.stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)}  # its gang cap
     s1 = f"{rid}.stage1"
     tasks = stage1_block(rid, half, ctx, cond1, image_params, stage1,
-                         {**slot_expect(spec, h2, w2), **generated_expect}, guided)
+                         {**slot_expect(spec, h2, w2), **generated_expect}, guided, track)
     tasks.append(upsample_block(rid, geo))
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
     stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots,
                      **sparse.stage2_params(spec), **samplers.stage2_params(spec, recipe_for(spec).distilled_stage2)}
-    stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
+    stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"),
+                     "audio_latent": stage_audio(rid, track)}
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
         stage2_params["renoise_audio"] = spec.stage2_tiles is None and not spec.audio_input
