@@ -21,6 +21,7 @@ from coordinator.plan.clip import audio_pin_task, pinned_stage1, pinned_stage2
 from coordinator.plan.decode import DECODE, decode_tile_plan, plan_decode, tile_task_name
 from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import COORDINATOR, SpecError, expect, latent_grid, ref, task
+from coordinator.plan.loras import lora_text
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, frozen_track, video_encode_tasks
 from coordinator.plan.relay import window_texts
 from coordinator.plan.resolved import RenderPlan
@@ -202,6 +203,6 @@ def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict) -> list[dict]
     for window, (text_task, window_ctx) in zip(lay.windows, window_texts(text, ctx, spec, clocks), strict=True):
         if text_task["id"] not in texts:
             texts.add(text_task["id"])
-            tasks.append(text_task)
+            tasks.append(lora_text(text_task, spec))  # keyed on the user LoRAs after its window's relay
         tasks += _window(rid, spec, window_ctx, lay, window)
     return tasks + (_audio(rid, spec, lay) if spec.audio else [])

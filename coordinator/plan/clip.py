@@ -28,6 +28,7 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
+from coordinator.plan.loras import lora_params
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
@@ -107,6 +108,7 @@ def plan_retake(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
         "sigmas": list(DISTILLED_SIGMAS),
         "sampler": EULER,
         "retake": [window.start, window.end, window.regen_audio],
+        **lora_params(spec),
         "expect": _latent_expect(frames, height, width, spec.frame_rate),
     }
     tasks.append(task(rid, "stage1", "denoise_stage1", params, inputs))
@@ -168,6 +170,7 @@ def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
         "sigmas": list(DISTILLED_SIGMAS),
         "images": cond["images"],
         **(extra or {}),
+        **lora_params(spec),
         "expect": _latent_expect(frames, height, width, fps),
     }
     if spec.generation:
@@ -212,10 +215,9 @@ def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
     }
     if spec.stage2_tiles is not None:
         window = spec.resolve(frames=frames)  # the tiles cover the window, not the joined clip
-        return [*tasks, *plan_tiled_stage2(rid, window, params, inputs, ctx)]
-    stage2 = task(
-        rid, "stage2", "denoise_stage2", {**params, "expect": {"video_latent": video}}, {**ctx, **inputs}
-    )
+        return [*tasks, *plan_tiled_stage2(rid, window, params, inputs, ctx, lora_params(spec))]
+    stage2 = task(rid, "stage2", "denoise_stage2", {**params, **lora_params(spec), "expect": {"video_latent": video}},
+                  {**ctx, **inputs})
     return [*tasks, stage2]
 
 

@@ -36,6 +36,7 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
+from coordinator.plan.loras import lora_params
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import _forward_task
 from ltx_engine.rules import dfr_epilogue, dfr_windows, tdp
@@ -295,7 +296,8 @@ def _epilogue_steps(
     for step in range(len(tilings)):
         tiles = tdp.plan(grid, tilings[step][0], tilings[step][1])
         tasks += [
-            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=name)
+            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=name,
+                          dit=lora_params(spec))
             for tile in tiles
         ]
         last = step == len(tilings) - 1

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from coordinator.plan.graph import StageGeometry, expect, ref, task
 from coordinator.plan.guidance import RES_2S, GuidedStage, plan_guided_stage
+from coordinator.plan.loras import lora_text
 from coordinator.plan.relay import without_relay
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules import guidance as G
@@ -28,14 +29,15 @@ AUDIO_CHANNELS = 8  # the audio VAE's latent channels (z_channels) the stage's a
 
 
 def negative_text_task(rid: str, spec: RenderPlan, rec: GuidedStage, text_task: dict, key) -> dict:
-    """The negative prompt's text task: the prompt's, with the negative text and its own cache key."""
+    """The negative prompt's text task: the prompt's, with the negative text and its own cache key (on the
+    render's LoRA set too)."""
     params = {**without_relay(text_task["params"]), "prompt": rec.negative_prompt,
               "text_key": key(spec.with_asked(prompt=rec.negative_prompt))}
-    return task(rid, "negative", "text_encode", params, {})
+    return lora_text(task(rid, "negative", "text_encode", params, {}), spec)
 
 
 def plan_guided_stage1(rid: str, geo: StageGeometry, rec: GuidedStage, ctx: dict, negative_ctx: dict, cond: dict,
-                       image_params: dict) -> list[dict]:
+                       image_params: dict, loras: dict) -> list[dict]:
     """Prepare + the guided stage at `geo`, its last guide step named `stage1` with `video_latent` and
     `audio_latent`, what the upsample (or the decode) and decode_audio read."""
     grid = geo.grid
@@ -43,7 +45,7 @@ def plan_guided_stage1(rid: str, geo: StageGeometry, rec: GuidedStage, ctx: dict
     prep = task(rid, "stage1.prep", "stage_prepare", {**params, "expect": {}}, dict(cond))
     finish = {"grid": list(grid), "audio_channels": AUDIO_CHANNELS}
     stage = plan_guided_stage(rid, "stage1", rec, params, prep["id"], {"prompt": ctx, "negative": negative_ctx},
-                              audio=True, finish=finish)
+                              audio=True, finish=finish, loras=loras)
     stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
     return [prep, *stage]
 
@@ -62,14 +64,14 @@ def stage2_recipe(rec: GuidedStage, sigmas: list[float]) -> GuidedStage:
                    audio=NO_GUIDANCE, distilled_lora=rec.stage2_lora, stream_offset=STAGE2_STREAMS)
 
 
-def plan_hq_stage2(rid: str, rec: GuidedStage, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+def plan_hq_stage2(rid: str, rec: GuidedStage, params: dict, inputs: dict, ctx: dict, loras: dict) -> list[dict]:
     """Prepare (the upsampled video and stage 1's audio, re-noised at the first sigma), then res_2s."""
     grid = tuple(params["expect"]["video_latent"]["shape"][2:])
     base = {k: v for k, v in params.items() if k not in ("expect", "needs", "distilled_lora_strength")}
     prep = task(rid, "stage2.prep", "stage_prepare", {**base, "expect": {}}, inputs)
     finish = {"grid": list(grid), "audio_channels": AUDIO_CHANNELS}
     stage = plan_guided_stage(rid, "stage2", stage2_recipe(rec, params["sigmas"]), base, prep["id"],
-                              {"prompt": ctx, "negative": ctx}, audio=True, finish=finish)
+                              {"prompt": ctx, "negative": ctx}, audio=True, finish=finish, loras=loras)
     stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
     return [prep, *stage]
 

@@ -58,7 +58,7 @@ from coordinator.plan.length import (
     probe_spec,
     settled,
 )
-from coordinator.plan.loras import with_loras
+from coordinator.plan.loras import lora_params, lora_text
 from coordinator.plan.media import a2v_negative, check_media, frozen_track, plan_video_encode
 from coordinator.plan.outputs import check_exr_colorspace
 from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
@@ -266,10 +266,11 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
                 "expect": {k: expect("float32") for k in ctx}}, text_inputs)
     plain = text, ctx  # a chunked render's windows each relay their own segments (plan/chunks.py)
     text, ctx = with_relay(text, ctx, spec)  # --segment: the table beside the contexts (plan/relay.py)
+    text = lora_text(text, spec)  # the prompt's cache key on the user LoRAs too (plan/loras.py)
     tasks = [*enhancer, text]
     if spec.frames is None:  # an LTX-2.5 render's length is picked first (plan_length)
         costs.annotate(enhancer, spec)
-        return with_loras([*enhancer, *plan_length_phase(rid, spec, text)], spec)
+        return [*enhancer, *plan_length_phase(rid, spec, text)]
     if not recipe_for(spec).video:  # T2A: the audio track alone (plan/audio_only.py)
         return _finish([*tasks, *plan_audio_only(rid, spec, text, ctx, text_key)], spec, rid)
     if is_hdr(spec):  # the HDR IC-LoRA render is its own graph (plan/hdr.py)
@@ -290,7 +291,7 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
     if one_stage:  # at full resolution, decoded as it is
         tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
         geo = StageGeometry(pack, spec.seed, spec.frames, spec.frame_rate, spec.height, spec.width)
-        tasks.extend(stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, guided, track))
+        tasks.extend(stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, lora_params(spec), guided, track))
     else:
         tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params, guided, track))
     final, decode_spec, keyframes = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec, None
@@ -310,7 +311,6 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
 
 
 def _finish(tasks: list[dict], spec: RenderPlan, rid: str) -> list[dict]:
-    with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
     tasks = wire_control(tasks, rid, spec)  # the reference encodes, the IC-LoRA (plan/control.py)
     costs.annotate(tasks, spec)
     return tasks
@@ -337,7 +337,7 @@ def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict
               **sp_degree.stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)}  # its gang cap
     s1 = f"{rid}.stage1"
     tasks = stage1_block(rid, half, ctx, cond1, image_params, stage1,
-                         {**slot_expect(spec, h2, w2), **generated_expect}, guided, track)
+                         {**slot_expect(spec, h2, w2), **generated_expect}, lora_params(spec), guided, track)
     tasks.append(upsample_block(rid, geo))
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
     stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots,
@@ -352,7 +352,7 @@ def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict
         if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
             stage2_inputs["reference_latent"] = ref(s1, "video_latent")
     return tasks + stage2_block(rid, geo, spec, stage2_params, stage2_inputs, ctx,
-                                slot_expect(spec, spec.height, spec.width), guided and guided.stage)
+                                slot_expect(spec, spec.height, spec.width), lora_params(spec), guided and guided.stage)
 
 
 def stage_latent_outputs() -> dict[str, tuple[str, str]]:

@@ -29,15 +29,16 @@ class Guided:
 
 
 def stage1_block(rid: str, geo: StageGeometry, ctx: dict, cond: dict, images: dict, params: dict,
-                 expected: dict, guided: Guided | None = None, track: dict | None = None) -> list[dict]:
+                 expected: dict, loras: dict, guided: Guided | None = None, track: dict | None = None) -> list[dict]:
     """Stage 1 at `geo` with its `images` conditioning: the distilled `denoise_stage1` with the recipe's
     `params` beside its geometry and `expected` beside its latents, or a guided recipe's guided stage (its
-    prep reads the inputs); `track`: A2V's encode, made first, its latent stage 1's frozen audio."""
+    prep reads the inputs); `loras`: the render's LoRA set its DiT tasks carry; `track`: A2V's encode, made
+    first, its latent stage 1's frozen audio."""
     head, cond = ([], cond) if track is None else ([track], {**cond, "audio_latent": ref(track["id"], "latent")})
     if guided is not None:
-        return head + plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, cond, images)
+        return head + plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, cond, images, loras)
     return head + [task(rid, "stage1", "denoise_stage1", {
-        **geo.params(), "sigmas": list(DISTILLED_SIGMAS), **images, **params,
+        **geo.params(), "sigmas": list(DISTILLED_SIGMAS), **images, **params, **loras,
         "expect": {"video_latent": expect("float32", 1, -1, *geo.grid),
                    "audio_latent": expect("float32", 1, -1, geo.audio_frames, -1), **expected}},
         {**ctx, **cond})]
@@ -56,17 +57,18 @@ def upsample_block(rid: str, geo: StageGeometry) -> dict:
 
 
 def stage2_block(rid: str, geo: StageGeometry, spec: RenderPlan, params: dict, inputs: dict, ctx: dict,
-                 expected: dict, guided: GuidedStage | None = None) -> list[dict]:
+                 expected: dict, loras: dict, guided: GuidedStage | None = None) -> list[dict]:
     """Stage 2 at `geo` with the recipe's `params` beside its geometry: untiled one `denoise_stage2` task,
-    or TDP tiles (`spec`'s tiling); a guided recipe's DiT tasks on dev + its distilled LoRA, its untiled
-    audio re-noised (A2V's frozen track never is), HQ's untiled stage as res_2s guide steps."""
+    or TDP tiles (`spec`'s tiling), each DiT task with the render's `loras`; a guided recipe's DiT tasks on
+    dev + its distilled LoRA, its untiled audio re-noised (A2V's frozen track never is), HQ's untiled stage
+    as res_2s guide steps."""
     params = {**geo.params(), **params}
     dev = {} if guided is None else {"distilled_lora_strength": guided.stage2_lora}
     if spec.stage2_tiles is not None:
-        return plan_tiled_stage2(rid, spec, params, inputs, ctx, dev)
+        return plan_tiled_stage2(rid, spec, params, inputs, ctx, {**dev, **loras})
     renoise = {"renoise_audio": inputs["audio_latent"] == ref(f"{rid}.stage1", "audio_latent")} if dev else {}
     params |= {**dev, **renoise,
                "expect": {"video_latent": expect("float32", 1, -1, *geo.grid), **expected}}
     if guided is not None and guided.sampler == RES_2S:
-        return plan_hq_stage2(rid, guided, params, {**ctx, **inputs}, ctx)
-    return [task(rid, "stage2", "denoise_stage2", params, {**ctx, **inputs})]
+        return plan_hq_stage2(rid, guided, params, {**ctx, **inputs}, ctx, loras)
+    return [task(rid, "stage2", "denoise_stage2", {**params, **loras}, {**ctx, **inputs})]
