@@ -17,7 +17,7 @@ from coordinator.plan import costs, placement, samplers, sp_degree, sparse
 from coordinator.plan.audio_only import plan_audio_only
 from coordinator.plan.chunks import check_chunks, check_window_tiling, chunked, plan_chunks, window_view
 from coordinator.plan.clip import clip_pipeline, plan_clip
-from coordinator.plan.control import wire_control
+from coordinator.plan.control import Reference, reference
 from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -293,7 +293,8 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
         geo = StageGeometry(pack, spec.seed, spec.frames, spec.frame_rate, spec.height, spec.width)
         tasks.extend(stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, lora_params(spec), guided, track))
     else:
-        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params, guided, track))
+        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params, guided, track,
+                                  reference(rid, spec)))  # the control / Dub-It clip (plan/control.py)
     final, decode_spec, keyframes = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec, None
     if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
         dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params, stage_audio(rid, track))
@@ -311,7 +312,7 @@ def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
 
 
 def _finish(tasks: list[dict], spec: RenderPlan, rid: str) -> list[dict]:
-    tasks = wire_control(tasks, rid, spec)  # the reference encodes, the IC-LoRA (plan/control.py)
+    """The graph with each task's cost (plan/costs.py): every modifier is applied as its tasks are made."""
     costs.annotate(tasks, spec)
     return tasks
 
@@ -324,10 +325,10 @@ def _stage1_sampler(spec: RenderPlan) -> dict:
 
 
 def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
-                 guided: Guided | None = None, track: dict | None = None) -> list[dict]:
+                 guided: Guided | None, track: dict | None, reference: Reference | None) -> list[dict]:
     """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots) from the
     stage blocks (plan/stages.py); `guided`: a dev recipe's guided stage 1 and its stage 2's DiT; `track`:
-    A2V's encode, its latent the stages' frozen audio."""
+    A2V's encode, its latent the stages' frozen audio; `reference`: a control / Dub-It clip."""
     geo = StageGeometry(spec.pack, spec.seed, canvas_frames(spec), spec.frame_rate, spec.height, spec.width)
     half, slots = geo.half(), slot_params(spec)
     h2, w2 = half.height, half.width
@@ -337,7 +338,8 @@ def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict
               **sp_degree.stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)}  # its gang cap
     s1 = f"{rid}.stage1"
     tasks = stage1_block(rid, half, ctx, cond1, image_params, stage1,
-                         {**slot_expect(spec, h2, w2), **generated_expect}, lora_params(spec), guided, track)
+                         {**slot_expect(spec, h2, w2), **generated_expect}, lora_params(spec), guided, track,
+                         reference)
     tasks.append(upsample_block(rid, geo))
     tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
     stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots,
@@ -352,7 +354,8 @@ def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict
         if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
             stage2_inputs["reference_latent"] = ref(s1, "video_latent")
     return tasks + stage2_block(rid, geo, spec, stage2_params, stage2_inputs, ctx,
-                                slot_expect(spec, spec.height, spec.width), lora_params(spec), guided and guided.stage)
+                                slot_expect(spec, spec.height, spec.width), lora_params(spec), guided and guided.stage,
+                                reference)
 
 
 def stage_latent_outputs() -> dict[str, tuple[str, str]]:

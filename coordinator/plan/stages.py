@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.plan.control import Reference
 from coordinator.plan.graph import StageGeometry, expect, ref, task
 from coordinator.plan.guidance import RES_2S, GuidedStage
 from coordinator.plan.guided_render import plan_guided_stage1, plan_hq_stage2
 from coordinator.plan.resolved import RenderPlan
+from coordinator.plan.sp_degree import TABLE_PARAM
 from coordinator.plan.stage2 import plan_tiled_stage2
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS
 
@@ -29,14 +31,20 @@ class Guided:
 
 
 def stage1_block(rid: str, geo: StageGeometry, ctx: dict, cond: dict, images: dict, params: dict,
-                 expected: dict, loras: dict, guided: Guided | None = None, track: dict | None = None) -> list[dict]:
+                 expected: dict, loras: dict, guided: Guided | None = None, track: dict | None = None,
+                 reference: Reference | None = None) -> list[dict]:
     """Stage 1 at `geo` with its `images` conditioning: the distilled `denoise_stage1` with the recipe's
     `params` beside its geometry and `expected` beside its latents, or a guided recipe's guided stage (its
     prep reads the inputs); `loras`: the render's LoRA set its DiT tasks carry; `track`: A2V's encode, made
-    first, its latent stage 1's frozen audio."""
+    first, its latent stage 1's frozen audio; `reference`: a control / Dub-It clip, its encodes made just
+    before stage 1, which runs with its IC-LoRA and reference tokens and never gangs (sequence-parallel
+    stage 1 carries no reference tokens)."""
     head, cond = ([], cond) if track is None else ([track], {**cond, "audio_latent": ref(track["id"], "latent")})
     if guided is not None:
         return head + plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, cond, images, loras)
+    if reference is not None:
+        head += reference.tasks
+        params, loras, cond = {**params, TABLE_PARAM: [1]}, reference.dit(loras), {**cond, **reference.stage1}
     return head + [task(rid, "stage1", "denoise_stage1", {
         **geo.params(), "sigmas": list(DISTILLED_SIGMAS), **images, **params, **loras,
         "expect": {"video_latent": expect("float32", 1, -1, *geo.grid),
@@ -57,15 +65,24 @@ def upsample_block(rid: str, geo: StageGeometry) -> dict:
 
 
 def stage2_block(rid: str, geo: StageGeometry, spec: RenderPlan, params: dict, inputs: dict, ctx: dict,
-                 expected: dict, loras: dict, guided: GuidedStage | None = None) -> list[dict]:
+                 expected: dict, loras: dict, guided: GuidedStage | None = None,
+                 reference: Reference | None = None) -> list[dict]:
     """Stage 2 at `geo` with the recipe's `params` beside its geometry: untiled one `denoise_stage2` task,
     or TDP tiles (`spec`'s tiling), each DiT task with the render's `loras`; a guided recipe's DiT tasks on
     dev + its distilled LoRA, its untiled audio re-noised (A2V's frozen track never is), HQ's untiled stage
-    as res_2s guide steps."""
+    as res_2s guide steps. Dub-It's `reference`: its stage-2 reference inputs and IC-LoRA (tiled: `stage2.prep`
+    builds the state with both references, the cut hands the video's to the tiles, every forward runs
+    with the LoRA)."""
     params = {**geo.params(), **params}
     dev = {} if guided is None else {"distilled_lora_strength": guided.stage2_lora}
+    dub = reference is not None and reference.stage2 is not None
+    if dub:
+        inputs = {**inputs, **reference.stage2}
     if spec.stage2_tiles is not None:
+        if dub:
+            params, loras = {**params, "control": reference.control}, reference.dit(loras, reference=False)
         return plan_tiled_stage2(rid, spec, params, inputs, ctx, {**dev, **loras})
+    loras = reference.dit(loras) if dub else loras
     renoise = {"renoise_audio": inputs["audio_latent"] == ref(f"{rid}.stage1", "audio_latent")} if dev else {}
     params |= {**dev, **renoise,
                "expect": {"video_latent": expect("float32", 1, -1, *geo.grid), **expected}}
