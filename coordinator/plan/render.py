@@ -7,48 +7,33 @@ and shape (-1 = not known here) so the scheduler can refuse a malformed result.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from coordinator.plan import costs, placement, samplers, sp_degree, sparse
-from coordinator.plan.audio_only import plan_audio_only
-from coordinator.plan.chunks import check_chunks, check_window_tiling, chunked, plan_chunks, window_view
-from coordinator.plan.clip import clip_pipeline, plan_clip
-from coordinator.plan.control import Reference, reference
-from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
+from coordinator.plan import costs, placement, sparse
+from coordinator.plan.build import Prompt
+from coordinator.plan.chunks import check_chunks, check_window_tiling, chunked, window_view
+from coordinator.plan.decode import decode_peak_bytes, resolve_decode_tiles
 from coordinator.plan.dfr import (
-    canvas_frames,
     check_dfr,
-    detailing_params,
-    dfr_on,
-    output_frames,
-    plan_slot_upsample,
-    slot_expect,
-    slot_params,
 )
-from coordinator.plan.dfr_finish import keyframe_decode_io, plan_dfr_finish, stage_view
-from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
+from coordinator.plan.diffusion_decode import check_video_decoder
 from coordinator.plan.enhance import check_enhancer, fleet_has_head, plan_enhance
 from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
     SpecError,
-    StageGeometry,
     expect,
     latent_frames,
     ref,
     task,
 )
-from coordinator.plan.guided_render import contexts_of, negative_text_task
-from coordinator.plan.hdr import is_hdr, plan_hdr
+from coordinator.plan.hdr import is_hdr
 from coordinator.plan.images import (
-    generated_slot_params,
     generated_slots,
-    plan_image_encodes,
     resolved_images,
 )
 from coordinator.plan.length import (
@@ -58,18 +43,16 @@ from coordinator.plan.length import (
     probe_spec,
     settled,
 )
-from coordinator.plan.loras import lora_params, lora_text
-from coordinator.plan.media import a2v_negative, check_media, frozen_track, plan_video_encode
+from coordinator.plan.loras import lora_text
+from coordinator.plan.media import check_media
 from coordinator.plan.outputs import check_exr_colorspace
-from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
+from coordinator.plan.recipes import PackFacts, check_recipe_spec, recipe_for
 from coordinator.plan.relay import check_relay, with_relay
 from coordinator.plan.resolved import RenderPlan, Resolved
 from coordinator.plan.stage2 import stage2_sigmas
-from coordinator.plan.stages import Guided, stage1_block, stage2_block, stage_audio, upsample_block
 from ltx_engine.rules import text_encoders
 from ltx_engine.rules.components import TEXT_ENCODER, missing_line, render_components
-from ltx_engine.rules.generation import check_generation, stage1_sampler
-from ltx_engine.rules.sampling import DISTILLED_SIGMAS
+from ltx_engine.rules.generation import check_generation
 from protos.spec import RenderSpec, spec_field_names
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -252,110 +235,27 @@ def _check_components(spec: RenderPlan, fleet: Fleet) -> None:
 
 
 def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
-    """The distilled two-stage text/image-to-video graph with audio, in a topological order: of a
+    """The render's stage graph, in a topological order: the prompt's text task (enhanced, relayed, keyed on
+    the LoRAs), then what the render's recipe builds from it (plan/build.py), each task costed; of a
     validated RenderPlan (a RenderSpec alone plans as asked, unresolved)."""
     if isinstance(spec, RenderSpec):
         spec = RenderPlan(spec)
     rid = render_id
-    pack = spec.pack
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
     enhancer, text_inputs, enhanced_key = plan_enhance(rid, spec, text_params(spec))  # --enhance-prompt
-    text = task(rid, "text", "text_encode", {"pack": pack, "prompt": spec.prompt, **text_params(spec),
+    text = task(rid, "text", "text_encode", {"pack": spec.pack, "prompt": spec.prompt, **text_params(spec),
                                              "text_key": enhanced_key or text_key(spec),
                 "expect": {k: expect("float32") for k in ctx}}, text_inputs)
     plain = text, ctx  # a chunked render's windows each relay their own segments (plan/chunks.py)
     text, ctx = with_relay(text, ctx, spec)  # --segment: the table beside the contexts (plan/relay.py)
     text = lora_text(text, spec)  # the prompt's cache key on the user LoRAs too (plan/loras.py)
-    tasks = [*enhancer, text]
     if spec.frames is None:  # an LTX-2.5 render's length is picked first (plan_length)
         costs.annotate(enhancer, spec)
         return [*enhancer, *plan_length_phase(rid, spec, text)]
-    if not recipe_for(spec).video:  # T2A: the audio track alone (plan/audio_only.py)
-        return _finish([*tasks, *plan_audio_only(rid, spec, text, ctx, text_key)], spec, rid)
-    if is_hdr(spec):  # the HDR IC-LoRA render is its own graph (plan/hdr.py)
-        return _finish(plan_hdr(rid, spec, text), spec, rid)
-    if clip_pipeline(spec):  # retake/extend: their own graphs (plan/clip.py)
-        return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
-    if chunked(spec):  # a clip longer than one window, in windows (plan/chunks.py)
-        return _finish([*enhancer, *plan_chunks(rid, spec, *plain)], spec, rid)
-    encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
-    tasks.extend(encodes)
-    tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)
-    s1, track = f"{rid}.stage1", frozen_track(rid, spec)  # A2V's frozen source track (plan/media.py)
-    rule, guided = guided_stage(spec), None
-    one_stage = not recipe_for(spec).two_stage  # the guided stage at full size, no stage 2
-    if rule is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
-        tasks.append(negative_text_task(rid, spec, rule, text, text_key))
-        guided = Guided(rule, ctx, a2v_negative(spec, contexts_of(f"{rid}.negative"), ctx))  # plan/media.py
-    if one_stage:  # at full resolution, decoded as it is
-        tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
-        geo = StageGeometry(pack, spec.seed, spec.frames, spec.frame_rate, spec.height, spec.width)
-        tasks.extend(stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, lora_params(spec), guided, track))
-    else:
-        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params, guided, track,
-                                  reference(rid, spec)))  # the control / Dub-It clip (plan/control.py)
-    final, decode_spec, keyframes = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec, None
-    if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
-        dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params, stage_audio(rid, track))
-        tasks.extend(dfr_tasks)
-        decode_spec = spec.resolve(frames=output_frames(spec))  # the decode reads the shipped length
-        if is_diffusion(spec):  # the keyframe-aware decode: each task its planes
-            keyframes = functools.partial(keyframe_decode_io, rid, spec)
-    tasks.extend(plan_decode(rid, decode_spec, final, keyframes))
-    if spec.audio and track is None:  # A2V: the encode is the `audio` task the output muxes
-        tasks.append(task(rid, "audio", "decode_audio", {
-            "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
-                                                         "sample_rate": expect("int32", 1)}},
-            {"latent": ref(s1, "audio_latent")}))
-    return _finish(tasks, spec, rid)
-
-
-def _finish(tasks: list[dict], spec: RenderPlan, rid: str) -> list[dict]:
-    """The graph with each task's cost (plan/costs.py): every modifier is applied as its tasks are made."""
+    tasks = recipe_for(spec).build(spec, Prompt(rid, tuple(enhancer), text, ctx, plain, text_key))
     costs.annotate(tasks, spec)
     return tasks
-
-
-def _stage1_sampler(spec: RenderPlan) -> dict:
-    """Stage 1's sampler from the recorded generation; nothing when it is not known (the worker reads
-    its pack's)."""
-    generation = spec.generation
-    return {"sampler": stage1_sampler(generation, dfr_on(spec))} if generation else {}
-
-
-def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
-                 guided: Guided | None, track: dict | None, reference: Reference | None) -> list[dict]:
-    """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots) from the
-    stage blocks (plan/stages.py); `guided`: a dev recipe's guided stage 1 and its stage 2's DiT; `track`:
-    A2V's encode, its latent the stages' frozen audio; `reference`: a control / Dub-It clip."""
-    geo = StageGeometry(spec.pack, spec.seed, canvas_frames(spec), spec.frame_rate, spec.height, spec.width)
-    half, slots = geo.half(), slot_params(spec)
-    h2, w2 = half.height, half.width
-    generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
-    tokens = half.grid[0] * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR)
-    stage1 = {**slots, **generated, **_stage1_sampler(spec), **sparse.stage1_params(spec),
-              **sp_degree.stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)}  # its gang cap
-    s1 = f"{rid}.stage1"
-    tasks = stage1_block(rid, half, ctx, cond1, image_params, stage1,
-                         {**slot_expect(spec, h2, w2), **generated_expect}, lora_params(spec), guided, track,
-                         reference)
-    tasks.append(upsample_block(rid, geo))
-    tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
-    stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots,
-                     **sparse.stage2_params(spec), **samplers.stage2_params(spec, recipe_for(spec).distilled_stage2)}
-    stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"),
-                     "audio_latent": stage_audio(rid, track)}
-    if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
-        # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
-        stage2_params["renoise_audio"] = spec.stage2_tiles is None and not spec.audio_input
-        stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
-        stage2_params |= detailing_params(spec)
-        if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
-            stage2_inputs["reference_latent"] = ref(s1, "video_latent")
-    return tasks + stage2_block(rid, geo, spec, stage2_params, stage2_inputs, ctx,
-                                slot_expect(spec, spec.height, spec.width), lora_params(spec), guided and guided.stage,
-                                reference)
 
 
 def stage_latent_outputs() -> dict[str, tuple[str, str]]:
