@@ -60,7 +60,7 @@ def test_a2v_encodes_the_track_once_and_freezes_it_into_every_stage():
     )
     from ltx_engine.rules.components import render_components
 
-    needs = render_components(validate_spec(normalize_spec(A2V), []))
+    needs = render_components(validate_spec(normalize_spec(A2V), []).as_dict())
     assert "audio_vae" in needs and "vocoder" not in needs  # the encoder's half of the audio VAE, no vocoder
 
 
