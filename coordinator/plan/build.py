@@ -100,7 +100,7 @@ def build_video(recipe: Recipe, spec: RenderPlan, prompt: Prompt) -> list[dict]:
     if chunked(spec):
         return [*prompt.enhancer, *plan_chunks(prompt.rid, spec, *prompt.plain)]
     rid, ctx = prompt.rid, prompt.ctx
-    encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
+    encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec, recipe.two_stage)  # plan/images.py
     tasks = [*prompt.tasks, *encodes, *plan_video_encode(rid, spec)[0]]  # a source clip's tiled encode
     track = frozen_track(rid, spec)  # A2V's frozen source track (plan/media.py)
     rule, guided = check_recipe(spec, recipe.guidance), None
@@ -111,7 +111,6 @@ def build_video(recipe: Recipe, spec: RenderPlan, prompt: Prompt) -> list[dict]:
         tasks += _stages(recipe, rid, stage_view(spec), ctx, (cond1, cond2, image_params), guided, track,
                          reference(rid, spec))  # the control / Dub-It clip (plan/control.py)
         return tasks + _decodes(rid, spec, ref(f"{rid}.stage2", "video_latent"), ctx, cond2, image_params, track)
-    tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]  # full size
     geo = StageGeometry(spec.pack, spec.seed, spec.frames, spec.frame_rate, spec.height, spec.width)
     tasks += stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, lora_params(spec), guided, track)
     return tasks + _decodes(rid, spec, ref(f"{rid}.stage1", "video_latent"), ctx, cond2, image_params, track)
