@@ -43,6 +43,7 @@ from coordinator.api.watchhub import WATCH_LIMIT, WatchHub
 from coordinator.api.worker_servicer import FarmWorkerServicer
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.dashboard.security import login_url
+from coordinator.growing import FilmGrower
 from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership
 from coordinator.notify import Notifier
@@ -80,6 +81,7 @@ class Coordinator:
         self.shelf = PackShelf(Path(packs_dir) if packs_dir else data_dir / "packs")  # packs workers copy from here
         self.reducer: ReducerThread | None = None  # these two run only while we lead
         self.notifier: Notifier | None = None
+        self.films: FilmGrower | None = None  # chunked renders' partial.mp4, while we lead
         self.bulk: BulkServer | None = None
         self.retention_stop = threading.Event()
         self.server: grpc.Server | None = None
@@ -131,6 +133,8 @@ class Coordinator:
         self.reducer.start()
         self.notifier = Notifier(self.store, self.leadership.is_serving)
         self.notifier.start()
+        self.films = FilmGrower(self.store, self.blobs, self.data_dir)
+        self.films.start()
         set_health(self.health, health_pb2.HealthCheckResponse.SERVING)
 
     def stand_by(self) -> None:
@@ -140,6 +144,8 @@ class Coordinator:
             self.reducer.stop()
         if self.notifier is not None:
             self.notifier.stop()
+        if self.films is not None:
+            self.films.stop()
         self.scheduler.stop()
 
     def stop(self, grace: float = 2.0) -> None:
@@ -156,6 +162,8 @@ class Coordinator:
             self.watch_hub.stop()
         if self.reducer is not None:
             self.reducer.stop()
+        if self.films is not None:
+            self.films.stop()
         self.retention_stop.set()
         self.scheduler.stop()
         self.leadership.release()

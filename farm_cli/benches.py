@@ -279,12 +279,37 @@ def sp(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed forwards per side per pair.")] = 2,
     macs: Annotated[int, typer.Option("--macs", help="Macs in the projection.")] = 4,
     chip: Annotated[str, typer.Option("--chip", help="Chip of the full-size projection.")] = "M1 Max",
+    group: Annotated[str, typer.Option("--group", help="ring (mx.distributed) or socket (a gang's SocketGroup).")]
+    = "ring",
 ) -> None:
-    """Stage-1 DiT forward sequence-parallel on 2 workers vs 1 (ring on 127.0.0.1), bytes per step, ratio,
+    """Stage-1 DiT forward sequence-parallel on 2 workers vs 1 (a group on 127.0.0.1), bytes per step, ratio,
     and a projection for N Macs over 10 GbE and Thunderbolt 5."""
     from farm_cli.bench.sp import run
+    from farm_cli.session import fail
 
-    run(frames, height, width, pairs, repeats, macs, chip)
+    if group not in ("ring", "socket"):
+        fail(f"bench sp: --group {group}: give ring or socket")
+    run(frames, height, width, pairs, repeats, macs, chip, group)
+
+
+@bench_app.command("gang-memory")
+def gang_memory(
+    height: Height = 384,
+    width: Width = 576,
+    frames: Frames = 25,
+    pairs: Annotated[int, typer.Option("--pairs", help="Interleaved alone / gang rounds.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object (peak_ratio, extra_bytes, ...).")] = False,
+) -> None:
+    """Peak RSS of a worker running its gang rank's stage 1 (in its own process, on its loaded DiT) vs the
+    same worker running that stage 1 alone, on the tiny pack; the weight bytes and the extra's share of them."""
+    from farm_cli.bench.gang_memory import run
+    from farm_cli.session import fail
+
+    if pairs < 1:
+        fail(f"bench gang-memory: --pairs {pairs}: give at least 1")
+    run({"prompt": "a fox", "height": height, "width": width, "frames": frames, "seed": 3}, pairs, as_json)
+
+
 @bench_app.command("sparse")
 def sparse(
     tokens: Annotated[str, typer.Option("--tokens", help="Token counts, multiples of 1024.")] = "8192,16384,32768",

@@ -17,6 +17,7 @@ import numpy as np
 from coordinator.admit.lora_check import check_render_depth
 from coordinator.admit.media_check import check_render_media, clip_frames
 from coordinator.assemble.assembler import assemble_streaming
+from coordinator.assemble.audio_file import AUDIO_FILES
 from coordinator.assemble.hdr_master import HLG_FILE, hlg_path
 from coordinator.plan.chunks import window_view
 from coordinator.plan.decode import resolve_decode_tiles
@@ -137,6 +138,12 @@ def render_local(raw_spec: dict | RenderSpec, out_path: Path, runner: Runner,
 
     written = assemble_streaming(plan.as_dict(), get, out_path.parent / (out_path.stem + ".parts"), runs,
                                  exr_dir=exr_dir)
+    if written.suffix != ".mp4":  # an audio-only render's WAV and M4A: -o's suffix picks one
+        for file in AUDIO_FILES.values():
+            if (written.parent / file).suffix == out_path.suffix.lower():
+                written = written.parent / file
+            else:
+                (written.parent / file).unlink()
     written.replace(out_path)
     if plan.spec.hdr:  # the HLG master beside the mp4
         (written.parent / HLG_FILE).replace(hlg_path(out_path))

@@ -66,16 +66,18 @@ def render(
 
 
 def _render_output(asked: AskedRender, output: Path | None) -> Path:
-    """-o, else render.mp4 (render.wav for an audio-only recipe, T2A, whose file is a WAV: another suffix
-    is refused before anything runs or is queued)."""
+    """-o, else render.mp4 (render.wav for an audio-only recipe, T2A, whose file is a WAV or an M4A by
+    -o's suffix: another suffix is refused before anything runs or is queued)."""
+    from coordinator.assemble.audio_file import AUDIO_FILES
     from coordinator.plan.recipes import recipe_for
     from coordinator.plan.resolved import RenderPlan
 
     if recipe_for(RenderPlan(asked.spec)).video:
         return output or Path("render.mp4")
     out = output or Path("render.wav")
-    if out.suffix.lower() != ".wav":
-        fail(f"-o {out}: --pipeline t2a writes the audio track as a WAV (16-bit PCM): give -o NAME.wav")
+    if out.suffix.lower() not in AUDIO_FILES:
+        fail(f"-o {out}: --pipeline t2a writes the audio track as a WAV (16-bit PCM) or an M4A (AAC): "
+             "give -o NAME.wav or NAME.m4a")
     return out
 
 

@@ -124,17 +124,23 @@ def plan(fleet: FleetFile = None, *, coordinator: Coordinator, token: Token = No
 
 def print_guidance(spec) -> None:
     """A guided recipe's passes per step (each a task any worker takes at once)."""
-    from coordinator.plan.guidance import RES_2S, recipe
+    from coordinator.plan.guidance import RES_2S, recipe, rounds_of
     from coordinator.plan.recipes import recipe_for
     from coordinator.plan.resolved import RenderPlan
 
     plan = RenderPlan(spec)
-    rec = recipe(plan, recipe_for(plan).guidance)
+    rule = recipe_for(plan).guidance
+    rec = recipe(plan, rule)
     if rec is None:
         return
     rounds = "2 evaluations x " if rec.sampler == RES_2S else ""
     typer.echo(f"guidance: {len(rec.sigmas) - 1} steps x {rounds}{len(rec.passes)} passes ({', '.join(rec.passes)}) "
                f"= {rec.forwards_per_step()} forwards per step, combined on the coordinator")
+    planned = rounds_of(rec, ("audio_",) if rule.audio_only else ("", "audio_"))
+    if rec.bins or any(r.held for r in planned):  # skip steps / a schedule: rounds differ
+        counts = [len(r.passes) for r in planned]
+        typer.echo(f"  skip steps / --guidance-schedule: {sum(counts)} pass tasks over {len(planned)} rounds "
+                   f"({'+'.join(map(str, counts))})")
     from coordinator.plan.guided_render import stage2_line
 
     line = stage2_line(RenderPlan(spec), rec)

@@ -149,16 +149,28 @@ def desktop_notice(render: dict) -> None:
                    capture_output=True, timeout=10, check=False)
 
 
+def fetch_partial(render_id: str, output: Path, coordinator: str, token: str | None) -> None:
+    """`farm fetch --partial`: a chunked render's growing film (its finished windows) before it ends, the
+    render's mp4 once it is done."""
+    from farm_cli.follow import Outage, ride
+
+    with one_line(code=1), client(coordinator, token) as farm:
+        ride(lambda: farm.fetch_output(render_id, output, file="partial.mp4"), Outage())
+    typer.echo(f"wrote {output}")
+
+
 def fetch_results(render: dict, output: Path | None, save_latents: Path | None, coordinator: str,
                   token: str | None, exr: Path | None = None) -> None:
     """The render's files onto this machine: the mp4 to output, its EXR frames to exr (default: the
     folder its spec asked for, which this CLI resolved here at submit), latents to save_latents."""
+    from coordinator.assemble.audio_file import M4A_FILE
     from farm_cli.follow import Outage, ride
     from protos.tensors import decode_tensor
 
     with one_line(code=1), client(coordinator, token) as farm:
         if output:
-            ride(lambda: farm.fetch_output(render["id"], output), Outage())
+            file = M4A_FILE if Path(output).suffix.lower() == ".m4a" else ""  # a T2A render's AAC file
+            ride(lambda: farm.fetch_output(render["id"], output, file=file), Outage())
             typer.echo(f"wrote {output}")
             if (render.get("spec") or {}).get("hdr"):  # the HLG master beside it
                 from coordinator.assemble.hdr_master import HLG_FILE, hlg_path

@@ -13,6 +13,9 @@ from farm_cli.remote import client, desktop_notice, fetch_results, submit_render
 from farm_cli.render_options import asked_render, render_options, spec_option
 from farm_cli.session import fail, one_line
 
+Partial = Annotated[bool, typer.Option(
+    "--partial", help="A --chunked render still running: its finished windows so far, as a playable mp4 "
+    "(video only; the clip's sound comes with the whole render).")]
 ExrFolder = spec_option("exr")  # farm fetch --exr: the render flag's folder, here for a fetch
 
 
@@ -108,13 +111,18 @@ def cancel(render_id: str, *, coordinator: Coordinator, token: Token = None) -> 
 
 
 def fetch(render_id: str, output: Output = None, *, coordinator: Coordinator,
-          token: Token = None, exr: ExrFolder = None) -> None:
+          token: Token = None, exr: ExrFolder = None, partial: Partial = False) -> None:
     """Download a finished render's mp4, or every finished render of a batch (GROUP id) into -o DIR."""
     from farm_cli.config import value
 
     folder = Path(value("output_dir") or ".").expanduser()
     if output is None:  # the configured folder (FARM_OUTPUT_DIR) is made, as a batch's folder is
         folder.mkdir(parents=True, exist_ok=True)
+    if partial:
+        from farm_cli.remote import fetch_partial
+
+        fetch_partial(render_id, output or folder / f"{render_id}.partial.mp4", coordinator, token)
+        return
     if render_id.startswith("g"):
         from farm_cli.manage import fetch_group
 

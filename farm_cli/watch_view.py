@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.views import metrics
+from coordinator.views.windows import window_rows, windows_line
 from farm_cli.views import length_note
 from protos.states import TERMINAL
 
@@ -202,6 +203,9 @@ def render_view(state: WatchState) -> Group:
     note = length_note(state.render.get("spec") if isinstance(state.render.get("spec"), dict) else {})
     if note:
         parts.insert(1, Text(note, style="grey62"))
+    rows = window_rows(state.render, list(state.tasks.values()))
+    if rows:  # a chunked render's windows, a row of their own
+        parts.append(Text(windows_line(rows)))
     grid = current_grid(metrics.tile_grids(views))
     if grid is not None:
         parts.append(grid_text(grid))

@@ -2,8 +2,9 @@
 its Euler-ancestral loop. The layout (which frames, anchors, slots, seeds) comes from `dfr_layout`.
 
 A tile is denoised as its own short clip: its first latent frame is a single pixel frame (marked for
-LTX-2.5's keyframe embedding, as the reference marks every state's first frame), carried keyframes
-inside the window are appended as single-frame conditioning tokens at strength 0.95, and new slots at
+LTX-2.5's keyframe embedding, as the reference marks every state's first frame); a non-first tile's
+first cells are its pinned prefix (upstream's `TilePrefix`: the plane before its seam, then the
+previous tile's output up to the seam, strength 1); carried keyframes after them are appended as single-frame conditioning tokens at strength 0.95, and new slots at
 the segment midpoints are appended as generated single-frame tokens (marked, seeded from the nearest
 latent frame). As upstream, the tile runs video only (no audio stream). Everything
 here is numpy float32 except the transformer call, and every draw of noise is keyed by the tile's own
@@ -20,7 +21,13 @@ import numpy as np
 
 from ltx_engine.models import patchify
 from ltx_engine.rules import sampling
-from ltx_engine.rules.dfr_layout import TEMPORAL_SCALE, DfrTile, RoundPlan, tile_image_frame  # noqa: F401
+from ltx_engine.rules.dfr_layout import (  # noqa: F401
+    TEMPORAL_SCALE,
+    DfrTile,
+    RoundPlan,
+    round_tile_prefix,
+    tile_image_frame,
+)
 from ltx_engine.rules.sampling import F32, LatentState, lerp_noise
 from ltx_engine.rules.tokens import patchify_video, unpatchify_video
 
@@ -40,6 +47,12 @@ class DfrTileInputs:
     image_frame: int = 0
     image_strength: float = 1.0
     images: tuple[tuple[np.ndarray, int, float], ...] = ()  # further images (latent, pixel frame, strength)
+    previous: np.ndarray | None = None  # a non-first tile: the tile before it (window latent, new slots),
+    previous_slots: np.ndarray | None = None  # its pinned prefix's source (`dfr_layout.round_tile_prefix`)
+
+    def prefix(self) -> np.ndarray | None:
+        """The tile's pinned prefix (upstream's `TilePrefix`); None for a round's first tile."""
+        return round_tile_prefix(self.plan, self.tile, self.previous, self.previous_slots, self.carry)
 
 
 @dataclass(frozen=True)
@@ -107,11 +120,25 @@ def _condition_on_image(tokens: TileTokens, image: tuple[np.ndarray, int, float]
     tokens.add(np.zeros_like(kf), kf, 1.0 - strength, _frame_positions(local, h, w, fps), False)
 
 
+def _pin_prefix(tokens: TileTokens, prefix: np.ndarray, tile: DfrTile, hw: tuple[int, int]) -> None:
+    """Upstream's `TilePrefix`: the tile's first `pinned` latent frames replaced by the prefix at
+    strength 1 (mask 0), so they stay the previous tile's cells at every step."""
+    if prefix.shape[2] != tile.pinned:
+        raise ValueError(f"tile {tile.index} pins {tile.pinned} cells, got a prefix of {prefix.shape[2]}")
+    n = tile.pinned * hw[0] * hw[1]
+    cells = patchify_video(np.asarray(prefix, F32))
+    tokens.init[0][:, :n] = cells
+    tokens.clean[0][:, :n] = cells
+    tokens.mask[0][:, :n] = F32(0.0)
+
+
 def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
                      carry_positions: Sequence[int], image: tuple[np.ndarray, int, float] | None = None,
-                     images: Sequence[tuple[np.ndarray, int, float]] = ()) -> tuple[TileTokens, tuple[int, int, int]]:
-    """The tile's tokens before noising: generated window, the image guides (`image`, then `images`,
-    each re-attached where it falls in the window), anchors, then new slots."""
+                     images: Sequence[tuple[np.ndarray, int, float]] = (),
+                     prefix: np.ndarray | None = None) -> tuple[TileTokens, tuple[int, int, int]]:
+    """The tile's tokens before noising: generated window (its pinned prefix first, when it has one),
+    the image guides (`image`, then `images`, each re-attached where it falls in the frames it
+    denoises), anchors, then new slots."""
     tile_video = np.asarray(latent[:, :, tile.latent_start : tile.latent_end], F32)
     grid = tuple(int(n) for n in tile_video.shape[2:])
     f, h, w = grid
@@ -121,6 +148,10 @@ def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: 
     first_frame = np.zeros((1, video.shape[1], 1), F32)
     first_frame[:, : h * w] = 1.0  # the tile's first latent frame encodes one pixel frame
     tokens.add(video, video, 1.0, np.array(patchify.video_positions(1, f, h, w, fps), F32), first_frame)
+    if tile.pinned:
+        if prefix is None:
+            raise ValueError(f"tile {tile.index} pins {tile.pinned} cells on the tile before it: give its prefix")
+        _pin_prefix(tokens, prefix, tile, (h, w))
     for one in ((image,) if image is not None else ()) + tuple(images):
         _condition_on_image(tokens, one, tile, (h, w), fps)
     index = {int(p): i for i, p in enumerate(carry_positions)}
@@ -138,9 +169,10 @@ def build_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: 
 
 def noised_tile_state(latent: np.ndarray, tile: DfrTile, plan: RoundPlan, carry: np.ndarray,
                       carry_positions: Sequence[int], image: tuple[np.ndarray, int, float] | None = None,
-                      images: Sequence[tuple[np.ndarray, int, float]] = ()) -> TileState:
+                      images: Sequence[tuple[np.ndarray, int, float]] = (),
+                      prefix: np.ndarray | None = None) -> TileState:
     """The tile's state noised to the first temporal sigma with noise keyed by the tile's seed."""
-    tokens, grid = build_tile_state(latent, tile, plan, carry, carry_positions, image, images)
+    tokens, grid = build_tile_state(latent, tile, plan, carry, carry_positions, image, images, prefix)
     init, clean, mask, positions, marked = tokens.joined()
     noise = sampling.noise(init.shape, tile.noise_seed, sampling.stream_id(sampling.STREAM_VIDEO))
     state = LatentState(lerp_noise(init, clean, noise, plan.sigmas[0], mask), mask, clean, positions)

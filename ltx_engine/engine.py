@@ -220,14 +220,15 @@ class Engine:
         return np.array(out.astype(mx.float32))
 
     def dfr_tile(self, pack: Pack, tile: dfr.DfrTileInputs, progress: Progress | None = None) -> dict[str, np.ndarray]:
-        """One DFR temporal tile from the round's upsampled latent and the carried keyframes."""
+        """One DFR temporal tile from the round's upsampled latent, the carried keyframes and (a non-first
+        tile) its prefix pinned on the tile before it."""
         model = self.model(pack, "transformer")
         if not model.config.use_keyframes_abs_pos_embedding:
             raise ValueError(f"{pack.root}: the transformer has no keyframe position embedding (not an LTX-2.5 "
                              "pack); DFR temporal rounds need one")
         image = None if tile.image_latent is None else (tile.image_latent, tile.image_frame, tile.image_strength)
         state = dfr.noised_tile_state(tile.latent, tile.tile, tile.plan, tile.carry, tile.plan.seams, image,
-                                      tile.images)
+                                      tile.images, tile.prefix())
         forward = dfr.model_forward(model, tile.contexts)
         final = dfr.run_tile_loop(state, tile.plan, tile.tile.noise_seed, forward, progress)
         return dfr.tile_outputs(final, state)

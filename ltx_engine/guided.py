@@ -9,6 +9,8 @@ and the coordinator calls `guidance.combine` on their outputs: the same function
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlx.core as mx
 import numpy as np
 
@@ -20,15 +22,20 @@ from ltx_engine.rules.sampling import LatentState
 def pass_x0(model, name: str, video: LatentState | None, audio: LatentState | None, sigma: float,
             contexts: dict[str, np.ndarray], negative: dict[str, np.ndarray] | None,
             video_params: guidance.GuiderParams, audio_params: guidance.GuiderParams | None = None,
-            cache=None) -> tuple[np.ndarray | None, np.ndarray | None]:
+            cache=None, frozen: str | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """x0 of one guidance pass, float32 numpy; UNCOND reads the `negative` contexts. `video` None: the
     DiT runs the audio stream alone (T2A, upstream's `video=None`), and the video x0 is None. `cache`: the
-    pass's step cache across its stage's rounds (`ltx_engine.step_cache`)."""
+    pass's step cache across its stage's rounds (`ltx_engine.step_cache`). `frozen` "video" / "audio": that
+    stream's guider skips this step, so it runs disabled (upstream's `enabled=False`) and its x0 is None."""
     if name == guidance.UNCOND:
         if negative is None:
             raise ValueError("the uncond pass needs the negative prompt's contexts")
         contexts = negative
     v_mod, a_mod = stream_modalities(video, audio, sigma, contexts)
+    if frozen == "video":
+        v_mod = replace(v_mod, enabled=False)
+    elif frozen == "audio":
+        a_mod = replace(a_mod, enabled=False)
     perturbation = guidance.perturbation_for(name, video_params, audio_params)
     v_out, a_out = model(v_mod, a_mod, perturbation) if cache is None else model(v_mod, a_mod, perturbation, cache)
     mx.eval(*(o for o in (v_out, a_out) if o is not None))
@@ -95,6 +102,7 @@ def run_pass(model, params: dict, arrays: dict[str, np.ndarray], contexts: dict[
     audio = _state(arrays, "audio_") if "audio_latent" in arrays else None
     vp = guidance.params_from_dict(params["video"]) if video is not None else guidance.GuiderParams()
     ap = guidance.params_from_dict(params["audio"]) if params.get("audio") else None
-    x0_v, x0_a = pass_x0(model, params["pass"], video, audio, float(params["sigma"]), contexts, contexts, vp, ap, cache)
+    x0_v, x0_a = pass_x0(model, params["pass"], video, audio, float(params["sigma"]), contexts, contexts, vp, ap, cache,
+                         params.get("frozen"))
     out = {name: x0 for name, x0 in (("x0", x0_v), ("audio_x0", x0_a)) if x0 is not None}
     return out if cache is None else out | cache.to_arrays()

@@ -153,7 +153,7 @@ class RenderSpec:
     pipeline: str = spec_field("distilled", G["pipeline"], opt(
         "--pipeline", help="distilled (8+3 steps, no guidance) | one-stage (dev DiT, full resolution, guided) | "
         "two-stage (guided half-res stage 1, dev + distilled LoRA stage 2) | two-stage-hq (both res_2s) | "
-        "t2a (text-to-audio: the audio track alone, guided, to a .wav)."),
+        "t2a (text-to-audio: the audio track alone, guided, to a .wav or .m4a)."),
         group=GUIDANCE)
     steps: int | None = spec_field(None, G["steps"], opt(
         "--steps", help="Guided steps (LTX2 scheduler; default 30, HQ 15)."), group=GUIDANCE)
@@ -167,6 +167,9 @@ class RenderSpec:
         "--stg-scale", help="Video STG (default 1; 0 = off)."), group=GUIDANCE)
     stg_blocks: tuple[int, ...] | None = spec_field(None, G["stg_blocks"], opt(  # "28,29": the rule reads it
         "--stg-blocks", help="Blocks whose self-attention STG skips (28)."), group=GUIDANCE)
+    modality_blocks: tuple[int, ...] | None = spec_field(None, G["modality_blocks"], opt(  # None: every block
+        "--modality-blocks", help="Blocks whose audio<->video cross-attentions the modality pass skips "
+        "(default: every block, as upstream)."), group=GUIDANCE)
     rescale: float | None = spec_field(None, G["rescale"], opt(
         "--rescale", help="Guidance rescale in [0, 1] (default 0.7)."), group=GUIDANCE)
     modality_scale: float | None = spec_field(None, G["modality_scale"], opt(
@@ -185,7 +188,8 @@ class RenderSpec:
         "--skip-step", "--video-skip-step", help="Guide every N+1-th step only; the others reuse the last guided "
         "x0 (upstream's skip_step; default 0 = every step)."), group=GUIDANCE)
     audio_skip_step: int | None = spec_field(None, G["audio_skip_step"], opt(
-        "--audio-skip-step", help="Audio's skip step (default 0; the farm skips a step for both at once)."),
+        "--audio-skip-step", help="Audio's skip step (default 0); a step one modality skips runs the other's "
+        "passes with it frozen, as upstream."),
         group=GUIDANCE)
     apg_eta: float | None = spec_field(None, G["apg_eta"], opt(
         "--apg-eta", help="CFG as APG (ltx-core's LtxAPGGuider): the weight of the delta's part along cond "
@@ -193,6 +197,10 @@ class RenderSpec:
     apg_norm_threshold: float | None = spec_field(None, G["apg_norm_threshold"], opt(
         "--apg-norm-threshold", help="APG: clip the CFG delta's norm to this (default 0 = no clip)."),
         group=GUIDANCE)
+    guidance_schedule: tuple | None = spec_field(None, G["guidance_schedule"], opt(  # None: one guider for every sigma
+        "--guidance-schedule", help="Guidance by sigma (ltx-core's MultiModalGuiderFactory): bins SIGMA:key=value,... "
+        "separated by ';', each overriding the scales and skip steps for sigmas up to SIGMA (above every bound: the "
+        "largest bin), e.g. 1.0:cfg_scale=4;0.5:cfg_scale=2."), group=GUIDANCE)
     sparse_attention: tuple[float, ...] | None = spec_field(None, taus, opt(  # None: dense
         "--sparse-attention", help="TAUS: sparse stage-2 self-attention, one tau per stage-2 step (e.g. 1.0,1.25,1.5).",
         parse=numbers("--sparse-attention", "taus, e.g. 1.0,1.25,1.5")))

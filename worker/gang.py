@@ -1,33 +1,30 @@
-"""A gang member's part of a sequence-parallel stage 1, with its watchdog.
+"""A gang member's part of a sequence-parallel stage 1, in the worker's own process.
 
 The lease reply carries the handout (`params.gang`: rank, degree, host:port per rank, deadlines; see
-coordinator/state/lua/gang.lua). The rank runs in a child process (worker/gang_rank.py) so a collective
-stuck on a frozen, killed or unreachable peer is killed, never waited on: the group must open within
-`open_deadline_s` and each step must finish within `step_deadline_s` (the cost model's step × a
-margin, with a floor), else the child's process group is killed. Rank 0 holds the lease: it uploads
+coordinator/state/lua/gang.lua). The rank runs on the runner's already-loaded DiT (one model per Mac),
+its shards exchanged over a `SocketGroup` (ltx_engine/parallel/sp_socket.py says why not
+`mx.distributed`): the group must open within `open_deadline_s` and each step must finish within
+`step_deadline_s` (the cost model's step × a margin, with a floor), both as socket deadlines; a peer
+frozen, killed or unreachable ends in `PeerLost`, never in a wait. Rank 0 holds the lease: it uploads
 the states after each step as blobs and reports them in its heartbeat (the coordinator keeps them on
-the task, so a re-lease resumes there), and when the gang breaks it says so (the members' heartbeats
-then go stale and they kill their ranks) and finishes stage 1 alone from the last kept step, which is
-bit-identical (sequence parallel is exact here). A rank > 0 reports nothing: its part just ends.
+the task, so a re-lease resumes there), and when the gang breaks it closes its sockets (its peers'
+gathers end at once), says so (the members' heartbeats then go stale) and finishes stage 1 alone
+from the last kept step, which is bit-identical (sequence parallel is exact here). A rank > 0 reports
+nothing: its part just ends.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import queue
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
+from ltx_engine.parallel.sp_socket import PeerLost, SocketGroup
 from protos.records import Progress
 from protos.tensors import encode_tensor
 from worker.sp_stage import state_arrays
@@ -47,102 +44,25 @@ def is_gang(params: dict) -> bool:
 
 
 class GangBroke(Exception):
-    """The group did not open, a rank failed, or a step passed its deadline: a peer's trouble, not the
-    task's (worker/faults.py reads `transient`)."""
+    """The group did not open, a peer was lost, or a step passed its deadline: a peer's trouble, not
+    the task's (worker/faults.py reads `transient`)."""
 
     transient = True
 
 
-def _start(folder: Path, params: dict, inputs: dict[str, np.ndarray], runner) -> subprocess.Popen:
-    gang, packs_dir = params["gang"], getattr(runner, "packs_dir", None)
-    task = {
-        "params": {k: v for k, v in params.items() if k != "gang"},
-        "rank": gang["rank"],
-        "hosts": gang["hosts"],
-        "packs_dir": str(packs_dir) if packs_dir else None,
-        "throttle": float(getattr(runner, "throttle", 1.0)),  # a slower (shared) Mac stays as slow
-        "loras": _lora_files(runner, params),
-    }
-    (folder / "task.json").write_text(json.dumps(task))
-    np.savez(folder / "inputs.npz", **inputs)
-    root = Path(__file__).resolve().parent.parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "worker.gang_rank", str(folder)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-
-
-def _lora_files(runner, params: dict) -> dict[str, str]:
-    """The render's user LoRA blobs as files here (fetched once by this worker): the rank process has
-    no coordinator to fetch them from."""
-    loras = getattr(runner, "loras", None)
-    blobs = [lora for lora in params.get("loras") or () if isinstance(lora, dict) and lora.get("blob")]
-    return {str(lora["blob"]): str(loras.path(None, lora)) for lora in blobs} if loras is not None else {}
-
-
-def _lines(proc: subprocess.Popen) -> queue.Queue:
-    out: queue.Queue = queue.Queue()
-
-    def read() -> None:
-        for line in proc.stdout:
-            out.put(line.strip())
-        out.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    return out
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def watch(proc: subprocess.Popen, gang: dict, beat, on_step) -> None:
-    """Follow the rank's lines under its deadlines; raise GangBroke (the child killed) when it breaks."""
-    lines, tail = _lines(proc), []
-    step_s, open_s = float(gang["step_deadline_s"]), float(gang["open_deadline_s"])
-    deadline, opened = time.monotonic() + open_s, False
+@contextmanager
+def rank_of(runner, group, on_step) -> Iterator[None]:
+    """Stage 1 run inside the block is this process's rank of `group`, on the runner's loaded model."""
+    runner.sp_group, runner.sp_on_step = group, on_step
     try:
-        while True:
-            if beat.stop_reason is not None:
-                raise GangBroke(f"the gang ended ({beat.stop_reason})")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise GangBroke(
-                    f"{'step' if opened else 'group open'} past its deadline "
-                    f"({step_s if opened else open_s:.0f} s)"
-                )
-            try:
-                line = lines.get(timeout=min(left, 0.2))
-            except queue.Empty:
-                continue
-            if line is None:
-                proc.wait()
-                raise GangBroke(f"rank exited {proc.returncode}: {' | '.join(tail[-3:])}")
-            tail.append(line)
-            if line == "OPEN":
-                opened, deadline = True, time.monotonic() + step_s + open_s  # the first step loads the model
-            elif line.startswith("STEP "):
-                on_step(int(line.split()[1]))
-                deadline = time.monotonic() + step_s
-            elif line == "DONE":
-                return
+        yield
     finally:
-        _kill(proc)
+        runner.sp_group = runner.sp_on_step = None
 
 
 class StepKeeper(threading.Thread):
-    """Rank 0's kept steps, uploaded beside the watchdog (an upload that waits for a restarting
-    coordinator must not hold the deadlines up): the latest step wins, and once stopped nothing more
+    """Rank 0's kept steps, uploaded beside the steps (an upload that waits for a restarting
+    coordinator must not hold the gang's deadlines up): the latest step wins, and once stopped nothing more
     is reported (the gang's end is)."""
 
     def __init__(self, agent, task_id: str, beat, total: int) -> None:
@@ -182,30 +102,52 @@ class StepKeeper(threading.Thread):
                     )
 
 
+def _ranked(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat, keep) -> tuple[dict, dict]:
+    """This rank's stage 1 in a freshly opened group; `keep(step, arrays)` takes rank 0's kept steps.
+    Raises GangBroke when the group cannot open or is lost."""
+    gang = params["gang"]
+    rank, what = int(gang["rank"]), f"gang rank {gang['rank']} of {gang['degree']}"
+    step_s, open_s = float(gang["step_deadline_s"]), float(gang["open_deadline_s"])
+    group = None
+
+    def on_step(n: int, video, audio) -> None:
+        if beat.stop_reason is not None:
+            raise GangBroke(f"the gang ended ({beat.stop_reason})")
+        group.arm(step_s)
+        if rank == 0:
+            keep(n, state_arrays(video, audio))
+        log.info("%s for %s: step %d", what, lease.task_id, n)
+
+    try:
+        group = SocketGroup.open(rank, list(gang["hosts"]), open_s)
+        group.arm(step_s + open_s)  # the first step may load the model
+        log.info("%s for %s open", what, lease.task_id)
+        with rank_of(agent.runner, group, on_step):
+            return agent.runner.run(lease.kind, {k: v for k, v in params.items() if k != "gang"}, inputs)
+    except PeerLost as exc:
+        raise GangBroke(f"{exc}") from exc
+    finally:
+        if group is not None:
+            group.close()
+        log.info("%s for %s left the group", what, lease.task_id)
+
+
 def run(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat) -> tuple[dict | None, dict]:
     """This worker's rank of the gang: rank 0 returns stage 1's outputs and metrics, a rank > 0 (None, {})."""
     gang, start = params["gang"], time.perf_counter()
     rank, degree = int(gang["rank"]), int(gang["degree"])
-    folder = Path(tempfile.mkdtemp(prefix="farm-gang-"))
     kept: dict = {"step": params.get("resume_step"), "arrays": {}}
     total = len(params.get("sigmas") or [0, 0]) - 1
-
     keeper = StepKeeper(agent, lease.task_id, beat, total)
 
-    def on_step(n: int) -> None:
-        if rank != 0:
-            return
-        with np.load(folder / f"step{n}.npz") as data:
-            kept["step"], kept["arrays"] = n, {k: data[k] for k in data.files}
-        keeper.keep(n, kept["arrays"])
+    def keep(n: int, arrays: dict) -> None:
+        kept["step"], kept["arrays"] = n, arrays
+        keeper.keep(n, arrays)
 
     try:
-        watch(_start(folder, params, inputs, agent.runner), gang, beat, on_step)
+        outputs, metrics = _ranked(agent, lease, params, inputs, beat, keep)
         if rank != 0:
             return None, {}
-        with np.load(folder / "out.npz") as data:
-            outputs = {k: data[k] for k in data.files}
-        metrics = json.loads((folder / "metrics.json").read_text())
         metrics.update(stage1_parallel=degree, seconds=round(time.perf_counter() - start, 4))
         return outputs, metrics
     except GangBroke as exc:
@@ -213,10 +155,11 @@ def run(agent, lease, params: dict, inputs: dict[str, np.ndarray], beat) -> tupl
         if rank != 0:
             log.warning("gang rank %d of %d for %s ended: %s", rank, degree, lease.task_id, exc)
             return None, {}
+        if beat.stop_reason is not None:
+            raise  # the lease is gone (cancelled, taken back): nothing to finish alone
         return _alone(agent, lease, params, inputs, beat, kept, f"{exc}")
     finally:
         keeper.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _alone(agent, lease, params, inputs, beat, kept, why: str) -> tuple[dict, dict]:

@@ -69,7 +69,7 @@ def _tile_options(params: dict):
 
 class Runner:
     """Runs one task at a time on this process's engine."""
-    sp_group = sp_on_step = None  # a gang rank's group and step hook (worker/gang_rank.py)
+    sp_group = sp_on_step = None  # a gang rank's group and step hook, for one task (worker/gang.py `rank_of`)
 
     def __init__(self, packs_dir: Path | None = None, engine: Engine | None = None, throttle: float = 1.0):
         self.packs_dir = Path(packs_dir) if packs_dir else None
@@ -290,8 +290,7 @@ class Runner:
             ancestral_offset=int(params.get("ancestral_offset", ANCESTRAL_NOISE_SEED_OFFSET)),
             slot_latent=inputs.get("slots"), renoise_audio=bool(params.get("renoise_audio")),
             reference_latent=inputs.get("reference_latent"), reference_downscale=int(params.get("reference_downscale", 1)),
-            **_forward_params(params),
-            images=stage_images(params, inputs),
+            **_forward_params(params), images=stage_images(params, inputs),
             **stage_fields(params, inputs),  # retake / extend / IC-LoRA control / Dub-It (media_stage)
         )
 
@@ -357,7 +356,8 @@ class Runner:
                              tile=plan.tiles[int(params["tile_index"])], image_latent=inputs.get("image_latent"),
                              image_frame=int(params.get("image_frame", 0)),
                              image_strength=float(params.get("image_strength", 1.0)),
-                             images=dfr_images(params, inputs))
+                             images=dfr_images(params, inputs), previous=inputs.get("previous"),
+                             previous_slots=inputs.get("previous_slots"))
         return self.engine.dfr_tile(pack, tile, step)
 
     def _run_predict_duration(self, pack, params, inputs, step):
@@ -371,7 +371,7 @@ class Runner:
         return {"latent": self.engine.rebuild_keyframe(pack, latent, int(params["height"]), int(params["width"]))}
 
     def _run_decode_video(self, pack, params, inputs, step):
-        if params.get("decoder") == "diffusion":  # LTX-2.5's vae_decoder_av (DFR: with keyframes)
+        if params.get("decoder") == "diffusion":  # LTX-2.5's vae_decoder_av (with the render's keyframes)
             pixels = self.engine.decode_video_diffusion(pack, inputs["latent"], int(params["noise_seed"]),
                                                         keyframes=task_keyframes(params, inputs))
             return {"frames": np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)}

@@ -25,6 +25,7 @@ from coordinator.admit.lora_check import check_render_depth, check_render_loras,
 from coordinator.admit.media_check import check_render_media, clip_frames, store_paths
 from coordinator.api.packs import PackShelf, fleet_with_shelf
 from coordinator.api.watchhub import WATCH_LIMIT, WatchHub, WatchRelay, encoded_batches
+from coordinator.assemble.partial import PARTIAL_FILE
 from coordinator.plan.graph import SpecError
 from coordinator.retention import BLOB_GRACE_S, forget_render, prune
 from coordinator.scheduler import Scheduler
@@ -32,13 +33,13 @@ from coordinator.state.store import FarmStore
 from coordinator.views.fleet import FleetStore
 from protos import farm_pb2, farm_pb2_grpc
 from protos.spec import parse_object
-from protos.states import Outcome, RenderState
+from protos.states import TERMINAL, Outcome, RenderState
 from protos.tensors import CHUNK_BYTES
 
 log = logging.getLogger(__name__)
 
 
-OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json|render_hlg\.mp4")
+OUTPUT_FILE = re.compile(r"render\.mp4|render\.json|exr/frame_\d{5}\.exr|exr/render\.json|render_hlg\.mp4|render\.m4a")
 DEFAULT_MIN_FREE_GB = 1.0
 
 
@@ -260,14 +261,34 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         render = self._render(request.render_id, context)
         output = render.get("output")
         name = request.file or "render.mp4"
+        if name == PARTIAL_FILE:  # the growing film until the render is done, then the render itself
+            if render.get("state") != RenderState.DONE:
+                yield from self._partial(request.render_id, render, context)
+                return
+            name = "render.mp4"
         if not OUTPUT_FILE.fullmatch(name):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name[:80]!r} is not a render output "
-                          "(render.mp4, render.json, exr/frame_NNNNN.exr, exr/render.json, render_hlg.mp4)")
+                          "(render.mp4, render.json, exr/frame_NNNNN.exr, exr/render.json, render_hlg.mp4, render.m4a, partial.mp4)")
         if render.get("state") != RenderState.DONE or not output:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, _no_output(request.render_id, render))
         path = Path(output) if name == "render.mp4" else Path(output).parent / name
         if not path.is_file():
             context.abort(grpc.StatusCode.NOT_FOUND, f"render {request.render_id} has no {name} (any more)")
+        with open(path, "rb") as f:
+            while data := f.read(CHUNK_BYTES):
+                yield farm_pb2.Chunk(data=data)
+
+    def _partial(self, render_id: str, render: dict, context) -> Iterator[farm_pb2.Chunk]:
+        """`farm fetch --partial` before the end: a chunked render's growing film (assemble/partial.py)."""
+        path = Path(self.scheduler.data_dir) / "renders" / render_id / PARTIAL_FILE
+        if not (render.get("spec") or {}).get("chunked"):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"render {render_id} is not --chunked: only a chunked render's film grows while it renders")
+        if render.get("state") in TERMINAL:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, _no_output(render_id, render))
+        if not path.is_file():
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"render {render_id} is {render.get('state')}: no window of it is finished yet")
         with open(path, "rb") as f:
             while data := f.read(CHUNK_BYTES):
                 yield farm_pb2.Chunk(data=data)

@@ -21,7 +21,7 @@ import av
 import numpy as np
 import OpenEXR
 
-from coordinator.assemble.audio_file import assemble_audio
+from coordinator.assemble.audio_file import AUDIO_CODEC, assemble_audio, encode_waveform
 from coordinator.assemble.chunk_frames import joined_frames
 from coordinator.assemble.hdr_master import (
     HDR_EXR_DEFAULT,
@@ -40,7 +40,6 @@ from ltx_engine.rules import color
 from ltx_engine.rules.decode_tiling import TileFrames, blend_frames, frame_bytes
 
 VIDEO_CODEC = "libx264"
-AUDIO_CODEC = "aac"
 F32 = np.float32
 
 # (task name within the render, e.g. "decode.t3", output name) → the array, or None when absent.
@@ -112,23 +111,8 @@ class Mp4Writer:
 
     def write_audio(self, waveform: np.ndarray, sample_rate: int) -> None:
         """waveform (channels, samples) float in [-1, 1]; mono is duplicated to stereo."""
-        if self._audio is None:
-            return
-        wave = np.asarray(waveform, dtype=np.float32)
-        if wave.ndim == 1:
-            wave = wave[None]
-        if wave.shape[0] == 1:
-            wave = np.concatenate([wave, wave], axis=0)
-        wave = np.clip(wave[:2], -1.0, 1.0)
-        frame_size = self._audio.codec_context.frame_size or 1024
-        for start in range(0, wave.shape[1], frame_size):
-            chunk = np.ascontiguousarray(wave[:, start : start + frame_size])
-            audio_frame = av.AudioFrame.from_ndarray(chunk, format="fltp", layout="stereo")
-            audio_frame.sample_rate = sample_rate
-            audio_frame.time_base = Fraction(1, sample_rate)
-            audio_frame.pts = start
-            for packet in self._audio.encode(audio_frame):
-                self._container.mux(packet)
+        if self._audio is not None:
+            encode_waveform(self._container, self._audio, waveform, sample_rate)
 
     def close(self) -> None:
         for packet in self._video.encode():
@@ -196,11 +180,11 @@ def video_frames(spec: dict, get: OutputGetter) -> tuple[Iterator[np.ndarray], d
     render's windows are joined (assemble/chunk_frames.py)."""
     plan = RenderPlan.from_stored(spec)  # the stored view, typed where it enters
     if chunked(plan):
-        return joined_frames(plan, lambda view, prefix: _decoded(view, get, prefix))
-    return _decoded(plan, get)
+        return joined_frames(plan, lambda view, prefix: decoded_frames(view, get, prefix))
+    return decoded_frames(plan, get)
 
 
-def _decoded(plan: RenderPlan, get: OutputGetter, prefix: str = "") -> tuple[Iterator[np.ndarray], dict]:
+def decoded_frames(plan: RenderPlan, get: OutputGetter, prefix: str = "") -> tuple[Iterator[np.ndarray], dict]:
     """One decode's frames (its tasks named `prefix` + decode …)."""
     tiles = decode_tile_plan(plan)
     if tiles is None:

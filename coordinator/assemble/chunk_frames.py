@@ -8,6 +8,7 @@ then follow. Only the `blend` frames of one seam are held, so the join streams l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 import numpy as np
 
@@ -33,6 +34,20 @@ def _join(plan: RenderPlan, lay: ChunkLayout, window_frames: Frames, info: dict)
         if window.index == 0:
             info.update(decoded)
         held = yield from _window(lay, window, frames, held)
+
+
+def window_share(plan: RenderPlan, window_frames: Frames, index: int) -> Iterator[np.ndarray]:
+    """Window `index`'s share of the clip alone, as `joined_frames` yields it: its frames from its seam
+    with the window before (crossfaded with that window's held frames, read again here) to its own held
+    tail. The growing film (`assemble/partial.py`) writes one share per decoded window."""
+    lay = chunk_layout(plan)
+    window, held = lay.windows[index], []
+    if index:
+        before = lay.windows[index - 1]
+        frames, _ = window_frames(window_view(plan, before), f"w{before.index}.")
+        held = list(islice(frames, before.frames - lay.blend, None))
+    frames, _ = window_frames(window_view(plan, window), f"w{index}.")
+    yield from _window(lay, window, frames, held)
 
 
 def _window(lay: ChunkLayout, window: Window, frames: Iterator[np.ndarray],

@@ -15,10 +15,11 @@ from typing import Protocol
 
 from coordinator.plan import samplers, sp_degree, sparse
 from coordinator.plan.audio_only import plan_audio_only
-from coordinator.plan.chunks import chunked, plan_chunks
+from coordinator.plan.chunks import chunked, lead_chain, plan_chunks
 from coordinator.plan.clip import plan_clip
 from coordinator.plan.control import Reference, reference
 from coordinator.plan.decode import plan_decode
+from coordinator.plan.decode_keyframes import keyframe_decode_io
 from coordinator.plan.dfr import (
     canvas_frames,
     detailing_params,
@@ -28,7 +29,7 @@ from coordinator.plan.dfr import (
     slot_expect,
     slot_params,
 )
-from coordinator.plan.dfr_finish import keyframe_decode_io, plan_dfr_finish, stage_view
+from coordinator.plan.dfr_finish import plan_dfr_finish, stage_view
 from coordinator.plan.diffusion_decode import is_diffusion
 from coordinator.plan.graph import SPATIAL_FACTOR, StageGeometry, expect, ref, task
 from coordinator.plan.guidance import GuidedRule, check_recipe
@@ -97,8 +98,11 @@ def build_video(recipe: Recipe, spec: RenderPlan, prompt: Prompt) -> list[dict]:
     guided recipe's negative prompt, stage 1 (a one-stage recipe's at full size) or the two stages, then
     DFR's finish and the decodes. A2V's track, a control / Dub-It clip and the user LoRAs go to the stage
     blocks, which apply them as they make the tasks."""
-    if chunked(spec):
-        return [*prompt.enhancer, *plan_chunks(prompt.rid, spec, *prompt.plain)]
+    if chunked(spec):  # a guided recipe's windows read one negative text task; the window chain leads
+        rule = check_recipe(spec, recipe.guidance)
+        negative = None if rule is None else negative_text_task(prompt.rid, spec, rule, prompt.plain[0], prompt.key)
+        windows = plan_chunks(prompt.rid, spec, *prompt.plain, recipe, negative)  # plan/chunks.py
+        return lead_chain(prompt.rid, spec, [*prompt.enhancer, *windows])
     rid, ctx = prompt.rid, prompt.ctx
     encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec, recipe.two_stage)  # plan/images.py
     tasks = [*prompt.tasks, *encodes, *plan_video_encode(rid, spec)[0]]  # a source clip's tiled encode
@@ -158,15 +162,15 @@ def _stages(recipe: Recipe, rid: str, spec: RenderPlan, ctx: dict, conds: tuple[
 
 def _decodes(rid: str, spec: RenderPlan, final: dict, ctx: dict, cond2: dict, image_params: dict,
              track: dict | None) -> list[dict]:
-    """DFR's finish (rounds, base path or epilogue; the trimmed latent, decoded at the shipped length, the
-    diffusion decoder's keyframes), the video decode, and the audio decode (A2V: its encode is the
-    `audio` task the output muxes)."""
+    """DFR's finish (rounds, base path or epilogue; the trimmed latent, decoded at the shipped length), the
+    video decode (the diffusion decoder's with its keyframes: DFR's planes, else the images'), and the audio
+    decode (A2V: its encode is the `audio` task the output muxes)."""
     tasks, decode_spec, keyframes = [], spec, None
     if dfr_on(spec):  # plan/dfr_finish.py
         tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params, stage_audio(rid, track))
         decode_spec = spec.resolve(frames=output_frames(spec))
-        if is_diffusion(spec):  # the keyframe-aware decode: each task its planes
-            keyframes = functools.partial(keyframe_decode_io, rid, spec)
+    if is_diffusion(spec):  # the keyframe-aware decode: each task its planes (DFR's, else the images')
+        keyframes = functools.partial(keyframe_decode_io, rid, spec)  # plan/decode_keyframes.py
     tasks += plan_decode(rid, decode_spec, final, keyframes)
     if spec.audio and track is None:
         tasks.append(task(rid, "audio", "decode_audio", {

@@ -1,7 +1,12 @@
 """Chunked renders (`--chunked`): a clip longer than one window as a chain of windows. Pure.
 
-Each window is the distilled two-stage graph at the window's length, its tasks named `w{k}.…`
-(`w0.stage1`, `w1.decode.t3`); the windows' layout is `ltx_engine.rules.chunks`. Window k + 1 is
+Each window is the recipe's graph at the window's length, its tasks named `w{k}.…` (`w0.stage1`,
+`w1.decode.t3`); the windows' layout is `ltx_engine.rules.chunks`. Distilled: extend's pinned stages; a guided
+recipe (one-stage, two-stage, HQ): the stage blocks the unchunked render runs (`plan/stages.py`), its guided
+stage with the carry pinned in its prep, then its dev stage 2, the windows' uncond passes reading one negative
+text task; every DiT task with the user LoRAs as the block makes it.
+Keyframes (`--image`) are encoded once and each conditions the first window that has its frame, at its frame
+there (`ChunkLayout.place`). Window k + 1 is
 conditioned as the extend recipe conditions its window (`plan/clip.py`'s pinned stages), on window k's
 output instead of an uploaded clip: `w{k}.carry` (coordinator) takes window k's last carry frames from
 its decode as 8-bit RGB, which the tiled encode (`video_encode`, reading frames instead of a file)
@@ -16,16 +21,37 @@ With `--segment`, a window's stages read a text task of its own segments (`plan/
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from coordinator.plan import sparse
 from coordinator.plan.clip import audio_pin_task, pinned_stage1, pinned_stage2
 from coordinator.plan.decode import DECODE, decode_tile_plan, plan_decode, tile_task_name
 from coordinator.plan.fleet import Fleet
-from coordinator.plan.graph import COORDINATOR, SpecError, expect, latent_grid, ref, task
-from coordinator.plan.loras import lora_text
-from coordinator.plan.media import audio_encode_task, encode_tile_sizes, frozen_track, video_encode_tasks
+from coordinator.plan.graph import (
+    COORDINATOR,
+    SpecError,
+    StageGeometry,
+    expect,
+    latent_grid,
+    mark_lead,
+    ref,
+    task,
+)
+from coordinator.plan.guidance import GuidedRule, check_recipe
+from coordinator.plan.guided_render import contexts_of
+from coordinator.plan.images import plan_image_encodes
+from coordinator.plan.loras import lora_params, lora_text
+from coordinator.plan.media import (
+    a2v_negative,
+    audio_encode_task,
+    encode_tile_sizes,
+    frozen_track,
+    video_encode_tasks,
+)
 from coordinator.plan.relay import window_texts
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import check_tiling
+from coordinator.plan.stages import Guided, stage1_block
 from ltx_engine.rules.chunks import (
     BLEND_FRAMES,
     CARRIES,
@@ -37,6 +63,23 @@ from ltx_engine.rules.chunks import (
 )
 
 MAX_SEED = 2**63 - 1
+NO_COND: dict = {"images": [], "inputs": {}}
+ImageConds = tuple[list[dict], dict]  # a window's placed images, the encodes' inputs by stage size ("s1", "s2")
+
+
+class WindowRecipe(Protocol):
+    """What a window reads of the render's recipe (`plan/recipes/base.py`'s record, handed in by the build)."""
+
+    @property
+    def guidance(self) -> GuidedRule | None: ...
+
+    @property
+    def two_stage(self) -> bool: ...
+
+    @property
+    def distilled_stage2(self) -> bool: ...
+
+
 ASKED = ("chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
 
 
@@ -133,47 +176,108 @@ def _context(rid: str, spec: RenderPlan, lay: ChunkLayout, window: Window, half:
     return tasks, {"images": [image], "inputs": {"context": latent}}
 
 
-def _latent_context(rid: str, spec: RenderPlan, lay: ChunkLayout, window: Window,
-                    half: bool) -> tuple[list[dict], dict]:
-    """`--chunk-carry latent`: the window before's last carry latents of a stage (stage 1's at half size,
-    stage 2's at full), and the stage's replace condition on them (latent 0)."""
-    stage = "stage1" if half else "stage2"
+def _latent_context(rid: str, spec: RenderPlan, lay: ChunkLayout, window: Window, half: bool,
+                    source: str) -> tuple[list[dict], dict]:
+    """`--chunk-carry latent`: the window before's last carry latents of a stage (`source`: stage 1's at half
+    size, stage 2's at full; a one-stage recipe's stage 1 is at full size), and the stage's replace condition
+    on them (latent 0)."""
     name = f"w{window.index}.carry_s{1 if half else 2}"
     params = {"latent_frames": lay.carry_latents, "expect": {"latent": expect("float32", 1, -1, lay.carry_latents,
                                                                                 -1, -1)}}
-    source = {"latent": ref(f"{rid}.w{window.index - 1}.{stage}", "video_latent")}
-    cut = task(rid, name, "chunk_latent_carry", params, source, capability=COORDINATOR)
+    src = {"latent": ref(f"{rid}.w{window.index - 1}.{source}", "video_latent")}
+    cut = task(rid, name, "chunk_latent_carry", params, src, capability=COORDINATOR)
     image = {"input": "context", "frame": 0, "strength": 1.0, "binding": "replace"}
     return [cut], {"images": [image], "inputs": {"context": ref(cut["id"], "latent")}}
 
 
-def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Window) -> list[dict]:
-    """One window's stages and decode; after the first, its contexts and audio pin from the window before."""
+def _contexts(rid: str, spec: RenderPlan, lay: ChunkLayout, window: Window, two_stage: bool) -> tuple[list[dict],
+                                                                                                    dict, dict]:
+    """A later window's carried contexts: their tasks, stage 1's condition (none for a one-stage recipe, whose
+    only stage is at full size) and the full-size stage's."""
+    if latent_carry(spec):
+        full = _latent_context(rid, spec, lay, window, False, "stage2" if two_stage else "stage1")
+        half = _latent_context(rid, spec, lay, window, True, "stage1") if two_stage else ([], NO_COND)
+    else:
+        full = _context(rid, spec, lay, window, False)
+        half = _context(rid, spec, lay, window, True) if two_stage else ([], NO_COND)
+    return [*half[0], *full[0]], half[1], full[1]
+
+
+def _with(cond: dict, images: ImageConds, stage: str) -> dict:
+    """A stage's condition with the keyframes that fall in its window (their frames window-local)."""
+    placed, inputs = images
+    return {"images": [*cond["images"], *placed],
+            "inputs": {**cond["inputs"], **{im["input"]: inputs[stage][im["input"]] for im in placed}}}
+
+
+def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Window,
+            images: ImageConds, recipe: WindowRecipe, negative: dict | None) -> list[dict]:
+    """One window's stages and decode; after the first, its contexts and audio pin from the window before;
+    the keyframes that fall in it (`images`) beside them."""
     wid, view = f"{rid}.w{window.index}", _seeded(spec, window)
+    two_stage = recipe.two_stage
     tasks: list[dict] = []
-    cond1 = cond2 = {"images": [], "inputs": {}}
+    cond1 = cond2 = NO_COND
     pin = None
     if window.index > 0:
         before = lay.windows[window.index - 1]
-        contexts = _latent_context if latent_carry(spec) else _context
-        enc1, cond1 = contexts(rid, spec, lay, window, True)
-        enc2, cond2 = contexts(rid, spec, lay, window, False)
+        encodes, cond1, cond2 = _contexts(rid, spec, lay, window, two_stage)
         latent = ref(f"{rid}.w{before.index}.stage1", "audio_latent")
-        tasks += [*enc1, *enc2]
+        tasks += encodes
         if spec.audio and not spec.audio_input:  # A2V: the window's own slice of the track, frozen
             tasks.append(audio_pin_task(wid, latent, lay.carry_audio_slice(before)))
             pin = (ref(f"{wid}.audio_pin", "latent"), 0)
     track = frozen_track(wid, view, spec.audio_input.start + lay.track_window(window)[0]) if spec.audio_input else None
-    audio = None
-    if track is not None:  # A2V: the window's slice of the track, frozen
-        tasks.append(track)
-        audio = ref(track["id"], "latent")
-    tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec), audio))
-    tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec), audio)
-    tasks += plan_decode(wid, view, ref(f"{wid}.stage2", "video_latent"))
+    audio = None if track is None else ref(track["id"], "latent")  # A2V: the window's slice, frozen
+    cond2 = _with(cond2, images, "s2")  # a one-stage recipe encodes its keyframes at its one size alone
+    cond1 = _with(cond1, images, "s1") if two_stage else cond1
+    if negative is None:
+        tasks += [] if track is None else [track]
+        tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec), audio))
+        tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec), audio)
+    else:
+        tasks += _guided_stages(wid, spec, view, window, ctx, (cond1, cond2), pin, recipe, negative, track)
+    final = "stage2" if two_stage else "stage1"
+    tasks += plan_decode(wid, view, ref(f"{wid}.{final}", "video_latent"))
     if window.index < len(lay.windows) - 1 and not latent_carry(spec):
         tasks.append(_carry(rid, spec, lay, window))
     return tasks
+
+
+def _guided_stages(wid: str, spec: RenderPlan, view: RenderPlan, window: Window, ctx: dict,
+                   conds: tuple[dict, dict], pin: tuple[dict, int] | None, recipe: WindowRecipe,
+                   negative: dict, track: dict | None) -> list[dict]:
+    """A guided recipe's window from the stage blocks the unchunked render runs (`plan/stages.py`): its
+    guided stage with the window's replace conditions and audio pin (A2V: its frozen `track`) in its prep,
+    at half size then the upsample and the dev stage 2 (two-stage, HQ), or at full size alone (one-stage);
+    every DiT task with the user LoRAs as it is made."""
+    rec = check_recipe(view, recipe.guidance)  # the window's length: HQ's schedule reads its stage-1 latent
+    guided = Guided(rec, ctx, a2v_negative(spec, contexts_of(negative["id"]), ctx))
+    cond = conds[0] if recipe.two_stage else conds[1]
+    inputs, params = dict(cond["inputs"]), {"images": cond["images"]}
+    if pin is not None:
+        inputs["audio_pin"], params["audio_pin_start"] = pin
+    geo = StageGeometry(view.pack, view.seed, window.frames, view.frame_rate, view.height, view.width)
+    loras = lora_params(spec)
+    tasks = stage1_block(wid, geo.half() if recipe.two_stage else geo, ctx, inputs, params, {}, {}, loras, guided,
+                         track)
+    if not recipe.two_stage:
+        return tasks
+    audio = None if track is None else ref(track["id"], "latent")
+    return tasks + pinned_stage2(wid, view, window.frames, ctx, conds[1], sparse.stage2_params(spec), audio, rec,
+                                 recipe.distilled_stage2)
+
+
+def _images(rid: str, spec: RenderPlan, lay: ChunkLayout, two_stage: bool) -> tuple[list[dict], list[ImageConds]]:
+    """The keyframes' encodes (once per stage size for the whole clip; a one-stage recipe's at full size
+    alone) and, per window, the images that fall in it at their window-local frames (`ChunkLayout.place`)."""
+    encodes, inputs1, inputs2, params = plan_image_encodes(rid, spec, two_stage)
+    placed: list[list[dict]] = [[] for _ in lay.windows]
+    for image in params.get("images", []):
+        k, frame = lay.place(image["frame"])
+        placed[k].append({**image, "frame": frame})
+    inputs = {"s1": inputs1, "s2": inputs2}
+    return encodes, [(p, inputs) for p in placed]
 
 
 def _audio(rid: str, spec: RenderPlan, lay: ChunkLayout) -> list[dict]:
@@ -192,17 +296,34 @@ def _audio(rid: str, spec: RenderPlan, lay: ChunkLayout) -> list[dict]:
     return [join, decode]
 
 
-def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict) -> list[dict]:
+def lead_chain(rid: str, spec: RenderPlan, tasks: list[dict]) -> list[dict]:
+    """The chain of windows marked to lease first (`graph.mark_lead`): each later window's stage 1 and what
+    it waits on (the decoded carry: the window before's stages, tiles and decode; the latent carry: its
+    stage 1 alone), so the next window starts as soon as it can while the tiles off the chain fill the
+    other Macs. Unchunked: the tasks as they are."""
+    if not chunked(spec):
+        return tasks
+    return mark_lead(tasks, {f"{rid}.w{w.index}.stage1" for w in chunk_layout(spec).windows[1:]})
+
+
+def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict, recipe: WindowRecipe,
+                negative: dict | None = None) -> list[dict]:
     """The windows' tasks in order (each window's text task, when it is the first to read it, and its carry
     before the next window), then the joined audio. `text`, `ctx`: the plain prompt's task and contexts;
-    with `--segment` each window relays the segments it overlaps, clipped to it, on its own clock."""
+    with `--segment` each window relays the segments it overlaps, clipped to it, on its own clock.
+    `recipe`: the render's recipe (its stages and guidance); `negative`: a guided recipe's negative-prompt
+    text task (the windows' uncond passes read it)."""
     lay = chunk_layout(spec)
     clocks = [(f"{rid}.w{w.index}", (w.start / lay.fps, w.stop / lay.fps)) for w in lay.windows]
+    encodes, images = _images(rid, spec, lay, recipe.two_stage)
     tasks: list[dict] = []
     texts: set[str] = set()
-    for window, (text_task, window_ctx) in zip(lay.windows, window_texts(text, ctx, spec, clocks), strict=True):
+    for window, (text_task, window_ctx), placed in zip(lay.windows, window_texts(text, ctx, spec, clocks), images,
+                                                       strict=True):
         if text_task["id"] not in texts:
             texts.add(text_task["id"])
             tasks.append(lora_text(text_task, spec))  # keyed on the user LoRAs after its window's relay
-        tasks += _window(rid, spec, window_ctx, lay, window)
+        if window.index == 0:
+            tasks += [*([] if negative is None else [negative]), *encodes]
+        tasks += _window(rid, spec, window_ctx, lay, window, placed, recipe, negative)
     return tasks + (_audio(rid, spec, lay) if spec.audio else [])

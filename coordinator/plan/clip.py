@@ -22,16 +22,19 @@ from coordinator.plan.decode import plan_decode
 from coordinator.plan.graph import (
     COORDINATOR,
     SPATIAL_FACTOR,
+    StageGeometry,
     audio_latent_frames,
     expect,
     latent_frames,
     ref,
     task,
 )
+from coordinator.plan.guidance import GuidedStage
 from coordinator.plan.loras import lora_params
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
-from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
+from coordinator.plan.stage2 import stage2_sigmas
+from coordinator.plan.stages import stage2_block, upsample_block
 from ltx_engine.rules.extend import CONTEXT_PIXEL_FRAMES, ExtendLayout
 from ltx_engine.rules.generation import stage1_sampler
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER
@@ -192,33 +195,30 @@ def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> 
 
 
 def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
-                  extra: dict | None = None, audio: dict | None = None) -> list[dict]:
-    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions;
-    `audio`: the latent it reads (A2V's frozen track), else stage 1's."""
-    fps, height, width = spec.frame_rate, spec.height, spec.width
-    video = _latent_expect(frames, height, width, fps)["video_latent"]
+                  extra: dict | None = None, audio: dict | None = None, guided: GuidedStage | None = None,
+                  distilled_stage2: bool = True) -> list[dict]:
+    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions,
+    made by the stage-2 block (`plan/stages.py`); `audio`: the latent it reads (A2V's frozen track), else
+    stage 1's; `guided`: a guided recipe's stage (its stage 2 on dev + the distilled LoRA,
+    HQ's as res_2s guide steps); `distilled_stage2`: the recipe's fact (a guided two-stage's stage 2 keeps
+    Euler, `plan/samplers.py`)."""
+    geo = StageGeometry(spec.pack, spec.seed, frames, spec.frame_rate, spec.height, spec.width)
     s1 = f"{rid}.stage1"
-    upsample = {"pack": spec.pack, "expect": {"latent": video}}
-    tasks = [task(rid, "upsample", "upsample_spatial", upsample, {"latent": ref(s1, "video_latent")})]
+    tasks = [upsample_block(rid, geo)]
     params = {
-        **_stage_params(spec, frames, height, width),
         "sigmas": stage2_sigmas(spec),
         "noise_stream": 1,
         "images": cond["images"],
         **(extra or {}),
-        **samplers.stage2_params(spec),
+        **samplers.stage2_params(spec, distilled_stage2),
     }
     inputs = {
         **cond["inputs"],
         "latent": ref(f"{rid}.upsample", "latent"),
         "audio_latent": audio or ref(s1, "audio_latent"),
     }
-    if spec.stage2_tiles is not None:
-        window = spec.resolve(frames=frames)  # the tiles cover the window, not the joined clip
-        return [*tasks, *plan_tiled_stage2(rid, window, params, inputs, ctx, lora_params(spec))]
-    stage2 = task(rid, "stage2", "denoise_stage2", {**params, **lora_params(spec), "expect": {"video_latent": video}},
-                  {**ctx, **inputs})
-    return [*tasks, stage2]
+    window = spec if spec.stage2_tiles is None else spec.resolve(frames=frames)  # tiles cover the window
+    return [*tasks, *stage2_block(rid, geo, window, params, inputs, ctx, {}, lora_params(spec), guided)]
 
 
 def _join(rid: str, spec: RenderPlan, lay: ExtendLayout, source: dict, audio: dict | None) -> list[dict]:

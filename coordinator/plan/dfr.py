@@ -3,9 +3,10 @@
 Stages 1-2 generate the padded canvas (frames - 1 up to whole 24/32-frame segments) with generated
 keyframe slots at every segment boundary; stage 1's slots are spatially upsampled into stage 2's.
 Per round r: one worker task upsamples the whole latent x2 in time; every tile of the round is its own
-worker task reading that latent and the keyframes carried into the round (never another tile's output),
-so a round's tiles run on several Macs at once; a coordinator task stitches the round's latent and the
-keyframes it carries on. Round 1's anchors are stage 2's slots. The tiles run video only (upstream
+worker task reading that latent and the keyframes carried into the round; a non-first tile also reads
+the tile before it (its window latent and new slots) for its pinned prefix (upstream's `TilePrefix`,
+`dfr_layout.tile_prefix`), so a round's tiles run one after another; a coordinator task stitches the
+round's latent and the keyframes it carries on. Round 1's anchors are stage 2's slots. The tiles run video only (upstream
 passes no audio to the rounds); the shipped audio is stage 1's, cut to the trimmed clip.
 """
 
@@ -157,7 +158,10 @@ def _tile_tasks(rid: str, spec: RenderPlan, rnd, shared: dict, inputs: dict, ima
                 "slots": expect("float32", 1, -1, len(tile.slots), h, w)}
         held, held_inputs = dfr_tile_images(shared.get("images") or [], images, tile, rnd.round)  # in its window
         params = {**shared, **held, "round": rnd.round, "tile_index": tile.index, **lora_params(spec), "expect": want}
-        out.append(task(rid, f"dfr.r{rnd.round}.t{tile.index}", "dfr_tile", params, {**inputs, **held_inputs}))
+        chained = {} if not tile.pinned else {  # its prefix: the tile before it (upstream's TilePrefix)
+            "previous": ref(out[-1]["id"], "latent"), "previous_slots": ref(out[-1]["id"], "slots")}
+        out.append(task(rid, f"dfr.r{rnd.round}.t{tile.index}", "dfr_tile", params,
+                        {**inputs, **held_inputs, **chained}))
     return out
 
 

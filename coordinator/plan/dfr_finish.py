@@ -115,21 +115,6 @@ def final_keyframes(rid: str, spec: RenderPlan) -> tuple[dict, tuple[int, ...]] 
     return (ref(f"{rid}.dfr.trim", "keyframes"), kept) if kept else None
 
 
-def keyframe_decode_io(rid: str, spec: RenderPlan, frames: tuple[int, int] | None = None) -> tuple[dict, dict]:
-    """What a keyframe-aware decode task adds (the diffusion decoder's, whole, or one tile over pixel
-    frames [lo, hi]): params `keyframe_frames` (every referenced plane's global frame) and
-    `keyframe_planes` (those it attends to: inside the clip, and for a tile the ones `planes_for_tile`
-    picks), input `keyframes`; the worker takes them with `dfr_epilogue.task_keyframes`. Empty without DFR."""
-    found = final_keyframes(rid, spec)
-    if found is None:
-        return {}, {}
-    source, positions = found
-    inside = [i for i, p in enumerate(positions) if p < spec_plan(spec).output_frames]
-    if frames is not None:
-        inside = [inside[j] for j in dfr_epilogue.planes_for_tile([positions[i] for i in inside], *frames)]
-    return {"keyframe_frames": list(positions), "keyframe_planes": inside}, {"keyframes": source}
-
-
 def _keyframe_tasks(rid: str, spec: RenderPlan, slots: dict, latent: dict) -> list[dict]:
     """One worker task per carried plane (`kf{i}`), and one for the opening frame (`open`: the previous
     latent's first frame; upstream anchors frame 0 on it when no image sits there, and does not ship

@@ -96,3 +96,24 @@ class StageGeometry:
         """A stage task's geometry params."""
         return {"pack": self.pack, "seed": self.seed, "frames": self.frames, "fps": self.fps,
                 "height": self.height, "width": self.width, "audio_frames": self.audio_frames}
+
+
+def upstream_of(tasks: list[dict], ids: set[str]) -> set[str]:
+    """The tasks `ids` wait on, transitively, with themselves: what must run before the last of them can."""
+    deps = {t["id"]: t.get("deps") or [] for t in tasks}
+    seen, todo = set(), [i for i in ids if i in deps]
+    while todo:
+        tid = todo.pop()
+        if tid not in seen:
+            seen.add(tid)
+            todo.extend(deps.get(tid, ()))
+    return seen
+
+
+def mark_lead(tasks: list[dict], heads: set[str]) -> list[dict]:
+    """Each task the `heads` wait on (them included) marked `lead`: the scheduler leases it before the
+    other tasks of its priority band (common.lua `ready_score`, lease_sim's queue key). Why a closure and
+    not a cost path: a step's tiles all feed its join, so they are marked alike and stay side by side in
+    the queue, as speed-aware dealing counts them."""
+    lead = upstream_of(tasks, heads)
+    return [{**t, "lead": True} if t["id"] in lead else t for t in tasks]

@@ -47,10 +47,23 @@ class GuidedStage:
     stage2_lora: float | None = None     # ... on stage 2's (two-stage 1.0, HQ 0.5; one-stage has none)
     stream_offset: int = 0               # res_2s SDE noise: stage 2 draws streams of its own
     step_cache: float | None = None      # --step-cache: each pass a chain over the stage's rounds of passes
+    bins: tuple[tuple[float, G.GuiderParams, G.GuiderParams], ...] = ()  # --guidance-schedule: (bound, video, audio)
 
     @property
     def passes(self) -> tuple[str, ...]:
         return G.passes_needed(self.video, self.audio)
+
+    def at(self, sigma: float) -> GuidedStage:
+        """The guidance of a round at `sigma`: upstream's `MultiModalGuiderFactory.build_from_sigma` per
+        modality (`guidance.params_for_sigma`) with a schedule, else the stage's own."""
+        if not self.bins:
+            return self
+        return replace(self, video=G.params_for_sigma(tuple((b, v) for b, v, _ in self.bins), sigma),
+                       audio=G.params_for_sigma(tuple((b, a) for b, _, a in self.bins), sigma), bins=())
+
+    def variants(self) -> list[GuidedStage]:
+        """Every guidance a round can take (each bin's; the stage's own without a schedule)."""
+        return [self.at(bound) for bound, _, _ in self.bins] or [self]
 
     def forwards_per_step(self) -> int:
         """Passes per step (res_2s: two evaluations, each all the passes)."""
@@ -71,7 +84,8 @@ def _override(base: G.GuiderParams, spec: RenderPlan, prefix: str) -> G.GuiderPa
                           modality_scale=float(get("modality_scale", base.modality_scale)),
                           skip_step=int(get("skip_step", base.skip_step)),
                           apg_eta=None if eta is None else float(eta),
-                          apg_norm_threshold=float(spec.apg_norm_threshold or 0.0))
+                          apg_norm_threshold=float(spec.apg_norm_threshold or 0.0),
+                          modality_blocks=None if spec.modality_blocks is None else tuple(spec.modality_blocks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +120,23 @@ def recipe(spec: RenderPlan, rule: GuidedRule | None) -> GuidedStage | None:
     audio = _override(rule.audio, spec, "audio_")
     if spec.audio_input:  # A2V (plan/media.py): a frozen track, upstream's audio guider off
         audio = G.GuiderParams(skip_step=video.skip_step)  # a frozen track's x0 is never read: skip with video
+    bins = tuple(_bin(video, audio, bound, dict(pairs), bool(spec.audio_input))
+                 for bound, pairs in spec.guidance_schedule or ())
     steps = stage1_steps(spec) or rule.steps
     negative = spec.negative_prompt
     sigmas = ltx2_sigmas(int(steps), **({"tokens": _stage1_tokens(spec)} if rule.anchored and spec.frames else {}))
     return GuidedStage(pipeline=spec.pipeline, sampler=rule.sampler, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
                   distilled_lora=rule.stage1_lora, stage2_lora=rule.stage2_lora,
-                  step_cache=step_cache(spec))
+                  step_cache=step_cache(spec), bins=bins)
+
+
+def _bin(video: G.GuiderParams, audio: G.GuiderParams, bound: float, given: dict, a2v: bool) -> tuple:
+    """One --guidance-schedule bin: its overrides on the render's resolved guidance (A2V's frozen track
+    keeps its guider off, skipping with the video)."""
+    v = replace(video, **{k: given[k] for k in given if not k.startswith("audio_")})
+    a = replace(audio, **{k.removeprefix("audio_"): given[k] for k in given if k.startswith("audio_")})
+    return float(bound), v, (G.GuiderParams(skip_step=v.skip_step) if a2v else a)
 
 
 def _audio_only(spec: RenderPlan, rule: GuidedRule) -> GuidedStage:
@@ -145,7 +169,7 @@ def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = RE
     rec = recipe(spec, rule)
     if rec is None:
         return None
-    for p in (rec.video, rec.audio):
+    for p in (p for r in rec.variants() for p in (r.video, r.audio)):
         outside = sorted(b for b in p.stg_blocks if b >= num_layers)
         if outside and p.needs_perturbed():
             given = "--stg-blocks" if spec.stg_blocks is not None else "the default --stg-blocks (the 22B's)"
@@ -153,19 +177,42 @@ def check_recipe(spec: RenderPlan, rule: GuidedRule | None, num_layers: int = RE
                             f"blocks (0..{num_layers - 1}); give --stg-blocks with blocks in that range")
         if p.needs_perturbed() and not p.stg_blocks:
             raise SpecError("an STG scale needs --stg-blocks (the blocks whose self-attention the pass skips)")
-    if spec.negative_prompt is not None and G.UNCOND not in rec.passes:
+    _check_modality_blocks(spec, rec, num_layers)
+    if spec.negative_prompt is not None and not _any_pass(rec, G.UNCOND):
         raise SpecError("--negative-prompt needs a cfg scale other than 1 (only the uncond pass reads it)")
     _check_skip_and_apg(spec, rec)
     return rec
 
 
+def _any_pass(rec: GuidedStage, name: str) -> bool:
+    """Whether some round of the stage runs pass `name`."""
+    return any(name in r.passes for r in rec.variants())
+
+
+def _check_modality_blocks(spec: RenderPlan, rec: GuidedStage, num_layers: int) -> None:
+    """--modality-blocks: some block, each inside the model, and a modality pass that reads them."""
+    blocks = spec.modality_blocks
+    if blocks is None:
+        return
+    if not blocks:
+        raise SpecError("--modality-blocks needs at least one block (leave it out for every block)")
+    outside = sorted(b for b in blocks if b >= num_layers)
+    if outside:
+        raise SpecError(f"--modality-blocks {','.join(map(str, outside))}: outside the model's {num_layers} "
+                        f"blocks (0..{num_layers - 1}); give --modality-blocks with blocks in that range")
+    if not _any_pass(rec, G.ISOLATED):
+        raise SpecError("--modality-blocks needs a modality scale other than 1 (only the modality pass reads it)")
+
+
 def _check_skip_and_apg(spec: RenderPlan, rec: GuidedStage) -> None:
     """The skip step and APG knobs that would change nothing, or that the farm cannot run as asked."""
-    if rec.video.skip_step != rec.audio.skip_step:
-        raise SpecError(f"--skip-step {rec.video.skip_step} and --audio-skip-step {rec.audio.skip_step} differ: the "
-                        "farm skips a guided step for both modalities at once (a forward with one modality "
-                        "frozen is not in the engine); give both the same")
-    if spec.apg_eta is not None and G.UNCOND not in rec.passes:
+    if rec.bins and rec.step_cache is not None:
+        raise SpecError("--guidance-schedule and --step-cache: the schedule changes a round's passes, which the "
+                        "step cache replays as one chain per pass; give one")
+    if rec.video.skip_step != rec.audio.skip_step and rec.step_cache is not None:
+        raise SpecError(f"--skip-step {rec.video.skip_step} and --audio-skip-step {rec.audio.skip_step} differ: "
+                        "--step-cache replays whole passes, so it needs both the same")
+    if spec.apg_eta is not None and not _any_pass(rec, G.UNCOND):
         raise SpecError("--apg-eta needs a cfg scale other than 1 (APG reshapes the CFG term)")
     if spec.apg_norm_threshold is not None and spec.apg_eta is None:
         raise SpecError("--apg-norm-threshold needs --apg-eta (it clips APG's delta)")
@@ -197,11 +244,16 @@ def evaluations(rec: GuidedStage) -> list[Evaluation]:
     return out
 
 
-def skipped(rec: GuidedStage, ev: Evaluation) -> bool:
-    """Whether the round reuses the previous round's guided x0 instead of running passes: upstream's
-    `should_skip_step` on the denoiser's step index (res_2s's substep calls it with index 0: never skipped)."""
+def held_streams(rec: GuidedStage, ev: Evaluation, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The streams (prefixes) whose guider skips the round and reuse their last guided x0: upstream's
+    `should_skip_step` per modality on the denoiser's step index (res_2s's substep calls it with index 0:
+    never skipped). All of them: the round runs no passes; one: the passes run with it frozen."""
     index = 0 if ev.evaluation == "end" else ev.step
-    return G.skips_step(rec.video, index)
+    params = {"": rec.video, "audio_": rec.audio}
+    return tuple(p for p in prefixes if G.skips_step(params[p], index))
+
+
+STREAM_NAMES = {"": "video", "audio_": "audio"}  # a pass's `frozen`: the stream the engine runs disabled
 
 
 def _cache(rid: str, stage: str, rec: GuidedStage, name: str, chain: tuple[int, int, str | None]) -> tuple[dict, dict]:
@@ -216,20 +268,61 @@ def _cache(rid: str, stage: str, rec: GuidedStage, name: str, chain: tuple[int, 
 
 def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage, params: dict, state: dict,
                ctx: dict, prefixes: tuple[str, ...], chain: tuple[int, int, str | None] = (0, 0, None),
-               loras: dict | None = None) -> dict:
+               frozen: str | None = None, loras: dict | None = None) -> dict:
+    """One pass; `frozen`: the stream whose guider skips this round (its x0 neither computed nor sent);
+    `loras`: the render's LoRA set its DiT carries."""
     contexts = ctx["negative"] if name == G.UNCOND else ctx["prompt"]
     video, audio = "" in prefixes, "audio_" in prefixes
     cache_params, cache_in = _cache(rid, stage, rec, name, chain)
-    out = {f"{p}x0": expect("float32", 1, -1, -1) for p in prefixes}
+    out = {f"{p}x0": expect("float32", 1, -1, -1) for p in prefixes if p != frozen}
     cells = latent_frames(int(params["frames"])) * (params["height"] // SPATIAL_FACTOR) * (
         params["width"] // SPATIAL_FACTOR) if video and "frames" in params else 0
     return task(rid, f"{stage}.{ev.label}.{name}", "guidance_pass",
                 {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step, "cells": cells,
                  "video": G.params_to_dict(rec.video) if video else None,
                  "audio": G.params_to_dict(rec.audio) if audio else None,
+                 **({} if frozen is None else {"frozen": STREAM_NAMES[frozen]}),
                  **({} if rec.distilled_lora is None else {"distilled_lora_strength": rec.distilled_lora}),
                  **cache_params, **(loras or {}), "expect": out},
                 {**state, **contexts, **cache_in})
+
+
+def _round_passes(rec: GuidedStage, prefixes: tuple[str, ...], held: tuple[str, ...]) -> tuple[str, ...]:
+    """The passes a round runs: none when every stream is held, the running stream's alone when one is
+    (upstream runs the held guider's passes too, with that stream frozen: the running stream's combine
+    reads none of them), else every pass either guider needs."""
+    if held == prefixes:
+        return ()
+    if held:
+        running = [p for p in prefixes if p not in held][0]
+        return G.passes_needed(rec.audio if running else rec.video)
+    return rec.passes
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round as planned: its evaluation, its guidance (its sigma's bin), the streams it holds, its passes."""
+
+    ev: Evaluation
+    guide: GuidedStage
+    held: tuple[str, ...]
+    passes: tuple[str, ...]
+
+
+def rounds_of(rec: GuidedStage, prefixes: tuple[str, ...]) -> list[Round]:
+    """Every round of the stage with the streams `prefixes` ("" video, "audio_")."""
+    out = []
+    for ev in evaluations(rec):
+        guide = rec.at(ev.sigma)  # --guidance-schedule: each round its sigma's bin
+        held = held_streams(guide, ev, prefixes)  # never the first round
+        out.append(Round(ev, guide, held, _round_passes(guide, prefixes, held)))
+    return out
+
+
+def _flag(streams: tuple[str, ...], prefixes: tuple[str, ...]) -> bool | list[str]:
+    """A guide step's held / keep_x0 value: True for every stream (as plans wrote it before one stream
+    could be held alone), else the streams' prefixes."""
+    return True if streams == prefixes else list(streams)
 
 
 def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, source: str, ctx: dict,
@@ -245,32 +338,35 @@ def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, sour
     fixed = {k: ref(source, k) for k in names if not k.endswith("latent")}
     latents = {k: ref(source, k) for k in names if k.endswith("latent")}
     tasks: list[dict] = []
-    rounds = evaluations(rec)
+    planned = rounds_of(rec, prefixes)
+    rounds, held = [r.ev for r in planned], [r.held for r in planned]
     mid_src = None
-    chained = [ev.label for ev in rounds if not skipped(rec, ev)]  # the rounds a pass's step cache runs over
+    chained = [r.ev.label for r in planned if r.passes]  # the rounds a pass's step cache runs over
     for i, ev in enumerate(rounds):
-        held = skipped(rec, ev)  # no passes: the previous round's guided x0 again (never the first round)
-        passes = () if held else rec.passes
-        k = chained.index(ev.label) if not held else 0
+        guide, passes = planned[i].guide, planned[i].passes
+        k = chained.index(ev.label) if passes else 0
         chain = (k, len(chained), chained[k - 1] if k else None)
-        tasks += [_pass_task(rid, stage, ev, name, rec, params, {**fixed, **latents}, ctx, prefixes, chain, loras)
+        frozen = held[i][0] if passes and held[i] else None
+        tasks += [_pass_task(rid, stage, ev, name, guide, params, {**fixed, **latents}, ctx, prefixes, chain, frozen,
+                             loras)
                   for name in passes]
         step_in = {f"{name}_{p}x0": ref(f"{rid}.{stage}.{ev.label}.{name}", f"{p}x0")
-                   for name in passes for p in prefixes}
-        step_in |= {f"held_{p}x0": ref(mid_src, f"{p}x0") for p in prefixes} if held else {}
+                   for name in passes for p in prefixes if p not in held[i]}
+        step_in |= {f"held_{p}x0": ref(mid_src, f"{p}x0") for p in held[i]}
         step_in |= fixed | latents  # an `end` step reads the midpoint's latent: only its shape and masks count
         if ev.evaluation == "end":
             step_in |= {f"{p}{k}": ref(mid_src, f"{p}{k}") for p in prefixes for k in ("x_mid", "anchor", "eps1")}
         last = i == len(rounds) - 1
         name = stage if last else f"{stage}.{ev.label}"
+        keep = () if last else held[i + 1]
         tasks.append(task(rid, name, "guide_step",
                           {**({"finish": finish} if last and finish else {}), "evaluation": ev.evaluation, "step": ev.step, "sigmas": list(_schedule(rec)),
                            "passes": list(passes), "seed": int(params.get("seed", 0)),
-                           **({"held": True} if held else {}),
-                           **({"keep_x0": True} if i + 1 < len(rounds) and skipped(rec, rounds[i + 1]) else {}),
+                           **({"held": _flag(held[i], prefixes)} if held[i] else {}),
+                           **({"keep_x0": _flag(keep, prefixes)} if keep else {}),
                            **({"stream_offset": rec.stream_offset} if rec.stream_offset else {}),
-                           "video": G.params_to_dict(rec.video) if video else None,
-                           "audio": G.params_to_dict(rec.audio) if audio else None, "expect": {}},
+                           "video": G.params_to_dict(guide.video) if video else None,
+                           "audio": G.params_to_dict(guide.audio) if audio else None, "expect": {}},
                           step_in, capability=COORDINATOR))
         mid_src = f"{rid}.{name}"
         latents = {k: ref(mid_src, k) for k in latents}  # the next round reads this step's latent (or midpoint)

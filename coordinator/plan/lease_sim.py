@@ -5,7 +5,8 @@ same question — when does each task end if the workers pull them as the farm d
 answered a FIFO without backfilling (a task could not start before an earlier one had been placed).
 The rules, as coordinator/state/lua/{common,lease}.lua apply them:
 - queue: a task is queued when its deps are done, behind every task queued before it, a higher render
-  priority first (common.lua `ready_score`; a render's stages so become ready in stage order);
+  priority first, then the planner's `lead` tasks (a chunked render's chain of windows; common.lua
+  `ready_score`; a render's stages so become ready in stage order);
 - a worker asks when it is free (a completion makes it idle, then it asks; workers ending at the same
   instant complete one after the other) and takes the first queued task it may: its memory holds the
   task's peak, resident or streamed (×1.05); a stage-2 tile only if speed-aware dealing leaves it one
@@ -102,7 +103,7 @@ class _Job:
 
     @property
     def key(self) -> tuple:
-        return -int(self.task.get("priority") or 0), self.seq
+        return -int(self.task.get("priority") or 0), not self.task.get("lead"), self.seq
 
     @property
     def submitter(self) -> str:

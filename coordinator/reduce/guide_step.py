@@ -22,10 +22,17 @@ _NOISE_STREAMS = {"": (res2s.STREAM_VIDEO_SUBSTEP, res2s.STREAM_VIDEO_STEP),
                   "audio_": (res2s.STREAM_AUDIO_SUBSTEP, res2s.STREAM_AUDIO_STEP)}
 
 
+def _marks(params: dict, key: str, prefix: str) -> bool:
+    """Whether `held` / `keep_x0` names this stream: True names every stream, a list the prefixes in it."""
+    value = params.get(key)
+    return value is True or (isinstance(value, list) and prefix in value)
+
+
 def combined_x0(params: dict, inputs: dict[str, np.ndarray], prefix: str) -> np.ndarray:
-    """One modality's guided x0 from the passes named in params["passes"]; a `held` round (the skip step)
-    runs no passes and reuses the previous round's, which that round's step kept (`keep_x0`)."""
-    if params.get("held"):
+    """One modality's guided x0 from the passes named in params["passes"]; a stream `held` this round (its
+    skip step) reuses the previous round's x0, which that round's step kept (`keep_x0`), while the other
+    stream's passes may run."""
+    if _marks(params, "held", prefix):
         return inputs[f"held_{prefix}x0"]
     p = guidance.params_from_dict(params["audio" if prefix else "video"])
     return guidance.combine(p, {name: inputs[f"{name}_{prefix}x0"] for name in params["passes"]})
@@ -46,7 +53,7 @@ def sde_noise(params: dict, prefix: str, shape: tuple[int, ...], substep: bool) 
 
 def _modality_step(params: dict, inputs: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     x0 = combined_x0(params, inputs, prefix)
-    kept = {f"{prefix}x0": x0} if params.get("keep_x0") else {}
+    kept = {f"{prefix}x0": x0} if _marks(params, "keep_x0", prefix) else {}
     return kept | _advance(params, inputs, prefix, x0)
 
 

@@ -15,7 +15,7 @@ from coordinator.state.sentinel import health_line, replication_health
 
 _TASK_JSON = ("params", "input_refs", "inputs", "deps", "outputs", "metrics", "progress", "made_by")
 _TASK_INT = ("attempts", "max_attempts", "fence", "leased_ms", "deadline_ms", "queued_ms", "done_ms", "seq",
-             "failures", "lost", "stuck_ms")
+             "failures", "lost", "stuck_ms", "lead")
 _RENDER_INT = ("created_ms", "started_ms", "finished_ms", "remaining", "total", "priority")
 _WORKER_INT = ("registered_ms", "last_seen_ms", "tasks_done", "failures", "busy_ms", "lost")
 

@@ -11,11 +11,12 @@ Keys under the prefix p (default "farm"):
   {p}:render:{id}:tasks       list  task ids in plan order
   {p}:task:{id}               hash  render, kind, params, input_refs, inputs (resolved), deps (JSON),
                                     capability, state, attempts, max_attempts, worker, fence, outputs,
-                                    error, leased_ms, deadline_ms, queued_ms, done_ms, metrics, progress, seq
+                                    error, leased_ms, deadline_ms, queued_ms, done_ms, metrics, progress, seq,
+                                    lead (1: the planner's chain, leased first in its priority band)
   {p}:task:{id}:dependents    zset  dependent task id -> its plan position (release in plan order)
   {p}:task:{id}:pending       int   deps not done yet
-  {p}:ready:{capability}      zset  queued task ids by (render priority desc, queue order); retries and
-                                    expiries go to the front of their priority
+  {p}:ready:{capability}      zset  queued task ids by (render priority desc, lead first, queue order);
+                                    retries and expiries go to the front of their part of the priority
   {p}:qseq                    int   the queue-order counter
   {p}:capabilities            set   every capability that ever had a ready queue
   {p}:leases                  zset  task id -> lease deadline ms
@@ -137,7 +138,8 @@ def _tasks_arg(tasks: list[dict]) -> str:
         deps = list(dict.fromkeys([*t.get("deps", []), *(r["task"] for r in inputs.values() if "task" in r)]))
         wire.append({"id": t["id"], "kind": t["kind"], "capability": t["capability"],
                      "max_attempts": int(t.get("max_attempts", 3)), "params": json.dumps(t.get("params") or {}),
-                     "input_refs": json.dumps(inputs), "deps": deps, "deps_json": json.dumps(deps)})
+                     "input_refs": json.dumps(inputs), "deps": deps, "deps_json": json.dumps(deps),
+                     "lead": 1 if t.get("lead") else 0})
     _check_acyclic(wire)
     return json.dumps(wire)
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from coordinator.views import eta
 from coordinator.views.fleet import FleetStore
 from coordinator.views.progress import STAGES, task_label
+from coordinator.views.windows import window_rows
 from protos.kinds import KINDS, NO_FACTS, TaskKind, facts
 from protos.states import TERMINAL
 
@@ -329,7 +330,7 @@ def render_facts(render: dict, views: list[dict]) -> list[tuple[str, str]]:
 
 
 def render_detail(store: MetricsStore, render_id: str) -> dict | None:
-    """Everything the render page needs: summary, tasks, stage timeline and tile grids."""
+    """Everything the render page needs: summary, tasks, stage timeline, tile grids, a chunked render's windows."""
     render = store.get_render(render_id)
     if render is None:
         return None
@@ -342,6 +343,7 @@ def render_detail(store: MetricsStore, render_id: str) -> dict | None:
         "stages": stage_summaries(render, views),
         "grids": tile_grids(views),
         "facts": render_facts(render, views),
+        "windows": window_rows(render, views),  # a chunked render's windows (views/windows.py), else []
     }
 
 

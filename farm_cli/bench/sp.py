@@ -30,8 +30,8 @@ RANK_TIMEOUT_S = 900
 ONE_CORE = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _env() -> dict:
-    return {**os.environ, **ONE_CORE}
+def _env(group: str = "ring") -> dict:
+    return {**os.environ, **ONE_CORE, "SP_BACKEND": group}
 
 
 def _one(grid: tuple[int, int, int], repeats: int, folder: Path) -> dict:
@@ -41,12 +41,12 @@ def _one(grid: tuple[int, int, int], repeats: int, folder: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def _sp(grid: tuple[int, int, int], repeats: int, folder: Path, k: int = 2) -> dict:
+def _sp(grid: tuple[int, int, int], repeats: int, folder: Path, group: str, k: int = 2) -> dict:
     from ltx_engine.parallel.sp_group import run_ring
 
     out = folder / "sp.json"
     ranks = run_ring([sys.executable, "-m", "farm_cli.bench.sp_rank", "sp", *map(str, grid), str(repeats), str(out)],
-                     k, RANK_TIMEOUT_S, env=_env())
+                     k, RANK_TIMEOUT_S, env=_env(group))
     bad = [r for r in ranks if r.returncode != 0]
     if bad:
         raise RuntimeError(f"rank {bad[0].rank} ended {bad[0].returncode}: {bad[0].output[-1500:]}")
@@ -97,18 +97,20 @@ def _projection(t1: float, t2: float, wire2: float, tokens: int, macs: int) -> l
     return lines
 
 
-def run(frames: int, height: int, width: int, pairs: int, repeats: int, macs: int, chip: str) -> None:
+def run(frames: int, height: int, width: int, pairs: int, repeats: int, macs: int, chip: str,
+        group: str = "ring") -> None:
     if min(frames, height, width, pairs, repeats) < 1:
         raise typer.BadParameter("latent frames, height, width, --pairs and --repeats must be at least 1")
     grid = (frames, height, width)
     tokens = frames * height * width
     typer.echo(f"stage-1 forward, tiny pack DiT layout, {tokens} video tokens + 126 audio, one core per worker; "
-               f"{pairs} interleaved pairs of {repeats} timed forwards")
+               f"{pairs} interleaved pairs of {repeats} timed forwards; the 2 workers' group: {group}")
     ones, sps = [], []
     with tempfile.TemporaryDirectory(prefix="bench-sp-") as tmp:
         for i in range(pairs):
             order = ("one", "sp") if i % 2 == 0 else ("sp", "one")
-            got = {name: (_one if name == "one" else _sp)(grid, repeats, Path(tmp)) for name in order}
+            got = {name: _one(grid, repeats, Path(tmp)) if name == "one" else _sp(grid, repeats, Path(tmp), group)
+                   for name in order}
             ones.append(got["one"]["forward_s"])
             sps.append(got["sp"])
             typer.echo(f"pair {i + 1}: 1 worker {ones[-1]:.2f} s, 2 workers SP {sps[-1]['forward_s']:.2f} s "

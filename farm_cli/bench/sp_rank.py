@@ -1,6 +1,7 @@
 """One process of `farm bench sp`: `python -m farm_cli.bench.sp_rank MODE F H W REPEATS OUT [RANK HOSTFILE]`.
 
-MODE `one`: the unsplit forward (one worker); `sp`: this rank of a ring group's SP forward. Each
+MODE `one`: the unsplit forward (one worker); `sp`: this rank of a group's SP forward (mx.distributed's
+ring, or with SP_BACKEND=socket the `SocketGroup` a gang's worker joins). Each
 process is pinned to one core (one core stands for one Mac), builds the tiny pack's DiT layout from
 seed 0, runs one warm-up forward (and, for `sp`, opens the group), then REPEATS timed forwards, and
 for `sp` the forward's gathers alone (the wire time on this link). Writes OUT (JSON)."""
@@ -20,6 +21,7 @@ from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, tiny_config
 
 AUDIO_TOKENS = 126  # ~5 s of audio latents
+OPEN_S = 900.0
 
 
 def _inputs(f: int, h: int, w: int) -> tuple[Modality, Modality]:
@@ -49,7 +51,21 @@ def _wire_s(log: list[tuple[str, int]], group, repeats: int) -> float:
     peers = group.size() - 1
     parts = [mx.zeros((n // (4 * peers),), mx.float32) for _, n in log]
     mx.eval(parts)
-    return _timed(lambda: [mx.distributed.all_gather(p, group=group) for p in parts], repeats)
+    if isinstance(group, mx.distributed.Group):
+        return _timed(lambda: [mx.distributed.all_gather(p, group=group) for p in parts], repeats)
+    return _timed(lambda: [group.all_gather(p) for p in parts], repeats)
+
+
+def _group(rank: int, hostfile: str):
+    if os.environ.get("SP_BACKEND") != "socket":
+        from ltx_engine.parallel.sp_group import open_ring
+
+        return open_ring(rank, hostfile)
+    from ltx_engine.parallel.sp_socket import SocketGroup
+
+    group = SocketGroup.open(rank, json.loads(open(hostfile).read()), OPEN_S)
+    group.arm(OPEN_S)  # a bench: no peer is expected to freeze
+    return group
 
 
 def main(argv: list[str]) -> None:
@@ -67,9 +83,8 @@ def main(argv: list[str]) -> None:
         result["forward_s"] = _timed(lambda: model(video, audio), int(repeats))
     else:
         from ltx_engine.parallel.sequence_parallel import GroupExchange, ShardPlan, sp_forward
-        from ltx_engine.parallel.sp_group import open_ring
 
-        group = open_ring(rank, ring[1])
+        group = _group(rank, ring[1])
         ex = GroupExchange(ShardPlan(video.latent.shape[1], group.size()), group)
         _timed(lambda: sp_forward(model, video, audio, ex), 1)
         result["bytes_per_forward"], log = ex.bytes_received, list(ex.log)

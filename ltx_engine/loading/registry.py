@@ -128,5 +128,9 @@ class ModelRegistry:
     def has(self, key: tuple[str, str]) -> bool:
         return key in self._models
 
+    def loaded_bytes(self) -> int:
+        """Weight bytes of the models held warm now."""
+        return sum(self._bytes.values())
+
     def loaded(self) -> list[str]:
         return [component for _, component in self._models]

@@ -252,6 +252,7 @@ class StreamArgs:
     cross_pe: RopeTable | None = None
     cross_scale_shift: Modulation | None = None
     cross_gate: Modulation | None = None
+    frozen: bool = False  # upstream's `Modality.enabled=False`: no block updates it; the other stream still reads it
 
 
 @dataclass
@@ -365,12 +366,16 @@ class BasicAVTransformerBlock(nn.Module):
         return vn * (1 + scale_v) + shift_v
 
     def __call__(self, video: StreamArgs | None, audio: StreamArgs | None, skip: BlockSkip = NO_SKIP) -> tuple:
-        run_v = video is not None and video.x.size > 0
-        run_a = audio is not None and audio.x.size > 0
-        vx = self._self_and_text(video, "", skip.video_self) if run_v else None
-        ax = self._self_and_text(audio, "audio_", skip.audio_self) if run_a else None
-        if run_v and run_a and video.cross_gate is not None and audio.cross_gate is not None:
-            vx, ax = self._cross_av(video, audio, vx, ax, skip)
+        """A frozen stream (its guidance step skipped) passes through unchanged, as upstream's disabled
+        modality: its own attentions and FF do not run, but the other stream's cross-attention reads it."""
+        has_v = video is not None and video.x.size > 0
+        has_a = audio is not None and audio.x.size > 0
+        run_v, run_a = has_v and not video.frozen, has_a and not audio.frozen
+        vx = self._self_and_text(video, "", skip.video_self) if run_v else (video.x if has_v else None)
+        ax = self._self_and_text(audio, "audio_", skip.audio_self) if run_a else (audio.x if has_a else None)
+        if has_v and has_a and video.cross_gate is not None and audio.cross_gate is not None:
+            vx, ax = self._cross_av(video, audio, vx, ax, replace(skip, a2v=skip.a2v or not run_v,
+                                                                   v2a=skip.v2a or not run_a))
         if run_v:
             video = replace(video, x=self._ff(video, vx, ""))
         if run_a:

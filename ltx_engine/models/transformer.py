@@ -10,7 +10,7 @@ mlx-forge transformer packs (`transformer.` prefix stripped).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -299,38 +299,44 @@ class LTXModel(nn.Module):
         return self[f"{p}proj_out"](x * (1 + scale) + shift)
 
     def block_skips(self, perturbation: Perturbation | None) -> list[BlockSkip]:
-        """Per-block skips of a perturbed pass; STG blocks outside the model are refused."""
+        """Per-block skips of a perturbed pass; STG or modality blocks outside the model are refused."""
         p = perturbation or NO_PERTURBATION
         n = self.num_blocks
-        outside = sorted(b for b in p.video_self_blocks | p.audio_self_blocks if not 0 <= b < n)
+        named = p.video_self_blocks | p.audio_self_blocks | (p.cross_blocks or frozenset())
+        outside = sorted(b for b in named if not 0 <= b < n)
         if outside:
-            raise ValueError(f"STG blocks {outside} outside the model's {n} blocks (0..{n - 1})")
+            raise ValueError(f"perturbed blocks {outside} outside the model's {n} blocks (0..{n - 1})")
         if p.is_identity():
             return [NO_SKIP] * n
-        return [BlockSkip(i in p.video_self_blocks, i in p.audio_self_blocks, p.skip_a2v, p.skip_v2a)
-                for i in range(n)]
+        return [BlockSkip(i in p.video_self_blocks, i in p.audio_self_blocks, *p.skips_cross(i)) for i in range(n)]
 
     def __call__(self, video: Modality | None, audio: Modality | None, perturbation: Perturbation | None = None,
                  cache=None) -> tuple[mx.array | None, mx.array | None]:
         """Velocities of both modalities; `perturbation` makes it a STG or modality-isolated pass; `cache`
         (`ltx_engine.step_cache.StepCache`) may replay the block stack from an earlier step's residual."""
         c = self.config
-        if video is None and audio is None:
-            raise ValueError("at least one of video or audio is required")
         if video is not None and not c.has_video:
             raise ValueError("this model has no video stream")
         if audio is not None and not c.has_audio:
             raise ValueError("this model has no audio stream")
-        v = self._prepare(video, audio, "") if video is not None and video.enabled else None
-        a = self._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
+        v, a = self._prepare_streams(video, audio)
         skips = self.block_skips(perturbation)
         if cache is None:
             v, a = self._run_blocks(v, a, skips)
         else:
             v, a = cache.run(self, v, a, lambda v_in, a_in: self._run_blocks(v_in, a_in, skips))
-        vx = self._output("", v).astype(video.latent.dtype) if v is not None else None
-        ax = self._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
+        vx = self._output("", v).astype(video.latent.dtype) if v is not None and not v.frozen else None
+        ax = self._output("audio_", a).astype(audio.latent.dtype) if a is not None and not a.frozen else None
         return vx, ax
+
+    def _prepare_streams(self, video: Modality | None, audio: Modality | None) -> tuple:
+        """Both streams' block inputs; a disabled one (its guider skips this step) frozen, as upstream's:
+        left as it is by the blocks, read by the other's cross-attention, no velocity."""
+        if all(m is None or not m.enabled for m in (video, audio)):
+            raise ValueError("at least one of video or audio must be enabled")
+        v = None if video is None else replace(self._prepare(video, audio, ""), frozen=not video.enabled)
+        a = None if audio is None else replace(self._prepare(audio, video, "audio_"), frozen=not audio.enabled)
+        return v, a
 
     @property
     def num_blocks(self) -> int:

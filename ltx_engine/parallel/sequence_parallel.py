@@ -16,7 +16,7 @@ Per block (see docs/ARCHITECTURE.md, "Sequence-parallel stage 1"):
 - the output's video rows are gathered once at the end, so every rank returns the whole velocity.
 
 An `Exchange` decides where the shards live: `GroupExchange` (one shard per process, over an
-`mx.distributed` group) or `LocalExchange` (all k shards in one process, concatenation in place of
+`mx.distributed` group or plain sockets, sp_socket.py) or `LocalExchange` (all k shards in one process, concatenation in place of
 the gather). Both run the same per-shard code on the same shapes, so they agree bit for bit.
 """
 
@@ -74,9 +74,10 @@ class LocalExchange(Exchange):
 
 
 class GroupExchange(Exchange):
-    """This process's shard, the others' over an `mx.distributed` group (ring, JACCL, MPI)."""
+    """This process's shard, the others' over a group: an `mx.distributed` one (ring, JACCL, MPI), or a
+    `SocketGroup` (sp_socket.py: what a farm worker joins per gang, in its own process)."""
 
-    def __init__(self, plan: ShardPlan, group: mx.distributed.Group):
+    def __init__(self, plan: ShardPlan, group):
         if group.size() != plan.degree:
             raise ValueError(f"group of {group.size()} ranks for a {plan.degree}-way plan")
         super().__init__(plan, (group.rank(),))
@@ -84,7 +85,11 @@ class GroupExchange(Exchange):
 
     def _gather(self, parts: list[mx.array], axis: int) -> mx.array:
         (part,) = parts
-        gathered = mx.distributed.all_gather(mx.moveaxis(part, axis, 0), group=self.group)
+        moved = mx.moveaxis(part, axis, 0)
+        if isinstance(self.group, mx.distributed.Group):
+            gathered = mx.distributed.all_gather(moved, group=self.group)
+        else:
+            gathered = self.group.all_gather(moved)
         return mx.moveaxis(gathered, 0, axis)
 
 

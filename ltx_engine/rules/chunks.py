@@ -106,6 +106,16 @@ class ChunkLayout:
         frames', so the windows' frozen tracks are the source's own and meet at every seam."""
         return window.start / self.fps, window.stop / self.fps
 
+    def place(self, frame: int) -> tuple[int, int]:
+        """(window index, frame in that window) of the clip's `frame`: the first window that has it. A frame
+        in a later window's carried prefix belongs to the window before, which generates it; the later
+        window re-pins it with the carry (so a keyframe there is applied once, where the frame is made).
+        Window starts are multiples of 8, so a frame on a latent frame's first pixel stays on one."""
+        if not 0 <= frame < self.total:
+            raise ChunkError(f"frame {frame} is outside the clip's 0..{self.total - 1}")
+        window = next(w for w in self.windows if w.start <= frame < w.stop)
+        return window.index, frame - window.start
+
     def blend_span(self, window: Window) -> tuple[int, int]:
         """[start, stop) frames of the joined clip crossfaded into `window` (empty for window 0): the last
         `blend` frames of its overlap with the window before."""
@@ -113,6 +123,18 @@ class ChunkLayout:
             return window.start, window.start
         stop = window.start + window.carry
         return stop - self.blend, stop
+
+
+    def final_frames(self, decoded: int) -> int:
+        """Frames of the joined clip that are final once windows [0, decoded) are decoded: window k's
+        last `blend` frames wait for window k + 1's crossfade, so they are final only with it (the last
+        window's are final as they come). What a render's growing film holds."""
+        windows = self.windows
+        if decoded <= 0:
+            return 0
+        if decoded >= len(windows):
+            return self.total
+        return windows[decoded - 1].stop - self.blend
 
 
 def layout_problem(total: int, window: int, carry: int, blend: int) -> str | None:

@@ -97,10 +97,13 @@ def keyframe_stage_times(positions: Sequence[int], stride: int, origin: float = 
 
 
 def task_keyframes(params: dict, inputs: dict) -> tuple[np.ndarray, tuple[int, ...]] | None:
-    """A decode task's keyframes as the planner named them (`plan/dfr_finish.keyframe_decode_io`): the
-    planes it attends to and their global pixel frames; None when it has none."""
-    if "keyframes" not in inputs or not params.get("keyframe_planes"):
+    """A decode task's keyframes as the planner named them (`plan/decode_keyframes.keyframe_decode_io`):
+    the planes it attends to, from DFR's stacked `keyframes` or one `keyframe{i}` input per plane (the
+    images'), and their global pixel frames; None when it has none."""
+    picked = [int(i) for i in params.get("keyframe_planes") or ()]
+    if not picked:
         return None
-    picked = [int(i) for i in params["keyframe_planes"]]
     frames = tuple(int(params["keyframe_frames"][i]) for i in picked)
-    return np.ascontiguousarray(inputs["keyframes"][:, :, picked]), frames
+    if "keyframes" in inputs:
+        return np.ascontiguousarray(inputs["keyframes"][:, :, picked]), frames
+    return np.ascontiguousarray(np.concatenate([inputs[f"keyframe{i}"] for i in picked], axis=2)), frames

@@ -1,9 +1,13 @@
 """DFR (LTX-2.5) temporal layout: keyframe canvas, per-round tile plans, the latent stitch.
 
-Pure python/numpy. The planner turns a render spec into independent per-tile tasks with these plans
-and the in-process path runs the same plans, so the stitched latent is identical either way. Facts
-follow the reference dfr_layout / dfr_pipeline: segments of 24 or 32 pixel frames, one segment of
-lead-in for non-first tiles, the earlier tile keeps the shared seam latent.
+Pure python/numpy. The planner turns a render spec into per-tile tasks with these plans and the
+in-process path runs the same plans, so the stitched latent is identical either way. Facts follow the
+reference dfr_layout / dfr_pipeline (1.2.0): segments of 24 or 32 pixel frames, 2**r tiles over whole
+segments, the earlier tile keeps the shared seam latent. A non-first tile's lead-in follows upstream's
+`TilePrefix` (after 1.2.0; the epilogue windows' rule, `tile_prefix`, one implementation): it starts on
+the last keyframe plane before its seam (the previous tile's new slot at the midpoint of the segment
+before the seam), and that plane plus the previous tile's output cells up to the seam are pinned
+(strength 1), so the tiles of a round run one after another, each continuing the one before.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from ltx_engine.rules.sampling import DISTILLED_SIGMAS
 
 SEGMENT_CANDIDATES: tuple[int, ...] = (24, 32)
 TEMPORAL_SCALE = 8
-LEAD_SEGMENTS = 1
 MAX_ROUNDS = 2
 ANCHOR_STRENGTH = 0.95
 ANCESTRAL_ETA = 0.5
@@ -82,8 +85,10 @@ def pixel_to_latent(pixel_frame: int) -> int:
 class DfrTile:
     """One temporal tile of a round, in global coordinates (pixel_end inclusive, latent_end exclusive).
 
-    anchors: seam keyframes inside the window (conditioning at ANCHOR_STRENGTH); slots: new keyframe
-    slots at the midpoints of the window's segments; drop_latent_prefix: latents dropped when stitching.
+    anchors: seam keyframes the tile denoises towards (conditioning at ANCHOR_STRENGTH, after its pinned
+    prefix); slots: new keyframe slots at the midpoints of the segments it owns; pinned: its prefix cells
+    (0 for the first tile; else the plane at pixel_start, then the previous tile's cells up to the seam),
+    which are also the latents dropped when stitching.
     """
 
     index: int
@@ -93,8 +98,18 @@ class DfrTile:
     latent_end: int
     anchors: tuple[int, ...]
     slots: tuple[int, ...]
-    drop_latent_prefix: int
+    pinned: int
     noise_seed: int
+
+    @property
+    def drop_latent_prefix(self) -> int:
+        """Latents the stitch drops: the pinned prefix (the earlier tile keeps the seam latent)."""
+        return self.pinned
+
+    @property
+    def resume(self) -> int:
+        """The first pixel frame the tile denoises (after its pinned prefix, which ends on the seam)."""
+        return self.pixel_start + (self.pinned - 1) * TEMPORAL_SCALE + 1 if self.pinned else self.pixel_start
 
     @property
     def latent_frames(self) -> int:
@@ -148,10 +163,60 @@ class RoundPlan:
 
 def tile_image_frame(tile: DfrTile, frame: int) -> int | None:
     """Where an image at `frame` conditions a tile, tile-local, as upstream re-attaches images per tile:
-    every image on the first tile (its window starts at frame 0), else only one inside the window."""
+    every image on the first tile (its window starts at frame 0), else only one inside the frames it
+    denoises (its pinned prefix is the previous tile's)."""
     if tile.pixel_start == 0:
         return frame
-    return frame - tile.pixel_start if tile.pixel_start <= frame <= tile.pixel_end else None
+    return frame - tile.pixel_start if tile.resume <= frame <= tile.pixel_end else None
+
+
+def tile_prefix(seam: int, planes: Sequence[int]) -> tuple[int, int]:
+    """(plane frame, pinned cells) of a tile or window whose seam is pixel frame `seam` (upstream
+    `TilePrefix` / `tile_prefix`): the last plane before the seam, and 1 + (seam - plane) / 8 cells."""
+    before = [int(p) for p in planes if p < seam]
+    if not before:
+        raise ValueError(f"no keyframe plane before seam {seam} to start the window on")
+    plane = max(before)
+    if plane % TEMPORAL_SCALE or seam % TEMPORAL_SCALE:
+        raise ValueError(f"plane {plane} and seam {seam} must sit on the x{TEMPORAL_SCALE} border")
+    return plane, 1 + (seam - plane) // TEMPORAL_SCALE
+
+
+def carried_cells(previous: np.ndarray, previous_first: int, plane: np.ndarray, plane_cell: int,
+                  pinned: int) -> np.ndarray:
+    """The pinned prefix (upstream `lead_in_carryover`): the plane, then the previous tile's or window's
+    output (its cell 0 = canvas cell `previous_first`) from the canvas cell after the plane's up to the
+    seam, `pinned` cells in all."""
+    offset, video = plane_cell + 1 - previous_first, pinned - 1
+    if offset < 0 or offset + video > previous.shape[2]:
+        raise ValueError(
+            f"pinned cells [{plane_cell + 1}, {plane_cell + 1 + video}) fall outside the previous output "
+            f"(cell 0 = canvas cell {previous_first}, {previous.shape[2]} cells)"
+        )
+    return np.concatenate(
+        [plane.astype(np.float32), previous[:, :, offset : offset + video].astype(np.float32)], axis=2
+    )
+
+
+def round_tile_prefix(plan: RoundPlan, tile: DfrTile, previous: np.ndarray | None,
+                      previous_slots: np.ndarray | None, carry: np.ndarray) -> np.ndarray | None:
+    """A round tile's pinned prefix from the tile before it (its window latent and new slots) and the
+    round's carried keyframes (one per seam): its plane, then the previous tile's cells up to the seam;
+    None for the first tile."""
+    if not tile.pinned:
+        return None
+    before, at = plan.tiles[tile.index - 1], tile.pixel_start
+    if previous is None or previous_slots is None:
+        raise ValueError(f"tile {tile.index} pins {tile.pinned} cells on tile {before.index}: give its outputs")
+    if at in before.slots:
+        k = before.slots.index(at)
+        plane = previous_slots[:, :, k : k + 1]
+    elif at in plan.seams:
+        k = plan.seams.index(at)
+        plane = carry[:, :, k : k + 1]
+    else:
+        raise ValueError(f"tile {tile.index}'s plane at frame {at} is no seam nor slot of tile {before.index}")
+    return carried_cells(previous, before.latent_start, plane, tile.latent_start, tile.pinned)
 
 
 def _owned_counts(n_segments: int, n_tiles: int) -> list[int]:
@@ -175,20 +240,21 @@ def _check_seams(seams: Sequence[int], frames: int) -> list[int]:
     return bounds
 
 
-def _build_tile(bounds: list[int], own_lo: int, own_hi: int, index: int, seed: int) -> DfrTile:
-    window_lo = max(0, own_lo - (LEAD_SEGMENTS if index > 0 else 0))
-    pixel_start, pixel_end = bounds[window_lo], bounds[own_hi]
-    latent_start = pixel_to_latent(pixel_start)
-    drop = pixel_to_latent(bounds[own_lo]) - latent_start + (1 if own_lo > 0 else 0)
+def _build_tile(bounds: list[int], own_lo: int, own_hi: int, index: int, seed: int,
+                planes: Sequence[int]) -> DfrTile:
+    """Tile `index` owning segments [own_lo, own_hi); a non-first one starts on its prefix's plane (the
+    last of `planes`, the round's seams and the earlier tiles' slots, before its seam)."""
+    plane, pinned = tile_prefix(bounds[own_lo], planes) if own_lo > 0 else (0, 0)
+    pixel_end = bounds[own_hi]
     return DfrTile(
         index=index,
-        pixel_start=pixel_start,
+        pixel_start=plane,
         pixel_end=pixel_end,
-        latent_start=latent_start,
+        latent_start=pixel_to_latent(plane),
         latent_end=pixel_to_latent(pixel_end) + 1,
-        anchors=tuple(bounds[i] for i in range(window_lo, own_hi + 1) if bounds[i] > 0),
-        slots=tuple((bounds[i] + bounds[i + 1]) // 2 for i in range(window_lo, own_hi)),
-        drop_latent_prefix=drop,
+        anchors=tuple(bounds[i] for i in range(own_lo + 1, own_hi + 1)),
+        slots=tuple((bounds[i] + bounds[i + 1]) // 2 for i in range(own_lo, own_hi)),
+        pinned=pinned,
         noise_seed=seed,
     )
 
@@ -203,7 +269,8 @@ def plan_round(round_index: int, seams: Sequence[int], frames: int, fps: float, 
     tiles, own_lo = [], 0
     for i, count in enumerate(_owned_counts(n_segments, min(2**round_index, n_segments))):
         tile_seed = seed + ROUND_SEED_STRIDE * round_index + i
-        tiles.append(_build_tile(bounds, own_lo, own_lo + count, i, tile_seed))
+        planes = [*bounds[1:], *(p for t in tiles for p in t.slots)]
+        tiles.append(_build_tile(bounds, own_lo, own_lo + count, i, tile_seed, planes))
         own_lo += count
     return RoundPlan(round_index, frames, fps, tuple(int(s) for s in seams), tuple(tiles))
 

@@ -5,7 +5,7 @@ Upstream (`dfr_stages._plan_epilogue_windows`, `_prepare_epilogue_window_specs`,
 `dfr_helpers.tile_prefix` / `lead_in_carryover` / `audio_latent_for_tile`; absent from ltx-core 1.0.0):
 one window per tile of the last temporal round (the whole canvas at 0 rounds), run one after another. A
 non-first window starts on the carried keyframe plane at the last plane position before its seam
-(`TilePrefix`): cell 0 is that plane (rebuilt at full size), cells 1 .. (seam - plane) / 8 are the
+(`TilePrefix`, `dfr_layout.tile_prefix`: the round tiles' rule too): cell 0 is that plane (rebuilt at full size), cells 1 .. (seam - plane) / 8 are the
 previous window's finished output up to the seam, pinned at strength 1 (a `replace` at frame 0, mask 0),
 and only the cells after the seam are kept. A window is conditioned on the carried planes at or after
 its resume frame (strength 1, window-local frames), the opening plane (first window only), the IC-LoRA
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltx_engine.rules.dfr_layout import TEMPORAL_SCALE, DfrPlan
+from ltx_engine.rules.dfr_layout import TEMPORAL_SCALE, DfrPlan, carried_cells, tile_prefix
 
 F32 = np.float32
 AUDIO_LATENTS_PER_SECOND = 25.0
@@ -61,18 +61,6 @@ class Window:
     def base_cell(self) -> int:
         """The canvas cell its cell 0 stands for (upstream's `previous[0]`)."""
         return self.video_start - 1 if self.plane is not None else self.start
-
-
-def tile_prefix(seam: int, planes: Sequence[int]) -> tuple[int, int]:
-    """(plane frame, pinned cells) of a non-first window whose seam is pixel frame `seam`: the last
-    plane before the seam, and 1 + (seam - plane) / 8 cells (upstream `tile_prefix`)."""
-    before = [int(p) for p in planes if p < seam]
-    if not before:
-        raise ValueError(f"no keyframe plane before seam {seam} to start the window on")
-    plane = max(before)
-    if plane % TEMPORAL_SCALE or seam % TEMPORAL_SCALE:
-        raise ValueError(f"plane {plane} and seam {seam} must sit on the x{TEMPORAL_SCALE} border")
-    return plane, 1 + (seam - plane) // TEMPORAL_SCALE
 
 
 def plan_windows(plan: DfrPlan) -> tuple[Window, ...]:
@@ -117,16 +105,9 @@ def window_reference(guide: np.ndarray, window: Window) -> np.ndarray:
 def carried_prefix(
     previous: np.ndarray, previous_window: Window, window: Window, plane: np.ndarray
 ) -> np.ndarray:
-    """The pinned prefix (upstream `lead_in_carryover`): the plane, then the previous window's output
-    from the canvas cell after the plane up to the seam."""
-    offset = window.video_start - previous_window.base_cell
-    video = window.pinned - 1
-    if offset < 0 or offset + video > previous.shape[2]:
-        raise ValueError(
-            f"pinned cells [{window.video_start}, {window.video_start + video}) fall outside the "
-            f"previous window (cell 0 = canvas cell {previous_window.base_cell}, {previous.shape[2]} cells)"
-        )
-    return np.concatenate([plane.astype(F32), previous[:, :, offset : offset + video].astype(F32)], axis=2)
+    """The pinned prefix (upstream `lead_in_carryover`, `dfr_layout.carried_cells` as the round tiles'):
+    the plane, then the previous window's output from the canvas cell after the plane up to the seam."""
+    return carried_cells(previous, previous_window.base_cell, plane, window.video_start - 1, window.pinned)
 
 
 def resample_audio_time(audio: np.ndarray, start: float, end: float, frames: int) -> np.ndarray:

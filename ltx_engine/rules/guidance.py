@@ -8,7 +8,8 @@ ltx-pipelines' `multi_modal_guider_denoising_func` / `utils/constants.py`:
   prompt; needed when cfg != 1), PERTURBED (the prompt with self-attention skipped in the STG blocks:
   video self-attention when the video STG scale != 0, audio self-attention when the audio one != 0;
   needed when either is non-zero), ISOLATED (the prompt with both audio<->video cross-attentions
-  skipped in every block; needed when a modality scale != 1). One pass serves both modalities: its
+  skipped, in every block as upstream's pipelines do, or in the `modality_blocks` given; needed when a
+  modality scale != 1). One pass serves both modalities: its
   video output feeds the video combine and its audio output the audio one.
 - The combine, per modality, on the denoised (x0) outputs, in this order and association:
   `pred = cond + (cfg-1)(cond-uncond) + stg(cond-perturbed) + (mod-1)(cond-isolated)`, then when
@@ -37,6 +38,8 @@ class GuiderParams:
     last guided x0 (`skips_step`). `apg_eta` set: the CFG term is `LtxAPGGuider`'s projected delta
     (`apg_delta`: the part of cond - uncond parallel to cond weighted by eta, optionally clipped to
     `apg_norm_threshold`) instead of the plain difference; upstream's pipelines run plain CFG.
+    `modality_blocks`: the blocks whose audio<->video cross-attentions the ISOLATED pass skips (None:
+    every block, upstream's pipelines' `blocks=None`; ltx-core's `Perturbation` takes a block list).
     """
 
     cfg_scale: float = 1.0
@@ -47,6 +50,7 @@ class GuiderParams:
     skip_step: int = 0
     apg_eta: float | None = None
     apg_norm_threshold: float = 0.0
+    modality_blocks: tuple[int, ...] | None = None
 
     def needs_uncond(self) -> bool:
         return not math.isclose(self.cfg_scale, 1.0)
@@ -86,13 +90,20 @@ class Perturbation:
     """What one forward pass skips (ltx-core's `PerturbationConfig` for one sample).
 
     Skipping a self-attention passes its value projection through (gates and output projection still
-    apply); skipping an audio<->video cross-attention drops its residual update.
+    apply); skipping an audio<->video cross-attention drops its residual update, in `cross_blocks`
+    (None: every block).
     """
 
     video_self_blocks: frozenset[int] = field(default_factory=frozenset)
     audio_self_blocks: frozenset[int] = field(default_factory=frozenset)
     skip_a2v: bool = False
     skip_v2a: bool = False
+    cross_blocks: frozenset[int] | None = None
+
+    def skips_cross(self, block: int) -> tuple[bool, bool]:
+        """(a2v, v2a) skipped in `block`."""
+        inside = self.cross_blocks is None or block in self.cross_blocks
+        return self.skip_a2v and inside, self.skip_v2a and inside
 
     def is_identity(self) -> bool:
         return not (self.video_self_blocks or self.audio_self_blocks or self.skip_a2v or self.skip_v2a)
@@ -120,7 +131,9 @@ def perturbation_for(name: str, video: GuiderParams, audio: GuiderParams | None 
         ablocks = frozenset(audio.stg_blocks) if audio is not None and audio.needs_perturbed() else frozenset()
         return Perturbation(video_self_blocks=vblocks, audio_self_blocks=ablocks)
     if name == ISOLATED:
-        return Perturbation(skip_a2v=True, skip_v2a=True)
+        owner = video if video.needs_isolated() or audio is None else audio
+        blocks = owner.modality_blocks
+        return Perturbation(skip_a2v=True, skip_v2a=True, cross_blocks=None if blocks is None else frozenset(blocks))
     raise ValueError(f"unknown guidance pass {name!r}")
 
 
@@ -205,8 +218,7 @@ def combine(p: GuiderParams, outputs: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def params_to_dict(p: GuiderParams) -> dict:
-    """The JSON form a task's params carry."""
-    """The JSON form a task's params carry; the skip step and APG only when set, so a plain render's
+    """The JSON form a task's params carry; the skip step, APG and modality blocks only when set, so a plain render's
     params (and the tasks recorded for it) read as before they existed."""
     out = {"cfg_scale": p.cfg_scale, "stg_scale": p.stg_scale, "stg_blocks": list(p.stg_blocks),
            "rescale": p.rescale, "modality_scale": p.modality_scale}
@@ -214,13 +226,16 @@ def params_to_dict(p: GuiderParams) -> dict:
         out["skip_step"] = p.skip_step
     if p.apg_eta is not None:
         out.update(apg_eta=p.apg_eta, apg_norm_threshold=p.apg_norm_threshold)
+    if p.modality_blocks is not None:
+        out["modality_blocks"] = list(p.modality_blocks)
     return out
 
 
 def params_from_dict(d: dict) -> GuiderParams:
-    eta = d.get("apg_eta")
+    eta, blocks = d.get("apg_eta"), d.get("modality_blocks")
     return GuiderParams(cfg_scale=float(d["cfg_scale"]), stg_scale=float(d["stg_scale"]),
                         stg_blocks=tuple(int(b) for b in d["stg_blocks"]), rescale=float(d["rescale"]),
                         modality_scale=float(d["modality_scale"]), skip_step=int(d.get("skip_step", 0)),
                         apg_eta=None if eta is None else float(eta),
-                        apg_norm_threshold=float(d.get("apg_norm_threshold", 0.0)))
+                        apg_norm_threshold=float(d.get("apg_norm_threshold", 0.0)),
+                        modality_blocks=None if blocks is None else tuple(int(b) for b in blocks))

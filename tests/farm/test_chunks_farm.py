@@ -14,8 +14,10 @@ import pytest
 
 from farm_cli.local import render_local
 from ltx_engine.rules.prompt_relay import RELAY
+from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ModuleFarm, farm, wait_done, wait_until
 from tests.media_files import write_wav
+from tests.session_fixtures import link_packs
 
 SPEC = {"prompt": "a fox", "height": 64, "width": 128, "frames": 33, "seed": 5, "pack": "tiny", "chunked": True,
         "chunk_pixel_frames": 17, "chunk_carry_frames": 9, "stage2_tiles": "1x2", "tile_overlap": 1,
@@ -28,17 +30,20 @@ def _frames(path) -> np.ndarray:
 
 
 def _farm_equals_local(chunk_farm, spec: dict, local_runner, folder, workers: int = 2,
-                       media: dict | None = None) -> tuple[dict, np.ndarray, object]:
+                       media: dict | None = None, images: tuple = ()) -> tuple[dict, np.ndarray, object]:
     """Render `spec` on the module farm's `workers` and with `--local`: every task output and the mp4's
     frames bit for bit equal, only those workers (and the coordinator) ran tasks; (the farm's tasks by
     name, the frames, the farm's mp4)."""
     client = chunk_farm.client
     wait_until(lambda: sum(bool(w.get("packs")) for w in client.workers()) >= workers, 60,
                f"{workers} workers registered")
-    render_id = client.submit(dict(spec))
+    uploaded = [client.put_blob(encode_tensor(px)) for px in images]  # `images`: the spec's keyframes' pixels
+    farm_spec = {**spec, "images": [{**im, "blob": b} for im, b in zip(spec["images"], uploaded, strict=True)]} \
+        if images else dict(spec)
+    render_id = client.submit(farm_spec)
     render = wait_done(client, render_id, timeout=240)
     tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
-    out, outputs, _ = render_local(dict(spec), folder / "local.mp4", local_runner, media=media)
+    out, outputs, _ = render_local(dict(spec), folder / "local.mp4", local_runner, list(images), media=media)
     local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
     assert set(tasks) == set(local)
     assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
@@ -50,10 +55,16 @@ def _farm_equals_local(chunk_farm, spec: dict, local_runner, folder, workers: in
 
 
 @pytest.fixture(scope="module")
-def chunk_farm(mstore, tiny_packs, tmp_path_factory):
+def chunk_packs(tiny_packs, tiny_dev_pack, tmp_path_factory):
+    """`tiny` (the distilled recipe's) and `dev` (the guided recipes'): links to the session's packs."""
+    return link_packs(tmp_path_factory.mktemp("chunk-packs"), tiny=tiny_packs / "tiny", dev=tiny_dev_pack)
+
+
+@pytest.fixture(scope="module")
+def chunk_farm(mstore, chunk_packs, tmp_path_factory):
     data = tmp_path_factory.mktemp("chunk-farm")
-    with farm(mstore, data, tiny_packs, workers=2) as (client, procs):
-        yield ModuleFarm(client, procs, data, tiny_packs)
+    with farm(mstore, data, chunk_packs, workers=2) as (client, procs):
+        yield ModuleFarm(client, procs, data, chunk_packs)
 
 
 @pytest.mark.timeout(300)
@@ -99,6 +110,28 @@ def test_three_windows_with_a_long_track_on_two_workers_match_local(chunk_farm, 
     assert abs(wave.shape[-1] / rate - 33 / 24) < 2048 / rate  # the clip's length (AAC's priming aside)
     steps = wave[0, : wave.shape[-1] // (rate // 24) * (rate // 24)].reshape(-1, rate // 24)
     assert (np.sqrt((steps**2).mean(axis=1)) > 0.05).all()  # the tone runs through every frame's time
+
+
+GUIDED = {**SPEC, "frames": 25, "seed": 3, "pack": "dev", "pipeline": "two-stage", "stage1_steps": 2,
+          "stage2_steps": 1, "stg_blocks": [1], "negative_prompt": "blurry",
+          "images": [{"frame": 20, "strength": 0.8, "binding": "guide"}]}
+KEYFRAME = (np.arange(64 * 128 * 3) % 251).astype(np.uint8).reshape(64, 128, 3)
+
+
+@pytest.mark.timeout(300)
+def test_two_guided_windows_with_a_keyframe_on_two_workers_match_local(chunk_farm, chunk_packs, tmp_path):
+    """The guided two-stage recipe chunked: windows [0, 17) and [8, 25), each a guided stage 1 (passes on
+    the workers, steps on the coordinator) and a tiled dev stage 2, window 1 pinned on window 0's carry; a
+    keyframe at frame 20 guides window 1 at its frame 12. `--local` runs the same plan on the dev pack."""
+    from worker.runner import Runner
+
+    tasks, frames, _ = _farm_equals_local(chunk_farm, GUIDED, Runner(chunk_packs), tmp_path, images=(KEYFRAME,))
+    assert sorted(n for n, t in tasks.items() if t["kind"] == "text_encode") == ["negative", "text"]
+    assert tasks["w1.stage1.prep"]["params"]["images"][1] == {"frame": 12, "strength": 0.8, "binding": "guide",
+                                                              "input": "image1_latent"}
+    assert all(not im["input"].startswith("image") for im in tasks["w0.stage1.prep"]["params"]["images"])
+    assert sum(t["kind"] == "guidance_pass" for t in tasks.values()) == 2 * 2 * 4  # windows x steps x passes
+    assert frames.shape[0] == 25
 
 
 @pytest.mark.timeout(300)

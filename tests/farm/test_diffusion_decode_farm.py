@@ -7,7 +7,9 @@ and on 2 workers (one farm per worker count serves the module). Refusals through
 2.3 pack, a 2.5 pack without the file (naming it and the `hf download` that gets it), a bad decoder
 name, each one line, exit 2, nothing queued. And the keyframe-aware decode: a DFR base-path render
 (41 frames, the trimmed clip keeps slot 24) decoded in three tiles, each task given the plane the plan
-names, equal to `--local` on both farms.
+names, equal to `--local` on both farms. And the keyframe-aware decode without DFR: a plain distilled
+render with two `--image` keyframes past frame 0 (17 frames, images at 8 and 16) decoded in three tiles,
+each given both image planes, equal to `--local` on the 2-worker farm.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from coordinator.state.redis_server import connect
 from coordinator.state.store import FarmStore
 from farm_cli.local import render_local
 from ltx_engine.tiny.tiny_pack import DETAILING_LORA
+from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done, wait_until
 
 ARGS = [
@@ -64,6 +68,10 @@ DFR_SPEC = {
     "video_decoder": "diffusion",
     "audio": False,
 }
+KEYED_SPEC = {**SPEC, "frames": 17, "audio": False}
+KEYED_IMAGES = [{"frame": 8, "strength": 0.9}, {"frame": "last", "strength": 1.0}]
+PICTURES = [(np.arange(96 * 128 * 3) % 251).astype(np.uint8).reshape(96, 128, 3)]
+PICTURES.append(np.ascontiguousarray(PICTURES[0][::-1, ::-1]))
 WORKERS = (3, 2)
 
 
@@ -99,6 +107,24 @@ def dfr_local_shas(packs, tmp_path_factory):
     out = tmp_path_factory.mktemp("diffdec-dfr-local") / "local.mp4"
     _, outputs, _ = render_local(dict(DFR_SPEC), out, Runner(packs))
     return {name.removeprefix("local."): shas for name, shas in outputs.items()}
+
+
+@pytest.fixture(scope="module")
+def keyed_local_shas(packs, tmp_path_factory):
+    """The keyframed (no DFR) render's task outputs under `farm render --local`."""
+    from worker.runner import Runner
+
+    out = tmp_path_factory.mktemp("diffdec-keyed-local") / "local.mp4"
+    spec = {**KEYED_SPEC, "images": KEYED_IMAGES}
+    path, outputs, _ = render_local(spec, out, Runner(packs), list(PICTURES))
+    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, _mp4_frames(path)
+
+
+def _mp4_frames(path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as container:
+        return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
 
 
 @pytest.fixture(scope="module", params=WORKERS, ids=[f"{n}-workers" for n in WORKERS])
@@ -170,6 +196,29 @@ def test_keyframe_aware_dfr_decode_matches_local(diff_farm, dfr_local_shas):
     assert tasks.keys() == dfr_local_shas.keys()  # the same tasks, none missing or extra on the farm
     for name, shas in dfr_local_shas.items():
         assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("diff_farm", WORKERS[1:], indirect=True, ids=["2-workers"])  # once, on 2 workers
+def test_keyframe_aware_decode_of_a_keyframed_render_matches_local(diff_farm, keyed_local_shas, tmp_path):
+    """No DFR: each decode tile gets the two image planes (frames 8 and 16, their full-size encodes);
+    every task output and the frames equal `--local`'s."""
+    client, _env, _workers = diff_farm
+    local_shas, local_frames = keyed_local_shas
+    blobs = [client.put_blob(encode_tensor(picture)) for picture in PICTURES]
+    images = [{**im, "blob": b} for im, b in zip(KEYED_IMAGES, blobs, strict=True)]
+    render = wait_done(client, client.submit({**KEYED_SPEC, "images": images}), timeout=380)
+    tasks = {t["id"].removeprefix(render["id"] + "."): t for t in render["tasks"]}
+    tiles = [tasks[f"decode.t{i}"] for i in range(3)]
+    for tile in tiles:
+        assert (tile["params"]["keyframe_frames"], tile["params"]["keyframe_planes"]) == ([8, 16], [0, 1])
+        assert tile["inputs"]["keyframe1"] == tasks["image2_s2"]["outputs"]["latent"]  # the full-size encode
+    assert tasks.keys() == local_shas.keys()  # the same tasks, none missing or extra on the farm
+    for name, shas in local_shas.items():
+        assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
+    frames = _mp4_frames(client.fetch_output(render["id"], tmp_path / "farm.mp4"))
+    assert len(frames) == len(local_frames) == 17
+    assert all(np.array_equal(a, b) for a, b in zip(frames, local_frames, strict=True))
 
 
 @pytest.mark.timeout(300)

@@ -102,6 +102,24 @@ def _gang_of_two(store: FarmStore) -> None:
     assert _rank(_lease(store, "w2"))[0] == 1  # joins, full: started
 
 
+def test_rank_0_is_the_fastest_member_by_its_measured_pace(store: FarmStore) -> None:
+    """The gang's members ranked by their cost ratios against the fleet's (complete.lua's EWMAs), its
+    own stage-1 ratio left out (a gang's stage 1 is credited to its rank 0); unmeasured = the fleet's pace."""
+    for w in ("w1", "w2", "w3"):
+        store.register_worker(w, CAPS)
+        assert _lease(store, w) is None
+    store.client.hset(store.key("costratio_fleet"), mapping={"decode_video": "1.0", "denoise_stage2": "2.0"})
+    store.client.hset(store.key("costratio", "w1"), mapping={"decode_video": "1.5", "denoise_stage2": "3.2"})
+    store.client.hset(store.key("costratio", "w3"), mapping={"decode_video": "0.5", "denoise_stage1": "9"})
+    store.create_render("r", {"prompt": "fox"}, [_stage1("r", [1, 2, 3])])
+    assert _lease(store, "w1") is None and _lease(store, "w2") is None  # w1 opens, w2 joins
+    third = _lease(store, "w3")  # full: starts, w3 (the fastest) rank 0, then w2 (the fleet's pace), w1
+    assert _rank(third)[1]["members"] == ["w3", "w2", "w1"] and _rank(third)[0] == 0
+    task = store.get_task("r.stage1")
+    assert task["worker"] == "w3" and task["ranks"] == ["w3", "w2", "w1"]  # the fastest holds the lease
+    assert _rank(_lease(store, "w1"))[0] == 2
+
+
 def test_a_kept_step_outlives_blob_collection_and_a_deleted_render_leaves_no_gang(store: FarmStore, tmp_data) -> None:
     """Rank 0's kept step is referenced by its task (retention keeps it while the render lives), and a
     render deleted after its gang leaves no gang key, whichever members never asked again."""

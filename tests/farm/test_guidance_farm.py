@@ -1,7 +1,8 @@
 """The guided recipes on real workers: one-stage, two-stage and two-stage HQ on 3 workers (the plan is the
 same on 1, 2 or 3), each bit-identical to `farm render --local` on the tiny dev-only pack (one farm for the
 module, workers added as tests ask for them); a worker SIGKILLed while it holds a guidance pass loses
-only that pass; bad guidance input is refused at submit with nothing queued; A2V on the two-stage recipe (upstream's a2vid_two_stage:
+only that pass; bad guidance input is refused at submit with nothing queued; one modality's skip step
+while the other's passes run, with the modality isolation in chosen blocks, == --local; A2V on the two-stage recipe (upstream's a2vid_two_stage:
 the track's latent frozen in every pass and in stage 2, the source track muxed) and one-stage on 2
 workers == --local."""
 
@@ -175,7 +176,12 @@ def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
         ({"steps": 5000}, "steps 5000 is outside 1..200"),
         ({"pipeline": "two-stage", "stage2_steps": 4}, "--stage2-steps 4: stage 2's sigma table has 3 steps"),
         ({"stage1_steps": 3}, "--steps 2 and --stage1-steps 3 disagree"),
-        ({"skip_step": 1, "audio_skip_step": 2}, "--skip-step 1 and --audio-skip-step 2 differ"),
+        ({"skip_step": 1, "audio_skip_step": 2, "step_cache": 0.5},
+         "--skip-step 1 and --audio-skip-step 2 differ: --step-cache replays whole passes"),
+        ({"modality_blocks": [0, 2]}, "--modality-blocks 2: outside the model's 2 blocks (0..1)"),
+        ({"modality_blocks": "1,x"}, "must be block numbers like 28"),
+        ({"guidance_schedule": "0.5:cfg_scale=-2"}, "guidance_schedule cfg_scale -2.0 is outside [0.0, 100.0]"),
+        ({"guidance_schedule": "0.5:stg_scale=1", "stg_blocks": [7]}, "--stg-blocks 7: outside the model's 2 blocks"),
         ({"apg_eta": 0.5, "cfg_scale": 1.0, "audio_cfg_scale": 1.0, "negative_prompt": None},
          "--apg-eta needs a cfg scale other than 1"),
         ({"apg_norm_threshold": 2.0}, "--apg-norm-threshold needs --apg-eta"),
@@ -244,9 +250,21 @@ def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_runner, tmp_pa
 # Upstream's skip step (guide steps 0, N+1, 2(N+1), ...; the others reuse the last guided x0, res_2s's
 # substep never skipped) and the CFG term as APG. One-stage: 4 Euler steps, skip 1 -> steps 1 and 3 run no
 # passes (the last step is the one named `stage1`). HQ: stage 1's res_2s step 1 (its first half) reuses step 0's second half; stage 2 has no guidance.
+# One modality held: the audio skips steps 1 and 3 while the video's passes run with the audio frozen (video
+# cfg 1: those rounds run its cond, perturbed and isolated passes, the isolation in block 1 alone).
 SKIPPED = {"one-stage": ({**ONE, "steps": 4, "skip_step": 1, "audio_skip_step": 1, "apg_eta": 0.5,
                           "apg_norm_threshold": 5.0}, 2 * 4, 4),
-           "two-stage-hq": ({**HQ, "skip_step": 1, "audio_skip_step": 1}, 4 * 3 + 3, 5 + 3)}
+           "two-stage-hq": ({**HQ, "skip_step": 1, "audio_skip_step": 1}, 4 * 3 + 3, 5 + 3),
+           "audio-held": ({**ONE, "steps": 4, "audio_skip_step": 1, "cfg_scale": 1.0, "modality_blocks": [1]},
+                          2 * 4 + 2 * 3, 4),
+           # --guidance-schedule (sigmas 1.0, 0.87, 0.63, 0.1): full guidance above 0.7, below it STG alone and
+           # the audio held on step 3.
+           "schedule": ({**ONE, "steps": 4, "guidance_schedule": "1.0:cfg_scale=4;0.7:cfg_scale=1,audio_cfg_scale=1,"
+                         "modality_scale=1,audio_modality_scale=1,audio_skip_step=1"}, 2 * 4 + 2 * 2, 4)}
+HELD = {"one-stage": {"stage1": True, "stage1.s1": True}, "two-stage-hq": {"stage1.s1a": True},
+        "audio-held": {"stage1": ["audio_"], "stage1.s1": ["audio_"]}, "schedule": {"stage1": ["audio_"]}}
+FROZEN = {"audio-held": [f"stage1.s{i}.{p}" for i in (1, 3) for p in ("cond", "isolated", "perturbed")],
+          "schedule": ["stage1.s3.cond", "stage1.s3.perturbed"]}
 
 
 @pytest.mark.timeout(180)
@@ -262,8 +280,13 @@ def test_skip_step_and_apg_on_2_workers_equal_local(name, guided_farm, dev_runne
     assert {n: tasks[n].get("outputs") or {} for n in local} == local  # every output, bit for bit
     kinds = [t["kind"] for t in tasks.values()]
     assert kinds.count("guidance_pass") == passes and kinds.count("guide_step") == steps
-    held = sorted(n for n, t in tasks.items() if t["kind"] == "guide_step" and t["params"].get("held"))
-    assert held == (["stage1", "stage1.s1"] if name == "one-stage" else ["stage1.s1a"])
+    held = {n: t["params"]["held"] for n, t in tasks.items() if t["kind"] == "guide_step" and t["params"].get("held")}
+    assert held == HELD[name]
+    frozen = sorted(n for n, t in tasks.items() if t["kind"] == "guidance_pass" and t["params"].get("frozen"))
+    assert frozen == FROZEN.get(name, [])
+    assert all(set(tasks[n]["outputs"]) == {"x0"} for n in frozen)  # the frozen audio's x0 neither computed nor sent
+    if name == "audio-held":  # the isolation in block 1 only
+        assert tasks["stage1.s0.isolated"]["params"]["video"]["modality_blocks"] == [1]
     if name == "one-stage":  # the CFG term as APG: every pass and step carries it
         assert all(t["params"]["video"]["apg_eta"] == 0.5 for t in tasks.values() if t["kind"] == "guidance_pass")
 
@@ -294,6 +317,14 @@ def test_t2a_on_2_workers_equals_local(guided_farm, dev_runner, tmp_path):
     assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
     farm_wav = guided_farm.client.fetch_output(render["id"], tmp_path / "farm.wav")
     assert farm_wav.read_bytes() == local_wav.read_bytes()
+    # -o NAME.m4a: the render's AAC file beside the WAV (what `farm render` fetches for that suffix), the
+    # bytes --local writes for the same waveform.
+    from coordinator.assemble.audio_file import M4A_FILE, write_m4a
+
+    farm_m4a = guided_farm.client.fetch_output(render["id"], tmp_path / "farm.m4a", file=M4A_FILE)
+    write_m4a(tmp_path / "local.m4a", blobs.get(local["audio"]["waveform"]),
+              int(blobs.get(local["audio"]["sample_rate"])[0]))
+    assert farm_m4a.read_bytes() == (tmp_path / "local.m4a").read_bytes() and farm_m4a.stat().st_size > 0
     with wave.open(str(farm_wav)) as wav:
         rate, samples = wav.getframerate(), np.frombuffer(wav.readframes(wav.getnframes()), "<i2").reshape(-1, 2)
     assert rate == int(blobs.get(local["audio"]["sample_rate"])[0])

@@ -1,10 +1,10 @@
 """Sequence-parallel stage 1 as a gang lease on a real farm: k workers at once, the group
-handed out by the coordinator, the ranks in child processes under a watchdog; every render equals
-`farm render --local` bit for bit, whatever happened to the gang."""
+handed out by the coordinator, each rank inside its worker's process on the worker's loaded model,
+under socket deadlines; every render equals `farm render --local` bit for bit, whatever happened to
+the gang (a frozen or killed peer is a frozen or killed worker)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -75,7 +75,7 @@ def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, referen
             assert done[0]["workers"] == s1["ranks"], done
             bars = [r["worker"] for r in store.render_attempts(render["id"]) if r["task"] == s1["id"]]
             assert sorted(bars) == sorted(s1["ranks"]), bars
-        # a user LoRA: the worker fetches its blob and hands its rank process the file
+        # a user LoRA: each worker fetches its blob and its rank runs with it
         lora = write_user_loras(tmp_data / "loras", tiny_packs / "tiny")[0]
         sha = client.put_blob(lora.read_bytes())
         spec = {**BASE, "stage1_parallel": "2", "loras": [{"blob": sha, "name": lora.name, "strength": 0.8}]}
@@ -86,33 +86,40 @@ def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, referen
         assert _stage1(render)["metrics"]["stage1_parallel"] == 2
 
 
-def _ranks(workers: dict) -> dict[int, tuple[int, Path]]:
-    """rank -> (pid, folder) of the gang rank processes the farm's workers run now."""
-    parents = {p.pid for p in workers.values()}
-    out = {}
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"worker.gang_rank" in argv and ppid in parents:
-            folder = Path(argv[argv.index(b"worker.gang_rank") + 1].decode())
-            try:
-                out[json.loads((folder / "task.json").read_text())["rank"]] = (int(proc.name), folder)
-            except (OSError, ValueError, KeyError):
+RANK_LINE = re.compile(r"gang rank (\d+) of (\d+) for (\S+?):? (open|step \d+|left the group)")
+
+
+def _ranks(workers: dict, data: Path, render_id: str) -> dict[int, tuple[int, int]]:
+    """rank -> (worker pid, last step it logged) of the ranks of `render_id`'s gang still in their group,
+    read from the workers' logs (each rank runs in its worker's process)."""
+    out: dict[int, tuple[int, int]] = {}
+    for name, proc in workers.items():
+        log = data / f"{name}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        for line in lines:
+            m = RANK_LINE.search(line)
+            if not m or render_id not in m[3]:
                 continue
+            rank = int(m[1])
+            if m[4] == "left the group":
+                out.pop(rank, None)
+            else:
+                out[rank] = (proc.pid, int(m[4].split()[1]) if m[4].startswith("step") else 0)
     return out
 
 
-def _mid_run(workers: dict, k: int, step: int) -> dict[int, tuple[int, Path]]:
-    """The k ranks once rank 0 has kept `step` (the gang is between steps, in its collectives)."""
+def _mid_run(workers: dict, data: Path, render_id: str, k: int, step: int) -> dict[int, tuple[int, int]]:
+    """The k ranks once rank 0 has kept `step` (the gang is between steps, in its gathers)."""
     return wait_until(
-        lambda: (r := _ranks(workers)) and len(r) == k and (r[0][1] / f"step{step}.npz").exists() and r,
+        lambda: (r := _ranks(workers, data, render_id)) and len(r) == k and r[0][1] >= step and r,
         120,
         f"a gang of {k} past step {step}",
         poll=0.02,
     )
+
+
+def _all_idle(store, n: int) -> None:
+    wait_until(lambda: sum(w.get("state") == "idle" for w in store.list_workers()) >= n, 60, f"{n} workers idle")
 
 
 def _start_throttled(address: str, token: str, packs: Path, data: Path, n: int, throttle: float) -> dict:
@@ -156,20 +163,26 @@ def test_frozen_killed_and_unformed_gangs_finish_as_local(store, tmp_data, tiny_
         address = client.endpoints.addresses[0]
         procs.update(_start_throttled(address, load_or_create_token(tmp_data), tiny_packs, tmp_data, 3, 2.0))
         wait_until(lambda: len(client.workers()) == 3, 60, "3 workers registered")
-        # frozen: rank 1 stopped between steps; rank 0 waits out one step deadline, then goes on alone
+        # frozen: rank 1's worker stopped between steps; rank 0 waits out one step deadline, goes on alone
         render_id = client.submit({**BASE, "stage1_parallel": "2"})
-        ranks = _mid_run(procs, 2, 2)
+        ranks = _mid_run(procs, tmp_data, render_id, 2, 2)
         os.kill(ranks[1][0], signal.SIGSTOP)
-        metrics = _check(client, render_id, reference)
+        try:
+            metrics = _check(client, render_id, reference)
+        finally:
+            os.kill(ranks[1][0], signal.SIGCONT)  # thawed, its rank finds the group closed and ends
         assert "deadline" in metrics["gang_broke"] and metrics["gang_resumed_at"] >= 2, metrics
-        wait_until(lambda: not _ranks(procs), 30, "no gang rank left running")
-        # killed: rank 2 of 3 kill -9 in the middle of the run
+        wait_until(lambda: not _ranks(procs, tmp_data, render_id), 30, "no gang rank left running")
+        _all_idle(store, 3)
+        # killed: rank 2 of 3's worker kill -9 in the middle of the run
         render_id = client.submit({**BASE, "stage1_parallel": "3"})
-        ranks = _mid_run(procs, 3, 1)
+        ranks = _mid_run(procs, tmp_data, render_id, 3, 1)
         os.kill(ranks[2][0], signal.SIGKILL)
         metrics = _check(client, render_id, reference)
         assert metrics["stage1_parallel"] == 1 and metrics["gang_resumed_at"] >= 1, metrics
-        wait_until(lambda: not _ranks(procs), 30, "no gang rank left running")
+        survivors = {n: p for n, p in procs.items() if p.pid != ranks[2][0]}
+        wait_until(lambda: not _ranks(survivors, tmp_data, render_id), 30, "no gang rank left running")
+        _all_idle(store, 2)
         # cannot form: rank 1's port is taken (a firewall / a host that refuses) -> one worker, one log line
         seq = int(store.client.get(store.key("gangseq")) or 0) + 1
         blocker = socket.socket()
@@ -210,7 +223,7 @@ def test_coordinator_restarted_mid_gang(store, redis_url, tmp_data, tiny_packs, 
         with FarmClient(address, token, timeout=30) as client:
             wait_until(lambda: len(client.workers()) == 2, 60, "2 workers registered")
             render_id = client.submit({**BASE, "stage1_parallel": "2"})
-            _mid_run(procs, 2, 1)
+            _mid_run(procs, tmp_data, render_id, 2, 1)
             os.kill(coordinator.pid, signal.SIGKILL)
             coordinator.wait()
             coordinator = start_coordinator(redis_url, tmp_data, port, "coord-2")

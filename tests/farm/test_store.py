@@ -405,6 +405,23 @@ def test_higher_priority_renders_lease_first_and_priority_can_change(store):
     assert [store.lease("w", ["c"], 30_000)["id"] for _ in range(2)] == ["later.a", "low.a"]
 
 
+def test_lead_tasks_lease_before_the_rest_of_their_priority_band_and_keep_it_when_priority_changes(store):
+    """A chunked render's chain (`lead`, plan/graph.py mark_lead) goes before tasks queued earlier in its band
+    (another render's too), never before a higher priority; set_priority keeps the mark."""
+    def one(rid: str, priority: int = 0, lead: bool = False) -> None:
+        store.create_render(rid, {"prompt": "x"}, [{"id": f"{rid}.a", "kind": "k", "params": {}, "inputs": {},
+                                                   "deps": [], "capability": "c", "lead": lead}], priority=priority)
+
+    one("tile")
+    one("chain", lead=True)
+    one("urgent", priority=1)
+    one("chain2", lead=True)
+    one("tile2")
+    assert store.lease("w", ["c"], 30_000)["id"] == "urgent.a"
+    assert store.set_priority("chain2", 0) is True
+    assert [store.lease("w", ["c"], 30_000)["id"] for _ in range(4)] == ["chain.a", "chain2.a", "tile.a", "tile2.a"]
+
+
 def test_a_peek_names_the_task_the_lease_would_give_and_changes_nothing(store: FarmStore) -> None:
     store.register_worker("w1", {})
     plan = [task("r.a", inputs={"x": {"blob": "sa"}}), task("r.b", inputs={"x": {"blob": "sb"}, "y": {"blob": "sa"}}),

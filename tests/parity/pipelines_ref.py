@@ -90,8 +90,9 @@ def stg_config(video_blocks: list[int] | None, audio_blocks: list[int] | None, b
     return BatchedPerturbationConfig([PerturbationConfig(perturbations=ps) for _ in range(batch)])
 
 
-def isolation_config(batch: int) -> BatchedPerturbationConfig:
-    """Its modality-isolated pass: both audio<->video cross-attentions skipped in every block."""
-    ps = [Perturbation(type=PerturbationType.SKIP_A2V_CROSS_ATTN, blocks=None),
-          Perturbation(type=PerturbationType.SKIP_V2A_CROSS_ATTN, blocks=None)]
+def isolation_config(batch: int, blocks: list[int] | None = None) -> BatchedPerturbationConfig:
+    """Its modality-isolated pass: both audio<->video cross-attentions skipped in every block (None, the
+    pipelines' choice) or in `blocks` (ltx-core's `Perturbation.blocks`, the farm's --modality-blocks)."""
+    ps = [Perturbation(type=PerturbationType.SKIP_A2V_CROSS_ATTN, blocks=blocks),
+          Perturbation(type=PerturbationType.SKIP_V2A_CROSS_ATTN, blocks=blocks)]
     return BatchedPerturbationConfig([PerturbationConfig(perturbations=ps) for _ in range(batch)])

@@ -1,6 +1,8 @@
 """Parity of guidance (guiders, combine, perturbed DiT passes), the LTX2 scheduler and res_2s with
 ltx-core 1.0.0 (float32, <= 1e-4 relative); ltx-pipelines' loops as transcribed in pipelines_ref."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -125,6 +127,45 @@ def test_params_binned_by_sigma_are_the_factorys():
         assert _ref_params(G.params_for_sigma(tuple(bins.items()), sigma)) == factory.params(sigma), sigma
     with pytest.raises(ValueError, match="at least one"):
         G.params_for_sigma((), 0.5)
+
+
+def test_a_planned_guidance_schedule_is_the_factorys_per_round():
+    """--guidance-schedule on a one-stage plan: each round's guide step carries, per modality, the params
+    ltx-core's `MultiModalGuiderFactory.from_dict(...).build_from_sigma(sigma)` gives at that round's sigma
+    (as ltx-pipelines 1.2.0's `FactoryGuidedDenoiser` asks for them), and runs the passes those guiders ask
+    for (`do_unconditional_generation` ...); the skip step read from the bin's params, as upstream."""
+    from coordinator.plan import guidance as PG
+    from coordinator.plan.recipes import guided_stage
+    from coordinator.plan.resolved import RenderPlan
+
+    spec = {"pipeline": "one-stage", "steps": 4, "stg_blocks": [1],
+            "guidance_schedule": "1.0:cfg_scale=5,audio_stg_scale=0;0.7:cfg_scale=1,audio_cfg_scale=1,modality_scale=1,"
+                                 "audio_modality_scale=1,skip_step=1,audio_skip_step=1"}
+    rec = guided_stage(RenderPlan.from_stored(spec), num_layers=2)
+    ctx = {k: {n: {"task": f"r.{k}", "output": n} for n in ("video_context", "audio_context")}
+           for k in ("prompt", "negative")}
+    tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 1}, "r.prep", ctx)
+    factories = [MultiModalGuiderFactory.from_dict({b: _ref_params(v if i == 0 else a) for b, v, a in rec.bins})
+                 for i in range(2)]
+    steps = [t for t in tasks if t["kind"] == "guide_step"]
+    assert len(steps) == 4
+    seen = set()
+    for t in steps:
+        sigma, index = rec.sigmas[t["params"]["step"]], t["params"]["step"]
+        guiders = [f.build_from_sigma(sigma) for f in factories]
+        ours = [G.params_from_dict(t["params"][m]) for m in ("video", "audio")]
+        assert [_ref_params(p) for p in ours] == [g.params for g in guiders], sigma
+        skip = [G.skips_step(p, index) for p in ours]
+        upstream_skip = [MultiModalGuider(replace(g.params, skip_step=p.skip_step)).should_skip_step(index)
+                         for g, p in zip(guiders, ours, strict=True)]
+        assert skip == upstream_skip
+        want = [] if skip[0] and skip[1] else [G.COND] + [n for n, ask in (
+            (G.UNCOND, any(g.do_unconditional_generation() for g in guiders)),
+            (G.PERTURBED, any(g.do_perturbed_generation() for g in guiders)),
+            (G.ISOLATED, any(g.do_isolated_modality_generation() for g in guiders))) if ask]
+        assert t["params"]["passes"] == want, (sigma, t["params"]["passes"])
+        seen.add(tuple(want))
+    assert len(seen) == 3  # the 1.0 bin's four passes, the 0.7 bin's cond + perturbed, and a held round
 
 
 def test_passes_for_the_recipes():

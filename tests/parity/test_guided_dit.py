@@ -43,6 +43,8 @@ PERTURBED_CASES = {
     "stg_both_all": (lambda b: refp.stg_config([0, 1], [0, 1], b),
                      G.Perturbation(video_self_blocks=frozenset({0, 1}), audio_self_blocks=frozenset({0, 1}))),
     "isolated": (refp.isolation_config, G.Perturbation(skip_a2v=True, skip_v2a=True)),
+    "isolated_block1": (lambda b: refp.isolation_config(b, [1]),
+                        G.Perturbation(skip_a2v=True, skip_v2a=True, cross_blocks=frozenset({1}))),
 }
 
 
@@ -80,6 +82,51 @@ def test_stg_blocks_outside_the_model_refused(av_models):
     _, ours = av_models
     with pytest.raises(ValueError, match="outside the model"):
         ours.block_skips(G.Perturbation(video_self_blocks=frozenset({28})))
+    with pytest.raises(ValueError, match="outside the model"):
+        ours.block_skips(G.Perturbation(skip_a2v=True, skip_v2a=True, cross_blocks=frozenset({2})))
+
+
+def test_isolation_in_some_blocks_differs_from_every_block(av_models):
+    """--modality-blocks 1 is its own pass: neither the plain model nor the every-block isolation."""
+    ref, ours = av_models
+    t = _cfg("split")["transformer"]
+    rng = np.random.default_rng(11)
+    video, audio = _video_inputs(rng, t["cross_attention_dim"]), _audio_inputs(rng, t["audio_cross_attention_dim"])
+    some = ours(_our_mod(video), _our_mod(audio), PERTURBED_CASES["isolated_block1"][1])
+    every = ours(_our_mod(video), _our_mod(audio), PERTURBED_CASES["isolated"][1])
+    plain = ours(_our_mod(video), _our_mod(audio), None)
+    for out in (every, plain):
+        assert min(_rel(np.array(a), np.array(b)) for a, b in zip(some, out, strict=True)) > 1e-3
+
+
+@pytest.mark.parametrize("frozen", ["video", "audio"])
+@pytest.mark.parametrize("case", [None, "stg_both_all", "isolated_block1"])
+def test_a_disabled_modality_is_frozen_as_upstreams(av_models, frozen, case):
+    """One modality's guidance skipping this step (upstream's `Modality(enabled=False)`, ltx-core 1.0.0 as
+    1.2.0): the other's velocity equals the reference's, ours gives none for the frozen one, and the frozen
+    stream still feeds the other's cross-attention (the result differs from leaving it out)."""
+    from dataclasses import replace
+
+    ref, ours = av_models
+    t = _cfg("split")["transformer"]
+    rng = np.random.default_rng(13)
+    video, audio = _video_inputs(rng, t["cross_attention_dim"]), _audio_inputs(rng, t["audio_cross_attention_dim"])
+    make_ref, ours_pert = PERTURBED_CASES[case] if case else (lambda b: None, None)
+    rv, ra = _ref_mod(video), _ref_mod(audio)
+    ov, oa = _our_mod(video), _our_mod(audio)
+    if frozen == "video":
+        rv, ov = replace(rv, enabled=False), replace(ov, enabled=False)
+    else:
+        ra, oa = replace(ra, enabled=False), replace(oa, enabled=False)
+    with torch.no_grad():
+        ref_v, ref_a = ref(rv, ra, make_ref(2))
+    out_v, out_a = ours(ov, oa, ours_pert)
+    live_ref, live, dead = (ref_a, out_a, out_v) if frozen == "video" else (ref_v, out_v, out_a)
+    err = _rel(np.array(live), live_ref.numpy())
+    print(frozen, case, err)
+    assert dead is None and err <= TOL
+    alone = ours(None, _our_mod(audio), ours_pert)[1] if frozen == "video" else ours(_our_mod(video), None, ours_pert)[0]
+    assert _rel(np.array(live), np.array(alone)) > 1e-3
 
 
 def _states(rng, t):

@@ -50,6 +50,8 @@ DFR_FARM = {"prompt": "a fox", "height": 128, "width": 192, "frames": 41, "frame
 LENGTH = {"prompt": "a fox walks through snow", "height": 64, "width": 64, "frame_rate": 24.0, "seed": 3,
           "pack": "tiny25", "decode_tiles": "off"}
 
+CHUNKED = {"frames": 33, "chunked": True, "chunk_pixel_frames": 17, "chunk_carry_frames": 9}
+
 # Fleets: rows as run.fleet_caps reads them. `disk`: the packs' facts as a worker reads them from disk.
 NONE: list[dict] = []
 ONE_MAC = [{"packs": ["tiny"], "memory_gb": 64, "disk": True}]
@@ -218,4 +220,15 @@ PLANNED = [
     case("length-phase-1", "auto-duration", LENGTH, MAC25),
     case("length-phase-1-auto-duration", "auto-duration", {**LENGTH, "auto_duration": [1.0, 3.0]}, MAC25),
     case("length-phase-2", "auto-duration", LENGTH, MAC25, known={"frames": 33, "predicted_seconds": 1.3}),
+    # Chunked guided recipes: each window the guided graph, pinned on the window before; keyframes per window.
+    case("chunked-two-stage", "chunked", {**TWO, **CHUNKED, "stage2_tiles": "1x2", "tile_overlap": 1}, DEV_MAC),
+    case("chunked-one-stage-latent", "chunked", {**ONE, **CHUNKED, "chunk_carry": "latent"}, DEV_MAC),
+    case("chunked-two-stage-hq", "chunked", {**HQ, **CHUNKED}),
+    case("chunked-two-stage-a2v", "chunked", {**TWO, **CHUNKED, "frames": 25,
+                                              "audio_input": {**A2V["audio_input"], "start": 0.0}}),
+    case("chunked-keyframes", "chunked", {**SMALL, **CHUNKED, "height": 64, "width": 128, "decode_tiles": "off",
+                                          "images": _images((0, None), (12, "guide"), (24, None), (-1, None))},
+         TWO_MACS),
+    case("chunked-two-stage-keyframe", "chunked", {**TWO, **CHUNKED, "frames": 25,
+                                                   "images": _images((20, "guide"))}),
 ]

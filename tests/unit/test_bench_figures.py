@@ -1,5 +1,6 @@
 """Bench figures: the overhead bench's forward seconds leave model loads out, and the sparse
-bench skips (with its reason, in --json too) a token count whose dense attention would not fit."""
+bench skips (with its reason, in --json too) a token count whose dense attention would not fit, and the
+relay and gang-memory benches run end to end."""
 
 from __future__ import annotations
 
@@ -32,3 +33,15 @@ def test_the_relay_bench_measures_each_stage(capsys):
     assert list(out["stages"]) == ["stage 1", "stage 2"] and out["stages"]["stage 2"]["tokens"] == 2 * 2 * 2
     assert all(0 < s["text_share"] < 0.1 and s["build_s"] > 0 for s in out["stages"].values())
     assert relay.text_share(14080, 126) < relay.text_share(1536, 126)  # self-attention grows with the tokens
+
+
+@pytest.mark.timeout(180)
+def test_the_gang_memory_bench_runs_a_rank_in_the_workers_process(capsys):
+    """Both sides run (a gang of 2 over sockets, bit-identical to the plain stage 1, or the bench stops),
+    and the report carries the figures docs/performance.md quotes."""
+    from farm_cli.bench import gang_memory
+
+    gang_memory.run({"prompt": "a fox", "height": 128, "width": 192, "frames": 9, "seed": 3}, 1, as_json=True)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["alone_peak_rss"] > out["weights_bytes"] > 0 and out["child_peak_rss"] > 0
+    assert out["peak_ratio"] == out["member_peak_rss"] / out["alone_peak_rss"]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from coordinator.assemble.chunk_frames import joined_frames
+from coordinator.plan.graph import mark_lead, upstream_of
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from coordinator.reduce.chunks import chunk_audio_join, chunk_carry
 from ltx_engine.rules.chunks import ChunkError, ChunkLayout, Window, seam_weight
@@ -194,13 +195,13 @@ def test_a2v_windows_freeze_their_own_slice_of_the_track_and_the_output_muxes_th
     ({"chunk_carry_frames": 17}, "--chunk-carry-frames 17 is not shorter than the window's 17 frames"),
     ({"chunk_pixel_frames": 20}, "--chunk-pixel-frames 20 is not of the form 8k+1 (e.g. 97)"),
     ({"frames": 17}, "--chunked: 17 frames fit one window of 17: give -f above it, or drop --chunked"),
-    ({"pipeline": "two-stage"}, "--chunked does not apply to the two-stage recipe (--pipeline two-stage); it "
-                                "applies to: distilled"),
+    ({"dfr": True, "frames": 41}, "--chunked does not apply to the dfr recipe (--dfr); it applies to: distilled, "
+                                  "one-stage, two-stage, two-stage-hq"),
     ({"chunked": None}, "--chunk-pixel-frames needs --chunked"),
     ({"frames": None}, "--chunked needs -f/--frames: the whole clip's length, above one window"),
     ({"chunk_carry": "pixels"}, "--chunk-carry 'pixels': decoded (upstream's) or latent (ours)"),
-    ({"images": [{"blob": "0" * 64, "frame": 0}]},
-     "--chunked and --image do not compose (a window is conditioned on the one before alone)"),
+    ({"num_generated_keyframes": 1}, "--chunked and --num-generated-keyframes do not compose (a window is "
+                                     "conditioned on the one before and its own keyframes alone)"),
 ])
 def test_bad_chunked_renders_are_refused_in_one_line(extra, line):
     with pytest.raises(SpecError) as refused:
@@ -216,3 +217,107 @@ def test_a_chunked_render_is_longer_than_one_generation_may_be():
         validate_spec(normalize_spec({**SPEC, "frames": 641, "chunked": None, "chunk_pixel_frames": None,
                                       "chunk_carry_frames": None}), [])
     assert "chunked" not in validate_spec(normalize_spec({"prompt": "a fox", "frames": 25}), []).as_dict()
+
+
+GUIDED = {"two-stage": {"pipeline": "two-stage", "stage1_steps": 2, "stage2_steps": 1, "stg_blocks": [1]},
+          "one-stage": {"pipeline": "one-stage", "steps": 2, "stg_blocks": [1]},
+          "two-stage-hq": {"pipeline": "two-stage-hq", "stage1_steps": 2, "stage2_steps": 1}}
+
+
+@pytest.mark.parametrize("pipeline", list(GUIDED))
+@pytest.mark.parametrize("carry", ["decoded", "latent"])
+def test_guided_windows_run_the_guided_stage_pinned_on_the_window_before(pipeline, carry):
+    """Each window is the guided recipe's graph at its length (its passes read one negative text task), and
+    each window after the first carries the one before's frames (or latents) into its guided stage's prep
+    (replace at latent 0) and its audio into the prep's audio pin; a one-stage window pins at full size only."""
+    tasks = _tasks(**GUIDED[pipeline], chunk_carry=carry)
+    two = pipeline != "one-stage"
+    assert [tid for tid, t in tasks.items() if t["kind"] == "text_encode"] == ["r.text", "r.negative"]
+    assert not [t for t in tasks.values() if t["kind"] == "denoise_stage1"]
+    for k in range(3):
+        prep = tasks[f"r.w{k}.stage1.prep"]
+        assert prep["params"]["frames"] == 17 and prep["params"]["seed"] == 3 + k
+        assert prep["params"]["height"] == (32 if two else 64)
+        uncond = tasks[f"r.w{k}.stage1.{'s0a' if pipeline == 'two-stage-hq' else 's0'}.uncond"]
+        assert uncond["inputs"]["video_context"] == {"task": "r.negative", "output": "video_context"}
+        if k == 0:
+            assert prep["params"]["images"] == [] and "audio_pin" not in prep["inputs"]
+            continue
+        pinned = {"input": "context", "frame": 0, "strength": 1.0, "binding": "replace"}
+        assert prep["params"]["images"] == [pinned] and prep["params"]["audio_pin_start"] == 0
+        assert prep["inputs"]["audio_pin"] == {"task": f"r.w{k}.audio_pin", "output": "latent"}
+        source = ("r.w%d.carry_s1" if two else "r.w%d.carry_s2") if carry == "latent" else (
+            "r.w%d.context_s1" if two else "r.w%d.context_s2")
+        assert prep["inputs"]["context"]["task"] == source % k
+        if carry == "latent":
+            cut = tasks[source % k]
+            assert cut["inputs"]["latent"] == {"task": f"r.w{k - 1}.stage1", "output": "video_latent"}
+        else:
+            assert (f"r.w{k}.context_s1" in tasks) == two
+        if two:
+            stage2 = tasks[f"r.w{k}.stage2"] if pipeline == "two-stage" else tasks[f"r.w{k}.stage2.prep"]
+            assert stage2["params"]["images"] == [pinned]
+            assert stage2["inputs"]["context"]["task"] == (f"r.w{k}.carry_s2" if carry == "latent"
+                                                           else f"r.w{k}.context_s2")
+    final = "stage2" if two else "stage1"
+    assert tasks["r.w2.decode"]["inputs"]["latent"] == {"task": f"r.w2.{final}", "output": "video_latent"}
+    assert tasks["r.audio_join"]["inputs"]["w1"] == {"task": "r.w1.stage1", "output": "audio_latent"}
+
+
+def test_a_guided_two_stage_windows_stage2_is_the_dev_one():
+    tasks = _tasks(**GUIDED["two-stage"])
+    for k in range(3):
+        params = tasks[f"r.w{k}.stage2"]["params"]
+        assert params["distilled_lora_strength"] == 1.0 and params["sampler"] == "euler" and params["renoise_audio"]
+
+
+def test_a_keyframe_goes_to_the_first_window_that_makes_its_frame_at_its_window_local_index():
+    lay = ChunkLayout(33, 17, 9)  # windows [0, 17), [8, 25), [16, 33)
+    assert [lay.place(f) for f in (0, 8, 16, 17, 24, 25, 32)] == [(0, 0), (0, 8), (0, 16), (1, 9), (1, 16),
+                                                                   (2, 9), (2, 16)]
+    with pytest.raises(ChunkError, match="outside the clip's 0..32"):
+        lay.place(33)
+    for f in range(33):  # never in the carried prefix of the window it goes to
+        k, local = lay.place(f)
+        assert k == 0 or local >= lay.windows[k].carry
+
+
+def test_keyframes_are_encoded_once_and_conditioned_in_their_own_windows():
+    images = [{"blob": "0" * 64, "frame": 0}, {"blob": "1" * 64, "frame": 24, "strength": 0.5},
+              {"blob": "2" * 64, "frame": -1, "binding": "guide"}]
+    tasks = _tasks(images=images)
+    assert [tid for tid, t in tasks.items() if t["kind"] == "image_encode"] == [
+        "r.image1_s1", "r.image1_s2", "r.image2_s1", "r.image2_s2", "r.image3_s1", "r.image3_s2"]
+    seen = {k: [im for im in tasks[f"r.w{k}.stage1"]["params"]["images"] if im["input"] != "context"]
+            for k in range(3)}
+    assert seen == {0: [{"frame": 0, "strength": 1.0, "binding": "replace", "input": "image1_latent"}],
+                    1: [{"frame": 16, "strength": 0.5, "binding": "guide", "input": "image2_latent"}],
+                    2: [{"frame": 16, "strength": 1.0, "binding": "guide", "input": "image3_latent"}]}
+    assert tasks["r.w1.stage1"]["inputs"]["image2_latent"] == {"task": "r.image2_s1", "output": "latent"}
+    assert tasks["r.w1.stage2"]["inputs"]["image2_latent"] == {"task": "r.image2_s2", "output": "latent"}
+    assert "image1_latent" not in tasks["r.w1.stage1"]["inputs"]
+    one = _tasks(**GUIDED["one-stage"], images=images[1:2])  # one stage at full size: the full-size encode alone
+    assert [tid for tid, t in one.items() if t["kind"] == "image_encode"] == ["r.image1_s2"]
+    assert one["r.w1.stage1.prep"]["inputs"]["image1_latent"] == {"task": "r.image1_s2", "output": "latent"}
+
+
+def test_upstream_of_is_what_a_task_waits_on_and_mark_lead_marks_only_that():
+    tasks = [{"id": i, "deps": d} for i, d in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]), ("e", ["a"]))]
+    assert upstream_of(tasks, {"d"}) == {"a", "b", "c", "d"} and upstream_of(tasks, {"zz"}) == set()
+    assert [t.get("lead", False) for t in mark_lead(tasks, {"d"})] == [True, True, True, True, False]
+
+
+@pytest.mark.parametrize("carry", ["decoded", "latent"])
+def test_the_chain_of_windows_leases_first_and_a_steps_tiles_are_marked_alike(carry):
+    """Each later window's stage 1 and what it waits on are `lead`: with the decoded carry the window before's
+    stages, tiles and decode; with the latent carry its stage 1 alone, so its stage-2 tiles fill other Macs."""
+    tasks = _tasks(chunk_carry=carry, stage2_tiles="1x2", tile_overlap=1)
+    lead = {tid for tid, t in tasks.items() if t.get("lead")}
+    assert {"r.text", "r.w0.stage1", "r.w1.stage1", "r.w2.stage1"} <= lead
+    tiles = [tid for tid in tasks if tid.startswith("r.w0.stage2.")]
+    assert tiles and {tid in lead for tid in tiles} == {carry == "decoded"}
+    assert "r.w2.stage2" not in lead and "r.audio_join" not in lead  # after the last window's stage 1: no chain
+    full = "r.w%d.carry_s2" if carry == "latent" else "r.w%d.context_s2"  # what a window's stage 2 pins
+    assert (full % 1 in lead) == (carry == "decoded") and full % 2 not in lead  # w1's stage 2 feeds w2's carry
+    assert not any(t.get("lead") for t in plan_render(validate_spec(normalize_spec(
+        {**SPEC, "chunked": None, "chunk_pixel_frames": None, "chunk_carry_frames": None, "frames": 17}), []), "r"))

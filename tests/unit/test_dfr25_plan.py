@@ -178,7 +178,7 @@ def test_farm_plan_shows_the_epilogue_tasks(rounds: str, want: tuple[str, ...], 
 def test_a_keyframe_aware_decode_gets_the_planes_inside_the_clip_and_its_tile():
     import numpy as np
 
-    from coordinator.plan.dfr_finish import keyframe_decode_io
+    from coordinator.plan.decode_keyframes import keyframe_decode_io
     from ltx_engine.rules.dfr_epilogue import task_keyframes
 
     spec, _ = _plan(dfr=True, height=128, width=192)

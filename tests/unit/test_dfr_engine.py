@@ -56,26 +56,30 @@ def _round(frames=97, rounds=1):
     return plan, plan.rounds[-1]
 
 
-def test_tile_tokens_generated_then_anchors_then_slots():
+def test_tile_tokens_pinned_prefix_generated_then_anchors_then_slots():
     plan, rnd = _round()
-    tile = rnd.tiles[1]  # window [64, 192]: anchors 64 128 192 (local 0 64 128), slots 96 160
+    tile = rnd.tiles[1]  # window [96, 192]: prefix 96..128 (5 cells), anchor 192 (local 96), slot 160 (local 64)
     latent = _rand((1, C, rnd.latent_frames, H, W), 5)
     carry = _rand((1, C, len(rnd.seams), H, W), 6)
-    tokens, grid = build_tile_state(latent, tile, rnd, carry, rnd.seams)
+    prefix = _rand((1, C, tile.pinned, H, W), 7)
+    with pytest.raises(ValueError, match="give its prefix"):
+        build_tile_state(latent, tile, rnd, carry, rnd.seams)
+    tokens, grid = build_tile_state(latent, tile, rnd, carry, rnd.seams, prefix=prefix)
     init, clean, mask, positions, marked = tokens.joined()
-    per, n_gen = H * W, tile.latent_frames * H * W
-    assert grid == (tile.latent_frames, H, W) and init.shape[1] == n_gen + 5 * per
-    np.testing.assert_array_equal(init[:, :n_gen], patchify_video(latent[:, :, 8:25]))
-    assert marked[0, :per].all() and not marked[0, per:n_gen + 3 * per].any() and marked[0, -2 * per:].all()
-    for k, (global_p, local_p) in enumerate(zip(tile.anchors, tile.local_anchors, strict=True)):
-        sl = slice(n_gen + k * per, n_gen + (k + 1) * per)
-        np.testing.assert_array_equal(clean[:, sl], patchify_video(carry[:, :, rnd.seams.index(global_p)][:, :, None]))
-        assert not init[:, sl].any() and np.allclose(mask[:, sl], 0.05)
-        np.testing.assert_allclose(positions[0, 0, sl.start, :], [local_p / 60.0, (local_p + 1) / 60.0])
-    for k, local_p in enumerate(tile.local_slots):  # 32 and 96 -> latent frames 4 and 12 of the window
-        sl = slice(n_gen + (3 + k) * per, n_gen + (4 + k) * per)
-        np.testing.assert_array_equal(init[:, sl], patchify_video(latent[:, :, 8 + local_p // 8][:, :, None]))
-        assert not clean[:, sl].any() and (mask[:, sl] == 1).all()
+    per, n_gen, pin = H * W, tile.latent_frames * H * W, tile.pinned * H * W
+    assert grid == (tile.latent_frames, H, W) and init.shape[1] == n_gen + 2 * per and tile.pinned == 5
+    np.testing.assert_array_equal(init[:, :pin], patchify_video(prefix))  # pinned at strength 1
+    np.testing.assert_array_equal(clean[:, :pin], patchify_video(prefix))
+    assert not mask[:, :pin].any() and (mask[:, pin:n_gen] == 1).all()
+    np.testing.assert_array_equal(init[:, pin:n_gen], patchify_video(latent[:, :, 17:25]))
+    assert marked[0, :per].all() and not marked[0, per : n_gen + per].any() and marked[0, -per:].all()
+    sl = slice(n_gen, n_gen + per)  # the anchor at 192
+    np.testing.assert_array_equal(clean[:, sl], patchify_video(carry[:, :, rnd.seams.index(192)][:, :, None]))
+    assert not init[:, sl].any() and np.allclose(mask[:, sl], 0.05) and tile.local_anchors == (96,)
+    np.testing.assert_allclose(positions[0, 0, sl.start, :], [96 / 60.0, 97 / 60.0])
+    sl = slice(n_gen + per, n_gen + 2 * per)  # the slot at 160: seeded from latent frame 20 (window frame 8)
+    np.testing.assert_array_equal(init[:, sl], patchify_video(latent[:, :, 20][:, :, None]))
+    assert not clean[:, sl].any() and (mask[:, sl] == 1).all() and tile.local_slots == (64,)
     assert rnd.conditioning_fps == 60.0  # 48 fps playback snaps to 60 for RoPE, as the reference
 
 
@@ -90,11 +94,12 @@ def test_tile_state_is_keyed_by_the_tile_seed_and_refuses_a_missing_anchor():
         noised_tile_state(latent, rnd.tiles[0], rnd, carry, (1, 2, 3))
 
 
-def test_an_image_conditions_the_tiles_whose_window_holds_it():
-    _, rnd = _round()  # round 1 of 97 frames: windows [0, 128] and [64, 192]
+def test_an_image_conditions_the_tiles_whose_denoised_frames_hold_it():
+    _, rnd = _round()  # round 1 of 97 frames: windows [0, 128] and [96, 192] (pinned 96..128)
     first, second = rnd.tiles
     assert tile_image_frame(first, 0) == 0 and tile_image_frame(first, 150) == 150  # the first tile keeps all
-    assert tile_image_frame(second, 0) is None and tile_image_frame(second, 80) == 16
+    assert tile_image_frame(second, 0) is None and tile_image_frame(second, 150) == 54
+    assert tile_image_frame(second, 112) is None and tile_image_frame(second, 129) == 33  # the prefix is pinned
     latent = _rand((1, C, rnd.latent_frames, H, W), 5)
     carry = _rand((1, C, len(rnd.seams), H, W), 6)
     image = _rand((1, C, 1, H, W), 7)
@@ -106,18 +111,19 @@ def test_an_image_conditions_the_tiles_whose_window_holds_it():
     np.testing.assert_array_equal(init[:, :per], patchify_video(image))
     np.testing.assert_array_equal(clean[:, :per], patchify_video(image))
     np.testing.assert_allclose(mask[:, :per], 0.2, rtol=1e-6)
-    tokens, _ = build_tile_state(latent, second, rnd, carry, rnd.seams, (image, 80, 0.8))
+    prefix = _rand((1, C, second.pinned, H, W), 8)
+    tokens, _ = build_tile_state(latent, second, rnd, carry, rnd.seams, (image, 150, 0.8), prefix=prefix)
     init, clean, mask, positions, marked = tokens.joined()
     n_gen = second.latent_frames * per
     guide = slice(n_gen, n_gen + per)  # an unmarked guide right after the window, before the anchors
-    plain, _ = build_tile_state(latent, second, rnd, carry, rnd.seams)
+    plain, _ = build_tile_state(latent, second, rnd, carry, rnd.seams, prefix=prefix)
     assert init.shape[1] == plain.joined()[0].shape[1] + per and not init[:, guide].any()
     np.testing.assert_array_equal(clean[:, guide], patchify_video(image))
     assert not marked[:, guide].any() and np.allclose(mask[:, guide], 0.2)
-    np.testing.assert_allclose(positions[0, 0, n_gen, :], [16 / 60.0, 17 / 60.0])
+    np.testing.assert_allclose(positions[0, 0, n_gen, :], [54 / 60.0, 55 / 60.0])
 
 
-def test_stitch_carries_anchors_and_the_earlier_tiles_slots():
+def test_stitch_carries_anchors_and_each_tiles_own_slots():
     params = plan_params(97, 24.0, 2, 3)
     plan = plan_dfr(97, 24.0, 2, 3)
     carry = _rand((1, C, 3, H, W), 1)  # stage 2's slots at 32, 64, 96: round 1's anchors at 64, 128, 192
@@ -132,7 +138,7 @@ def test_stitch_carries_anchors_and_the_earlier_tiles_slots():
     assert rnd.carry() == (32, 64, 96, 128, 160, 192)
     kf = out["keyframes"][0, 0, :, 0, 0]
     np.testing.assert_array_equal(kf[[1, 3, 5]], carry[0, 0, :, 0, 0])  # anchors 64 128 192
-    assert list(kf[[0, 2, 4]]) == [0.0, 1.0, 11.0]  # slot 96 is in both windows: tile 0's copy wins
+    assert list(kf[[0, 2, 4]]) == [0.0, 1.0, 10.0]  # slots 32, 96 from tile 0, 160 from tile 1 (each made once)
 
 
 def _fleet(features: list[str]) -> list[dict]:
@@ -162,7 +168,7 @@ def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
     assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][0] == 161
 
 
-def test_planner_graph_output_and_independent_tiles():
+def test_planner_graph_output_and_chained_tiles():
     spec = _dfr_spec()
     spec = validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
     assert (spec.output_frames, spec.output_fps) == ((49 - 1) * 4 + 1, 96.0)
@@ -171,10 +177,14 @@ def test_planner_graph_output_and_independent_tiles():
     assert tasks["r.decode"]["inputs"]["latent"] == {"task": "r.dfr.r2", "output": "video_latent"}
     tiles = {t["id"]: t for t in tasks.values() if t["kind"] == "dfr_tile"}
     assert sorted(tiles) == [f"r.dfr.r1.t{i}" for i in range(2)] + [f"r.dfr.r2.t{i}" for i in range(4)]
-    for tile in tiles.values():  # a tile reads its round's upsample and carried keyframes, never a tile
-        assert not set(tile["deps"]) & set(tiles)
-        r = tile["id"].split(".")[2]
+    for tile in tiles.values():  # a tile reads its round's upsample, and (TilePrefix) the tile before it alone
+        r, index = tile["id"].split(".")[2], tile["params"]["tile_index"]
         assert f"r.dfr.{r}.up" in tile["deps"]
+        before = {f"r.dfr.{r}.t{index - 1}"} if index else set()
+        assert set(tile["deps"]) & set(tiles) == before
+        if index:
+            assert tile["inputs"]["previous"] == {"task": f"r.dfr.{r}.t{index - 1}", "output": "latent"}
+            assert tile["inputs"]["previous_slots"] == {"task": f"r.dfr.{r}.t{index - 1}", "output": "slots"}
     assert tasks["r.dfr.r2"]["capability"] == "coordinator" and tasks["r.dfr.r2.up"]["capability"] == "mlx"
     assert tasks["r.audio"]["inputs"]["latent"] == {"task": "r.stage1", "output": "audio_latent"}
 
@@ -205,6 +215,8 @@ def _tile_task(runner, pack: str, tile_index: int = 1):
     _, rnd = _round(49)
     inputs = {**text, "latent": _rand((1, C, rnd.latent_frames, 4, 6), 1),
               "carry": _rand((1, C, len(rnd.seams), 4, 6), 2)}
+    if tile_index:  # the tile before it (7 cells, its slot at 24): the prefix's source
+        inputs |= {"previous": _rand((1, C, 7, 4, 6), 3), "previous_slots": _rand((1, C, 1, 4, 6), 4)}
     params = {"pack": pack, "dfr": plan_params(49, 24.0, 1, 7), "round": 1, "tile_index": tile_index}
     return params, inputs
 
@@ -213,7 +225,9 @@ def test_a_real_tile_is_deterministic_and_reads_the_keyframe_marker(runner_2325)
     params, inputs = _tile_task(runner_2325, "tiny25")
     out, _ = runner_2325.run("dfr_tile", params, inputs)
     again, _ = runner_2325.run("dfr_tile", params, inputs)
-    assert out["latent"].shape == (1, C, 13, 4, 6) and out["slots"].shape == (1, C, 2, 4, 6)
+    assert out["latent"].shape == (1, C, 10, 4, 6) and out["slots"].shape == (1, C, 1, 4, 6)  # window [24, 96]
+    pinned = np.concatenate([inputs["previous_slots"], inputs["previous"][:, :, 4:7]], axis=2)
+    np.testing.assert_array_equal(out["latent"][:, :, :4], pinned)  # the plane at 24, tile 0's cells 4..6
     for name in out:
         np.testing.assert_array_equal(out[name], again[name])
     model = runner_2325.engine.model(runner_2325.pack("tiny25"), "transformer")

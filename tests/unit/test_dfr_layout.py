@@ -40,10 +40,11 @@ def test_round_one_plan_97() -> None:
     # 3 segments over 2 tiles: the extra goes to the leading tile
     assert (t0.pixel_start, t0.pixel_end, t0.latent_start, t0.latent_end) == (0, 128, 0, 17)
     assert t0.anchors == (64, 128) and t0.slots == (32, 96) and t0.drop_latent_prefix == 0
-    # non-first window starts one segment early; drops lead-in (8) + the shared seam latent
-    assert (t1.pixel_start, t1.pixel_end, t1.latent_start, t1.latent_end) == (64, 192, 8, 25)
-    assert t1.anchors == (64, 128, 192) and t1.slots == (96, 160) and t1.drop_latent_prefix == 9
-    assert t1.local_anchors == (0, 64, 128) and t1.local_frames == 129
+    # a non-first tile starts on the last plane before its seam 128 (tile 0's slot 96, TilePrefix) and
+    # pins it plus tile 0's cells up to the seam (5 cells, dropped at the stitch: tile 0 keeps the seam)
+    assert (t1.pixel_start, t1.pixel_end, t1.latent_start, t1.latent_end) == (96, 192, 12, 25)
+    assert t1.anchors == (192,) and t1.slots == (160,) and t1.pinned == t1.drop_latent_prefix == 5
+    assert t1.local_anchors == (96,) and t1.local_frames == 97 and t1.resume == 129
     assert (t0.noise_seed, t1.noise_seed) == (1007, 1008)
     assert r.new_slots() == (32, 96, 160)
     assert r.carry() == (32, 64, 96, 128, 160, 192)
@@ -58,12 +59,10 @@ def test_two_rounds_121() -> None:
     assert r2.conditioning_fps == 60.0
     assert r2.seams == tuple(2 * x for x in r1.carry())
     assert [t.noise_seed for t in r2.tiles] == [2000, 2001, 2002, 2003]
-    # 10 segments over 4 tiles: 3, 3, 2, 2 owned
-    owned = [
-        (t.pixel_end - (t.pixel_start if i == 0 else t.pixel_start + 48)) // 48
-        for i, t in enumerate(r2.tiles)
-    ]
-    assert owned == [3, 3, 2, 2]
+    # 10 segments over 4 tiles: 3, 3, 2, 2 owned; each non-first tile starts half a segment before its seam
+    owned = [(t.pixel_end - max(t.resume - 1, 0)) // 48 for t in r2.tiles]
+    assert owned == [3, 3, 2, 2] and [t.pixel_start for t in r2.tiles] == [0, 120, 264, 360]
+    assert [len(t.slots) for t in r2.tiles] == owned  # each slot made once, by its owner
     assert (p.output_frames, p.output_fps) == (481, 100.0)
 
 

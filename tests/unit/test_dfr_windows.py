@@ -1,9 +1,11 @@
-"""DFR's spatial epilogue after temporal rounds: the windows, each pinned on the previous one.
+"""`TilePrefix`: DFR's temporal round tiles and the spatial epilogue's windows, each pinned on the one before.
 
-ltx-core 1.0.0 has no epilogue, so upstream's rules (main's `dfr_helpers.tile_prefix`,
+ltx-core 1.0.0 has neither, so upstream's rules (main's `dfr_helpers.tile_prefix`,
 `lead_in_carryover`, `resample_audio_time`, `audio_latent_for_tile` and the window loop of
 `dfr_stages._run_epilogue_windows` / `_prepare_epilogue_window_specs`) are written here in numpy and the
-farm's `ltx_engine/rules/dfr_windows.py` is held to them; then the planner's chained graph."""
+farm's `ltx_engine/rules/dfr_windows.py` and `dfr_layout.tile_prefix` / `round_tile_prefix` are held to
+them (the round tiles by the same rule, planes = the round's seams and the earlier tiles' new slots, as
+upstream's CHANGELOG-era rounds; see docs/parity.md); then the planner's chained graphs."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 from coordinator.plan.render import normalize_spec, plan_render, validate_spec
 from coordinator.reduce.reducer import dfr_epi_window, dfr_trim
 from ltx_engine.rules import dfr_windows
-from ltx_engine.rules.dfr_layout import plan_dfr, plan_params
+from ltx_engine.rules.dfr_layout import plan_dfr, plan_params, round_tile_prefix
 
 FLEET = [
     {
@@ -202,3 +204,28 @@ def test_the_planner_chains_the_windows_after_rounds():
     }
     assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][:3] == [81, 256, 256]
     assert tasks["r.dfr.epi.w1.in"]["params"]["cost_s"] > 0
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("frames", "rounds"), [(41, 1), (41, 2), (97, 1), (121, 2)])
+def test_round_tiles_start_on_upstreams_tile_prefix_and_pin_the_tile_before(frames, rounds):
+    """Each non-first round tile: upstream `tile_prefix` of its seam over the planes known before it (the
+    round's seams, the earlier tiles' slots); its prefix is `lead_in_carryover` of the tile before it."""
+    rng = np.random.default_rng(3)
+    plan = plan_dfr(frames, 24.0, rounds, 5)
+    for rnd in plan.rounds:
+        carry = rng.standard_normal((1, 2, len(rnd.seams), 1, 1)).astype(np.float32)
+        for before, tile in zip(rnd.tiles, rnd.tiles[1:], strict=False):
+            known = [*rnd.seams, *(p for t in rnd.tiles[: tile.index] for p in t.slots)]
+            key, video_start, cells, resume = upstream_tile_prefix(tile.resume - 1, known)
+            assert (tile.pixel_start, tile.latent_start + 1, tile.pinned, tile.resume) == (key, video_start, cells, resume)
+            assert key == before.slots[-1] and not set(tile.slots) & set(before.slots)  # each slot made once
+            previous = rng.standard_normal((1, 2, before.latent_frames, 1, 1)).astype(np.float32)
+            slots = rng.standard_normal((1, 2, len(before.slots), 1, 1)).astype(np.float32)
+            offset = video_start - before.latent_start
+            want = np.concatenate([slots[:, :, -1:], previous[:, :, offset : offset + cells - 1]], axis=2)
+            np.testing.assert_array_equal(round_tile_prefix(rnd, tile, previous, slots, carry), want)
+        assert round_tile_prefix(rnd, rnd.tiles[0], None, None, carry) is None
+    last = plan.rounds[-1]  # the epilogue's windows start where the last round's tiles do
+    windows = dfr_windows.plan_windows(plan)
+    assert [(w.plane, w.pinned) for w in windows[1:]] == [(t.pixel_start, t.pinned) for t in last.tiles[1:]]

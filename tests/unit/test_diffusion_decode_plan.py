@@ -144,3 +144,34 @@ def test_help_shows_the_flag(tmp_path):
         env={"FARM_DATA": str(tmp_path), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
     )
     assert done.returncode == 0 and "--video-decoder" in done.stdout, done.stderr[-1500:]
+
+
+@pytest.mark.timeout(60)
+def test_a_keyframed_render_decodes_with_its_images_past_frame_0_each_tile_its_planes():
+    """No DFR: the diffusion decode's planes are the `--image`s past frame 0 (their full-size encodes, in
+    frame order), each tile reading only the ones it attends to; the first frame's image is no plane,
+    and the conv decoder's tasks get none."""
+    import numpy as np
+
+    from coordinator.plan.render import normalize_spec, plan_render, validate_spec
+    from ltx_engine.rules.dfr_epilogue import task_keyframes
+
+    fleet = [{"packs": ["p"], "pack_generation": {"p": "2.5"}, "memory_bytes": 2**40}]
+    images = [{"frame": f, "blob": c * 64} for f, c in ((0, "a"), (96, "b"), (8, "c"))]
+    asked = {**SPEC, "frames": 97, "decode_tiles": "48,192,192", "images": images}
+    asked.pop("generation")
+    spec = validate_spec(normalize_spec({"prompt": "a fox", **asked}), fleet)
+    tiles = [t for t in plan_render(spec, "r") if t["kind"] == "decode_tile"]
+    assert len(tiles) > 3 and all(t["params"]["keyframe_frames"] == [8, 96] for t in tiles)
+    first, last = tiles[0], tiles[-1]
+    assert first["params"]["keyframe_planes"] == [0, 1]  # frame 8 inside, 96 the nearest after
+    assert first["inputs"]["keyframe0"] == {"task": "r.image3_s2", "output": "latent"}
+    assert last["inputs"]["keyframe1"] == {"task": "r.image2_s2", "output": "latent"}
+    planes = {f"keyframe{i}": np.full((1, 2, 1, 1, 1), i, np.float32) for i in (0, 1)}
+    got, frames = task_keyframes({**last["params"], "keyframe_planes": [1]}, planes)
+    assert frames == (96,) and got.ravel().tolist() == [1.0, 1.0]
+    conv = validate_spec(normalize_spec({"prompt": "a fox", **asked, "video_decoder": "conv"}), fleet)
+    decodes = [t for t in plan_render(conv, "r") if t["kind"].startswith("decode_")]
+    assert decodes and all("keyframe_planes" not in t["params"] for t in decodes)
+    alone = validate_spec(normalize_spec({"prompt": "a fox", **asked, "images": images[:1]}), fleet)
+    assert all("keyframe_planes" not in t["params"] for t in plan_render(alone, "r") if t["kind"] == "decode_tile")

@@ -30,12 +30,26 @@ def test_plan_shows_the_guided_passes_per_step(tmp_path: Path) -> None:
     assert "guidance_pass" in result.stdout and "denoise_stage1" not in result.stdout
 
 
+def test_plan_counts_the_passes_of_skip_steps_and_a_schedule(tmp_path: Path) -> None:
+    """4 steps (sigmas 1.0, 0.87, 0.63, 0.1), video CFG off below 0.7 (the audio's still asks for the uncond
+    pass); the audio skips steps 1 and 3, where the video's passes run alone: four, except step 3's three."""
+    result = _farm(tmp_path, "plan", "-p", "fox", "--fleet", str(tmp_path / "fleet.toml"), "-H", "512", "-W", "768",
+                   "-f", "49", "--pipeline", "one-stage", "--steps", "4", "--audio-skip-step", "1",
+                   "--guidance-schedule", "1.0:cfg_scale=4;0.7:cfg_scale=1")
+    assert result.returncode == 0, result.stderr
+    assert "skip steps / --guidance-schedule: 15 pass tasks over 4 rounds (4+4+4+3)" in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("args,line", [
     (["--negative-prompt", "blurry"], "--negative-prompt does not apply to the distilled recipe"),
     (["--pipeline", "one-stage", "--cfg-scale", "nan"], "cfg_scale nan is not a finite number"),
     (["--pipeline", "one-stage", "--stg-scale", "-2"], "stg_scale -2.0 is outside [0.0, 100.0]"),
     (["--pipeline", "one-stage", "--steps", "0"], "steps 0 is outside 1..200"),
     (["--pipeline", "one-stage", "--stg-blocks", "99"], "--stg-blocks 99: outside the model's 48 blocks"),
+    (["--pipeline", "one-stage", "--modality-blocks", "0,50"], "--modality-blocks 50: outside the model's 48 blocks"),
+    (["--pipeline", "one-stage", "--modality-blocks", "1,1"], "modality_blocks [1, 1] names a block twice"),
+    (["--pipeline", "one-stage", "--modality-blocks", "2", "--modality-scale", "1", "--audio-modality-scale", "1"],
+     "--modality-blocks needs a modality scale other than 1"),
     (["--pipeline", "two-stage-hq", "--steps", "5000"], "steps 5000 is outside 1..200"),
     (["--pipeline", "two-stage", "--stage2-steps", "4"], "--stage2-steps 4: stage 2's sigma table has 3 steps"),
     (["--pipeline", "one-stage", "--stage2-steps", "2"], "--stage2-steps does not apply to the one-stage recipe (--pipeline one-stage); it applies to: two-stage, two-stage-hq"),

@@ -3,6 +3,7 @@ tasks + guide steps: run task by task on the tiny DiT (no Redis), it takes the e
 for bit."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -90,6 +91,13 @@ def test_recipes_default_to_upstream():
     ({"pipeline": "two-stage-hq", "stg_scale": 1.0}, "an STG scale needs --stg-blocks"),
     ({"pipeline": "one-stage", "cfg_scale": 1, "audio_cfg_scale": 1, "negative_prompt": "x"},
      "--negative-prompt needs a cfg scale other than 1"),
+    ({"pipeline": "one-stage", "modality_blocks": [48]},
+     "--modality-blocks 48: outside the model's 48 blocks (0..47); give --modality-blocks with blocks in that range"),
+    ({"pipeline": "one-stage", "modality_blocks": []}, "--modality-blocks needs at least one block"),
+    ({"pipeline": "one-stage", "modality_blocks": [1], "modality_scale": 1, "audio_modality_scale": 1},
+     "--modality-blocks needs a modality scale other than 1"),
+    ({"pipeline": "one-stage", "skip_step": 1, "step_cache": 0.5},
+     "--skip-step 1 and --audio-skip-step 0 differ: --step-cache replays whole passes"),
 ])
 def test_recipe_refusals(spec, line):
     with pytest.raises(SpecError, match=line.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
@@ -225,3 +233,97 @@ def test_planned_res2s_stage_equals_the_local_steps(tiny):
     x0 = guided_x0(model, v, a, ext[res2s.full_steps(rec.sigmas)], pos, neg, rec.video, rec.audio)
     np.testing.assert_array_equal(out["r.stage1"]["latent"], (x0[0] * p["mask"] + p["clean"] * (1 - p["mask"])))
     np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], x0[1])
+
+
+# One stream's guider skipping a step while the other's runs (upstream's per-modality `skip_step`): the plan
+# runs the running stream's passes with the held one frozen; upstream's `_guided_denoise` (ltx-pipelines
+# 1.2.0 utils/denoisers.py, transcribed below on the engine's passes) runs every pass either guider needs.
+# Video cfg 1: on an audio-held round the plan runs no uncond pass, which upstream runs and discards.
+ONE_HELD = {"video": {**SPEC_TINY, "steps": 4, "skip_step": 1, "modality_blocks": [1]},
+            "audio": {**SPEC_TINY, "steps": 4, "audio_skip_step": 1, "cfg_scale": 1.0, "modality_blocks": [1]}}
+
+
+def _upstream_guided_loop(model, rec, video, audio, pos, neg):
+    """ltx-pipelines 1.2.0 `_guided_denoise` + the Euler loop: per step each guider's `should_skip_step`;
+    both skip: the last x0s; else every pass either guider needs, a skipping stream disabled in them, its
+    x0 the last one."""
+    from ltx_engine.guided import pass_x0
+    from ltx_engine.rules import sampling
+
+    last = (None, None)
+    sigmas = list(rec.sigmas)
+    for step in range(len(sigmas) - 1):
+        g = rec.at(sigmas[step])  # FactoryGuidedDenoiser: the guiders of this step's sigma (the stage's own without bins)
+        v_skip, a_skip = G.skips_step(g.video, step), G.skips_step(g.audio, step)
+        if not (v_skip and a_skip):
+            frozen = "video" if v_skip else "audio" if a_skip else None
+            outs = {n: pass_x0(model, n, video, audio, sigmas[step], pos, neg, g.video, g.audio, frozen=frozen)
+                    for n in G.passes_needed(g.video, g.audio)}
+            last = (last[0] if v_skip else G.combine(g.video, {n: o[0] for n, o in outs.items()}),
+                    last[1] if a_skip else G.combine(g.audio, {n: o[1] for n, o in outs.items()}))
+        video = sampling.denoise_step(video, last[0], sigmas, step)
+        audio = sampling.denoise_step(audio, last[1], sigmas, step)
+    return video, audio
+
+
+@pytest.mark.parametrize("held", list(ONE_HELD))
+def test_one_stream_held_while_the_other_runs_equals_upstreams_loop(tiny, held):
+    from ltx_engine.rules.sampling import LatentState
+
+    model, blobs = tiny
+    rec = guided_stage(_stored({"pipeline": "one-stage", **ONE_HELD[held]}), num_layers=2)
+    tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
+    prefix = "" if held == "video" else "audio_"
+    steps = {t["id"]: t for t in tasks if t["kind"] == "guide_step"}
+    assert [t["params"].get("held") for t in steps.values()] == [None, [prefix], None, [prefix]]
+    assert [t["params"].get("keep_x0") for t in steps.values()] == [[prefix], None, [prefix], None]
+    frozen = [t for t in tasks if t["kind"] == "guidance_pass" and t["params"].get("frozen")]
+    assert {t["id"].split(".")[2] for t in frozen} == {"s1", "s3"} and {t["params"]["frozen"] for t in frozen} == {held}
+    assert all(f"{prefix}x0" not in t["params"]["expect"] for t in frozen)
+    running = rec.audio if held == "video" else rec.video
+    assert len(frozen) == 2 * len(G.passes_needed(running))
+    assert (G.UNCOND in {t["params"]["pass"] for t in frozen}) == (held == "video")  # video cfg 1: audio's alone
+    out = _execute(model, tasks, blobs)
+    p = blobs["r.prep"]
+    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
+    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
+    pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}
+    video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
+    np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
+    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+
+
+def test_a_guidance_schedule_run_task_by_task_equals_upstreams_loop(tiny):
+    """--guidance-schedule (sigmas 1.0, 0.87, 0.63, 0.1): the 1.0 bin guides fully, the 0.7 bin with CFG
+    and modality off and the audio skipping odd steps (step 3: the video's passes with the audio frozen)."""
+    from ltx_engine.rules.sampling import LatentState
+
+    model, blobs = tiny
+    spec = {**SPEC_TINY, "steps": 4, "modality_blocks": [0],
+            "guidance_schedule": "1.0:cfg_scale=4;0.7:cfg_scale=1,audio_cfg_scale=1,modality_scale=1,"
+                                 "audio_modality_scale=1,audio_skip_step=1"}
+    rec = guided_stage(_stored({"pipeline": "one-stage", **spec}), num_layers=2)
+    tasks = PG.plan_guided_stage("r", "stage1", rec, {"pack": "tiny", "seed": 5}, "r.prep", CTX)
+    steps = [t for t in tasks if t["kind"] == "guide_step"]
+    assert [t["params"]["passes"] for t in steps] == [list(G.PASS_ORDER)] * 2 + [[G.COND, G.PERTURBED]] * 2
+    assert [t["params"]["video"]["cfg_scale"] for t in steps] == [4.0, 4.0, 1.0, 1.0]
+    assert [t["params"].get("held") for t in steps] == [None, None, None, ["audio_"]]
+    out = _execute(model, tasks, blobs)
+    p = blobs["r.prep"]
+    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
+    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
+    pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}
+    video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
+    np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
+    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+
+
+@pytest.mark.parametrize("spec,line", [
+    ({"guidance_schedule": "0.5:cfg_scale=2", "step_cache": 0.5}, "--guidance-schedule and --step-cache"),
+    ({"guidance_schedule": "0.5:stg_scale=1", "stg_blocks": []}, "an STG scale needs --stg-blocks"),
+    ({"guidance_schedule": "0.5:cfg_scale=1,audio_cfg_scale=1", "cfg_scale": 1, "audio_cfg_scale": 1,
+      "negative_prompt": "x"}, "--negative-prompt needs a cfg scale other than 1"),
+])
+def test_guidance_schedule_refusals(spec, line):
+    with pytest.raises(SpecError, match=re.escape(line)):
+        guided_stage(_stored({"pipeline": "one-stage", "stg_blocks": [1], **spec}), num_layers=2)

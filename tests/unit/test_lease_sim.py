@@ -156,3 +156,15 @@ def test_the_farm_eta_follows_priority_and_backfills() -> None:
     ]
     second = [{"id": "r2.a", "kind": "a", "cost_s": 3.0, "deps": [], "display": "queued"}]
     assert placement.farm_eta_seconds([first, second], [big, small], 0) == [20.0, 3.0]
+
+
+def test_a_lead_task_is_taken_before_tasks_queued_before_it() -> None:
+    """The simulation's queue key is lease.lua's: priority, then `lead` (a chunked render's chain), then order."""
+    slot = placement.Slot("mac", memory_bytes=64 * GB)
+    tasks = [_task("r.root", 1), _task("r.tile0", 5, deps=("r.root",)), _task("r.tile1", 5, deps=("r.root",)),
+             _task("r.gate", 0.5, deps=("r.root",), capability="coordinator"), _task("r.next", 3, deps=("r.gate",), lead=True)]
+    placed = {p.task: p for p in placement.simulate(tasks, [slot])}
+    assert placed["r.next"].start < placed["r.tile1"].start  # queued after the tiles, leased before the second
+    fifo = {p.task: p for p in placement.simulate([{k: v for k, v in t.items() if k != "lead"} for t in tasks],
+                                                  [placement.Slot("mac", memory_bytes=64 * GB)])}
+    assert fifo["r.next"].start > fifo["r.tile1"].start

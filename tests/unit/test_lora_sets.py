@@ -148,12 +148,13 @@ def test_dfr_tiles_take_several_images_the_single_one_unchanged():
     latent = rng.standard_normal((1, 128, rnd.latent_frames, 2, 3)).astype(np.float32)
     carry = rng.standard_normal((1, 128, len(rnd.seams), 2, 3)).astype(np.float32)
     a, b = (rng.standard_normal((1, 128, 1, 2, 3)).astype(np.float32) for _ in range(2))
-    for tile in (first, second):
-        single = build_tile_state(latent, tile, rnd, carry, rnd.seams, (a, 0, 0.8))[0].joined()
-        listed = build_tile_state(latent, tile, rnd, carry, rnd.seams, images=[(a, 0, 0.8)])[0].joined()
+    prefix = rng.standard_normal((1, 128, second.pinned, 2, 3)).astype(np.float32)  # tile 2 pins tile 1's cells
+    for tile, pinned in ((first, None), (second, prefix)):
+        single = build_tile_state(latent, tile, rnd, carry, rnd.seams, (a, 0, 0.8), prefix=pinned)[0].joined()
+        listed = build_tile_state(latent, tile, rnd, carry, rnd.seams, images=[(a, 0, 0.8)], prefix=pinned)[0].joined()
         assert all(np.array_equal(x, y) for x, y in zip(single, listed, strict=True))
-    both = build_tile_state(latent, second, rnd, carry, rnd.seams, (a, 0, 0.8), [(b, 80, 0.5)])[0].joined()
-    alone = build_tile_state(latent, second, rnd, carry, rnd.seams, (b, 80, 0.5))[0].joined()
+    both = build_tile_state(latent, second, rnd, carry, rnd.seams, (a, 0, 0.8), [(b, 150, 0.5)], prefix)[0].joined()
+    alone = build_tile_state(latent, second, rnd, carry, rnd.seams, (b, 150, 0.5), prefix=prefix)[0].joined()
     assert all(np.array_equal(x, y) for x, y in zip(both, alone, strict=True))  # frame 0 is outside tile 2
 
 

@@ -42,6 +42,7 @@ def test_one_stage_graph():
     ({"pipeline": "two-stage", "stage2_steps": 1, "stage2_sigmas": [0.5, 0.0]}, "--stage2-steps and --stage2-sigmas"),
     ({"stage2_tiles": "1x2"}, "--stage2-tiles does not apply to the one-stage recipe (--pipeline one-stage); it applies to: distilled, two-stage,"),
     ({"stg_blocks": [60]}, "--stg-blocks 60: outside the model's 48 blocks"),
+    ({"modality_blocks": [48, 3]}, "--modality-blocks 48: outside the model's 48 blocks (0..47)"),
 ])
 def test_one_stage_refusals(extra, line):
     with pytest.raises(SpecError, match=re.escape(line)):

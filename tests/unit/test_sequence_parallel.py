@@ -8,6 +8,7 @@ assert exact equality; docs/ARCHITECTURE.md ("Sequence-parallel stage 1") states
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -45,9 +46,10 @@ def _local(model, grid, k):
     return np.array(v), np.array(a), ex
 
 
-def _ring(tmp_path: Path, k: int, *case: str) -> list[dict]:
+def _ring(tmp_path: Path, k: int, *case: str, backend: str = "ring") -> list[dict]:
+    """k rank processes on 127.0.0.1 over mx.distributed's ring, or over the worker's `SocketGroup`."""
     results = run_ring([sys.executable, "-m", "tests.unit.sp_rank", case[0], str(tmp_path), *case[1:]], k,
-                       RING_TIMEOUT_S, cwd=ROOT)
+                       RING_TIMEOUT_S, env={**os.environ, "SP_BACKEND": backend}, cwd=ROOT)
     for r in results:
         assert r.returncode == 0, f"rank {r.rank} ({r.returncode}): {r.output[-2000:]}"
     return [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(k)]
@@ -75,10 +77,12 @@ def test_local_split_is_bit_identical_to_the_unsplit_forward(model, grid, k) -> 
                                               c.out_channels)
 
 
+@pytest.mark.parametrize("backend", ["ring", "socket"])
 @pytest.mark.parametrize("grid,k", [((3, 5, 7), 2), ((2, 5, 7), 3)])
-def test_ring_ranks_equal_the_one_process_split_and_the_unsplit_forward(model, tmp_path, grid, k) -> None:
-    """k real processes over mx.distributed's ring on 127.0.0.1 (105 tokens over 2, 70 over 3: padded)."""
-    ranks = _ring(tmp_path, k, "forward", *map(str, grid))
+def test_ring_ranks_equal_the_one_process_split_and_the_unsplit_forward(model, tmp_path, grid, k, backend) -> None:
+    """k real processes over mx.distributed's ring, or plain sockets (a gang's group), on 127.0.0.1 (105
+    tokens over 2, 70 over 3: padded): the same bits as the one-process split."""
+    ranks = _ring(tmp_path, k, "forward", *map(str, grid), backend=backend)
     rv, ra = _unsplit(model, grid)
     sv, sa, ex = _local(model, grid, k)
     for got in ranks:
@@ -99,10 +103,11 @@ def _local_denoise(model, k, resume=None):
     return out, kept
 
 
-def test_sp_denoise_ring_equals_one_process_and_resumes_on_another_degree(model, tmp_path) -> None:
-    """Stage 1 (4 steps) on a 2-rank ring == the same 2-way plan in one process, bit for bit, at every
-    step; and the latent kept after step 2, continued on 3 shards (and unsplit), ends identical."""
-    ranks = _ring(tmp_path, 2, "denoise", "0", "0", "0")
+@pytest.mark.parametrize("backend", ["ring", "socket"])
+def test_sp_denoise_ring_equals_one_process_and_resumes_on_another_degree(model, tmp_path, backend) -> None:
+    """Stage 1 (4 steps) on a 2-rank ring (or socket group) == the same 2-way plan in one process, bit for
+    bit, at every step; and the latent kept after step 2, continued on 3 shards (and unsplit), ends identical."""
+    ranks = _ring(tmp_path, 2, "denoise", "0", "0", "0", backend=backend)
     out2, kept2 = _local_denoise(model, 2)
     for got in ranks:
         for step, (video, audio) in kept2.items():
@@ -166,3 +171,15 @@ def test_a_ring_with_a_frozen_or_dead_peer_is_killed_not_left_hanging(tmp_path, 
     assert (results[1].returncode, results[1].ended) == (3, "exited")
     assert (results[0].returncode, results[0].ended) == (None, "peer failed") or (
         results[0].ended == "exited" and results[0].returncode != 0), results[0]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["freeze", "fail"])
+def test_a_socket_group_with_a_frozen_or_dead_peer_raises_not_hangs(tmp_path, mode) -> None:
+    """The gang's own group: rank 1 SIGSTOPs itself (or exits) once open; rank 0's gather raises
+    `PeerLost` by itself (exit 4), at its deadline for the frozen peer, at once for the dead one."""
+    results = run_ring([sys.executable, "-m", "tests.unit.sp_rank", mode, str(tmp_path), "3", "5", "7"], 2,
+                       RING_TIMEOUT_S, env={**os.environ, "SP_BACKEND": "socket"}, cwd=ROOT)
+    assert not (tmp_path / "rank0.npz").exists()
+    assert (results[0].returncode, results[0].ended) == (4, "exited"), results[0]
+    assert ("past the deadline" if mode == "freeze" else "rank 1") in results[0].output, results[0].output

@@ -1,7 +1,7 @@
 """`--pipeline t2a` (upstream's t2a_one_stage): its graph has no video task, its knobs default to
 upstream's audio guider, video flags are refused in one line, and on the tiny dev-only pack the
 task-by-task run (`farm render --local`'s run_plan) equals the engine's own audio-only guided loop and
-writes a 16-bit stereo WAV of the decoded waveform."""
+writes a 16-bit stereo WAV of the decoded waveform, or by -o's suffix an M4A (AAC) of it, read back here."""
 
 import re
 import wave
@@ -76,7 +76,7 @@ def test_video_flags_are_refused_in_one_line(extra, line):
     assert "\n" not in str(refused.value)
 
 
-def test_an_output_other_than_a_wav_is_refused():
+def test_an_output_other_than_a_wav_or_m4a_is_refused():
     import typer
 
     from farm_cli.main import _render_output
@@ -85,9 +85,11 @@ def test_an_output_other_than_a_wav_is_refused():
 
     asked = AskedRender(spec=RenderSpec.from_dict(SPEC))
     assert _render_output(asked, None).name == "render.wav"
-    with pytest.raises(typer.Exit) as refused:
-        _render_output(asked, Path("x.mp4"))
-    assert refused.value.exit_code == 2
+    assert _render_output(asked, Path("x.M4A")).name == "x.M4A"
+    for bad in ("x.mp4", "x.mp3"):
+        with pytest.raises(typer.Exit) as refused:
+            _render_output(asked, Path(bad))
+        assert refused.value.exit_code == 2
 
 
 def test_pcm16_is_upstreams_cast():
@@ -122,3 +124,50 @@ def test_t2a_local_equals_the_engine_loop_and_writes_the_wav(dev_runner, tmp_pat
         assert wav.getframerate() == int(get["audio"]["sample_rate"][0])
         samples = np.frombuffer(wav.readframes(wav.getnframes()), "<i2").reshape(-1, 2)
     np.testing.assert_array_equal(samples, pcm16(get["audio"]["waveform"]))
+
+
+def _decoded(path: Path) -> tuple[object, np.ndarray]:
+    """(the audio stream, its decoded samples (channels, n)) of an M4A read back with PyAV."""
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        return stream, np.concatenate([f.to_ndarray() for f in container.decode(stream)], axis=1)
+
+
+def test_the_m4a_writer_keeps_a_tone(tmp_path):
+    """write_m4a on a 440 Hz tone read back: AAC stereo at its rate, the length rounded up to AAC's
+    1024-sample frames, the samples in place (the encoder's priming trimmed) to within AAC's loss."""
+    from coordinator.assemble.audio_file import write_m4a
+
+    rate = 44100
+    tone = (np.float32(0.5) * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)).astype(np.float32)
+    write_m4a(tmp_path / "tone.m4a", tone[None], rate)
+    stream, decoded = _decoded(tmp_path / "tone.m4a")
+    assert stream.codec_context.name == "aac" and stream.rate == rate and stream.channels == 2
+    assert decoded.shape == (2, 45056)
+    assert np.corrcoef(decoded[0, :rate], tone)[0, 1] > 0.999 and np.corrcoef(decoded[1, :rate], tone)[0, 1] > 0.999
+
+
+def test_t2a_local_writes_an_m4a_by_its_suffix(dev_runner, tmp_path):
+    """-o NAME.m4a: the same render, its waveform as AAC in an MPEG-4 audio file (nothing else left beside
+    it but render.json's copy), read back: stereo at the vocoder's rate, the waveform's length, and its
+    samples in place. The tiny pack's waveform is full-scale noise (|x| ~ 0.74), which AAC codes loosely
+    (SNR ~ 1 dB): the bound is a loose one, and the file is byte for byte write_m4a of that waveform."""
+    from coordinator.assemble.audio_file import write_m4a
+    from farm_cli.local import render_local
+
+    out, outputs, blobs = render_local(dict(SPEC), tmp_path / "bell.m4a", dev_runner)
+    assert out.name == "bell.m4a" and sorted(p.name for p in tmp_path.iterdir()) == ["bell.json", "bell.m4a"]
+    waveform = np.asarray(blobs.get(outputs["local.audio"]["waveform"]), np.float32)
+    rate = int(blobs.get(outputs["local.audio"]["sample_rate"])[0])
+    stream, decoded = _decoded(out)
+    assert stream.codec_context.name == "aac" and stream.rate == rate and stream.channels == 2
+    n = waveform.shape[-1]
+    assert n <= decoded.shape[1] < n + 1024, (n, decoded.shape)
+    want = waveform.reshape(-1, n)
+    corr = [np.corrcoef(decoded[c, :n], want[min(c, want.shape[0] - 1)])[0, 1] for c in range(2)]
+    print("m4a", decoded.shape, "waveform", waveform.shape, "correlation", corr)
+    assert min(corr) > 0.1
+    write_m4a(tmp_path / "again.m4a", waveform, rate)
+    assert (tmp_path / "again.m4a").read_bytes() == out.read_bytes()

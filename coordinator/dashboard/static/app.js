@@ -104,6 +104,9 @@ function drawRender() {
       bar(s.state === "running" && !frac ? 0.03 : frac, s.state),
       h("div", { class: "dur" }, `${s.done}/${s.total} ${s.duration_s !== null ? dur(s.duration_s) : s.state}${prog}`));
   }));
+  // a chunked render's windows, a row of their own: waiting / rendering / done, the frames each covers
+  $("windows").replaceChildren(...(d.windows || []).map((w) => h("span", { class: "window " + w.state,
+    title: `frames ${w.frames[0]}–${w.frames[1]}` }, `window ${w.index}: ${w.state} · ${w.frames[0]}–${w.frames[1]}`)));
   const fails = d.tasks.filter((t) => t.error && (t.display === "failed" || t.display === "retried" || t.attempts > 1));
   const blocked = (d.render.blocklist || []).length ? [h("div", { class: "fail" },
     `BLOCKLISTED for this render (3 failed tasks each): ${d.render.blocklist.join(", ")}`,

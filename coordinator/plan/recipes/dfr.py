@@ -21,7 +21,7 @@ DFR = Recipe(
     builds=build_video,
     name="dfr",
     purpose="LTX-2.5 long renders: stages on a padded canvas with keyframe slots, temporal rounds x2 in time "
-            "(tiles in parallel), an optional x2 spatial epilogue",
+            "(tiles chained, each pinned on the one before), an optional x2 spatial epilogue",
     upstream="ltx-pipelines 1.2.0 DFRPipeline (epilogue: 1.3.0; `generate --dfr`); PIPELINES.md rows 13, 35, 36",
     flag="--dfr",
     picked=_picked,

@@ -118,8 +118,8 @@ MODIFIERS: tuple[Modifier, ...] = (
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
     Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1", ("num_generated_keyframes",),
              _except(DFR, RETAKE, EXTEND), excludes=DFR_STAGES, rule="DFR places its own keyframe slots"),
-    Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder", ("video_decoder",), _except(HDR),
-             on=_diffusion),
+    Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, else the "
+             "--image keyframes past frame 0)", ("video_decoder",), _except(HDR), on=_diffusion),
     Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",), VIDEO),
     Modifier("--compute-dtype", "the DiT's attention / FF dtype", ("compute_dtype",), VIDEO),
     Modifier("--decode-tiles", "the VAE decode's tiles", ("decode_tiles",), VIDEO),
@@ -127,9 +127,10 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--exr", "EXR frames (and their colourspace)", ("exr", "exr_colorspace"), VIDEO),
     Modifier("--hdr", "an HLG 10-bit HEVC master", ("hdr",), VIDEO),
     Modifier("--chunked", "a clip longer than one window: windows each conditioned on the last frames (and audio) "
-             "of the one before, the seams crossfaded", CHUNK_FIELDS, (DISTILLED,),
-             excludes=("--image", "--num-generated-keyframes", "--stage1-parallel",
-                       "--video-decoder diffusion"), rule="a window is conditioned on the one before alone"),
+             "of the one before, the seams crossfaded; keyframes each in the window that makes its frame",
+             CHUNK_FIELDS, (DISTILLED, *GUIDED),
+             excludes=("--num-generated-keyframes", "--stage1-parallel", "--video-decoder diffusion"),
+             rule="a window is conditioned on the one before and its own keyframes alone"),
 )
 
 

@@ -39,7 +39,7 @@ T2A = Recipe(
     builds=build_t2a,
     name="t2a",
     purpose="text-to-audio: the dev DiT's audio stream alone (no video tokens) with upstream's audio guider, "
-            "each pass on its own Mac; the audio VAE + vocoder to a .wav",
+            "each pass on its own Mac; the audio VAE + vocoder to a .wav or .m4a",
     upstream="ltx-pipelines T2AOneStagePipeline (`ltx_pipelines.t2a_one_stage`); its pipelines.md section 11",
     flag="--pipeline t2a",
     pipeline="t2a",

@@ -41,21 +41,24 @@ local function holder_render(tid, worker, fence, ...)
   return t[4], {unpack(t, 5)}
 end
 
--- Ready queues are sorted sets: higher render priority first, then FIFO by a queue sequence number;
--- a task pushed to the front (a retry, an expiry) takes a negative number and goes before the rest.
+-- Ready queues are sorted sets: higher render priority first, then the tasks the planner marked `lead`
+-- (a chunked render's chain of windows: coordinator/plan/graph.py mark_lead), then FIFO by a queue
+-- sequence number; a task pushed to the front (a retry, an expiry) takes a negative number and goes
+-- before the rest of its part of the band. Sequence numbers stay far below LEAD_SPAN.
 local PRIORITY_SPAN = 1e12
+local LEAD_SPAN = 5e11
 
-local function ready_score(priority, qseq)
-  return -(tonumber(priority) or 0) * PRIORITY_SPAN + qseq
+local function ready_score(priority, qseq, lead)
+  return -(tonumber(priority) or 0) * PRIORITY_SPAN - (tostring(lead) == '1' and LEAD_SPAN or 0) + qseq
 end
 
 local function push_ready(tid, front)
-  local t = redis.call('HMGET', key('task', tid), 'capability', 'render')
+  local t = redis.call('HMGET', key('task', tid), 'capability', 'render', 'lead')
   local seq = redis.call('INCR', key('qseq'))
   if front then seq = -seq end
   redis.call('HSET', key('task', tid), 'qseq', seq)
   local priority = redis.call('HGET', key('render', t[2]), 'priority')
-  redis.call('ZADD', key('ready', t[1]), ready_score(priority, seq), tid)
+  redis.call('ZADD', key('ready', t[1]), ready_score(priority, seq, t[3]), tid)
   redis.call('SADD', key('capabilities'), t[1])
 end
 
@@ -236,7 +239,7 @@ local function insert_tasks(rid, tasks)
       'state', 'waiting', 'attempts', 0, 'max_attempts', t.max_attempts, 'worker', '', 'fence', 0,
       'outputs', '{}', 'error', '', 'leased_ms', 0, 'deadline_ms', 0, 'queued_ms', 0, 'done_ms', 0,
       'metrics', '{}', 'progress', '{}', 'seq', base + i - 1,
-      'failures', 0, 'failed_on', '', 'lost', 0, 'stuck_ms', 0, 'session', '')
+      'failures', 0, 'failed_on', '', 'lost', 0, 'stuck_ms', 0, 'session', '', 'lead', t.lead or 0)
     redis.call('RPUSH', tl, t.id)
   end
   -- Wire deps once every hash exists (a dep may sit later in the same batch).

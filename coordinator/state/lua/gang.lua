@@ -6,8 +6,9 @@
 --          plus the live idle workers in no reservation that hold the task's pack). k < 2: plain lease.
 --   join:  an idle worker that asks joins an open reservation whose task it can run, instead of work.
 --   start: when it is full or gang_window_ms (2000) has passed since it opened (on a member's ask), it
---          starts with the members it has: 1 member = a plain lease; k > 1 = the task leased to rank 0
---          (the opener) with the handout (members, host:port per rank, deadlines) on the task; each
+--          starts with the members it has: 1 member = a plain lease; k > 1 = the members ranked fastest
+--          first (gang_by_pace; equal ones in join order, the opener first), the task leased to
+--          rank 0 with the handout (members, host:port per rank, deadlines) on the task; each
 --          member gets the task and its rank on its next ask.
 --   stale: a reservation no member asked about for 3 windows (its members gone) puts the task back.
 -- The task keeps `ranks` (every rank's worker, rank 0 first) for its record: attempts, events, views.
@@ -85,6 +86,36 @@ local function gang_hand(tid, w)
   return {tid, flat}
 end
 
+-- A worker's speed against the fleet's (lower is faster): the median over the kinds it ran of its cost
+-- ratio over the fleet's (complete.lua's EWMAs), leaving out `kind` (a gang's stage 1 is credited to
+-- its rank 0 at the whole gang's speed); the fleet's own pace (1) when it has measured nothing else.
+local function gang_pace(w, kind)
+  local own, fleet = redis.call('HGETALL', key('costratio', w)), key('costratio_fleet')
+  local rel = {}
+  for i = 1, #own, 2 do
+    local mine, all = tonumber(own[i + 1]), tonumber(redis.call('HGET', fleet, own[i]))
+    if own[i] ~= kind and mine and all and all > 0 then rel[#rel + 1] = mine / all end
+  end
+  if #rel == 0 then return 1 end
+  table.sort(rel)
+  local mid = math.floor(#rel / 2)
+  return #rel % 2 == 1 and rel[mid + 1] or (rel[mid] + rel[mid + 1]) / 2
+end
+
+-- The members fastest first (rank 0 holds the lease and finishes stage 1 alone if the gang breaks);
+-- equal paces (the unmeasured ones) in join order, the opener first.
+local function gang_by_pace(members, kind)
+  local rows = {}
+  for i, w in ipairs(members) do rows[i] = {w = w, i = i, pace = gang_pace(w, kind)} end
+  table.sort(rows, function(a, b)
+    if a.pace ~= b.pace then return a.pace < b.pace end
+    return a.i < b.i
+  end)
+  local out = {}
+  for i, row in ipairs(rows) do out[i] = row.w end
+  return out
+end
+
 -- Start the reservation on `tid` with the members it has. Returns the lease when it went to one worker.
 local function gang_start(G, tid)
   local gk = key('gang', tid)
@@ -99,6 +130,8 @@ local function gang_start(G, tid)
     gang_dissolve(tid, members)
     return G.grant(tid, members[1])
   end
+  members = gang_by_pace(members, redis.call('HGET', key('task', tid), 'kind'))
+  redis.call('HSET', gk, 'members', table.concat(members, ' '))
   -- A farm's first gang starts at a block of its own (a restarted farm's ports may still linger).
   redis.call('SETNX', key('gangseq'), math.floor(NOW / 1000) % (GANG_PORT_SPAN / GANG_MAX))
   local seq = redis.call('INCR', key('gangseq'))
@@ -201,7 +234,7 @@ local function gang_poll(G)
 end
 
 -- A gang member's heartbeat (not rank 0's, which holds the lease): the task's render while the gang it
--- is in still runs under that fence, else nil (stale: the member kills its group process).
+-- is in still runs under that fence, else nil (stale: the member's rank ends at its next step).
 local function gang_member_render(tid, w, fence)
   local t = redis.call('HMGET', key('task', tid), 'state', 'fence', 'render', 'gang_ended')
   if t[1] ~= 'leased' or t[2] ~= fence or t[4] == '1' then return nil end
