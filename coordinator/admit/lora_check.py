@@ -56,16 +56,16 @@ def _label(lora: Mapping) -> str:
     return str(lora.get("repo") or lora.get("name") or lora.get("file") or str(lora.get("blob"))[:12])
 
 
-def check_render_loras(spec: Mapping, blobs: Blobs, shelf: Shelf | None) -> None:
+def check_render_loras(spec: RenderPlan, blobs: Blobs, shelf: Shelf | None) -> None:
     """SpecError (one line) for a LoRA of the render (its `--ic-lora` too) that was never uploaded, is not in the pack folder,
     or does not fit the pack; nothing when the render has none or the pack is not on the shelf."""
-    loras = list(spec.get("loras") or ()) + ([spec["ic_lora"]] if spec.get("ic_lora") else [])
+    loras = [lora.to_dict() for lora in spec.loras] + ([spec.ic_lora.to_dict()] if spec.ic_lora else [])
     if not loras:
         return
     for lora in loras:
         if lora.get("blob") and not blobs.has(str(lora["blob"])):
             raise SpecError(f"LoRA {_label(lora)} was never uploaded (blob {str(lora['blob'])[:12]})")
-    pack = str(spec.get("pack"))
+    pack = spec.pack
     if shelf is None or pack not in shelf.names():
         return
     folder = shelf.folder(pack)
@@ -109,7 +109,7 @@ def check_render_depth(spec: RenderPlan, folder: Path | None) -> None:
         guided_stage(spec, depth)
 
 
-def shelf_folder(spec: Mapping, shelf: Shelf | None) -> Path | None:
+def shelf_folder(spec: RenderPlan, shelf: Shelf | None) -> Path | None:
     """The render's pack folder on the coordinator's shelf, or None when the shelf does not hold it."""
-    pack = str(spec.get("pack"))
+    pack = spec.pack
     return shelf.folder(pack) if shelf is not None and pack in shelf.names() else None

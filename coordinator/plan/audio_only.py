@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinator.plan.graph import audio_latent_frames, expect, ref, task
-from coordinator.plan.guidance import plan_guided_stage
+from coordinator.plan.guidance import GuidedStage, plan_guided_stage
 from coordinator.plan.guided_render import AUDIO_CHANNELS, contexts_of, negative_text_task
-from coordinator.plan.recipes import guided_stage
+from coordinator.plan.loras import lora_params
 from coordinator.plan.resolved import RenderPlan
 
 
@@ -24,10 +24,11 @@ def _length(spec: RenderPlan) -> tuple[str, int, int, float]:
     return spec.pack, spec.seed, spec.frames, spec.frame_rate
 
 
-def plan_audio_only(rid: str, spec: RenderPlan, text_task: dict, ctx: dict, key: Callable) -> list[dict]:
+def plan_audio_only(rid: str, spec: RenderPlan, text_task: dict, ctx: dict, key: Callable,
+                    rec: GuidedStage) -> list[dict]:
     """The graph after the prompt's text task: the negative text, prepare, the guided stage named `stage1`
-    (its last step's `audio_latent`), the `audio` decode. `key`: the text cache key of a spec."""
-    rec = guided_stage(spec)
+    (its last step's `audio_latent`), the `audio` decode. `key`: the text cache key of a spec; `rec`: the
+    recipe's guided stage."""
     pack, seed, frames, fps = _length(spec)
     a_lat = audio_latent_frames(frames, fps)
     params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "sigmas": list(rec.sigmas),
@@ -37,7 +38,7 @@ def plan_audio_only(rid: str, spec: RenderPlan, text_task: dict, ctx: dict, key:
     contexts = {"prompt": ctx, "negative": contexts_of(negative["id"])}
     audio_ctx = {which: {k: r for k, r in c.items() if k != "video_context"} for which, c in contexts.items()}
     stage = plan_guided_stage(rid, "stage1", rec, params, prep["id"], audio_ctx, audio=True,
-                              finish={"audio_channels": AUDIO_CHANNELS}, video=False)
+                              finish={"audio_channels": AUDIO_CHANNELS}, video=False, loras=lora_params(spec))
     stage[-1]["params"]["expect"] = {"audio_latent": expect("float32", 1, -1, a_lat, -1)}
     decode = task(rid, "audio", "decode_audio", {
         "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),

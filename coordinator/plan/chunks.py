@@ -2,8 +2,9 @@
 
 Each window is the recipe's graph at the window's length, its tasks named `w{k}.…` (`w0.stage1`,
 `w1.decode.t3`); the windows' layout is `ltx_engine.rules.chunks`. Distilled: extend's pinned stages; a guided
-recipe (one-stage, two-stage, HQ): its guided stage (`plan/guided_render.py`, the unchunked render's block) with
-the carry pinned in its prep, then its dev stage 2, the windows' uncond passes reading one negative text task.
+recipe (one-stage, two-stage, HQ): the stage blocks the unchunked render runs (`plan/stages.py`), its guided
+stage with the carry pinned in its prep, then its dev stage 2, the windows' uncond passes reading one negative
+text task; every DiT task with the user LoRAs as the block makes it.
 Keyframes (`--image`) are encoded once and each conditions the first window that has its frame, at its frame
 there (`ChunkLayout.place`). Window k + 1 is
 conditioned as the extend recipe conditions its window (`plan/clip.py`'s pinned stages), on window k's
@@ -13,31 +14,44 @@ turns into the pinned context at half and full size; `w{k+1}.audio_pin` slices w
 latents. After the last window, `audio_join` joins the windows' audio latents and one `audio` decode
 gives the whole track; the assembler crossfades the decoded windows (`assemble/chunk_frames.py`).
 With `--audio` (A2V) each window is generated to the track's slice for its own frames, encoded and frozen
-as A2V freezes it (`plan/media.py`'s `wire_audio`) instead of the carried pin, and `audio` encodes the
+as A2V freezes it (`plan/media.py`'s `frozen_track`) instead of the carried pin, and `audio` encodes the
 source track's window of the whole clip (what the output muxes, as A2V's does).
 With `--segment`, a window's stages read a text task of its own segments (`plan/relay.py`'s `window_texts`).
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from coordinator.plan import sparse
 from coordinator.plan.clip import audio_pin_task, pinned_stage1, pinned_stage2
 from coordinator.plan.decode import DECODE, decode_tile_plan, plan_decode, tile_task_name
 from coordinator.plan.fleet import Fleet
-from coordinator.plan.graph import COORDINATOR, SpecError, expect, latent_grid, mark_lead, ref, task
-from coordinator.plan.guided_render import contexts_of, guided_stage2, plan_guided_stage1
+from coordinator.plan.graph import (
+    COORDINATOR,
+    SpecError,
+    StageGeometry,
+    expect,
+    latent_grid,
+    mark_lead,
+    ref,
+    task,
+)
+from coordinator.plan.guidance import GuidedRule, check_recipe
+from coordinator.plan.guided_render import contexts_of
 from coordinator.plan.images import plan_image_encodes
+from coordinator.plan.loras import lora_params, lora_text
 from coordinator.plan.media import (
     a2v_negative,
     audio_encode_task,
     encode_tile_sizes,
+    frozen_track,
     video_encode_tasks,
-    wire_audio,
 )
-from coordinator.plan.recipes import guided_stage, recipe_for
 from coordinator.plan.relay import window_texts
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import check_tiling
+from coordinator.plan.stages import Guided, stage1_block
 from ltx_engine.rules.chunks import (
     BLEND_FRAMES,
     CARRIES,
@@ -51,6 +65,21 @@ from ltx_engine.rules.chunks import (
 MAX_SEED = 2**63 - 1
 NO_COND: dict = {"images": [], "inputs": {}}
 ImageConds = tuple[list[dict], dict]  # a window's placed images, the encodes' inputs by stage size ("s1", "s2")
+
+
+class WindowRecipe(Protocol):
+    """What a window reads of the render's recipe (`plan/recipes/base.py`'s record, handed in by the build)."""
+
+    @property
+    def guidance(self) -> GuidedRule | None: ...
+
+    @property
+    def two_stage(self) -> bool: ...
+
+    @property
+    def distilled_stage2(self) -> bool: ...
+
+
 ASKED = ("chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
 
 
@@ -182,11 +211,11 @@ def _with(cond: dict, images: ImageConds, stage: str) -> dict:
 
 
 def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Window,
-            images: ImageConds, negative: dict | None) -> list[dict]:
+            images: ImageConds, recipe: WindowRecipe, negative: dict | None) -> list[dict]:
     """One window's stages and decode; after the first, its contexts and audio pin from the window before;
     the keyframes that fall in it (`images`) beside them."""
     wid, view = f"{rid}.w{window.index}", _seeded(spec, window)
-    two_stage = recipe_for(spec).two_stage
+    two_stage = recipe.two_stage
     tasks: list[dict] = []
     cond1 = cond2 = NO_COND
     pin = None
@@ -198,48 +227,51 @@ def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Win
         if spec.audio and not spec.audio_input:  # A2V: the window's own slice of the track, frozen
             tasks.append(audio_pin_task(wid, latent, lay.carry_audio_slice(before)))
             pin = (ref(f"{wid}.audio_pin", "latent"), 0)
-    cond1, cond2 = _with(cond1, images, "s1"), _with(cond2, images, "s2")
+    track = frozen_track(wid, view, spec.audio_input.start + lay.track_window(window)[0]) if spec.audio_input else None
+    audio = None if track is None else ref(track["id"], "latent")  # A2V: the window's slice, frozen
+    cond2 = _with(cond2, images, "s2")  # a one-stage recipe encodes its keyframes at its one size alone
+    cond1 = _with(cond1, images, "s1") if two_stage else cond1
     if negative is None:
-        tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec)))
-        tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec))
+        tasks += [] if track is None else [track]
+        tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec), audio))
+        tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec), audio)
     else:
-        tasks += _guided_stages(wid, spec, view, window, ctx, (cond1, cond2), pin, negative)
+        tasks += _guided_stages(wid, spec, view, window, ctx, (cond1, cond2), pin, recipe, negative, track)
     final = "stage2" if two_stage else "stage1"
     tasks += plan_decode(wid, view, ref(f"{wid}.{final}", "video_latent"))
     if window.index < len(lay.windows) - 1 and not latent_carry(spec):
         tasks.append(_carry(rid, spec, lay, window))
-    if spec.audio_input:
-        tasks = wire_audio(tasks, wid, view, spec.audio_input.start + lay.track_window(window)[0])
     return tasks
 
 
 def _guided_stages(wid: str, spec: RenderPlan, view: RenderPlan, window: Window, ctx: dict,
-                   conds: tuple[dict, dict], pin: tuple[dict, int] | None, negative: dict) -> list[dict]:
-    """A guided recipe's window: its guided stage (`plan/guided_render.py`, the block the unchunked render
-    runs) with the window's replace conditions and audio pin in its prep, at half size then the upsample and
-    the dev stage 2 (two-stage, HQ), or at full size alone (one-stage)."""
-    rec = guided_stage(view)  # the window's length: HQ's schedule reads its stage-1 latent
-    neg = a2v_negative(spec, contexts_of(negative["id"]), ctx)
-    two_stage = recipe_for(spec).two_stage
-    cond = conds[0] if two_stage else conds[1]
+                   conds: tuple[dict, dict], pin: tuple[dict, int] | None, recipe: WindowRecipe,
+                   negative: dict, track: dict | None) -> list[dict]:
+    """A guided recipe's window from the stage blocks the unchunked render runs (`plan/stages.py`): its
+    guided stage with the window's replace conditions and audio pin (A2V: its frozen `track`) in its prep,
+    at half size then the upsample and the dev stage 2 (two-stage, HQ), or at full size alone (one-stage);
+    every DiT task with the user LoRAs as it is made."""
+    rec = check_recipe(view, recipe.guidance)  # the window's length: HQ's schedule reads its stage-1 latent
+    guided = Guided(rec, ctx, a2v_negative(spec, contexts_of(negative["id"]), ctx))
+    cond = conds[0] if recipe.two_stage else conds[1]
     inputs, params = dict(cond["inputs"]), {"images": cond["images"]}
     if pin is not None:
         inputs["audio_pin"], params["audio_pin_start"] = pin
-    size = (view.height // 2, view.width // 2) if two_stage else (view.height, view.width)
-    tasks = plan_guided_stage1(wid, view, rec, ctx, neg, inputs, params, *size)
-    if not two_stage:
+    geo = StageGeometry(view.pack, view.seed, window.frames, view.frame_rate, view.height, view.width)
+    loras = lora_params(spec)
+    tasks = stage1_block(wid, geo.half() if recipe.two_stage else geo, ctx, inputs, params, {}, {}, loras, guided,
+                         track)
+    if not recipe.two_stage:
         return tasks
-    stage2 = pinned_stage2(wid, view, window.frames, ctx, conds[1], sparse.stage2_params(spec),
-                           recipe_for(spec).distilled_stage2)
-    return tasks + guided_stage2(stage2, wid, rec, ctx)
+    audio = None if track is None else ref(track["id"], "latent")
+    return tasks + pinned_stage2(wid, view, window.frames, ctx, conds[1], sparse.stage2_params(spec), audio, rec,
+                                 recipe.distilled_stage2)
 
 
-def _images(rid: str, spec: RenderPlan, lay: ChunkLayout) -> tuple[list[dict], list[ImageConds]]:
+def _images(rid: str, spec: RenderPlan, lay: ChunkLayout, two_stage: bool) -> tuple[list[dict], list[ImageConds]]:
     """The keyframes' encodes (once per stage size for the whole clip; a one-stage recipe's at full size
     alone) and, per window, the images that fall in it at their window-local frames (`ChunkLayout.place`)."""
-    encodes, inputs1, inputs2, params = plan_image_encodes(rid, spec)
-    if not recipe_for(spec).two_stage:
-        encodes = [t for t in encodes if not t["id"].endswith("_s1")]
+    encodes, inputs1, inputs2, params = plan_image_encodes(rid, spec, two_stage)
     placed: list[list[dict]] = [[] for _ in lay.windows]
     for image in params.get("images", []):
         k, frame = lay.place(image["frame"])
@@ -274,22 +306,24 @@ def lead_chain(rid: str, spec: RenderPlan, tasks: list[dict]) -> list[dict]:
     return mark_lead(tasks, {f"{rid}.w{w.index}.stage1" for w in chunk_layout(spec).windows[1:]})
 
 
-def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict, negative: dict | None = None) -> list[dict]:
+def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict, recipe: WindowRecipe,
+                negative: dict | None = None) -> list[dict]:
     """The windows' tasks in order (each window's text task, when it is the first to read it, and its carry
     before the next window), then the joined audio. `text`, `ctx`: the plain prompt's task and contexts;
     with `--segment` each window relays the segments it overlaps, clipped to it, on its own clock.
-    `negative`: a guided recipe's negative-prompt text task (the windows' uncond passes read it)."""
+    `recipe`: the render's recipe (its stages and guidance); `negative`: a guided recipe's negative-prompt
+    text task (the windows' uncond passes read it)."""
     lay = chunk_layout(spec)
     clocks = [(f"{rid}.w{w.index}", (w.start / lay.fps, w.stop / lay.fps)) for w in lay.windows]
-    encodes, images = _images(rid, spec, lay)
+    encodes, images = _images(rid, spec, lay, recipe.two_stage)
     tasks: list[dict] = []
     texts: set[str] = set()
     for window, (text_task, window_ctx), placed in zip(lay.windows, window_texts(text, ctx, spec, clocks), images,
                                                        strict=True):
         if text_task["id"] not in texts:
             texts.add(text_task["id"])
-            tasks.append(text_task)
+            tasks.append(lora_text(text_task, spec))  # keyed on the user LoRAs after its window's relay
         if window.index == 0:
             tasks += [*([] if negative is None else [negative]), *encodes]
-        tasks += _window(rid, spec, window_ctx, lay, window, placed, negative)
+        tasks += _window(rid, spec, window_ctx, lay, window, placed, recipe, negative)
     return tasks + (_audio(rid, spec, lay) if spec.audio else [])

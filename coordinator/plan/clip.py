@@ -22,15 +22,19 @@ from coordinator.plan.decode import plan_decode
 from coordinator.plan.graph import (
     COORDINATOR,
     SPATIAL_FACTOR,
+    StageGeometry,
     audio_latent_frames,
     expect,
     latent_frames,
     ref,
     task,
 )
+from coordinator.plan.guidance import GuidedStage
+from coordinator.plan.loras import lora_params
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
-from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
+from coordinator.plan.stage2 import stage2_sigmas
+from coordinator.plan.stages import stage2_block, upsample_block
 from ltx_engine.rules.extend import CONTEXT_PIXEL_FRAMES, ExtendLayout
 from ltx_engine.rules.generation import stage1_sampler
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER
@@ -107,6 +111,7 @@ def plan_retake(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
         "sigmas": list(DISTILLED_SIGMAS),
         "sampler": EULER,
         "retake": [window.start, window.end, window.regen_audio],
+        **lora_params(spec),
         "expect": _latent_expect(frames, height, width, spec.frame_rate),
     }
     tasks.append(task(rid, "stage1", "denoise_stage1", params, inputs))
@@ -158,15 +163,17 @@ def audio_pin_task(rid: str, latent: dict, cut: slice) -> dict:
 
 
 def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
-                  pin: tuple[dict, int] | None = None, extra: dict | None = None) -> dict:
+                  pin: tuple[dict, int] | None = None, extra: dict | None = None, audio: dict | None = None) -> dict:
     """Stage 1 at half size on a window of `frames` with `cond`'s replace conditions ({"images", "inputs"})
-    and, given, `pin` (the audio latents' reference, the first audio token they are pinned at)."""
+    and, given, `pin` (the audio latents' reference, the first audio token they are pinned at) or `audio`
+    (A2V's frozen track's latent)."""
     fps, height, width = spec.frame_rate, spec.height // 2, spec.width // 2
     params = {
         **_stage_params(spec, frames, height, width),
         "sigmas": list(DISTILLED_SIGMAS),
         "images": cond["images"],
         **(extra or {}),
+        **lora_params(spec),
         "expect": _latent_expect(frames, height, width, fps),
     }
     if spec.generation:
@@ -175,6 +182,8 @@ def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
     if pin is not None:
         params["audio_pin_start"] = pin[1]
         inputs["audio_pin"] = pin[0]
+    if audio is not None:
+        inputs["audio_latent"] = audio
     return task(rid, "stage1", "denoise_stage1", params, inputs)
 
 
@@ -186,16 +195,17 @@ def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> 
 
 
 def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
-                  extra: dict | None = None, distilled_stage2: bool = True) -> list[dict]:
-    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions;
-    `distilled_stage2`: the recipe's fact (a guided two-stage's stage 2 keeps Euler, `plan/samplers.py`)."""
-    fps, height, width = spec.frame_rate, spec.height, spec.width
-    video = _latent_expect(frames, height, width, fps)["video_latent"]
+                  extra: dict | None = None, audio: dict | None = None, guided: GuidedStage | None = None,
+                  distilled_stage2: bool = True) -> list[dict]:
+    """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions,
+    made by the stage-2 block (`plan/stages.py`); `audio`: the latent it reads (A2V's frozen track), else
+    stage 1's; `guided`: a guided recipe's stage (its stage 2 on dev + the distilled LoRA,
+    HQ's as res_2s guide steps); `distilled_stage2`: the recipe's fact (a guided two-stage's stage 2 keeps
+    Euler, `plan/samplers.py`)."""
+    geo = StageGeometry(spec.pack, spec.seed, frames, spec.frame_rate, spec.height, spec.width)
     s1 = f"{rid}.stage1"
-    upsample = {"pack": spec.pack, "expect": {"latent": video}}
-    tasks = [task(rid, "upsample", "upsample_spatial", upsample, {"latent": ref(s1, "video_latent")})]
+    tasks = [upsample_block(rid, geo)]
     params = {
-        **_stage_params(spec, frames, height, width),
         "sigmas": stage2_sigmas(spec),
         "noise_stream": 1,
         "images": cond["images"],
@@ -205,15 +215,10 @@ def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
     inputs = {
         **cond["inputs"],
         "latent": ref(f"{rid}.upsample", "latent"),
-        "audio_latent": ref(s1, "audio_latent"),
+        "audio_latent": audio or ref(s1, "audio_latent"),
     }
-    if spec.stage2_tiles is not None:
-        window = spec.resolve(frames=frames)  # the tiles cover the window, not the joined clip
-        return [*tasks, *plan_tiled_stage2(rid, window, params, inputs, ctx)]
-    stage2 = task(
-        rid, "stage2", "denoise_stage2", {**params, "expect": {"video_latent": video}}, {**ctx, **inputs}
-    )
-    return [*tasks, stage2]
+    window = spec if spec.stage2_tiles is None else spec.resolve(frames=frames)  # tiles cover the window
+    return [*tasks, *stage2_block(rid, geo, window, params, inputs, ctx, {}, lora_params(spec), guided)]
 
 
 def _join(rid: str, spec: RenderPlan, lay: ExtendLayout, source: dict, audio: dict | None) -> list[dict]:

@@ -22,10 +22,11 @@ and runs with the Dub-It LoRA; the coordinator's step blends video only. Stage 1
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, ref
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
-from coordinator.plan.sp_degree import TABLE_PARAM
 from ltx_engine.rules.ic_lora import ControlError, control_size
 from protos.lora_set import warm_key
 from protos.media_spec import ControlVideo, IcLora
@@ -41,13 +42,12 @@ def _clip(spec: RenderPlan) -> tuple[str, str, ControlVideo] | None:
 
 
 def check_reference(spec: RenderPlan, key: str, flag: str) -> str:
-    """A control or Dub-It clip's own rules: its IC-LoRA is given, the clip's encode tiles are ones
-    upstream's tiling takes, and each stage's reference is a size the VAE encodes whole; the clip's name."""
+    """A control or Dub-It clip's own rules (its IC-LoRA is given: the modifier table's `needs`): the clip's
+    encode tiles are ones upstream's tiling takes, and each stage's reference is a size the VAE encodes
+    whole; the clip's name."""
     value = getattr(spec, key)
     name = value.name or value.blob[:12]
     lora = spec.ic_lora
-    if not lora:
-        raise SpecError(f"{flag} {name}: needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
     encode_tile_sizes(spec)
     for height, width in _stage_sizes(spec, key):
         _reference_size(height, width, lora.downscale, flag, name)
@@ -74,26 +74,38 @@ def _reference_size(height: int, width: int, downscale: int, flag: str, name: st
     return size
 
 
-def _with_lora(params: dict, lora: IcLora, control: dict | None) -> None:
+def _with_lora(params: dict, lora: IcLora, control: dict | None) -> dict:
     """A DiT task's params with the IC-LoRA on top of its user LoRAs (fused), and the reference's (None:
     a tile forward, whose reference tokens come cut from `stage2.prep`)."""
     loras = [*(params.get("loras") or ()), {k: getattr(lora, k) for k in ("blob", "name", "strength") if getattr(lora, k)}]
-    params.update(loras=loras, lora_mode="fused", warm=[warm_key(loras, "fused")])
-    if control is not None:
-        params["control"] = control
+    out = {**params, "loras": loras, "lora_mode": "fused", "warm": [warm_key(loras, "fused")]}
+    return out if control is None else {**out, "control": control}
 
 
-def _wire(t: dict, inputs: dict) -> None:
-    t["inputs"] = {**t["inputs"], **inputs}
-    t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A control or Dub-It clip as the stage blocks apply it: its encodes (made just before stage 1), the
+    IC-LoRA fused on top of the user's, the reference's params, and each stage's reference inputs (`stage2`
+    None: a clean stage 2, IC-LoRA control's)."""
+
+    tasks: tuple[dict, ...]
+    lora: IcLora
+    control: dict
+    stage1: dict
+    stage2: dict | None
+
+    def dit(self, loras: dict, reference: bool = True) -> dict:
+        """A DiT task's LoRA params (the render's `loras` + the IC-LoRA) and, with `reference`, the reference's."""
+        return _with_lora(loras, self.lora, self.control if reference else None)
 
 
-def wire_control(tasks: list[dict], rid: str, spec: RenderPlan) -> list[dict]:
-    """The control / Dub-It graph from the distilled one (after `with_loras`): the reference encodes
-    before stage 1, stage 1 (and Dub-It's stage 2) with the IC-LoRA and the reference."""
+def reference(rid: str, spec: RenderPlan) -> Reference | None:
+    """The render's control / Dub-It reference (None without either): the clip encoded at each stage's size
+    over the IC-LoRA's downscale (Dub-It: its track too, stage 1's audio reference; stage 2's is stage 1's
+    generated audio)."""
     clip = _clip(spec)
     if clip is None:
-        return tasks
+        return None
     key, _, value = clip
     lora, frames, sizes = spec.ic_lora, spec.frames, encode_tile_sizes(spec)
     control = {"strength": value.strength, "downscale": lora.downscale, "attention_strength": value.attention_strength}
@@ -103,30 +115,9 @@ def wire_control(tasks: list[dict], rid: str, spec: RenderPlan) -> list[dict]:
         size = control_size(height, width, control["downscale"])
         encodes, latent = video_encode_tasks(rid, name, spec.pack, value.blob, (frames, *size), sizes)
         added, latents = added + encodes, latents + [latent]
-    s1 = next(t for t in tasks if t["id"] == f"{rid}.stage1")
-    s1["params"][TABLE_PARAM] = [1]
-    _with_lora(s1["params"], lora, control)
-    _wire(s1, {"control_latent": latents[0]})
-    if key == "dub_video":
-        audio = audio_encode_task(rid, spec, "dub_audio", value.blob, 0.0)
-        added.append(audio)
-        _wire(s1, {"audio_reference": ref(audio["id"], "latent")})
-        _wire_dub_stage2(tasks, rid, lora, control, latents[1])
-    at = tasks.index(s1)
-    return [*tasks[:at], *added, *tasks[at:]]
-
-
-def _wire_dub_stage2(tasks: list[dict], rid: str, lora: IcLora, control: dict, reference: dict) -> None:
-    """Dub-It's stage 2: untiled, the one task with the LoRA and both references; tiled, `stage2.prep`
-    (no DiT) builds the state with both references (the cut hands the video's to the tiles, the audio's
-    travels in prep's audio) and every tile forward runs with the LoRA."""
-    inputs = {"control_latent": reference, "audio_reference": ref(f"{rid}.stage1", "audio_latent")}
-    for t in tasks:
-        if t["id"] == f"{rid}.stage2" and t["kind"] == "denoise_stage2":
-            _with_lora(t["params"], lora, control)
-            _wire(t, inputs)
-        elif t["id"] == f"{rid}.stage2.prep":
-            t["params"]["control"] = control
-            _wire(t, inputs)
-        elif t["kind"] == "transformer_forward" and t["id"].startswith(f"{rid}.stage2.s"):
-            _with_lora(t["params"], lora, None)
+    if key == "control_video":
+        return Reference(tuple(added), lora, control, {"control_latent": latents[0]}, None)
+    audio = audio_encode_task(rid, spec, "dub_audio", value.blob, 0.0)
+    stage1 = {"control_latent": latents[0], "audio_reference": ref(audio["id"], "latent")}
+    stage2 = {"control_latent": latents[1], "audio_reference": ref(f"{rid}.stage1", "audio_latent")}
+    return Reference((*added, audio), lora, control, stage1, stage2)

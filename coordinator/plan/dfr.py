@@ -15,6 +15,7 @@ from __future__ import annotations
 from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, ref, task
 from coordinator.plan.images import dfr_tile_images
+from coordinator.plan.loras import lora_params
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules.dfr_layout import MAX_ROUNDS, DfrPlan, plan_dfr, plan_params
 
@@ -156,7 +157,7 @@ def _tile_tasks(rid: str, spec: RenderPlan, rnd, shared: dict, inputs: dict, ima
         want = {"latent": expect("float32", 1, -1, tile.latent_frames, h, w),
                 "slots": expect("float32", 1, -1, len(tile.slots), h, w)}
         held, held_inputs = dfr_tile_images(shared.get("images") or [], images, tile, rnd.round)  # in its window
-        params = {**shared, **held, "round": rnd.round, "tile_index": tile.index, "expect": want}
+        params = {**shared, **held, "round": rnd.round, "tile_index": tile.index, **lora_params(spec), "expect": want}
         chained = {} if not tile.pinned else {  # its prefix: the tile before it (upstream's TilePrefix)
             "previous": ref(out[-1]["id"], "latent"), "previous_slots": ref(out[-1]["id"], "slots")}
         out.append(task(rid, f"dfr.r{rnd.round}.t{tile.index}", "dfr_tile", params,

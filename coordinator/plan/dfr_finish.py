@@ -36,6 +36,7 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
+from coordinator.plan.loras import lora_params
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import _forward_task
 from ltx_engine.rules import dfr_epilogue, dfr_windows, tdp
@@ -80,9 +81,10 @@ def _trim(rid: str, spec: RenderPlan, latent: dict, keyframes: dict) -> dict:
 
 
 def plan_dfr_finish(
-    rid: str, spec: RenderPlan, ctx: dict, cond2: dict, image_params: dict
+    rid: str, spec: RenderPlan, ctx: dict, cond2: dict, image_params: dict, audio: dict
 ) -> tuple[list[dict], dict]:
-    """The tasks after stage 2 and the reference to the latent the decode reads."""
+    """The tasks after stage 2 and the reference to the latent the decode reads; `audio`: the stages' audio
+    latent the epilogue carries (stage 1's, or A2V's frozen track)."""
     latent, slots = ref(f"{rid}.stage2", "video_latent"), ref(f"{rid}.stage2", "slots")
     rounds = dfr_rounds(spec)
     if rounds:
@@ -94,7 +96,7 @@ def plan_dfr_finish(
         tasks = []
     if spatial_upscalings(spec) == 1:
         return [_trim(rid, spec, latent, {"keyframes": slots})], ref(f"{rid}.dfr.trim", "video_latent")
-    epilogue, joined = _plan_epilogue(rid, spec, latent, slots, ctx)
+    epilogue, joined = _plan_epilogue(rid, spec, latent, slots, ctx, audio)
     planes = {f"kf{i}": ref(f"{rid}.{EPI}.kf{i}", "latent") for i in range(len(carried_positions(spec)))}
     return [*tasks, *epilogue, _trim(rid, spec, joined, planes)], ref(f"{rid}.dfr.trim", "video_latent")
 
@@ -182,12 +184,13 @@ def _prepare_params(spec: RenderPlan, window: dfr_windows.Window | None = None) 
     }
 
 
-def _window_task(rid: str, spec: RenderPlan, window: dfr_windows.Window, previous: str | None) -> dict:
+def _window_task(rid: str, spec: RenderPlan, window: dfr_windows.Window, previous: str | None,
+                 audio: dict) -> dict:
     """The coordinator's cut of one window (after rounds): its latent, reference, audio and prefix."""
     inputs = {
         "up": ref(f"{rid}.{EPI}.up", "latent"),
         "guide": ref(f"{rid}.dfr.r{dfr_rounds(spec)}", "latent"),
-        "audio": ref(f"{rid}.stage1", "audio_latent"),
+        "audio": audio,
     }
     if window.plane is not None:
         plane = carried_positions(spec).index(window.plane)
@@ -199,7 +202,8 @@ def _window_task(rid: str, spec: RenderPlan, window: dfr_windows.Window, previou
     return task(rid, f"{EPI}.w{window.index}.in", "dfr_epi_window", params, inputs, capability=COORDINATOR)
 
 
-def _plan_epilogue(rid: str, spec: RenderPlan, latent: dict, slots: dict, ctx: dict) -> tuple[list[dict], dict]:
+def _plan_epilogue(rid: str, spec: RenderPlan, latent: dict, slots: dict, ctx: dict,
+                   audio: dict) -> tuple[list[dict], dict]:
     """Keyframe planes, the spatial upsample, the tiled detailing steps of each window (chained after
     rounds); the reference to the epilogue's latent (or the windows' outputs, to join at the trim)."""
     h, w = spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR
@@ -219,7 +223,7 @@ def _plan_epilogue(rid: str, spec: RenderPlan, latent: dict, slots: dict, ctx: d
         params = _prepare_params(spec)
         inputs = {
             "latent": ref(f"{rid}.{EPI}.up", "latent"),
-            "audio_latent": ref(f"{rid}.stage1", "audio_latent"),
+            "audio_latent": audio,
             **planes,
         }
         if spec.detailing_lora:  # the IC-LoRA's reference: the previous stage's video
@@ -231,7 +235,7 @@ def _plan_epilogue(rid: str, spec: RenderPlan, latent: dict, slots: dict, ctx: d
     joined, previous = {}, None
     for window in dfr_windows.plan_windows(spec_plan(spec)):
         name = f"{EPI}.w{window.index}"
-        cut = _window_task(rid, spec, window, previous)
+        cut = _window_task(rid, spec, window, previous, audio)
         params = _prepare_params(spec, window)
         held = {im["input"] for im in params["images"]}
         inputs = {
@@ -277,7 +281,8 @@ def _epilogue_steps(
     for step in range(len(tilings)):
         tiles = tdp.plan(grid, tilings[step][0], tilings[step][1])
         tasks += [
-            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=name)
+            _forward_task(rid, step, tile, grid, params, source, bool(marker), {**audio, **ctx}, name=name,
+                          dit=lora_params(spec))
             for tile in tiles
         ]
         last = step == len(tilings) - 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules.components import task_needs
 from protos.fields import SpecError  # noqa: F401 - the contract's refusal; planners raise it from here
@@ -64,6 +66,36 @@ def task(
 def expect(dtype: str, *shape: int) -> dict:
     """An output's dtype and shape (-1: any size on that axis); no shape: dtype only."""
     return {"dtype": dtype, "shape": list(shape)} if shape else {"dtype": dtype}
+
+
+@dataclass(frozen=True, slots=True)
+class StageGeometry:
+    """The clip one stage denoises: what a stage block reads of the render."""
+
+    pack: str
+    seed: int
+    frames: int  # pixel frames (DFR: its padded canvas)
+    fps: float
+    height: int
+    width: int
+
+    def half(self) -> StageGeometry:
+        """Stage 1's: half the size."""
+        return replace(self, height=self.height // 2, width=self.width // 2)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """The latent (frames, height, width)."""
+        return latent_frames(self.frames), self.height // SPATIAL_FACTOR, self.width // SPATIAL_FACTOR
+
+    @property
+    def audio_frames(self) -> int:
+        return audio_latent_frames(self.frames, self.fps)
+
+    def params(self) -> dict:
+        """A stage task's geometry params."""
+        return {"pack": self.pack, "seed": self.seed, "frames": self.frames, "fps": self.fps,
+                "height": self.height, "width": self.width, "audio_frames": self.audio_frames}
 
 
 def upstream_of(tasks: list[dict], ids: set[str]) -> set[str]:

@@ -268,8 +268,9 @@ def _cache(rid: str, stage: str, rec: GuidedStage, name: str, chain: tuple[int, 
 
 def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage, params: dict, state: dict,
                ctx: dict, prefixes: tuple[str, ...], chain: tuple[int, int, str | None] = (0, 0, None),
-               frozen: str | None = None) -> dict:
-    """One pass; `frozen`: the stream whose guider skips this round (its x0 neither computed nor sent)."""
+               frozen: str | None = None, loras: dict | None = None) -> dict:
+    """One pass; `frozen`: the stream whose guider skips this round (its x0 neither computed nor sent);
+    `loras`: the render's LoRA set its DiT carries."""
     contexts = ctx["negative"] if name == G.UNCOND else ctx["prompt"]
     video, audio = "" in prefixes, "audio_" in prefixes
     cache_params, cache_in = _cache(rid, stage, rec, name, chain)
@@ -282,7 +283,7 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage
                  "audio": G.params_to_dict(rec.audio) if audio else None,
                  **({} if frozen is None else {"frozen": STREAM_NAMES[frozen]}),
                  **({} if rec.distilled_lora is None else {"distilled_lora_strength": rec.distilled_lora}),
-                 **cache_params, "expect": out},
+                 **cache_params, **(loras or {}), "expect": out},
                 {**state, **contexts, **cache_in})
 
 
@@ -325,12 +326,13 @@ def _flag(streams: tuple[str, ...], prefixes: tuple[str, ...]) -> bool | list[st
 
 
 def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, source: str, ctx: dict,
-                      audio: bool = True, finish: dict | None = None, video: bool = True) -> list[dict]:
+                      audio: bool = True, finish: dict | None = None, video: bool = True,
+                      loras: dict | None = None) -> list[dict]:
     """The stage's pass and guide-step tasks. `source`: the task whose outputs are the initial state
     (STATE with video, AUDIO_STATE with audio; T2A's stage has no video); `ctx`: {"prompt": {name: ref},
     "negative": {name: ref}} (video_context, audio_context, context_mask refs). The last guide step is
     named `stage`; with `finish` ({grid, audio_channels}) it also outputs `video_latent` / `audio_latent`
-    unpatchified."""
+    unpatchified; `loras`: the render's LoRA set, which every pass's DiT carries."""
     prefixes = (("",) if video else ()) + (("audio_",) if audio else ())
     names = (STATE if video else ()) + (AUDIO_STATE if audio else ())
     fixed = {k: ref(source, k) for k in names if not k.endswith("latent")}
@@ -345,7 +347,8 @@ def plan_guided_stage(rid: str, stage: str, rec: GuidedStage, params: dict, sour
         k = chained.index(ev.label) if passes else 0
         chain = (k, len(chained), chained[k - 1] if k else None)
         frozen = held[i][0] if passes and held[i] else None
-        tasks += [_pass_task(rid, stage, ev, name, guide, params, {**fixed, **latents}, ctx, prefixes, chain, frozen)
+        tasks += [_pass_task(rid, stage, ev, name, guide, params, {**fixed, **latents}, ctx, prefixes, chain, frozen,
+                             loras)
                   for name in passes]
         step_in = {f"{name}_{p}x0": ref(f"{rid}.{stage}.{ev.label}.{name}", f"{p}x0")
                    for name in passes for p in prefixes if p not in held[i]}

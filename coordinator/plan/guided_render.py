@@ -18,44 +18,34 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.plan.graph import (
-    SPATIAL_FACTOR,
-    audio_latent_frames,
-    expect,
-    kind_needs,
-    latent_frames,
-    ref,
-    task,
-)
+from coordinator.plan.graph import StageGeometry, expect, ref, task
 from coordinator.plan.guidance import RES_2S, GuidedStage, plan_guided_stage
+from coordinator.plan.loras import lora_text
 from coordinator.plan.relay import without_relay
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules import guidance as G
-from protos.kinds import TaskKind, facts
 
 AUDIO_CHANNELS = 8  # the audio VAE's latent channels (z_channels) the stage's audio tokens fold back into
 
 
 def negative_text_task(rid: str, spec: RenderPlan, rec: GuidedStage, text_task: dict, key) -> dict:
-    """The negative prompt's text task: the prompt's, with the negative text and its own cache key."""
+    """The negative prompt's text task: the prompt's, with the negative text and its own cache key (on the
+    render's LoRA set too)."""
     params = {**without_relay(text_task["params"]), "prompt": rec.negative_prompt,
               "text_key": key(spec.with_asked(prompt=rec.negative_prompt))}
-    return task(rid, "negative", "text_encode", params, {})
+    return lora_text(task(rid, "negative", "text_encode", params, {}), spec)
 
 
-def plan_guided_stage1(rid: str, spec: RenderPlan, rec: GuidedStage, ctx: dict, negative_ctx: dict, cond: dict,
-                       image_params: dict, height: int, width: int) -> list[dict]:
-    """Prepare + the guided stage at height x width, its last guide step named `stage1` with
-    `video_latent` and `audio_latent`, what the upsample (or the decode) and decode_audio read."""
-    frames, fps = spec.frames, spec.frame_rate
-    grid = (latent_frames(frames), height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)
-    params = {"pack": spec.pack, "seed": spec.seed, "frames": frames, "fps": fps,
-              "height": height, "width": width, "sigmas": list(rec.sigmas),
-              "audio_frames": audio_latent_frames(frames, fps), **image_params}
+def plan_guided_stage1(rid: str, geo: StageGeometry, rec: GuidedStage, ctx: dict, negative_ctx: dict, cond: dict,
+                       image_params: dict, loras: dict) -> list[dict]:
+    """Prepare + the guided stage at `geo`, its last guide step named `stage1` with `video_latent` and
+    `audio_latent`, what the upsample (or the decode) and decode_audio read."""
+    grid = geo.grid
+    params = {**geo.params(), "sigmas": list(rec.sigmas), **image_params}
     prep = task(rid, "stage1.prep", "stage_prepare", {**params, "expect": {}}, dict(cond))
     finish = {"grid": list(grid), "audio_channels": AUDIO_CHANNELS}
     stage = plan_guided_stage(rid, "stage1", rec, params, prep["id"], {"prompt": ctx, "negative": negative_ctx},
-                              audio=True, finish=finish)
+                              audio=True, finish=finish, loras=loras)
     stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
     return [prep, *stage]
 
@@ -74,33 +64,14 @@ def stage2_recipe(rec: GuidedStage, sigmas: list[float]) -> GuidedStage:
                    audio=NO_GUIDANCE, distilled_lora=rec.stage2_lora, stream_offset=STAGE2_STREAMS)
 
 
-def guided_stage2(tasks: list[dict], rid: str, rec: GuidedStage, ctx: dict) -> list[dict]:
-    """The distilled render's stage 2 made upstream's for a dev recipe: its DiT tasks on dev + distilled
-    LoRA, untiled audio re-noised; for HQ the `denoise_stage2` task replaced by the res_2s stage."""
-    out: list[dict] = []
-    for t in tasks:
-        if not t["id"].startswith(f"{rid}.stage2") or not facts(t["kind"]).runs_dit:
-            out.append(t)
-            continue
-        params = {**t["params"], "distilled_lora_strength": rec.stage2_lora}
-        whole = t["kind"] == TaskKind.DENOISE_STAGE2  # untiled: the stage's steps in one task
-        if whole:
-            params["renoise_audio"] = True
-        if whole and rec.sampler == RES_2S:
-            out += plan_hq_stage2(rid, rec, params, t["inputs"], ctx)
-            continue
-        out.append({**t, "params": {**params, "needs": kind_needs(t["kind"], params)}})
-    return out
-
-
-def plan_hq_stage2(rid: str, rec: GuidedStage, params: dict, inputs: dict, ctx: dict) -> list[dict]:
+def plan_hq_stage2(rid: str, rec: GuidedStage, params: dict, inputs: dict, ctx: dict, loras: dict) -> list[dict]:
     """Prepare (the upsampled video and stage 1's audio, re-noised at the first sigma), then res_2s."""
     grid = tuple(params["expect"]["video_latent"]["shape"][2:])
     base = {k: v for k, v in params.items() if k not in ("expect", "needs", "distilled_lora_strength")}
     prep = task(rid, "stage2.prep", "stage_prepare", {**base, "expect": {}}, inputs)
     finish = {"grid": list(grid), "audio_channels": AUDIO_CHANNELS}
     stage = plan_guided_stage(rid, "stage2", stage2_recipe(rec, params["sigmas"]), base, prep["id"],
-                              {"prompt": ctx, "negative": ctx}, audio=True, finish=finish)
+                              {"prompt": ctx, "negative": ctx}, audio=True, finish=finish, loras=loras)
     stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
     return [prep, *stage]
 

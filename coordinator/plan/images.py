@@ -63,13 +63,16 @@ def image_crf(spec: RenderPlan, image) -> dict:
     return {} if crf is None else {"crf": int(crf)}
 
 
-def plan_image_encodes(rid: str, spec: RenderPlan) -> tuple[list[dict], dict, dict, dict]:
-    """The encode tasks (two per image), the stage-1 and stage-2 inputs (`image{k}_latent`), and the
-    stages' `images` params (empty without images)."""
+def plan_image_encodes(rid: str, spec: RenderPlan, two_stage: bool = True) -> tuple[list[dict], dict, dict, dict]:
+    """The encode tasks (one per image per stage size: `two_stage` False, a one-stage recipe's full size
+    alone), the stage-1 and stage-2 inputs (`image{k}_latent`), and the stages' `images` params (empty
+    without images)."""
     images = spec.images
     if not images:
         return [], {}, {}, {}
     sizes = {"s1": (spec.height // 2, spec.width // 2), "s2": (spec.height, spec.width)}
+    if not two_stage:
+        del sizes["s1"]
     tasks, inputs = [], {"s1": {}, "s2": {}}
     for k, image in enumerate(images, 1):
         for stage, (h, w) in sizes.items():

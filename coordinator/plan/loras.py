@@ -1,4 +1,5 @@
-"""User LoRAs in the plan: every DiT task of a render carries the render's LoRA set.
+"""User LoRAs in the plan: every DiT task of a render carries the render's LoRA set, given by the block
+that makes it (`lora_params`), and its text tasks key on it (`lora_text`).
 
 As upstream's pipelines do: `distilled.py` builds one transformer with the user's LoRAs for both
 stages, and `ti2vid_two_stages.py` loads them into stage 1's and (with the distilled LoRA) stage 2's
@@ -14,7 +15,6 @@ from __future__ import annotations
 import hashlib
 
 from coordinator.plan.resolved import RenderPlan
-from protos.kinds import TaskKind, facts
 from protos.lora_set import warm_key
 
 
@@ -28,18 +28,14 @@ def lora_params(spec: RenderPlan) -> dict:
     return {"loras": loras, "lora_mode": mode, "warm": [warm_key(loras, mode)]}
 
 
-def with_loras(tasks: list[dict], spec: RenderPlan) -> list[dict]:
-    """Every DiT task of `tasks` given the render's LoRA set, and its text task too: a LoRA's factors for
-    the embeddings connector (upstream's connector sits inside the checkpoint the LoRA was trained on) are
-    fused into the connector that encodes the prompt, so the prompt-embedding cache keys on the set as
-    well (in place; the list is returned)."""
+def lora_text(text: dict, spec: RenderPlan) -> dict:
+    """A text task as it is emitted, given the render's LoRA set: a LoRA's factors for the embeddings
+    connector (upstream's connector sits inside the checkpoint the LoRA was trained on) are fused into the
+    connector that encodes the prompt, so the prompt-embedding cache keys on the set as well (its key
+    covers whatever the task's own key covers: the prompt, a relay's segments). A new record."""
     params = lora_params(spec)
-    if params:
-        for t in tasks:
-            if facts(t["kind"]).runs_dit:
-                t["params"].update(params)
-            elif t["kind"] == TaskKind.TEXT_ENCODE:
-                warm = params["warm"][0]
-                t["params"].update(loras=params["loras"], lora_mode=params["lora_mode"],
-                                   text_key=hashlib.sha256(f"{t['params'].get('text_key')}|{warm}".encode()).hexdigest())
-    return tasks
+    if not params:
+        return text
+    key = hashlib.sha256(f"{text['params'].get('text_key')}|{params['warm'][0]}".encode()).hexdigest()
+    return {**text, "params": {**text["params"], "loras": params["loras"], "lora_mode": params["lora_mode"],
+                               "text_key": key}}

@@ -31,26 +31,21 @@ from coordinator.plan.graph import COORDINATOR, SpecError, audio_latent_frames, 
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules.encode_tiling import EncodeTileSizes, crop_frames, latent_shape, plan_encode_tiles
 
-AUDIO_GUIDANCE = ("audio_cfg_scale", "audio_stg_scale", "audio_rescale", "audio_modality_scale")
 AUDIO_TASK = "audio"  # the assembler muxes `audio.waveform` / `audio.sample_rate` (the source's, for A2V)
 SOURCE_ENCODE = "source_encode"
 DEFAULT_ENCODE_TILES = EncodeTileSizes()  # upstream's tiled-encode defaults: 64 frames / 24, 512 px / 64
 
 
 def check_media(spec: RenderPlan) -> None:
-    """A2V's own rules (which recipes take `--audio` is the modifier table's, `plan/recipes/`): its audio
-    kept and no audio guidance (moot for a frozen track); a source clip's encode tiles that upstream's
-    tiling takes."""
+    """A2V's own rule, its audio kept (which recipes take `--audio`, and that a frozen track takes no audio
+    guidance, is the modifier table's, `plan/recipes/`); a source clip's encode tiles that upstream's tiling
+    takes."""
     if spec.source_video:
         encode_tile_sizes(spec)
     audio = spec.audio_input
     if not audio:
         return
     name = audio.name or "the track"
-    given = [k for k in AUDIO_GUIDANCE if getattr(spec, k) is not None]
-    if given:
-        flag = "--" + given[0].replace("_", "-")
-        raise SpecError(f"--audio {name}: {flag} does not apply (the track is frozen: no audio guidance)")
     if not spec.audio:
         raise SpecError(f"--audio {name}: the output carries the source track; drop --no-audio")
 
@@ -87,12 +82,6 @@ def audio_encode_task(
     return task(rid, name, "audio_encode", params, {"audio": {"blob": blob or audio.blob}})
 
 
-def _retarget(t: dict, old: dict, new: dict) -> None:
-    """Every input of `t` that reads `old` reads `new` instead; its deps follow its inputs."""
-    t["inputs"] = {k: (dict(new) if v == old else v) for k, v in t["inputs"].items()}
-    t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
-
-
 def a2v_negative(spec: RenderPlan, negative: dict, prompt: dict) -> dict:
     """The uncond pass's contexts: with A2V its audio stream reads the prompt's (upstream's audio
     guider has no negative context, so its uncond batch takes the positive one)."""
@@ -101,29 +90,15 @@ def a2v_negative(spec: RenderPlan, negative: dict, prompt: dict) -> dict:
     return {**negative, "audio_context": prompt["audio_context"]}
 
 
-def wire_audio(tasks: list[dict], rid: str, spec: RenderPlan, start: float | None = None) -> list[dict]:
-    """A2V's graph from the T2V/I2V one: the encode in the decode's place (before stage 1), its latent
-    stage 1's frozen audio (a guided stage's: its prep's) and, in place of stage 1's, every later
-    stage's, never re-noised (DFR's: at its canvas length). `start`: the track's second the clip starts at
-    (a chunked window's; else `--audio-start`)."""
+def frozen_track(rid: str, spec: RenderPlan, start: float | None = None) -> dict | None:
+    """A2V's encode of the track's window (None without `--audio`): the `audio` task the output muxes, in
+    the audio decode's place, whose latent the stages read frozen in place of stage 1's, never re-noised
+    (at the stages' length: DFR's canvas). `start`: the track's second the clip starts at (a chunked
+    window's; else `--audio-start`)."""
     if not spec.audio_input:
-        return tasks
+        return None
     pad = audio_latent_frames(canvas_frames(spec), spec.frame_rate)  # the stages' audio length
-    s1, encode = f"{rid}.stage1", audio_encode_task(rid, spec, start=start, pad_frames=pad)
-    out = [t for t in tasks if t["kind"] != "decode_audio"]
-    first = f"{s1}.prep" if any(t["id"] == f"{s1}.prep" for t in out) else s1
-    latent = ref(encode["id"], "latent")
-    for t in out:
-        if t["id"] == first:
-            t["inputs"] = {**t["inputs"], "audio_latent": latent}
-            t["deps"] = sorted({r["task"] for r in t["inputs"].values() if "task" in r})
-        else:
-            reads = ref(s1, "audio_latent") in t["inputs"].values()
-            _retarget(t, ref(s1, "audio_latent"), latent)
-            if reads and t["params"].get("renoise_audio"):  # a dev stage 2 re-noises; A2V's stays frozen
-                t["params"] = {**t["params"], "renoise_audio": False}
-    at = next((i for i, t in enumerate(out) if t["id"] == first), len(out))
-    return [*out[:at], encode, *out[at:]]
+    return audio_encode_task(rid, spec, start=start, pad_frames=pad)
 
 
 def encode_tile_sizes(spec: RenderPlan) -> EncodeTileSizes:

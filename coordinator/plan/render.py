@@ -7,56 +7,33 @@ and shape (-1 = not known here) so the scheduler can refuse a malformed result.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from coordinator.plan import costs, placement, samplers, sp_degree, sparse
-from coordinator.plan.audio_only import plan_audio_only
-from coordinator.plan.chunks import (
-    check_chunks,
-    check_window_tiling,
-    chunked,
-    lead_chain,
-    plan_chunks,
-    window_view,
-)
-from coordinator.plan.clip import clip_pipeline, plan_clip
-from coordinator.plan.control import wire_control
-from coordinator.plan.decode import decode_peak_bytes, plan_decode, resolve_decode_tiles
-from coordinator.plan.decode_keyframes import keyframe_decode_io
+from coordinator.plan import costs, placement, sparse
+from coordinator.plan.build import Prompt
+from coordinator.plan.chunks import check_chunks, check_window_tiling, chunked, window_view
+from coordinator.plan.decode import decode_peak_bytes, resolve_decode_tiles
 from coordinator.plan.dfr import (
-    canvas_frames,
     check_dfr,
-    detailing_params,
-    dfr_on,
-    output_frames,
-    plan_slot_upsample,
-    slot_expect,
-    slot_params,
 )
-from coordinator.plan.dfr_finish import plan_dfr_finish, stage_view
-from coordinator.plan.diffusion_decode import check_video_decoder, is_diffusion
+from coordinator.plan.diffusion_decode import check_video_decoder
 from coordinator.plan.enhance import check_enhancer, fleet_has_head, plan_enhance
 from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import (  # noqa: F401 - SpecError and the constants are part of this module's surface
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
     SpecError,
-    audio_latent_frames,
     expect,
     latent_frames,
     ref,
     task,
 )
-from coordinator.plan.guided_render import contexts_of, guided_stage2, negative_text_task, plan_guided_stage1
-from coordinator.plan.hdr import is_hdr, plan_hdr
+from coordinator.plan.hdr import is_hdr
 from coordinator.plan.images import (
-    generated_slot_params,
     generated_slots,
-    plan_image_encodes,
     resolved_images,
 )
 from coordinator.plan.length import (
@@ -66,17 +43,16 @@ from coordinator.plan.length import (
     probe_spec,
     settled,
 )
-from coordinator.plan.loras import with_loras
-from coordinator.plan.media import a2v_negative, check_media, plan_video_encode, wire_audio
+from coordinator.plan.loras import lora_text
+from coordinator.plan.media import check_media
 from coordinator.plan.outputs import check_exr_colorspace
-from coordinator.plan.recipes import PackFacts, check_recipe_spec, guided_stage, recipe_for
+from coordinator.plan.recipes import PackFacts, check_recipe_spec, recipe_for
 from coordinator.plan.relay import check_relay, with_relay
 from coordinator.plan.resolved import RenderPlan, Resolved
-from coordinator.plan.stage2 import plan_tiled_stage2, stage2_sigmas
+from coordinator.plan.stage2 import stage2_sigmas
 from ltx_engine.rules import text_encoders
 from ltx_engine.rules.components import TEXT_ENCODER, missing_line, render_components
-from ltx_engine.rules.generation import check_generation, stage1_sampler
-from ltx_engine.rules.sampling import DISTILLED_SIGMAS
+from ltx_engine.rules.generation import check_generation
 from protos.spec import RenderSpec, spec_field_names
 
 MAX_SIDE = 2048          # the reference's spatial positional range (pixels)
@@ -259,126 +235,26 @@ def _check_components(spec: RenderPlan, fleet: Fleet) -> None:
 
 
 def plan_render(spec: RenderPlan | RenderSpec, render_id: str) -> list[dict]:
-    """The distilled two-stage text/image-to-video graph with audio, in a topological order: of a
+    """The render's stage graph, in a topological order: the prompt's text task (enhanced, relayed, keyed on
+    the LoRAs), then what the render's recipe builds from it (plan/build.py), each task costed; of a
     validated RenderPlan (a RenderSpec alone plans as asked, unresolved)."""
     if isinstance(spec, RenderSpec):
         spec = RenderPlan(spec)
     rid = render_id
-    pack = spec.pack
     text_id = f"{rid}.text"
     ctx = {k: ref(text_id, k) for k in ("video_context", "audio_context", "context_mask")}
     enhancer, text_inputs, enhanced_key = plan_enhance(rid, spec, text_params(spec))  # --enhance-prompt
-    text = task(rid, "text", "text_encode", {"pack": pack, "prompt": spec.prompt, **text_params(spec),
+    text = task(rid, "text", "text_encode", {"pack": spec.pack, "prompt": spec.prompt, **text_params(spec),
                                              "text_key": enhanced_key or text_key(spec),
                 "expect": {k: expect("float32") for k in ctx}}, text_inputs)
     plain = text, ctx  # a chunked render's windows each relay their own segments (plan/chunks.py)
     text, ctx = with_relay(text, ctx, spec)  # --segment: the table beside the contexts (plan/relay.py)
-    tasks = [*enhancer, text]
+    text = lora_text(text, spec)  # the prompt's cache key on the user LoRAs too (plan/loras.py)
     if spec.frames is None:  # an LTX-2.5 render's length is picked first (plan_length)
         costs.annotate(enhancer, spec)
-        return with_loras([*enhancer, *plan_length_phase(rid, spec, text)], spec)
-    if not recipe_for(spec).video:  # T2A: the audio track alone (plan/audio_only.py)
-        return _finish([*tasks, *plan_audio_only(rid, spec, text, ctx, text_key)], spec, rid)
-    if is_hdr(spec):  # the HDR IC-LoRA render is its own graph (plan/hdr.py)
-        return _finish(plan_hdr(rid, spec, text), spec, rid)
-    if clip_pipeline(spec):  # retake/extend: their own graphs (plan/clip.py)
-        return _finish([*tasks, *plan_clip(rid, spec, ctx)], spec, rid)
-    if chunked(spec):  # a clip longer than one window, in windows (plan/chunks.py); a guided one: its negative
-        guided = guided_stage(spec)
-        negative = None if guided is None else negative_text_task(rid, spec, guided, plain[0], text_key)
-        return _finish(lead_chain(rid, spec, [*enhancer, *plan_chunks(rid, spec, *plain, negative)]), spec, rid)
-    encodes, cond1, cond2, image_params = plan_image_encodes(rid, spec)  # two per image (plan/images.py)
-    tasks.extend(encodes)
-    tasks.extend(plan_video_encode(rid, spec)[0])  # a source clip's tiled encode (plan/media.py)
-    s1 = f"{rid}.stage1"
-    guided = guided_stage(spec)
-    one_stage = not recipe_for(spec).two_stage  # the guided stage at full size, no stage 2
-    if guided is not None:  # the dev DiT's guided stage 1 (plan/guided_render.py)
-        tasks.append(negative_text_task(rid, spec, guided, text, text_key))
-        guided_ctx = (ctx, a2v_negative(spec, contexts_of(f"{rid}.negative"), ctx))  # plan/media.py
-    if one_stage:  # at full resolution, decoded as it is
-        tasks = [t for t in tasks if not (t["kind"] == "image_encode" and t["id"].endswith("_s1"))]
-        tasks.extend(plan_guided_stage1(rid, spec, guided, *guided_ctx, cond2, image_params, spec.height,
-                                        spec.width))
-    else:
-        tasks.extend(_plan_stages(rid, stage_view(spec), ctx, cond1, cond2, image_params,
-                                  (guided, *guided_ctx) if guided is not None else None))
-        tasks = tasks if guided is None else guided_stage2(tasks, rid, guided, ctx)  # plan/guided_render.py
-    final, decode_spec, keyframes = ref(s1 if one_stage else f"{rid}.stage2", "video_latent"), spec, None
-    if dfr_on(spec):  # rounds, base path or epilogue; the trimmed latent (plan/dfr_finish.py)
-        dfr_tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params)
-        tasks.extend(dfr_tasks)
-        decode_spec = spec.resolve(frames=output_frames(spec))  # the decode reads the shipped length
-    if is_diffusion(spec):  # the keyframe-aware decode: each task its planes (DFR's, else the images')
-        keyframes = functools.partial(keyframe_decode_io, rid, spec)
-    tasks.extend(plan_decode(rid, decode_spec, final, keyframes))
-    if spec.audio:
-        tasks.append(task(rid, "audio", "decode_audio", {
-            "pack": pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),
-                                                         "sample_rate": expect("int32", 1)}},
-            {"latent": ref(s1, "audio_latent")}))
-    return _finish(wire_audio(tasks, rid, spec), spec, rid)  # A2V's frozen source track (plan/media.py)
-
-
-def _finish(tasks: list[dict], spec: RenderPlan, rid: str) -> list[dict]:
-    with_loras(tasks, spec)  # user LoRAs on every DiT task (plan/loras.py)
-    tasks = wire_control(tasks, rid, spec)  # the reference encodes, the IC-LoRA (plan/control.py)
+        return [*enhancer, *plan_length_phase(rid, spec, text)]
+    tasks = recipe_for(spec).build(spec, Prompt(rid, tuple(enhancer), text, ctx, plain, text_key))
     costs.annotate(tasks, spec)
-    return tasks
-
-
-def _stage1_sampler(spec: RenderPlan) -> dict:
-    """Stage 1's sampler from the recorded generation; nothing when it is not known (the worker reads
-    its pack's)."""
-    generation = spec.generation
-    return {"sampler": stage1_sampler(generation, dfr_on(spec))} if generation else {}
-
-
-def _plan_stages(rid: str, spec: RenderPlan, ctx: dict, cond1: dict, cond2: dict, image_params: dict,
-                 guided: tuple | None = None) -> list[dict]:
-    """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots);
-    `guided` (recipe, prompt contexts, negative contexts): stage 1 is the dev recipe's guided stage."""
-    pack, seed, fps = spec.pack, spec.seed, spec.frame_rate
-    frames, slots = canvas_frames(spec), slot_params(spec)
-    f_lat, a_lat = latent_frames(frames), audio_latent_frames(frames, fps)
-    h2, w2 = spec.height // 2, spec.width // 2
-    shape1 = (1, -1, f_lat, h2 // SPATIAL_FACTOR, w2 // SPATIAL_FACTOR)
-    shape2 = (1, -1, f_lat, spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR)
-    s1 = f"{rid}.stage1"
-    generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
-    tasks = [task(rid, "stage1", "denoise_stage1", {
-        "pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": h2, "width": w2,
-        "sigmas": list(DISTILLED_SIGMAS), "audio_frames": a_lat, **image_params, **slots, **generated,
-        **_stage1_sampler(spec), **sparse.stage1_params(spec),
-        **sp_degree.stage1_params(spec, f_lat * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR),
-                                  len(DISTILLED_SIGMAS) - 1),  # its gang cap
-        "expect": {"video_latent": expect("float32", *shape1), "audio_latent": expect("float32", 1, -1, a_lat, -1),
-                   **slot_expect(spec, h2, w2), **generated_expect}},
-        {**ctx, **cond1})]
-    if guided is not None:
-        tasks = plan_guided_stage1(rid, spec, guided[0], guided[1], guided[2], cond1, image_params, h2, w2)
-    tasks.append(task(rid, "upsample", "upsample_spatial", {
-        "pack": pack, "expect": {"latent": expect("float32", *shape2)}}, {"latent": ref(s1, "video_latent")}))
-    tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
-    stage2_params = {"pack": pack, "seed": seed, "frames": frames, "fps": fps, "height": spec.height,
-                     "width": spec.width, "sigmas": stage2_sigmas(spec), "audio_frames": a_lat,
-                     "noise_stream": 1, **image_params, **slots, **sparse.stage2_params(spec),
-                     **samplers.stage2_params(spec, recipe_for(spec).distilled_stage2)}
-    stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": ref(s1, "audio_latent")}
-    if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
-        # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
-        stage2_params["renoise_audio"] = spec.stage2_tiles is None and not spec.audio_input
-        stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
-        stage2_params |= detailing_params(spec)
-        if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
-            stage2_inputs["reference_latent"] = ref(s1, "video_latent")
-    if spec.stage2_tiles is None:
-        tasks.append(task(rid, "stage2", "denoise_stage2", {
-            **stage2_params, "expect": {"video_latent": expect("float32", *shape2),
-                                        **slot_expect(spec, spec.height, spec.width)}},
-            {**ctx, **stage2_inputs}))
-    else:
-        tasks.extend(plan_tiled_stage2(rid, spec, stage2_params, stage2_inputs, ctx))
     return tasks
 
 

@@ -57,15 +57,16 @@ SPEC_NAMES = frozenset(f.name for f in fields(RenderSpec))
 
 
 @dataclass(frozen=True, slots=True)
-class RenderPlan(Mapping[str, JsonValue]):
-    """A spec with what the planner resolved for it (resolved wins), read by attribute. It is still a
-    mapping of the stored view's JSON values (what `as_dict()` iterates) for the readers that still index
-    it by key (many tests; the planner, admission and `--local` read attributes, engine rules `as_dict()`)."""
+class RenderPlan:
+    """A spec with what the planner resolved for it (resolved wins), read by attribute; `as_dict()` is its
+    stored view (JSON values), which the store, the engine's rules and the metadata read. Not a mapping:
+    one way to read a plan, so no reader keeps a key the view may not hold."""
 
     spec: RenderSpec
     resolved: Resolved = field(default_factory=Resolved)
 
-    def __getitem__(self, key: str) -> JsonValue:
+    def _stored(self, key: str) -> JsonValue:
+        """One key of the stored view (KeyError: the view does not hold it)."""
         if key in RESOLVED_FIELDS:
             value = getattr(self.resolved, key)
             if value is not None:
@@ -105,14 +106,12 @@ class RenderPlan(Mapping[str, JsonValue]):
         value = getattr(self.spec, key)
         return value is not None and not (key == "pipeline" and value == DISTILLED)
 
-    def __iter__(self) -> Iterator[str]:
+    def _keys(self) -> Iterator[str]:
+        """The stored view's keys, in its order."""
         yield from ASKED_ORDER
         yield from (k for k in SUBMIT_ORDER if getattr(self.spec, k) is not None)
         yield from (k for k in GUIDANCE_ORDER if self._guided(k))
         yield from (k for k in DERIVED_ORDER if getattr(self.resolved, k) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
     def resolve(self, **decided: JsonValue) -> RenderPlan:
         """A new plan with more decided (the spec is untouched)."""
@@ -129,5 +128,5 @@ class RenderPlan(Mapping[str, JsonValue]):
 
     def as_dict(self) -> dict[str, JsonValue]:
         """The stored view: what the render hash, the metadata JSON and every reader see."""
-        return {key: self[key] for key in self}
+        return {key: self._stored(key) for key in self._keys()}
 

@@ -152,8 +152,9 @@ def _marker_params(spec: RenderPlan, params: dict, grid: tuple[int, int, int]) -
 
 
 def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int], params: dict, source: str,
-                  marker: bool, shared: dict, name: str = "stage2") -> dict:
-    """One tile's forward at one step: its latent, timesteps and positions (and keyframes) out of `source`."""
+                  marker: bool, shared: dict, name: str = "stage2", dit: dict | None = None) -> dict:
+    """One tile's forward at one step: its latent, timesteps and positions (and keyframes) out of `source`;
+    `dit`: what the recipe's DiT adds to every forward (a dev recipe's distilled LoRA)."""
     tile_in = {k: ref(source, f"t{tile.index}_{k}") for k in ("latent", "timesteps", "positions")}
     if params.get(cache_rule.PARAM) is not None and step > 0:  # the tile's step cache, from its previous step
         tile_in |= cache_inputs(f"{rid}.{name}.s{step - 1}.t{tile.index}")
@@ -163,7 +164,7 @@ def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int
     detailing |= forward_params(params, step)
     info = {"step": step, "tile_index": tile.index, "grid": list(grid), "tile": tile_box(tile)}
     return task(rid, f"{name}.s{step}.t{tile.index}", "transformer_forward",
-                {"pack": params["pack"], "sigma": float(params["sigmas"][step]), **info, **detailing,
+                {"pack": params["pack"], "sigma": float(params["sigmas"][step]), **info, **detailing, **(dit or {}),
                  "expect": {"velocity": expect("float32", 1, -1, -1)}},
                 {**tile_in, **shared})
 
@@ -179,8 +180,10 @@ def forward_params(params: dict, step: int) -> dict:
     return out
 
 
-def plan_tiled_stage2(rid: str, spec: RenderPlan, params: dict, inputs: dict, ctx: dict) -> list[dict]:
-    """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator)."""
+def plan_tiled_stage2(rid: str, spec: RenderPlan, params: dict, inputs: dict, ctx: dict,
+                      dit: dict | None = None) -> list[dict]:
+    """Stage 2 as steps of per-tile forwards (workers) and blends + sampler steps (the coordinator); `dit`:
+    what every forward's DiT adds (a dev recipe's distilled LoRA)."""
     grid = (latent_frames(params["frames"]), spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR)
     counts = tdp.parse_tile_counts(spec.stage2_tiles)
     tiles = tdp.plan(grid, counts, spec.tile_overlap)
@@ -209,8 +212,8 @@ def plan_tiled_stage2(rid: str, spec: RenderPlan, params: dict, inputs: dict, ct
     source, latent_src = cut, prep
     steps = len(params["sigmas"]) - 1
     for step in range(steps):
-        tasks += [_forward_task(rid, step, tile, grid, params, source, bool(geometry.get("marker")), {**audio, **ctx})
-                  for tile in tiles]
+        tasks += [_forward_task(rid, step, tile, grid, params, source, bool(geometry.get("marker")), {**audio, **ctx},
+                                dit=dit) for tile in tiles]
         last = step == steps - 1
         name = "stage2" if last else f"stage2.s{step}"
         step_in = {f"v{t.index}": ref(f"{rid}.stage2.s{step}.t{t.index}", "velocity") for t in tiles}

@@ -97,7 +97,7 @@ def test_only_the_plan_tasks_holder_sets_the_length(store):
     store.create_render("r", spec.as_dict(), plan_render(spec, "r"))  # the stored view of spec + plan
     from coordinator.plan.render import continue_render
 
-    full_spec, tasks = continue_render(spec, 33, 1.4, "r", fleet)
+    full_spec, tasks = continue_render(spec.as_dict(), 33, 1.4, "r", fleet)
     plan = store.lease("coordinator", ["coordinator"], 5000)
     assert plan is None  # waits for the head
     text = store.lease("w", ["mlx"], 5000)

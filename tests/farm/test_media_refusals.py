@@ -65,7 +65,7 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
         ),
         "audio guidance on a frozen track": (
             ["--audio", f["tone"], "--pipeline", "two-stage", "--audio-cfg-scale", "7"],
-            "--audio tone.wav: --audio-cfg-scale does not apply (the track is frozen",
+            "--audio and --audio-cfg-scale do not compose (the track is frozen",
         ),
     }
 

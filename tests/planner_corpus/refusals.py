@@ -8,7 +8,9 @@ from __future__ import annotations
 from tests.planner_corpus.cases import (
     A2V,
     CLIP,
+    CONTROL,
     DFR,
+    DUB,
     HDR,
     KEYS,
     LENGTH,
@@ -122,6 +124,8 @@ REFUSED = [
     *[case(f"refuse-t2a-{n}", "refusal", {**T2A, **bad}) for n, bad in T2A_BAD.items()],
     case("refuse-t2a-no-frames-2.5", "refusal", {**T2A, "pack": "p", "frames": None}, P25),
     *[case(f"refuse-relay-{n}", "refusal", {**RELAY, **bad}) for n, bad in RELAY_BAD.items()],
+    case("refuse-control-no-ic-lora", "refusal", {**CONTROL, "ic_lora": None}),
+    case("refuse-dub-no-ic-lora", "refusal", {**DUB, "ic_lora": None}),
     case("refuse-chunked-dfr", "refusal", {**DFR, "height": 128, "width": 128, "dfr": True, "chunked": True,
                                            "chunk_pixel_frames": 17, "chunk_carry_frames": 9}, P25),
     case("refuse-chunked-generated-keyframes", "refusal", {**KEYS, "frames": 33, "chunked": True,

@@ -56,10 +56,10 @@ def test_bad_decode_tiles_are_one_line_refusals(value: str, why: str) -> None:
 def test_auto_tiles_for_a_fleet_or_a_tight_memory_budget() -> None:
     spec = _spec()
     spec = validate_spec(spec, _fleet(1))
-    assert spec["decode_tiles"] == "off"  # one worker with room: one task
+    assert spec.decode_tiles == "off"  # one worker with room: one task
     spec = _spec()
     spec = validate_spec(spec, _fleet(2))
-    assert spec["decode_tiles"] == "80,512,768" and len(decode_tile_plan(spec)) == 2
+    assert spec.decode_tiles == "80,512,768" and len(decode_tile_plan(spec)) == 2
     small = _spec(frames=25)
     small = validate_spec(small, _fleet(3))
     assert decode_tile_plan(small) is None  # the default tile holds the whole clip: one task
@@ -110,7 +110,7 @@ def test_assemble_streaming_writes_mp4_exr_and_metadata(tmp_path) -> None:
              "seconds": 1.9}] + [{"name": tile_task_name(i), "kind": "decode_tile", "worker": f"w{i % 2 + 1}",
                                   "start_ms": 3000 + 10 * i, "end_ms": 4000 + 10 * i, "seconds": 0.9}
                                  for i in range(len(tiles))]
-    mp4 = assemble_streaming(spec, lambda name, out: outputs.get(name, {}).get(out), tmp_path, runs,
+    mp4 = assemble_streaming(spec.as_dict(), lambda name, out: outputs.get(name, {}).get(out), tmp_path, runs,
                              exr_dir=tmp_path / "exr")
     expected = [frame for frame in tile_frames(tiles, lambda i: pixels[i])]
     exr_files = sorted((tmp_path / "exr").glob("frame_*.exr"))

@@ -58,7 +58,7 @@ def test_the_planner_refuses_in_one_line_and_plans_the_range_into_the_head_task(
     with pytest.raises(SpecError, match="needs an LTX-2.5 pack"):
         validate_spec(normalize_spec({**SPEC, "auto_duration": [2, 4]}).spec, [], Resolved(generation="2.3"))
     plan = _validate(auto_duration=[2, 4])
-    assert plan["frames"] is None and plan["auto_duration"] == [2.0, 4.0]
+    assert plan.frames is None and plan.auto_duration == (2.0, 4.0)
     head = next(t for t in plan_render(plan, "r") if t["id"] == "r.length.head")
     assert head["params"]["min_seconds"] == 2.0 and head["params"]["max_seconds"] == 4.0
     assert head_params(_validate()) == {"pack": "tiny25", "fps": 24.0}  # no range: the task as before

@@ -167,17 +167,17 @@ def test_auto_tiles_fit_the_smallest_worker_holding_the_pack() -> None:
     raw = {"prompt": "fox", "height": 1088, "width": 1920, "frames": 121, "stage2_tiles": "auto"}
     even = normalize_spec(raw)
     even = validate_spec(even, _fleet(64) + _fleet(64))
-    assert even["stage2_tiles"] == "1x1x2"  # both hold the fleet's own split
+    assert even.stage2_tiles == "1x1x2"  # both hold the fleet's own split
     mixed = normalize_spec(raw)
     mixed = validate_spec(mixed, _fleet(64) + _fleet(36))
     tiles = [t for t in plan_render(mixed, "r") if t["kind"] == "transformer_forward"]
-    assert mixed["stage2_tiles"] != "1x1x2" and all(t["params"]["min_memory_bytes"] <= 36 * GB for t in tiles)
+    assert mixed.stage2_tiles != "1x1x2" and all(t["params"]["min_memory_bytes"] <= 36 * GB for t in tiles)
     slow_small = normalize_spec(raw)  # a fast big Mac alone ends the step sooner than with a slow small one
     slow_small = validate_spec(slow_small, [{**_fleet(64)[0], "chip": "M3 Ultra"}, {**_fleet(36)[0], "chip": "M1"}])
-    assert slow_small["stage2_tiles"] == "1x1x2"
+    assert slow_small.stage2_tiles == "1x1x2"
     too_small = normalize_spec(raw)
     too_small = validate_spec(too_small, _fleet(64) + _fleet(24))  # no count up to 4 a Mac fits 24 GB: the lease keeps them off
-    assert too_small["stage2_tiles"] == "1x1x2"
+    assert too_small.stage2_tiles == "1x1x2"
 
 
 def test_the_farm_eta_queues_a_render_behind_the_one_before_it_and_leaves_the_slots_alone() -> None:

@@ -69,8 +69,8 @@ def test_the_epilogue_rebuilds_planes_and_tiles_its_steps():
     assert planes[0]["params"]["height"] == 256
     prep = tasks["r.dfr.epi.prep"]["params"]
     assert (
-        prep["seed"] == spec["seed"] + 2000
-        and prep["seed"] + prep["ancestral_offset"] == spec["seed"] + 30000
+        prep["seed"] == spec.seed + 2000
+        and prep["seed"] + prep["ancestral_offset"] == spec.seed + 30000
     )
     assert [(im["frame"], im["strength"], im["binding"]) for im in prep["images"]] == [
         (24, 1.0, "guide"),

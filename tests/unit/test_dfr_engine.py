@@ -152,7 +152,7 @@ def _dfr_spec(**kw) -> dict:
 def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
     spec = _dfr_spec(frames=41, image={"blob": "ab" * 32, "frame": 0, "strength": 0.9})  # 41 -> canvas 49, S 24
     spec = validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
-    assert (spec["output_frames"], spec["output_fps"]) == ((41 - 1) * 4 + 1, 96.0)
+    assert (spec.output_frames, spec.output_fps) == ((41 - 1) * 4 + 1, 96.0)
     tasks = {t["id"]: t for t in plan_render(spec, "r")}
     s1, s2 = tasks["r.stage1"]["params"], tasks["r.stage2"]["params"]
     assert s1["frames"] == s2["frames"] == 49 and s1["dfr_slots"] == s2["dfr_slots"] == [24, 48]
@@ -171,7 +171,7 @@ def test_planner_pads_the_canvas_and_carries_slots_from_stage_1_to_the_rounds():
 def test_planner_graph_output_and_chained_tiles():
     spec = _dfr_spec()
     spec = validate_spec(spec, _fleet(["temporal_upscaler", "keyframes"]))
-    assert (spec["output_frames"], spec["output_fps"]) == ((49 - 1) * 4 + 1, 96.0)
+    assert (spec.output_frames, spec.output_fps) == ((49 - 1) * 4 + 1, 96.0)
     tasks = {t["id"]: t for t in plan_render(spec, "r")}
     assert tasks["r.decode"]["params"]["expect"]["frames"]["shape"][0] == 193
     assert tasks["r.decode"]["inputs"]["latent"] == {"task": "r.dfr.r2", "output": "video_latent"}

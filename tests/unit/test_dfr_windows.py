@@ -186,7 +186,7 @@ def test_the_planner_chains_the_windows_after_rounds():
     assert w1["inputs"]["plane"] == {"task": "r.dfr.epi.kf0", "output": "latent"}  # the plane at 24
     p0, p1 = tasks["r.dfr.epi.w0.prep"]["params"], tasks["r.dfr.epi.w1.prep"]["params"]
     assert (p0["frames"], p1["frames"], p0["fps"], p1["seed"] - p0["seed"]) == (49, 73, 60.0, 100)
-    assert p1["seed"] + p1["ancestral_offset"] == spec["seed"] + 30000 + 100
+    assert p1["seed"] + p1["ancestral_offset"] == spec.seed + 30000 + 100
     assert [(im["frame"], im["binding"], im["input"]) for im in p1["images"]] == [
         (48, "guide", "kf2_latent"),
         (72, "guide", "kf3_latent"),

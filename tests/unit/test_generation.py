@@ -76,9 +76,9 @@ def _fleet(generations: list[str]) -> list[dict]:
 
 def test_the_planner_records_the_generation_once_and_picks_stage_1s_sampler():
     spec = normalize_spec({"prompt": "a fox", "pack": "p", "frames": 25, "generation": "2.5"})
-    assert spec["generation"] is None  # resolved, never taken from a request
+    assert spec.generation is None  # resolved, never taken from a request
     spec = validate_spec(spec, _fleet(["2.5", "2.5"]))
-    assert spec["generation"] == "2.5"
+    assert spec.generation == "2.5"
     stage1 = next(t for t in plan_render(spec, "r") if t["kind"] == "denoise_stage1")
     assert stage1["params"]["sampler"] == sampling.EULER_ANCESTRAL
     old = normalize_spec({"prompt": "a fox", "pack": "p"})
@@ -86,7 +86,7 @@ def test_the_planner_records_the_generation_once_and_picks_stage_1s_sampler():
     assert next(t for t in plan_render(old, "r") if t["kind"] == "denoise_stage1")["params"]["sampler"] == "euler"
     unknown = normalize_spec({"prompt": "a fox", "pack": "p"})
     unknown = validate_spec(unknown, [])
-    assert unknown["generation"] is None
+    assert unknown.generation is None
     assert "sampler" not in next(t for t in plan_render(unknown, "r") if t["kind"] == "denoise_stage1")["params"]
     with pytest.raises(SpecError, match="workers disagree on the LTX generation of pack 'p'"):
         validate_spec(normalize_spec({"prompt": "a fox", "pack": "p", "frames": 25}), _fleet(["2.3", "2.5"]))
@@ -137,9 +137,9 @@ def test_a_left_out_length_on_25_plans_the_duration_head_first_and_defaults_for_
     from coordinator.plan.render import continue_render
 
     spec = normalize_spec({"prompt": "a fox", "pack": "p"})
-    assert spec["frames"] is None
+    assert spec.frames is None
     spec = validate_spec(spec, _fleet(["2.5"]))
-    assert spec["frames"] is None and spec["generation"] == "2.5"
+    assert spec.frames is None and spec.generation == "2.5"
     tasks = plan_render(spec, "r")
     assert [(t["id"], t["kind"], t["capability"]) for t in tasks] == [
         ("r.text", "text_encode", "mlx"), ("r.length.head", "predict_duration", "mlx"),
@@ -158,7 +158,7 @@ def test_a_left_out_length_on_25_plans_the_duration_head_first_and_defaults_for_
         validate_spec(normalize_spec({"prompt": "a fox", "pack": "p"}), headless)
     old = normalize_spec({"prompt": "a fox", "pack": "p"})
     old = validate_spec(old, _fleet(["2.3"]))
-    assert old["frames"] == 25
+    assert old.frames == 25
 
 
 @pytest.mark.timeout(300)

@@ -60,7 +60,7 @@ def test_a2v_encodes_the_track_once_and_freezes_it_into_every_stage():
     )
     from ltx_engine.rules.components import render_components
 
-    needs = render_components(validate_spec(normalize_spec(A2V), []))
+    needs = render_components(validate_spec(normalize_spec(A2V), []).as_dict())
     assert "audio_vae" in needs and "vocoder" not in needs  # the encoder's half of the audio VAE, no vocoder
 
 
@@ -101,7 +101,7 @@ def test_a2v_dev_freezes_the_track_in_every_guided_pass_and_stage_2(pipeline):
     ("extra", "line"),
     [
         ({"pipeline": "two-stage-hq"}, "--audio does not apply to the two-stage-hq recipe \\(--pipeline two-stage-hq\\); it applies to: distilled, one-stage, two-stage, dfr"),
-        ({"pipeline": "two-stage", "audio_cfg_scale": 7.0}, "--audio-cfg-scale does not apply"),
+        ({"pipeline": "two-stage", "audio_cfg_scale": 7.0}, "--audio and --audio-cfg-scale do not compose"),
         ({"audio": False}, "drop --no-audio"),
     ],
 )

@@ -68,7 +68,7 @@ def test_fleet_limits_pack_and_memory():
 def test_auto_tiling_follows_the_fleet_and_is_recorded():
     spec = normalize_spec({**SPEC, "stage2_tiles": "auto"})
     spec = validate_spec(spec, [{"packs": ["tiny"]}] * 4)
-    assert spec["stage2_tiles"] == "1x2x2"
+    assert spec.stage2_tiles == "1x2x2"
 
 
 ALL = ["text_encoder", "connector", "transformer", "spatial_upscaler", "vae_decoder", "vae_encoder", "audio_vae",
@@ -102,8 +102,8 @@ def test_tasks_name_the_components_they_need():
 def test_a_render_needing_a_missing_component_is_refused_in_one_line(changes, lacking, match):
     spec = normalize_spec({**SPEC, "pack": "p", **changes})
     holder = _holder([c for c in ALL if c != lacking])
-    holder["packs"] = [spec["pack"]]
-    holder["pack_components"] = {spec["pack"]: holder["pack_components"]["p"]}
+    holder["packs"] = [spec.pack]
+    holder["pack_components"] = {spec.pack: holder["pack_components"]["p"]}
     with pytest.raises(SpecError, match=match) as info:
         spec = validate_spec(spec, [holder])
     assert "\n" not in str(info.value)

@@ -42,7 +42,7 @@ def test_the_registry_names_each_recipe_once_and_shows_them_all():
 def test_each_recipe_is_picked_by_its_default_spec_and_declares_what_it_loads(recipe):
     spec = _default(recipe)
     assert recipe_for(spec) is recipe
-    assert recipe.components == render_components(spec, recipe.dits, recipe.video), recipe.name
+    assert recipe.components == render_components(spec.as_dict(), recipe.dits, recipe.video), recipe.name
     assert recipe.purpose and recipe.upstream and "\n" not in recipe.purpose
 
 

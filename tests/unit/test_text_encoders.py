@@ -112,13 +112,13 @@ def _worker(pack_components: list[str], encoders: dict | None) -> dict:
 def test_the_spec_records_the_encoder_and_the_text_task_names_it():
     spec = normalize_spec({**SPEC, "pack": "p"})
     spec = validate_spec(spec, [_worker(ALL, {"gemma-3-12b-it-4bit": 7})])  # held as a pulled folder's name
-    assert spec["text_encoder"] == text_encoders.DEFAULT
+    assert spec.text_encoder == text_encoders.DEFAULT
     text = plan_render(spec, "r")[0]
     assert text["params"]["needs"] == ["connector"]
     assert text["params"]["text_encoder_names"] == [text_encoders.DEFAULT, "gemma-3-12b-it-4bit"]
     own = normalize_spec({**SPEC, "pack": "p", "text_encoder": "org/other"})
     own = validate_spec(own, [_worker(["text_encoder", *ALL], {})])  # the pack's own tower wins
-    assert own["text_encoder"] == "pack" and plan_render(own, "r")[0]["params"]["needs"] == ["text_encoder", "connector"]
+    assert own.text_encoder == "pack" and plan_render(own, "r")[0]["params"]["needs"] == ["text_encoder", "connector"]
 
 
 def test_no_live_worker_holding_the_encoder_refuses_in_one_line():

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from coordinator.plan.guidance import GuidedRule
 from coordinator.plan.resolved import RenderPlan
 
+if TYPE_CHECKING:
+    from coordinator.plan.build import Prompt
+
 Check = Callable[[RenderPlan, "PackFacts"], "dict | None"]
 Picked = Callable[[RenderPlan], bool]
+Build = Callable[["Recipe", RenderPlan, "Prompt"], list[dict]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +46,14 @@ class Recipe:
     """One recipe as data. `pipeline`: the spec's `pipeline` value it runs under; `flag`: how a user
     picks it; `picked`: whether a spec under that pipeline asks for it (the registry tries recipes in
     order); `fields`: the spec fields that are its own; `components`: the pack components its default
-    render loads; `check`: its own rules (one line each), returning what they resolve."""
+    render loads; `check`: its own rules (one line each), returning what they resolve; `builds`: its graph
+    after the prompt's text task, composed of the shared blocks (`plan/build.py`)."""
 
     name: str
     purpose: str
     upstream: str
     flag: str
+    builds: Build
     pipeline: str = "distilled"
     picked: Picked = _always
     fields: tuple[str, ...] = ()
@@ -58,6 +65,10 @@ class Recipe:
     video: bool = True  # a video stream and picture (False: the audio track alone, T2A)
     dits: tuple[str, ...] = ("transformer", "spatial_upscaler")  # its stages' DiTs and upsampler (pack components)
     default_spec: Mapping = field(default_factory=dict)  # fields beside the base spec for its default render
+
+    def build(self, spec: RenderPlan, prompt: Prompt) -> list[dict]:
+        """The render's graph after its prompt's text task (validated: the recipe's modifiers are ones it takes)."""
+        return self.builds(self, spec, prompt)
 
     @property
     def guided(self) -> bool:

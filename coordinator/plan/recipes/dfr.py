@@ -7,6 +7,7 @@ Its rules (canvas length, the pack's features, the epilogue's sizes, the detaili
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_video
 from coordinator.plan.dfr import dfr_on
 from coordinator.plan.recipes.base import Recipe
 from coordinator.plan.resolved import RenderPlan
@@ -17,6 +18,7 @@ def _picked(spec: RenderPlan) -> bool:
 
 
 DFR = Recipe(
+    builds=build_video,
     name="dfr",
     purpose="LTX-2.5 long renders: stages on a padded canvas with keyframe slots, temporal rounds x2 in time "
             "(tiles chained, each pinned on the one before), an optional x2 spatial epilogue",

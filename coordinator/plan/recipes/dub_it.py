@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_video
 from coordinator.plan.control import check_reference
 from coordinator.plan.graph import SpecError
 from coordinator.plan.recipes.base import PackFacts, Recipe
@@ -24,6 +25,7 @@ def _picked(spec: RenderPlan) -> bool:
 
 
 DUB_IT = Recipe(
+    builds=build_video,
     name="dub-it",
     purpose="Dub-It (LipDub): the reference clip encoded at each stage's size, its track as stage 1's audio "
             "reference, the LoRA in both stages",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_clip
 from coordinator.plan.clip import layout
 from coordinator.plan.graph import SpecError, latent_frames
 from coordinator.plan.recipes.base import PackFacts, Recipe
@@ -29,6 +30,7 @@ def _picked(spec: RenderPlan) -> bool:
 
 
 EXTEND = Recipe(
+    builds=build_clip,
     name="extend",
     purpose="add 8N frames after (or before) a clip: its 25 boundary frames and their audio pinned, distilled 8+3 "
             "steps, the whole clip decoded once",

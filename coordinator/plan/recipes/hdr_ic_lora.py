@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_hdr
 from coordinator.plan.graph import SpecError
 from coordinator.plan.media import encode_tile_sizes
 from coordinator.plan.recipes.base import PackFacts, Recipe
@@ -34,6 +35,7 @@ def _picked(spec: RenderPlan) -> bool:
 
 
 HDR_IC_LORA = Recipe(
+    builds=build_hdr,
     name="hdr-ic-lora",
     purpose="an SDR clip graded to HDR: ACEScct codes encoded in tiles, one 8-step stage with the pack's HDR LoRA "
             "and seam keyframes, then an HLG master and ACEScg EXR",

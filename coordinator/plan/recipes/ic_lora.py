@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_video
 from coordinator.plan.control import check_reference
 from coordinator.plan.recipes.base import PackFacts, Recipe
 from coordinator.plan.resolved import RenderPlan
@@ -21,6 +22,7 @@ def _picked(spec: RenderPlan) -> bool:
 
 
 IC_LORA = Recipe(
+    builds=build_video,
     name="ic-lora",
     purpose="IC-LoRA control: the control clip encoded at stage 1's size over the LoRA's downscale, the IC-LoRA "
             "fused in stage 1 with its reference tokens, a clean stage 2",

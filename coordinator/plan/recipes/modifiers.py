@@ -23,7 +23,13 @@ GUIDED = (ONE_STAGE, TWO_STAGE, HQ)
 # `--stg-blocks` is the audio's there); the others shape the video's guidance or the joint passes.
 AUDIO_KNOBS = ("steps", "negative_prompt", "audio_cfg_scale", "audio_stg_scale", "audio_rescale", "stg_blocks",
                "audio_skip_step")
+# The audio's guidance scales apart from the steps they share: a frozen track (A2V) takes none of them.
+AUDIO_SCALES = ("audio_cfg_scale", "audio_stg_scale", "audio_rescale")
+SHARED_KNOBS = tuple(k for k in AUDIO_KNOBS if k not in AUDIO_SCALES)
+VIDEO_KNOBS = tuple(k for k in KNOBS if k not in (*AUDIO_KNOBS, "stage2_steps", "audio_modality_scale"))
+AUDIO_GUIDANCE = ("--audio-cfg-scale … (audio guidance)", "--audio-modality-scale")
 CHUNK_FIELDS = ("chunked", "chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
+TRAINED_WITH = "the IC-LoRA the clip was trained with: --ic-lora FILE STRENGTH"
 DFR_STAGES = ("--dfr", "--temporal-upscalings", "--spatial-upscalings 2")  # what makes a render DFR's
 
 
@@ -66,8 +72,10 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--hdr-ic-lora", "an SDR clip graded to HDR", ("hdr_ic_lora",), (HDR,), selects=HDR),
     Modifier("--retake", "regenerate a window of a clip", ("retake",), (RETAKE,), selects=RETAKE),
     Modifier("--extend", "continue a clip", ("extend",), (RETAKE, EXTEND), selects=EXTEND),
-    Modifier("--control-video", "an IC-LoRA control clip", ("control_video",), (IC_LORA,), selects=IC_LORA),
-    Modifier("--dub", "Dub-It's reference clip", ("dub_video",), (DUB_IT,), selects=DUB_IT),
+    Modifier("--control-video", "an IC-LoRA control clip", ("control_video",), (IC_LORA,), selects=IC_LORA,
+             needs=("--ic-lora",), rule=TRAINED_WITH),
+    Modifier("--dub", "Dub-It's reference clip", ("dub_video",), (DUB_IT,), selects=DUB_IT, needs=("--ic-lora",),
+             rule=TRAINED_WITH),
     Modifier("--dfr", "DFR at 0 temporal rounds (its canvas, slots, keyframes)", ("dfr",), (DFR, IC_LORA, DUB_IT),
              selects=DFR),
     # modifiers
@@ -77,7 +85,8 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("a source video", "a clip the render encodes", ("source_video",), _except(IC_LORA, DUB_IT, HDR)),
     Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, EXTEND, HDR)),
     Modifier("--audio", "an audio track to generate video for (A2V; the track is frozen)", ("audio_input",),
-             (DISTILLED, ONE_STAGE, TWO_STAGE, DFR)),
+             (DISTILLED, ONE_STAGE, TWO_STAGE, DFR), excludes=AUDIO_GUIDANCE,
+             rule="the track is frozen: no audio guidance"),
     Modifier("--enhance-prompt", "the prompt rewritten by the text encoder's Gemma 3 before it is encoded",
              ("enhance_prompt",), (*_except(HDR), T2A)),
     Modifier("--lora", "user LoRAs on every DiT task", ("loras",), (*_except(HDR), T2A)),
@@ -90,9 +99,12 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--stage2-sigmas", "stage 2's sigma table", ("stage2_sigmas",), _except(ONE_STAGE)),
     Modifier("--stage2-steps", "the last N steps of stage 2's table", ("stage2_steps",), (TWO_STAGE, HQ)),
     Modifier("--cfg-scale … (guidance)", "the video's and the joint passes' guidance, --stage1-steps, APG",
-             tuple(k for k in KNOBS if k != "stage2_steps" and k not in AUDIO_KNOBS), GUIDED),
-    Modifier("--steps … (audio guidance)", "steps, the negative prompt and the audio's guidance scales",
-             AUDIO_KNOBS, (*GUIDED, T2A)),
+             VIDEO_KNOBS, GUIDED),
+    Modifier("--audio-modality-scale", "the audio stream's modality guidance (it reads the video)",
+             ("audio_modality_scale",), GUIDED),
+    Modifier("--steps … (steps)", "steps, the negative prompt, the STG blocks and the audio's skip step",
+             SHARED_KNOBS, (*GUIDED, T2A)),
+    Modifier("--audio-cfg-scale … (audio guidance)", "the audio's guidance scales", AUDIO_SCALES, (*GUIDED, T2A)),
     Modifier("--segment", "a prompt per moment (Prompt Relay: each segment's text held to its seconds)",
              ("segments",), (DISTILLED, *GUIDED)),
     Modifier("--relay-epsilon … (relay)", "Prompt Relay's falloff and strength", ("relay_epsilon", "relay_strength"),
@@ -159,11 +171,12 @@ def refusal(recipe: Recipe, spec: RenderPlan) -> str | None:
             return f"{flag} and {recipe.flag} are two recipes: give one"
         takers = ", ".join(mod.recipes)
         return f"{flag} does not apply to the {recipe.name} recipe ({recipe.flag}); it applies to: {takers}"
-    given = {mod.flag for mod in on}
+    by_flag = {mod.flag: mod for mod in on}
+    given = set(by_flag)
     for mod in on:
-        clash = next((f for f in mod.excludes if f in given), None)
+        clash = next((by_flag[f] for f in mod.excludes if f in by_flag), None)
         if clash is not None:
-            return f"{given_flag(mod, spec)} and {clash} do not compose ({mod.rule})"
+            return f"{given_flag(mod, spec)} and {given_flag(clash, spec)} do not compose ({mod.rule})"
         if mod.needs and not given & set(mod.needs):
             return f"{given_flag(mod, spec)} needs one of {', '.join(mod.needs)} ({mod.rule})"
     return None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_video
 from coordinator.plan.guidance import DEV_ONE_STAGE
 from coordinator.plan.recipes.base import Recipe
 from coordinator.plan.recipes.guided import guided_check
 
 ONE_STAGE = Recipe(
+    builds=build_video,
     name="one-stage",
     purpose="the dev DiT at full size with CFG/STG/modality guidance, each pass on its own Mac; no upsample",
     upstream="ltx-pipelines 1.0.0 TI2VidOneStagePipeline (`generate --one-stage`); PIPELINES.md row 10",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from coordinator.plan.build import build_clip
 from coordinator.plan.graph import SpecError
 from coordinator.plan.recipes.base import PackFacts, Recipe
 from coordinator.plan.resolved import RenderPlan
@@ -39,6 +40,7 @@ def _picked(spec: RenderPlan) -> bool:
 
 
 RETAKE = Recipe(
+    builds=build_clip,
     name="retake",
     purpose="regenerate [start, end) seconds of a clip (and the audio over it); every token outside stays the "
             "source's: one full-size distilled stage",

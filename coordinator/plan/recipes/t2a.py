@@ -7,6 +7,7 @@ negative prompt and audio guider) is the modifier table's, the size and `--no-au
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_t2a
 from coordinator.plan.graph import SpecError
 from coordinator.plan.guidance import AUDIO_ONLY
 from coordinator.plan.recipes.base import PackFacts, Recipe
@@ -35,6 +36,7 @@ def check_t2a(spec: RenderPlan, pack: PackFacts) -> dict | None:
 
 
 T2A = Recipe(
+    builds=build_t2a,
     name="t2a",
     purpose="text-to-audio: the dev DiT's audio stream alone (no video tokens) with upstream's audio guider, "
             "each pass on its own Mac; the audio VAE + vocoder to a .wav or .m4a",

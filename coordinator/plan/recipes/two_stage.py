@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coordinator.plan.build import build_video
 from coordinator.plan.guidance import DEV
 from coordinator.plan.recipes.base import Recipe
 from coordinator.plan.recipes.guided import (
@@ -12,6 +13,7 @@ from coordinator.plan.recipes.guided import (
 )
 
 TWO_STAGE = Recipe(
+    builds=build_video,
     name="two-stage",
     purpose="guided dev stage 1 at half size, upsample, stage 2 on the dev DiT + distilled LoRA (tileable)",
     upstream="ltx-pipelines 1.0.0 TI2VidTwoStagesPipeline (`generate --two-stage`); PIPELINES.md row 11",
