@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from coordinator.early_encodes import EarlyEncodes
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.results import as_dict, check_outputs
 from coordinator.state.blobs import BlobStore
@@ -95,6 +96,7 @@ class Scheduler:
         # render)) so a completion costs one Lua call, not an HGETALL first. Redis stays the truth: a
         # miss (another coordinator leased it, an old fence) reads the task as before.
         self._leased: dict[str, tuple[int, dict, str]] = {}
+        self.early = EarlyEncodes(store, blobs, self.data_dir, fence=lambda: check_epoch(self.store))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -115,6 +117,7 @@ class Scheduler:
         self._wake_all()
         if self._expiry is not None:
             self._expiry.join(timeout)
+        self.early.stop()
         for t in list(self._threads):
             t.join(timeout)
 
@@ -281,6 +284,8 @@ class Scheduler:
         if task is not None:
             self._remember(task)
         self.wake()
+        if status in (Outcome.OK, Outcome.RENDER_READY):
+            self.early.landed(render_id, task_id)  # a decode tile's frames may now go to the encoder
         if status == Outcome.RENDER_READY:
             self.start_assembly(render_id)
         return status, "", task
@@ -395,5 +400,6 @@ class Scheduler:
         preview = self.data_dir / "previews" / f"{render_id}.png"
         spec = as_dict(render.get("spec"))
         exr_dir = out_dir / "exr" if spec.get("exr") else None  # clients fetch them (FetchOutput file=)
-        return Path(assembler.assemble_streaming(spec, get, out_dir, runs, preview, exr_dir,
-                                                 fence=lambda: check_epoch(self.store)))
+        early = self.early.finish(render_id, outputs, get, runs)  # encoded while the decode ran
+        return early or Path(assembler.assemble_streaming(spec, get, out_dir, runs, preview, exr_dir,
+                                                          fence=lambda: check_epoch(self.store)))

@@ -10,7 +10,7 @@ slices of the tiles, with the same float32 sums. Layout facts follow the referen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -198,6 +198,15 @@ def pixel_frames(latent_frames: int) -> int:
     return 1 + (latent_frames - 1) * TIME_FACTOR
 
 
+def final_frames(tiles: Sequence[DecodeTile], landed: Collection[int]) -> int:
+    """How many frames, from the first, are final once the tiles in `landed` are in: a frame is final
+    when every tile touching it is, i.e. it lies before the first start of the tiles still missing
+    (temporal overlaps blend, so a frame waits for each tile that reaches it). The blend's release rule
+    (FrameBlender) and the early encode's (coordinator/assemble/early.py) are this one."""
+    missing = [t.pixel[0][0] for t in tiles if t.index not in landed]
+    return min(missing) if missing else max((t.pixel[0][1] for t in tiles), default=0)
+
+
 def blend_window(tiles: Sequence[DecodeTile]) -> int:
     """Frames a FrameBlender holds at once: before tile i is applied, every frame below the first
     start of tiles[i:] has been released."""
@@ -274,9 +283,7 @@ class FrameBlender:
 
     def _flush(self) -> Iterator[tuple[int, np.ndarray]]:
         """Emit frames no later tile can touch; then shift the rest of the window to its start."""
-        ready = self.total_frames
-        if self._next < len(self._tiles):
-            ready = min(t.pixel[0][0] for t in self._tiles[self._next :])
+        ready = final_frames(self._tiles, range(self._next))  # applied strictly in order: tiles below _next
         for fr in range(self._emitted, ready):
             i = fr - self._emitted
             frame = self._acc[:, :, i] / np.maximum(self._wsum[i], F32(1e-8))[None, None]
