@@ -3,8 +3,8 @@
 Workers long-poll Lease; the scheduler turns that into short FarmStore.lease attempts so Redis
 stays the only source of truth (no in-memory queue to lose). A result is checked against the
 planner's params["expect"] (results.py) before it may commit: a missing blob or a wrong dtype/shape is refused
-and the task re-queued, so one bad worker cannot poison a render. When the last task commits, the
-assembler runs in a thread and the render ends done (with its mp4) or failed (with the reason).
+and the task re-queued, so one bad worker cannot poison a render. The assembler runs in a thread once
+the last task commits (a tiled decode's frames already encoded: early_encodes.py); the render ends done or failed.
 """
 
 from __future__ import annotations
@@ -201,14 +201,8 @@ class Scheduler:
         self._wait(tuple(capabilities), timeout)
         return not self._stop.is_set()
 
-    def lease(
-        self,
-        worker_id: str,
-        capabilities: list[str],
-        wait_ms: int,
-        is_active: Callable[[], bool] = lambda: True,
-        seen: bool = True,
-    ) -> dict | None:
+    def lease(self, worker_id: str, capabilities: list[str], wait_ms: int,
+              is_active: Callable[[], bool] = lambda: True, seen: bool = True) -> dict | None:
         """Poll the store until a task is leased, wait_ms passes, the caller leaves or we stop. Each poll
         is one Lua call that also marks the worker seen (seen=True: a worker asks)."""
         deadline = time.monotonic() + max(0, wait_ms) / 1000.0
@@ -284,8 +278,8 @@ class Scheduler:
         if task is not None:
             self._remember(task)
         self.wake()
-        if status in (Outcome.OK, Outcome.RENDER_READY):
-            self.early.landed(render_id, task_id)  # a decode tile's frames may now go to the encoder
+        if status in (Outcome.OK, Outcome.RENDER_READY):  # a decode tile's frames may go to the encoder
+            self.early.landed(render_id, task_id)
         if status == Outcome.RENDER_READY:
             self.start_assembly(render_id)
         return status, "", task

@@ -2,7 +2,8 @@
 (a T2A render's: render.wav, `audio_file.py`).
 
 The farm's scheduler and `farm render --local` both call `assemble_streaming` with a getter for task
-outputs, so both write the same frames. A tiled decode is blended here (blend_frames, strict tile
+outputs, so both write the same frames; the farm's early encode (`early.py`) writes them through the
+same `VideoAssembly` while the decode still runs, the same bytes. A tiled decode is blended here (blend_frames, strict tile
 order) one frame at a time from frame slices of the tiles, and every finished frame goes straight to
 the encoder, so assembly holds one frame and its sums, not a window (the coordinator's getter hands
 out decode tiles as blob-backed readers). Encoder settings are fixed so the same outputs always give the same file.

@@ -3,8 +3,8 @@
 Pure numpy. Workers decode tiles independently; tiles are applied strictly in tile order (so the
 result never depends on arrival order). FrameBlender takes whole tiles as they come and emits
 finished frames as soon as no later tile can touch them (one temporal window held); blend_frames,
-which the coordinator's assembly uses once every tile is in, builds one frame at a time from frame
-slices of the tiles, with the same float32 sums. Layout facts follow the reference
+which the coordinator's assembly uses once the tiles touching a frame are in (final_frames, one rule
+for both), builds one frame at a time from frame slices of the tiles, with the same float32 sums. Layout facts follow the reference
 (ltx-core video_vae tiling: symmetric overlaps, causal temporal split, the x8 / x32 mappings).
 """
 
@@ -319,8 +319,9 @@ def blend_frames(tiles: Sequence[DecodeTile], sources: Callable[[int], TileFrame
                  channels: int = 3) -> Iterator[tuple[int, np.ndarray]]:
     """Every frame in order, each summed from the tiles that cover it in tile order: the same float32
     sums as FrameBlender, so bit-identical, while holding one frame's accumulator and weight sum
-    instead of a temporal window's, and reading tiles a frame at a time. Needs every tile available
-    (the assembly of a finished render); sources(i) gives tile i, taken once and kept."""
+    instead of a temporal window's, and reading tiles a frame at a time. Frame fr asks sources(i) only
+    for the tiles touching it, the first time one does (taken once and kept): taking frames below
+    final_frames(tiles, landed) reads landed tiles alone (the early encode)."""
     if not tiles or [t.index for t in tiles] != list(range(len(tiles))):
         raise ValueError("tiles must be a non-empty plan numbered 0..n-1")
     height, width = max(t.pixel[1][1] for t in tiles), max(t.pixel[2][1] for t in tiles)
