@@ -89,4 +89,4 @@ class EarlyEncodes:
 
 
 def _dropped(encode: EarlyEncode) -> bool:
-    return not encode.is_alive() and encode.written < encode.total
+    return not encode.is_alive() and not encode.complete

@@ -63,7 +63,8 @@ class EarlyEncode(threading.Thread):
         self.written, self.error = 0, None
         self.read_shas: dict[int, str] = {}  # the blobs the frames were blended from
         self._landed: dict[int, str] = {}
-        self._wake, self._halt = threading.Event(), threading.Event()
+        self._wake, self._halt, self._finishing = threading.Event(), threading.Event(), threading.Event()
+        self.complete = False  # every frame written and `finish` called: the mp4 is finish's to publish
         self.assembly: VideoAssembly | None = None
 
     def poke(self) -> None:
@@ -80,14 +81,16 @@ class EarlyEncode(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - the final assembly starts over from the task outputs
             log.warning("early encode of %s stopped: %s; the assembly starts over", self.out_dir.name, exc)
             self.error = exc
-        if self.written < self.total and self.assembly is not None:
+        if not self.complete and self.assembly is not None:
             self.assembly.abandon()
 
     def _stream(self) -> None:
+        """Write frames as they become final; once all are written, wait for `finish` (or the render's end
+        elsewhere: a render cancelled, or assembled by another leader, drops the encode and its files)."""
         self.assembly = VideoAssembly(self.spec, self.out_dir, preview=self.preview, exr_dir=self.exr_dir,
                                       fence=self.fence)
         frames = tile_frames(self.tiles, self._source)
-        while self.written < self.total and not self._halt.is_set():
+        while not self._halt.is_set():
             outputs = self.outputs()
             if outputs is None:
                 return
@@ -95,9 +98,11 @@ class EarlyEncode(threading.Thread):
             for _ in range(self.written, final_frames(self.tiles, self._landed)):
                 self.assembly.add(next(frames))
                 self.written += 1
-            if self.written < self.total:
-                self._wake.wait(self.interval_s)
-                self._wake.clear()
+            if self.written == self.total and self._finishing.is_set():
+                self.complete = True
+                return
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
 
     def _source(self, index: int) -> TileFrames:
         self.read_shas[index] = self._landed[index]
@@ -106,9 +111,10 @@ class EarlyEncode(threading.Thread):
     def finish(self, final: dict[str, dict[str, str]], get: OutputGetter, runs: list[dict] | None) -> Path | None:
         """Wait for the last frames, then mux the audio and publish; None (the encode dropped) when it did
         not reach the end or read a tile other than the render's final one."""
+        self._finishing.set()
         self.poke()
         self.join()
-        if self.assembly is None or self.written < self.total or self.read_shas != landed(self.tiles, final):
+        if not self.complete or self.assembly is None or self.read_shas != landed(self.tiles, final):
             if self.assembly is not None:
                 self.assembly.abandon()
             return None

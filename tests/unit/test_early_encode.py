@@ -66,13 +66,13 @@ class Landing:
     """The render's task outputs as the early encode polls them: one more decode tile per poll, in the
     order given (the decode tiles are blobs named by their index here)."""
 
-    def __init__(self, order: list[int], audio: dict) -> None:
-        self.order, self.audio, self.polls = order, audio, 0
+    def __init__(self, order: list[int]) -> None:
+        self.order, self.polls, self.early, self.written = order, 0, None, []
 
     def __call__(self) -> dict:
         self.polls += 1
-        outputs = {tile_task_name(i): {"pixels": f"sha{i}"} for i in self.order[: self.polls]}
-        return outputs | ({"audio": {}} if self.polls < len(self.order) else {})
+        self.written.append(self.early.written if self.early else 0)  # frames written before this poll
+        return {tile_task_name(i): {"pixels": f"sha{i}"} for i in self.order[: self.polls]}
 
 
 def _outputs(tiles, seed: int = 2) -> tuple[list[np.ndarray], dict]:
@@ -97,11 +97,13 @@ def test_frames_streamed_as_tiles_land_give_the_all_at_once_mp4(tmp_path: Path) 
     get = lambda name, out: arrays.get(name, {}).get(out)  # noqa: E731
     whole = assemble_streaming(spec, get, tmp_path / "whole", exr_dir=tmp_path / "whole" / "exr")
     order = [6, 7, 0, 1, 2, 3, 5, 4]  # out of order: frames wait for the tiles touching them
-    early = _early(spec, tmp_path / "early", pixels, Landing(order, {}))
+    landing = Landing(order)
+    early = landing.early = _early(spec, tmp_path / "early", pixels, landing)
     early.start()
     final = {tile_task_name(i): {"pixels": f"sha{i}"} for i in range(len(tiles))}
     streamed = early.finish(final, get, [])
     assert streamed is not None and early.written == 49
+    assert landing.written[7] == 8  # before the last tile: frames 0..7 (tiles 0-3 only) were encoded
     assert _sha(streamed) == _sha(whole)
     for exr in sorted((tmp_path / "whole" / "exr").glob("frame_*.exr")):
         assert _sha(exr) == _sha(tmp_path / "early" / "exr" / exr.name)
@@ -114,7 +116,7 @@ def test_a_tile_run_again_or_a_stopped_render_drops_the_early_encode(tmp_path: P
     tiles = streamed_tiles(spec)
     pixels, arrays = _outputs(tiles)
     get = lambda name, out: arrays.get(name, {}).get(out)  # noqa: E731
-    early = _early(spec, tmp_path / "rerun", pixels, Landing(list(range(len(tiles))), {}))
+    early = _early(spec, tmp_path / "rerun", pixels, Landing(list(range(len(tiles)))))
     early.start()
     final = {tile_task_name(i): {"pixels": f"sha{i}"} for i in range(len(tiles))} | {"decode.t2": {"pixels": "sha9"}}
     assert early.finish(final, get, []) is None  # blended from a blob the render no longer holds
