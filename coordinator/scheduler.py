@@ -3,8 +3,8 @@
 Workers long-poll Lease; the scheduler turns that into short FarmStore.lease attempts so Redis
 stays the only source of truth (no in-memory queue to lose). A result is checked against the
 planner's params["expect"] (results.py) before it may commit: a missing blob or a wrong dtype/shape is refused
-and the task re-queued, so one bad worker cannot poison a render. When the last task commits, the
-assembler runs in a thread and the render ends done (with its mp4) or failed (with the reason).
+and the task re-queued, so one bad worker cannot poison a render. The assembler runs in a thread once
+the last task commits (a tiled decode's frames already encoded: early_encodes.py); the render ends done or failed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from coordinator.early_encodes import EarlyEncodes
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.results import as_dict, check_outputs
 from coordinator.state.blobs import BlobStore
@@ -95,6 +96,7 @@ class Scheduler:
         # render)) so a completion costs one Lua call, not an HGETALL first. Redis stays the truth: a
         # miss (another coordinator leased it, an old fence) reads the task as before.
         self._leased: dict[str, tuple[int, dict, str]] = {}
+        self.early = EarlyEncodes(store, blobs, self.data_dir, fence=lambda: check_epoch(self.store))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -115,6 +117,7 @@ class Scheduler:
         self._wake_all()
         if self._expiry is not None:
             self._expiry.join(timeout)
+        self.early.stop()
         for t in list(self._threads):
             t.join(timeout)
 
@@ -198,14 +201,8 @@ class Scheduler:
         self._wait(tuple(capabilities), timeout)
         return not self._stop.is_set()
 
-    def lease(
-        self,
-        worker_id: str,
-        capabilities: list[str],
-        wait_ms: int,
-        is_active: Callable[[], bool] = lambda: True,
-        seen: bool = True,
-    ) -> dict | None:
+    def lease(self, worker_id: str, capabilities: list[str], wait_ms: int,
+              is_active: Callable[[], bool] = lambda: True, seen: bool = True) -> dict | None:
         """Poll the store until a task is leased, wait_ms passes, the caller leaves or we stop. Each poll
         is one Lua call that also marks the worker seen (seen=True: a worker asks)."""
         deadline = time.monotonic() + max(0, wait_ms) / 1000.0
@@ -281,6 +278,8 @@ class Scheduler:
         if task is not None:
             self._remember(task)
         self.wake()
+        if status in (Outcome.OK, Outcome.RENDER_READY):  # a decode tile's frames may go to the encoder
+            self.early.landed(render_id, task_id)
         if status == Outcome.RENDER_READY:
             self.start_assembly(render_id)
         return status, "", task
@@ -395,5 +394,6 @@ class Scheduler:
         preview = self.data_dir / "previews" / f"{render_id}.png"
         spec = as_dict(render.get("spec"))
         exr_dir = out_dir / "exr" if spec.get("exr") else None  # clients fetch them (FetchOutput file=)
-        return Path(assembler.assemble_streaming(spec, get, out_dir, runs, preview, exr_dir,
-                                                 fence=lambda: check_epoch(self.store)))
+        early = self.early.finish(render_id, outputs, get, runs)  # encoded while the decode ran
+        return early or Path(assembler.assemble_streaming(spec, get, out_dir, runs, preview, exr_dir,
+                                                          fence=lambda: check_epoch(self.store)))

@@ -2,7 +2,8 @@
 (a T2A render's: render.wav, `audio_file.py`).
 
 The farm's scheduler and `farm render --local` both call `assemble_streaming` with a getter for task
-outputs, so both write the same frames. A tiled decode is blended here (blend_frames, strict tile
+outputs, so both write the same frames; the farm's early encode (`early.py`) writes them through the
+same `VideoAssembly` while the decode still runs, the same bytes. A tiled decode is blended here (blend_frames, strict tile
 order) one frame at a time from frame slices of the tiles, and every finished frame goes straight to
 the encoder, so assembly holds one frame and its sums, not a window (the coordinator's getter hands
 out decode tiles as blob-backed readers). Encoder settings are fixed so the same outputs always give the same file.
@@ -41,6 +42,7 @@ from ltx_engine.rules.decode_tiling import TileFrames, blend_frames, frame_bytes
 
 VIDEO_CODEC = "libx264"
 F32 = np.float32
+AUDIO_LATER = -1  # Mp4Writer's audio_rate when the track is decided after the first frames (open_audio)
 
 # (task name within the render, e.g. "decode.t3", output name) → the array, or None when absent.
 OutputGetter = Callable[[str, str], "np.ndarray | None"]
@@ -87,7 +89,7 @@ def write_exr(path: Path, frame: np.ndarray, colorspace: str = color.EXR_COLORSP
 class Mp4Writer:
     """Streams frames (and, at the end, audio) into an mp4 file."""
 
-    def __init__(self, path: Path, *, width: int, height: int, fps: float, audio_rate: int | None):
+    def __init__(self, path: Path, *, width: int, height: int, fps: float, audio_rate: int | None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._container = av.open(str(self.path), mode="w", format="mp4")
@@ -97,26 +99,51 @@ class Mp4Writer:
         self._video.pix_fmt = "yuv420p"
         self._video.options = {"crf": "18", "preset": "medium", "threads": "1"}
         self._audio = None
+        self._held: list | None = []  # video packets held until the audio track is decided
+        self.frames_written = 0
+        if audio_rate != AUDIO_LATER:
+            self.open_audio(audio_rate)
+
+    @property
+    def audio_pending(self) -> bool:
+        return self._held is not None
+
+    def open_audio(self, audio_rate: int | None) -> None:
+        """Decide the audio track (None: none) and mux the video packets held until now. The container's
+        header is written at its first mux, so a track added here, after frames were encoded, gives the
+        same bytes as one added at the start (a test holds the two against each other)."""
+        if self._held is None:
+            raise RuntimeError("the audio track is already decided")
         if audio_rate:
             self._audio = self._container.add_stream(AUDIO_CODEC, rate=audio_rate)
             self._audio.layout = "stereo"
-        self.frames_written = 0
+        held, self._held = self._held, None
+        self._mux(held)
+
+    def _mux(self, packets: list) -> None:
+        if self._held is not None:
+            self._held.extend(packets)
+            return
+        for packet in packets:
+            self._container.mux(packet)
 
     def write_frame(self, frame: np.ndarray) -> None:
         image = to_uint8(frame) if frame.dtype != np.uint8 else frame
         video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
-        for packet in self._video.encode(video_frame):
-            self._container.mux(packet)
+        self._mux(self._video.encode(video_frame))
         self.frames_written += 1
 
     def write_audio(self, waveform: np.ndarray, sample_rate: int) -> None:
         """waveform (channels, samples) float in [-1, 1]; mono is duplicated to stereo."""
+        if self._held is not None:
+            raise RuntimeError("open_audio first: the audio track is not decided")
         if self._audio is not None:
             encode_waveform(self._container, self._audio, waveform, sample_rate)
 
     def close(self) -> None:
-        for packet in self._video.encode():
-            self._container.mux(packet)
+        if self._held is not None:
+            self.open_audio(None)
+        self._mux(self._video.encode())
         if self._audio is not None:
             for packet in self._audio.encode():
                 self._container.mux(packet)
@@ -197,6 +224,97 @@ def decoded_frames(plan: RenderPlan, get: OutputGetter, prefix: str = "") -> tup
     return frames, {"decode_tiles": len(tiles), "window_frames": 1, "window_bytes": frame_bytes(tiles)}
 
 
+def render_audio(get: OutputGetter) -> tuple[np.ndarray | None, int | None]:
+    """The render's waveform and its sample rate, (None, None) when it has no audio."""
+    waveform, rate = get("audio", "waveform"), get("audio", "sample_rate")
+    if waveform is None or rate is None:
+        return None, None
+    return waveform, int(rate.reshape(-1)[0])
+
+
+class VideoAssembly:
+    """One render's mp4 (+ EXR frames, HLG master, previews) written a frame at a time, then finished
+    with its audio and metadata. The whole render's assembly (`assemble_streaming`) and the farm's early
+    encode (assemble/early.py: frames written as they become final while the decode still runs, the
+    audio track decided at the end) both write through this, so their files are the same bytes."""
+
+    def __init__(self, spec: dict, out_dir: Path, *, audio_rate: int | None = AUDIO_LATER,
+                 preview: Path | None = None, exr_dir: Path | None = None, fence: Fence | None = None) -> None:
+        self.spec, self.staged, self.out_dir = spec, Staged(fence), Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.exr_dir = None if exr_dir is None else Path(exr_dir)
+        if self.exr_dir is not None:
+            self.exr_dir.mkdir(parents=True, exist_ok=True)
+        self.fps = float(spec.get("output_fps") or spec["frame_rate"])
+        self.started, self.memory = time.perf_counter(), PeakMemory().__enter__()
+        self.writer = Mp4Writer(self.staged.part(self.out_dir / "render.mp4"), width=spec["width"],
+                                height=spec["height"], fps=self.fps, audio_rate=audio_rate)
+        self.thumbs = PreviewWriter(preview, int(spec.get("output_frames") or spec["frames"])) if preview else None
+        self.sides = SideOutputs(spec, self.staged, self.out_dir, self.exr_dir, self.fps)
+        self._open = True
+
+    def add(self, frame: np.ndarray) -> None:
+        index = self.writer.frames_written
+        self.writer.write_frame(frame)
+        if self.thumbs is not None:
+            self.thumbs.add(frame)
+        self.sides.add(index, frame)
+
+    def close(self) -> None:
+        """Close the files (idempotent); an unfinished assembly's part files are left for the next."""
+        if not self._open:
+            return
+        self._open = False
+        try:
+            self.writer.close()
+        finally:
+            if self.thumbs is not None:
+                self.thumbs.close()
+            self.sides.close()
+            self.memory.__exit__(None, None, None)
+
+    def abandon(self) -> None:
+        """Close and remove this assembly's hidden part files: it will not be finished."""
+        self.close()
+        for path in (self.out_dir / "render.mp4", self.sides.hlg_path):
+            if path is not None:
+                self.staged.part(path).unlink(missing_ok=True)
+
+    def finish(self, get: OutputGetter, runs: list[dict] | None, decode_info: dict) -> Path:
+        """The audio (fitted to the frames written) muxed at the end, the files published, render.json
+        written beside them; returns the mp4."""
+        waveform, rate = render_audio(get)
+        try:
+            if self.writer.audio_pending:
+                self.writer.open_audio(rate)
+            if waveform is not None and rate:
+                waveform = fit_audio(waveform, rate, self.writer.frames_written, self.fps)
+                self.writer.write_audio(waveform, rate)
+        finally:
+            self.close()
+        mp4 = self.staged.publish(self.out_dir / "render.mp4")
+        self.sides.publish()
+        self._write_metadata(mp4, waveform, rate, runs, decode_info)
+        return mp4
+
+    def _write_metadata(self, mp4: Path, waveform: np.ndarray | None, rate: int | None, runs: list[dict] | None,
+                        decode_info: dict) -> None:
+        frames, spec = self.writer.frames_written, self.spec
+        assembly = {"seconds": round(time.perf_counter() - self.started, 3), "peak_traced_bytes": self.memory.peak,
+                    "window_bytes": decode_info["window_bytes"],
+                    "clip_bytes": frames * spec["height"] * spec["width"] * 3 * 4, **decode_info}
+        audio = None if waveform is None else {"sample_rate": rate, "samples": int(waveform.shape[-1]),
+                                               "seconds": round(waveform.shape[-1] / rate, 4)}
+        outputs = {"mp4": str(mp4), "exr_dir": str(self.exr_dir) if self.exr_dir else None,
+                   "exr_frames": frames if self.exr_dir else 0,
+                   "hlg_mp4": str(self.sides.hlg_path) if self.sides.hlg_path else None}
+        meta = build_metadata(spec, frames=frames, fps=self.fps, audio=audio, assembly=assembly,
+                              runs=runs or [], outputs=outputs)
+        for folder in (self.out_dir, self.exr_dir) if self.exr_dir is not None else (self.out_dir,):
+            write_metadata(self.staged.part(folder / "render.json"), meta)
+            self.staged.publish(folder / "render.json")
+
+
 def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[dict] | None = None,
                        preview: Path | None = None, exr_dir: Path | None = None, fence: Fence | None = None) -> Path:
     """Write render.mp4 (+ EXR frames into exr_dir when given) and render.json next to each; returns the
@@ -208,51 +326,16 @@ def assemble_streaming(spec: dict, get: OutputGetter, out_dir: Path, runs: list[
     thumbnail of the latest finished frame goes (and its contact strip beside it); fence: checked before
     each file is published (Staged).
     """
-    staged = Staged(fence)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     if not recipe_for(RenderPlan.from_stored(spec)).video:  # T2A: the waveform alone, as a WAV (assemble/audio_file.py)
-        return assemble_audio(spec, get, out_dir, runs, staged.part, staged.publish)
-    if exr_dir is not None:
-        exr_dir = Path(exr_dir)
-        exr_dir.mkdir(parents=True, exist_ok=True)
-    height, width = spec["height"], spec["width"]
-    fps = float(spec.get("output_fps") or spec["frame_rate"])
-    waveform, rate = get("audio", "waveform"), get("audio", "sample_rate")
-    rate = int(rate.reshape(-1)[0]) if waveform is not None and rate is not None else None
-    started = time.perf_counter()
-    with PeakMemory() as memory:
+        staged = Staged(fence)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        return assemble_audio(spec, get, Path(out_dir), runs, staged.part, staged.publish)
+    assembly = VideoAssembly(spec, out_dir, audio_rate=render_audio(get)[1], preview=preview, exr_dir=exr_dir,
+                             fence=fence)
+    try:
         frames, decode_info = video_frames(spec, get)
-        writer = Mp4Writer(staged.part(out_dir / "render.mp4"), width=width, height=height, fps=fps, audio_rate=rate)
-        thumbs = PreviewWriter(preview, int(spec.get("output_frames") or spec["frames"])) if preview else None
-        sides = SideOutputs(spec, staged, out_dir, exr_dir, fps)
-        try:
-            for index, frame in enumerate(frames):
-                writer.write_frame(frame)
-                if thumbs is not None:
-                    thumbs.add(frame)
-                sides.add(index, frame)
-            if waveform is not None and rate:
-                waveform = fit_audio(waveform, rate, writer.frames_written, fps)
-                writer.write_audio(waveform, rate)
-        finally:
-            writer.close()
-            if thumbs is not None:
-                thumbs.close()
-            sides.close()
-        mp4 = staged.publish(out_dir / "render.mp4")
-        sides.publish()
-    assembly = {"seconds": round(time.perf_counter() - started, 3), "peak_traced_bytes": memory.peak,
-                "window_bytes": decode_info["window_bytes"],
-                "clip_bytes": writer.frames_written * height * width * 3 * 4, **decode_info}
-    audio = None if waveform is None else {"sample_rate": rate, "samples": int(waveform.shape[-1]),
-                                           "seconds": round(waveform.shape[-1] / rate, 4)}
-    outputs = {"mp4": str(mp4), "exr_dir": str(exr_dir) if exr_dir else None,
-               "exr_frames": writer.frames_written if exr_dir else 0,
-               "hlg_mp4": str(sides.hlg_path) if sides.hlg_path else None}
-    meta = build_metadata(spec, frames=writer.frames_written, fps=fps, audio=audio, assembly=assembly,
-                          runs=runs or [], outputs=outputs)
-    for folder in (out_dir, exr_dir) if exr_dir is not None else (out_dir,):
-        write_metadata(staged.part(folder / "render.json"), meta)
-        staged.publish(folder / "render.json")
-    return mp4
+        for frame in frames:
+            assembly.add(frame)
+        return assembly.finish(get, runs, decode_info)
+    finally:
+        assembly.close()

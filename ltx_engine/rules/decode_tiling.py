@@ -3,14 +3,14 @@
 Pure numpy. Workers decode tiles independently; tiles are applied strictly in tile order (so the
 result never depends on arrival order). FrameBlender takes whole tiles as they come and emits
 finished frames as soon as no later tile can touch them (one temporal window held); blend_frames,
-which the coordinator's assembly uses once every tile is in, builds one frame at a time from frame
-slices of the tiles, with the same float32 sums. Layout facts follow the reference
+which the coordinator's assembly uses once the tiles touching a frame are in (final_frames, one rule
+for both), builds one frame at a time from frame slices of the tiles, with the same float32 sums. Layout facts follow the reference
 (ltx-core video_vae tiling: symmetric overlaps, causal temporal split, the x8 / x32 mappings).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -198,6 +198,15 @@ def pixel_frames(latent_frames: int) -> int:
     return 1 + (latent_frames - 1) * TIME_FACTOR
 
 
+def final_frames(tiles: Sequence[DecodeTile], landed: Collection[int]) -> int:
+    """How many frames, from the first, are final once the tiles in `landed` are in: a frame is final
+    when every tile touching it is, i.e. it lies before the first start of the tiles still missing
+    (temporal overlaps blend, so a frame waits for each tile that reaches it). The blend's release rule
+    (FrameBlender) and the early encode's (coordinator/assemble/early.py) are this one."""
+    missing = [t.pixel[0][0] for t in tiles if t.index not in landed]
+    return min(missing) if missing else max((t.pixel[0][1] for t in tiles), default=0)
+
+
 def blend_window(tiles: Sequence[DecodeTile]) -> int:
     """Frames a FrameBlender holds at once: before tile i is applied, every frame below the first
     start of tiles[i:] has been released."""
@@ -274,9 +283,7 @@ class FrameBlender:
 
     def _flush(self) -> Iterator[tuple[int, np.ndarray]]:
         """Emit frames no later tile can touch; then shift the rest of the window to its start."""
-        ready = self.total_frames
-        if self._next < len(self._tiles):
-            ready = min(t.pixel[0][0] for t in self._tiles[self._next :])
+        ready = final_frames(self._tiles, range(self._next))  # applied strictly in order: tiles below _next
         for fr in range(self._emitted, ready):
             i = fr - self._emitted
             frame = self._acc[:, :, i] / np.maximum(self._wsum[i], F32(1e-8))[None, None]
@@ -312,8 +319,9 @@ def blend_frames(tiles: Sequence[DecodeTile], sources: Callable[[int], TileFrame
                  channels: int = 3) -> Iterator[tuple[int, np.ndarray]]:
     """Every frame in order, each summed from the tiles that cover it in tile order: the same float32
     sums as FrameBlender, so bit-identical, while holding one frame's accumulator and weight sum
-    instead of a temporal window's, and reading tiles a frame at a time. Needs every tile available
-    (the assembly of a finished render); sources(i) gives tile i, taken once and kept."""
+    instead of a temporal window's, and reading tiles a frame at a time. Frame fr asks sources(i) only
+    for the tiles touching it, the first time one does (taken once and kept): taking frames below
+    final_frames(tiles, landed) reads landed tiles alone (the early encode)."""
     if not tiles or [t.index for t in tiles] != list(range(len(tiles))):
         raise ValueError("tiles must be a non-empty plan numbered 0..n-1")
     height, width = max(t.pixel[1][1] for t in tiles), max(t.pixel[2][1] for t in tiles)
