@@ -17,6 +17,9 @@ With `--audio` (A2V) each window is generated to the track's slice for its own f
 as A2V freezes it (`plan/media.py`'s `frozen_track`) instead of the carried pin, and `audio` encodes the
 source track's window of the whole clip (what the output muxes, as A2V's does).
 With `--segment`, a window's stages read a text task of its own segments (`plan/relay.py`'s `window_texts`).
+IC-LoRA control / Dub-It: each window's stages take the control clip's / reference's slice for its own frames
+(A2V's slice rule, `ChunkLayout.source_frames`), encoded at the window's length (`w{k}.control`, `w{k}.dub_s1`…;
+Dub-It's track from the window's start), as `plan/control.py`'s `reference`; the carry pinned beside it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Protocol
 
 from coordinator.plan import sparse
 from coordinator.plan.clip import audio_pin_task, pinned_stage1, pinned_stage2
+from coordinator.plan.control import reference
 from coordinator.plan.decode import DECODE, decode_tile_plan, plan_decode, tile_task_name
 from coordinator.plan.fleet import Fleet
 from coordinator.plan.graph import (
@@ -232,9 +236,12 @@ def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Win
     cond2 = _with(cond2, images, "s2")  # a one-stage recipe encodes its keyframes at its one size alone
     cond1 = _with(cond1, images, "s1") if two_stage else cond1
     if negative is None:
-        tasks += [] if track is None else [track]
-        tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec), audio))
-        tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec), audio)
+        clip = reference(wid, view, lay.source_frames(window)[0])  # IC-LoRA / Dub-It: the window's slice
+        tasks += [*([] if track is None else [track]), *([] if clip is None else clip.tasks)]
+        tasks.append(pinned_stage1(wid, view, window.frames, ctx, cond1, pin, sparse.stage1_params(spec), audio,
+                                   clip))
+        tasks += pinned_stage2(wid, view, window.frames, ctx, cond2, sparse.stage2_params(spec), audio,
+                               reference=clip)
     else:
         tasks += _guided_stages(wid, spec, view, window, ctx, (cond1, cond2), pin, recipe, negative, track)
     final = "stage2" if two_stage else "stage1"

@@ -18,6 +18,7 @@ new latents to the source's (`source_encode`, `source_audio`) and the whole clip
 from __future__ import annotations
 
 from coordinator.plan import samplers
+from coordinator.plan.control import Reference
 from coordinator.plan.decode import plan_decode
 from coordinator.plan.graph import (
     COORDINATOR,
@@ -33,6 +34,7 @@ from coordinator.plan.guidance import GuidedStage
 from coordinator.plan.loras import lora_params
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
+from coordinator.plan.sp_degree import TABLE_PARAM
 from coordinator.plan.stage2 import stage2_sigmas
 from coordinator.plan.stages import stage2_block, upsample_block
 from ltx_engine.rules.extend import CONTEXT_PIXEL_FRAMES, ExtendLayout
@@ -163,22 +165,24 @@ def audio_pin_task(rid: str, latent: dict, cut: slice) -> dict:
 
 
 def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
-                  pin: tuple[dict, int] | None = None, extra: dict | None = None, audio: dict | None = None) -> dict:
+                  pin: tuple[dict, int] | None = None, extra: dict | None = None, audio: dict | None = None,
+                  reference: Reference | None = None) -> dict:
     """Stage 1 at half size on a window of `frames` with `cond`'s replace conditions ({"images", "inputs"})
     and, given, `pin` (the audio latents' reference, the first audio token they are pinned at) or `audio`
-    (A2V's frozen track's latent)."""
+    (A2V's frozen track's latent); `reference`: a chunked window's control / Dub-It slice (its IC-LoRA and
+    stage-1 inputs, never ganged, as `stages.stage1_block` runs it; its encodes are the caller's)."""
     fps, height, width = spec.frame_rate, spec.height // 2, spec.width // 2
     params = {
         **_stage_params(spec, frames, height, width),
         "sigmas": list(DISTILLED_SIGMAS),
         "images": cond["images"],
         **(extra or {}),
-        **lora_params(spec),
+        **(lora_params(spec) if reference is None else {**reference.dit(lora_params(spec)), TABLE_PARAM: [1]}),
         "expect": _latent_expect(frames, height, width, fps),
     }
     if spec.generation:
         params["sampler"] = stage1_sampler(spec.generation, False)
-    inputs = {**ctx, **cond["inputs"]}
+    inputs = {**ctx, **cond["inputs"], **({} if reference is None else reference.stage1)}
     if pin is not None:
         params["audio_pin_start"] = pin[1]
         inputs["audio_pin"] = pin[0]
@@ -196,12 +200,12 @@ def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> 
 
 def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict,
                   extra: dict | None = None, audio: dict | None = None, guided: GuidedStage | None = None,
-                  distilled_stage2: bool = True) -> list[dict]:
+                  distilled_stage2: bool = True, reference: Reference | None = None) -> list[dict]:
     """The upsample and stage 2 (untiled, or TDP tiles) on a window of `frames` with `cond`'s conditions,
     made by the stage-2 block (`plan/stages.py`); `audio`: the latent it reads (A2V's frozen track), else
     stage 1's; `guided`: a guided recipe's stage (its stage 2 on dev + the distilled LoRA,
     HQ's as res_2s guide steps); `distilled_stage2`: the recipe's fact (a guided two-stage's stage 2 keeps
-    Euler, `plan/samplers.py`)."""
+    Euler, `plan/samplers.py`); `reference`: a chunked Dub-It window's slice (stage 2's reference and LoRA)."""
     geo = StageGeometry(spec.pack, spec.seed, frames, spec.frame_rate, spec.height, spec.width)
     s1 = f"{rid}.stage1"
     tasks = [upsample_block(rid, geo)]
@@ -218,7 +222,7 @@ def pinned_stage2(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
         "audio_latent": audio or ref(s1, "audio_latent"),
     }
     window = spec if spec.stage2_tiles is None else spec.resolve(frames=frames)  # tiles cover the window
-    return [*tasks, *stage2_block(rid, geo, window, params, inputs, ctx, {}, lora_params(spec), guided)]
+    return [*tasks, *stage2_block(rid, geo, window, params, inputs, ctx, {}, lora_params(spec), guided, reference)]
 
 
 def _join(rid: str, spec: RenderPlan, lay: ExtendLayout, source: dict, audio: dict | None) -> list[dict]:

@@ -99,10 +99,12 @@ class Reference:
         return _with_lora(loras, self.lora, self.control if reference else None)
 
 
-def reference(rid: str, spec: RenderPlan) -> Reference | None:
+def reference(rid: str, spec: RenderPlan, first: int = 0) -> Reference | None:
     """The render's control / Dub-It reference (None without either): the clip encoded at each stage's size
     over the IC-LoRA's downscale (Dub-It: its track too, stage 1's audio reference; stage 2's is stage 1's
-    generated audio)."""
+    generated audio). `first`: the clip's frame the stages' frame 0 is made to (a chunked window's start,
+    `plan/chunks.py`; `rid` its prefix and `spec` its view): `spec.frames` frames from there, the track from
+    its second."""
     clip = _clip(spec)
     if clip is None:
         return None
@@ -113,11 +115,11 @@ def reference(rid: str, spec: RenderPlan) -> Reference | None:
     added, latents = [], []
     for name, (height, width) in zip(named, _stage_sizes(spec, key), strict=True):
         size = control_size(height, width, control["downscale"])
-        encodes, latent = video_encode_tasks(rid, name, spec.pack, value.blob, (frames, *size), sizes)
+        encodes, latent = video_encode_tasks(rid, name, spec.pack, value.blob, (frames, *size), sizes, first)
         added, latents = added + encodes, latents + [latent]
     if key == "control_video":
         return Reference(tuple(added), lora, control, {"control_latent": latents[0]}, None)
-    audio = audio_encode_task(rid, spec, "dub_audio", value.blob, 0.0)
+    audio = audio_encode_task(rid, spec, "dub_audio", value.blob, first / spec.frame_rate)
     stage1 = {"control_latent": latents[0], "audio_reference": ref(audio["id"], "latent")}
     stage2 = {"control_latent": latents[1], "audio_reference": ref(f"{rid}.stage1", "audio_latent")}
     return Reference((*added, audio), lora, control, stage1, stage2)

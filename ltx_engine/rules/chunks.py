@@ -101,10 +101,17 @@ class ChunkLayout:
         n = self.audio_frames(window)
         return slice(n - min(self.carry_audio, n), n)
 
+    def source_frames(self, window: Window) -> tuple[int, int]:
+        """[start, stop) frames of a long source (an A2V track, an IC-LoRA control clip, a Dub-It reference,
+        counted from where the clip starts in it) that `window` is made to: its own frames', so each window's
+        slice is the source's own and the slices meet at every seam (the carried prefix included: the window
+        re-makes those frames to the same source)."""
+        return window.start, window.stop
+
     def track_window(self, window: Window) -> tuple[float, float]:
-        """[start, stop) seconds of an A2V track (from its start) that `window` is generated to: its own
-        frames', so the windows' frozen tracks are the source's own and meet at every seam."""
-        return window.start / self.fps, window.stop / self.fps
+        """[start, stop) seconds of a track (from its start) that `window` is made to: `source_frames`."""
+        start, stop = self.source_frames(window)
+        return start / self.fps, stop / self.fps
 
     def place(self, frame: int) -> tuple[int, int]:
         """(window index, frame in that window) of the clip's `frame`: the first window that has it. A frame

@@ -6,12 +6,16 @@ upsample and the tiled stage 2 run on the plain DiT. Dub-It (a clip with picture
 LoRA as the Dub-It LoRA) on the same farm: the reference encoded at each stage's size over the
 downscale, its track by an `audio_encode` task, both stages with the LoRA and their reference, stage 2's
 audio reference stage 1's audio; its stage 2 tiled 1x2 too (`stage2.prep` takes both references, every
-tile forward runs with the LoRA on the reference tokens the cut hands it)."""
+tile forward runs with the LoRA on the reference tokens the cut hands it). Both again `--chunked` (25 frames
+in 2 windows of 17 carrying 9): each window's own slice of the clip (and track), every output and the joined
+frames bit for bit `--local`'s."""
 
 from __future__ import annotations
 
 import hashlib
 
+import av
+import numpy as np
 import pytest
 
 from coordinator.state.redis_server import connect
@@ -61,7 +65,11 @@ def media(tmp_path_factory):
         "dub_video": {"blob": _sha(talk), "name": "talk.mp4"},
         "ic_lora": control["ic_lora"],
     }
-    return {"control": control, "dub": dub}, {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk}
+    small = {**SPEC, "height": 128, "width": 128, **CHUNKED}
+    chunked = {"control-chunked": {**small, "control_video": control["control_video"], "ic_lora": control["ic_lora"]},
+               "dub-chunked": {**small, "encode_tiles": "24,128", "dub_video": dub["dub_video"],
+                               "ic_lora": control["ic_lora"]}}
+    return {"control": control, "dub": dub, **chunked}, {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk}
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +83,7 @@ def reference(media, local_runner, tmp_path_factory):
         path = tmp_path_factory.mktemp(f"{name}-local") / "out.mp4"
         outputs = render_local(spec, path, local_runner, media=files)[1]
         out[name] = {tid.removeprefix("local."): o for tid, o in outputs.items()}
+        out[f"{name}.mp4"] = path  # the chunked specs' joined frames are compared too
     return out
 
 
@@ -93,16 +102,29 @@ def module_farm(redis_server, tiny_packs, tmp_path_factory):
         farm_client,
         procs,
     ):
-        yield farm_client, procs
+        yield farm_client, procs, data
     client.close()
 
 
-def _render(farm_client, spec: dict, files: dict) -> dict:
+CHUNKED = {"chunked": True, "chunk_pixel_frames": 17, "chunk_carry_frames": 9, "stage2_tiles": None}
+
+
+def _submit(farm_client, spec: dict, files: dict) -> tuple[str, dict]:
+    """The render's id and its tasks by name, once done."""
     for sha, path in files.items():
         assert farm_client.put_blob(path.read_bytes()) == sha
     render_id = farm_client.submit(spec)
     render = wait_done(farm_client, render_id, timeout=240)
-    return {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+    return render_id, {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
+
+
+def _render(farm_client, spec: dict, files: dict) -> dict:
+    return _submit(farm_client, spec, files)[1]
+
+
+def _frames(path) -> np.ndarray:
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
 
 
 def _check_control(tasks: dict, local: dict) -> None:
@@ -137,7 +159,7 @@ def _check_dub(tasks: dict, local: dict) -> None:
 
 @pytest.mark.timeout(600)
 def test_control_and_dub_match_local_on_the_farm(module_farm, media, reference):
-    farm_client, _procs = module_farm
+    farm_client, _procs, _data = module_farm
     specs, files = media
     wait_until(
         lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 2, 60, "2 workers registered"
@@ -146,3 +168,35 @@ def test_control_and_dub_match_local_on_the_farm(module_farm, media, reference):
     tasks = _render(farm_client, specs["control"], files)
     _check_control(tasks, reference["control"])
     assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
+
+
+def _check_windows(tasks: dict, local: dict, encodes: tuple[str, ...]) -> None:
+    """Two windows, [0, 17) and [8, 25): each encodes the reference's slice for its own frames (from frame 8
+    for the second, its track from 8 / 24 s) and reads it in its stages beside the carry it pins."""
+    assert set(tasks) == set(local)
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    for k, first in ((0, 0), (1, 8)):
+        assert all(tasks[f"w{k}.{name}.t0"]["params"]["first"] == first for name in encodes)
+        stage1 = tasks[f"w{k}.stage1"]
+        assert stage1["inputs"]["control_latent"] == tasks[f"w{k}.{encodes[0]}"]["outputs"]["latent"]
+        assert [lora["name"] for lora in stage1["params"]["loras"]] == ["ic.safetensors"]
+    assert "context" in tasks["w1.stage1"]["inputs"] and "audio_pin" in tasks["w1.stage1"]["inputs"]
+
+
+@pytest.mark.timeout(600)
+def test_chunked_control_and_dub_match_local_on_the_farm(module_farm, media, reference):
+    """`--chunked` IC-LoRA control and Dub-It, 25 frames in 2 windows, on 2 workers."""
+    farm_client, _procs, data = module_farm
+    specs, files = media
+    done = {}
+    for name in ("control-chunked", "dub-chunked"):
+        render_id, done[name] = _submit(farm_client, specs[name], files)
+        frames = _frames(data / "renders" / render_id / "render.mp4")  # the joined clip, seams crossfaded
+        np.testing.assert_array_equal(frames, _frames(reference[f"{name}.mp4"]))
+        assert frames.shape[0] == 25
+    control, dub = done["control-chunked"], done["dub-chunked"]
+    _check_windows(control, reference["control-chunked"], ("control",))
+    assert not control["w1.stage2"]["params"].get("loras")  # the clean stage 2
+    _check_windows(dub, reference["dub-chunked"], ("dub_s1", "dub_s2"))
+    assert dub["w1.dub_audio"]["params"]["start"] == 8 / 24
+    assert dub["w1.stage2"]["inputs"]["audio_reference"] == dub["w1.stage1"]["outputs"]["audio_latent"]

@@ -231,4 +231,7 @@ PLANNED = [
          TWO_MACS),
     case("chunked-two-stage-keyframe", "chunked", {**TWO, **CHUNKED, "frames": 25,
                                                    "images": _images((20, "guide"))}),
+    # Chunked IC-LoRA / Dub-It: each window its slice of the control clip / reference (and its track).
+    case("chunked-ic-lora-control", "chunked", {**CONTROL, **CHUNKED}, TWO_MACS),
+    case("chunked-dub-it", "chunked", {**DUB, **CHUNKED, "frames": 25}),
 ]

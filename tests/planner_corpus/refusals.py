@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tests.planner_corpus.cases import (
     A2V,
+    CHUNKED,
     CLIP,
     CONTROL,
     DFR,
@@ -128,6 +129,8 @@ REFUSED = [
     case("refuse-dub-no-ic-lora", "refusal", {**DUB, "ic_lora": None}),
     case("refuse-chunked-dfr", "refusal", {**DFR, "height": 128, "width": 128, "dfr": True, "chunked": True,
                                            "chunk_pixel_frames": 17, "chunk_carry_frames": 9}, P25),
+    case("refuse-chunked-ic-lora-dfr", "refusal", {**CONTROL, **CHUNKED, "dfr": True}),
+    case("refuse-chunked-dub-it-epilogue", "refusal", {**DUB, **CHUNKED, "spatial_upscalings": 2}),
     case("refuse-chunked-generated-keyframes", "refusal", {**KEYS, "frames": 33, "chunked": True,
                                                            "chunk_pixel_frames": 17, "chunk_carry_frames": 9,
                                                            "num_generated_keyframes": 1}, P25),

@@ -171,6 +171,8 @@ def test_the_windows_audio_joins_to_the_clips_length():
 
 def test_each_window_is_generated_to_the_tracks_slice_for_its_own_frames():
     lay = ChunkLayout(33, 17, 9)
+    assert [lay.source_frames(w) for w in lay.windows] == [(0, 17), (8, 25), (16, 33)]  # the carry's frames too
+    assert ChunkLayout(49, 33, 9).source_frames(ChunkLayout(49, 33, 9).windows[-1]) == (24, 49)  # the cut last
     assert [lay.track_window(w) for w in lay.windows] == [(0.0, 17 / 24), (8 / 24, 25 / 24), (16 / 24, 33 / 24)]
     assert all(lay.track_window(a)[1] > lay.track_window(b)[0] for a, b in zip(lay.windows, lay.windows[1:], strict=False))
 
@@ -191,12 +193,43 @@ def test_a2v_windows_freeze_their_own_slice_of_the_track_and_the_output_muxes_th
     assert whole["kind"] == "audio_encode" and whole["params"]["frames"] == 33 and whole["params"]["start"] == 0.25
 
 
+IC = {"blob": "1" * 64, "strength": 1.0, "downscale": 2, "name": "ic.safetensors"}
+CONTROL = {"height": 128, "width": 128, "ic_lora": IC, "control_video": {"blob": "2" * 64, "name": "depth.mp4"}}
+
+
+def test_ic_lora_windows_each_encode_the_control_clips_slice_for_their_own_frames():
+    """Each window's stage 1 reads its own encode of the control clip's frames [start, stop) (stage 1's size
+    over the downscale) with the IC-LoRA, beside the carry it pins; its stage 2 stays clean."""
+    tasks = _tasks(**CONTROL)
+    for k in range(3):
+        encode, s1 = tasks[f"r.w{k}.control.t0"], tasks[f"r.w{k}.stage1"]
+        assert (encode["params"]["first"], encode["params"]["frames"], encode["params"]["height"]) == (8 * k, 17, 32)
+        assert encode["inputs"] == {"video": {"blob": "2" * 64}}
+        assert s1["inputs"]["control_latent"] == {"task": f"r.w{k}.control", "output": "latent"}
+        assert [lora["name"] for lora in s1["params"]["loras"]] == ["ic.safetensors"]
+        assert "loras" not in tasks[f"r.w{k}.stage2"]["params"]
+        assert ("context" in s1["inputs"]) == (k > 0)
+    assert tasks["r.w2.control"]["lead"]  # a later window's stage 1 waits on it: on the chain
+
+
+def test_dub_it_windows_each_take_the_references_slice_and_its_track_from_their_start():
+    tasks = _tasks(height=128, width=128, ic_lora=IC, dub_video={"blob": "3" * 64, "name": "talk.mp4"})
+    for k in range(3):
+        assert [tasks[f"r.w{k}.dub_s{n}.t0"]["params"]["first"] for n in (1, 2)] == [8 * k, 8 * k]
+        assert tasks[f"r.w{k}.dub_audio"]["params"]["start"] == 8 * k / 24
+        s1, s2 = tasks[f"r.w{k}.stage1"], tasks[f"r.w{k}.stage2"]
+        assert s1["inputs"]["audio_reference"] == {"task": f"r.w{k}.dub_audio", "output": "latent"}
+        assert s2["inputs"]["audio_reference"] == {"task": f"r.w{k}.stage1", "output": "audio_latent"}
+        assert ("audio_pin" in s1["inputs"]) == (k > 0)  # the carried audio pinned beside the reference
+
+
 @pytest.mark.parametrize(("extra", "line"), [
+    ({**CONTROL, "dfr": True}, "--dfr and --chunked do not compose (DFR's canvas and epilogue span the whole clip)"),
     ({"chunk_carry_frames": 17}, "--chunk-carry-frames 17 is not shorter than the window's 17 frames"),
     ({"chunk_pixel_frames": 20}, "--chunk-pixel-frames 20 is not of the form 8k+1 (e.g. 97)"),
     ({"frames": 17}, "--chunked: 17 frames fit one window of 17: give -f above it, or drop --chunked"),
     ({"dfr": True, "frames": 41}, "--chunked does not apply to the dfr recipe (--dfr); it applies to: distilled, "
-                                  "one-stage, two-stage, two-stage-hq"),
+                                  "one-stage, two-stage, two-stage-hq, ic-lora, dub-it"),
     ({"chunked": None}, "--chunk-pixel-frames needs --chunked"),
     ({"frames": None}, "--chunked needs -f/--frames: the whole clip's length, above one window"),
     ({"chunk_carry": "pixels"}, "--chunk-carry 'pixels': decoded (upstream's) or latent (ours)"),

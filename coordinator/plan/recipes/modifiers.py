@@ -77,7 +77,7 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--dub", "Dub-It's reference clip", ("dub_video",), (DUB_IT,), selects=DUB_IT, needs=("--ic-lora",),
              rule=TRAINED_WITH),
     Modifier("--dfr", "DFR at 0 temporal rounds (its canvas, slots, keyframes)", ("dfr",), (DFR, IC_LORA, DUB_IT),
-             selects=DFR),
+             selects=DFR, excludes=("--chunked",), rule="DFR's canvas and epilogue span the whole clip"),
     # modifiers
     Modifier("--ic-lora", "the IC-LoRA of a control or Dub-It clip", ("ic_lora",), (IC_LORA, DUB_IT)),
     Modifier("--control-attention", "the control clip's attention strength (Dub-It's reference takes full attention)",
@@ -113,7 +113,8 @@ MODIFIERS: tuple[Modifier, ...] = (
              _except(IC_LORA, DUB_IT), on=_sp),
     Modifier("--temporal-upscalings", "DFR's temporal rounds", ("temporal_upscalings",), (DFR,)),
     Modifier("--spatial-upscalings 2", "DFR's spatial epilogue", ("spatial_upscalings",),
-             (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_epilogue),
+             (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_epilogue, excludes=("--chunked",),
+             rule="DFR's canvas and epilogue span the whole clip"),
     Modifier("--detailing-lora", "DFR's stage-2 detailing IC-LoRA", ("detailing_lora",),
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
     Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1", ("num_generated_keyframes",),
@@ -127,8 +128,9 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--exr", "EXR frames (and their colourspace)", ("exr", "exr_colorspace"), VIDEO),
     Modifier("--hdr", "an HLG 10-bit HEVC master", ("hdr",), VIDEO),
     Modifier("--chunked", "a clip longer than one window: windows each conditioned on the last frames (and audio) "
-             "of the one before, the seams crossfaded; keyframes each in the window that makes its frame",
-             CHUNK_FIELDS, (DISTILLED, *GUIDED),
+             "of the one before, the seams crossfaded; keyframes each in the window that makes its frame; a "
+             "control clip or Dub-It reference sliced to each window's frames",
+             CHUNK_FIELDS, (DISTILLED, *GUIDED, IC_LORA, DUB_IT),
              excludes=("--num-generated-keyframes", "--stage1-parallel", "--video-decoder diffusion"),
              rule="a window is conditioned on the one before and its own keyframes alone"),
 )
