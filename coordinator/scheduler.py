@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from coordinator.early_encodes import EarlyEncodes
+from coordinator.assemble.early_encodes import EarlyEncodes
 from coordinator.leadership import LostEpoch, check_epoch
 from coordinator.results import as_dict, check_outputs
 from coordinator.state.blobs import BlobStore

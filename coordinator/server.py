@@ -41,9 +41,9 @@ from coordinator.api.presence import Presence, TransientErrors
 from coordinator.api.tls import load_or_create_tls
 from coordinator.api.watchhub import WATCH_LIMIT, WatchHub
 from coordinator.api.worker_servicer import FarmWorkerServicer
+from coordinator.assemble.growing import FilmGrower
 from coordinator.dashboard import start_dashboard, stop_dashboard
 from coordinator.dashboard.security import login_url
-from coordinator.growing import FilmGrower
 from coordinator.leadership import LEASE_MS as LEADER_LEASE_MS
 from coordinator.leadership import LeaderGate, Leadership
 from coordinator.notify import Notifier

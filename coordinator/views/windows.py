@@ -1,5 +1,5 @@
 """A chunked render's windows as one row: each window waiting, rendering or done, and the frames of the
-joined clip it covers. Pure: the dashboard, `farm watch` and the growing film (`coordinator/growing.py`)
+joined clip it covers. Pure: the dashboard, `farm watch` and the growing film (`coordinator/assemble/growing.py`)
 read the same answer from the render's tasks.
 
 A window is done once its decode is (every `w{k}.decode…` task): its frames exist, and the film can take
