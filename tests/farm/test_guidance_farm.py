@@ -3,8 +3,8 @@ same on 1, 2 or 3), each bit-identical to `farm render --local` on the tiny dev-
 module, workers added as tests ask for them); a worker SIGKILLed while it holds a guidance pass loses
 only that pass; bad guidance input is refused at submit with nothing queued; one modality's skip step
 while the other's passes run, with the modality isolation in chosen blocks, == --local; A2V on the two-stage recipe (upstream's a2vid_two_stage:
-the track's latent frozen in every pass and in stage 2, the source track muxed) and one-stage on 2
-workers == --local."""
+the track's latent frozen in every pass and in stage 2, the source track muxed), one-stage and two-stage HQ
+(res_2s in both stages, the track frozen in both) on 2 workers == --local."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def test_the_default_stg_block_is_held_to_the_packs_depth(guided_farm, mstore, d
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("name", ["two-stage", "one-stage"])
+@pytest.mark.parametrize("name", ["two-stage", "one-stage", "two-stage-hq"])
 def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_runner, tmp_path):
     """The track encoded once; every guidance pass reads the prep's frozen audio; stage 2 and the output's
     track are the source's; farm bit for bit --local on the same plan."""
@@ -244,6 +244,9 @@ def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_runner, tmp_pa
     assert tasks["stage1"]["outputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]  # frozen
     if name == "two-stage":
         assert tasks["stage2"]["inputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
+    if name == "two-stage-hq":  # res_2s holds the frozen track too: both stages prepare from it, never re-noised
+        assert tasks["stage2.prep"]["inputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
+        assert tasks["stage2"]["outputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
     assert int(blobs.get(local["audio"]["sample_rate"])[0]) == 44100  # the source track, at its rate
 
 

@@ -85,7 +85,7 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("a source video", "a clip the render encodes", ("source_video",), _except(IC_LORA, DUB_IT, HDR)),
     Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, EXTEND, HDR)),
     Modifier("--audio", "an audio track to generate video for (A2V; the track is frozen)", ("audio_input",),
-             (DISTILLED, ONE_STAGE, TWO_STAGE, DFR), excludes=AUDIO_GUIDANCE,
+             (DISTILLED, ONE_STAGE, TWO_STAGE, HQ, DFR), excludes=AUDIO_GUIDANCE,
              rule="the track is frozen: no audio guidance"),
     Modifier("--enhance-prompt", "the prompt rewritten by the text encoder's Gemma 3 before it is encoded",
              ("enhance_prompt",), (*_except(HDR), T2A)),
