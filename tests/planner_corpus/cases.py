@@ -145,6 +145,11 @@ PLANNED = [
                                     "loras": [{"blob": blob("style"), "name": "style.safetensors", "strength": 0.8},
                                               {"file": "detail.safetensors", "strength": -0.5}]}, TWO_MACS),
     case("loras-fused", "loras", {**LORA_BASE, "loras": [{"blob": blob("style"), "strength": 1.0}]}),
+    # Unfused on the guided recipes: the set's adapters on every pass's dev DiT (and under the distilled LoRA).
+    *[case(f"loras-unfused-{name}", "loras", {**spec, "lora_mode": "unfused",
+                                               "loras": [{"blob": blob("style"), "name": "style.safetensors",
+                                                          "strength": 0.8}]})
+      for name, spec in (("one-stage", ONE), ("two-stage", TWO), ("two-stage-hq", HQ))],
     case("loras-sp-gang", "loras", {**GANG, "stage1_parallel": "2",
                                     "loras": [{"blob": blob("style"), "name": "style.safetensors", "strength": 0.8}]},
          THREE_MACS),

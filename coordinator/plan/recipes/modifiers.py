@@ -93,7 +93,7 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--step-cache", "TeaCache: a step's block stack replayed from the last computed step's residual",
              ("step_cache",), (*_except(DFR, RETAKE, EXTEND, HDR), T2A)),
     Modifier("--lora-mode unfused", "user LoRAs as run-time adapters", ("lora_mode",),
-             (DISTILLED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_unfused),
+             (DISTILLED, *GUIDED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_unfused),
     Modifier("--stage2-tiles", "stage 2 split into tiles across Macs", ("stage2_tiles",),
              (DISTILLED, TWO_STAGE, DFR, EXTEND, IC_LORA, DUB_IT)),
     Modifier("--stage2-sigmas", "stage 2's sigma table", ("stage2_sigmas",), _except(ONE_STAGE)),
