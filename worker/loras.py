@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ltx_engine.loading.loader import PackError, check_safetensors, read_safetensors
-from ltx_engine.lora.dev_distilled import dev_view
+from ltx_engine.lora.dev_distilled import DIT_NAMES, DevWithDistilled, dev_view
 from ltx_engine.lora.lora import FUSED, LoraInput, WithLoras, file_sha256, lora_set_identity
 from ltx_engine.rules.errors import PermanentTaskError
 from protos.lora_set import missing_file
@@ -126,23 +126,28 @@ class LoraSets:
         """The warm names of the sets whose DiT the registry still holds."""
         return sorted({name for key, name in self._warm.items() if has((key, "transformer"))})
 
-    def attach(self, registry, view) -> None:
-        """Unfused: the set's adapters on the DiT of `view` (the adapted pack, or DFR's detailing view over
-        it), once per build (a DiT evicted and built again gets them again)."""
+    def attach(self, registry, view, components: tuple[str, ...] = ("transformer",)) -> None:
+        """Unfused: the set's adapters on each DiT of `components` the task builds from `view` (the adapted
+        pack, DFR's detailing view or a dev recipe's distilled-LoRA view over it: a guided pass's
+        `transformer_dev`), once per build (a DiT evicted and built again gets them again)."""
+        adapted, dev = view, False
+        while isinstance(adapted, (WithLoras, DevWithDistilled)) and not isinstance(adapted, AdaptedLoras):
+            dev, adapted = dev or isinstance(adapted, DevWithDistilled), adapted.pack
+        if not isinstance(adapted, AdaptedLoras):
+            return
+        for component in (c for c in components if c in DIT_NAMES):
+            # the weights the DiT was built from: dev's under the distilled LoRA (both names), else its own
+            self._adapt(registry.get(view, component), adapted, "transformer_dev" if dev else component)
+
+    def _adapt(self, model, adapted: AdaptedLoras, weights: str) -> None:
         from ltx_engine.loading.model_classes import model_class
         from ltx_engine.lora.lora_adapters import LoraAdapter, attach_loras
 
-        adapted = view
-        while isinstance(adapted, WithLoras) and not isinstance(adapted, AdaptedLoras):
-            adapted = adapted.pack
-        if not isinstance(adapted, AdaptedLoras):
-            return
-        model = registry.get(view, "transformer")
         if any(isinstance(m, LoraAdapter) for _, m in model.named_modules()):
             return
         inputs = [LoraInput(read_safetensors(Path(p)), s, p) for p, s in adapted.loras]
-        attach_loras(model, adapted.pack.tensors("transformer"), inputs, model_class("transformer").sanitize,
-                     file=adapted.pack.file_label("transformer"))
+        attach_loras(model, adapted.pack.tensors(weights), inputs, model_class(weights).sanitize,
+                     file=adapted.pack.file_label(weights))
         self.fusions[0] += 1
 
     def path(self, pack, lora: dict) -> Path:

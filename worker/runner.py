@@ -205,7 +205,7 @@ class Runner:
         self.engine.prepare(pack, kind_facts.components, self.text_encoder_dir(pack, params) if encodes_text else None)
         fusions = self.loras.fusions[0]
         if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead
-            self.loras.attach(self.engine.registry, pack)
+            self.loras.attach(self.engine.registry, pack, kind_facts.components)
         self.engine.cache_skips()  # a failed task's step caches are not this one's
         mx.reset_peak_memory()
         start, cpu = time.perf_counter(), time.process_time()  # cpu: the whole process's, helper threads too

@@ -1,7 +1,8 @@
 """A user's media in the stage graph. Pure.
 
 A2V (`--audio FILE [--audio-start S]`, distilled 8+3, or upstream's `a2vid_two_stage` with
-`--pipeline two-stage` (and the same guided stage at full size with `one-stage`), or DFR on LTX-2.5 as
+`--pipeline two-stage` (and the same guided stage at full size with `one-stage`, or HQ's res_2s stages
+with `two-stage-hq`, whose masked steps hold the track as Euler's do), or DFR on LTX-2.5 as
 the MLX port's `a2v --dfr`): one
 `audio_encode` task, named `audio` because its outputs are what the output muxes (the SOURCE waveform
 of the clip's window, at the file's rate, as upstream returns it instead of the VAE's), encodes the

@@ -3,8 +3,9 @@ same on 1, 2 or 3), each bit-identical to `farm render --local` on the tiny dev-
 module, workers added as tests ask for them); a worker SIGKILLed while it holds a guidance pass loses
 only that pass; bad guidance input is refused at submit with nothing queued; one modality's skip step
 while the other's passes run, with the modality isolation in chosen blocks, == --local; A2V on the two-stage recipe (upstream's a2vid_two_stage:
-the track's latent frozen in every pass and in stage 2, the source track muxed) and one-stage on 2
-workers == --local."""
+the track's latent frozen in every pass and in stage 2, the source track muxed), one-stage and two-stage HQ
+(res_2s in both stages, the track frozen in both) on 2 workers == --local; a user LoRA set unfused (run-time
+adapters on the dev DiT) on each guided recipe, on 2 workers == --local."""
 
 from __future__ import annotations
 
@@ -166,6 +167,30 @@ def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
     assert sum(int(t["metrics"]["lora_fusions"]) for t in passes) <= 3 * (1 if name == "one-stage" else 2)
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", list(SPECS))
+def test_unfused_user_loras_on_the_guided_recipes_on_2_workers_equal_local(name, guided_farm, dev_runner, reference,
+                                                                          tmp_path):
+    """`--lora-mode unfused` on the dev DiT: the set's adapters on each guided pass's `transformer_dev` (and
+    under the distilled LoRA: two-stage's stage 2, HQ's both stages); farm == --local for every output, the
+    video not the render's without the LoRA (the adapters are on the DiT that ran)."""
+    spec = {**SPECS[name], "loras": LORA, "lora_mode": "unfused"}
+    _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner)
+    guided_farm.workers(2)
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+        guided_farm.stop(extra)
+    render = wait_done(guided_farm.client, guided_farm.client.submit(dict(spec)), timeout=120)
+    arrays = farm_results(guided_farm.client, render)
+    assert_identical(arrays, local_results(outputs, blobs))
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert {n: tasks[n].get("outputs") or {} for n in local} == local  # every output, bit for bit
+    dits = [t for t in tasks.values() if t["kind"] in ("guidance_pass", "denoise_stage2")]
+    assert all(t["params"]["lora_mode"] == "unfused" and t["params"]["loras"] == LORA for t in dits)
+    assert sum(int(t["metrics"]["lora_fusions"]) for t in dits) >= 1  # adapters attached on some worker
+    assert not np.array_equal(arrays["stage1_video"], reference(name)["stage1_video"])
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "bad,line",
@@ -220,7 +245,7 @@ def test_the_default_stg_block_is_held_to_the_packs_depth(guided_farm, mstore, d
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("name", ["two-stage", "one-stage"])
+@pytest.mark.parametrize("name", ["two-stage", "one-stage", "two-stage-hq"])
 def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_runner, tmp_path):
     """The track encoded once; every guidance pass reads the prep's frozen audio; stage 2 and the output's
     track are the source's; farm bit for bit --local on the same plan."""
@@ -244,6 +269,9 @@ def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_runner, tmp_pa
     assert tasks["stage1"]["outputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]  # frozen
     if name == "two-stage":
         assert tasks["stage2"]["inputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
+    if name == "two-stage-hq":  # res_2s holds the frozen track too: both stages prepare from it, never re-noised
+        assert tasks["stage2.prep"]["inputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
+        assert tasks["stage2"]["outputs"]["audio_latent"] == tasks["audio"]["outputs"]["latent"]
     assert int(blobs.get(local["audio"]["sample_rate"])[0]) == 44100  # the source track, at its rate
 
 

@@ -59,9 +59,10 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
             ["--audio", f["tone"], "--audio-start", "-1"],
             "--audio-start -1.0 is outside",
         ),
-        "A2V on the HQ recipe": (
-            ["--audio", f["tone"], "--pipeline", "two-stage-hq"],
-            "--audio does not apply to the two-stage-hq recipe (--pipeline two-stage-hq); it applies to: distilled, one-stage, two-stage, dfr",
+        "A2V on the audio-only recipe": (
+            ["--audio", f["tone"], "--pipeline", "t2a"],
+            "--audio does not apply to the t2a recipe (--pipeline t2a); it applies to: distilled, one-stage, two-stage, "
+            "two-stage-hq, dfr",
         ),
         "audio guidance on a frozen track": (
             ["--audio", f["tone"], "--pipeline", "two-stage", "--audio-cfg-scale", "7"],

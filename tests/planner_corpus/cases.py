@@ -145,6 +145,11 @@ PLANNED = [
                                     "loras": [{"blob": blob("style"), "name": "style.safetensors", "strength": 0.8},
                                               {"file": "detail.safetensors", "strength": -0.5}]}, TWO_MACS),
     case("loras-fused", "loras", {**LORA_BASE, "loras": [{"blob": blob("style"), "strength": 1.0}]}),
+    # Unfused on the guided recipes: the set's adapters on every pass's dev DiT (and under the distilled LoRA).
+    *[case(f"loras-unfused-{name}", "loras", {**spec, "lora_mode": "unfused",
+                                               "loras": [{"blob": blob("style"), "name": "style.safetensors",
+                                                          "strength": 0.8}]})
+      for name, spec in (("one-stage", ONE), ("two-stage", TWO), ("two-stage-hq", HQ))],
     case("loras-sp-gang", "loras", {**GANG, "stage1_parallel": "2",
                                     "loras": [{"blob": blob("style"), "name": "style.safetensors", "strength": 0.8}]},
          THREE_MACS),
@@ -176,7 +181,7 @@ PLANNED = [
     case("a2v", "a2v", A2V),
     case("a2v-tiled", "a2v", {**A2V, "stage2_tiles": "1x2", "tile_overlap": 1}),
     *[case(f"a2v-{p}", "a2v", {**A2V, "pack": "dev", "pipeline": p, "stage1_steps": 2, "negative_prompt": "blurry"})
-      for p in ("one-stage", "two-stage")],
+      for p in ("one-stage", "two-stage", "two-stage-hq")],
     case("a2v-probed", "a2v", {**A2V, "audio_input": {"blob": blob("voice"), "start": 0.5, "name": "voice.wav"}},
          ONE_MAC, media=True),
     case("video-encode-tiles", "a2v", {**A2V, "audio_input": None, "source_video": {"blob": blob("clip-source")},
@@ -226,6 +231,8 @@ PLANNED = [
     case("chunked-two-stage-hq", "chunked", {**HQ, **CHUNKED}),
     case("chunked-two-stage-a2v", "chunked", {**TWO, **CHUNKED, "frames": 25,
                                               "audio_input": {**A2V["audio_input"], "start": 0.0}}),
+    case("chunked-two-stage-hq-a2v", "chunked", {**HQ, **CHUNKED, "frames": 25,
+                                                 "audio_input": {**A2V["audio_input"], "start": 0.0}}),
     case("chunked-keyframes", "chunked", {**SMALL, **CHUNKED, "height": 64, "width": 128, "decode_tiles": "off",
                                           "images": _images((0, None), (12, "guide"), (24, None), (-1, None))},
          TWO_MACS),

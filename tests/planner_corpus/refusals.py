@@ -51,7 +51,7 @@ CLIP_BAD = {  # tests/unit/test_clip_plan.py
     "extend-no-source": {"extend": {"frames": 1}, "source_video": None},
 }
 A2V_BAD = {  # tests/unit/test_media_in.py
-    "hq": {"pipeline": "two-stage-hq"}, "audio-cfg": {"pipeline": "two-stage", "audio_cfg_scale": 7.0},
+    "t2a": {"pipeline": "t2a"}, "audio-cfg": {"pipeline": "two-stage", "audio_cfg_scale": 7.0},
     "no-audio": {"audio": False}, "encode-tiles-7": {"audio_input": None, "encode_tiles": "7,7",
                                                      "source_video": {"blob": blob("clip-source")}},
 }

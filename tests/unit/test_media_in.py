@@ -97,10 +97,27 @@ def test_a2v_dev_freezes_the_track_in_every_guided_pass_and_stage_2(pipeline):
         assert s2["params"]["distilled_lora_strength"] == 1.0
 
 
+def test_a2v_hq_freezes_the_track_in_both_res_2s_stages():
+    """HQ's res_2s keeps a frozen stream as Euler does (its midpoint and finish post-process with the
+    mask: mask 0 gives the clean track back), so A2V composes: both stages' preps read the encode, the
+    audio guider off, stage 2 never re-noised."""
+    from ltx_engine.rules import guidance as G
+
+    tasks = _plan({**A2V, "pipeline": "two-stage-hq", "stage1_steps": 2, "stage2_steps": 1})
+    latent = {"task": "r.audio", "output": "latent"}
+    assert "decode_audio" not in {t["kind"] for t in tasks.values()}
+    for stage in ("stage1", "stage2"):
+        prep = tasks[f"{stage}.prep"]
+        assert prep["inputs"]["audio_latent"] == latent and not prep["params"].get("renoise_audio")
+        passes = [t for k, t in tasks.items() if k.startswith(f"{stage}.s") and t["kind"] == "guidance_pass"]
+        assert passes and all(t["params"]["audio"] == G.params_to_dict(G.GuiderParams()) for t in passes)
+        assert all(t["inputs"]["audio_mask"] == {"task": f"r.{stage}.prep", "output": "audio_mask"} for t in passes)
+    assert {k.split(".")[1] for k in tasks if k.startswith("stage1.s")} >= {"s0a", "s0b"}  # res_2s rounds
+
+
 @pytest.mark.parametrize(
     ("extra", "line"),
     [
-        ({"pipeline": "two-stage-hq"}, "--audio does not apply to the two-stage-hq recipe \\(--pipeline two-stage-hq\\); it applies to: distilled, one-stage, two-stage, dfr"),
         ({"pipeline": "two-stage", "audio_cfg_scale": 7.0}, "--audio and --audio-cfg-scale do not compose"),
         ({"audio": False}, "drop --no-audio"),
     ],

@@ -64,9 +64,9 @@ def test_facts_read_from_the_recipe():
     ({"detailing_lora": "d.safetensors"},
      "--detailing-lora does not apply to the distilled recipe (--pipeline distilled); it applies to: dfr, retake, "
      "extend, ic-lora, dub-it"),
-    ({"pipeline": "one-stage", "loras": [{"file": "a.safetensors", "strength": 1.0}], "lora_mode": "unfused"},
-     "--lora-mode unfused does not apply to the one-stage recipe (--pipeline one-stage); it applies to: distilled, "
-     "dfr, retake, extend, ic-lora, dub-it"),
+    ({"pipeline": "t2a", "loras": [{"file": "a.safetensors", "strength": 1.0}], "lora_mode": "unfused"},
+     "--lora-mode unfused does not apply to the t2a recipe (--pipeline t2a); it applies to: distilled, one-stage, "
+     "two-stage, two-stage-hq, dfr, retake, extend, ic-lora, dub-it"),
 ])
 def test_a_modifier_the_recipe_does_not_take_is_one_line_naming_those_that_do(extra, line):
     with pytest.raises(SpecError) as refused:
