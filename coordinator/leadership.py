@@ -24,8 +24,9 @@ from typing import Protocol
 import grpc
 
 from coordinator.api.auth import abort_handler
-from coordinator.state.store import EpochNotReplicated, NotLeader
+from coordinator.state.store import EpochNotReplicated, NotLeader, is_transient
 from protos.endpoints import standby_details
+from protos.retry import Outage
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,44 @@ class LostEpoch:
 
     def ok(self) -> None:
         self.noted = False
+
+
+class PassLoop(threading.Thread):
+    """A leader's loop of passes (`one_pass`) until stop(), skipped while `leading()` is false: a lost
+    epoch is one line (LostEpoch), a Redis or blob outage one line when it starts and one when it ends
+    (Outage), any other error a traceback; each costs only its pass, the next one tries again."""
+
+    def __init__(self, name: str, what: str, logger: logging.Logger, interval_s: float,
+                 leading: Callable[[], bool] = lambda: True) -> None:
+        super().__init__(name=name, daemon=True)
+        self.what, self.log, self.interval_s, self.leading = what, logger, interval_s, leading
+        self._halt = threading.Event()
+
+    def one_pass(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        deposed, outage = LostEpoch(self.what, self.log), Outage(self.what, self.log)
+        while not self._halt.wait(self.interval_s):
+            if not self.leading():
+                continue
+            try:
+                self.one_pass()
+                deposed.ok()
+            except NotLeader as exc:
+                deposed.note(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                if not is_transient(exc) and not outage.down:
+                    self.log.exception("%s: a pass failed", self.what)
+                outage.failed(exc)
+                continue
+            outage.ok()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(10)
 
 
 class LeaseStore(Protocol):

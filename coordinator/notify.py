@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,9 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from coordinator.leadership import LostEpoch
-from coordinator.state.store import NotLeader, is_transient
-from protos.retry import Outage
+from coordinator.leadership import PassLoop
 from protos.states import TERMINAL, RenderState
 
 log = logging.getLogger("farm.notify")
@@ -75,35 +72,13 @@ def notify_finished(store: NotifyStore) -> int:
     return sent
 
 
-class Notifier(threading.Thread):
+class Notifier(PassLoop):
     """The leader's webhook loop until stop(); passes are skipped while `leading()` is false (a stopped or
     unsure coordinator sends nothing). A Redis blip or a bad URL only costs a pass."""
 
     def __init__(self, store: NotifyStore, leading: Callable[[], bool] = lambda: True, interval_s: float = INTERVAL_S) -> None:
-        super().__init__(name="farm-notify", daemon=True)
-        self.store, self.leading, self.interval_s = store, leading, interval_s
-        self._halt = threading.Event()
+        super().__init__("farm-notify", "webhooks", log, interval_s, leading)
+        self.store = store
 
-    def run(self) -> None:
-        deposed, outage = LostEpoch("webhooks", log), Outage("webhooks", log)
-        while not self._halt.wait(self.interval_s):
-            if not self.leading():
-                continue
-            try:
-                notify_finished(self.store)
-                deposed.ok()
-            except NotLeader as exc:
-                deposed.note(exc)
-                continue
-            except Exception as exc:  # noqa: BLE001 - the next pass tries again
-                # Redis away: one line when it starts and one when it ends (Outage), not one per pass.
-                if not is_transient(exc) and not outage.down:
-                    log.exception("webhook pass failed")
-                outage.failed(exc)
-                continue
-            outage.ok()
-
-    def stop(self) -> None:
-        self._halt.set()
-        if self.is_alive():
-            self.join(10)
+    def one_pass(self) -> None:
+        notify_finished(self.store)

@@ -9,18 +9,15 @@ a coordinator that restarts (or takes over) resumes the film at the window it re
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from coordinator.assemble.partial import film_held, grow_film
-from coordinator.leadership import LostEpoch, check_epoch
+from coordinator.leadership import PassLoop, check_epoch
 from coordinator.results import as_dict
 from coordinator.state.blobs import BlobStore
-from coordinator.state.store import NotLeader, is_transient
 from coordinator.views.windows import decoded_windows, window_rows
-from protos.retry import Outage
 from protos.states import RenderState
 
 log = logging.getLogger("farm.growing")
@@ -82,31 +79,12 @@ def grow_films(store: GrowingStore, blobs: BlobStore, data_dir: Path, fence: Cal
     return added
 
 
-class FilmGrower(threading.Thread):
+class FilmGrower(PassLoop):
     """The leader's film loop until stop(); a Redis blip or a blob read error only costs a pass."""
 
     def __init__(self, store: GrowingStore, blobs: BlobStore, data_dir: Path, interval_s: float = INTERVAL_S) -> None:
-        super().__init__(name="farm-films", daemon=True)
-        self.store, self.blobs, self.data_dir, self.interval_s = store, blobs, Path(data_dir), interval_s
-        self._halt = threading.Event()
+        super().__init__("farm-films", "growing films", log, interval_s)
+        self.store, self.blobs, self.data_dir = store, blobs, Path(data_dir)
 
-    def run(self) -> None:
-        deposed, outage = LostEpoch("growing films", log), Outage("growing films", log)
-        while not self._halt.wait(self.interval_s):
-            try:
-                grow_films(self.store, self.blobs, self.data_dir, fence=lambda: check_epoch(self.store))
-                deposed.ok()
-            except NotLeader as exc:
-                deposed.note(exc)
-                continue
-            except Exception as exc:  # noqa: BLE001 - the next pass tries again
-                if not is_transient(exc) and not outage.down:
-                    log.exception("growing films failed")
-                outage.failed(exc)
-                continue
-            outage.ok()
-
-    def stop(self) -> None:
-        self._halt.set()
-        if self.is_alive():
-            self.join(10)
+    def one_pass(self) -> None:
+        grow_films(self.store, self.blobs, self.data_dir, fence=lambda: check_epoch(self.store))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from coordinator.plan import samplers, sp_degree, sparse
 from coordinator.plan.audio_only import plan_audio_only
@@ -32,7 +31,7 @@ from coordinator.plan.dfr import (
 from coordinator.plan.dfr_finish import plan_dfr_finish, stage_view
 from coordinator.plan.diffusion_decode import is_diffusion
 from coordinator.plan.graph import SPATIAL_FACTOR, StageGeometry, expect, ref, task
-from coordinator.plan.guidance import GuidedRule, check_recipe
+from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of, negative_text_task
 from coordinator.plan.hdr import plan_hdr
 from coordinator.plan.images import generated_slot_params, plan_image_encodes
@@ -40,22 +39,16 @@ from coordinator.plan.loras import lora_params
 from coordinator.plan.media import a2v_negative, frozen_track, plan_video_encode
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import stage2_sigmas
-from coordinator.plan.stages import Guided, stage1_block, stage2_block, stage_audio, upsample_block
+from coordinator.plan.stages import (
+    Guided,
+    RecipeStages,
+    stage1_block,
+    stage2_block,
+    stage_audio,
+    upsample_block,
+)
 from ltx_engine.rules.generation import stage1_sampler
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS
-
-
-class Recipe(Protocol):
-    """What a build reads of its recipe (`plan/recipes/base.py`'s record)."""
-
-    @property
-    def guidance(self) -> GuidedRule | None: ...
-
-    @property
-    def two_stage(self) -> bool: ...
-
-    @property
-    def distilled_stage2(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,23 +70,23 @@ class Prompt:
         return [*self.enhancer, self.text]
 
 
-def build_t2a(recipe: Recipe, spec: RenderPlan, prompt: Prompt) -> list[dict]:
+def build_t2a(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
     """T2A: the audio track alone, guided by the recipe's rule (plan/audio_only.py)."""
     rule = check_recipe(spec, recipe.guidance)
     return [*prompt.tasks, *plan_audio_only(prompt.rid, spec, prompt.text, prompt.ctx, prompt.key, rule)]
 
 
-def build_hdr(recipe: Recipe, spec: RenderPlan, prompt: Prompt) -> list[dict]:
+def build_hdr(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
     """The HDR IC-LoRA grade: its own graph from the text task (plan/hdr.py)."""
     return plan_hdr(prompt.rid, spec, prompt.text)
 
 
-def build_clip(recipe: Recipe, spec: RenderPlan, prompt: Prompt) -> list[dict]:
+def build_clip(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
     """Retake / extend: the graphs that start from the user's clip (plan/clip.py)."""
     return [*prompt.tasks, *plan_clip(prompt.rid, spec, prompt.ctx)]
 
 
-def build_video(recipe: Recipe, spec: RenderPlan, prompt: Prompt) -> list[dict]:
+def build_video(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
     """The video recipes: a chunked clip's windows (plan/chunks.py); else the image and source encodes, a
     guided recipe's negative prompt, stage 1 (a one-stage recipe's at full size) or the two stages, then
     DFR's finish and the decodes. A2V's track, a control / Dub-It clip and the user LoRAs go to the stage
@@ -127,7 +120,7 @@ def _stage1_sampler(spec: RenderPlan) -> dict:
     return {"sampler": stage1_sampler(generation, dfr_on(spec))} if generation else {}
 
 
-def _stages(recipe: Recipe, rid: str, spec: RenderPlan, ctx: dict, conds: tuple[dict, dict, dict],
+def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: tuple[dict, dict, dict],
             guided: Guided | None, track: dict | None, clip: Reference | None) -> list[dict]:
     """Stage 1, the spatial upsample and stage 2 (on DFR's padded canvas, with its keyframe slots) from the
     stage blocks; `conds`: each stage's image inputs and the images' params; `guided`: a dev recipe's

@@ -24,8 +24,6 @@ Dub-It's track from the window's start), as `plan/control.py`'s `reference`; the
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from coordinator.plan import sparse
 from coordinator.plan.clip import audio_pin_task, pinned_stage1, pinned_stage2
 from coordinator.plan.control import reference
@@ -41,7 +39,7 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
-from coordinator.plan.guidance import GuidedRule, check_recipe
+from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of
 from coordinator.plan.images import plan_image_encodes
 from coordinator.plan.loras import lora_params, lora_text
@@ -55,7 +53,7 @@ from coordinator.plan.media import (
 from coordinator.plan.relay import window_texts
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.stage2 import check_tiling
-from coordinator.plan.stages import Guided, stage1_block
+from coordinator.plan.stages import Guided, RecipeStages, stage1_block
 from ltx_engine.rules.chunks import (
     BLEND_FRAMES,
     CARRIES,
@@ -69,19 +67,6 @@ from ltx_engine.rules.chunks import (
 MAX_SEED = 2**63 - 1
 NO_COND: dict = {"images": [], "inputs": {}}
 ImageConds = tuple[list[dict], dict]  # a window's placed images, the encodes' inputs by stage size ("s1", "s2")
-
-
-class WindowRecipe(Protocol):
-    """What a window reads of the render's recipe (`plan/recipes/base.py`'s record, handed in by the build)."""
-
-    @property
-    def guidance(self) -> GuidedRule | None: ...
-
-    @property
-    def two_stage(self) -> bool: ...
-
-    @property
-    def distilled_stage2(self) -> bool: ...
 
 
 ASKED = ("chunk_pixel_frames", "chunk_carry_frames", "chunk_blend_frames", "chunk_carry")
@@ -215,7 +200,7 @@ def _with(cond: dict, images: ImageConds, stage: str) -> dict:
 
 
 def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Window,
-            images: ImageConds, recipe: WindowRecipe, negative: dict | None) -> list[dict]:
+            images: ImageConds, recipe: RecipeStages, negative: dict | None) -> list[dict]:
     """One window's stages and decode; after the first, its contexts and audio pin from the window before;
     the keyframes that fall in it (`images`) beside them."""
     wid, view = f"{rid}.w{window.index}", _seeded(spec, window)
@@ -252,7 +237,7 @@ def _window(rid: str, spec: RenderPlan, ctx: dict, lay: ChunkLayout, window: Win
 
 
 def _guided_stages(wid: str, spec: RenderPlan, view: RenderPlan, window: Window, ctx: dict,
-                   conds: tuple[dict, dict], pin: tuple[dict, int] | None, recipe: WindowRecipe,
+                   conds: tuple[dict, dict], pin: tuple[dict, int] | None, recipe: RecipeStages,
                    negative: dict, track: dict | None) -> list[dict]:
     """A guided recipe's window from the stage blocks the unchunked render runs (`plan/stages.py`): its
     guided stage with the window's replace conditions and audio pin (A2V: its frozen `track`) in its prep,
@@ -313,7 +298,7 @@ def lead_chain(rid: str, spec: RenderPlan, tasks: list[dict]) -> list[dict]:
     return mark_lead(tasks, {f"{rid}.w{w.index}.stage1" for w in chunk_layout(spec).windows[1:]})
 
 
-def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict, recipe: WindowRecipe,
+def plan_chunks(rid: str, spec: RenderPlan, text: dict, ctx: dict, recipe: RecipeStages,
                 negative: dict | None = None) -> list[dict]:
     """The windows' tasks in order (each window's text task, when it is the first to read it, and its carry
     before the next window), then the joined audio. `text`, `ctx`: the plain prompt's task and contexts;

@@ -10,15 +10,30 @@ distilled LoRA (HQ's as res_2s guide steps), never a pass that rewrites a finish
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from coordinator.plan.control import Reference
 from coordinator.plan.graph import StageGeometry, expect, ref, task
-from coordinator.plan.guidance import RES_2S, GuidedStage
+from coordinator.plan.guidance import RES_2S, GuidedRule, GuidedStage
 from coordinator.plan.guided_render import plan_guided_stage1, plan_hq_stage2
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.sp_degree import TABLE_PARAM
 from coordinator.plan.stage2 import plan_tiled_stage2
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS
+
+
+class RecipeStages(Protocol):
+    """What a build and its windows read of the render's recipe to choose their stages (`plan/recipes/base.py`'s
+    record, handed in by the build: the planner's blocks do not import the recipe registry)."""
+
+    @property
+    def guidance(self) -> GuidedRule | None: ...
+
+    @property
+    def two_stage(self) -> bool: ...
+
+    @property
+    def distilled_stage2(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -268,7 +268,6 @@ def _upstream_guided_loop(model, rec, video, audio, pos, neg):
 
 @pytest.mark.parametrize("held", list(ONE_HELD))
 def test_one_stream_held_while_the_other_runs_equals_upstreams_loop(tiny, held):
-    from ltx_engine.rules.sampling import LatentState
 
     model, blobs = tiny
     rec = guided_stage(_stored({"pipeline": "one-stage", **ONE_HELD[held]}), num_layers=2)
@@ -283,20 +282,12 @@ def test_one_stream_held_while_the_other_runs_equals_upstreams_loop(tiny, held):
     running = rec.audio if held == "video" else rec.video
     assert len(frozen) == 2 * len(G.passes_needed(running))
     assert (G.UNCOND in {t["params"]["pass"] for t in frozen}) == (held == "video")  # video cfg 1: audio's alone
-    out = _execute(model, tasks, blobs)
-    p = blobs["r.prep"]
-    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
-    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
-    pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}
-    video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
-    np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
-    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+    _assert_task_by_task_is_upstreams_loop(model, rec, tasks, blobs)
 
 
 def test_a_guidance_schedule_run_task_by_task_equals_upstreams_loop(tiny):
     """--guidance-schedule (sigmas 1.0, 0.87, 0.63, 0.1): the 1.0 bin guides fully, the 0.7 bin with CFG
     and modality off and the audio skipping odd steps (step 3: the video's passes with the audio frozen)."""
-    from ltx_engine.rules.sampling import LatentState
 
     model, blobs = tiny
     spec = {**SPEC_TINY, "steps": 4, "modality_blocks": [0],
@@ -308,14 +299,7 @@ def test_a_guidance_schedule_run_task_by_task_equals_upstreams_loop(tiny):
     assert [t["params"]["passes"] for t in steps] == [list(G.PASS_ORDER)] * 2 + [[G.COND, G.PERTURBED]] * 2
     assert [t["params"]["video"]["cfg_scale"] for t in steps] == [4.0, 4.0, 1.0, 1.0]
     assert [t["params"].get("held") for t in steps] == [None, None, None, ["audio_"]]
-    out = _execute(model, tasks, blobs)
-    p = blobs["r.prep"]
-    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
-    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
-    pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}
-    video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
-    np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
-    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+    _assert_task_by_task_is_upstreams_loop(model, rec, tasks, blobs)
 
 
 @pytest.mark.parametrize("spec,line", [
@@ -327,3 +311,17 @@ def test_a_guidance_schedule_run_task_by_task_equals_upstreams_loop(tiny):
 def test_guidance_schedule_refusals(spec, line):
     with pytest.raises(SpecError, match=re.escape(line)):
         guided_stage(_stored({"pipeline": "one-stage", "stg_blocks": [1], **spec}), num_layers=2)
+
+
+def _assert_task_by_task_is_upstreams_loop(model, rec, tasks: list[dict], blobs: dict) -> None:
+    """The plan's tasks executed one by one give upstream's guided loop's final latents, bit for bit."""
+    from ltx_engine.rules.sampling import LatentState
+
+    out = _execute(model, tasks, blobs)
+    p = blobs["r.prep"]
+    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
+    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
+    pos, neg = {**blobs["r.text"], "context_mask": None}, {**blobs["r.negative"], "context_mask": None}
+    video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
+    np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
+    np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
