@@ -31,12 +31,13 @@ from coordinator.plan.graph import (
     task,
 )
 from coordinator.plan.guidance import GuidedStage
+from coordinator.plan.guided_render import plan_guided_stage1
 from coordinator.plan.loras import lora_params
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.sp_degree import TABLE_PARAM
 from coordinator.plan.stage2 import stage2_sigmas
-from coordinator.plan.stages import stage2_block, upsample_block
+from coordinator.plan.stages import Guided, stage2_block, upsample_block
 from ltx_engine.rules.extend import CONTEXT_PIXEL_FRAMES, ExtendLayout
 from ltx_engine.rules.generation import stage1_sampler
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER
@@ -99,15 +100,23 @@ def _latent_expect(frames: int, height: int, width: int, fps: float) -> dict:
     }
 
 
-def plan_retake(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
+def plan_retake(rid: str, spec: RenderPlan, ctx: dict, guided: Guided | None = None) -> list[dict]:
+    """The source's encodes, then the one full-size stage: distilled, or (`guided`: the dev recipe's) the
+    guided stage, whose prepare pins the same tokens outside the window."""
     encodes, latent = plan_video_encode(rid, spec)
-    tasks, inputs = list(encodes), {**ctx, "latent": latent}
+    tasks, inputs = list(encodes), {"latent": latent}
     audio = _source_audio(rid, spec)
     if audio is not None:
         tasks.append(audio)
         inputs["audio_latent"] = ref(audio["id"], "latent")
     window = spec.retake
     frames, height, width = spec.frames, spec.height, spec.width
+    if guided is not None:
+        geo = StageGeometry(spec.pack, spec.seed, frames, spec.frame_rate, height, width)
+        tasks += plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, inputs,
+                                    {"retake": [window.start, window.end, window.regen_audio]}, lora_params(spec))
+        tasks += plan_decode(rid, spec, ref(f"{rid}.stage1", "video_latent"))
+        return tasks + _decode_audio(rid, spec, ref(f"{rid}.stage1", "audio_latent"))
     params = {
         **_stage_params(spec, frames, height, width),
         "sigmas": list(DISTILLED_SIGMAS),
@@ -116,7 +125,7 @@ def plan_retake(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
         **lora_params(spec),
         "expect": _latent_expect(frames, height, width, spec.frame_rate),
     }
-    tasks.append(task(rid, "stage1", "denoise_stage1", params, inputs))
+    tasks.append(task(rid, "stage1", "denoise_stage1", params, {**ctx, **inputs}))
     tasks += plan_decode(rid, spec, ref(f"{rid}.stage1", "video_latent"))
     return tasks + _decode_audio(rid, spec, ref(f"{rid}.stage1", "audio_latent"))
 
@@ -248,6 +257,8 @@ def _join(rid: str, spec: RenderPlan, lay: ExtendLayout, source: dict, audio: di
     return tasks + (_decode_audio(rid, spec, ref(f"{rid}.join", "audio_latent")) if audio is not None else [])
 
 
-def plan_clip(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
-    """The clip pipeline's tasks after the text task."""
-    return plan_retake(rid, spec, ctx) if clip_pipeline(spec) == "retake" else plan_extend(rid, spec, ctx)
+def plan_clip(rid: str, spec: RenderPlan, ctx: dict, guided: Guided | None = None) -> list[dict]:
+    """The clip pipeline's tasks after the text task (and a dev recipe's negative prompt's: `guided`)."""
+    if clip_pipeline(spec) == "retake":
+        return plan_retake(rid, spec, ctx, guided)
+    return plan_extend(rid, spec, ctx)

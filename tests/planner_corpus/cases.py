@@ -184,6 +184,10 @@ PLANNED = [
     # Retake and extend.
     case("retake-keep-audio", "retake", {**CLIP, "retake": {"start": 0.4, "end": 0.9, "regen_audio": False}}),
     case("retake", "retake", {**CLIP, "retake": {"start": 0.4, "end": 0.9}}),
+    case("retake-dev", "retake-dev", {**CLIP, "pack": "dev", "pipeline": "one-stage", "steps": 2, "stg_blocks": [1],
+                                      "negative_prompt": "blurry", "retake": {"start": 0.4, "end": 0.9}}),
+    case("retake-dev-keep-audio", "retake-dev", {**CLIP, "pack": "dev", "pipeline": "one-stage", "cfg_scale": 2.0,
+                                                 "retake": {"start": 0.4, "end": 0.9, "regen_audio": False}}),
     case("retake-probed", "retake", {**CLIP, "frames": None, "source_video": {"blob": blob("clip_av"),
                                                                               "name": "clip.mp4"},
                                      "retake": {"start": 0.2, "end": 0.8}}, ONE_MAC, media=True),

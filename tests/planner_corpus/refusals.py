@@ -46,7 +46,11 @@ CLIP_BAD = {  # tests/unit/test_clip_plan.py
     "extend-0-frames": {"extend": {"frames": 0}}, "extend-direction-up": {"extend": {"frames": 1, "direction": "up"}},
     "retake-empty": {"retake": {"start": 0.5, "end": 0.5}}, "retake-past-end": {"retake": {"start": 0.1, "end": 2.0}},
     "retake-tiled": {"retake": {"start": 0.1, "end": 0.5}, "stage2_tiles": "1x2"},
-    "retake-one-stage": {"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage"},
+    "retake-two-stage": {"retake": {"start": 0.1, "end": 0.5}, "pipeline": "two-stage"},
+    "retake-dev-image": {"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage",
+                         "images": [{"blob": blob("image"), "frame": 0}]},
+    "retake-dev-stage2-sigmas": {"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage",
+                                 "stage2_sigmas": [0.9, 0.0]},
     "extend-short-source": {"extend": {"frames": 1}, "frames": 17},
     "extend-no-source": {"extend": {"frames": 1}, "source_video": None},
 }
