@@ -1,6 +1,6 @@
 """Retake and extend on a real farm: a PyAV-written clip with its own AAC track, 33 frames
-at 128x192; one module farm: the retake on 3 workers, then the extend and the dev retake (guided, its
-passes dealt to the workers) on 2 (the plan is the same on any count, so each spec renders once on the
+at 128x192; one module farm: the retake on 3 workers, then the extend, the dev retake and the dev
+extend (guided, their passes dealt to the workers) on 2 (the plan is the same on any count, so each spec renders once on the
 farm and the two counts still both deal). Every task's output is
 bit for bit `farm render --local`'s. The retake's latent frames (and audio latents) outside its
 window are the source's re-encoded ones exactly; the extend's window holds the pinned context and the
@@ -35,6 +35,8 @@ RETAKE = {"retake": {"start": 0.4, "end": 0.6, "regen_audio": True}, "encode_til
 EXTEND = {"extend": {"frames": 1, "direction": "after"}, "stage2_tiles": "1x2", "tile_overlap": 1}
 RETAKE_DEV = {**RETAKE, "pack": "dev", "pipeline": "one-stage", "steps": 2, "stg_blocks": [1],
               "negative_prompt": "blurry"}
+EXTEND_DEV = {"extend": {"frames": 1, "direction": "after"}, "pack": "dev", "pipeline": "two-stage", "stage1_steps": 2,
+              "stage2_steps": 1, "stg_blocks": [1], "negative_prompt": "blurry"}
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +157,17 @@ def test_dev_retake_on_2_workers_matches_local(module_farm, clip, clip_packs, tm
     workers = {t.get("worker") for t in tasks.values() if t["kind"] == "guidance_pass"}
     assert workers <= {"w1", "w2"}
     _check_retake(tasks, *local, guided=True)
+
+
+@pytest.mark.timeout(300)
+def test_dev_extend_on_2_workers_matches_local(module_farm, clip, clip_packs, tmp_path_factory):
+    """The extend's window as the two-stage dev recipe's: a guided stage 1 whose prepare pins the context
+    and the boundary audio, stage 2 on dev + the distilled LoRA; the join and decode as the distilled one's."""
+    farm_client, _ = module_farm
+    local = _local(clip, EXTEND_DEV, Runner(clip_packs), tmp_path_factory.mktemp("local-extend-dev"))
+    tasks = _render(farm_client, clip, EXTEND_DEV)
+    kinds = [t["kind"] for t in tasks.values()]
+    assert kinds.count("guidance_pass") == 8 and kinds.count("guide_step") == 2
+    assert tasks["stage2"]["params"]["distilled_lora_strength"] == 1.0
+    assert {t.get("worker") for t in tasks.values() if t["kind"] == "guidance_pass"} <= {"w1", "w2"}
+    _check_extend(tasks, *local)

@@ -51,6 +51,8 @@ CLIP_BAD = {  # tests/unit/test_clip_plan.py
                          "images": [{"blob": blob("image"), "frame": 0}]},
     "retake-dev-stage2-sigmas": {"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage",
                                  "stage2_sigmas": [0.9, 0.0]},
+    "extend-one-stage": {"extend": {"frames": 1}, "pipeline": "one-stage"},
+    "extend-dev-tiled": {"extend": {"frames": 1}, "pipeline": "two-stage", "stage2_tiles": "1x2"},
     "extend-short-source": {"extend": {"frames": 1}, "frames": 17},
     "extend-no-source": {"extend": {"frames": 1}, "source_video": None},
 }
