@@ -82,8 +82,13 @@ def build_hdr(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[di
 
 
 def build_clip(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
-    """Retake / extend: the graphs that start from the user's clip (plan/clip.py)."""
-    return [*prompt.tasks, *plan_clip(prompt.rid, spec, prompt.ctx)]
+    """Retake / extend: the graphs that start from the user's clip (plan/clip.py); a dev recipe's with its
+    negative prompt's text task and guided stage."""
+    rule, guided, tasks = check_recipe(spec, recipe.guidance), None, prompt.tasks
+    if rule is not None:
+        tasks.append(negative_text_task(prompt.rid, spec, rule, prompt.text, prompt.key))
+        guided = Guided(rule, prompt.ctx, contexts_of(f"{prompt.rid}.negative"))
+    return [*tasks, *plan_clip(prompt.rid, spec, prompt.ctx, guided)]
 
 
 def build_video(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:

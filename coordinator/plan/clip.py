@@ -13,6 +13,10 @@ Extend (`--extend VIDEO --extend-frames N [--direction after|before]`, the disti
 on a window of 25 + 8 N frames; the boundary's audio, sliced from the source track's latent on the
 coordinator (`extend_audio_pin`), pinned in stage 1; then `extend_join` (coordinator) joins the window's
 new latents to the source's (`source_encode`, `source_audio`) and the whole clip decodes once.
+
+The dev recipes (`retake-dev`, `extend-dev`) hand a `Guided` stage: the retake's one stage becomes the
+one-stage recipe's guided stage, extend's stage 1 the two-stage recipe's guided stage and its stage 2 the
+dev stage 2; the window's masks, context and audio pin ride on the guided stage's `stage_prepare`.
 """
 
 from __future__ import annotations
@@ -31,12 +35,13 @@ from coordinator.plan.graph import (
     task,
 )
 from coordinator.plan.guidance import GuidedStage
+from coordinator.plan.guided_render import plan_guided_stage1
 from coordinator.plan.loras import lora_params
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.sp_degree import TABLE_PARAM
 from coordinator.plan.stage2 import stage2_sigmas
-from coordinator.plan.stages import stage2_block, upsample_block
+from coordinator.plan.stages import Guided, stage1_block, stage2_block, upsample_block
 from ltx_engine.rules.extend import CONTEXT_PIXEL_FRAMES, ExtendLayout
 from ltx_engine.rules.generation import stage1_sampler
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER
@@ -99,15 +104,23 @@ def _latent_expect(frames: int, height: int, width: int, fps: float) -> dict:
     }
 
 
-def plan_retake(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
+def plan_retake(rid: str, spec: RenderPlan, ctx: dict, guided: Guided | None = None) -> list[dict]:
+    """The source's encodes, then the one full-size stage: distilled, or (`guided`: the dev recipe's) the
+    guided stage, whose prepare pins the same tokens outside the window."""
     encodes, latent = plan_video_encode(rid, spec)
-    tasks, inputs = list(encodes), {**ctx, "latent": latent}
+    tasks, inputs = list(encodes), {"latent": latent}
     audio = _source_audio(rid, spec)
     if audio is not None:
         tasks.append(audio)
         inputs["audio_latent"] = ref(audio["id"], "latent")
     window = spec.retake
     frames, height, width = spec.frames, spec.height, spec.width
+    if guided is not None:
+        geo = StageGeometry(spec.pack, spec.seed, frames, spec.frame_rate, height, width)
+        tasks += plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, inputs,
+                                    {"retake": [window.start, window.end, window.regen_audio]}, lora_params(spec))
+        tasks += plan_decode(rid, spec, ref(f"{rid}.stage1", "video_latent"))
+        return tasks + _decode_audio(rid, spec, ref(f"{rid}.stage1", "audio_latent"))
     params = {
         **_stage_params(spec, frames, height, width),
         "sigmas": list(DISTILLED_SIGMAS),
@@ -116,7 +129,7 @@ def plan_retake(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
         **lora_params(spec),
         "expect": _latent_expect(frames, height, width, spec.frame_rate),
     }
-    tasks.append(task(rid, "stage1", "denoise_stage1", params, inputs))
+    tasks.append(task(rid, "stage1", "denoise_stage1", params, {**ctx, **inputs}))
     tasks += plan_decode(rid, spec, ref(f"{rid}.stage1", "video_latent"))
     return tasks + _decode_audio(rid, spec, ref(f"{rid}.stage1", "audio_latent"))
 
@@ -139,23 +152,33 @@ def _context(rid: str, spec: RenderPlan, lay: ExtendLayout, half: bool) -> tuple
     return tasks, {"images": [image], "inputs": {"context": latent}}
 
 
-def plan_extend(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
+def plan_extend(rid: str, spec: RenderPlan, ctx: dict, guided: Guided | None = None) -> list[dict]:
+    """The source's encode, the window's two stages (`guided`: the dev recipe's guided stage 1 and its dev
+    stage 2, the same context and audio pinned), the join and the one decode."""
     lay = layout(spec)
     tasks, source = plan_video_encode(rid, spec)
     audio = _source_audio(rid, spec) if spec.audio else None
-    tasks = [*tasks, *_extend_stage1(rid, spec, lay, ctx, audio)]
-    return tasks + _extend_stage2(rid, spec, lay, ctx) + _join(rid, spec, lay, source, audio)
+    tasks = [*tasks, *_extend_stage1(rid, spec, lay, ctx, audio, guided)]
+    return tasks + _extend_stage2(rid, spec, lay, ctx, guided) + _join(rid, spec, lay, source, audio)
 
 
-def _extend_stage1(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict, audio: dict | None) -> list[dict]:
-    """The half-size context's encode, the source track's pinned boundary, stage 1 on the window."""
+def _extend_stage1(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict, audio: dict | None,
+                   guided: Guided | None) -> list[dict]:
+    """The half-size context's encode, the source track's pinned boundary, stage 1 on the window (a dev
+    recipe's: its guided stage, the conditions and the pin in its prepare)."""
     tasks, cond = _context(rid, spec, lay, True)
     pin = None
     if audio is not None:
         cut = lay.source_audio_slice(audio_latent_frames(spec.frames, spec.frame_rate))
         tasks += [audio, audio_pin_task(rid, ref(audio["id"], "latent"), cut)]
         pin = (ref(f"{rid}.audio_pin", "latent"), lay.audio_pin_start)
-    return [*tasks, pinned_stage1(rid, spec, lay.window_frames, ctx, cond, pin)]
+    if guided is None:
+        return [*tasks, pinned_stage1(rid, spec, lay.window_frames, ctx, cond, pin)]
+    inputs, params = dict(cond["inputs"]), {"images": cond["images"]}
+    if pin is not None:
+        inputs["audio_pin"], params["audio_pin_start"] = pin
+    geo = StageGeometry(spec.pack, spec.seed, lay.window_frames, spec.frame_rate, spec.height, spec.width)
+    return tasks + stage1_block(rid, geo.half(), ctx, inputs, params, {}, {}, lora_params(spec), guided)
 
 
 def audio_pin_task(rid: str, latent: dict, cut: slice) -> dict:
@@ -191,10 +214,12 @@ def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
     return task(rid, "stage1", "denoise_stage1", params, inputs)
 
 
-def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict) -> list[dict]:
-    """The full-size context's encode, the upsample and stage 2 on the window."""
+def _extend_stage2(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict, guided: Guided | None) -> list[dict]:
+    """The full-size context's encode, the upsample and stage 2 on the window (a dev recipe's on dev + the
+    distilled LoRA)."""
     encodes, cond = _context(rid, spec, lay, False)
-    stages = pinned_stage2(rid, spec, lay.window_frames, ctx, cond)
+    dev = {} if guided is None else {"guided": guided.stage, "distilled_stage2": False}
+    stages = pinned_stage2(rid, spec, lay.window_frames, ctx, cond, **dev)
     return [stages[0], *encodes, *stages[1:]]
 
 
@@ -248,6 +273,8 @@ def _join(rid: str, spec: RenderPlan, lay: ExtendLayout, source: dict, audio: di
     return tasks + (_decode_audio(rid, spec, ref(f"{rid}.join", "audio_latent")) if audio is not None else [])
 
 
-def plan_clip(rid: str, spec: RenderPlan, ctx: dict) -> list[dict]:
-    """The clip pipeline's tasks after the text task."""
-    return plan_retake(rid, spec, ctx) if clip_pipeline(spec) == "retake" else plan_extend(rid, spec, ctx)
+def plan_clip(rid: str, spec: RenderPlan, ctx: dict, guided: Guided | None = None) -> list[dict]:
+    """The clip pipeline's tasks after the text task (and a dev recipe's negative prompt's: `guided`)."""
+    if clip_pipeline(spec) == "retake":
+        return plan_retake(rid, spec, ctx, guided)
+    return plan_extend(rid, spec, ctx, guided)

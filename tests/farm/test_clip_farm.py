@@ -1,6 +1,7 @@
 """Retake and extend on a real farm: a PyAV-written clip with its own AAC track, 33 frames
-at 128x192; one module farm: the retake on 3 workers, then the extend on 2 (the plan is the same on any
-count, so each spec renders once on the farm and the two counts still both deal). Every task's output is
+at 128x192; one module farm: the retake on 3 workers, then the extend, the dev retake and the dev
+extend (guided, their passes dealt to the workers) on 2 (the plan is the same on any count, so each spec renders once on the
+farm and the two counts still both deal). Every task's output is
 bit for bit `farm render --local`'s. The retake's latent frames (and audio latents) outside its
 window are the source's re-encoded ones exactly; the extend's window holds the pinned context and the
 joined clip decodes 8 N frames longer."""
@@ -18,6 +19,8 @@ from farm_cli.local import render_local
 from ltx_engine.rules.retake import audio_window_mask, window_latent_frames
 from tests.farm.farm_harness import farm, wait_done, wait_until
 from tests.media_files import write_clip_with_audio
+from tests.session_fixtures import link_packs
+from worker.runner import Runner
 
 BASE = {
     "prompt": "a fox",
@@ -30,6 +33,10 @@ BASE = {
 }
 RETAKE = {"retake": {"start": 0.4, "end": 0.6, "regen_audio": True}, "encode_tiles": "24,128"}
 EXTEND = {"extend": {"frames": 1, "direction": "after"}, "stage2_tiles": "1x2", "tile_overlap": 1}
+RETAKE_DEV = {**RETAKE, "pack": "dev", "pipeline": "one-stage", "steps": 2, "stg_blocks": [1],
+              "negative_prompt": "blurry"}
+EXTEND_DEV = {"extend": {"frames": 1, "direction": "after"}, "pack": "dev", "pipeline": "two-stage", "stage1_steps": 2,
+              "stage2_steps": 1, "stg_blocks": [1], "negative_prompt": "blurry"}
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +53,16 @@ def _local(clip, extra: dict, local_runner, folder) -> tuple[dict, object]:
 
 
 @pytest.fixture(scope="module")
-def module_farm(redis_server, tiny_packs, tmp_path_factory):
+def clip_packs(tiny_packs, tiny_dev_pack, tmp_path_factory):
+    """`tiny` (the distilled retake's and extend's) and `dev` (the dev retake's): links to the session's packs."""
+    return link_packs(tmp_path_factory.mktemp("clip-packs"), tiny=tiny_packs / "tiny", dev=tiny_dev_pack)
+
+
+@pytest.fixture(scope="module")
+def module_farm(redis_server, clip_packs, tmp_path_factory):
     client = connect(redis_server.url)
     client.flushdb()
-    with farm(FarmStore(client), tmp_path_factory.mktemp("clip-farm"), tiny_packs, workers=3) as (
+    with farm(FarmStore(client), tmp_path_factory.mktemp("clip-farm"), clip_packs, workers=3) as (
         farm_client,
         procs,
     ):
@@ -80,10 +93,14 @@ def locals_(clip, local_runner, tmp_path_factory) -> dict:
     }
 
 
-def _check_retake(tasks: dict, local: dict, blobs) -> None:
+def _check_retake(tasks: dict, local: dict, blobs, guided: bool = False) -> None:
     _same(tasks, local)
     kinds = [t["kind"] for t in tasks.values()]
-    assert kinds.count("video_encode") == 4 and kinds.count("denoise_stage1") == 1  # 2 x 2 tiles, ONE stage
+    assert kinds.count("video_encode") == 4  # 2 x 2 tiles
+    if guided:  # ONE guided stage: 2 steps x 4 passes, each step's guide step on the coordinator
+        assert kinds.count("guidance_pass") == 8 and kinds.count("guide_step") == 2 and "denoise_stage1" not in kinds
+    else:
+        assert kinds.count("denoise_stage1") == 1  # ONE stage
     assert "denoise_stage2" not in kinds and "upsample_spatial" not in kinds
     source, video = (
         blobs.get(local[n][k]) for n, k in (("source_encode", "latent"), ("stage1", "video_latent"))
@@ -128,3 +145,29 @@ def test_extend_on_2_workers_matches_local(module_farm, clip, locals_):
     tasks = _render(farm_client, clip, EXTEND)
     assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
     _check_extend(tasks, *locals_["extend"])
+
+
+@pytest.mark.timeout(300)
+def test_dev_retake_on_2_workers_matches_local(module_farm, clip, clip_packs, tmp_path_factory):
+    """The retake's one full-size stage as the dev recipe's guided stage: its passes dealt to the two
+    workers left, the same tokens outside the window pinned to the source's."""
+    farm_client, _ = module_farm
+    local = _local(clip, RETAKE_DEV, Runner(clip_packs), tmp_path_factory.mktemp("local-retake-dev"))
+    tasks = _render(farm_client, clip, RETAKE_DEV)
+    workers = {t.get("worker") for t in tasks.values() if t["kind"] == "guidance_pass"}
+    assert workers <= {"w1", "w2"}
+    _check_retake(tasks, *local, guided=True)
+
+
+@pytest.mark.timeout(300)
+def test_dev_extend_on_2_workers_matches_local(module_farm, clip, clip_packs, tmp_path_factory):
+    """The extend's window as the two-stage dev recipe's: a guided stage 1 whose prepare pins the context
+    and the boundary audio, stage 2 on dev + the distilled LoRA; the join and decode as the distilled one's."""
+    farm_client, _ = module_farm
+    local = _local(clip, EXTEND_DEV, Runner(clip_packs), tmp_path_factory.mktemp("local-extend-dev"))
+    tasks = _render(farm_client, clip, EXTEND_DEV)
+    kinds = [t["kind"] for t in tasks.values()]
+    assert kinds.count("guidance_pass") == 8 and kinds.count("guide_step") == 2
+    assert tasks["stage2"]["params"]["distilled_lora_strength"] == 1.0
+    assert {t.get("worker") for t in tasks.values() if t["kind"] == "guidance_pass"} <= {"w1", "w2"}
+    _check_extend(tasks, *local)

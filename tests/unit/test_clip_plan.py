@@ -50,6 +50,36 @@ def test_retake_is_one_full_size_stage_over_the_source_latents():
     assert stored["source_audio"] is False
 
 
+def test_dev_retake_is_one_guided_full_size_stage_pinned_as_the_distilled_one():
+    """`--pipeline one-stage`: the same window on the stage's prepare, the passes on the dev DiT."""
+    tasks, _ = _plan(pack="dev", pipeline="one-stage", steps=2, stg_blocks=[1],
+                     retake={"start": 0.4, "end": 0.9, "regen_audio": False})
+    prep = tasks["stage1.prep"]
+    assert prep["kind"] == "stage_prepare" and prep["params"]["retake"] == [0.4, 0.9, False]
+    assert (prep["params"]["height"], prep["params"]["width"]) == (128, 192)
+    assert prep["inputs"] == {"latent": {"task": "r.source_encode", "output": "latent"},
+                              "audio_latent": {"task": "r.source_audio", "output": "latent"}}
+    kinds = [t["kind"] for t in tasks.values()]
+    assert kinds.count("guidance_pass") == 8 and kinds.count("guide_step") == 2 and "denoise_stage1" not in kinds
+    assert tasks["negative"]["kind"] == "text_encode" and tasks["stage1"]["kind"] == "guide_step"
+    assert tasks["audio"]["inputs"]["latent"] == {"task": "r.stage1", "output": "audio_latent"}
+
+
+def test_dev_extend_is_the_two_stage_dev_recipes_stages_pinned_as_the_distilled_ones():
+    """`--pipeline two-stage`: stage 1's prepare pins the half-size context and the boundary audio, stage 2
+    runs on dev + the distilled LoRA with the full-size context; the join reads stage 1's audio."""
+    tasks, _ = _plan(pack="dev", pipeline="two-stage", stage1_steps=2, stage2_steps=1, stg_blocks=[1],
+                     extend={"frames": 1})
+    prep = tasks["stage1.prep"]
+    assert (prep["params"]["frames"], prep["params"]["height"], prep["params"]["audio_pin_start"]) == (33, 64, 0)
+    assert prep["inputs"]["context"]["task"] == "r.context_s1" and prep["inputs"]["audio_pin"]["task"] == "r.audio_pin"
+    assert [t["kind"] for t in tasks.values()].count("guidance_pass") == 8 and "denoise_stage1" not in {
+        t["kind"] for t in tasks.values()}
+    stage2 = tasks["stage2"]
+    assert stage2["params"]["distilled_lora_strength"] == 1.0 and stage2["inputs"]["context"]["task"] == "r.context_s2"
+    assert tasks["join"]["inputs"]["window_audio"] == {"task": "r.stage1", "output": "audio_latent"}
+
+
 @pytest.mark.parametrize("direction", ["after", "before"])
 def test_extend_pins_the_boundary_in_both_stages_and_joins_before_one_decode(direction):
     tasks, stored = _plan(extend={"frames": 2, "direction": direction})
@@ -100,7 +130,8 @@ def test_extend_pins_the_boundary_in_both_stages_and_joins_before_one_decode(dir
         ({"retake": {"start": 0.5, "end": 0.5}}, "is empty"),
         ({"retake": {"start": 0.1, "end": 2.0}}, "--retake: --end 2 s is past the render's 33 frames"),
         ({"retake": {"start": 0.1, "end": 0.5}, "stage2_tiles": "1x2"}, "--stage2-tiles does not apply to the retake recipe (--retake); it applies to: distilled, two-stage, dfr, extend, ic-lora, dub-it"),
-        ({"retake": {"start": 0.1, "end": 0.5}, "pipeline": "one-stage"}, "--retake and --pipeline one-stage are two recipes: give one"),
+        ({"retake": {"start": 0.1, "end": 0.5}, "pipeline": "two-stage"}, "--retake and --pipeline two-stage are two recipes: give one (a retake is one full-size stage, distilled or guided on dev (--pipeline one-stage): upstream's RetakePipeline has no stage 2)"),
+        ({"extend": {"frames": 1}, "pipeline": "one-stage"}, "--extend and --pipeline one-stage are two recipes: give one (an extend pins the clip's boundary in two stages, half then full size: distilled or guided on dev (--pipeline two-stage); HQ's res_2s stage 2 is not built on its window)"),
         ({"extend": {"frames": 1}, "frames": 17}, "--extend: the source has 17 frames"),
         ({"extend": {"frames": 1}, "source_video": None}, "--extend names no source video"),
     ],

@@ -47,8 +47,9 @@ def test_each_recipe_is_picked_by_its_default_spec_and_declares_what_it_loads(re
 
 
 def test_facts_read_from_the_recipe():
-    assert [r.name for r in RECIPES if r.guided] == ["one-stage", "two-stage", "two-stage-hq", "t2a"]
-    assert {r.name for r in RECIPES if not r.two_stage} == {"one-stage", "retake", "hdr-ic-lora", "t2a"}
+    assert [r.name for r in RECIPES if r.guided] == ["retake-dev", "extend-dev", "one-stage", "two-stage",
+                                                      "two-stage-hq", "t2a"]
+    assert {r.name for r in RECIPES if not r.two_stage} == {"one-stage", "retake", "retake-dev", "hdr-ic-lora", "t2a"}
     assert [r.name for r in RECIPES if not r.video] == ["t2a"]
     assert "--stage2-tiles" in {m.flag for m in taken_by(BY_NAME["two-stage"])}
     assert "--stage2-tiles" not in {m.flag for m in taken_by(BY_NAME["two-stage-hq"])}

@@ -17,22 +17,24 @@ from coordinator.plan.recipes.dfr import DFR
 from coordinator.plan.recipes.distilled import DISTILLED
 from coordinator.plan.recipes.dub_it import DUB_IT
 from coordinator.plan.recipes.extend import EXTEND
+from coordinator.plan.recipes.extend_dev import EXTEND_DEV
 from coordinator.plan.recipes.hdr_ic_lora import HDR_IC_LORA
 from coordinator.plan.recipes.ic_lora import IC_LORA
 from coordinator.plan.recipes.modifiers import MODIFIERS, refusal, taken_by, takes
 from coordinator.plan.recipes.one_stage import ONE_STAGE
 from coordinator.plan.recipes.retake import RETAKE
+from coordinator.plan.recipes.retake_dev import RETAKE_DEV
 from coordinator.plan.recipes.t2a import T2A
 from coordinator.plan.recipes.two_stage import TWO_STAGE
 from coordinator.plan.recipes.two_stage_hq import TWO_STAGE_HQ
 from coordinator.plan.resolved import RenderPlan
 
-RECIPES: tuple[Recipe, ...] = (HDR_IC_LORA, RETAKE, EXTEND, IC_LORA, DUB_IT, ONE_STAGE, TWO_STAGE, TWO_STAGE_HQ,
-                               T2A, DFR, DISTILLED)
+RECIPES: tuple[Recipe, ...] = (HDR_IC_LORA, RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV, IC_LORA, DUB_IT, ONE_STAGE,
+                               TWO_STAGE, TWO_STAGE_HQ, T2A, DFR, DISTILLED)
 BY_NAME: dict[str, Recipe] = {r.name: r for r in RECIPES}
 # the table order for people (docs, `farm recipes`): the plain recipes first
-SHOWN: tuple[Recipe, ...] = (DISTILLED, ONE_STAGE, TWO_STAGE, TWO_STAGE_HQ, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT,
-                             HDR_IC_LORA, T2A)
+SHOWN: tuple[Recipe, ...] = (DISTILLED, ONE_STAGE, TWO_STAGE, TWO_STAGE_HQ, DFR, RETAKE, RETAKE_DEV, EXTEND,
+                             EXTEND_DEV, IC_LORA, DUB_IT, HDR_IC_LORA, T2A)
 
 __all__ = ["BY_NAME", "MODIFIERS", "RECIPES", "SHOWN", "Modifier", "PackFacts", "Recipe", "check_recipe_spec",
            "guided_stage", "recipe_for", "taken_by", "takes"]

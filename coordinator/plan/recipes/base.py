@@ -81,7 +81,8 @@ class Modifier:
     """A flag that crosses recipes: the spec fields that turn it on (`on`, when a plain non-default test
     is not enough) and the recipes it composes with. `selects`: the recipe this flag picks, when it is
     one (two such flags are two recipes). `needs` / `excludes`: flags of other modifiers one of which it
-    needs, or none of which it takes, on any recipe, for the reason `rule` says."""
+    needs, or none of which it takes, on any recipe, for the reason `rule` says; `picks_rule`: why the
+    recipes it picks have no variant under another recipe's flag."""
 
     flag: str
     purpose: str
@@ -92,3 +93,4 @@ class Modifier:
     needs: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
     rule: str = ""
+    picks_rule: str = ""  # why the recipes it picks run under no other recipe's flag (said when one is given)

@@ -15,10 +15,13 @@ from protos.guidance_spec import KNOBS
 
 DISTILLED, ONE_STAGE, TWO_STAGE, HQ = "distilled", "one-stage", "two-stage", "two-stage-hq"
 DFR, RETAKE, EXTEND, IC_LORA, DUB_IT, HDR = "dfr", "retake", "extend", "ic-lora", "dub-it", "hdr-ic-lora"
+RETAKE_DEV, EXTEND_DEV = "retake-dev", "extend-dev"
 T2A = "t2a"
-VIDEO = (DISTILLED, ONE_STAGE, TWO_STAGE, HQ, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT, HDR)  # the recipes with a picture
+# the recipes with a picture
+VIDEO = (DISTILLED, ONE_STAGE, TWO_STAGE, HQ, DFR, RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV, IC_LORA, DUB_IT, HDR)
 ALL = (*VIDEO, T2A)
 GUIDED = (ONE_STAGE, TWO_STAGE, HQ)
+GUIDED_CLIP = (RETAKE_DEV, EXTEND_DEV)  # the clip recipes whose stage is guided: the guidance knobs, no Prompt Relay
 # The guidance knobs T2A takes as upstream's t2a_one_stage does (its steps, negative prompt and audio guider;
 # `--stg-blocks` is the audio's there); the others shape the video's guidance or the joint passes.
 AUDIO_KNOBS = ("steps", "negative_prompt", "audio_cfg_scale", "audio_stg_scale", "audio_rescale", "stg_blocks",
@@ -70,8 +73,12 @@ def _except(*names: str) -> tuple[str, ...]:
 MODIFIERS: tuple[Modifier, ...] = (
     # inputs that pick a recipe of their own
     Modifier("--hdr-ic-lora", "an SDR clip graded to HDR", ("hdr_ic_lora",), (HDR,), selects=HDR),
-    Modifier("--retake", "regenerate a window of a clip", ("retake",), (RETAKE,), selects=RETAKE),
-    Modifier("--extend", "continue a clip", ("extend",), (RETAKE, EXTEND), selects=EXTEND),
+    Modifier("--retake", "regenerate a window of a clip", ("retake",), (RETAKE, RETAKE_DEV), selects=RETAKE,
+             picks_rule="a retake is one full-size stage, distilled or guided on dev (--pipeline one-stage): "
+                  "upstream's RetakePipeline has no stage 2"),
+    Modifier("--extend", "continue a clip", ("extend",), (RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV), selects=EXTEND,
+             picks_rule="an extend pins the clip's boundary in two stages, half then full size: distilled or "
+                        "guided on dev (--pipeline two-stage); HQ's res_2s stage 2 is not built on its window"),
     Modifier("--control-video", "an IC-LoRA control clip", ("control_video",), (IC_LORA,), selects=IC_LORA,
              needs=("--ic-lora",), rule=TRAINED_WITH),
     Modifier("--dub", "Dub-It's reference clip", ("dub_video",), (DUB_IT,), selects=DUB_IT, needs=("--ic-lora",),
@@ -83,7 +90,7 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--control-attention", "the control clip's attention strength (Dub-It's reference takes full attention)",
              ("control_video", "dub_video"), (IC_LORA,), on=_attention),
     Modifier("a source video", "a clip the render encodes", ("source_video",), _except(IC_LORA, DUB_IT, HDR)),
-    Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, EXTEND, HDR)),
+    Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV, HDR)),
     Modifier("--audio", "an audio track to generate video for (A2V; the track is frozen)", ("audio_input",),
              (DISTILLED, ONE_STAGE, TWO_STAGE, HQ, DFR), excludes=AUDIO_GUIDANCE,
              rule="the track is frozen: no audio guidance"),
@@ -91,26 +98,27 @@ MODIFIERS: tuple[Modifier, ...] = (
              ("enhance_prompt",), (*_except(HDR), T2A)),
     Modifier("--lora", "user LoRAs on every DiT task", ("loras",), (*_except(HDR), T2A)),
     Modifier("--step-cache", "TeaCache: a step's block stack replayed from the last computed step's residual",
-             ("step_cache",), (*_except(DFR, RETAKE, EXTEND, HDR), T2A)),
+             ("step_cache",),
+             (*_except(DFR, RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV, HDR), T2A)),
     Modifier("--lora-mode unfused", "user LoRAs as run-time adapters", ("lora_mode",),
              (DISTILLED, *GUIDED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_unfused),
     Modifier("--stage2-tiles", "stage 2 split into tiles across Macs", ("stage2_tiles",),
              (DISTILLED, TWO_STAGE, DFR, EXTEND, IC_LORA, DUB_IT)),
-    Modifier("--stage2-sigmas", "stage 2's sigma table", ("stage2_sigmas",), _except(ONE_STAGE)),
-    Modifier("--stage2-steps", "the last N steps of stage 2's table", ("stage2_steps",), (TWO_STAGE, HQ)),
+    Modifier("--stage2-sigmas", "stage 2's sigma table", ("stage2_sigmas",), _except(ONE_STAGE, RETAKE_DEV)),
+    Modifier("--stage2-steps", "the last N steps of stage 2's table", ("stage2_steps",), (TWO_STAGE, HQ, EXTEND_DEV)),
     Modifier("--cfg-scale … (guidance)", "the video's and the joint passes' guidance, --stage1-steps, APG",
-             VIDEO_KNOBS, GUIDED),
+             VIDEO_KNOBS, (*GUIDED, *GUIDED_CLIP)),
     Modifier("--audio-modality-scale", "the audio stream's modality guidance (it reads the video)",
-             ("audio_modality_scale",), GUIDED),
+             ("audio_modality_scale",), (*GUIDED, *GUIDED_CLIP)),
     Modifier("--steps … (steps)", "steps, the negative prompt, the STG blocks and the audio's skip step",
-             SHARED_KNOBS, (*GUIDED, T2A)),
-    Modifier("--audio-cfg-scale … (audio guidance)", "the audio's guidance scales", AUDIO_SCALES, (*GUIDED, T2A)),
+             SHARED_KNOBS, (*GUIDED, *GUIDED_CLIP, T2A)),
+    Modifier("--audio-cfg-scale … (audio guidance)", "the audio's guidance scales", AUDIO_SCALES, (*GUIDED, *GUIDED_CLIP, T2A)),
     Modifier("--segment", "a prompt per moment (Prompt Relay: each segment's text held to its seconds)",
              ("segments",), (DISTILLED, *GUIDED)),
     Modifier("--relay-epsilon … (relay)", "Prompt Relay's falloff and strength", ("relay_epsilon", "relay_strength"),
              (DISTILLED, *GUIDED), needs=("--segment",), rule="they shape the segments' penalty"),
     Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs", ("stage1_parallel",),
-             _except(IC_LORA, DUB_IT), on=_sp),
+             _except(IC_LORA, DUB_IT, RETAKE_DEV, EXTEND_DEV), on=_sp),
     Modifier("--temporal-upscalings", "DFR's temporal rounds", ("temporal_upscalings",), (DFR,)),
     Modifier("--spatial-upscalings 2", "DFR's spatial epilogue", ("spatial_upscalings",),
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_epilogue, excludes=("--chunked",),
@@ -118,7 +126,7 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--detailing-lora", "DFR's stage-2 detailing IC-LoRA", ("detailing_lora",),
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
     Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1", ("num_generated_keyframes",),
-             _except(DFR, RETAKE, EXTEND), excludes=DFR_STAGES, rule="DFR places its own keyframe slots"),
+             _except(DFR, RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV), excludes=DFR_STAGES, rule="DFR places its own keyframe slots"),
     Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, else the "
              "--image keyframes past frame 0)", ("video_decoder",), _except(HDR), on=_diffusion),
     Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",), VIDEO),
@@ -170,7 +178,8 @@ def refusal(recipe: Recipe, spec: RenderPlan) -> str | None:
             continue
         flag = given_flag(mod, spec)
         if mod.selects is not None:
-            return f"{flag} and {recipe.flag} are two recipes: give one"
+            why = f" ({mod.picks_rule})" if mod.picks_rule else ""
+            return f"{flag} and {recipe.flag} are two recipes: give one{why}"
         takers = ", ".join(mod.recipes)
         return f"{flag} does not apply to the {recipe.name} recipe ({recipe.flag}); it applies to: {takers}"
     by_flag = {mod.flag: mod for mod in on}
