@@ -17,7 +17,7 @@ from coordinator.plan.audio_only import plan_audio_only
 from coordinator.plan.chunks import chunked, lead_chain, plan_chunks
 from coordinator.plan.clip import plan_clip
 from coordinator.plan.control import Reference, reference
-from coordinator.plan.decode import plan_decode
+from coordinator.plan.decode import Keyframes, plan_decode
 from coordinator.plan.decode_keyframes import keyframe_decode_io
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -77,8 +77,15 @@ def build_t2a(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[di
 
 
 def build_hdr(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
-    """The HDR IC-LoRA grade: its own graph from the text task (plan/hdr.py)."""
-    return plan_hdr(prompt.rid, spec, prompt.text)
+    """The HDR IC-LoRA grade: its own graph from the text task (plan/hdr.py), its decode keyframe-aware
+    under the diffusion decoder (the seam slots)."""
+    return plan_hdr(prompt.rid, spec, prompt.text, _keyframes(prompt.rid, spec))
+
+
+def _keyframes(rid: str, spec: RenderPlan) -> Keyframes | None:
+    """A keyframe-aware decode's per-task planes (plan/decode_keyframes.py); None for the conv decoder,
+    which reads none."""
+    return functools.partial(keyframe_decode_io, rid, spec) if is_diffusion(spec) else None
 
 
 def build_clip(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
@@ -163,13 +170,11 @@ def _decodes(rid: str, spec: RenderPlan, final: dict, ctx: dict, cond2: dict, im
     """DFR's finish (rounds, base path or epilogue; the trimmed latent, decoded at the shipped length), the
     video decode (the diffusion decoder's with its keyframes: DFR's planes, else the images'), and the audio
     decode (A2V: its encode is the `audio` task the output muxes)."""
-    tasks, decode_spec, keyframes = [], spec, None
+    tasks, decode_spec = [], spec
     if dfr_on(spec):  # plan/dfr_finish.py
         tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params, stage_audio(rid, track))
         decode_spec = spec.resolve(frames=output_frames(spec))
-    if is_diffusion(spec):  # the keyframe-aware decode: each task its planes (DFR's, else the images')
-        keyframes = functools.partial(keyframe_decode_io, rid, spec)  # plan/decode_keyframes.py
-    tasks += plan_decode(rid, decode_spec, final, keyframes)
+    tasks += plan_decode(rid, decode_spec, final, _keyframes(rid, spec))  # each task its planes, if any
     if spec.audio and track is None:
         tasks.append(task(rid, "audio", "decode_audio", {
             "pack": spec.pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),

@@ -127,8 +127,8 @@ MODIFIERS: tuple[Modifier, ...] = (
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
     Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1", ("num_generated_keyframes",),
              _except(DFR, RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV), excludes=DFR_STAGES, rule="DFR places its own keyframe slots"),
-    Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, else the "
-             "--image keyframes past frame 0)", ("video_decoder",), _except(HDR), on=_diffusion),
+    Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, HDR's seam "
+             "slots, else the --image keyframes past frame 0)", ("video_decoder",), VIDEO, on=_diffusion),
     Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",), VIDEO),
     Modifier("--compute-dtype", "the DiT's attention / FF dtype", ("compute_dtype",), VIDEO),
     Modifier("--decode-tiles", "the VAE decode's tiles", ("decode_tiles",), VIDEO),
