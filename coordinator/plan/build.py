@@ -25,6 +25,7 @@ from coordinator.plan.dfr import (
     dfr_on,
     output_frames,
     plan_slot_upsample,
+    slot_count,
     slot_expect,
     slot_params,
 )
@@ -34,7 +35,7 @@ from coordinator.plan.graph import SPATIAL_FACTOR, StageGeometry, expect, ref, t
 from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of, negative_text_task
 from coordinator.plan.hdr import plan_hdr
-from coordinator.plan.images import generated_slot_params, plan_image_encodes
+from coordinator.plan.images import carried_slots, generated_slot_params, plan_image_encodes
 from coordinator.plan.loras import lora_params
 from coordinator.plan.media import a2v_negative, frozen_track, plan_video_encode
 from coordinator.plan.resolved import RenderPlan
@@ -143,6 +144,7 @@ def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: 
     half, slots, loras = geo.half(), slot_params(spec), lora_params(spec)
     h2, w2 = half.height, half.width
     generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
+    carried = carried_slots(spec)  # the ones stage 2 carries for the decode that reads them
     tokens = half.grid[0] * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR)
     stage1 = {**slots, **generated, **_stage1_sampler(spec), **sparse.stage1_params(spec),
               **sp_degree.stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)}  # its gang cap
@@ -150,10 +152,13 @@ def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: 
     tasks = stage1_block(rid, half, ctx, cond1, image_params, stage1, {**slot_expect(spec, h2, w2), **generated_expect},
                          loras, guided, track, clip)
     tasks.append(upsample_block(rid, geo))
-    tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
-    stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots,
+    tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"), slot_count(spec) or len(carried))
+    carry, carry_expect = generated_slot_params(spec, spec.height, spec.width, carried)
+    stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots, **carry,
                      **sparse.stage2_params(spec), **samplers.stage2_params(spec, recipe.distilled_stage2)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": stage_audio(rid, track)}
+    if carried:  # upstream's DFR rule: stage 1's slots, upsampled, the slots' initial latent
+        stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
         stage2_params["renoise_audio"] = spec.stage2_tiles is None and not spec.audio_input
@@ -162,7 +167,8 @@ def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: 
         if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
             stage2_inputs["reference_latent"] = ref(s1, "video_latent")
     return tasks + stage2_block(rid, geo, spec, stage2_params, stage2_inputs, ctx,
-                                slot_expect(spec, spec.height, spec.width), loras, guided and guided.stage, clip)
+                                {**slot_expect(spec, spec.height, spec.width), **carry_expect}, loras,
+                                guided and guided.stage, clip)
 
 
 def _decodes(rid: str, spec: RenderPlan, final: dict, ctx: dict, cond2: dict, image_params: dict,

@@ -226,6 +226,10 @@ def test_bad_hdr_renders_are_refused_at_submit_through_the_cli(hdr_farm, clip, t
             "--exr-colorspace 'rec2020' is not one the farm writes",
         ),
         (("--pack", "tiny25", "--input-colorspace", "log"), "--input-colorspace 'log'"),
+        (
+            ("--pack", "tiny25", "--num-generated-keyframes", "1"),
+            "(--hdr-ic-lora: it places its own keyframe slots at the clip's seams, and a stage takes one slot set)",
+        ),
     ]
     for args, words in cases:
         refused = _submit(farm_client, data, clip[0], *args)

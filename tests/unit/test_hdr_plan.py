@@ -83,6 +83,14 @@ def test_the_diffusion_decoder_reads_the_seam_slots_as_its_keyframes():
     assert "decoder" not in conv["params"] and set(conv["inputs"]) == {"latent"}
 
 
+@pytest.mark.timeout(30)
+def test_generated_keyframes_are_refused_beside_the_seam_slots():
+    from coordinator.plan.graph import SpecError
+
+    with pytest.raises(SpecError, match=re.escape("its own keyframe slots at the clip's seams, and a stage takes one")):
+        _tasks(num_generated_keyframes=1)
+
+
 @pytest.mark.timeout(150)
 def test_farm_plan_shows_the_hdr_graph_through_the_cli(tmp_path: Path):
     clip = write_clip(tmp_path / "clip.mp4", frames=9, width=64, height=64)
