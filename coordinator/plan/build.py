@@ -17,7 +17,7 @@ from coordinator.plan.audio_only import plan_audio_only
 from coordinator.plan.chunks import chunked, lead_chain, plan_chunks
 from coordinator.plan.clip import plan_clip
 from coordinator.plan.control import Reference, reference
-from coordinator.plan.decode import plan_decode
+from coordinator.plan.decode import Keyframes, plan_decode
 from coordinator.plan.decode_keyframes import keyframe_decode_io
 from coordinator.plan.dfr import (
     canvas_frames,
@@ -25,6 +25,7 @@ from coordinator.plan.dfr import (
     dfr_on,
     output_frames,
     plan_slot_upsample,
+    slot_count,
     slot_expect,
     slot_params,
 )
@@ -34,7 +35,7 @@ from coordinator.plan.graph import SPATIAL_FACTOR, StageGeometry, expect, ref, t
 from coordinator.plan.guidance import check_recipe
 from coordinator.plan.guided_render import contexts_of, negative_text_task
 from coordinator.plan.hdr import plan_hdr
-from coordinator.plan.images import generated_slot_params, plan_image_encodes
+from coordinator.plan.images import carried_slots, generated_slot_params, plan_image_encodes
 from coordinator.plan.loras import lora_params
 from coordinator.plan.media import a2v_negative, frozen_track, plan_video_encode
 from coordinator.plan.resolved import RenderPlan
@@ -77,8 +78,15 @@ def build_t2a(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[di
 
 
 def build_hdr(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
-    """The HDR IC-LoRA grade: its own graph from the text task (plan/hdr.py)."""
-    return plan_hdr(prompt.rid, spec, prompt.text)
+    """The HDR IC-LoRA grade: its own graph from the text task (plan/hdr.py), its decode keyframe-aware
+    under the diffusion decoder (the seam slots)."""
+    return plan_hdr(prompt.rid, spec, prompt.text, _keyframes(prompt.rid, spec))
+
+
+def _keyframes(rid: str, spec: RenderPlan) -> Keyframes | None:
+    """A keyframe-aware decode's per-task planes (plan/decode_keyframes.py); None for the conv decoder,
+    which reads none."""
+    return functools.partial(keyframe_decode_io, rid, spec) if is_diffusion(spec) else None
 
 
 def build_clip(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
@@ -136,6 +144,7 @@ def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: 
     half, slots, loras = geo.half(), slot_params(spec), lora_params(spec)
     h2, w2 = half.height, half.width
     generated, generated_expect = generated_slot_params(spec, h2, w2)  # --num-generated-keyframes (plan/images.py)
+    carried = carried_slots(spec)  # the ones stage 2 carries for the decode that reads them
     tokens = half.grid[0] * (h2 // SPATIAL_FACTOR) * (w2 // SPATIAL_FACTOR)
     stage1 = {**slots, **generated, **_stage1_sampler(spec), **sparse.stage1_params(spec),
               **sp_degree.stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)}  # its gang cap
@@ -143,10 +152,13 @@ def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: 
     tasks = stage1_block(rid, half, ctx, cond1, image_params, stage1, {**slot_expect(spec, h2, w2), **generated_expect},
                          loras, guided, track, clip)
     tasks.append(upsample_block(rid, geo))
-    tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"))
-    stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots,
+    tasks += plan_slot_upsample(rid, spec, ref(s1, "slots"), slot_count(spec) or len(carried))
+    carry, carry_expect = generated_slot_params(spec, spec.height, spec.width, carried)
+    stage2_params = {"sigmas": stage2_sigmas(spec), "noise_stream": 1, **image_params, **slots, **carry,
                      **sparse.stage2_params(spec), **samplers.stage2_params(spec, recipe.distilled_stage2)}
     stage2_inputs = {**cond2, "latent": ref(f"{rid}.upsample", "latent"), "audio_latent": stage_audio(rid, track)}
+    if carried:  # upstream's DFR rule: stage 1's slots, upsampled, the slots' initial latent
+        stage2_inputs["slots"] = ref(f"{rid}.upsample.slots", "latent")
     if slots:  # upstream's DFR stage 2: slots from stage 1's, upsampled; audio re-noised and denoised along
         # tiled: frozen, as TDP's audio; A2V: the source track frozen, as in stage 1
         stage2_params["renoise_audio"] = spec.stage2_tiles is None and not spec.audio_input
@@ -155,7 +167,8 @@ def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: 
         if spec.detailing_lora:  # the IC-LoRA's reference: stage 1's half-resolution video
             stage2_inputs["reference_latent"] = ref(s1, "video_latent")
     return tasks + stage2_block(rid, geo, spec, stage2_params, stage2_inputs, ctx,
-                                slot_expect(spec, spec.height, spec.width), loras, guided and guided.stage, clip)
+                                {**slot_expect(spec, spec.height, spec.width), **carry_expect}, loras,
+                                guided and guided.stage, clip)
 
 
 def _decodes(rid: str, spec: RenderPlan, final: dict, ctx: dict, cond2: dict, image_params: dict,
@@ -163,13 +176,11 @@ def _decodes(rid: str, spec: RenderPlan, final: dict, ctx: dict, cond2: dict, im
     """DFR's finish (rounds, base path or epilogue; the trimmed latent, decoded at the shipped length), the
     video decode (the diffusion decoder's with its keyframes: DFR's planes, else the images'), and the audio
     decode (A2V: its encode is the `audio` task the output muxes)."""
-    tasks, decode_spec, keyframes = [], spec, None
+    tasks, decode_spec = [], spec
     if dfr_on(spec):  # plan/dfr_finish.py
         tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params, stage_audio(rid, track))
         decode_spec = spec.resolve(frames=output_frames(spec))
-    if is_diffusion(spec):  # the keyframe-aware decode: each task its planes (DFR's, else the images')
-        keyframes = functools.partial(keyframe_decode_io, rid, spec)  # plan/decode_keyframes.py
-    tasks += plan_decode(rid, decode_spec, final, keyframes)
+    tasks += plan_decode(rid, decode_spec, final, _keyframes(rid, spec))  # each task its planes, if any
     if spec.audio and track is None:
         tasks.append(task(rid, "audio", "decode_audio", {
             "pack": spec.pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),

@@ -3,9 +3,11 @@
 Why one rule for all recipes: upstream after 1.2.0 and the MLX port decode every render that has
 keyframes with them, not DFR's alone. A render's keyframes are DFR's carried planes when it runs DFR
 (whichever recipe: IC-LoRA and Dub-It take `--dfr`; its canvas and slots supersede the clip's frames,
-`plan/dfr_finish.final_keyframes`), else its `--image`s past frame 0, each the full-size latent its
-`image{k}_s2` encode task already makes for stage 2 (`plan/images.py`; frame 0 is the clip's first
-latent frame, not a plane beside it). What composes with what is the modifier table's
+`plan/dfr_finish.final_keyframes`), else the HDR grade's seam slots (its one full-size stage's generated
+keyframes, `decode(latent, slots, seams)` of `ltx_engine.hdr_pipeline`, as the MLX port decodes them),
+else the `--num-generated-keyframes` slots stage 2 carried for this decode (`images.carried_slots`; like
+DFR's, they supersede the images as planes), else its `--image`s past frame 0, each the full-size latent its `image{k}_s2` encode task already makes
+for stage 2 (`plan/images.py`; frame 0 is the clip's first latent frame, not a plane beside it). What composes with what is the modifier table's
 (`plan/recipes/modifiers.py`: `--image` and `--video-decoder diffusion`), so nothing here names a
 recipe. The conv decoder ignores keyframes (as the MLX port's does), so only diffusion decode tasks get
 them (`plan/render.py`).
@@ -21,7 +23,8 @@ from __future__ import annotations
 from coordinator.plan.dfr import dfr_on, spec_plan
 from coordinator.plan.dfr_finish import final_keyframes
 from coordinator.plan.graph import ref
-from coordinator.plan.images import resolved_images
+from coordinator.plan.hdr import STAGE, is_hdr, seams
+from coordinator.plan.images import carried_slots, resolved_images
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules.dfr_epilogue import planes_for_tile
 
@@ -39,10 +42,23 @@ def image_keyframes(rid: str, spec: RenderPlan) -> tuple[list[dict], tuple[int, 
     return [ref(f"{rid}.image{k}_s2", "latent") for _, k in found], tuple(frame for frame, _ in found)
 
 
+def hdr_keyframes(rid: str, spec: RenderPlan) -> tuple[dict, tuple[int, ...]] | None:
+    """The HDR grade's seam slots (one stacked ref to its stage's `slots`) and their pixel frames; None
+    without seams (`--no-keyframes`, or a clip too short to have one)."""
+    at = seams(spec)
+    return (ref(f"{rid}.{STAGE}", "slots"), at) if at else None
+
+
 def render_keyframes(rid: str, spec: RenderPlan) -> tuple[dict | list[dict], tuple[int, ...]] | None:
-    """The render's decode keyframes: DFR's planes (one stacked ref) when it runs DFR, else its images'
-    (one ref per plane); None when it has none."""
-    return final_keyframes(rid, spec) if dfr_on(spec) else image_keyframes(rid, spec)
+    """The render's decode keyframes: DFR's planes (one stacked ref) when it runs DFR, the HDR grade's
+    seam slots, the generated keyframes stage 2 carried (one stacked ref each), else its images' (one
+    ref per plane); None when it has none."""
+    if dfr_on(spec):
+        return final_keyframes(rid, spec)
+    if is_hdr(spec):
+        return hdr_keyframes(rid, spec)
+    carried = carried_slots(spec)
+    return (ref(f"{rid}.stage2", "slots"), tuple(carried)) if carried else image_keyframes(rid, spec)
 
 
 def shipped_frames(spec: RenderPlan) -> int:
@@ -61,6 +77,6 @@ def keyframe_decode_io(rid: str, spec: RenderPlan, frames: tuple[int, int] | Non
     if frames is not None:
         inside = [inside[j] for j in planes_for_tile([positions[i] for i in inside], *frames)]
     params = {"keyframe_frames": list(positions), "keyframe_planes": inside}
-    if isinstance(source, dict):  # DFR's planes, stacked by its stitch or trim
+    if isinstance(source, dict):  # DFR's planes, stacked by its stitch or trim; slots, by their stage
         return params, {"keyframes": source}
     return params, {f"keyframe{i}": source[i] for i in inside}

@@ -128,6 +128,11 @@ def canvas_frames(spec: RenderPlan) -> int:
     return spec_plan(spec).canvas.frames if dfr_on(spec) else spec.frames
 
 
+def slot_count(spec: RenderPlan) -> int:
+    """DFR's keyframe slots on its canvas; 0 without DFR."""
+    return len(spec_plan(spec).canvas.slots) if dfr_on(spec) else 0
+
+
 def slot_params(spec: RenderPlan) -> dict:
     """Stage params for DFR's generated keyframe slots (upstream's canvas positions); none without DFR."""
     return {"dfr_slots": list(spec_plan(spec).canvas.slots)} if dfr_on(spec) else {}
@@ -141,13 +146,14 @@ def slot_expect(spec: RenderPlan, height: int, width: int) -> dict:
     return {"slots": expect("float32", 1, -1, k, height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)}
 
 
-def plan_slot_upsample(rid: str, spec: RenderPlan, slots: dict) -> list[dict]:
-    """Stage 1's slots through the spatial upsampler for stage 2 (as upstream upsamples them)."""
-    if not dfr_on(spec):
+def plan_slot_upsample(rid: str, spec: RenderPlan, slots: dict, count: int) -> list[dict]:
+    """Stage 1's `count` slots through the spatial upsampler for stage 2 (as upstream's DFR upsamples
+    them): DFR's, or the generated keyframes stage 2 carries (`images.carried_slots`); none at 0."""
+    if not count:
         return []
-    return [task(rid, "upsample.slots", "upsample_spatial", {
-        "pack": spec.pack, "expect": slot_expect(spec, spec.height, spec.width) and {
-            "latent": slot_expect(spec, spec.height, spec.width)["slots"]}}, {"latent": slots})]
+    shape = (1, -1, count, spec.height // SPATIAL_FACTOR, spec.width // SPATIAL_FACTOR)
+    return [task(rid, "upsample.slots", "upsample_spatial", {"pack": spec.pack, "expect": {
+        "latent": expect("float32", *shape)}}, {"latent": slots})]
 
 
 def _tile_tasks(rid: str, spec: RenderPlan, rnd, shared: dict, inputs: dict, images: dict) -> list[dict]:

@@ -8,13 +8,14 @@ The same render as the engine's oracle (`ltx_engine.hdr_pipeline.hdr_ic_lora`), 
 - `source_guide{k}`: at every DFR seam inside the clip (keyframes on), that one frame encoded alone;
 - `stage1` (`hdr_stage`): one full-size stage from noise, video only, the pack's HDR LoRA fused at 1.0,
   a generated keyframe slot and a guide (strength 0.95) per seam, the reference tokens;
-- the decode (conv, tiled or not, `plan/decode.py`); the assembler turns its codes into the HLG master
-  and the EXR frames (`coordinator/assemble/hdr_master.py`).
+- the decode (conv, tiled or not, `plan/decode.py`; or `--video-decoder diffusion`, keyframe-aware: each
+  task reads the stage's seam slots, `plan/decode_keyframes.py`, as the MLX port decodes the grade); the
+  assembler turns its codes into the HLG master and the EXR frames (`coordinator/assemble/hdr_master.py`).
 """
 
 from __future__ import annotations
 
-from coordinator.plan.decode import plan_decode
+from coordinator.plan.decode import Keyframes, plan_decode
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
 from coordinator.plan.media import encode_tile_sizes, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
@@ -48,8 +49,9 @@ def seams(spec: RenderPlan) -> tuple[int, ...]:
     return hdr_lora.seam_frames(spec.frames) if spec.hdr_ic_lora.keyframes else ()
 
 
-def plan_hdr(rid: str, spec: RenderPlan, text: dict) -> list[dict]:
-    """The whole HDR IC-LoRA graph after its text task (see the module docstring)."""
+def plan_hdr(rid: str, spec: RenderPlan, text: dict, keyframes: Keyframes | None = None) -> list[dict]:
+    """The whole HDR IC-LoRA graph after its text task (see the module docstring); `keyframes`: a
+    keyframe-aware decode's per-task planes (`plan/decode.plan_decode`)."""
     pack, blob = spec.pack, spec.hdr_ic_lora.blob
     frames, height, width = spec.frames, spec.height, spec.width
     h, w = height // SPATIAL_FACTOR, width // SPATIAL_FACTOR
@@ -103,4 +105,4 @@ def plan_hdr(rid: str, spec: RenderPlan, text: dict) -> list[dict]:
             inputs,
         )
     )
-    return [text, *tasks, *plan_decode(rid, spec, ref(f"{rid}.{STAGE}", "video_latent"))]
+    return [text, *tasks, *plan_decode(rid, spec, ref(f"{rid}.{STAGE}", "video_latent"), keyframes)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from coordinator.plan.diffusion_decode import is_diffusion
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, expect, ref, task
 from coordinator.plan.resolved import RenderPlan
 from ltx_engine.rules import keyframes
@@ -103,8 +104,8 @@ def dfr_tile_images(params_images: Sequence[dict], inputs: Mapping, tile, round_
 def generated_slots(spec: RenderPlan) -> list[int]:
     """`--num-generated-keyframes N` outside DFR (LTX-2.5): N generated keyframe slots in stage 1 at the
     evenly spaced interior pixel frames linspace(0, F - 1, N + 2) rounded, ends excluded (the MLX port's
-    rule for upstream's `VideoGeneratedKeyframeSlots`); stage 2 has none (their effect is in stage 1's
-    latent; DFR places its own: the modifier table refuses the two together). SpecError: on a pack not
+    rule for upstream's `VideoGeneratedKeyframeSlots`); stage 2 carries them only for a decode that reads
+    them (`carried_slots`); DFR places its own (the modifier table refuses the two together). SpecError: on a pack not
     known to be 2.5, or more slots than the clip has distinct interior frames."""
     n = spec.num_generated_keyframes
     if not n:
@@ -119,9 +120,19 @@ def generated_slots(spec: RenderPlan) -> list[int]:
     return slots
 
 
-def generated_slot_params(spec: RenderPlan, height: int, width: int) -> tuple[dict, dict]:
-    """Stage 1's params and expected `slots` output for the generated keyframes (none without them)."""
-    slots = generated_slots(spec)
+def carried_slots(spec: RenderPlan) -> list[int]:
+    """The generated keyframes stage 2 carries: all of them when the decode reads them (the diffusion
+    decoder's keyframes need full-size planes), by upstream's one rule for carrying slots (DFR's stage 2:
+    stage 1's slots through the spatial upsampler as the slots' initial latent, re-noised and denoised
+    beside the video); else none, as upstream's two-stage pipelines (their stage 2 has no slots)."""
+    return generated_slots(spec) if is_diffusion(spec) else []
+
+
+def generated_slot_params(spec: RenderPlan, height: int, width: int, slots: list[int] | None = None
+                          ) -> tuple[dict, dict]:
+    """A stage's params and expected `slots` output for the generated keyframes (none without them):
+    stage 1's, or `slots` (stage 2's carried ones)."""
+    slots = generated_slots(spec) if slots is None else slots
     if not slots:
         return {}, {}
     shape = (1, -1, len(slots), height // SPATIAL_FACTOR, width // SPATIAL_FACTOR)

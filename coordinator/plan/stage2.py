@@ -139,11 +139,12 @@ def stage2_sigmas(spec: RenderPlan) -> list[float]:
 
 
 def _marker_params(spec: RenderPlan, params: dict, grid: tuple[int, int, int]) -> dict:
-    """A 2.5 render's tiles read a keyframe marker (the first latent frame, and DFR's slots, whose token
-    range — after the appended image guides, before the IC-LoRA reference — the step also reads them out of)."""
+    """A 2.5 render's tiles read a keyframe marker (the first latent frame, and the stage's slots, DFR's or
+    the carried generated ones, whose token range — after the appended image guides, before the IC-LoRA
+    reference — the step also reads them out of)."""
     if spec.generation != LTX_25:
         return {}
-    slots = params.get("dfr_slots") or []
+    slots = params.get("dfr_slots") or params.get("generated_slots") or []
     if not slots:
         return {"marker": True}
     hw = grid[1] * grid[2]

@@ -9,7 +9,10 @@ name, each one line, exit 2, nothing queued. And the keyframe-aware decode: a DF
 (41 frames, the trimmed clip keeps slot 24) decoded in three tiles, each task given the plane the plan
 names, equal to `--local` on both farms. And the keyframe-aware decode without DFR: a plain distilled
 render with two `--image` keyframes past frame 0 (17 frames, images at 8 and 16) decoded in three tiles,
-each given both image planes, equal to `--local` on the 2-worker farm.
+each given both image planes, equal to `--local` on the 2-worker farm. And the generated keyframes
+outside DFR: a distilled render with `--num-generated-keyframes 1` (17 frames, the slot at 8) whose stage 2
+carries the upsampled slot and whose three decode tiles each read stage 2's slot as their plane, equal to
+`--local` (every output and the frames) on the 2-worker farm.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ DFR_SPEC = {
     "audio": False,
 }
 KEYED_SPEC = {**SPEC, "frames": 17, "audio": False}
+GENERATED_SPEC = {**KEYED_SPEC, "num_generated_keyframes": 1}
 KEYED_IMAGES = [{"frame": 8, "strength": 0.9}, {"frame": "last", "strength": 1.0}]
 PICTURES = [(np.arange(96 * 128 * 3) % 251).astype(np.uint8).reshape(96, 128, 3)]
 PICTURES.append(np.ascontiguousarray(PICTURES[0][::-1, ::-1]))
@@ -117,6 +121,16 @@ def keyed_local_shas(packs, tmp_path_factory):
     out = tmp_path_factory.mktemp("diffdec-keyed-local") / "local.mp4"
     spec = {**KEYED_SPEC, "images": KEYED_IMAGES}
     path, outputs, _ = render_local(spec, out, Runner(packs), list(PICTURES))
+    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, _mp4_frames(path)
+
+
+@pytest.fixture(scope="module")
+def generated_local_shas(packs, tmp_path_factory):
+    """The generated-keyframes (no DFR) render's task outputs and frames under `farm render --local`."""
+    from worker.runner import Runner
+
+    out = tmp_path_factory.mktemp("diffdec-generated-local") / "local.mp4"
+    path, outputs, _ = render_local(dict(GENERATED_SPEC), out, Runner(packs))
     return {name.removeprefix("local."): shas for name, shas in outputs.items()}, _mp4_frames(path)
 
 
@@ -213,6 +227,28 @@ def test_keyframe_aware_decode_of_a_keyframed_render_matches_local(diff_farm, ke
     for tile in tiles:
         assert (tile["params"]["keyframe_frames"], tile["params"]["keyframe_planes"]) == ([8, 16], [0, 1])
         assert tile["inputs"]["keyframe1"] == tasks["image2_s2"]["outputs"]["latent"]  # the full-size encode
+    assert tasks.keys() == local_shas.keys()  # the same tasks, none missing or extra on the farm
+    for name, shas in local_shas.items():
+        assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
+    frames = _mp4_frames(client.fetch_output(render["id"], tmp_path / "farm.mp4"))
+    assert len(frames) == len(local_frames) == 17
+    assert all(np.array_equal(a, b) for a, b in zip(frames, local_frames, strict=True))
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("diff_farm", WORKERS[1:], indirect=True, ids=["2-workers"])  # once, on 2 workers
+def test_generated_keyframes_carried_into_stage2_and_decoded_match_local(diff_farm, generated_local_shas, tmp_path):
+    """Stage 1's slot (frame 8), upsampled, is stage 2's slot; each decode tile reads stage 2's slot as its
+    plane; every task output and the frames equal `--local`'s."""
+    client, _env, _workers = diff_farm
+    local_shas, local_frames = generated_local_shas
+    render = wait_done(client, client.submit(dict(GENERATED_SPEC)), timeout=380)
+    tasks = {t["id"].removeprefix(render["id"] + "."): t for t in render["tasks"]}
+    assert tasks["stage2"]["params"]["generated_slots"] == [8]
+    assert tasks["stage2"]["inputs"]["slots"] == tasks["upsample.slots"]["outputs"]["latent"]
+    for tile in [tasks[f"decode.t{i}"] for i in range(3)]:
+        assert (tile["params"]["keyframe_frames"], tile["params"]["keyframe_planes"]) == ([8], [0])
+        assert tile["inputs"]["keyframes"] == tasks["stage2"]["outputs"]["slots"]
     assert tasks.keys() == local_shas.keys()  # the same tasks, none missing or extra on the farm
     for name, shas in local_shas.items():
         assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"

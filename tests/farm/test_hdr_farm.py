@@ -3,7 +3,9 @@
 frame as a guide, one stage with the pack's HDR LoRA, the tiled conv decode; on one module farm of 2
 workers every task output (latents included), the mp4's frames and the HLG master's planes (PyAV)
 and the EXR frames (OpenEXR) equal `farm render --local`'s bit for bit. Bad HDR renders are refused at
-submit through the real CLI: one line, exit 2, nothing queued."""
+submit through the real CLI: one line, exit 2, nothing queued. And the grade decoded by the keyframe-aware
+diffusion decoder (`--video-decoder diffusion`, the clip read at 256 px wide): three decode tiles, each
+reading the stage's seam slot (frame 24), every output and frame equal to `--local`'s on the same farm."""
 
 from __future__ import annotations
 
@@ -76,8 +78,22 @@ def reference(runner25, clip, tmp_path_factory):
     return mp4, folder / "exr", {tid.removeprefix("local."): out for tid, out in outputs.items()}
 
 
+DIFFUSION = {"width": 256, "encode_tiles": "off", "video_decoder": "diffusion", "decode_tiles": "48,192,192"}
+
+
 @pytest.fixture(scope="module")
-def hdr_farm(reference, redis_server, packs, tmp_path_factory):
+def diffusion_reference(runner25, clip, tmp_path_factory):
+    """`--local` of the grade under the diffusion decoder: its frames and task outputs."""
+    path, spec = clip
+    folder = tmp_path_factory.mktemp("hdr-diff-local")
+    mp4, outputs, _ = render_local(
+        {**spec, **DIFFUSION}, folder / "local.mp4", runner25, media={spec["hdr_ic_lora"]["blob"]: path}
+    )
+    return mp4, {tid.removeprefix("local."): out for tid, out in outputs.items()}
+
+
+@pytest.fixture(scope="module")
+def hdr_farm(reference, diffusion_reference, redis_server, packs, tmp_path_factory):
     """One farm of 2 workers for the module. One count: the encode and decode tiles are the same on 2 and 3
     workers (the plan does not depend on the count), and 2 already spread the encode tiles."""
     client = connect(redis_server.url)
@@ -143,6 +159,30 @@ def test_hdr_ic_lora_on_the_farm_equals_local(hdr_farm, reference, clip, tmp_pat
     assert _same(_exr(tmp_path / f"exr{workers}"), exr)
 
 
+@pytest.mark.timeout(600)
+def test_the_grade_decoded_by_the_keyframe_aware_diffusion_decoder_equals_local(
+    hdr_farm, diffusion_reference, clip, tmp_path
+):
+    farm_client, _procs, _ = hdr_farm
+    local_mp4, local = diffusion_reference
+    path, spec = clip
+    farm_client.put_blob(path.read_bytes())
+    render = wait_done(farm_client, farm_client.submit({**spec, **DIFFUSION}), timeout=400)
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    tiles = [tasks[f"decode.t{i}"] for i in range(3)]
+    assert "decode.t3" not in tasks and "slots" in local["stage1"]
+    for tile in tiles:
+        assert tile["params"]["decoder"] == "diffusion"
+        assert (tile["params"]["keyframe_frames"], tile["params"]["keyframe_planes"]) == ([24], [0])
+        assert tile["inputs"]["keyframes"] == tasks["stage1"]["outputs"]["slots"]  # the stage's seam slot
+    assert tasks.keys() == local.keys()  # the same tasks, none missing or extra on the farm
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output
+    mp4 = farm_client.fetch_output(render["id"], tmp_path / "farm.mp4")
+    assert _same(_frames(mp4), _frames(local_mp4)) and len(_frames(mp4)) == FRAMES
+    master = farm_client.fetch_output(render["id"], hlg_path(mp4), file=HLG_FILE)
+    assert _same(_frames(master, None), _frames(hlg_path(local_mp4), None))  # 10-bit planes
+
+
 def _submit(farm_client, data: Path, clip_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -186,6 +226,10 @@ def test_bad_hdr_renders_are_refused_at_submit_through_the_cli(hdr_farm, clip, t
             "--exr-colorspace 'rec2020' is not one the farm writes",
         ),
         (("--pack", "tiny25", "--input-colorspace", "log"), "--input-colorspace 'log'"),
+        (
+            ("--pack", "tiny25", "--num-generated-keyframes", "1"),
+            "(--hdr-ic-lora: it places its own keyframe slots at the clip's seams, and a stage takes one slot set)",
+        ),
     ]
     for args, words in cases:
         refused = _submit(farm_client, data, clip[0], *args)

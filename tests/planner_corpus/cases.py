@@ -106,6 +106,9 @@ PLANNED = [
          P25),
     case("generated-keyframes-3", "keyframes", {**KEYS, "num_generated_keyframes": 3, "frames": 49}, P25),
     case("generated-keyframes-2", "keyframes", {**KEYS, "num_generated_keyframes": 2}, P25),
+    # the diffusion decoder reads them: stage 2 carries them (upsampled) and every decode tile reads stage 2's
+    case("generated-keyframes-diffusion-decode", "keyframes", {**KEYS, "num_generated_keyframes": 2,
+                                                                "video_decoder": "diffusion"}, P25),
     case("media-image-tiled", "keyframes", {**A2V, "audio_input": None, "seed": 5, "stage2_tiles": "1x2",
                                             "tile_overlap": 1, "images": _images((0, None))}, ONE_MAC),
     # Stage-2 tiles (TDP) and the fleet-chosen tiling.
@@ -217,6 +220,8 @@ PLANNED = [
     case("hdr-ic-lora-encode-tiles", "hdr", {**HDR, "encode_tiles": "24,96"}, known={"generation": "2.5"}),
     case("hdr-ic-lora-plain", "hdr", {**HDR, "hdr_ic_lora": {"blob": blob("hdr-clip"), "keyframes": False,
                                                              "input_colorspace": "srgb"}}, known={"generation": "2.5"}),
+    case("hdr-ic-lora-diffusion-decode", "hdr", {**HDR, "width": 256, "video_decoder": "diffusion",
+                                                 "decode_tiles": "48,192,192"}, known={"generation": "2.5"}),
     case("hdr-master", "hdr", {**SMALL, "hdr": True}, ONE_MAC),
     # DFR: base path, spatial rounds, temporal rounds, the epilogue.
     case("dfr-base-detailing", "dfr", {**DFR, "dfr": True, "height": 128, "width": 192,

@@ -69,6 +69,7 @@ KEYFRAMES_BAD = {  # tests/unit/test_keyframes_plan.py: (frame, binding) per ima
 GENERATED_BAD = {  # (fleet, changes)
     "on-2.3": (P23, {}), "no-fleet": (NONE, {}), "with-dfr-rounds": (P25, {"temporal_upscalings": 1, "frames": 49}),
     "too-many-for-9-frames": (P25, {"frames": 9, "num_generated_keyframes": 8}),
+    "on-guided-two-stage": (P25, {"pipeline": "two-stage"}),  # the guided passes carry no slots
 }
 DFR_BAD = {  # tests/unit/test_dfr25_plan.py
     "spatial-height-192": {"spatial_upscalings": 2, "height": 192},
@@ -121,6 +122,8 @@ REFUSED = [
     *[case(f"refuse-dfr-{n}", "refusal", {**DFR, "height": 256, "width": 256, **bad}, P25) for n, bad in DFR_BAD.items()],
     *[case(f"refuse-fleet-{n}", "refusal", spec, fleet) for n, (spec, fleet) in FLEET_BAD.items()],
     case("refuse-hdr-no-frames", "refusal", {**HDR, "frames": None}, known={"generation": "2.5"}),
+    case("refuse-hdr-generated-keyframes", "refusal", {**HDR, "num_generated_keyframes": 1},
+         known={"generation": "2.5"}),  # the grade places its own seam slots
     case("refuse-diffusion-decode-2.3", "refusal", {"prompt": "a fox", "pack": "p", "height": 64, "width": 256,
                                                     "frames": 9, "video_decoder": "diffusion"}, P23),
     case("refuse-guided-one-stage-tiles", "refusal", {**KEYS, "pack": "dev", "pipeline": "one-stage", "steps": 2,

@@ -65,6 +65,32 @@ def test_the_graph_encodes_the_clip_guides_the_seam_and_runs_one_hdr_stage():
     assert plain["source_hdr.t0"]["params"]["hdr"]["input_colorspace"] == "srgb"
 
 
+@pytest.mark.timeout(30)
+def test_the_diffusion_decoder_reads_the_seam_slots_as_its_keyframes():
+    """As the oracle's `decode(latent, slots, seams)`: every diffusion decode task reads the stage's
+    stacked seam slots and attends to the seam plane; without seams it decodes plain."""
+    tiles = _tasks(video_decoder="diffusion", decode_tiles="48,192,192", width=256)
+    decodes = [t for t in tiles.values() if t["kind"] == "decode_tile"]
+    assert len(decodes) == 3 and [t["params"]["noise_seed"] for t in decodes] == [30003, 30004, 30005]
+    for t in decodes:
+        assert (t["params"]["keyframe_frames"], t["params"]["keyframe_planes"]) == ([24], [0])
+        assert t["inputs"]["keyframes"] == {"task": "r.stage1", "output": "slots"}
+        assert t["params"]["needs"] == ["vae_decoder_av"]
+    plain = _tasks(video_decoder="diffusion", hdr_ic_lora={"blob": BLOB, "keyframes": False})["decode"]
+    assert plain["params"]["decoder"] == "diffusion" and "keyframe_frames" not in plain["params"]
+    assert set(plain["inputs"]) == {"latent"}
+    conv = _tasks()["decode"]
+    assert "decoder" not in conv["params"] and set(conv["inputs"]) == {"latent"}
+
+
+@pytest.mark.timeout(30)
+def test_generated_keyframes_are_refused_beside_the_seam_slots():
+    from coordinator.plan.graph import SpecError
+
+    with pytest.raises(SpecError, match=re.escape("its own keyframe slots at the clip's seams, and a stage takes one")):
+        _tasks(num_generated_keyframes=1)
+
+
 @pytest.mark.timeout(150)
 def test_farm_plan_shows_the_hdr_graph_through_the_cli(tmp_path: Path):
     clip = write_clip(tmp_path / "clip.mp4", frames=9, width=64, height=64)
@@ -170,6 +196,39 @@ def test_local_runs_of_the_graph_equal_the_engine_oracle(runner, tmp_path: Path)
     with OpenEXR.File(str(tmp_path / "exr" / "frame_00024.exr"), separate_channels=True) as exr:
         values = np.stack([exr.channels()[c].pixels for c in "RGB"], axis=-1)
     np.testing.assert_array_equal(values, oracle["exr"][24].astype(np.float16))  # ACEScg, the default
+
+
+@pytest.mark.timeout(300)
+def test_local_diffusion_decode_of_the_grade_equals_the_oracle_with_its_seam_slots(runner, tmp_path: Path):
+    """`--video-decoder diffusion`: `--local`'s graph decodes as the oracle with the keyframe-aware
+    diffusion decoder handed the stage's slots at their seams (the MLX port's decode of the grade)."""
+    from farm_cli.local import render_local
+    from ltx_engine import hdr_pipeline
+    from ltx_engine.hdr_sources import read_sdr_clip
+    from ltx_engine.lora.lora import WithLoras
+    from ltx_engine.rules import hdr_lora
+    from ltx_engine.rules.diffusion_tiling import tile_noise_seed
+
+    clip = write_clip(tmp_path / "clip.mp4", frames=25, width=64, height=64)
+    sha = hashlib.sha256(clip.read_bytes()).hexdigest()
+    spec = {**SPEC, "encode_tiles": "off", "video_decoder": "diffusion", "hdr_ic_lora": {"blob": sha, "name": "c"}}
+    _, outputs, blobs = render_local(spec, tmp_path / "out.mp4", runner, media={sha: clip})
+    engine, pack = runner.engine, runner.pack("tiny25")
+    frames, fps = read_sdr_clip(clip)
+    render = hdr_pipeline.HdrRender(fps, SPEC["seed"], blobs.get(outputs["local.text"]["video_context"]))
+    fused = WithLoras(pack, ((str(pack.root / hdr_lora.HDR_LORA_FILE), hdr_lora.HDR_LORA_STRENGTH),))
+    seed = tile_noise_seed(SPEC["seed"], 0)
+
+    def keyframe_decode(latent, slots, seams):
+        pixels = engine.decode_video_diffusion(pack, latent, seed, keyframes=(slots, seams))
+        return np.clip((pixels[0] + 1.0) / 2.0, 0.0, 1.0).transpose(1, 2, 3, 0)
+
+    oracle = hdr_pipeline.hdr_ic_lora(engine, (pack, fused), frames, render, keyframe_decode)
+    assert oracle["slots"].shape[2] == 1  # the seam at frame 24
+    np.testing.assert_array_equal(blobs.get(outputs["local.stage1"]["slots"]), oracle["slots"])
+    np.testing.assert_array_equal(blobs.get(outputs["local.decode"]["frames"]), oracle["codes"])
+    plain = hdr_pipeline.conv_decode(engine, pack)(oracle["video_latent"], None, ())
+    assert not np.array_equal(plain, oracle["codes"])  # the diffusion decoder ran, not the conv VAE
 
 
 @pytest.mark.timeout(240)

@@ -136,10 +136,44 @@ def test_generated_keyframes_are_stage1_slots_at_evenly_spaced_interior_frames()
     assert _tasks([], FLEET_25, num_generated_keyframes=2)["stage1"]["params"]["generated_slots"] == [8, 16]
 
 
+def test_the_diffusion_decoder_has_stage2_carry_the_generated_keyframes_and_reads_them():
+    """Upstream's DFR rule for carrying slots: stage 1's, upsampled, are stage 2's slots' initial latent;
+    every diffusion decode task reads stage 2's slots as its planes (they supersede the images')."""
+    images = [{"blob": _blob(1), "frame": 12}]
+    tasks = _tasks(images, FLEET_25, num_generated_keyframes=1, frames=17, width=256, height=64,
+                   video_decoder="diffusion", decode_tiles="48,192,192")
+    assert tasks["stage1"]["params"]["generated_slots"] == [8]
+    upsample = tasks["upsample.slots"]
+    assert upsample["inputs"] == {"latent": {"task": "r.stage1", "output": "slots"}}
+    assert upsample["params"]["expect"]["latent"]["shape"] == [1, -1, 1, 2, 8]
+    stage2 = tasks["stage2"]
+    assert stage2["params"]["generated_slots"] == [8] and "dfr_slots" not in stage2["params"]
+    assert stage2["inputs"]["slots"] == {"task": "r.upsample.slots", "output": "latent"}
+    assert stage2["params"]["expect"]["slots"]["shape"] == [1, -1, 1, 2, 8]
+    decodes = [t for t in tasks.values() if t["kind"] == "decode_tile"]
+    assert len(decodes) == 3
+    for t in decodes:
+        assert (t["params"]["keyframe_frames"], t["params"]["keyframe_planes"]) == ([8], [0])
+        assert t["inputs"]["keyframes"] == {"task": "r.stage2", "output": "slots"} and "keyframe0" not in t["inputs"]
+    tiled = _tasks([], FLEET_25, num_generated_keyframes=2, video_decoder="diffusion", stage2_tiles="2x2")
+    hw = (256 // 32) * (384 // 32)  # a latent frame's tokens at 256x384
+    assert tiled["stage2.cut"]["params"]["slot_range"] == [4 * hw, 6 * hw]  # read out of the tiles' tokens
+
+
+def test_the_conv_decoder_leaves_stage2_as_upstream_without_the_slots():
+    tasks = _tasks([], FLEET_25, num_generated_keyframes=1, frames=17)
+    assert "upsample.slots" not in tasks and "slots" not in tasks["stage2"]["params"]["expect"]
+
+
 @pytest.mark.parametrize(("fleet", "changes", "line"), [
     (FLEET_23, {}, "needs an LTX-2.5 pack"),
     ([], {}, "needs an LTX-2.5 pack"),
-    (FLEET_25, {"temporal_upscalings": 1, "frames": 49}, "--num-generated-keyframes does not apply to the dfr recipe \\(--dfr\\); it applies to: distilled, one-stage,"),
+    (FLEET_25, {"temporal_upscalings": 1, "frames": 49}, "--num-generated-keyframes does not apply to the dfr recipe "
+     "\\(--dfr: it places its own keyframe slots\\); it applies to: distilled, ic-lora, dub-it$"),
+    (FLEET_25, {"pipeline": "two-stage"}, "two-stage recipe \\(--pipeline two-stage: a guided stage's passes are "
+     "not built with keyframe slots\\)"),
+    (FLEET_25, {"pipeline": "one-stage"}, "one-stage recipe .*a guided stage's passes are not built"),
+    (FLEET_25, {"pipeline": "two-stage-hq"}, "two-stage-hq recipe .*a guided stage's passes are not built"),
     (FLEET_25, {"frames": 9, "num_generated_keyframes": 8}, "do not fit between the first and last of 9 frames"),
 ])
 def test_generated_keyframes_that_cannot_render_are_refused(fleet, changes, line):

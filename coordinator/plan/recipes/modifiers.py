@@ -125,10 +125,14 @@ MODIFIERS: tuple[Modifier, ...] = (
              rule="DFR's canvas and epilogue span the whole clip"),
     Modifier("--detailing-lora", "DFR's stage-2 detailing IC-LoRA", ("detailing_lora",),
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
-    Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1", ("num_generated_keyframes",),
-             _except(DFR, RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV), excludes=DFR_STAGES, rule="DFR places its own keyframe slots"),
-    Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, else the "
-             "--image keyframes past frame 0)", ("video_decoder",), _except(HDR), on=_diffusion),
+    Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1 (carried into stage 2 for "
+             "the diffusion decoder, which reads them as keyframes)", ("num_generated_keyframes",),
+             (DISTILLED, IC_LORA, DUB_IT), excludes=DFR_STAGES, rule="DFR places its own keyframe slots",
+             why_not=((DFR, "it places its own keyframe slots"),
+                      (HDR, "it places its own keyframe slots at the clip's seams, and a stage takes one slot set"),
+                      *((g, "a guided stage's passes are not built with keyframe slots") for g in GUIDED))),
+    Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, HDR's seam "
+             "slots, else the --image keyframes past frame 0)", ("video_decoder",), VIDEO, on=_diffusion),
     Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",), VIDEO),
     Modifier("--compute-dtype", "the DiT's attention / FF dtype", ("compute_dtype",), VIDEO),
     Modifier("--decode-tiles", "the VAE decode's tiles", ("decode_tiles",), VIDEO),
@@ -180,8 +184,9 @@ def refusal(recipe: Recipe, spec: RenderPlan) -> str | None:
         if mod.selects is not None:
             why = f" ({mod.picks_rule})" if mod.picks_rule else ""
             return f"{flag} and {recipe.flag} are two recipes: give one{why}"
-        takers = ", ".join(mod.recipes)
-        return f"{flag} does not apply to the {recipe.name} recipe ({recipe.flag}); it applies to: {takers}"
+        takers, why = ", ".join(mod.recipes), dict(mod.why_not).get(recipe.name)
+        said = f"{recipe.flag}: {why}" if why else recipe.flag
+        return f"{flag} does not apply to the {recipe.name} recipe ({said}); it applies to: {takers}"
     by_flag = {mod.flag: mod for mod in on}
     given = set(by_flag)
     for mod in on:
