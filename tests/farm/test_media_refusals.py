@@ -147,6 +147,15 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
             ["--dub", f["talk"], "--control-video", f["clip30"], "1", *ic],
             "--dub and --control-video are two recipes: give one",
         ),
+        "guided control (no such pipeline)": (
+            ["--control-video", f["clip30"], "1", *ic, "--pipeline", "two-stage"],
+            "--control-video and --pipeline two-stage are two recipes: give one (IC-LoRA control samples "
+            "distilled: upstream's ICLoraPipeline takes the distilled model alone",
+        ),
+        "guided Dub-It (no such pipeline)": (
+            ["--dub", f["talk"], *ic, "--pipeline", "one-stage"],
+            "--dub and --pipeline one-stage are two recipes: give one (Dub-It samples distilled",
+        ),
         "a reference the VAE cannot encode": (
             ["-W", "192", "--control-video", f["clip"], "1", *ic],
             "the reference at 64x48 (a 128x96 stage over the IC-LoRA's downscale 2) is not a multiple of 32",

@@ -136,6 +136,9 @@ REFUSED = [
     *[case(f"refuse-relay-{n}", "refusal", {**RELAY, **bad}) for n, bad in RELAY_BAD.items()],
     case("refuse-control-no-ic-lora", "refusal", {**CONTROL, "ic_lora": None}),
     case("refuse-dub-no-ic-lora", "refusal", {**DUB, "ic_lora": None}),
+    # no guided IC-LoRA control or Dub-It upstream or in the MLX port: one line says so
+    case("refuse-control-two-stage", "refusal", {**CONTROL, "pack": "dev", "pipeline": "two-stage"}),
+    case("refuse-dub-one-stage", "refusal", {**DUB, "pack": "dev", "pipeline": "one-stage"}),
     case("refuse-chunked-dfr", "refusal", {**DFR, "height": 128, "width": 128, "dfr": True, "chunked": True,
                                            "chunk_pixel_frames": 17, "chunk_carry_frames": 9}, P25),
     case("refuse-chunked-ic-lora-dfr", "refusal", {**CONTROL, **CHUNKED, "dfr": True}),

@@ -80,9 +80,13 @@ MODIFIERS: tuple[Modifier, ...] = (
              picks_rule="an extend pins the clip's boundary in two stages, half then full size: distilled or "
                         "guided on dev (--pipeline two-stage); HQ's res_2s stage 2 is not built on its window"),
     Modifier("--control-video", "an IC-LoRA control clip", ("control_video",), (IC_LORA,), selects=IC_LORA,
-             needs=("--ic-lora",), rule=TRAINED_WITH),
+             needs=("--ic-lora",), rule=TRAINED_WITH,
+             picks_rule="IC-LoRA control samples distilled: upstream's ICLoraPipeline takes the distilled model "
+                        "alone, and the MLX port's dev mode fuses the distilled LoRA and runs no guidance"),
     Modifier("--dub", "Dub-It's reference clip", ("dub_video",), (DUB_IT,), selects=DUB_IT, needs=("--ic-lora",),
-             rule=TRAINED_WITH),
+             rule=TRAINED_WITH,
+             picks_rule="Dub-It samples distilled: upstream's DubItPipeline and the MLX port's lipdub take the "
+                        "distilled model alone, its LoRA in both stages"),
     Modifier("--dfr", "DFR at 0 temporal rounds (its canvas, slots, keyframes)", ("dfr",), (DFR, IC_LORA, DUB_IT),
              selects=DFR, excludes=("--chunked",), rule="DFR's canvas and epilogue span the whole clip"),
     # modifiers
@@ -181,8 +185,9 @@ def refusal(recipe: Recipe, spec: RenderPlan) -> str | None:
         if recipe.name in mod.recipes:
             continue
         flag = given_flag(mod, spec)
-        if mod.selects is not None:
-            why = f" ({mod.picks_rule})" if mod.picks_rule else ""
+        if mod.selects is not None:  # the why, when the other recipe is the pipeline's alone (not a second input)
+            alone = sum(m.selects is not None for m in on) == 1
+            why = f" ({mod.picks_rule})" if mod.picks_rule and alone else ""
             return f"{flag} and {recipe.flag} are two recipes: give one{why}"
         takers, why = ", ".join(mod.recipes), dict(mod.why_not).get(recipe.name)
         said = f"{recipe.flag}: {why}" if why else recipe.flag
