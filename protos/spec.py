@@ -240,7 +240,10 @@ class RenderSpec:
         help="IC-LoRA control: a depth / pose / edge clip (at least the render's frames) stage 1 follows, with its "
         "conditioning strength in [0, 1]; needs --ic-lora."), opt(
         "--control-attention", type=float | None,
-        help="The control's attention strength in [0, 1] (default 1: full attention)."), client=MEDIA)
+        help="The control's attention strength in [0, 1] (default 1: full attention)."), opt(
+        "--control-stage2", type=bool, default=False,
+        help="The control in stage 2 too: re-encoded at full size, the IC-LoRA fused there (the MLX port's "
+        "control-aware refine)."), client=MEDIA)
     ic_lora: IcLora | None = spec_field(None, M["ic_lora"], opt(  # stage 1 (control) or both stages (Dub-It)
         "--ic-lora", type=tuple[Path, float] | None, metavar="FILE STRENGTH",
         help="The IC-LoRA .safetensors (here; its metadata names its reference_downscale_factor) fused into "

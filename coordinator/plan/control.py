@@ -6,7 +6,10 @@ size over the LoRA's `reference_downscale_factor` (the spec records the factor t
 coordinator's media check reads the uploaded file's header again); stage 1 takes that latent as
 reference tokens (`control_latent`, params `control`) with the IC-LoRA fused on top of the render's
 user LoRAs; the upsample and stage 2 (untiled or TDP-tiled) run on the plain DiT, as upstream's
-clean stage 2; the decode as always.
+clean stage 2; the decode as always. With `--control-stage2` (the MLX port's control-aware refine,
+`ic-lora --upsample-only --refine-steps 3`: the IC-LoRA kept fused, the control re-encoded at full size)
+the clip is encoded a second time (`control_s2`) at stage 2's size and stage 2 takes it and the IC-LoRA
+as Dub-It's stage 2 takes its reference (no audio reference).
 
 Dub-It (`dub_video` + `ic_lora`, upstream 1.2 `dubit.py`): the reference clip encoded twice (`dub_s1`
 at stage 1's size, `dub_s2` at stage 2's, each over the downscale), its track encoded by an
@@ -55,8 +58,10 @@ def check_reference(spec: RenderPlan, key: str, flag: str) -> str:
 
 
 def _stage_sizes(spec: RenderPlan, key: str) -> list[tuple[int, int]]:
+    """The sizes the clip is a reference at: stage 1's, and stage 2's for Dub-It and `--control-stage2`."""
     half = (spec.height // 2, spec.width // 2)
-    return [half] if key == "control_video" else [half, (spec.height, spec.width)]
+    both = key == "dub_video" or getattr(spec, key).stage2
+    return [half, (spec.height, spec.width)] if both else [half]
 
 
 def _reference_size(height: int, width: int, downscale: int, flag: str, name: str) -> tuple[int, int]:
@@ -111,14 +116,15 @@ def reference(rid: str, spec: RenderPlan, first: int = 0) -> Reference | None:
     key, _, value = clip
     lora, frames, sizes = spec.ic_lora, spec.frames, encode_tile_sizes(spec)
     control = {"strength": value.strength, "downscale": lora.downscale, "attention_strength": value.attention_strength}
-    named = ["control"] if key == "control_video" else ["dub_s1", "dub_s2"]
+    named = ["control", "control_s2"] if key == "control_video" else ["dub_s1", "dub_s2"]
     added, latents = [], []
-    for name, (height, width) in zip(named, _stage_sizes(spec, key), strict=True):
+    for name, (height, width) in zip(named, _stage_sizes(spec, key), strict=False):
         size = control_size(height, width, control["downscale"])
         encodes, latent = video_encode_tasks(rid, name, spec.pack, value.blob, (frames, *size), sizes, first)
         added, latents = added + encodes, latents + [latent]
-    if key == "control_video":
-        return Reference(tuple(added), lora, control, {"control_latent": latents[0]}, None)
+    if key == "control_video":  # stage 2 clean, or with the control at full size (`--control-stage2`)
+        stage2 = {"control_latent": latents[1]} if value.stage2 else None
+        return Reference(tuple(added), lora, control, {"control_latent": latents[0]}, stage2)
     audio = audio_encode_task(rid, spec, "dub_audio", value.blob, first / spec.frame_rate)
     stage1 = {"control_latent": latents[0], "audio_reference": ref(audio["id"], "latent")}
     stage2 = {"control_latent": latents[1], "audio_reference": ref(f"{rid}.stage1", "audio_latent")}

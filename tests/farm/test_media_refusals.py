@@ -156,6 +156,16 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
             ["--dub", f["talk"], *ic, "--pipeline", "one-stage"],
             "--dub and --pipeline one-stage are two recipes: give one (Dub-It samples distilled",
         ),
+        "control in stage 2 without a clip": (["--control-stage2"], "--control-stage2 needs --control-video FILE"),
+        "Dub-It's reference in stage 2 asked again": (
+            ["--dub", f["talk"], *ic, "--control-stage2"],
+            "--control-stage2 does not apply to the dub-it recipe (--dub); it applies to: ic-lora",
+        ),
+        "control in a tiled stage 2 below full attention": (
+            ["--control-video", f["clip30"], "1", *ic, "--control-stage2", "--control-attention", "0.5",
+             "--stage2-tiles", "1x2"],
+            "--control-stage2 with --control-attention 0.5 needs an untiled stage 2",
+        ),
         "a reference the VAE cannot encode": (
             ["-W", "192", "--control-video", f["clip"], "1", *ic],
             "the reference at 64x48 (a 128x96 stage over the IC-LoRA's downscale 2) is not a multiple of 32",

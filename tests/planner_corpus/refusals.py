@@ -136,6 +136,10 @@ REFUSED = [
     *[case(f"refuse-relay-{n}", "refusal", {**RELAY, **bad}) for n, bad in RELAY_BAD.items()],
     case("refuse-control-no-ic-lora", "refusal", {**CONTROL, "ic_lora": None}),
     case("refuse-dub-no-ic-lora", "refusal", {**DUB, "ic_lora": None}),
+    case("refuse-control-stage2-tiled-attention", "refusal",
+         {**CONTROL, "control_video": {**CONTROL["control_video"], "stage2": True}}),
+    case("refuse-control-stage2-dfr", "refusal",
+         {**CONTROL, "stage2_tiles": None, "control_video": {**CONTROL["control_video"], "stage2": True}, "dfr": True}),
     # no guided IC-LoRA control or Dub-It upstream or in the MLX port: one line says so
     case("refuse-control-two-stage", "refusal", {**CONTROL, "pack": "dev", "pipeline": "two-stage"}),
     case("refuse-dub-one-stage", "refusal", {**DUB, "pack": "dev", "pipeline": "one-stage"}),

@@ -65,6 +65,10 @@ def _attention(spec: RenderPlan) -> bool:
     return any(clip is not None and clip.attention_strength != 1.0 for clip in (spec.control_video, spec.dub_video))
 
 
+def _control_stage2(spec: RenderPlan) -> bool:
+    return any(clip is not None and clip.stage2 for clip in (spec.control_video, spec.dub_video))
+
+
 def _except(*names: str) -> tuple[str, ...]:
     """The video recipes but these."""
     return tuple(n for n in VIDEO if n not in names)
@@ -93,6 +97,10 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--ic-lora", "the IC-LoRA of a control or Dub-It clip", ("ic_lora",), (IC_LORA, DUB_IT)),
     Modifier("--control-attention", "the control clip's attention strength (Dub-It's reference takes full attention)",
              ("control_video", "dub_video"), (IC_LORA,), on=_attention),
+    Modifier("--control-stage2", "the control clip and its IC-LoRA in stage 2 too, at full size (the MLX port's "
+             "control-aware refine; Dub-It's reference is in both stages always)", ("control_video", "dub_video"),
+             (IC_LORA,), on=_control_stage2, excludes=DFR_STAGES, rule="DFR's stage 2 takes stage 1's video as its "
+             "IC-LoRA reference"),
     Modifier("a source video", "a clip the render encodes", ("source_video",), _except(IC_LORA, DUB_IT, HDR)),
     Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV, HDR)),
     Modifier("--audio", "an audio track to generate video for (A2V; the track is frozen)", ("audio_input",),
