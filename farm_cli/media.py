@@ -64,13 +64,14 @@ def add_control(
     ic_lora: tuple[Path, float] | None,
     dub: Path | None,
     stage2: bool = False,
+    mask: Path | None = None,
 ) -> None:
     """IC-LoRA control's `control_video` and Dub-It's `dub_video`, each with the `ic_lora` it needs (its
     `reference_downscale_factor` read here from the file's header, so `farm plan` sizes the control's
     encode; the coordinator reads the uploaded blob's again). One line, exit 2, for what is missing."""
     if control is None and dub is None:
         for flag, given in (("--ic-lora", ic_lora), ("--control-attention", attention),
-                            ("--control-stage2", stage2 or None)):
+                            ("--control-stage2", stage2 or None), ("--control-mask", mask)):
             if given is not None:
                 fail(f"{flag} needs --control-video FILE STRENGTH or --dub VIDEO")
         return
@@ -87,6 +88,8 @@ def add_control(
             "attention_strength": 1.0 if attention is None else float(attention),
             **({"stage2": True} if stage2 else {}),
         }
+    if mask is not None:  # the planner's recipe table refuses it beside --dub
+        out.fields["control_mask"] = out.add("--control-mask", mask)
     lora = out.add("--ic-lora", ic_lora[0])
     out.fields["ic_lora"] = {
         **lora,

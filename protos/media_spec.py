@@ -215,6 +215,7 @@ MEDIA_FIELDS |= {
     "control_video": control_video,
     "ic_lora": ic_lora,
     "dub_video": control_video,
+    "control_mask": source_video,
 }  # IC-LoRA, Dub-It
 MEDIA_RECORDS = (AudioInput, SourceVideo, Retake, Extend, ControlVideo, IcLora)
 

@@ -166,6 +166,20 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
              "--stage2-tiles", "1x2"],
             "--control-stage2 with --control-attention 0.5 needs an untiled stage 2",
         ),
+        "a mask without a control clip": (["--control-mask", f["clip30"]], "--control-mask needs --control-video FILE"),
+        "a mask shorter than the render": (
+            ["--control-video", f["clip30"], "1", *ic, "--control-mask", f["clip"]],
+            "--control-mask clip.mp4: 8 frames, shorter than the render's 25",
+        ),
+        "a mask beside Dub-It": (
+            ["--dub", f["talk"], *ic, "--control-mask", f["clip30"]],
+            "--control-mask does not apply to the dub-it recipe (--dub); it applies to: ic-lora",
+        ),
+        "a masked control in a tiled stage 2": (
+            ["--control-video", f["clip30"], "1", *ic, "--control-stage2", "--control-mask", f["clip30"],
+             "--stage2-tiles", "1x2"],
+            "--control-stage2 with --control-mask needs an untiled stage 2",
+        ),
         "a reference the VAE cannot encode": (
             ["-W", "192", "--control-video", f["clip"], "1", *ic],
             "the reference at 64x48 (a 128x96 stage over the IC-LoRA's downscale 2) is not a multiple of 32",

@@ -216,6 +216,11 @@ PLANNED = [
     case("ic-lora-control-untiled", "ic-lora-control", {**CONTROL, "stage2_tiles": None}),
     # --control-stage2 (the MLX port's control-aware refine): the control at full size in stage 2 too
     case("ic-lora-control-stage2", "ic-lora-control", {**CONTROL, "stage2_tiles": None, "control_video": STAGE2}),
+    case("ic-lora-control-mask", "ic-lora-control", {**CONTROL, "control_mask": {"blob": blob("mask"), "name": "m.mp4"}}),
+    case("ic-lora-control-stage2-mask", "ic-lora-control", {**CONTROL, "stage2_tiles": None, "control_video": STAGE2,
+                                                            "control_mask": {"blob": blob("mask"), "name": "m.mp4"}}),
+    case("chunked-ic-lora-control-mask", "chunked", {**CONTROL, **CHUNKED,
+                                                     "control_mask": {"blob": blob("mask"), "name": "m.mp4"}}),
     case("ic-lora-control-stage2-tiled", "ic-lora-control",
          {**CONTROL, "control_video": {**STAGE2, "attention_strength": 1.0}}, TWO_MACS),
     case("dub-it", "dub-it", DUB),

@@ -138,6 +138,7 @@ REFUSED = [
     case("refuse-dub-no-ic-lora", "refusal", {**DUB, "ic_lora": None}),
     case("refuse-control-stage2-tiled-attention", "refusal",
          {**CONTROL, "control_video": {**CONTROL["control_video"], "stage2": True}}),
+    case("refuse-dub-control-mask", "refusal", {**DUB, "control_mask": {"blob": blob("mask"), "name": "m.mp4"}}),
     case("refuse-control-stage2-dfr", "refusal",
          {**CONTROL, "stage2_tiles": None, "control_video": {**CONTROL["control_video"], "stage2": True}, "dfr": True}),
     # no guided IC-LoRA control or Dub-It upstream or in the MLX port: one line says so

@@ -18,11 +18,14 @@ def check_control(spec: RenderPlan, pack: PackFacts) -> dict | None:
     attention alone."""
     name = check_reference(spec, "control_video", "--control-video")
     clip = spec.control_video
-    if clip.stage2 and clip.attention_strength < 1.0 and spec.stage2_tiles is not None:
-        raise SpecError(
-            f"--control-video {name}: --control-stage2 with --control-attention {clip.attention_strength:g} needs "
-            "an untiled stage 2 (its tiles carry no self-attention mask): drop --stage2-tiles or the attention"
-        )
+    if clip.stage2 and spec.stage2_tiles is not None:
+        masked = ("--control-mask" if spec.control_mask else
+                  f"--control-attention {clip.attention_strength:g}" if clip.attention_strength < 1.0 else None)
+        if masked:
+            raise SpecError(
+                f"--control-video {name}: --control-stage2 with {masked} needs an untiled stage 2 (its tiles "
+                f"carry no self-attention mask): drop --stage2-tiles, or {masked.split()[0]}"
+            )
     return None
 
 
@@ -40,7 +43,7 @@ IC_LORA = Recipe(
              "--control-stage2: the MLX port's `ic-lora --upsample-only --refine-steps 3`",
     flag="--control-video",
     picked=_picked,
-    fields=("control_video", "ic_lora", "encode_tiles"),
+    fields=("control_video", "control_mask", "ic_lora", "encode_tiles"),
     components=("text_encoder", "connector", "transformer", "spatial_upscaler", "vae_decoder", "audio_vae", "vocoder"),
     check=check_control,
     default_spec={"control_video": CLIP, "ic_lora": LORA},

@@ -101,6 +101,8 @@ MODIFIERS: tuple[Modifier, ...] = (
              "control-aware refine; Dub-It's reference is in both stages always)", ("control_video", "dub_video"),
              (IC_LORA,), on=_control_stage2, excludes=DFR_STAGES, rule="DFR's stage 2 takes stage 1's video as its "
              "IC-LoRA reference"),
+    Modifier("--control-mask", "a grey clip: per region, the control's attention strength (upstream's "
+             "--conditioning-attention-mask)", ("control_mask",), (IC_LORA,)),
     Modifier("a source video", "a clip the render encodes", ("source_video",), _except(IC_LORA, DUB_IT, HDR)),
     Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV, HDR)),
     Modifier("--audio", "an audio track to generate video for (A2V; the track is frozen)", ("audio_input",),
