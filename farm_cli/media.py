@@ -63,19 +63,22 @@ def add_control(
     attention: float | None,
     ic_lora: tuple[Path, float] | None,
     dub: Path | None,
+    stage2: bool = False,
+    mask: Path | None = None,
 ) -> None:
     """IC-LoRA control's `control_video` and Dub-It's `dub_video`, each with the `ic_lora` it needs (its
     `reference_downscale_factor` read here from the file's header, so `farm plan` sizes the control's
     encode; the coordinator reads the uploaded blob's again). One line, exit 2, for what is missing."""
     if control is None and dub is None:
-        for flag, given in (("--ic-lora", ic_lora), ("--control-attention", attention)):
+        for flag, given in (("--ic-lora", ic_lora), ("--control-attention", attention),
+                            ("--control-stage2", stage2 or None), ("--control-mask", mask)):
             if given is not None:
                 fail(f"{flag} needs --control-video FILE STRENGTH or --dub VIDEO")
         return
     if ic_lora is None:
         flag = "--control-video" if control is not None else "--dub"
         fail(f"{flag} needs --ic-lora FILE STRENGTH (the IC-LoRA it was trained with)")
-    # both clips, or --control-attention with --dub: sent as given, the planner's recipe table refuses them
+    # both clips, or --control-attention / --control-stage2 with --dub: sent as given, the planner's recipe table refuses them
     clips = [("control_video", "--control-video", control[0], control[1])] if control is not None else []
     clips += [("dub_video", "--dub", dub, 1.0)] if dub is not None else []
     for key, flag, clip, strength in clips:
@@ -83,7 +86,10 @@ def add_control(
             **out.add(flag, clip),
             "strength": float(strength),
             "attention_strength": 1.0 if attention is None else float(attention),
+            **({"stage2": True} if stage2 else {}),
         }
+    if mask is not None:  # the planner's recipe table refuses it beside --dub
+        out.fields["control_mask"] = out.add("--control-mask", mask)
     lora = out.add("--ic-lora", ic_lora[0])
     out.fields["ic_lora"] = {
         **lora,

@@ -52,7 +52,8 @@ def _media(asked: dict, out: AskedRender, data: Path | None, planning: bool) -> 
     from farm_cli import media
 
     chosen = media.resolve(asked["audio"], asked["audio_start"])
-    media.add_control(chosen, asked["control_video"], asked["control_attention"], asked["ic_lora"], asked["dub"])
+    media.add_control(chosen, asked["control_video"], asked["control_attention"], asked["ic_lora"], asked["dub"],
+                      asked["control_stage2"], asked["control_mask"])
     media.resolve_clip(chosen, asked)
     media.add_hdr_clip(chosen, asked["hdr_ic_lora"], asked["no_keyframes"], asked["input_colorspace"])
     out.media_files = chosen.files

@@ -35,6 +35,7 @@ class TaskKind(StrEnum):
     GUIDANCE_PASS = "guidance_pass"
     AUDIO_ENCODE = "audio_encode"
     VIDEO_ENCODE = "video_encode"
+    CONTROL_MASK = "control_mask"
     HDR_STAGE = "hdr_stage"
     TDP_CUT = "tdp_cut"
     TDP_STEP = "tdp_step"
@@ -117,6 +118,8 @@ KINDS: dict[TaskKind, KindFacts] = {
                                operation="guidance_pass"),
     K.AUDIO_ENCODE: KindFacts("audio encode", components=("audio_vae",), operation="audio_encode"),
     K.VIDEO_ENCODE: KindFacts("encode tile", components=("vae_encoder",), operation="video_encode"),
+    # an IC-LoRA control's mask clip read and pooled to its reference tokens' attention strengths (no model)
+    K.CONTROL_MASK: KindFacts("control mask", operation="control_mask"),
     # The HDR IC-LoRA stage: fuses the pack's hdr_lora onto a resident DiT (never streamed, no user LoRAs).
     K.HDR_STAGE: KindFacts("HDR IC-LoRA denoise", "", _DIT, ("hdr_lora",), _DIT, Cost.STEPS, False, "hdr_stage"),
     K.TDP_CUT: KindFacts("cut into tiles", reduce="tdp_cut"),

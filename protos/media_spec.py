@@ -90,15 +90,18 @@ def source_video(name: str, value: object) -> SourceVideo:
 class ControlVideo:
     """An IC-LoRA control clip (`--control-video FILE STRENGTH`, `--control-attention A`) or Dub-It's
     reference (`--dub VIDEO`): the uploaded file's sha256, its conditioning strength (the reference's
-    denoise mask is 1 - strength, upstream's `--video-conditioning V S`), its attention strength and name."""
+    denoise mask is 1 - strength, upstream's `--video-conditioning V S`), its attention strength and name;
+    `stage2` (`--control-stage2`): the control in stage 2 too, at full size with its IC-LoRA."""
 
     blob: str
     strength: float = 1.0
     attention_strength: float = 1.0
     name: str | None = None
+    stage2: bool = False
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        """Its fields but the unset ones (a spec without `--control-stage2` records no `stage2`)."""
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None and v is not False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,14 +122,18 @@ class IcLora:
 def control_video(name: str, value: object) -> ControlVideo:
     if isinstance(value, ControlVideo):
         value = value.to_dict()
-    if not isinstance(value, dict) or set(value) - {"blob", "strength", "attention_strength", "name"}:
-        raise SpecError(f"{name} must be {{blob, strength, attention_strength, name}}")
+    if not isinstance(value, dict) or set(value) - {"blob", "strength", "attention_strength", "name", "stage2"}:
+        raise SpecError(f"{name} must be {{blob, strength, attention_strength, name, stage2}}")
     unit = number(0.0, 1.0)
+    stage2 = value.get("stage2", False)
+    if not isinstance(stage2, bool):
+        raise SpecError(f"{name} stage2 must be true or false")
     return ControlVideo(
         blob=_blob(name, value),
         strength=float(unit(f"{name} strength", value.get("strength", 1.0))),
         attention_strength=float(unit(f"{name} attention strength", value.get("attention_strength", 1.0))),
         name=_file_name(name, value),
+        stage2=stage2,
     )
 
 
@@ -208,6 +215,7 @@ MEDIA_FIELDS |= {
     "control_video": control_video,
     "ic_lora": ic_lora,
     "dub_video": control_video,
+    "control_mask": source_video,
 }  # IC-LoRA, Dub-It
 MEDIA_RECORDS = (AudioInput, SourceVideo, Retake, Extend, ControlVideo, IcLora)
 

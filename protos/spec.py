@@ -240,7 +240,15 @@ class RenderSpec:
         help="IC-LoRA control: a depth / pose / edge clip (at least the render's frames) stage 1 follows, with its "
         "conditioning strength in [0, 1]; needs --ic-lora."), opt(
         "--control-attention", type=float | None,
-        help="The control's attention strength in [0, 1] (default 1: full attention)."), client=MEDIA)
+        help="The control's attention strength in [0, 1] (default 1: full attention)."), opt(
+        "--control-stage2", type=bool, default=False,
+        help="The control in stage 2 too: re-encoded at full size, the IC-LoRA fused there (the MLX port's "
+        "control-aware refine)."), opt(
+        "--control-mask", type=Path | None,
+        help="A grey mask clip (at least the render's frames): per region, how much the generated tokens attend "
+        "to the control (white 1, black 0), times --control-attention (upstream's --conditioning-attention-mask)."),
+        client=MEDIA)
+    control_mask: SourceVideo | None = spec_field(None, M["control_mask"])  # the mask clip --control-mask uploads
     ic_lora: IcLora | None = spec_field(None, M["ic_lora"], opt(  # stage 1 (control) or both stages (Dub-It)
         "--ic-lora", type=tuple[Path, float] | None, metavar="FILE STRENGTH",
         help="The IC-LoRA .safetensors (here; its metadata names its reference_downscale_factor) fused into "

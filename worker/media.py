@@ -158,3 +158,17 @@ def video_encode(engine, pack, params: dict, inputs: dict[str, np.ndarray]) -> d
     args["fps"] = None if fps is None else float(fps)
     video = _read(_decode("video", args, inputs["video"]), np.load)
     return {"latent": engine.encode_video_tile(pack, video)}
+
+
+def control_mask(pack, params: dict, inputs: dict[str, np.ndarray], step=None) -> dict[str, np.ndarray]:
+    """An IC-LoRA control's mask clip -> (1, f*h*w) attention strengths of its reference tokens: frames
+    [first, first + F) at the stage's size, grey in [0, 1] and pooled to the reference latent's grid as
+    upstream's `_load_mask_video` + `downsample_mask_video_to_latent` (`ltx_engine.rules.ic_lora`)."""
+    from ltx_engine.rules.ic_lora import latent_mask, mask_from_pixels
+
+    first, frames = int(params.get("first") or 0), int(params["frames"])
+    height, width = int(params["height"]), int(params["width"])
+    args = {"pixels": [[first, first + frames], [0, height], [0, width]], "height": height, "width": width,
+            "hdr": None, "fps": None}
+    pixels = _read(_decode("video", args, inputs["video"]), np.load)
+    return {"mask": latent_mask(mask_from_pixels(pixels), tuple(int(n) for n in params["grid"]))}

@@ -33,6 +33,7 @@ from ltx_engine.rules.sampling import ANCESTRAL_NOISE_SEED_OFFSET, ANCESTRAL_STA
 from protos.kinds import WORKER_KINDS, facts
 from protos.tensors import prompt_bytes, prompt_text
 from worker import media
+from worker.hdr import hdr_stage
 from worker.identity import identity
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import LoraSets
@@ -175,8 +176,7 @@ class Runner:
         holdings, problems = self.pack_holdings()
         return {
             "os": f"{platform.system()} {platform.release()}",
-            "memory_bytes": device_memory_bytes(),
-            "mlx_device": str(mx.default_device()),
+            "memory_bytes": device_memory_bytes(), "mlx_device": str(mx.default_device()),
             **identity(),  # version, backend, chip, installed set, determinism fingerprint
             "packs": self.pack_names(),
             "pack_features": {name: self.pack_features(name) for name in self.pack_names()},
@@ -390,9 +390,9 @@ class Runner:
     def _run_video_encode(self, pack, params, inputs, step):  # one tile of a source clip
         return media.video_encode(self.engine, pack, params, inputs)
 
-    def _run_hdr_stage(self, pack, params, inputs, step):  # the HDR IC-LoRA stage (worker/hdr.py)
-        from worker.hdr import hdr_stage
+    _run_control_mask = staticmethod(media.control_mask)  # an IC-LoRA control's mask clip, pooled
 
+    def _run_hdr_stage(self, pack, params, inputs, step):  # the HDR IC-LoRA stage (worker/hdr.py)
         return hdr_stage(self.engine, pack, params, inputs)
 
     def _run_decode_audio(self, pack, params, inputs, step):

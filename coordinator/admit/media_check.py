@@ -82,9 +82,10 @@ def check_render_media(spec: RenderPlan, path_of: PathOf, limits: ProbeLimits | 
 
 
 def check_control_media(spec: RenderPlan, path_of: PathOf, limits: ProbeLimits | None = None) -> None:
-    """IC-LoRA control's clip or Dub-It's reference: a video (Dub-It's with a track) no shorter than the
-    render; the IC-LoRA's header declaring the downscale the spec was planned with."""
-    for key, flag in (("control_video", "--control-video"), ("dub_video", "--dub")):
+    """IC-LoRA control's clip (and its mask clip) or Dub-It's reference: a video (Dub-It's with a track) no
+    shorter than the render; the IC-LoRA's header declaring the downscale the spec was planned with."""
+    for key, flag in (("control_video", "--control-video"), ("control_mask", "--control-mask"),
+                      ("dub_video", "--dub")):
         clip = getattr(spec, key)
         if not clip:
             continue

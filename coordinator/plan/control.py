@@ -6,7 +6,12 @@ size over the LoRA's `reference_downscale_factor` (the spec records the factor t
 coordinator's media check reads the uploaded file's header again); stage 1 takes that latent as
 reference tokens (`control_latent`, params `control`) with the IC-LoRA fused on top of the render's
 user LoRAs; the upsample and stage 2 (untiled or TDP-tiled) run on the plain DiT, as upstream's
-clean stage 2; the decode as always.
+clean stage 2; the decode as always. With `--control-stage2` (the MLX port's control-aware refine,
+`ic-lora --upsample-only --refine-steps 3`: the IC-LoRA kept fused, the control re-encoded at full size)
+the clip is encoded a second time (`control_s2`) at stage 2's size and stage 2 takes it and the IC-LoRA
+as Dub-It's stage 2 takes its reference (no audio reference). With `--control-mask` (upstream's
+`--conditioning-attention-mask`) a `control_mask` task per reference reads the mask clip at stage 1's
+size and pools it to that reference's tokens (`ltx_engine.rules.ic_lora.latent_mask`): `control_mask`.
 
 Dub-It (`dub_video` + `ic_lora`, upstream 1.2 `dubit.py`): the reference clip encoded twice (`dub_s1`
 at stage 1's size, `dub_s2` at stage 2's, each over the downscale), its track encoded by an
@@ -22,11 +27,13 @@ and runs with the Dub-It LoRA; the coordinator's step blends video only. Stage 1
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, ref
+from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, expect, ref, task
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
+from ltx_engine.rules.encode_tiling import crop_frames, latent_shape
 from ltx_engine.rules.ic_lora import ControlError, control_size
 from protos.lora_set import warm_key
 from protos.media_spec import ControlVideo, IcLora
@@ -55,8 +62,10 @@ def check_reference(spec: RenderPlan, key: str, flag: str) -> str:
 
 
 def _stage_sizes(spec: RenderPlan, key: str) -> list[tuple[int, int]]:
+    """The sizes the clip is a reference at: stage 1's, and stage 2's for Dub-It and `--control-stage2`."""
     half = (spec.height // 2, spec.width // 2)
-    return [half] if key == "control_video" else [half, (spec.height, spec.width)]
+    both = key == "dub_video" or getattr(spec, key).stage2
+    return [half, (spec.height, spec.width)] if both else [half]
 
 
 def _reference_size(height: int, width: int, downscale: int, flag: str, name: str) -> tuple[int, int]:
@@ -80,6 +89,15 @@ def _with_lora(params: dict, lora: IcLora, control: dict | None) -> dict:
     loras = [*(params.get("loras") or ()), {k: getattr(lora, k) for k in ("blob", "name", "strength") if getattr(lora, k)}]
     out = {**params, "loras": loras, "lora_mode": "fused", "warm": [warm_key(loras, "fused")]}
     return out if control is None else {**out, "control": control}
+
+
+def _mask_task(rid: str, spec: RenderPlan, name: str, grid: tuple[int, int, int], first: int) -> dict:
+    """The mask clip's frames [first, first + F) read at stage 1's size (as upstream reads it for either
+    stage), grey in [0, 1], pooled to a reference latent's grid: (1, f*h*w) attention strengths."""
+    frames = crop_frames(spec.frames)
+    params = {"pack": spec.pack, "frames": frames, "height": spec.height // 2, "width": spec.width // 2,
+              "first": int(first), "grid": list(grid), "expect": {"mask": expect("float32", 1, math.prod(grid))}}
+    return task(rid, name, "control_mask", params, {"video": {"blob": spec.control_mask.blob}})
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,14 +129,18 @@ def reference(rid: str, spec: RenderPlan, first: int = 0) -> Reference | None:
     key, _, value = clip
     lora, frames, sizes = spec.ic_lora, spec.frames, encode_tile_sizes(spec)
     control = {"strength": value.strength, "downscale": lora.downscale, "attention_strength": value.attention_strength}
-    named = ["control"] if key == "control_video" else ["dub_s1", "dub_s2"]
-    added, latents = [], []
-    for name, (height, width) in zip(named, _stage_sizes(spec, key), strict=True):
+    named = ["control", "control_s2"] if key == "control_video" else ["dub_s1", "dub_s2"]
+    added, stages = [], []
+    for name, (height, width) in zip(named, _stage_sizes(spec, key), strict=False):
         size = control_size(height, width, control["downscale"])
         encodes, latent = video_encode_tasks(rid, name, spec.pack, value.blob, (frames, *size), sizes, first)
-        added, latents = added + encodes, latents + [latent]
-    if key == "control_video":
-        return Reference(tuple(added), lora, control, {"control_latent": latents[0]}, None)
+        added, stages = added + encodes, stages + [{"control_latent": latent}]
+        if spec.control_mask:  # its attention strengths per reference token (`--control-mask`)
+            added.append(_mask_task(rid, spec, f"{name}_mask", latent_shape(crop_frames(frames), *size), first))
+            stages[-1]["control_mask"] = ref(added[-1]["id"], "mask")
+    if key == "control_video":  # stage 2 clean, or with the control at full size (`--control-stage2`)
+        return Reference(tuple(added), lora, control, stages[0], stages[1] if value.stage2 else None)
+    latents = [s["control_latent"] for s in stages]
     audio = audio_encode_task(rid, spec, "dub_audio", value.blob, first / spec.frame_rate)
     stage1 = {"control_latent": latents[0], "audio_reference": ref(audio["id"], "latent")}
     stage2 = {"control_latent": latents[1], "audio_reference": ref(f"{rid}.stage1", "audio_latent")}

@@ -11,7 +11,10 @@ wrapped in `ConditioningItemAttentionStrengthWrapper`, `mask_utils.build_attenti
   tokens and the reference (both ways), 0 between earlier conditioning tokens and the reference. At
   strength 1 there is no mask (full attention), as upstream passes none. The DiT reads the mask as the
   additive bias log(m) (`models.transformer._self_attention_bias`, upstream `_prepare_self_attention_mask`);
-- stage 2 runs on the plain DiT with no reference (the farm's warm distilled DiT, TDP-tileable).
+- stage 2 runs on the plain DiT with no reference (the farm's warm distilled DiT, TDP-tileable), or, as
+  the MLX port's control-aware refine, with the IC-LoRA and the reference encoded at its own size;
+- a mask clip (upstream 1.2.0's `--conditioning-attention-mask`, `iclora_utils.downsample_mask_video_to_latent`)
+  gives per-token strengths (`mask_from_pixels`, `latent_mask`) times the attention strength.
 Pure numpy (the coordinator may check control sizes and LoRA metadata at submit).
 """
 
@@ -112,7 +115,8 @@ def _area(x: np.ndarray, size: int, axis: int) -> np.ndarray:
 
 
 def latent_mask(mask: np.ndarray, grid: tuple[int, int, int]) -> np.ndarray:
-    """(1, 1, F, H, W) pixel mask -> (1, f*h*w) per reference token (upstream `_downsample_mask_to_latent`):
+    """(1, 1, F, H, W) pixel mask -> (1, f*h*w) per reference token (upstream 1.0.0's
+    `_downsample_mask_to_latent`, 1.2.0's `iclora_utils.downsample_mask_video_to_latent`, the same math):
     area-pooled to the latent's h x w, then the first frame alone and each later group of
     (F - 1) / (f - 1) frames averaged."""
     f, h, w = grid

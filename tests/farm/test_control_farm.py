@@ -8,7 +8,9 @@ downscale, its track by an `audio_encode` task, both stages with the LoRA and th
 audio reference stage 1's audio; its stage 2 tiled 1x2 too (`stage2.prep` takes both references, every
 tile forward runs with the LoRA on the reference tokens the cut hands it). Both again `--chunked` (25 frames
 in 2 windows of 17 carrying 9): each window's own slice of the clip (and track), every output and the joined
-frames bit for bit `--local`'s."""
+frames bit for bit `--local`'s. `--control-stage2` (the MLX port's control-aware refine) with `--control-mask`
+(upstream's attention-mask video): the control encoded at each stage's size, the mask clip pooled to each
+reference's tokens, stage 2 with the IC-LoRA and its reference at the mask's strengths x 0.5."""
 
 from __future__ import annotations
 
@@ -69,7 +71,12 @@ def media(tmp_path_factory):
     chunked = {"control-chunked": {**small, "control_video": control["control_video"], "ic_lora": control["ic_lora"]},
                "dub-chunked": {**small, "encode_tiles": "24,128", "dub_video": dub["dub_video"],
                                "ic_lora": control["ic_lora"]}}
-    return {"control": control, "dub": dub, **chunked}, {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk}
+    mask = write_clip(folder / "mask.mp4", frames=28, width=64, height=80)  # --control-mask: a grey-ish clip
+    stage2 = {**SPEC, "height": 128, "width": 128, "stage2_tiles": None, "encode_tiles": "24,128", "ic_lora": control["ic_lora"],
+              "control_video": {**control["control_video"], "stage2": True},  # --control-stage2, untiled
+              "control_mask": {"blob": _sha(mask), "name": "mask.mp4"}}
+    return ({"control": control, "dub": dub, "control-stage2": stage2, **chunked},
+            {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk, _sha(mask): mask})
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +207,29 @@ def test_chunked_control_and_dub_match_local_on_the_farm(module_farm, media, ref
     _check_windows(dub, reference["dub-chunked"], ("dub_s1", "dub_s2"))
     assert dub["w1.dub_audio"]["params"]["start"] == 8 / 24
     assert dub["w1.stage2"]["inputs"]["audio_reference"] == dub["w1.stage1"]["outputs"]["audio_latent"]
+
+
+@pytest.mark.timeout(600)
+def test_control_in_stage2_with_a_mask_matches_local_on_the_farm(module_farm, media, reference):
+    """`--control-stage2 --control-mask`: the control encoded again at stage 2's size, the mask clip read at
+    stage 1's size and pooled to each reference's grid; stage 2 runs with the IC-LoRA, the full-size
+    reference and its mask; every output and the frames bit for bit `--local`'s."""
+    farm_client, _procs, data = module_farm
+    specs, files = media
+    render_id, tasks = _submit(farm_client, specs["control-stage2"], files)
+    local = reference["control-stage2"]
+    assert set(tasks) == set(local)
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
+    np.testing.assert_array_equal(_frames(data / "renders" / render_id / "render.mp4"),
+                                  _frames(reference["control-stage2.mp4"]))
+    s1, s2 = tasks["stage1"], tasks["stage2"]
+    assert (tasks["control.t0"]["params"]["height"], tasks["control_s2.t0"]["params"]["height"]) == (32, 64)
+    assert s1["inputs"]["control_latent"] == tasks["control"]["outputs"]["latent"]
+    assert s2["inputs"]["control_latent"] == tasks["control_s2"]["outputs"]["latent"]
+    masks = (tasks["control_mask"], tasks["control_s2_mask"])
+    assert [m["params"]["grid"] for m in masks] == [[4, 1, 1], [4, 2, 2]]  # each reference's tokens
+    assert all(m["params"]["height"] == 64 and m["kind"] == "control_mask" for m in masks)  # stage 1's size
+    for stage, mask in zip((s1, s2), masks, strict=True):
+        assert stage["inputs"]["control_mask"] == mask["outputs"]["mask"]
+        assert [lora["name"] for lora in stage["params"]["loras"]] == ["ic.safetensors"]
+        assert stage["params"]["control"] == {"strength": 0.9, "downscale": 2, "attention_strength": 0.5}

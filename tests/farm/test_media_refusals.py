@@ -147,6 +147,39 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
             ["--dub", f["talk"], "--control-video", f["clip30"], "1", *ic],
             "--dub and --control-video are two recipes: give one",
         ),
+        "guided control (no such pipeline)": (
+            ["--control-video", f["clip30"], "1", *ic, "--pipeline", "two-stage"],
+            "--control-video and --pipeline two-stage are two recipes: give one (IC-LoRA control samples "
+            "distilled: upstream's ICLoraPipeline takes the distilled model alone",
+        ),
+        "guided Dub-It (no such pipeline)": (
+            ["--dub", f["talk"], *ic, "--pipeline", "one-stage"],
+            "--dub and --pipeline one-stage are two recipes: give one (Dub-It samples distilled",
+        ),
+        "control in stage 2 without a clip": (["--control-stage2"], "--control-stage2 needs --control-video FILE"),
+        "Dub-It's reference in stage 2 asked again": (
+            ["--dub", f["talk"], *ic, "--control-stage2"],
+            "--control-stage2 does not apply to the dub-it recipe (--dub); it applies to: ic-lora",
+        ),
+        "control in a tiled stage 2 below full attention": (
+            ["--control-video", f["clip30"], "1", *ic, "--control-stage2", "--control-attention", "0.5",
+             "--stage2-tiles", "1x2"],
+            "--control-stage2 with --control-attention 0.5 needs an untiled stage 2",
+        ),
+        "a mask without a control clip": (["--control-mask", f["clip30"]], "--control-mask needs --control-video FILE"),
+        "a mask shorter than the render": (
+            ["--control-video", f["clip30"], "1", *ic, "--control-mask", f["clip"]],
+            "--control-mask clip.mp4: 8 frames, shorter than the render's 25",
+        ),
+        "a mask beside Dub-It": (
+            ["--dub", f["talk"], *ic, "--control-mask", f["clip30"]],
+            "--control-mask does not apply to the dub-it recipe (--dub); it applies to: ic-lora",
+        ),
+        "a masked control in a tiled stage 2": (
+            ["--control-video", f["clip30"], "1", *ic, "--control-stage2", "--control-mask", f["clip30"],
+             "--stage2-tiles", "1x2"],
+            "--control-stage2 with --control-mask needs an untiled stage 2",
+        ),
         "a reference the VAE cannot encode": (
             ["-W", "192", "--control-video", f["clip"], "1", *ic],
             "the reference at 64x48 (a 128x96 stage over the IC-LoRA's downscale 2) is not a multiple of 32",

@@ -176,7 +176,8 @@ def temporal_region_mask(state, tools, start_time: float, end_time: float, fps: 
 
 def downsample_mask_to_latent(mask: torch.Tensor, frames: int, height: int, width: int) -> torch.Tensor:
     """`ICLoraPipeline._downsample_mask_to_latent` of ltx-pipelines 1.0.0 (ic_lora.py; not installed, see
-    `temporal_region_mask`): a (B, 1, F, H, W) [0, 1] mask area-pooled to the latent's h x w, the first
+    `temporal_region_mask`), moved unchanged to `iclora_utils.downsample_mask_video_to_latent` (commit
+    7df34df, 1.2.0; `--control-mask` follows it): a (B, 1, F, H, W) [0, 1] mask area-pooled to the latent's h x w, the first
     frame kept, each later group of (F - 1) / (f - 1) frames averaged, flattened (B, f*h*w)."""
     from einops import rearrange
 

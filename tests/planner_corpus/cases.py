@@ -28,6 +28,7 @@ IC_LORA = {"blob": blob("ic-lora"), "strength": 1.0, "downscale": 2, "name": "ic
 CONTROL = {**E2E, "height": 256, "width": 256, "seed": 5, "stage2_tiles": "1x2", "tile_overlap": 1,
            "encode_tiles": "24,96", "ic_lora": IC_LORA,
            "control_video": {"blob": blob("control"), "strength": 0.9, "attention_strength": 0.5, "name": "depth.mp4"}}
+STAGE2 = {**CONTROL["control_video"], "stage2": True}
 DUB = {"prompt": "a fox", "height": 128, "width": 128, "frames": 25, "frame_rate": 24.0, "seed": 5, "pack": "tiny",
        "encode_tiles": "24,128", "tile_overlap": 1, "stage2_tiles": "1x2",
        "dub_video": {"blob": blob("talk"), "name": "talk.mp4"}, "ic_lora": IC_LORA}
@@ -213,6 +214,15 @@ PLANNED = [
     # IC-LoRA control and Dub-It.
     case("ic-lora-control", "ic-lora-control", CONTROL, TWO_MACS),
     case("ic-lora-control-untiled", "ic-lora-control", {**CONTROL, "stage2_tiles": None}),
+    # --control-stage2 (the MLX port's control-aware refine): the control at full size in stage 2 too
+    case("ic-lora-control-stage2", "ic-lora-control", {**CONTROL, "stage2_tiles": None, "control_video": STAGE2}),
+    case("ic-lora-control-mask", "ic-lora-control", {**CONTROL, "control_mask": {"blob": blob("mask"), "name": "m.mp4"}}),
+    case("ic-lora-control-stage2-mask", "ic-lora-control", {**CONTROL, "stage2_tiles": None, "control_video": STAGE2,
+                                                            "control_mask": {"blob": blob("mask"), "name": "m.mp4"}}),
+    case("chunked-ic-lora-control-mask", "chunked", {**CONTROL, **CHUNKED,
+                                                     "control_mask": {"blob": blob("mask"), "name": "m.mp4"}}),
+    case("ic-lora-control-stage2-tiled", "ic-lora-control",
+         {**CONTROL, "control_video": {**STAGE2, "attention_strength": 1.0}}, TWO_MACS),
     case("dub-it", "dub-it", DUB),
     case("dub-it-untiled", "dub-it", {**DUB, "stage2_tiles": None}),
     # HDR: the HDR IC-LoRA render, and the HLG master of a plain render.

@@ -124,6 +124,15 @@ def test_every_recipe_with_its_defaults_passes_or_refuses_in_one_line_on_the_tin
     ({"dub_video": {"blob": "0" * 64}, "control_video": {"blob": "2" * 64},
       "ic_lora": {"blob": "1" * 64, "strength": 1.0, "downscale": 1}},
      "--dub and --control-video are two recipes: give one"),
+    ({"control_video": {"blob": "0" * 64}, "ic_lora": {"blob": "1" * 64, "strength": 1.0, "downscale": 1},
+      "pipeline": "two-stage"},
+     "--control-video and --pipeline two-stage are two recipes: give one (IC-LoRA control samples distilled: "
+     "upstream's ICLoraPipeline takes the distilled model alone, and the MLX port's dev mode fuses the distilled "
+     "LoRA and runs no guidance)"),
+    ({"dub_video": {"blob": "0" * 64}, "ic_lora": {"blob": "1" * 64, "strength": 1.0, "downscale": 1},
+      "pipeline": "one-stage"},
+     "--dub and --pipeline one-stage are two recipes: give one (Dub-It samples distilled: upstream's "
+     "DubItPipeline and the MLX port's lipdub take the distilled model alone, its LoRA in both stages)"),
 ])
 def test_a_modifier_that_needs_or_excludes_another_is_refused_by_the_table(raw, line):
     from coordinator.plan.recipes import recipe_for

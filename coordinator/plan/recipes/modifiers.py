@@ -65,6 +65,10 @@ def _attention(spec: RenderPlan) -> bool:
     return any(clip is not None and clip.attention_strength != 1.0 for clip in (spec.control_video, spec.dub_video))
 
 
+def _control_stage2(spec: RenderPlan) -> bool:
+    return any(clip is not None and clip.stage2 for clip in (spec.control_video, spec.dub_video))
+
+
 def _except(*names: str) -> tuple[str, ...]:
     """The video recipes but these."""
     return tuple(n for n in VIDEO if n not in names)
@@ -80,15 +84,25 @@ MODIFIERS: tuple[Modifier, ...] = (
              picks_rule="an extend pins the clip's boundary in two stages, half then full size: distilled or "
                         "guided on dev (--pipeline two-stage); HQ's res_2s stage 2 is not built on its window"),
     Modifier("--control-video", "an IC-LoRA control clip", ("control_video",), (IC_LORA,), selects=IC_LORA,
-             needs=("--ic-lora",), rule=TRAINED_WITH),
+             needs=("--ic-lora",), rule=TRAINED_WITH,
+             picks_rule="IC-LoRA control samples distilled: upstream's ICLoraPipeline takes the distilled model "
+                        "alone, and the MLX port's dev mode fuses the distilled LoRA and runs no guidance"),
     Modifier("--dub", "Dub-It's reference clip", ("dub_video",), (DUB_IT,), selects=DUB_IT, needs=("--ic-lora",),
-             rule=TRAINED_WITH),
+             rule=TRAINED_WITH,
+             picks_rule="Dub-It samples distilled: upstream's DubItPipeline and the MLX port's lipdub take the "
+                        "distilled model alone, its LoRA in both stages"),
     Modifier("--dfr", "DFR at 0 temporal rounds (its canvas, slots, keyframes)", ("dfr",), (DFR, IC_LORA, DUB_IT),
              selects=DFR, excludes=("--chunked",), rule="DFR's canvas and epilogue span the whole clip"),
     # modifiers
     Modifier("--ic-lora", "the IC-LoRA of a control or Dub-It clip", ("ic_lora",), (IC_LORA, DUB_IT)),
     Modifier("--control-attention", "the control clip's attention strength (Dub-It's reference takes full attention)",
              ("control_video", "dub_video"), (IC_LORA,), on=_attention),
+    Modifier("--control-stage2", "the control clip and its IC-LoRA in stage 2 too, at full size (the MLX port's "
+             "control-aware refine; Dub-It's reference is in both stages always)", ("control_video", "dub_video"),
+             (IC_LORA,), on=_control_stage2, excludes=DFR_STAGES, rule="DFR's stage 2 takes stage 1's video as its "
+             "IC-LoRA reference"),
+    Modifier("--control-mask", "a grey clip: per region, the control's attention strength (upstream's "
+             "--conditioning-attention-mask)", ("control_mask",), (IC_LORA,)),
     Modifier("a source video", "a clip the render encodes", ("source_video",), _except(IC_LORA, DUB_IT, HDR)),
     Modifier("--image", "images / keyframes conditioning frames", ("images",), _except(RETAKE, RETAKE_DEV, EXTEND, EXTEND_DEV, HDR)),
     Modifier("--audio", "an audio track to generate video for (A2V; the track is frozen)", ("audio_input",),
@@ -181,8 +195,9 @@ def refusal(recipe: Recipe, spec: RenderPlan) -> str | None:
         if recipe.name in mod.recipes:
             continue
         flag = given_flag(mod, spec)
-        if mod.selects is not None:
-            why = f" ({mod.picks_rule})" if mod.picks_rule else ""
+        if mod.selects is not None:  # the why, when the other recipe is the pipeline's alone (not a second input)
+            alone = sum(m.selects is not None for m in on) == 1
+            why = f" ({mod.picks_rule})" if mod.picks_rule and alone else ""
             return f"{flag} and {recipe.flag} are two recipes: give one{why}"
         takers, why = ", ".join(mod.recipes), dict(mod.why_not).get(recipe.name)
         said = f"{recipe.flag}: {why}" if why else recipe.flag
