@@ -158,20 +158,21 @@ def _splits(grid: tuple[int, int, int], cap: int) -> list[tuple[int, int, int]]:
     axis (the most even tiles), fewest tiles first."""
     f, h, w = grid
     t_ov, s_ov = OVERLAP_FRAMES // TEMPORAL_FACTOR, OVERLAP_PX // SPATIAL_FACTOR
-    frames = _per_count(range(t_ov + 1, f + 1), lambda n: 1 if f <= n else len(split_temporal_causal(n, t_ov, f)))
-    heights = _per_count(range(s_ov + 1, h + 1), lambda n: len(split_symmetric(n, s_ov, h)))
-    widths = _per_count(range(s_ov + 1, w + 1), lambda n: len(split_symmetric(n, s_ov, w)))
+    frames = _per_count(t_ov + 1, f, lambda n: 1 if f <= n else len(split_temporal_causal(n, t_ov, f)))
+    heights = _per_count(s_ov + 1, h, lambda n: len(split_symmetric(n, s_ov, h)))
+    widths = _per_count(s_ov + 1, w, lambda n: len(split_symmetric(n, s_ov, w)))
     found = [(a * b * c, (ft * TEMPORAL_FACTOR, hs * SPATIAL_FACTOR, ws * SPATIAL_FACTOR))
              for a, ft in frames.items() for b, hs in heights.items() for c, ws in widths.items() if a * b * c <= cap]
     return [sizes for _, sizes in sorted(found)]
 
 
-def _per_count(sizes: range, count: Callable[[int], int]) -> dict[int, int]:
-    """For each count of tiles along an axis, the smallest latent tile size that gives it."""
+def _per_count(smallest: int, length: int, count: Callable[[int], int]) -> dict[int, int]:
+    """For each count of tiles along an axis of `length` latents, the smallest latent tile size (from
+    `smallest`, the least above the overlap) that gives it; an axis no longer than that is one tile."""
     out: dict[int, int] = {}
-    for n in sizes:
+    for n in range(smallest, max(smallest, length) + 1):
         out.setdefault(count(n), n)
-    return out or {1: sizes.stop - 1}
+    return out
 
 
 def _dealt(tiles: list[DecodeTile], workers: int) -> float:

@@ -84,6 +84,8 @@ def test_auto_tiles_one_per_mac_on_a_fleet_where_the_reference_would_deal_rounds
     assert len(reference) == 18 and len(tiles) == 4 and {t.pixel_shape for t in tiles} == {(121, 576, 992)}
     assert sum(np.prod(t.pixel_shape) for t in tiles) < 1.1 * 121 * 1088 * 1920
     assert decode_tile_plan(validate_spec(_spec(height=1088, width=1920, frames=121), _fleet(1, 96 * GIB))) is None
+    one_frame = validate_spec(_spec(height=704, width=1088, frames=1), _fleet(3))  # an axis shorter than a tile
+    assert one_frame.decode_tiles == "32,288,1088" and len(decode_tile_plan(one_frame)) == 3
     few = _spec(height=1088, width=1920, frames=121)  # a tile must fit 16 GB: more, smaller tiles
     few = decode_tile_plan(few.resolve(decode_tiles=resolve_decode_tiles(few, _fleet(4, 16 * GIB))))
     assert len(few) > 4 and all(np.prod(t.pixel_shape) * 3 * 4 * 24 <= 16 * GIB for t in few)
