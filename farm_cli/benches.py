@@ -117,7 +117,7 @@ def model(
     chip: Annotated[str, typer.Option("--chip", help="A chip of coordinator/plan/costs.py's table.")] = "M1 Max",
     memory_gb: Annotated[float, typer.Option("--memory-gb")] = 96.0,
     queue: Annotated[int, typer.Option("--queue", help="Renders in the throughput case.")] = 8,
-    tiles: Stage2Tiles = "2x2",
+    tiles: Stage2Tiles = "auto",
 ) -> None:
     """Modelled speedup of N Macs over one Mac running the same plan, for a 1088x1920x121 render and a queue of
     them (cost model); then against one Mac on its own untiled plan."""

@@ -44,7 +44,7 @@ def check_tiling(spec: RenderPlan, fleet: Fleet) -> str | None:
         except ValueError as exc:
             raise ValueError(tiling_in_pixels(spec, grid, counts)) from exc
         if str(spec.stage2_tiles) == "auto":
-            counts = fit_smallest(spec, holders, grid, counts)
+            counts = fit_smallest(spec, holders, grid, fastest_split(spec, holders, grid, counts))
     except ValueError as exc:
         raise SpecError(f"stage-2 tiling: {exc}") from exc
     sigmas = spec.stage2_sigmas
@@ -105,6 +105,24 @@ def _step_seconds(spec: RenderPlan, holders: Fleet, grid: tuple[int, int, int], 
     placed = placement.simulate(tasks, slots)
     need = max(t["params"]["min_memory_bytes"] for t in tasks)
     return (max(p.end for p in placed) if len(placed) == len(tasks) else math.inf), need
+
+
+def fastest_split(spec: RenderPlan, holders: Fleet, grid: tuple[int, int, int], counts: tuple[int, int, int],
+                  ) -> tuple[int, int, int]:
+    """`auto`'s rows x columns for its count of tiles: of every factor pair that splits with the overlap,
+    the one whose step the cost model ends first on the holders (the balanced one on a tie). Why: a TDP
+    step waits for its largest tile, and a frame's shape decides which split keeps that smallest (1920x1088,
+    overlap 5, four tiles: 1x4 columns of 34x19 latent cells against 2x2's largest, 20x33)."""
+    n, pack_bytes = counts[1] * counts[2], holders.pack_bytes(spec.pack) or 0
+    best, best_s = counts, _step_seconds(spec, holders, grid, counts, pack_bytes)[0]
+    for rows in (r for r in range(1, n + 1) if n % r == 0 and (1, r, n // r) != counts):
+        try:
+            seconds = _step_seconds(spec, holders, grid, (1, rows, n // rows), pack_bytes)[0]
+        except ValueError:  # too narrow for the overlap
+            continue
+        if seconds < best_s:
+            best, best_s = (1, rows, n // rows), seconds
+    return best
 
 
 def fit_smallest(spec: RenderPlan, holders: Fleet, grid: tuple[int, int, int], counts: tuple[int, int, int],

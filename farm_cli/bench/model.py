@@ -1,8 +1,9 @@
 """`farm bench model`: the modelled speedup of a fleet of Macs over one, from the calibrated cost model.
 
 Why: before buying or wiring Macs, a studio wants to know what four buy over one for the render it
-makes most (latency) and for a queue of them (throughput). The headline runs the same plan on both
-sides (the fleet's: stage 2 and decode tiled), so the ratio is what the Macs buy; one Mac on its own
+makes most (latency) and for a queue of them (throughput). The headline runs the same stage 2 on both
+sides (the fleet's tiles, `auto` resolved against the fleet; the decode is auto's on each side: tiled
+on the fleet, one task on one Mac), so the ratio is what the Macs buy; one Mac on its own
 untiled plan (another plan, another length) is a second line that says so. Nothing runs: the farm's
 own planner cuts the render, coordinator/plan/costs.py
 prices every task, and coordinator/plan/lease_sim.py runs lease.lua's rules over them (queue order,
@@ -24,7 +25,7 @@ from protos.kinds import TaskKind
 
 SPEC = {"prompt": "bench", "height": 1088, "width": 1920, "frames": 121, "pack": "ltx-2.3-mlx-q8"}
 LINKS = (("10 GbE", sp_degree.LINKS["10gbe"]), ("Thunderbolt 5", sp_degree.LINKS["thunderbolt5"]))
-GOALS = {"one": 3.3, "queue": 3.8}  # one render, a queue of 8, on 4 M1 Max
+GOALS = {"10 GbE": 3.2, "Thunderbolt 5": 3.5, "queue": 3.9}  # one render per link, a queue of 8; 4 M1 Max
 GUIDED = ("two-stage", "one-stage")  # the dev recipes (4 passes a step: cond, uncond, STG, modality)
 
 
@@ -34,6 +35,14 @@ def _plan(spec: dict, macs: int, chip: str, memory_gb: float, render: str) -> tu
     )
     s = validate_spec(normalize_spec(dict(spec)), caps)
     return plan_render(s, render), slots, s
+
+
+def _fleet_tiles(spec: dict, macs: int, chip: str, memory_gb: float) -> dict:
+    """The spec with its stage-2 tiles as the fleet's planner resolves them (`auto` made counts), so the
+    one-Mac side runs the fleet's plan, not its own auto."""
+    if spec.get("stage2_tiles") is None:
+        return spec
+    return {**spec, "stage2_tiles": _plan(spec, macs, chip, memory_gb, "tiles")[2].stage2_tiles}
 
 
 def _run(tasks: list[dict], slots: list, sp: placement.SpRule | None) -> list[placement.Placed]:
@@ -103,7 +112,7 @@ def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -
     """Per link: the fleet's plan on N Macs against the same plan on one (the headline), then against one
     Mac on its own untiled plan (another plan: a second line that says what differs)."""
     one = {**SPEC, "stage2_tiles": None, "decode_tiles": "off"}
-    many = {**SPEC, "stage2_tiles": tiles, "decode_tiles": "auto"}
+    many = _fleet_tiles({**SPEC, "stage2_tiles": tiles, "decode_tiles": "auto"}, macs, chip, memory_gb)
     own1 = _wall(_run(*_plan(one, 1, chip, memory_gb, "one")[:2], None))
     own_q = _wall(_run(*_queue_tasks(one, 1, chip, memory_gb, queue), None))
     t1 = _wall(_run(*_plan(many, 1, chip, memory_gb, "same")[:2], None))  # the fleet's plan on one Mac
@@ -117,7 +126,7 @@ def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -
             _run(*_queue_tasks(many, macs, chip, memory_gb, queue), sp),
         )
         lines.append(f"linked by {name} ({bw / 1e9:g} GB/s):")
-        lines += _row("  one render, wall s", t1, alone, macs, GOALS["one"])
+        lines += _row("  one render, wall s", t1, alone, macs, GOALS[name])
         lines += _row(f"  queue of {queue}, wall s", q1, queued, macs, GOALS["queue"])
         lines.append(
             f"    against 1 Mac on another plan (stage 2 untiled, 3 steps; one decode: {own1:.0f} s, queue "
@@ -134,6 +143,7 @@ def _guided(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
         tiled = takes(BY_NAME[recipe_name], "--stage2-tiles")  # the recipe's fact: its stage 2 tiles
         fleet = {**spec, "stage2_tiles": tiles, "decode_tiles": "auto"} if tiled else {**spec, "decode_tiles": "auto"}
         try:
+            fleet = _fleet_tiles(fleet, macs, chip, memory_gb)
             own_tasks, own_slots, _ = _plan({**spec, "decode_tiles": "off"}, 1, chip, memory_gb, "g1")
             same_tasks, same_slots, _ = _plan(fleet, 1, chip, memory_gb, "gs")
             fleet_tasks, fleet_slots, _ = _plan(fleet, macs, chip, memory_gb, "gn")
@@ -160,7 +170,8 @@ def _long(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
     k's stage 2 and decode run on other Macs."""
     lines = []
     for carry in ("decoded", "latent"):
-        spec = {**LONG, "chunk_carry": carry, "stage2_tiles": tiles, "decode_tiles": "auto"}
+        spec = _fleet_tiles({**LONG, "chunk_carry": carry, "stage2_tiles": tiles, "decode_tiles": "auto"}, macs, chip,
+                            memory_gb)
         t1 = _wall(_run(*_plan(spec, 1, chip, memory_gb, "long1")[:2], None))
         tn = _wall(_run(*_plan(spec, macs, chip, memory_gb, "longn")[:2], placement.SpRule(LINKS[0][1])))
         lines.append(f"  {carry} carry: {t1:.0f} s on 1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x")
@@ -174,7 +185,7 @@ def model(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> lis
     tokens = latent_frames(SPEC["frames"]) * (SPEC["height"] // 64) * (SPEC["width"] // 64)
     return [
         f"{SPEC['width']}x{SPEC['height']}x{SPEC['frames']} distilled, {chip} {memory_gb:g} GB, the same plan "
-        f"(the fleet's: stage 2 tiled {resolved.stage2_tiles}, 2 steps; decode tiled) on 1 Mac and on {macs}:",
+        f"(the fleet's: stage 2 tiled {resolved.stage2_tiles}, 2 steps) on 1 Mac and on {macs}:",
         f"{'':28}{'1 Mac':>10}{f'{macs} Macs':>10}{'speedup':>9}",
         *distilled,
         f"guided recipes, one render (stage 1 passes and guide steps as planned; {LINKS[0][0]}):",
@@ -186,7 +197,8 @@ def model(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> lis
         f"- stage 2 tiled {resolved.stage2_tiles} (TDP schedule, 2 steps) on 1 Mac and on the fleet alike; "
         f"tile redundancy {redundancy(resolved):.2f}x the untiled tokens; the second line per link: one Mac on "
         "its own plan (stage 2 untiled, 3 steps; one decode)",
-        f"- decode tiles {resolved.decode_tiles} on 1 Mac and on the fleet alike",
+        f"- decode: auto's choice on each side: tiles {resolved.decode_tiles} on the fleet (decode.fleet_sizes: "
+        "the split whose tiles, dealt to the Macs, end first), one decode on 1 Mac",
         f"- stage 1 ({tokens} tokens) sequence parallel, its degree chosen at lease time from the idle Macs "
         "(sp_degree.stage1_degree: the shortest modelled step, one more Mac only for 5 % of it); a gang "
         f"reservation fills from the Macs that ask within {sp_degree.GANG_WINDOW_S:g} s; per step compute/k + "

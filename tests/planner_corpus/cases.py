@@ -59,6 +59,8 @@ ONE_MAC = [{"packs": ["tiny"], "memory_gb": 64, "disk": True}]
 TWO_MACS = [{"packs": ["tiny"], "memory_gb": 64, "disk": True, "count": 2}]
 THREE_MACS = [{"packs": ["tiny"], "memory_gb": 64, "disk": True, "count": 3}]
 FOUR_BARE = [{"packs": ["tiny"], "count": 4}]
+FOUR_MACS = [{"packs": ["tiny"], "memory_gb": 64, "disk": True, "count": 4}]
+WIDE = {"prompt": "a fox", "height": 576, "width": 1024, "frames": 97, "frame_rate": 24.0, "seed": 3, "pack": "tiny"}
 SMALL_MAC = [{"packs": ["tiny"], "memory_gb": 0.25, "disk": True}]
 LOW_RAM = [{"packs": ["tiny"], "memory_gb": 8 / 1024, "disk": True, "count": 2}]  # test_lowram_farm: 8 MB
 MAC25 = [{"packs": ["tiny25"], "memory_gb": 64, "disk": True}]
@@ -115,6 +117,8 @@ PLANNED = [
     # Stage-2 tiles (TDP) and the fleet-chosen tiling.
     case("tiles-2x2-unit", "stage2-tiles", {**PLANNER, "stage2_tiles": "2x2"}),
     case("tiles-auto-4-workers", "stage2-tiles", {**PLANNER, "stage2_tiles": "auto"}, FOUR_BARE),
+    # A 16:9 frame: auto's four tiles as the columns whose step ends first (1x4, not 2x2's larger quadrants).
+    case("tiles-auto-4-macs-wide", "stage2-tiles", {**WIDE, "stage2_tiles": "auto"}, FOUR_MACS),
     case("tiles-2x2-lowram", "stage2-tiles", TILED, ONE_MAC),
     case("tiles-dealing-sigmas", "stage2-tiles", {**E2E, "height": 512, "width": 768, "frames": 9, "seed": 5,
                                                   "stage2_tiles": "2x2", "tile_overlap": 2,
@@ -127,6 +131,8 @@ PLANNED = [
     case("decode-tiles-explicit", "decode-tiles", {**E2E, "seed": 7, "decode_tiles": "32,256,256"}, ONE_MAC),
     case("decode-tiles-auto-small-mac", "decode-tiles", {**E2E, "seed": 7, "decode_tiles": "auto"}, SMALL_MAC),
     case("decode-tiles-auto-no-fleet", "decode-tiles", {**E2E, "seed": 7, "decode_tiles": "auto"}),
+    # Longer than one reference tile on 4 Macs: auto's tiles sized for the holders, not the reference's.
+    case("decode-tiles-auto-4-macs", "decode-tiles", {**WIDE, "decode_tiles": "auto"}, FOUR_MACS),
     case("decode-tiles-off", "decode-tiles", {**E2E, "seed": 7, "decode_tiles": "off"}, ONE_MAC),
     case("diffusion-decode", "decode-tiles", {"prompt": "a fox", "pack": "p", "seed": 5, "height": 64, "width": 256,
                                               "frames": 9, "video_decoder": "diffusion",

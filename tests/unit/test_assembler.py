@@ -59,7 +59,10 @@ def test_auto_tiles_for_a_fleet_or_a_tight_memory_budget() -> None:
     assert spec.decode_tiles == "off"  # one worker with room: one task
     spec = _spec()
     spec = validate_spec(spec, _fleet(2))
-    assert spec.decode_tiles == "80,512,768" and len(decode_tile_plan(spec)) == 2
+    tiles = decode_tile_plan(spec)  # one tile per worker, the whole clip in time (its 24-frame overlap costs more)
+    assert spec.decode_tiles == "104,256,224" and len(tiles) == 2 and {t.pixel_shape[0] for t in tiles} == {97}
+    reference = decode_tile_plan(spec.resolve(decode_tiles="80,512,768"))  # the reference's sizes: 2 tiles in time
+    assert sum(np.prod(t.pixel_shape) for t in tiles) < sum(np.prod(t.pixel_shape) for t in reference)
     small = _spec(frames=25)
     small = validate_spec(small, _fleet(3))
     assert decode_tile_plan(small) is None  # the default tile holds the whole clip: one task
@@ -70,6 +73,22 @@ def test_auto_tiles_for_a_fleet_or_a_tight_memory_budget() -> None:
     assert tiles and max(np.prod(t.pixel_shape) for t in tiles) * 3 * 4 * 24 <= budget
     with pytest.raises(SpecError, match="even at the smallest tiles"):
         resolve_decode_tiles(_spec(), _fleet(1, 1024))
+
+
+def test_auto_tiles_one_per_mac_on_a_fleet_where_the_reference_would_deal_rounds() -> None:
+    """1088x1920x121 on 4 Macs: the reference's sizes give 18 tiles (1.5x the clip's pixels, 4.5 rounds);
+    auto gives 2x2 whole-clip tiles, each ending its share in one round (decode.fleet_sizes)."""
+    spec = validate_spec(_spec(height=1088, width=1920, frames=121), _fleet(4, 96 * GIB))
+    tiles = decode_tile_plan(spec)
+    reference = decode_tile_plan(spec.resolve(decode_tiles="80,448,768"))
+    assert len(reference) == 18 and len(tiles) == 4 and {t.pixel_shape for t in tiles} == {(121, 576, 992)}
+    assert sum(np.prod(t.pixel_shape) for t in tiles) < 1.1 * 121 * 1088 * 1920
+    assert decode_tile_plan(validate_spec(_spec(height=1088, width=1920, frames=121), _fleet(1, 96 * GIB))) is None
+    one_frame = validate_spec(_spec(height=704, width=1088, frames=1), _fleet(3))  # an axis shorter than a tile
+    assert one_frame.decode_tiles == "32,288,1088" and len(decode_tile_plan(one_frame)) == 3
+    few = _spec(height=1088, width=1920, frames=121)  # a tile must fit 16 GB: more, smaller tiles
+    few = decode_tile_plan(few.resolve(decode_tiles=resolve_decode_tiles(few, _fleet(4, 16 * GIB))))
+    assert len(few) > 4 and all(np.prod(t.pixel_shape) * 3 * 4 * 24 <= 16 * GIB for t in few)
 
 
 def _tile_pixels(tiles, seed: int = 0) -> list[np.ndarray]:

@@ -124,10 +124,10 @@ def test_fair_share_and_warm_affinity_pick_as_lease_lua_does() -> None:
 def test_bench_model_prints_the_goals_and_what_bounds_a_figure_under_one() -> None:
     from farm_cli.bench.model import model
 
-    lines = model(4, "M1 Max", 96, 8, "2x2")
+    lines = model(4, "M1 Max", 96, 8, "auto")
     text = "\n".join(lines)
     rows = [line for line in lines if "goal ≥" in line]
-    assert len(rows) == 4 and all("met" in r for r in rows)
+    assert len(rows) == 4 and all(r.endswith(": met") for r in rows), rows
     assert "linked by 10 GbE" in text and "linked by Thunderbolt 5" in text
     assert "stage 1 at degree 4" in text and "stage 1 at degree 1×8" in text
     assert "two-stage (4 passes a step" in text and "one-stage (4 passes a step" in text

@@ -69,6 +69,9 @@ def test_auto_tiling_follows_the_fleet_and_is_recorded():
     spec = normalize_spec({**SPEC, "stage2_tiles": "auto"})
     spec = validate_spec(spec, [{"packs": ["tiny"]}] * 4)
     assert spec.stage2_tiles == "1x2x2"
+    wide = normalize_spec({**SPEC, "height": 1088, "width": 1920, "frames": 121, "stage2_tiles": "auto"})
+    wide = validate_spec(wide, [{"packs": ["tiny"]}] * 4)  # four columns of 34x19 cells beat 2x2's 20x33 quadrant
+    assert wide.stage2_tiles == "1x1x4"
 
 
 ALL = ["text_encoder", "connector", "transformer", "spatial_upscaler", "vae_decoder", "vae_encoder", "audio_vae",
