@@ -183,3 +183,31 @@ def test_a_socket_group_with_a_frozen_or_dead_peer_raises_not_hangs(tmp_path, mo
     assert not (tmp_path / "rank0.npz").exists()
     assert (results[0].returncode, results[0].ended) == (4, "exited"), results[0]
     assert ("past the deadline" if mode == "freeze" else "rank 1") in results[0].output, results[0].output
+
+
+@pytest.mark.parametrize("reference", ["control-attention", "dub-it"])
+def test_engine_stage1_with_reference_tokens_equals_its_k_way_plans(tiny_packs, reference) -> None:
+    """Reference tokens split with the video tokens: an IC-LoRA control at attention strength 0.5 (its
+    (1, T, T) mask cut by query rows on each shard, the keys whole) and a Dub-It reference (video tokens
+    at full attention, its audio appended to the stream every rank holds whole, dropped from the output)
+    give the unsplit stage's latents, bit for bit; 105 + 35 reference tokens = 140, padded for k = 3."""
+    from ltx_engine.engine import Engine
+    from ltx_engine.loading.pack import open_pack
+    from ltx_engine.rules.ic_lora import ControlReference
+
+    engine, pack = Engine(), open_pack(tiny_packs / "tiny")
+    rng = np.random.default_rng(11)
+    latent = rng.standard_normal((1, 128, 1, 5, 7)).astype(np.float32)
+    inputs = sp_model.stage1_inputs()
+    if reference == "control-attention":
+        extra = {"control": ControlReference(latent, 0.9, attention_strength=0.5)}
+    else:
+        extra = {"control": ControlReference(latent), "audio_reference": rng.standard_normal((1, 8, 5, 16)).astype(np.float32)}
+    inputs = type(inputs)(**{**inputs.__dict__, **extra})
+    plain = engine.denoise_stage1(pack, inputs)
+    assert plain["audio_latent"].shape[2] == inputs.audio_frames
+    for k in (2, 3):
+        split = engine.denoise_stage1_sp(pack, inputs, LocalExchange(ShardPlan(inputs.video_tokens + 35, k)))
+        assert split.keys() == plain.keys()
+        for key in plain:
+            assert np.array_equal(split[key], plain[key]), (k, key)
