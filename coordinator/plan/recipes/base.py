@@ -82,7 +82,8 @@ class Modifier:
     is not enough) and the recipes it composes with. `selects`: the recipe this flag picks, when it is
     one (two such flags are two recipes). `needs` / `excludes`: flags of other modifiers one of which it
     needs, or none of which it takes, on any recipe, for the reason `rule` says; `picks_rule`: why the
-    recipes it picks have no variant under another recipe's flag."""
+    recipes it picks have no variant under another recipe's flag; `others_rule`: why the recipes it does
+    not list do not take it, said when one is given."""
 
     flag: str
     purpose: str
@@ -94,3 +95,4 @@ class Modifier:
     excludes: tuple[str, ...] = ()
     rule: str = ""
     picks_rule: str = ""  # why the recipes it picks run under no other recipe's flag (said when one is given)
+    others_rule: str = ""  # why the recipes left out of `recipes` do not take it (said when one is given)

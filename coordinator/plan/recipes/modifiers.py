@@ -117,8 +117,10 @@ MODIFIERS: tuple[Modifier, ...] = (
              ("segments",), (DISTILLED, *GUIDED)),
     Modifier("--relay-epsilon … (relay)", "Prompt Relay's falloff and strength", ("relay_epsilon", "relay_strength"),
              (DISTILLED, *GUIDED), needs=("--segment",), rule="they shape the segments' penalty"),
-    Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs", ("stage1_parallel",),
-             _except(IC_LORA, DUB_IT, RETAKE_DEV, EXTEND_DEV), on=_sp),
+    Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs (reference tokens split with the video's)",
+             ("stage1_parallel",), (DISTILLED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_sp,
+             others_rule="a gang splits a distilled stage 1 task's forwards; a guided stage runs one task per "
+                         "pass and HDR's stage is a task of its own: no gang splits either, not built"),
     Modifier("--temporal-upscalings", "DFR's temporal rounds", ("temporal_upscalings",), (DFR,)),
     Modifier("--spatial-upscalings 2", "DFR's spatial epilogue", ("spatial_upscalings",),
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_epilogue, excludes=("--chunked",),
@@ -181,7 +183,8 @@ def refusal(recipe: Recipe, spec: RenderPlan) -> str | None:
             why = f" ({mod.picks_rule})" if mod.picks_rule else ""
             return f"{flag} and {recipe.flag} are two recipes: give one{why}"
         takers = ", ".join(mod.recipes)
-        return f"{flag} does not apply to the {recipe.name} recipe ({recipe.flag}); it applies to: {takers}"
+        why = f" ({mod.others_rule})" if mod.others_rule else ""
+        return f"{flag} does not apply to the {recipe.name} recipe ({recipe.flag}); it applies to: {takers}{why}"
     by_flag = {mod.flag: mod for mod in on}
     given = set(by_flag)
     for mod in on:
