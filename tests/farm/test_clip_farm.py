@@ -195,7 +195,7 @@ def test_ganged_retake_and_extend_match_local(module_farm, clip, local_runner, t
     stage 1's, so its workers are idle when it is ready and it gangs; the extend's source and stage-2 encodes
     may still run then, and the lease never waits for a busy worker: a plain stage 1 only beside one of them."""
     farm_client, _ = module_farm
-    for name, extra in (("retake", RETAKE), ("extend", EXTEND)):
+    for name, extra in (("retake", RETAKE), ("extend", {**EXTEND, "stage2_tiles": None, "tile_overlap": None})):
         extra = {**extra, "stage1_parallel": "2"}
         local, blobs = _local(clip, extra, local_runner, tmp_path_factory.mktemp(f"local-{name}-sp"))
         spec, files = clip
