@@ -324,6 +324,5 @@ class Engine:
         process (`LocalExchange`) or this rank's over a group (`GroupExchange`); same outputs."""
         from ltx_engine.parallel import sp_denoise
 
-        refuse_unmasked(inputs, "sequence-parallel stage 1")
         return sp_denoise.denoise_stage1(self.model(pack, "transformer"), inputs, self._latent_channels(pack),
                                          exchange, progress, resume, on_step)

@@ -67,12 +67,10 @@ def attention_mask(inputs, num_tokens: int) -> np.ndarray | None:
 
 
 def refuse_unmasked(inputs, where: str) -> None:
-    """A stage path that carries no self-attention mask or drops no reference audio (sequence-parallel
-    stage 1, a stage run as prepared token arrays) refuses what would need one, rather than run without."""
+    """A stage path that carries no self-attention mask (a stage run as prepared token arrays) refuses a
+    control that would need one, rather than run without."""
     if inputs.control is not None and inputs.control.cross() is not None:
         raise ValueError(f"{where}: an IC-LoRA control with attention strength below 1 is not built there")
-    if inputs.audio_reference is not None and where.startswith("sequence-parallel"):
-        raise ValueError(f"{where}: a Dub-It reference audio is not built there")
 
 
 def pin_audio(audio: LatentState, inputs) -> LatentState:

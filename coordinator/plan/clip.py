@@ -39,7 +39,7 @@ from coordinator.plan.guided_render import plan_guided_stage1
 from coordinator.plan.loras import lora_params
 from coordinator.plan.media import audio_encode_task, encode_tile_sizes, plan_video_encode, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
-from coordinator.plan.sp_degree import TABLE_PARAM
+from coordinator.plan.sp_degree import TABLE_PARAM, stage1_params
 from coordinator.plan.stage2 import stage2_sigmas
 from coordinator.plan.stages import Guided, stage1_block, stage2_block, upsample_block
 from ltx_engine.rules.extend import CONTEXT_PIXEL_FRAMES, ExtendLayout
@@ -104,6 +104,13 @@ def _latent_expect(frames: int, height: int, width: int, fps: float) -> dict:
     }
 
 
+def _gang(spec: RenderPlan, frames: int, height: int, width: int) -> dict:
+    """A distilled stage 1's gang request and degree table (`--stage1-parallel`) for its video tokens: the
+    window's masks and pins are per-token states, split with the tokens; a pinned audio is whole on every rank."""
+    tokens = latent_frames(frames) * (height // SPATIAL_FACTOR) * (width // SPATIAL_FACTOR)
+    return stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1)
+
+
 def plan_retake(rid: str, spec: RenderPlan, ctx: dict, guided: Guided | None = None) -> list[dict]:
     """The source's encodes, then the one full-size stage: distilled, or (`guided`: the dev recipe's) the
     guided stage, whose prepare pins the same tokens outside the window."""
@@ -127,6 +134,7 @@ def plan_retake(rid: str, spec: RenderPlan, ctx: dict, guided: Guided | None = N
         "sampler": EULER,
         "retake": [window.start, window.end, window.regen_audio],
         **lora_params(spec),
+        **_gang(spec, frames, height, width),
         "expect": _latent_expect(frames, height, width, spec.frame_rate),
     }
     tasks.append(task(rid, "stage1", "denoise_stage1", params, {**ctx, **inputs}))
@@ -173,7 +181,8 @@ def _extend_stage1(rid: str, spec: RenderPlan, lay: ExtendLayout, ctx: dict, aud
         tasks += [audio, audio_pin_task(rid, ref(audio["id"], "latent"), cut)]
         pin = (ref(f"{rid}.audio_pin", "latent"), lay.audio_pin_start)
     if guided is None:
-        return [*tasks, pinned_stage1(rid, spec, lay.window_frames, ctx, cond, pin)]
+        gang = _gang(spec, lay.window_frames, spec.height // 2, spec.width // 2)
+        return [*tasks, pinned_stage1(rid, spec, lay.window_frames, ctx, cond, pin, gang)]
     inputs, params = dict(cond["inputs"]), {"images": cond["images"]}
     if pin is not None:
         inputs["audio_pin"], params["audio_pin_start"] = pin
@@ -193,7 +202,7 @@ def pinned_stage1(rid: str, spec: RenderPlan, frames: int, ctx: dict, cond: dict
     """Stage 1 at half size on a window of `frames` with `cond`'s replace conditions ({"images", "inputs"})
     and, given, `pin` (the audio latents' reference, the first audio token they are pinned at) or `audio`
     (A2V's frozen track's latent); `reference`: a chunked window's control / Dub-It slice (its IC-LoRA and
-    stage-1 inputs, never ganged, as `stages.stage1_block` runs it; its encodes are the caller's)."""
+    stage-1 inputs; a chunked window never gangs; its encodes are the caller's)."""
     fps, height, width = spec.frame_rate, spec.height // 2, spec.width // 2
     params = {
         **_stage_params(spec, frames, height, width),

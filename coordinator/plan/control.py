@@ -21,8 +21,9 @@ stage 2 keeps frozen and the audio decode reads). A tiled stage 2 (`--stage2-til
 DFR's tiled stage 2 takes its slots and IC-LoRA reference: `stage2.prep` appends the reference video
 tokens (and the audio reference after the frozen audio), `tdp_cut` hands each tile the reference tokens
 overlapping it as conditioning tokens, every tile forward reads prep's whole audio (reference included)
-and runs with the Dub-It LoRA; the coordinator's step blends video only. Stage 1 never gangs
-(sequence-parallel stage 1 carries no reference tokens).
+and runs with the Dub-It LoRA; the coordinator's step blends video only. Stage 1 gangs as any
+(`--stage1-parallel`): the reference tokens split with the video's, an attention strength's mask by its
+query rows, Dub-It's reference audio in the audio stream every rank holds whole.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from coordinator.plan.graph import StageGeometry, expect, ref, task
 from coordinator.plan.guidance import RES_2S, GuidedRule, GuidedStage
 from coordinator.plan.guided_render import plan_guided_stage1, plan_hq_stage2
 from coordinator.plan.resolved import RenderPlan
-from coordinator.plan.sp_degree import TABLE_PARAM
 from coordinator.plan.stage2 import plan_tiled_stage2
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS
 
@@ -52,14 +51,14 @@ def stage1_block(rid: str, geo: StageGeometry, ctx: dict, cond: dict, images: di
     `params` beside its geometry and `expected` beside its latents, or a guided recipe's guided stage (its
     prep reads the inputs); `loras`: the render's LoRA set its DiT tasks carry; `track`: A2V's encode, made
     first, its latent stage 1's frozen audio; `reference`: a control / Dub-It clip, its encodes made just
-    before stage 1, which runs with its IC-LoRA and reference tokens and never gangs (sequence-parallel
-    stage 1 carries no reference tokens)."""
+    before stage 1, which runs with its IC-LoRA and reference tokens (a gang splits them with the video's,
+    `ltx_engine/parallel/sp_denoise.py`)."""
     head, cond = ([], cond) if track is None else ([track], {**cond, "audio_latent": ref(track["id"], "latent")})
     if guided is not None:
         return head + plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, cond, images, loras)
     if reference is not None:
         head += reference.tasks
-        params, loras, cond = {**params, TABLE_PARAM: [1]}, reference.dit(loras), {**cond, **reference.stage1}
+        loras, cond = reference.dit(loras), {**cond, **reference.stage1}
     return head + [task(rid, "stage1", "denoise_stage1", {
         **geo.params(), "sigmas": list(DISTILLED_SIGMAS), **images, **params, **loras,
         "expect": {"video_latent": expect("float32", 1, -1, *geo.grid),

@@ -21,6 +21,7 @@ from ltx_engine.denoise import (
     step_states,
     stream_modalities,
 )
+from ltx_engine.media_stage import attention_mask, generated_audio
 from ltx_engine.parallel.sequence_parallel import (
     Exchange,
     GroupExchange,
@@ -57,13 +58,17 @@ class Resume:
     audio: LatentState | None
 
 
-def sp_forward_fn(model, contexts: dict[str, np.ndarray], marker: np.ndarray | None, ex: Exchange) -> Forward:
-    """`denoise.model_forward` with the video tokens split as `ex` says."""
+def sp_forward_fn(model, contexts: dict[str, np.ndarray], marker: np.ndarray | None, ex: Exchange,
+                  mask: np.ndarray | None = None) -> Forward:
+    """`denoise.model_forward` with the video tokens split as `ex` says; `mask` (1, T, T): IC-LoRA control's
+    self-attention strengths over all T tokens (each rank's shard takes its query rows, the keys are whole)."""
 
     def forward(video: LatentState, audio: LatentState | None, sigma: float):
         v_mod, a_mod = stream_modalities(video, audio, sigma, contexts)
         if marker is not None:
             v_mod.keyframes_mask = mx.array(marker)
+        if mask is not None:
+            v_mod.attention_mask = mx.array(mask)
         v_out, a_out = sp_forward(model, v_mod, a_mod, ex)
         mx.eval(v_out) if a_out is None else mx.eval(v_out, a_out)
         return np.array(v_out.astype(mx.float32)), None if a_out is None else np.array(a_out.astype(mx.float32))
@@ -90,7 +95,9 @@ def denoise_stage1(model, inputs: StageInputs, latent_channels: int, ex: Exchang
                    progress: Callable[[int, int], None] | None = None, resume: Resume | None = None,
                    on_step: OnStep | None = None) -> dict:
     """`Engine.denoise_stage1` with the sequence-parallel forward (same outputs, same keys); `ex` an
-    `Exchange` for the stage's token count, or a `Split` that makes one."""
+    `Exchange` for the stage's token count, or a `Split` that makes one. Reference tokens (IC-LoRA control,
+    Dub-It's video) are video tokens like any conditioning and split with them; Dub-It's reference audio is
+    in the audio stream every rank holds whole, dropped from the output as the plain stage drops it."""
     video, audio = build_stage_states(inputs, latent_channels)
     start = 0
     if resume is not None:
@@ -100,8 +107,9 @@ def denoise_stage1(model, inputs: StageInputs, latent_channels: int, ex: Exchang
     if video.num_tokens != ex.plan.tokens:
         raise ValueError(f"stage of {video.num_tokens} video tokens for a plan of {ex.plan.tokens}")
     marker = stage_marker(inputs, video.num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
-    forward = sp_forward_fn(model, inputs.contexts, marker, ex)
+    forward = sp_forward_fn(model, inputs.contexts, marker, ex, attention_mask(inputs, video.num_tokens))
     video, audio = denoise_steps(video, audio, inputs.sigmas, forward, start, on_step, progress, inputs.ancestral())
+    audio = generated_audio(audio, inputs)
     out = {
         "video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid),
         "audio_latent": unpatchify_audio(audio.latent, inputs.audio_channels),

@@ -1,7 +1,8 @@
 """Sequence-parallel stage 1 as a gang lease on a real farm: k workers at once, the group
 handed out by the coordinator, each rank inside its worker's process on the worker's loaded model,
 under socket deadlines; every render equals `farm render --local` bit for bit, whatever happened to
-the gang (a frozen or killed peer is a frozen or killed worker)."""
+the gang (a frozen or killed peer is a frozen or killed worker). Dub-It's stage 1 gangs too, its reference
+tokens split with the video's."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from farm_cli.local import render_local
 from tests.farm.chaos import assert_same_outputs
 from tests.farm.farm_harness import ROOT, farm, wait_done, wait_until
 from tests.farm.user_loras import write_user_loras
+from tests.media_files import write_clip_with_audio, write_ic_lora
 
 BASE = {
     "prompt": "a fox",
@@ -57,7 +59,7 @@ def _events(client, render_id: str) -> list[dict]:
     return list(client.watch(render_id, timeout=5))
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(400)
 def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, reference, local_runner):
     with farm(store, tmp_data, tiny_packs, workers=3) as (client, _procs):
         wait_until(lambda: len(client.workers()) == 3, 60, "3 workers registered")
@@ -84,6 +86,26 @@ def test_gang_of_two_and_three_equals_local(store, tmp_data, tiny_packs, referen
         _, outputs, _ = render_local(spec, tmp_data / "lora-local.mp4", local_runner)
         assert_same_outputs(render["tasks"], render["id"], outputs)
         assert _stage1(render)["metrics"]["stage1_parallel"] == 2
+        _dub_it_gang(client, tmp_data, local_runner)
+
+
+def _dub_it_gang(client, tmp_data: Path, local_runner) -> None:
+    """Dub-It's stage 1 as a gang of 2: its reference video tokens split with the video's, its reference audio
+    whole on each rank. 3 workers: its three encodes start at once and only the stage-2 one can still run when
+    stage 1 is ready, so a peer is idle for the gang."""
+    talk, lora = write_clip_with_audio(tmp_data / "talk.mp4", frames=30), write_ic_lora(tmp_data / "ic.safetensors")
+    files = {client.put_blob(path.read_bytes()): path for path in (talk, lora)}
+    sha = {path: blob for blob, path in files.items()}
+    spec = {**BASE, "height": 128, "width": 128, "frames": 9, "stage2_tiles": None, "decode_tiles": "off",
+            "encode_tiles": "24,128", "stage1_parallel": "2", "dub_video": {"blob": sha[talk], "name": "talk.mp4"},
+            "ic_lora": {"blob": sha[lora], "strength": 1.0, "downscale": 2, "name": "ic.safetensors"}}
+    render = wait_done(client, client.submit(spec))
+    local_runner.loras.known.update(files)
+    _, outputs, _ = render_local(spec, tmp_data / "dub-local.mp4", local_runner, media=files)
+    assert_same_outputs(render["tasks"], render["id"], outputs)
+    s1 = _stage1(render)
+    assert "audio_reference" in s1["inputs"] and "control_latent" in s1["inputs"]
+    assert s1["metrics"]["stage1_parallel"] == 2 and len(set(s1["ranks"])) == 2, s1["metrics"].get("gang_broke")
 
 
 RANK_LINE = re.compile(r"gang rank (\d+) of (\d+) for (\S+?):? (open|step \d+|left the group)")

@@ -144,6 +144,12 @@ PLANNED = [
     *[case(f"sp-degree-{asked}", "sequence-parallel", {**GANG, "stage1_parallel": asked}, THREE_MACS)
       for asked in ("1", "2", "3", "8")],
     case("sp-auto-1mac", "sequence-parallel", GANG, ONE_MAC),
+    # ... with reference tokens split with the video's (IC-LoRA control at attention 0.5, Dub-It), and on a
+    # retake's / extend's pinned stage 1.
+    case("sp-ic-lora-control", "sequence-parallel", {**CONTROL, "stage1_parallel": "2"}, TWO_MACS),
+    case("sp-dub-it", "sequence-parallel", {**DUB, "stage1_parallel": "2"}),
+    case("sp-retake", "sequence-parallel", {**CLIP, "retake": {"start": 0.4, "end": 0.9}, "stage1_parallel": "2"}),
+    case("sp-extend", "sequence-parallel", {**CLIP, "extend": {"frames": 2}, "stage1_parallel": "2"}),
     # Sparse attention and the forward settings.
     case("sparse-farm", "sparse", {**E2E, "height": 1216, "width": 1792, "frames": 9, "seed": 5, "stage2_tiles": "2x1",
                                    "tile_overlap": 36, "sparse_attention": [1.0, 1.5], "compute_dtype": "float16",

@@ -190,3 +190,19 @@ def test_farm_plan_lists_the_retake_encodes(tmp_path):
     assert "audio_encode" in result.stdout and "video_encode" in result.stdout
     assert "denoise_stage2" not in result.stdout
     assert "x33 on " in result.stdout  # no -f: the whole clip at 24 fps, rounded down to 8k + 1
+
+
+@pytest.mark.parametrize("extra", [{"retake": {"start": 0.4, "end": 0.9}}, {"extend": {"frames": 1}}],
+                         ids=["retake", "extend"])
+def test_a_clip_stage1_asked_to_gang_carries_its_degree_table(extra):
+    """`--stage1-parallel 2`: the distilled retake's and extend's pinned stage 1 gangs (the lease reads the table)."""
+    stage1 = _plan(stage1_parallel="2", **extra)[0]["stage1"]
+    assert stage1["params"]["stage1_parallel_request"] == "2" and stage1["params"]["stage1_degrees"] == [1] + [2] * 7
+
+
+@pytest.mark.parametrize("extra", [{"retake": {"start": 0.4, "end": 0.9}, "pipeline": "one-stage"},
+                                   {"extend": {"frames": 1}, "pipeline": "two-stage"}], ids=["retake-dev", "extend-dev"])
+def test_a_guided_clip_stage_asked_to_gang_is_refused_saying_why(extra):
+    with pytest.raises(SpecError, match=r"^--stage1-parallel does not apply to the (retake|extend)-dev recipe .*"
+                                        r"a guided stage runs one task per pass"):
+        _plan(stage1_parallel="2", pack="dev", **extra)

@@ -102,3 +102,17 @@ def test_the_cut_hands_every_tile_its_reference_tokens():
         assert not out[f"t{i}_timesteps"][0, own:].any()  # strength 1: the reference is clean (mask 0)
     everything = {tuple(row) for row in video.latent[0, generated:].round(6)}
     assert kept[0] | kept[1] == everything and kept[0] != kept[1]  # each its half, the overlap in both
+
+
+@pytest.mark.parametrize("clip", ["dub", "control"])
+def test_a_reference_stage1_asked_to_gang_carries_its_degree_table_and_reference(clip):
+    """`--stage1-parallel 2` on Dub-It and IC-LoRA control (attention strength 0.5): stage 1 keeps its gang
+    request and the table the lease reads, beside its reference inputs and the IC-LoRA."""
+    extra = {} if clip == "dub" else {"dub_video": None, "height": 256, "width": 256, "encode_tiles": "24,96",
+                                      "control_video": {"blob": "ab" * 32, "attention_strength": 0.5}}
+    stage1 = _tasks(stage1_parallel="2", **extra)["stage1"]
+    assert stage1["params"]["stage1_parallel_request"] == "2"
+    assert stage1["params"]["stage1_degrees"] == [1] + [2] * 7
+    assert "control_latent" in stage1["inputs"] and stage1["params"]["loras"][-1]["name"] == "dubit.safetensors"
+    assert ("audio_reference" in stage1["inputs"]) == (clip == "dub")
+    assert _tasks()["stage1"]["params"]["stage1_degrees"] == [1]  # auto on a tiny stage 1: never a gang

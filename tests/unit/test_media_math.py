@@ -172,10 +172,10 @@ def test_paths_without_an_attention_mask_refuse_a_partial_strength():
         frames=9, height=64, width=64, fps=24.0, seed=0, sigmas=[1.0, 0.0], contexts={}, control=control
     )
     with pytest.raises(
-        ValueError, match="sequence-parallel stage 1: an IC-LoRA control with attention strength below 1"
+        ValueError, match="prepared token arrays: an IC-LoRA control with attention strength below 1"
     ):
-        refuse_unmasked(inputs, "sequence-parallel stage 1")
-    refuse_unmasked(StageInputs(**{**inputs.__dict__, "control": None}), "sequence-parallel stage 1")
+        refuse_unmasked(inputs, "a stage run as prepared token arrays")
+    refuse_unmasked(StageInputs(**{**inputs.__dict__, "control": None}), "a stage run as prepared token arrays")
 
 
 def test_stage_fields_from_task_params_and_inputs():

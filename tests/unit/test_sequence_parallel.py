@@ -183,3 +183,45 @@ def test_a_socket_group_with_a_frozen_or_dead_peer_raises_not_hangs(tmp_path, mo
     assert not (tmp_path / "rank0.npz").exists()
     assert (results[0].returncode, results[0].ended) == (4, "exited"), results[0]
     assert ("past the deadline" if mode == "freeze" else "rank 1") in results[0].output, results[0].output
+
+
+def _media_inputs(case: str):
+    """`sp_model.stage1_inputs` with one media pipeline's stage-1 fields, and the tokens its video stream holds."""
+    from ltx_engine.conditioning import REPLACE, ImageCondition
+    from ltx_engine.rules.ic_lora import ControlReference
+    from ltx_engine.rules.retake import RetakeWindow
+
+    inputs, rng = sp_model.stage1_inputs(), np.random.default_rng(11)
+    latent = rng.standard_normal((1, 128, 1, 5, 7)).astype(np.float32)
+    audio = rng.standard_normal((1, 8, 5, 16)).astype(np.float32)
+    extra, tokens = {
+        "control-attention": ({"control": ControlReference(latent, 0.9, attention_strength=0.5)}, 35),
+        "dub-it": ({"control": ControlReference(latent), "audio_reference": audio}, 35),
+        "retake": ({"retake": RetakeWindow(0.2, 0.5, True), "audio_frames": 9,
+                    "initial_video": rng.standard_normal((1, 128, 3, 5, 7)).astype(np.float32),
+                    "initial_audio": rng.standard_normal((1, 8, 9, 16)).astype(np.float32)}, 0),
+        "extend-pins": ({"audio_pin": audio[:, :, :3], "audio_pin_start": 2,
+                         "images": (ImageCondition(latent, 0, 1.0, REPLACE, "context"),)}, 0),
+    }[case]
+    return type(inputs)(**{**inputs.__dict__, **extra}), inputs.video_tokens + tokens
+
+
+@pytest.mark.parametrize("case", ["control-attention", "dub-it", "retake", "extend-pins"])
+def test_engine_stage1_of_the_media_pipelines_equals_its_k_way_plans(tiny_packs, case) -> None:
+    """The media pipelines' stage 1 split 2 and 3 ways equals the unsplit stage, bit for bit. Reference tokens
+    split with the video tokens: an IC-LoRA control at attention strength 0.5 (its (1, T, T) mask cut by query
+    rows on each shard, the keys whole) and a Dub-It reference (video tokens at full attention, its audio
+    appended to the stream every rank holds whole, dropped from the output), 105 + 35 = 140 tokens, padded
+    for k = 3; a retake's window masks and an extend's replaced context and pinned audio are per-token states."""
+    from ltx_engine.engine import Engine
+    from ltx_engine.loading.pack import open_pack
+
+    engine, pack = Engine(), open_pack(tiny_packs / "tiny")
+    inputs, tokens = _media_inputs(case)
+    plain = engine.denoise_stage1(pack, inputs)
+    assert plain["audio_latent"].shape[2] == inputs.audio_frames
+    for k in (2, 3):
+        split = engine.denoise_stage1_sp(pack, inputs, LocalExchange(ShardPlan(tokens, k)))
+        assert split.keys() == plain.keys()
+        for key in plain:
+            assert np.array_equal(split[key], plain[key]), (k, key)
