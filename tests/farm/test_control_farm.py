@@ -8,16 +8,12 @@ downscale, its track by an `audio_encode` task, both stages with the LoRA and th
 audio reference stage 1's audio; its stage 2 tiled 1x2 too (`stage2.prep` takes both references, every
 tile forward runs with the LoRA on the reference tokens the cut hands it). Both again `--chunked` (25 frames
 in 2 windows of 17 carrying 9): each window's own slice of the clip (and track), every output and the joined
-<<<<<<< HEAD
 frames bit for bit `--local`'s. `--control-stage2` (the MLX port's control-aware refine) with `--control-mask`
 (upstream's attention-mask video): the control encoded at each stage's size, the mask clip pooled to each
-reference's tokens, stage 2 with the IC-LoRA and its reference at the mask's strengths x 0.5."""
-=======
-frames bit for bit `--local`'s. The control again with stage 1 ganged over the 2 workers (`--stage1-parallel
-2`, 9 frames): the reference tokens split with the video's, the attention-strength mask by query rows; bit for
+reference's tokens, stage 2 with the IC-LoRA and its reference at the mask's strengths x 0.5.
+The control again with stage 1 ganged over the 2 workers (`--stage1-parallel 2`, 9 frames): the reference tokens split with the video's, the attention-strength mask by query rows; bit for
 bit `--local`'s 2-way split in one process (its one encode leaves both workers idle when stage 1 is ready;
 Dub-It's stage-2 encode runs beside its stage-1 inputs, so its gang is tested on test_sp_gang's 3 workers)."""
->>>>>>> spcombos
 
 from __future__ import annotations
 
@@ -78,19 +74,14 @@ def media(tmp_path_factory):
     chunked = {"control-chunked": {**small, "control_video": control["control_video"], "ic_lora": control["ic_lora"]},
                "dub-chunked": {**small, "encode_tiles": "24,128", "dub_video": dub["dub_video"],
                                "ic_lora": control["ic_lora"]}}
-<<<<<<< HEAD
     mask = write_clip(folder / "mask.mp4", frames=28, width=64, height=80)  # --control-mask: a grey-ish clip
     stage2 = {**SPEC, "height": 128, "width": 128, "stage2_tiles": None, "encode_tiles": "24,128", "ic_lora": control["ic_lora"],
               "control_video": {**control["control_video"], "stage2": True},  # --control-stage2, untiled
               "control_mask": {"blob": _sha(mask), "name": "mask.mp4"}}
-    return ({"control": control, "dub": dub, "control-stage2": stage2, **chunked},
-            {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk, _sha(mask): mask})
-=======
     ganged = {**SPEC, "height": 128, "width": 128, "frames": 9, "stage2_tiles": None, "stage1_parallel": "2",
               "control_video": control["control_video"], "ic_lora": control["ic_lora"]}
-    return ({"control": control, "dub": dub, **chunked, "control-sp": ganged},
-            {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk})
->>>>>>> spcombos
+    return ({"control": control, "dub": dub, "control-stage2": stage2, **chunked, "control-sp": ganged},
+            {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk, _sha(mask): mask})
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +214,6 @@ def test_chunked_control_and_dub_match_local_on_the_farm(module_farm, media, ref
     assert dub["w1.stage2"]["inputs"]["audio_reference"] == dub["w1.stage1"]["outputs"]["audio_latent"]
 
 
-<<<<<<< HEAD
 @pytest.mark.timeout(600)
 def test_control_in_stage2_with_a_mask_matches_local_on_the_farm(module_farm, media, reference):
     """`--control-stage2 --control-mask`: the control encoded again at stage 2's size, the mask clip read at
@@ -248,7 +238,8 @@ def test_control_in_stage2_with_a_mask_matches_local_on_the_farm(module_farm, me
         assert stage["inputs"]["control_mask"] == mask["outputs"]["mask"]
         assert [lora["name"] for lora in stage["params"]["loras"]] == ["ic.safetensors"]
         assert stage["params"]["control"] == {"strength": 0.9, "downscale": 2, "attention_strength": 0.5}
-=======
+
+
 @pytest.mark.timeout(300)
 def test_ganged_control_matches_local_on_the_farm(module_farm, media, reference):
     """Stage 1 with the control reference as a gang of the 2 workers: every output and the frames as `--local`'s."""
@@ -256,6 +247,7 @@ def test_ganged_control_matches_local_on_the_farm(module_farm, media, reference)
     specs, files = media
     wait_until(lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 2, 60, "2 workers registered")
     render_id, tasks = _submit(farm_client, specs["control-sp"], files)
+    assert set(tasks) == set(reference["control-sp"])
     assert {n: tasks[n].get("outputs") or {} for n in reference["control-sp"]} == reference["control-sp"]
     np.testing.assert_array_equal(_frames(data / "renders" / render_id / "render.mp4"),
                                   _frames(reference["control-sp.mp4"]))
@@ -263,4 +255,3 @@ def test_ganged_control_matches_local_on_the_farm(module_farm, media, reference)
     assert stage1["params"]["control"]["attention_strength"] == 0.5 and "control_latent" in stage1["inputs"]
     assert stage1["metrics"]["stage1_parallel"] == 2, stage1["metrics"].get("gang_broke")
     assert sorted(stage1["ranks"]) == ["w1", "w2"]
->>>>>>> spcombos
