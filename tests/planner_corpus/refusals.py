@@ -124,6 +124,8 @@ REFUSED = [
     case("refuse-hdr-no-frames", "refusal", {**HDR, "frames": None}, known={"generation": "2.5"}),
     case("refuse-hdr-generated-keyframes", "refusal", {**HDR, "num_generated_keyframes": 1},
          known={"generation": "2.5"}),  # the grade places its own seam slots
+    *[case(f"refuse-hdr-{n}", "refusal", {**HDR, **bad}, known={"generation": "2.5"})  # the grade has no stage 2
+      for n, bad in {"stage2-sigmas": {"stage2_sigmas": [0.9, 0.0]}, "sparse-attention": {"sparse_attention": [1.0]}}.items()],
     case("refuse-diffusion-decode-2.3", "refusal", {"prompt": "a fox", "pack": "p", "height": 64, "width": 256,
                                                     "frames": 9, "video_decoder": "diffusion"}, P23),
     case("refuse-guided-one-stage-tiles", "refusal", {**KEYS, "pack": "dev", "pipeline": "one-stage", "steps": 2,
