@@ -69,7 +69,6 @@ KEYFRAMES_BAD = {  # tests/unit/test_keyframes_plan.py: (frame, binding) per ima
 GENERATED_BAD = {  # (fleet, changes)
     "on-2.3": (P23, {}), "no-fleet": (NONE, {}), "with-dfr-rounds": (P25, {"temporal_upscalings": 1, "frames": 49}),
     "too-many-for-9-frames": (P25, {"frames": 9, "num_generated_keyframes": 8}),
-    "on-guided-two-stage": (P25, {"pipeline": "two-stage"}),  # the guided passes carry no slots
 }
 DFR_BAD = {  # tests/unit/test_dfr25_plan.py
     "spatial-height-192": {"spatial_upscalings": 2, "height": 192},

@@ -128,10 +128,9 @@ MODIFIERS: tuple[Modifier, ...] = (
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
     Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1 (carried into stage 2 for "
              "the diffusion decoder, which reads them as keyframes)", ("num_generated_keyframes",),
-             (DISTILLED, IC_LORA, DUB_IT), excludes=DFR_STAGES, rule="DFR places its own keyframe slots",
+             (DISTILLED, *GUIDED, IC_LORA, DUB_IT), excludes=DFR_STAGES, rule="DFR places its own keyframe slots",
              why_not=((DFR, "it places its own keyframe slots"),
-                      (HDR, "it places its own keyframe slots at the clip's seams, and a stage takes one slot set"),
-                      *((g, "a guided stage's passes are not built with keyframe slots") for g in GUIDED))),
+                      (HDR, "it places its own keyframe slots at the clip's seams, and a stage takes one slot set"))),
     Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, HDR's seam "
              "slots, else the --image keyframes past frame 0)", ("video_decoder",), VIDEO, on=_diffusion),
     Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",),
