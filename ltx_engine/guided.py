@@ -17,21 +17,26 @@ import numpy as np
 from ltx_engine.denoise import stream_modalities
 from ltx_engine.rules import guidance, sampling
 from ltx_engine.rules.sampling import LatentState
+from ltx_engine.rules.tdp import first_frame_marker
 
 
 def pass_x0(model, name: str, video: LatentState | None, audio: LatentState | None, sigma: float,
             contexts: dict[str, np.ndarray], negative: dict[str, np.ndarray] | None,
             video_params: guidance.GuiderParams, audio_params: guidance.GuiderParams | None = None,
-            cache=None, frozen: str | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
+            cache=None, frozen: str | None = None, marker: np.ndarray | None = None,
+            ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """x0 of one guidance pass, float32 numpy; UNCOND reads the `negative` contexts. `video` None: the
     DiT runs the audio stream alone (T2A, upstream's `video=None`), and the video x0 is None. `cache`: the
     pass's step cache across its stage's rounds (`ltx_engine.step_cache`). `frozen` "video" / "audio": that
-    stream's guider skips this step, so it runs disabled (upstream's `enabled=False`) and its x0 is None."""
+    stream's guider skips this step, so it runs disabled (upstream's `enabled=False`) and its x0 is None.
+    `marker`: the video's (1, T, 1) LTX-2.5 keyframe marker (the state's, as upstream's passes read it)."""
     if name == guidance.UNCOND:
         if negative is None:
             raise ValueError("the uncond pass needs the negative prompt's contexts")
         contexts = negative
     v_mod, a_mod = stream_modalities(video, audio, sigma, contexts)
+    if marker is not None and v_mod is not None:
+        v_mod.keyframes_mask = mx.array(marker)
     if frozen == "video":
         v_mod = replace(v_mod, enabled=False)
     elif frozen == "audio":
@@ -92,6 +97,15 @@ def _state(arrays: dict[str, np.ndarray], prefix: str) -> LatentState:
                        clean_latent=arrays[f"{prefix}clean"], positions=arrays[f"{prefix}positions"])
 
 
+def _marker(model, params: dict, video: LatentState | None) -> np.ndarray | None:
+    """The pass's keyframe marker (first latent frame, the stage's slots) from the planner's `grid` and
+    `slot_range`; None without one, or on a DiT without LTX-2.5's keyframe embedding (it ignores it)."""
+    if video is None or not params.get("marker") or not model.config.use_keyframes_abs_pos_embedding:
+        return None
+    slots = params.get("slot_range")
+    return first_frame_marker(tuple(params["grid"]), video.num_tokens, None if slots is None else tuple(slots))
+
+
 def run_pass(model, params: dict, arrays: dict[str, np.ndarray], contexts: dict[str, np.ndarray],
              cache=None) -> dict[str, np.ndarray]:
     """A `guidance_pass` task: params {pass, sigma, video, audio (guider dicts)}; arrays the state
@@ -103,6 +117,6 @@ def run_pass(model, params: dict, arrays: dict[str, np.ndarray], contexts: dict[
     vp = guidance.params_from_dict(params["video"]) if video is not None else guidance.GuiderParams()
     ap = guidance.params_from_dict(params["audio"]) if params.get("audio") else None
     x0_v, x0_a = pass_x0(model, params["pass"], video, audio, float(params["sigma"]), contexts, contexts, vp, ap, cache,
-                         params.get("frozen"))
+                         params.get("frozen"), _marker(model, params, video))
     out = {name: x0 for name, x0 in (("x0", x0_v), ("audio_x0", x0_a)) if x0 is not None}
     return out if cache is None else out | cache.to_arrays()

@@ -28,5 +28,5 @@ def image_crf(params: dict, generation: str | None) -> int:
 
 def stage_slots(params: dict) -> tuple[int, ...]:
     """A stage's generated keyframe slots: DFR's (`dfr_slots`) or `--num-generated-keyframes`'
-    (`generated_slots`, stage 1 outside DFR); the stage-1 sampler follows DFR's only."""
+    (`generated_slots`: stage 1 outside DFR, or a guided stage's prep); the stage-1 sampler follows DFR's only."""
     return tuple(int(p) for p in params.get("dfr_slots") or params.get("generated_slots") or ())

@@ -83,10 +83,10 @@ def build_hdr(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[di
     return plan_hdr(prompt.rid, spec, prompt.text, _keyframes(prompt.rid, spec))
 
 
-def _keyframes(rid: str, spec: RenderPlan) -> Keyframes | None:
-    """A keyframe-aware decode's per-task planes (plan/decode_keyframes.py); None for the conv decoder,
-    which reads none."""
-    return functools.partial(keyframe_decode_io, rid, spec) if is_diffusion(spec) else None
+def _keyframes(rid: str, spec: RenderPlan, last: str = "stage2") -> Keyframes | None:
+    """A keyframe-aware decode's per-task planes (plan/decode_keyframes.py), the generated slots read off
+    the `last` stage; None for the conv decoder, which reads none."""
+    return functools.partial(keyframe_decode_io, rid, spec, last=last) if is_diffusion(spec) else None
 
 
 def build_clip(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[dict]:
@@ -122,8 +122,10 @@ def build_video(recipe: RecipeStages, spec: RenderPlan, prompt: Prompt) -> list[
                          reference(rid, spec))  # the control / Dub-It clip (plan/control.py)
         return tasks + _decodes(rid, spec, ref(f"{rid}.stage2", "video_latent"), ctx, cond2, image_params, track)
     geo = StageGeometry(spec.pack, spec.seed, spec.frames, spec.frame_rate, spec.height, spec.width)
-    tasks += stage1_block(rid, geo, ctx, cond2, image_params, {}, {}, lora_params(spec), guided, track)
-    return tasks + _decodes(rid, spec, ref(f"{rid}.stage1", "video_latent"), ctx, cond2, image_params, track)
+    generated = generated_slot_params(spec, spec.height, spec.width)  # full size: the decode reads them as they are
+    tasks += stage1_block(rid, geo, ctx, cond2, image_params, *generated, lora_params(spec), guided, track)
+    return tasks + _decodes(rid, spec, ref(f"{rid}.stage1", "video_latent"), ctx, cond2, image_params, track,
+                            "stage1")
 
 
 def _stage1_sampler(spec: RenderPlan) -> dict:
@@ -172,7 +174,7 @@ def _stages(recipe: RecipeStages, rid: str, spec: RenderPlan, ctx: dict, conds: 
 
 
 def _decodes(rid: str, spec: RenderPlan, final: dict, ctx: dict, cond2: dict, image_params: dict,
-             track: dict | None) -> list[dict]:
+             track: dict | None, last: str = "stage2") -> list[dict]:
     """DFR's finish (rounds, base path or epilogue; the trimmed latent, decoded at the shipped length), the
     video decode (the diffusion decoder's with its keyframes: DFR's planes, else the images'), and the audio
     decode (A2V: its encode is the `audio` task the output muxes)."""
@@ -180,7 +182,7 @@ def _decodes(rid: str, spec: RenderPlan, final: dict, ctx: dict, cond2: dict, im
     if dfr_on(spec):  # plan/dfr_finish.py
         tasks, final = plan_dfr_finish(rid, spec, ctx, cond2, image_params, stage_audio(rid, track))
         decode_spec = spec.resolve(frames=output_frames(spec))
-    tasks += plan_decode(rid, decode_spec, final, _keyframes(rid, spec))  # each task its planes, if any
+    tasks += plan_decode(rid, decode_spec, final, _keyframes(rid, spec, last))  # each task its planes, if any
     if spec.audio and track is None:
         tasks.append(task(rid, "audio", "decode_audio", {
             "pack": spec.pack, "product": "audio", "expect": {"waveform": expect("float32", -1, -1),

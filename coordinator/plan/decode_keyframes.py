@@ -49,16 +49,18 @@ def hdr_keyframes(rid: str, spec: RenderPlan) -> tuple[dict, tuple[int, ...]] | 
     return (ref(f"{rid}.{STAGE}", "slots"), at) if at else None
 
 
-def render_keyframes(rid: str, spec: RenderPlan) -> tuple[dict | list[dict], tuple[int, ...]] | None:
+def render_keyframes(rid: str, spec: RenderPlan, last: str = "stage2"
+                     ) -> tuple[dict | list[dict], tuple[int, ...]] | None:
     """The render's decode keyframes: DFR's planes (one stacked ref) when it runs DFR, the HDR grade's
     seam slots, the generated keyframes stage 2 carried (one stacked ref each), else its images' (one
-    ref per plane); None when it has none."""
+    ref per plane); None when it has none. `last`: the stage whose slots are full size (a one-stage
+    recipe's stage 1)."""
     if dfr_on(spec):
         return final_keyframes(rid, spec)
     if is_hdr(spec):
         return hdr_keyframes(rid, spec)
     carried = carried_slots(spec)
-    return (ref(f"{rid}.stage2", "slots"), tuple(carried)) if carried else image_keyframes(rid, spec)
+    return (ref(f"{rid}.{last}", "slots"), tuple(carried)) if carried else image_keyframes(rid, spec)
 
 
 def shipped_frames(spec: RenderPlan) -> int:
@@ -66,10 +68,11 @@ def shipped_frames(spec: RenderPlan) -> int:
     return spec_plan(spec).output_frames if dfr_on(spec) else spec.frames
 
 
-def keyframe_decode_io(rid: str, spec: RenderPlan, frames: tuple[int, int] | None = None) -> tuple[dict, dict]:
+def keyframe_decode_io(rid: str, spec: RenderPlan, frames: tuple[int, int] | None = None,
+                       last: str = "stage2") -> tuple[dict, dict]:
     """What a keyframe-aware decode task adds (whole, or one tile over pixel frames [lo, hi]): its
     keyframe params and inputs; empty when the render has no keyframes."""
-    found = render_keyframes(rid, spec)
+    found = render_keyframes(rid, spec, last)
     if found is None:
         return {}, {}
     source, positions = found

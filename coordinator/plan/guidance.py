@@ -16,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
+from coordinator.plan.images import slot_range
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.sparse import cache_inputs, step_cache
 from ltx_engine.rules import guidance as G
 from ltx_engine.rules import res2s
 from ltx_engine.rules import step_cache as cache_rule
+from ltx_engine.rules.generation import LTX_25
 from ltx_engine.rules.schedule import ltx2_sigmas
 
 REFERENCE_LAYERS = 48  # the released LTX-2 / 2.3 DiTs
@@ -48,6 +50,7 @@ class GuidedStage:
     stream_offset: int = 0               # res_2s SDE noise: stage 2 draws streams of its own
     step_cache: float | None = None      # --step-cache: each pass a chain over the stage's rounds of passes
     bins: tuple[tuple[float, G.GuiderParams, G.GuiderParams], ...] = ()  # --guidance-schedule: (bound, video, audio)
+    marker: bool = False                 # LTX-2.5: every pass's video carries the keyframe marker
 
     @property
     def passes(self) -> tuple[str, ...]:
@@ -128,7 +131,7 @@ def recipe(spec: RenderPlan, rule: GuidedRule | None) -> GuidedStage | None:
     return GuidedStage(pipeline=spec.pipeline, sampler=rule.sampler, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
                   distilled_lora=rule.stage1_lora, stage2_lora=rule.stage2_lora,
-                  step_cache=step_cache(spec), bins=bins)
+                  step_cache=step_cache(spec), bins=bins, marker=spec.generation == LTX_25)
 
 
 def _bin(video: G.GuiderParams, audio: G.GuiderParams, bound: float, given: dict, a2v: bool) -> tuple:
@@ -275,16 +278,28 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage
     video, audio = "" in prefixes, "audio_" in prefixes
     cache_params, cache_in = _cache(rid, stage, rec, name, chain)
     out = {f"{p}x0": expect("float32", 1, -1, -1) for p in prefixes if p != frozen}
-    cells = latent_frames(int(params["frames"])) * (params["height"] // SPATIAL_FACTOR) * (
-        params["width"] // SPATIAL_FACTOR) if video and "frames" in params else 0
+    grid = stage_grid(params) if video and "frames" in params else (0, 0, 0)
     return task(rid, f"{stage}.{ev.label}.{name}", "guidance_pass",
-                {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step, "cells": cells,
+                {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step,
+                 "cells": grid[0] * grid[1] * grid[2], **(marker_params(params, grid) if rec.marker and video else {}),
                  "video": G.params_to_dict(rec.video) if video else None,
                  "audio": G.params_to_dict(rec.audio) if audio else None,
                  **({} if frozen is None else {"frozen": STREAM_NAMES[frozen]}),
                  **({} if rec.distilled_lora is None else {"distilled_lora_strength": rec.distilled_lora}),
                  **cache_params, **(loras or {}), "expect": out},
                 {**state, **contexts, **cache_in})
+
+
+def stage_grid(params: dict) -> tuple[int, int, int]:
+    """The latent grid of a stage's generated video from its geometry params."""
+    return (latent_frames(int(params["frames"])), params["height"] // SPATIAL_FACTOR, params["width"] // SPATIAL_FACTOR)
+
+
+def marker_params(params: dict, grid: tuple[int, int, int]) -> dict:
+    """A pass's LTX-2.5 keyframe marker, as upstream's guided passes read it off the state: the first
+    latent frame and the stage's generated keyframe slots (their token range), nothing else."""
+    slots = slot_range(params, grid)
+    return {"marker": True, "grid": list(grid), **({} if slots is None else {"slot_range": slots})}
 
 
 def _round_passes(rec: GuidedStage, prefixes: tuple[str, ...], held: tuple[str, ...]) -> tuple[str, ...]:

@@ -12,6 +12,8 @@ render's upsample and stage 2, whose DiT is upstream's: the dev DiT with the dis
 Stage-2 audio follows upstream main (1.2.0, written in tests/parity/upstream_rules.py): re-noised at the
 first stage-2 sigma and denoised beside the video, whose cross-attention reads it, then discarded: the
 render's audio is stage 1's (1.0.0 decoded stage 2's). Tiled stage 2 keeps it frozen, as TDP does.
+`--num-generated-keyframes`: the prep appends the slots, every pass carries them (`guidance.marker_params`),
+the last guide step reads them out as `slots`, as upstream forwards them to its guided first stage.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import replace
 
 from coordinator.plan.graph import StageGeometry, expect, ref, task
 from coordinator.plan.guidance import RES_2S, GuidedStage, plan_guided_stage
+from coordinator.plan.images import slot_range
 from coordinator.plan.loras import lora_text
 from coordinator.plan.relay import without_relay
 from coordinator.plan.resolved import RenderPlan
@@ -37,17 +40,23 @@ def negative_text_task(rid: str, spec: RenderPlan, rec: GuidedStage, text_task: 
 
 
 def plan_guided_stage1(rid: str, geo: StageGeometry, rec: GuidedStage, ctx: dict, negative_ctx: dict, cond: dict,
-                       image_params: dict, loras: dict) -> list[dict]:
+                       image_params: dict, loras: dict, expected: dict | None = None) -> list[dict]:
     """Prepare + the guided stage at `geo`, its last guide step named `stage1` with `video_latent` and
-    `audio_latent`, what the upsample (or the decode) and decode_audio read."""
+    `audio_latent`, what the upsample (or the decode) and decode_audio read, and (`generated_slots` in
+    `image_params`, `expected`) the slots' latent: the prep appends them, every pass carries them."""
     grid = geo.grid
     params = {**geo.params(), "sigmas": list(rec.sigmas), **image_params}
     prep = task(rid, "stage1.prep", "stage_prepare", {**params, "expect": {}}, dict(cond))
-    finish = {"grid": list(grid), "audio_channels": AUDIO_CHANNELS}
     stage = plan_guided_stage(rid, "stage1", rec, params, prep["id"], {"prompt": ctx, "negative": negative_ctx},
-                              audio=True, finish=finish, loras=loras)
-    stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
+                              audio=True, finish=_finish(params, grid), loras=loras)
+    stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid), **(expected or {})}
     return [prep, *stage]
+
+
+def _finish(params: dict, grid: tuple[int, int, int]) -> dict:
+    """The last guide step's read-out: the video on `grid`, the audio, the stage's slots when it has them."""
+    slots = slot_range(params, grid)
+    return {"grid": list(grid), "audio_channels": AUDIO_CHANNELS, **({} if slots is None else {"slot_range": slots})}
 
 
 def contexts_of(task_id: str) -> dict:
@@ -69,10 +78,9 @@ def plan_hq_stage2(rid: str, rec: GuidedStage, params: dict, inputs: dict, ctx: 
     grid = tuple(params["expect"]["video_latent"]["shape"][2:])
     base = {k: v for k, v in params.items() if k not in ("expect", "needs", "distilled_lora_strength")}
     prep = task(rid, "stage2.prep", "stage_prepare", {**base, "expect": {}}, inputs)
-    finish = {"grid": list(grid), "audio_channels": AUDIO_CHANNELS}
     stage = plan_guided_stage(rid, "stage2", stage2_recipe(rec, params["sigmas"]), base, prep["id"],
-                              {"prompt": ctx, "negative": ctx}, audio=True, finish=finish, loras=loras)
-    stage[-1]["params"]["expect"] = {"video_latent": expect("float32", 1, -1, *grid)}
+                              {"prompt": ctx, "negative": ctx}, audio=True, finish=_finish(base, grid), loras=loras)
+    stage[-1]["params"]["expect"] = {k: v for k, v in params["expect"].items() if k in ("video_latent", "slots")}
     return [prep, *stage]
 
 

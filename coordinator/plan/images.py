@@ -93,6 +93,17 @@ def guide_tokens(params: Mapping, tokens_per_frame: int) -> int:
     return len(guides) * tokens_per_frame
 
 
+def slot_range(params: Mapping, grid: tuple[int, int, int]) -> list[int] | None:
+    """The token range [start, end) of a stage's generated keyframe slots (DFR's or the generated ones):
+    after its generated tokens and the appended image guides, before an IC-LoRA reference; None without."""
+    slots = params.get("dfr_slots") or params.get("generated_slots") or []
+    if not slots:
+        return None
+    hw = grid[1] * grid[2]
+    start = grid[0] * hw + guide_tokens(params, hw)
+    return [start, start + len(slots) * hw]
+
+
 def dfr_tile_images(params_images: Sequence[dict], inputs: Mapping, tile, round_index: int) -> tuple[dict, dict]:
     """A DFR tile's `images` param and image inputs: only the images whose frame falls in its window,
     the frame on the round's own clip (each round doubles the frame rate: frame p is 2**r · p there)."""

@@ -18,7 +18,7 @@ from coordinator.plan.graph import (
     ref,
     task,
 )
-from coordinator.plan.images import guide_tokens
+from coordinator.plan.images import slot_range
 from coordinator.plan.resolved import RenderPlan
 from coordinator.plan.sparse import cache_inputs
 from ltx_engine.rules import step_cache as cache_rule
@@ -162,12 +162,8 @@ def _marker_params(spec: RenderPlan, params: dict, grid: tuple[int, int, int]) -
     reference — the step also reads them out of)."""
     if spec.generation != LTX_25:
         return {}
-    slots = params.get("dfr_slots") or params.get("generated_slots") or []
-    if not slots:
-        return {"marker": True}
-    hw = grid[1] * grid[2]
-    start = grid[0] * hw + guide_tokens(params, hw)
-    return {"marker": True, "slot_range": [start, start + len(slots) * hw]}
+    slots = slot_range(params, grid)
+    return {"marker": True} if slots is None else {"marker": True, "slot_range": slots}
 
 
 def _forward_task(rid: str, step: int, tile: tdp.Tile, grid: tuple[int, int, int], params: dict, source: str,

@@ -55,7 +55,9 @@ def stage1_block(rid: str, geo: StageGeometry, ctx: dict, cond: dict, images: di
     `ltx_engine/parallel/sp_denoise.py`)."""
     head, cond = ([], cond) if track is None else ([track], {**cond, "audio_latent": ref(track["id"], "latent")})
     if guided is not None:
-        return head + plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, cond, images, loras)
+        slots = {k: params[k] for k in ("generated_slots",) if k in params}  # the guided passes carry them
+        return head + plan_guided_stage1(rid, geo, guided.stage, guided.ctx, guided.negative, cond, {**images, **slots},
+                                         loras, expected)
     if reference is not None:
         head += reference.tasks
         loras, cond = reference.dit(loras), {**cond, **reference.stage1}

@@ -15,7 +15,7 @@ import numpy as np
 
 from ltx_engine.rules import guidance, res2s, sampling
 from ltx_engine.rules.sampling import LatentState
-from ltx_engine.rules.tokens import unpatchify_audio, unpatchify_video
+from ltx_engine.rules.tokens import slot_latent, unpatchify_audio, unpatchify_video
 
 EVALUATIONS = ("euler", "mid", "end", "final")
 _NOISE_STREAMS = {"": (res2s.STREAM_VIDEO_SUBSTEP, res2s.STREAM_VIDEO_STEP),
@@ -96,6 +96,8 @@ def guide_step(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
         if "latent" in out:
             grid = tuple(int(n) for n in finish["grid"])
             out["video_latent"] = unpatchify_video(out["latent"][:, : int(np.prod(grid))], grid)
+            if finish.get("slot_range"):  # the stage's generated keyframe slots, as an untiled stage gives them
+                out["slots"] = slot_latent(out["latent"], finish["slot_range"], grid)
         if "audio_latent" in out:
             out["audio_latent"] = unpatchify_audio(out.pop("audio_latent"), int(finish["audio_channels"]))
     return {k: np.ascontiguousarray(v) for k, v in out.items()}

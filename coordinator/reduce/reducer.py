@@ -22,7 +22,7 @@ from coordinator.reduce.encode_blend import ENCODE_STEPS
 from coordinator.reduce.guide_step import guide_step
 from coordinator.state.store import NotLeader, is_transient
 from ltx_engine.rules import dfr_epilogue, dfr_layout, dfr_windows, tdp
-from ltx_engine.rules.tokens import unpatchify_video
+from ltx_engine.rules.tokens import slot_latent, unpatchify_video
 from protos.kinds import facts
 from protos.retry import Backoff, GaveUp, Outage, retry
 from protos.states import Outcome
@@ -129,8 +129,7 @@ def _tdp_step(params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
         grid = tuple(params["grid"])
         out = {"video_latent": unpatchify_video(latent[:, : int(np.prod(grid))], grid)}
         if params.get("slot_range"):  # DFR's slots, read out as the untiled stage gives them
-            start, end = params["slot_range"]
-            out["slots"] = unpatchify_video(latent[:, start:end], ((end - start) // (grid[1] * grid[2]), *grid[1:]))
+            out["slots"] = slot_latent(latent, params["slot_range"], grid)
         return out
     if params.get("next_tiling"):  # DFR's epilogue retiles after its first step (plan/dfr_finish.py)
         sets = _sets({**params, **params["next_tiling"]}, positions)

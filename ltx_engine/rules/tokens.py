@@ -20,6 +20,13 @@ def unpatchify_video(tokens: np.ndarray, grid: tuple[int, int, int]) -> np.ndarr
     return np.ascontiguousarray(tokens.transpose(0, 2, 1).reshape(b, c, *grid))
 
 
+def slot_latent(tokens: np.ndarray, slot_range: tuple[int, int], grid: tuple[int, int, int]) -> np.ndarray:
+    """A stage's generated keyframe slots (1, C, K, h, w) out of its token range [start, end) of a state
+    on `grid` (one latent frame of tokens per slot)."""
+    start, end = (int(n) for n in slot_range)
+    return unpatchify_video(tokens[:, start:end], ((end - start) // (grid[1] * grid[2]), *grid[1:]))
+
+
 def patchify_audio(latent: np.ndarray) -> np.ndarray:
     """(B, C, T, M) → (B, T, C*M) (channels slowest, mel fastest, as the reference)."""
     b, c, t, m = latent.shape

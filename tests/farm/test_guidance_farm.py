@@ -5,7 +5,8 @@ only that pass; bad guidance input is refused at submit with nothing queued; one
 while the other's passes run, with the modality isolation in chosen blocks, == --local; A2V on the two-stage recipe (upstream's a2vid_two_stage:
 the track's latent frozen in every pass and in stage 2, the source track muxed), one-stage and two-stage HQ
 (res_2s in both stages, the track frozen in both) on 2 workers == --local; a user LoRA set unfused (run-time
-adapters on the dev DiT) on each guided recipe, on 2 workers == --local."""
+adapters on the dev DiT) on each guided recipe, on 2 workers == --local; LTX-2.5 generated keyframe slots
+(`dev25`, a 2.5 dev-only pack) in every pass of one-stage, two-stage and HQ stage 1, on 2 workers == --local."""
 
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def dev_packs(tiny_dev_pack, tmp_path_factory):
     pack_without(folder / "dev", tiny_dev_pack)
     style, _camera = write_user_loras(tmp_path_factory.mktemp("user-loras"), folder / "dev")
     shutil.copy(style, folder / "dev" / USER_LORA)  # a pack file: no upload, no shelf needed
+    from ltx_engine.tiny.tiny_pack import write_tiny_pack
+
+    write_tiny_pack(folder / "dev25", seed=0, variant="2.5", layout="dev-only")  # the keyframe marker's DiT
     return folder
 
 
@@ -388,3 +392,31 @@ def test_t2a_with_video_flags_refused_at_submit(bad, line, guided_farm, mstore):
         guided_farm.client.submit({**T2A, **bad})
     assert "\n" not in str(info.value) and line in str(info.value), info.value
     assert len(mstore.list_renders()) == before
+
+
+GENERATED = {name: {**SPECS[name], "pack": "dev25", "num_generated_keyframes": 1} for name in SPECS}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", list(GENERATED))
+def test_generated_keyframes_in_every_guided_pass_on_2_workers_equal_local(name, guided_farm, dev_runner, tmp_path):
+    """`--num-generated-keyframes` on a guided stage (upstream forwards it to the first stage): the prep
+    appends the slot, every pass runs with it and the 2.5 keyframe marker, the last guide step reads it out;
+    farm == --local for every task output and the frames."""
+    spec = GENERATED[name]
+    _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner)
+    guided_farm.workers(2)
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+        guided_farm.stop(extra)
+    client = guided_farm.client  # the planner needs the pack's generation (2.5) at submit
+    wait_until(lambda: sum(bool((w.get("packs") or {}).get("dev25")) for w in client.workers()) >= 2, 60,
+               "the workers describing dev25")
+    render = wait_done(client, client.submit(dict(spec)), timeout=240)
+    assert_identical(farm_results(client, render), local_results(outputs, blobs))
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert {n: t.get("outputs") or {} for n, t in tasks.items()} == local  # every task, every output, bit for bit
+    assert tasks["stage1.prep"]["params"]["generated_slots"] == [4] and "slots" in tasks["stage1"]["outputs"]
+    passes = [t for t in tasks.values() if t["kind"] == "guidance_pass" and t["id"].split(".")[1] == "stage1"]
+    hw = (SPECS[name]["height"] // (32 if name == "one-stage" else 64)) ** 2  # stage 1: half size on two stages
+    assert passes and all(t["params"]["slot_range"] == [2 * hw, 3 * hw] for t in passes)

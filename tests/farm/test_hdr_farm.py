@@ -230,6 +230,10 @@ def test_bad_hdr_renders_are_refused_at_submit_through_the_cli(hdr_farm, clip, t
             ("--pack", "tiny25", "--num-generated-keyframes", "1"),
             "(--hdr-ic-lora: it places its own keyframe slots at the clip's seams, and a stage takes one slot set)",
         ),
+        (  # the grade's one stage runs the distilled table: a stage-2 table would be dropped
+            ("--pack", "tiny25", "--stage2-sigmas", "0.9,0"),
+            "--stage2-sigmas does not apply to the hdr-ic-lora recipe (--hdr-ic-lora)",
+        ),
     ]
     for args, words in cases:
         refused = _submit(farm_client, data, clip[0], *args)

@@ -112,6 +112,13 @@ PLANNED = [
     # the diffusion decoder reads them: stage 2 carries them (upsampled) and every decode tile reads stage 2's
     case("generated-keyframes-diffusion-decode", "keyframes", {**KEYS, "num_generated_keyframes": 2,
                                                                 "video_decoder": "diffusion"}, P25),
+    # the guided recipes: every pass carries the slots (and the 2.5 marker), the last guide step reads them out
+    *[case(f"generated-keyframes-{name}", "keyframes", {**spec, "pack": "p", "num_generated_keyframes": 1,
+                                                        "frames": 17}, P25)
+      for name, spec in (("one-stage", ONE), ("two-stage", TWO), ("two-stage-hq", HQ))],
+    case("generated-keyframes-one-stage-diffusion-decode", "keyframes", {**ONE, "pack": "p", "frames": 17,
+                                                                          "num_generated_keyframes": 1,
+                                                                          "video_decoder": "diffusion"}, P25),
     case("media-image-tiled", "keyframes", {**A2V, "audio_input": None, "seed": 5, "stage2_tiles": "1x2",
                                             "tile_overlap": 1, "images": _images((0, None))}, ONE_MAC),
     # Stage-2 tiles (TDP) and the fleet-chosen tiling.

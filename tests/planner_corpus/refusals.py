@@ -69,7 +69,6 @@ KEYFRAMES_BAD = {  # tests/unit/test_keyframes_plan.py: (frame, binding) per ima
 GENERATED_BAD = {  # (fleet, changes)
     "on-2.3": (P23, {}), "no-fleet": (NONE, {}), "with-dfr-rounds": (P25, {"temporal_upscalings": 1, "frames": 49}),
     "too-many-for-9-frames": (P25, {"frames": 9, "num_generated_keyframes": 8}),
-    "on-guided-two-stage": (P25, {"pipeline": "two-stage"}),  # the guided passes carry no slots
 }
 DFR_BAD = {  # tests/unit/test_dfr25_plan.py
     "spatial-height-192": {"spatial_upscalings": 2, "height": 192},
@@ -130,6 +129,8 @@ REFUSED = [
         ("extend-dev", {**CLIP, "pack": "dev", "pipeline": "two-stage", "extend": {"frames": 1}}),
         ("one-stage", {**KEYS, "pack": "dev", "pipeline": "one-stage", "steps": 2}))],
     case("refuse-sp-hdr", "refusal", {**HDR, "stage1_parallel": "2"}, known={"generation": "2.5"}),
+    *[case(f"refuse-hdr-{n}", "refusal", {**HDR, **bad}, known={"generation": "2.5"})  # the grade has no stage 2
+      for n, bad in {"stage2-sigmas": {"stage2_sigmas": [0.9, 0.0]}, "sparse-attention": {"sparse_attention": [1.0]}}.items()],
     case("refuse-diffusion-decode-2.3", "refusal", {"prompt": "a fox", "pack": "p", "height": 64, "width": 256,
                                                     "frames": 9, "video_decoder": "diffusion"}, P23),
     case("refuse-guided-one-stage-tiles", "refusal", {**KEYS, "pack": "dev", "pipeline": "one-stage", "steps": 2,

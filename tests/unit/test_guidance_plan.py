@@ -325,3 +325,36 @@ def _assert_task_by_task_is_upstreams_loop(model, rec, tasks: list[dict], blobs:
     video, audio = _upstream_guided_loop(model, rec, video, audio, pos, neg)
     np.testing.assert_array_equal(out["r.stage1"]["latent"], video.latent)
     np.testing.assert_array_equal(out["r.stage1"]["audio_latent"], audio.latent)
+
+
+@pytest.mark.parametrize("embedding", [True, False])
+def test_a_pass_carries_the_states_keyframe_marker_on_a_25_dit(tiny, embedding):
+    """On an LTX-2.5 DiT a pass reads the marker the planner describes (`grid`: the first latent frame;
+    `slot_range`: the generated slots' tokens), as upstream's passes read the state's `keyframes_mask`;
+    a DiT without the embedding computes as without it."""
+    import mlx.core as mx
+
+    from ltx_engine.guided import pass_x0, run_pass
+    from ltx_engine.models.transformer import LTXModel, TransformerConfig, tiny_config
+    from ltx_engine.rules.sampling import LatentState
+
+    _, blobs = tiny
+    model = LTXModel(TransformerConfig.from_config({"transformer": {**tiny_config(),
+                                                                    "use_keyframes_abs_pos_embedding": embedding}}))
+    if embedding:
+        model.keyframes_abs_pos_embedding = mx.array(np.random.default_rng(1).standard_normal((1, 64)), mx.float32)
+    p, ctx = blobs["r.prep"], blobs["r.text"]
+    params = {"pass": G.COND, "sigma": 0.5, "video": G.params_to_dict(G.GuiderParams()),
+              "audio": G.params_to_dict(G.GuiderParams()), "marker": True, "grid": [1, 2, 3], "slot_range": [9, 12]}
+    got = run_pass(model, params, dict(p), ctx)["x0"]
+    video = LatentState(p["latent"], p["mask"], p["clean"], p["positions"])
+    audio = LatentState(p["audio_latent"], p["audio_mask"], p["audio_clean"], p["audio_positions"])
+    marker = np.zeros((1, 12, 1), np.float32)
+    marker[:, :6] = marker[:, 9:12] = 1.0
+    unmarked = pass_x0(model, G.COND, video, audio, 0.5, ctx, ctx, G.GuiderParams(), G.GuiderParams())[0]
+    if embedding:
+        np.testing.assert_array_equal(got, pass_x0(model, G.COND, video, audio, 0.5, ctx, ctx, G.GuiderParams(),
+                                                   G.GuiderParams(), marker=marker)[0])
+        assert not np.array_equal(got, unmarked)
+    else:
+        np.testing.assert_array_equal(got, unmarked)

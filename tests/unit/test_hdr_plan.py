@@ -91,6 +91,17 @@ def test_generated_keyframes_are_refused_beside_the_seam_slots():
         _tasks(num_generated_keyframes=1)
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("changes", "flag"), [({"stage2_sigmas": [0.9, 0.0]}, "--stage2-sigmas"),
+                                               ({"sparse_attention": [1.0]}, "--sparse-attention")])
+def test_stage2_knobs_are_refused_on_the_grade_that_has_no_stage2(changes, flag):
+    """The grade's one stage runs the distilled table with dense attention: a stage-2 knob would be dropped."""
+    from coordinator.plan.graph import SpecError
+
+    with pytest.raises(SpecError, match=f"^{re.escape(flag)} does not apply to the hdr-ic-lora recipe"):
+        _tasks(**changes)
+
+
 @pytest.mark.timeout(150)
 def test_farm_plan_shows_the_hdr_graph_through_the_cli(tmp_path: Path):
     clip = write_clip(tmp_path / "clip.mp4", frames=9, width=64, height=64)

@@ -165,15 +165,55 @@ def test_the_conv_decoder_leaves_stage2_as_upstream_without_the_slots():
     assert "upsample.slots" not in tasks and "slots" not in tasks["stage2"]["params"]["expect"]
 
 
+GUIDED = {"steps": 2, "height": 128, "width": 128, "frames": 17}
+
+
+@pytest.mark.parametrize(("pipeline", "stage", "size"), [("one-stage", "stage1", 128), ("two-stage", "stage1", 64),
+                                                          ("two-stage-hq", "stage1", 64)])
+def test_a_guided_stage_carries_the_generated_keyframes_in_every_pass(pipeline, stage, size):
+    """Upstream forwards the slots to the guided first stage: its prep appends them after the image guide,
+    every pass reads the LTX-2.5 marker (first latent frame + the slots' tokens), the last guide step reads
+    the slots out."""
+    images = [{"blob": _blob(1), "frame": 12, "binding": "guide"}]
+    tasks = _tasks(images, FLEET_25, pipeline=pipeline, num_generated_keyframes=1, **GUIDED)
+    assert tasks[f"{stage}.prep"]["params"]["generated_slots"] == [8]
+    hw = (size // 32) ** 2
+    grid, slots = [3, size // 32, size // 32], [3 * hw + hw, 3 * hw + 2 * hw]  # after the guide's latent frame
+    passes = [t for name, t in tasks.items() if name.startswith(f"{stage}.") and t["kind"] == "guidance_pass"]
+    assert passes and all(t["params"]["marker"] is True and t["params"]["grid"] == grid
+                          and t["params"]["slot_range"] == slots for t in passes)
+    assert tasks[stage]["params"]["finish"]["slot_range"] == slots
+    assert tasks[stage]["params"]["expect"]["slots"]["shape"] == [1, -1, 1, size // 32, size // 32]
+
+
+def test_the_guided_recipes_diffusion_decode_reads_the_full_size_slots():
+    """One-stage: stage 1's slots are full size, the decode reads them; two-stage HQ: stage 2 (guided
+    res_2s passes) carries them, upsampled, and reads them out as its last step's `slots`."""
+    one = _tasks([], FLEET_25, pipeline="one-stage", num_generated_keyframes=1, video_decoder="diffusion", **GUIDED)
+    assert "upsample.slots" not in one
+    decodes = [t for t in one.values() if t["kind"] == "decode_video"]
+    assert decodes and all(t["inputs"]["keyframes"] == {"task": "r.stage1", "output": "slots"} for t in decodes)
+    hq = _tasks([], FLEET_25, pipeline="two-stage-hq", num_generated_keyframes=1, video_decoder="diffusion", **GUIDED)
+    assert hq["upsample.slots"]["inputs"] == {"latent": {"task": "r.stage1", "output": "slots"}}
+    assert hq["stage2.prep"]["inputs"]["slots"] == {"task": "r.upsample.slots", "output": "latent"}
+    assert hq["stage2"]["params"]["finish"]["slot_range"] == [3 * 16, 4 * 16]
+    passes = [t for n, t in hq.items() if n.startswith("stage2.") and t["kind"] == "guidance_pass"]
+    assert passes and all(t["params"]["slot_range"] == [3 * 16, 4 * 16] for t in passes)
+    decodes = [t for t in hq.values() if t["kind"] == "decode_video"]
+    assert decodes and all(t["inputs"]["keyframes"] == {"task": "r.stage2", "output": "slots"} for t in decodes)
+
+
+def test_a_guided_pass_on_a_23_pack_reads_no_marker():
+    tasks = _tasks([], FLEET_23, pipeline="one-stage", **GUIDED)
+    assert not any("marker" in t["params"] for t in tasks.values() if t["kind"] == "guidance_pass")
+
+
 @pytest.mark.parametrize(("fleet", "changes", "line"), [
     (FLEET_23, {}, "needs an LTX-2.5 pack"),
     ([], {}, "needs an LTX-2.5 pack"),
     (FLEET_25, {"temporal_upscalings": 1, "frames": 49}, "--num-generated-keyframes does not apply to the dfr recipe "
-     "\\(--dfr: it places its own keyframe slots\\); it applies to: distilled, ic-lora, dub-it$"),
-    (FLEET_25, {"pipeline": "two-stage"}, "two-stage recipe \\(--pipeline two-stage: a guided stage's passes are "
-     "not built with keyframe slots\\)"),
-    (FLEET_25, {"pipeline": "one-stage"}, "one-stage recipe .*a guided stage's passes are not built"),
-    (FLEET_25, {"pipeline": "two-stage-hq"}, "two-stage-hq recipe .*a guided stage's passes are not built"),
+     "\\(--dfr: it places its own keyframe slots\\); it applies to: distilled, one-stage, two-stage, two-stage-hq, "
+     "ic-lora, dub-it$"),
     (FLEET_25, {"frames": 9, "num_generated_keyframes": 8}, "do not fit between the first and last of 9 frames"),
 ])
 def test_generated_keyframes_that_cannot_render_are_refused(fleet, changes, line):

@@ -122,7 +122,8 @@ MODIFIERS: tuple[Modifier, ...] = (
              (DISTILLED, *GUIDED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_unfused),
     Modifier("--stage2-tiles", "stage 2 split into tiles across Macs", ("stage2_tiles",),
              (DISTILLED, TWO_STAGE, DFR, EXTEND, IC_LORA, DUB_IT)),
-    Modifier("--stage2-sigmas", "stage 2's sigma table", ("stage2_sigmas",), _except(ONE_STAGE, RETAKE_DEV)),
+    Modifier("--stage2-sigmas", "stage 2's sigma table", ("stage2_sigmas",),
+             _except(ONE_STAGE, RETAKE_DEV, HDR)),  # the grade's one stage runs the distilled table
     Modifier("--stage2-steps", "the last N steps of stage 2's table", ("stage2_steps",), (TWO_STAGE, HQ, EXTEND_DEV)),
     Modifier("--cfg-scale … (guidance)", "the video's and the joint passes' guidance, --stage1-steps, APG",
              VIDEO_KNOBS, (*GUIDED, *GUIDED_CLIP)),
@@ -148,13 +149,13 @@ MODIFIERS: tuple[Modifier, ...] = (
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), needs=DFR_STAGES, rule="it details DFR's stage 2"),
     Modifier("--num-generated-keyframes", "LTX-2.5 generated keyframe slots in stage 1 (carried into stage 2 for "
              "the diffusion decoder, which reads them as keyframes)", ("num_generated_keyframes",),
-             (DISTILLED, IC_LORA, DUB_IT), excludes=DFR_STAGES, rule="DFR places its own keyframe slots",
+             (DISTILLED, *GUIDED, IC_LORA, DUB_IT), excludes=DFR_STAGES, rule="DFR places its own keyframe slots",
              why_not=((DFR, "it places its own keyframe slots"),
-                      (HDR, "it places its own keyframe slots at the clip's seams, and a stage takes one slot set"),
-                      *((g, "a guided stage's passes are not built with keyframe slots") for g in GUIDED))),
+                      (HDR, "it places its own keyframe slots at the clip's seams, and a stage takes one slot set"))),
     Modifier("--video-decoder diffusion", "LTX-2.5's diffusion decoder, keyframe-aware (DFR's planes, HDR's seam "
              "slots, else the --image keyframes past frame 0)", ("video_decoder",), VIDEO, on=_diffusion),
-    Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",), VIDEO),
+    Modifier("--sparse-attention", "sparse stage-2 attention (taus per step)", ("sparse_attention",),
+             _except(HDR)),  # the grade has no stage 2
     Modifier("--compute-dtype", "the DiT's attention / FF dtype", ("compute_dtype",), VIDEO),
     Modifier("--decode-tiles", "the VAE decode's tiles", ("decode_tiles",), VIDEO),
     Modifier("--encode-tiles", "a source clip's tiled encode", ("encode_tiles",), VIDEO),
