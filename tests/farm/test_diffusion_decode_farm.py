@@ -141,6 +141,17 @@ def _mp4_frames(path) -> list[np.ndarray]:
         return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
 
 
+def _same_as_local(client, render_id: str, tasks: dict, local: tuple, tmp_path) -> None:
+    """The same tasks as `--local`'s (none missing or extra), each output bit for bit, and its 17 frames."""
+    local_shas, local_frames = local
+    assert tasks.keys() == local_shas.keys()
+    for name, shas in local_shas.items():
+        assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
+    frames = _mp4_frames(client.fetch_output(render_id, tmp_path / "farm.mp4"))
+    assert len(frames) == len(local_frames) == 17
+    assert all(np.array_equal(a, b) for a, b in zip(frames, local_frames, strict=True))
+
+
 @pytest.fixture(scope="module", params=WORKERS, ids=[f"{n}-workers" for n in WORKERS])
 def diff_farm(request, redis_server, tmp_path_factory, packs):
     redis = connect(redis_server.url)
@@ -227,12 +238,7 @@ def test_keyframe_aware_decode_of_a_keyframed_render_matches_local(diff_farm, ke
     for tile in tiles:
         assert (tile["params"]["keyframe_frames"], tile["params"]["keyframe_planes"]) == ([8, 16], [0, 1])
         assert tile["inputs"]["keyframe1"] == tasks["image2_s2"]["outputs"]["latent"]  # the full-size encode
-    assert tasks.keys() == local_shas.keys()  # the same tasks, none missing or extra on the farm
-    for name, shas in local_shas.items():
-        assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
-    frames = _mp4_frames(client.fetch_output(render["id"], tmp_path / "farm.mp4"))
-    assert len(frames) == len(local_frames) == 17
-    assert all(np.array_equal(a, b) for a, b in zip(frames, local_frames, strict=True))
+    _same_as_local(client, render["id"], tasks, (local_shas, local_frames), tmp_path)
 
 
 @pytest.mark.timeout(400)
@@ -249,12 +255,7 @@ def test_generated_keyframes_carried_into_stage2_and_decoded_match_local(diff_fa
     for tile in [tasks[f"decode.t{i}"] for i in range(3)]:
         assert (tile["params"]["keyframe_frames"], tile["params"]["keyframe_planes"]) == ([8], [0])
         assert tile["inputs"]["keyframes"] == tasks["stage2"]["outputs"]["slots"]
-    assert tasks.keys() == local_shas.keys()  # the same tasks, none missing or extra on the farm
-    for name, shas in local_shas.items():
-        assert (tasks[name].get("outputs") or {}) == shas, f"{name} differs from --local"
-    frames = _mp4_frames(client.fetch_output(render["id"], tmp_path / "farm.mp4"))
-    assert len(frames) == len(local_frames) == 17
-    assert all(np.array_equal(a, b) for a, b in zip(frames, local_frames, strict=True))
+    _same_as_local(client, render["id"], tasks, (local_shas, local_frames), tmp_path)
 
 
 @pytest.mark.timeout(300)
