@@ -1,5 +1,5 @@
 """Retake and extend on a real farm: a PyAV-written clip with its own AAC track, 33 frames
-at 128x192; one module farm: the retake on 3 workers, then the extend, the dev retake and the dev
+at 64x192; one module farm: the retake on 3 workers, then the extend, the dev retake and the dev
 extend (guided, their passes dealt to the workers) on 2 (the plan is the same on any count, so each spec renders once on the
 farm and the two counts still both deal), then the retake with stage 1 ganged over the 2
 (`--stage1-parallel 2`: the window's masks split with the tokens). Every task's output is
@@ -23,9 +23,11 @@ from tests.media_files import write_clip_with_audio
 from tests.session_fixtures import link_packs
 from worker.runner import Runner
 
+# 64 pixels high: the same task graph as 128 (the encode's and stage 2's tiles are across the width and in
+# time), at half the pixels for the clip's encodes, which are most of this module's compute.
 BASE = {
     "prompt": "a fox",
-    "height": 128,
+    "height": 64,
     "width": 192,
     "frames": 25,
     "frame_rate": 24.0,
@@ -42,7 +44,7 @@ EXTEND_DEV = {"extend": {"frames": 1, "direction": "after"}, "pack": "dev", "pip
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    path = write_clip_with_audio(tmp_path_factory.mktemp("clip") / "clip.mp4")
+    path = write_clip_with_audio(tmp_path_factory.mktemp("clip") / "clip.mp4", height=BASE["height"])
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return {**BASE, "source_video": {"blob": sha, "name": "clip.mp4"}}, {sha: path}
 

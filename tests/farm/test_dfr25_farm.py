@@ -35,7 +35,8 @@ BASE = {
     "detailing_lora": DETAILING_LORA,
 }
 CASES = {
-    "base_t0": {**BASE, "height": 128, "width": 192, "dfr": True},  # 41 -> a 49-frame canvas, slots 24 and 48
+    # 41 -> a 49-frame canvas, slots 24 and 48 (nothing tiled across the width: the plan of 128x192)
+    "base_t0": {**BASE, "height": 128, "width": 128, "dfr": True},
     "epilogue": {**BASE, "height": 128, "width": 128, "spatial_upscalings": 2, "audio": False},
 }
 # the epilogue after one temporal round: 2 windows, the second pinned on the first

@@ -21,19 +21,22 @@ from protos.tensors import encode_tensor
 from tests.farm.farm_harness import farm, wait_done, wait_until
 from tests.session_fixtures import link_packs, pack_without
 
-# 41 frames pad to a 49-frame canvas (24-frame segments, slots at 24 and 48) and are trimmed back.
-BASE = {"prompt": "a fox", "height": 128, "width": 192, "frames": 41, "frame_rate": 24.0, "seed": 5,
+# 41 frames pad to a 49-frame canvas (24-frame segments, slots at 24 and 48) and are trimmed back. A round's
+# tiles are temporal: 128x128 runs the same rounds and tiles as 128x192; the two cases tiled across the width
+# (the decode's 128-pixel tiles, stage 2's 2x2) keep 192.
+BASE = {"prompt": "a fox", "height": 128, "width": 128, "frames": 41, "frame_rate": 24.0, "seed": 5,
         "pack": "tiny25", "decode_tiles": "off"}
+WIDE = {"width": 192}
 UPSAMPLER = "temporal_upscaler_x2_v1_0.safetensors"
 IMAGE = (np.arange(96 * 128 * 3) % 251).astype(np.uint8).reshape(96, 128, 3)
 CASES = {
     "r1": {**BASE, "temporal_upscalings": 1},
     "r2": {**BASE, "temporal_upscalings": 2, "audio": False},
-    "r1_image_tiled_decode": {**BASE, "temporal_upscalings": 1, "decode_tiles": "48,128,128",
+    "r1_image_tiled_decode": {**BASE, **WIDE, "temporal_upscalings": 1, "decode_tiles": "48,128,128",
                               "image": {"frame": 16, "strength": 0.8}},
     "r2_image": {**BASE, "temporal_upscalings": 2, "audio": False, "image": {"frame": 0, "strength": 1.0}},
     "r1_detailing": {**BASE, "temporal_upscalings": 1, "audio": False, "detailing_lora": DETAILING_LORA},
-    "r1_detailing_tiled_stage2": {**BASE, "temporal_upscalings": 1, "audio": False, "detailing_lora": DETAILING_LORA,
+    "r1_detailing_tiled_stage2": {**BASE, **WIDE, "temporal_upscalings": 1, "audio": False, "detailing_lora": DETAILING_LORA,
                                   "stage2_tiles": "2x2", "tile_overlap": 1},
 }
 

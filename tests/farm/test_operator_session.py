@@ -40,7 +40,10 @@ def test_operator_session(tmp_path: Path, tiny_packs: Path) -> None:
         while "farm up: coordinator" not in (tmp_path / "up.log").read_text():
             assert up.poll() is None and time.monotonic() < deadline, (tmp_path / "up.log").read_text()
             time.sleep(0.3)
-        batch = farm("submit", "-p", "a paper boat on a pond", "--seeds", "1-3", "--wait")
+        # the batch at the least the session needs (nothing here reads pixels); the cancelled render keeps the
+        # default size, so it is still running when `farm cancel` reaches it
+        batch = farm("submit", "-p", "a paper boat on a pond", "--seeds", "1-3", "-H", "128", "-W", "192", "-f", "9",
+                     "--wait")
         assert batch.returncode == 0, batch.stderr[-3000:]
         group, *ids = batch.stdout.split()
         assert group.startswith("g") and len(ids) == 3 and all(i.startswith("r") for i in ids), batch.stdout
