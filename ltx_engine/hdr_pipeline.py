@@ -29,11 +29,11 @@ from ltx_engine.denoise import (
     StageInputs,
     build_stage_states,
     model_forward,
-    run_denoise,
     stage_marker,
     stage_slots,
 )
 from ltx_engine.media_stage import attention_mask
+from ltx_engine.parallel.sp_denoise import Split, denoise_steps, sp_forward_fn
 from ltx_engine.rules import hdr, hdr_lora
 from ltx_engine.rules.ic_lora import ControlReference
 from ltx_engine.rules.sampling import DISTILLED_SIGMAS, EULER
@@ -133,8 +133,10 @@ def stage_inputs(
     return StageInputs(**shared, control=ControlReference(reference, downscale=1))
 
 
-def denoise_video(engine, pack, inputs: StageInputs) -> dict:
-    """The stage video-only (upstream: `SimpleDenoiser(video_context, None)`, no audio modality)."""
+def denoise_video(engine, pack, inputs: StageInputs, split=None, progress=None, resume=None, on_step=None) -> dict:
+    """The stage video-only (upstream: `SimpleDenoiser(video_context, None)`, no audio modality). `split`
+    (`parallel.sp_denoise.Split`), `resume` or `on_step` take the sequence-parallel forward: the video tokens
+    (reference, guides, slots with them) cut by rows, K/V gathered whole, bit-identical to the plain one."""
     video, _ = build_stage_states(inputs, int(pack.config.get("transformer", {}).get("in_channels", 128)))
     model = engine.model(pack, "transformer")
     if inputs.slots and not model.config.use_keyframes_abs_pos_embedding:  # as the port's 2.5 check
@@ -143,8 +145,15 @@ def denoise_video(engine, pack, inputs: StageInputs) -> dict:
         )
     marker = stage_marker(inputs, video.num_tokens) if model.config.use_keyframes_abs_pos_embedding else None
     mask = attention_mask(inputs, video.num_tokens)
-    forward = lambda v, a, sigma: model_forward(model, v, None, sigma, inputs.contexts, marker, None, mask)  # noqa: E731
-    video, _ = run_denoise(video, None, inputs.sigmas, forward)
+    start = 0
+    if split is None and resume is None and on_step is None:
+        forward = lambda v, a, sigma: model_forward(model, v, None, sigma, inputs.contexts, marker, None, mask)  # noqa: E731
+    else:
+        if resume is not None:
+            video, start = resume.video, resume.step
+        ex = (split or Split(1)).exchange(video.num_tokens)
+        forward = sp_forward_fn(model, inputs.contexts, marker, ex, mask)
+    video, _ = denoise_steps(video, None, inputs.sigmas, forward, start, on_step, progress)
     out = {"video_latent": unpatchify_video(video.latent[:, : inputs.video_tokens], inputs.latent_grid)}
     return out | ({"slots": stage_slots(inputs, video)} if inputs.slots else {})
 

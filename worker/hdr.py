@@ -1,6 +1,8 @@
 """The HDR IC-LoRA stage on a worker (`hdr_stage`): the engine oracle's own stage
 (`ltx_engine.hdr_pipeline.stage_inputs` / `denoise_video`) from the planner's params and the encode
-tasks' latents, on the pack with its SDR-to-HDR LoRA fused at 1.0 (warm under its own key)."""
+tasks' latents, on the pack with its SDR-to-HDR LoRA fused at 1.0 (warm under its own key). Like stage 1 it may
+run split: k shards in the process (`stage1_parallel`, `--local`'s plan), a gang's rank (`group`), or resumed
+from a gang's kept step (worker/sp_stage.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from ltx_engine import hdr_pipeline
 from ltx_engine.conditioning import GUIDE, ImageCondition
 from ltx_engine.loading.pack import WeightPack
 from ltx_engine.lora.lora import WithLoras
+from ltx_engine.parallel.sp_denoise import Split
 from ltx_engine.rules import hdr_lora
+from worker.sp_stage import resume_from
 
 
-def hdr_stage(engine, pack: WeightPack, params: dict, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def hdr_stage(engine, pack: WeightPack, params: dict, inputs: dict[str, np.ndarray], progress=None, group=None,
+              on_step=None) -> dict[str, np.ndarray]:
     """The stage's video latent (and slots); a LoRA file that is missing, not an HDR LoRA or of another
     transfer than the plan's fails the task in one line."""
     lora = pack.root / str(params["hdr_lora"])
@@ -40,4 +45,6 @@ def hdr_stage(engine, pack: WeightPack, params: dict, inputs: dict[str, np.ndarr
     )
     stage = hdr_pipeline.stage_inputs(render, shape, inputs["reference_latent"], guides, seams)
     fused = WithLoras(pack, ((str(lora), hdr_lora.HDR_LORA_STRENGTH),))
-    return hdr_pipeline.denoise_video(engine, fused, stage)
+    degree = group.size() if group is not None else int(params.get("stage1_parallel") or 1)
+    split = Split(degree, group) if degree > 1 or group is not None else None
+    return hdr_pipeline.denoise_video(engine, fused, stage, split, progress, resume_from(params, inputs), on_step)

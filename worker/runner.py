@@ -393,7 +393,7 @@ class Runner:
     _run_control_mask = staticmethod(media.control_mask)  # an IC-LoRA control's mask clip, pooled
 
     def _run_hdr_stage(self, pack, params, inputs, step):  # the HDR IC-LoRA stage (worker/hdr.py)
-        return hdr_stage(self.engine, pack, params, inputs)
+        return hdr_stage(self.engine, pack, params, inputs, step, self.sp_group, self.sp_on_step)
 
     def _run_decode_audio(self, pack, params, inputs, step):
         wave, rate = self.engine.decode_audio(pack, inputs["latent"])

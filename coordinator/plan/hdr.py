@@ -7,7 +7,8 @@ The same render as the engine's oracle (`ltx_engine.hdr_pipeline.hdr_ic_lora`), 
   coordinator's `source_hdr` blend is the IC-LoRA reference latent;
 - `source_guide{k}`: at every DFR seam inside the clip (keyframes on), that one frame encoded alone;
 - `stage1` (`hdr_stage`): one full-size stage from noise, video only, the pack's HDR LoRA fused at 1.0,
-  a generated keyframe slot and a guide (strength 0.95) per seam, the reference tokens;
+  a generated keyframe slot and a guide (strength 0.95) per seam, the reference tokens; it carries stage 1's
+  degree table (`--stage1-parallel`), so a gang splits it as it splits a distilled stage 1;
 - the decode (conv, tiled or not, `plan/decode.py`; or `--video-decoder diffusion`, keyframe-aware: each
   task reads the stage's seam slots, `plan/decode_keyframes.py`, as the MLX port decodes the grade); the
   assembler turns its codes into the HLG master and the EXR frames (`coordinator/assemble/hdr_master.py`).
@@ -19,6 +20,7 @@ from coordinator.plan.decode import Keyframes, plan_decode
 from coordinator.plan.graph import SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
 from coordinator.plan.media import encode_tile_sizes, video_encode_tasks
 from coordinator.plan.resolved import RenderPlan
+from coordinator.plan.sp_degree import stage1_params
 from ltx_engine.rules import hdr_lora
 from ltx_engine.rules.components import missing_line
 from ltx_engine.rules.hdr import ACESCCT
@@ -78,6 +80,7 @@ def plan_hdr(rid: str, spec: RenderPlan, text: dict, keyframes: Keyframes | None
         }
         tasks.append(task(rid, f"source_guide{k}", "video_encode", params, {"video": {"blob": blob}}))
         inputs[f"guide{k}"] = ref(tasks[-1]["id"], "latent")
+    tokens = (2 * latent_frames(frames) + 2 * len(at)) * h * w  # generated, the reference, a guide and a slot per seam
     outputs = {"video_latent": expect("float32", 1, -1, latent_frames(frames), h, w)}
     if at:
         outputs["slots"] = expect("float32", 1, -1, len(at), h, w)
@@ -98,9 +101,9 @@ def plan_hdr(rid: str, spec: RenderPlan, text: dict, keyframes: Keyframes | None
                 "transfer": HDR_TRANSFER,
                 "slots": list(at),
                 "keyframe_strength": hdr_lora.KEYFRAME_STRENGTH,
-                # the cost model's tokens: the generated ones, the reference, a guide and a slot per seam
-                "cells": (2 * latent_frames(frames) + 2 * len(at)) * h * w,
+                "cells": tokens,  # the cost model's
                 "expect": outputs,
+                **stage1_params(spec, tokens, len(DISTILLED_SIGMAS) - 1),  # its gang table, as stage 1's
             },
             inputs,
         )

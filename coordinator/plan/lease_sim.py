@@ -273,7 +273,7 @@ class Simulation:
     def _degree(self, job: _Job, slot: Any) -> int:
         """The sequence-parallel degree of a stage-1 task leased now: its table's for the idle workers."""
         params = params_of(job.task)
-        if self.sp is None or job.task.get("kind") != "denoise_stage1":
+        if self.sp is None or (job.task.get("kind") != "denoise_stage1" and sp_degree.TABLE_PARAM not in params):
             return 1
         request = sp_degree.requested(dict(params), self.sp.default)
         if request == 1:

@@ -5,7 +5,8 @@ workers every task output (latents included), the mp4's frames and the HLG maste
 and the EXR frames (OpenEXR) equal `farm render --local`'s bit for bit. Bad HDR renders are refused at
 submit through the real CLI: one line, exit 2, nothing queued. And the grade decoded by the keyframe-aware
 diffusion decoder (`--video-decoder diffusion`, the clip read at 256 px wide): three decode tiles, each
-reading the stage's seam slot (frame 24), every output and frame equal to `--local`'s on the same farm."""
+reading the stage's seam slot (frame 24), every output and frame equal to `--local`'s on the same farm. And the
+grade under `--stage1-parallel 2`: its stage ganged over both workers, equal to `--local`'s 2-way split."""
 
 from __future__ import annotations
 
@@ -92,8 +93,22 @@ def diffusion_reference(runner25, clip, tmp_path_factory):
     return mp4, {tid.removeprefix("local."): out for tid, out in outputs.items()}
 
 
+GANGED = {"stage1_parallel": "2", "decode_tiles": "off"}
+
+
 @pytest.fixture(scope="module")
-def hdr_farm(reference, diffusion_reference, redis_server, packs, tmp_path_factory):
+def ganged_reference(runner25, clip, tmp_path_factory):
+    """`--local` of the grade under `--stage1-parallel 2`: its stage split 2 ways in the process."""
+    path, spec = clip
+    folder = tmp_path_factory.mktemp("hdr-sp-local")
+    mp4, outputs, _ = render_local(
+        {**spec, **GANGED}, folder / "local.mp4", runner25, media={spec["hdr_ic_lora"]["blob"]: path}
+    )
+    return mp4, {tid.removeprefix("local."): out for tid, out in outputs.items()}
+
+
+@pytest.fixture(scope="module")
+def hdr_farm(reference, diffusion_reference, ganged_reference, redis_server, packs, tmp_path_factory):
     """One farm of 2 workers for the module. One count: the encode and decode tiles are the same on 2 and 3
     workers (the plan does not depend on the count), and 2 already spread the encode tiles."""
     client = connect(redis_server.url)
@@ -249,3 +264,28 @@ def test_bad_hdr_renders_are_refused_at_submit_through_the_cli(hdr_farm, clip, t
     spec = farm_client.get(render_id)["spec"]
     assert spec["hdr_ic_lora"]["keyframes"] is False and spec["hdr"] and not spec["audio"]
     farm_client.cancel(render_id)
+
+
+@pytest.mark.timeout(600)
+def test_the_grade_ganged_over_both_workers_equals_local(hdr_farm, ganged_reference, reference, clip, tmp_path):
+    """`--stage1-parallel 2`: the HDR stage (reference tokens, the seam's guide and slot split with the
+    generated ones) leased to a gang of both workers; every output, the frames and the HLG master equal
+    `--local`'s 2-way split, whose stage equals the unsplit stage's."""
+    farm_client, _procs, _ = hdr_farm
+    local_mp4, local = ganged_reference
+    assert local["stage1"] == reference[2]["stage1"]  # the split stage is the unsplit one, bit for bit
+    path, spec = clip
+    start = time.monotonic()
+    farm_client.put_blob(path.read_bytes())
+    render = wait_done(farm_client, farm_client.submit({**spec, **GANGED}), timeout=300)
+    print("ganged grade", f"{time.monotonic() - start:.1f} s")
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    stage = tasks["stage1"]
+    assert stage["metrics"]["stage1_parallel"] == 2, stage["metrics"].get("gang_broke")
+    assert len(set(stage["ranks"])) == WORKERS, stage["ranks"]  # a gang of both workers ran it
+    assert tasks.keys() == local.keys()
+    assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output
+    mp4 = farm_client.fetch_output(render["id"], tmp_path / "farm.mp4")
+    assert _same(_frames(mp4), _frames(local_mp4)) and len(_frames(mp4)) == FRAMES
+    master = farm_client.fetch_output(render["id"], hlg_path(mp4), file=HLG_FILE)
+    assert _same(_frames(master, None), _frames(hlg_path(local_mp4), None))  # 10-bit planes

@@ -157,6 +157,8 @@ PLANNED = [
     case("sp-dub-it", "sequence-parallel", {**DUB, "stage1_parallel": "2"}),
     case("sp-retake", "sequence-parallel", {**CLIP, "retake": {"start": 0.4, "end": 0.9}, "stage1_parallel": "2"}),
     case("sp-extend", "sequence-parallel", {**CLIP, "extend": {"frames": 2}, "stage1_parallel": "2"}),
+    # the HDR grade's one stage carries stage 1's degree table: a gang splits it too
+    case("sp-hdr", "sequence-parallel", {**HDR, "stage1_parallel": "2"}, known={"generation": "2.5"}),
     # Sparse attention and the forward settings.
     case("sparse-farm", "sparse", {**E2E, "height": 1216, "width": 1792, "frames": 9, "seed": 5, "stage2_tiles": "2x1",
                                    "tile_overlap": 36, "sparse_attention": [1.0, 1.5], "compute_dtype": "float16",

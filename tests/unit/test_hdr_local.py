@@ -140,6 +140,33 @@ def test_the_lora_the_keyframes_and_the_input_colorspace_each_change_the_render(
     assert plates.shape == gamma.shape and not np.allclose(plates, linear)
 
 
+def test_the_hdr_stage_split_two_and_three_ways_equals_the_unsplit_stage(hdr_setup):
+    """The grade's stage under `--stage1-parallel`: its video tokens (4 latent frames generated, the 4 of the
+    reference, the seam's guide and slot: 10 per cell, 2x2 cells at 64x64) cut 2 and 3 ways (40 = 3·14 - 2:
+    padded) by rows, K/V gathered whole, equals the unsplit stage bit for bit, latent and slots; a stage
+    resumed 3 ways from the 2-way split's kept step 3 (a gang that broke, rank 0 on) too."""
+    from ltx_engine.conditioning import GUIDE, ImageCondition
+    from ltx_engine.parallel.sp_denoise import Resume, Split
+
+    engine, pack, fused, render, clip = hdr_setup
+    pixels = hdr_pipeline.reference_pixels(np.tile(clip, (1, 2, 2, 1)), render)
+    reference = hdr_pipeline.encode(engine, pack, pixels)
+    guide = ImageCondition(hdr_pipeline.encode(engine, pack, pixels[:, :, 24:25]), 24, 0.95, GUIDE, "seam")
+    stage = hdr_pipeline.stage_inputs(render, pixels, reference, (guide,), (24,))
+    plain = hdr_pipeline.denoise_video(engine, fused, stage)
+    assert plain["video_latent"].shape == (1, 128, 4, 2, 2) and plain["slots"].shape == (1, 128, 1, 2, 2)
+    kept = {}
+    for k in (2, 3):
+        keep = (lambda n, video, audio: kept.setdefault(n, video)) if k == 2 else None
+        split = hdr_pipeline.denoise_video(engine, fused, stage, Split(k), on_step=keep)
+        assert split.keys() == plain.keys()
+        for key in plain:
+            np.testing.assert_array_equal(split[key], plain[key], err_msg=f"{k} ways: {key}")
+    resumed = hdr_pipeline.denoise_video(engine, fused, stage, Split(3), resume=Resume(3, kept[3], None))
+    for key in plain:
+        np.testing.assert_array_equal(resumed[key], plain[key], err_msg=f"resumed: {key}")
+
+
 def test_hdr_rules_seams_fps_and_lora_metadata(tmp_path):
     import mlx.core as mx
 

@@ -66,6 +66,17 @@ def test_the_graph_encodes_the_clip_guides_the_seam_and_runs_one_hdr_stage():
 
 
 @pytest.mark.timeout(30)
+def test_the_hdr_stage_carries_stage_1s_gang_table():
+    """`--stage1-parallel K` on the grade: its one stage carries the degree table a gang is leased by (as a
+    distilled stage 1 does); auto on a stage this small never gangs."""
+    from coordinator.plan.sp_degree import REQUEST_PARAM, TABLE_PARAM
+
+    params = _tasks(stage1_parallel="2")["stage1"]["params"]
+    assert params[REQUEST_PARAM] == "2" and params[TABLE_PARAM] == [1, 2, 2, 2, 2, 2, 2, 2]
+    assert _tasks()["stage1"]["params"][TABLE_PARAM] == [1]
+
+
+@pytest.mark.timeout(30)
 def test_the_diffusion_decoder_reads_the_seam_slots_as_its_keyframes():
     """As the oracle's `decode(latent, slots, seams)`: every diffusion decode task reads the stage's
     stacked seam slots and attends to the seam plane; without seams it decodes plain."""

@@ -137,10 +137,8 @@ MODIFIERS: tuple[Modifier, ...] = (
     Modifier("--relay-epsilon … (relay)", "Prompt Relay's falloff and strength", ("relay_epsilon", "relay_strength"),
              (DISTILLED, *GUIDED), needs=("--segment",), rule="they shape the segments' penalty"),
     Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs (reference tokens split with the video's)",
-             ("stage1_parallel",), (DISTILLED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_sp,
-             why_not=(*((name, _PASSES) for name in (*GUIDED, *GUIDED_CLIP)),
-                      (HDR, "a gang splits a distilled stage 1 task's forwards, and HDR's stage is a task of its own: "
-                            "no gang splits it, not built"))),
+             ("stage1_parallel",), (DISTILLED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT, HDR), on=_sp,
+             why_not=tuple((name, _PASSES) for name in (*GUIDED, *GUIDED_CLIP))),
     Modifier("--temporal-upscalings", "DFR's temporal rounds", ("temporal_upscalings",), (DFR,)),
     Modifier("--spatial-upscalings 2", "DFR's spatial epilogue", ("spatial_upscalings",),
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_epilogue, excludes=("--chunked",),
