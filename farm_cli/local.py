@@ -62,10 +62,11 @@ class LocalBlobs:
 
 
 def local_params(task: dict) -> dict:
-    """A stage 1 the farm may gang runs its k shards in this process (the same split)."""
+    """A task the farm may gang (a stage 1, a guidance pass: its degree table) runs its k shards in this
+    process (the same split)."""
     from coordinator.plan.sp_degree import local_degree
 
-    k = local_degree(task["params"]) if task["kind"] == "denoise_stage1" else 1
+    k = local_degree(task["params"])
     return {**task["params"], "stage1_parallel": k} if k > 1 else task["params"]
 
 

@@ -157,6 +157,11 @@ PLANNED = [
     case("sp-dub-it", "sequence-parallel", {**DUB, "stage1_parallel": "2"}),
     case("sp-retake", "sequence-parallel", {**CLIP, "retake": {"start": 0.4, "end": 0.9}, "stage1_parallel": "2"}),
     case("sp-extend", "sequence-parallel", {**CLIP, "extend": {"frames": 2}, "stage1_parallel": "2"}),
+    # ... on a guided stage 1: each pass with video a gang task (HQ's guided stage 2 none), the dev clip recipes too.
+    *[case(f"sp-{n}", "sequence-parallel", {**spec, "stage1_parallel": "2"}) for n, spec in (
+        ("one-stage", ONE), ("two-stage-hq", HQ),
+        ("retake-dev", {**CLIP, "pack": "dev", "pipeline": "one-stage", "steps": 2, "retake": {"start": 0.4, "end": 0.9}}),
+        ("extend-dev", {**CLIP, "pack": "dev", "pipeline": "two-stage", "stage1_steps": 2, "extend": {"frames": 1}}))],
     # Sparse attention and the forward settings.
     case("sparse-farm", "sparse", {**E2E, "height": 1216, "width": 1792, "frames": 9, "seed": 5, "stage2_tiles": "2x1",
                                    "tile_overlap": 36, "sparse_attention": [1.0, 1.5], "compute_dtype": "float16",
