@@ -62,7 +62,8 @@ class LocalBlobs:
 
 
 def local_params(task: dict) -> dict:
-    """A stage the farm may gang (its degree table) runs its k shards in this process (the same split)."""
+    """A task the farm may gang (a stage 1, HDR's stage, a guidance pass: its degree table) runs its k shards in
+    this process (the same split)."""
     from coordinator.plan.sp_degree import local_degree
 
     k = local_degree(task["params"])

@@ -150,11 +150,13 @@ class Engine:
                 "audio_clean": audio.clean_latent}
 
     def guidance_pass(self, pack: Pack, params: dict, arrays: dict[str, np.ndarray],
-                      contexts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One pass of a guided step on the pack's dev DiT (`guided.run_pass`): x0 of both modalities."""
+                      contexts: dict[str, np.ndarray], split=None) -> dict[str, np.ndarray]:
+        """One pass of a guided step on the pack's dev DiT (`guided.run_pass`): x0 of both modalities;
+        `split` (`sp_denoise.Split`) its forward sequence-parallel, the same bits."""
         from ltx_engine.guided import run_pass
 
-        return run_pass(self.model(pack, "transformer_dev"), params, arrays, contexts, self.step_cache(params, arrays))
+        return run_pass(self.model(pack, "transformer_dev"), params, arrays, contexts, self.step_cache(params, arrays),
+                        split)
 
     def step_cache(self, params: dict, inputs: dict[str, np.ndarray], steps: int = 0):
         """The task's step cache (`ltx_engine.step_cache`), its state from the `cache_*` inputs; None when

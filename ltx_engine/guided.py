@@ -23,13 +23,16 @@ from ltx_engine.rules.tdp import first_frame_marker
 def pass_x0(model, name: str, video: LatentState | None, audio: LatentState | None, sigma: float,
             contexts: dict[str, np.ndarray], negative: dict[str, np.ndarray] | None,
             video_params: guidance.GuiderParams, audio_params: guidance.GuiderParams | None = None,
-            cache=None, frozen: str | None = None, marker: np.ndarray | None = None,
+            cache=None, frozen: str | None = None, marker: np.ndarray | None = None, split=None,
             ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """x0 of one guidance pass, float32 numpy; UNCOND reads the `negative` contexts. `video` None: the
     DiT runs the audio stream alone (T2A, upstream's `video=None`), and the video x0 is None. `cache`: the
     pass's step cache across its stage's rounds (`ltx_engine.step_cache`). `frozen` "video" / "audio": that
     stream's guider skips this step, so it runs disabled (upstream's `enabled=False`) and its x0 is None.
-    `marker`: the video's (1, T, 1) LTX-2.5 keyframe marker (the state's, as upstream's passes read it)."""
+    `marker`: the video's (1, T, 1) LTX-2.5 keyframe marker (the state's, as upstream's passes read it).
+    `split`: a `sp_denoise.Split`, the forward's video tokens split k ways (a gang's rank, or `--local`'s k
+    shards), the same bits as unsplit; a pass without a video stream to split (T2A, a frozen video) and a
+    cached one run whole on every rank."""
     if name == guidance.UNCOND:
         if negative is None:
             raise ValueError("the uncond pass needs the negative prompt's contexts")
@@ -42,7 +45,14 @@ def pass_x0(model, name: str, video: LatentState | None, audio: LatentState | No
     elif frozen == "audio":
         a_mod = replace(a_mod, enabled=False)
     perturbation = guidance.perturbation_for(name, video_params, audio_params)
-    v_out, a_out = model(v_mod, a_mod, perturbation) if cache is None else model(v_mod, a_mod, perturbation, cache)
+    if split is not None and split.degree > 1 and cache is None and v_mod is not None and v_mod.enabled:
+        from ltx_engine.parallel.sequence_parallel import sp_forward
+
+        v_out, a_out = sp_forward(model, v_mod, a_mod, split.exchange(video.num_tokens), perturbation)
+    elif cache is None:
+        v_out, a_out = model(v_mod, a_mod, perturbation)
+    else:
+        v_out, a_out = model(v_mod, a_mod, perturbation, cache)
     mx.eval(*(o for o in (v_out, a_out) if o is not None))
     sig = float(sigma)
     return _x0(video, v_out, sig), _x0(audio, a_out, sig)
@@ -107,16 +117,17 @@ def _marker(model, params: dict, video: LatentState | None) -> np.ndarray | None
 
 
 def run_pass(model, params: dict, arrays: dict[str, np.ndarray], contexts: dict[str, np.ndarray],
-             cache=None) -> dict[str, np.ndarray]:
+             cache=None, split=None) -> dict[str, np.ndarray]:
     """A `guidance_pass` task: params {pass, sigma, video, audio (guider dicts)}; arrays the state
     (latent, mask, clean, positions when the render has video, and audio_* when it has audio); contexts
     the pass's own (the negative prompt's for the uncond pass). Outputs {x0, audio_x0}, each present
-    with its modality, and the step cache's state for the pass's next round (`cache_*`) when it caches."""
+    with its modality, and the step cache's state for the pass's next round (`cache_*`) when it caches.
+    `split`: the forward's sequence-parallel split (`pass_x0`)."""
     video = _state(arrays, "") if params.get("video") else None
     audio = _state(arrays, "audio_") if "audio_latent" in arrays else None
     vp = guidance.params_from_dict(params["video"]) if video is not None else guidance.GuiderParams()
     ap = guidance.params_from_dict(params["audio"]) if params.get("audio") else None
     x0_v, x0_a = pass_x0(model, params["pass"], video, audio, float(params["sigma"]), contexts, contexts, vp, ap, cache,
-                         params.get("frozen"), _marker(model, params, video))
+                         params.get("frozen"), _marker(model, params, video), split)
     out = {name: x0 for name, x0 in (("x0", x0_v), ("audio_x0", x0_a)) if x0 is not None}
     return out if cache is None else out | cache.to_arrays()

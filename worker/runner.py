@@ -38,7 +38,7 @@ from worker.identity import identity
 from worker.images import dfr_images, image_crf, stage_images, stage_slots
 from worker.loras import LoraSets
 from worker.memory import device_memory_bytes, model_budget_bytes, streams
-from worker.sp_stage import run_stage1
+from worker.sp_stage import run_stage1, split_of
 
 Progress = Callable[[int, int], None]
 EMBEDDINGS_KEPT = 32
@@ -336,8 +336,8 @@ class Runner:
 
     def _run_guidance_pass(self, pack, params, inputs, step):
         """One pass (cond, uncond, perturbed, isolated) of a guided step: its x0 (coordinator/plan/guidance.py)."""
-        arrays = without_contexts(inputs)
-        out = self.engine.guidance_pass(pack, params, arrays, contexts_of(inputs))
+        out = self.engine.guidance_pass(pack, params, without_contexts(inputs), contexts_of(inputs),
+                                        split_of(params, self.sp_group))
         step(1, 1)
         return out
 

@@ -34,6 +34,14 @@ def resume_from(params: dict, inputs: dict[str, np.ndarray]):
     return Resume(int(step), state("video"), state("audio"))
 
 
+def split_of(params: dict, group=None):
+    """The split a task's forwards run: a gang's rank of `group`, else `stage1_parallel` shards in this
+    process (`farm render --local`'s plan; 1 = unsplit)."""
+    from ltx_engine.parallel.sp_denoise import Split
+
+    return Split(group.size(), group) if group is not None else Split(int(params.get("stage1_parallel") or 1))
+
+
 def run_stage1(
     runner, pack, params: dict, inputs: dict[str, np.ndarray], step, group=None, on_step=None
 ) -> dict:
@@ -43,10 +51,7 @@ def run_stage1(
     if not params.get("sampler"):
         params = {**params, "sampler": stage1_sampler(pack.generation, bool(params.get("dfr_slots")))}
     stage = runner._stage(pack, params, inputs)
-    degree = group.size() if group is not None else int(params.get("stage1_parallel") or 1)
-    resume = resume_from(params, inputs)
-    if degree == 1 and resume is None and on_step is None:
+    split, resume = split_of(params, group), resume_from(params, inputs)
+    if split.degree == 1 and resume is None and on_step is None:
         return runner.engine.denoise_stage1(pack, stage, step)
-    from ltx_engine.parallel.sp_denoise import Split
-
-    return runner.engine.denoise_stage1_sp(pack, stage, Split(degree, group), step, resume, on_step)
+    return runner.engine.denoise_stage1_sp(pack, stage, split, step, resume, on_step)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from coordinator.plan.graph import COORDINATOR, SPATIAL_FACTOR, SpecError, expect, latent_frames, ref, task
 from coordinator.plan.images import slot_range
 from coordinator.plan.resolved import RenderPlan
+from coordinator.plan.sp_degree import pass_params, pass_request
 from coordinator.plan.sparse import cache_inputs, step_cache
 from ltx_engine.rules import guidance as G
 from ltx_engine.rules import res2s
@@ -51,6 +52,7 @@ class GuidedStage:
     step_cache: float | None = None      # --step-cache: each pass a chain over the stage's rounds of passes
     bins: tuple[tuple[float, G.GuiderParams, G.GuiderParams], ...] = ()  # --guidance-schedule: (bound, video, audio)
     marker: bool = False                 # LTX-2.5: every pass's video carries the keyframe marker
+    stage1_parallel: str | None = None   # --stage1-parallel K: each pass with video gang-leased, K ways at most
 
     @property
     def passes(self) -> tuple[str, ...]:
@@ -131,7 +133,8 @@ def recipe(spec: RenderPlan, rule: GuidedRule | None) -> GuidedStage | None:
     return GuidedStage(pipeline=spec.pipeline, sampler=rule.sampler, sigmas=sigmas, video=video,
                   audio=audio, negative_prompt=G.DEFAULT_NEGATIVE_PROMPT if negative is None else str(negative),
                   distilled_lora=rule.stage1_lora, stage2_lora=rule.stage2_lora,
-                  step_cache=step_cache(spec), bins=bins, marker=spec.generation == LTX_25)
+                  step_cache=step_cache(spec), bins=bins, marker=spec.generation == LTX_25,
+                  stage1_parallel=pass_request(spec))
 
 
 def _bin(video: G.GuiderParams, audio: G.GuiderParams, bound: float, given: dict, a2v: bool) -> tuple:
@@ -282,6 +285,7 @@ def _pass_task(rid: str, stage: str, ev: Evaluation, name: str, rec: GuidedStage
     return task(rid, f"{stage}.{ev.label}.{name}", "guidance_pass",
                 {"pack": params["pack"], "pass": name, "sigma": ev.sigma, "step": ev.step,
                  "cells": grid[0] * grid[1] * grid[2], **(marker_params(params, grid) if rec.marker and video else {}),
+                 **(pass_params(rec.stage1_parallel, grid[0] * grid[1] * grid[2]) if video and frozen != "" else {}),
                  "video": G.params_to_dict(rec.video) if video else None,
                  "audio": G.params_to_dict(rec.audio) if audio else None,
                  **({} if frozen is None else {"frozen": STREAM_NAMES[frozen]}),

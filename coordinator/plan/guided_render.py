@@ -70,7 +70,8 @@ STAGE2_STREAMS = 1 << 12         # stage 2's res_2s SDE noise streams start past
 def stage2_recipe(rec: GuidedStage, sigmas: list[float]) -> GuidedStage:
     """HQ's stage 2 as a guided stage: res_2s on the stage-2 table, one cond pass per evaluation."""
     return replace(rec, sampler=RES_2S, sigmas=tuple(float(s) for s in sigmas), video=NO_GUIDANCE,
-                   audio=NO_GUIDANCE, distilled_lora=rec.stage2_lora, stream_offset=STAGE2_STREAMS)
+                   audio=NO_GUIDANCE, distilled_lora=rec.stage2_lora, stream_offset=STAGE2_STREAMS,
+                   stage1_parallel=None)  # --stage1-parallel splits stage 1's passes alone
 
 
 def plan_hq_stage2(rid: str, rec: GuidedStage, params: dict, inputs: dict, ctx: dict, loras: dict) -> list[dict]:

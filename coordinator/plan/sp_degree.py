@@ -97,16 +97,40 @@ def stage1_params(spec, tokens: int, steps: int) -> dict:
 
     value = spec.stage1_parallel
     request = requested_degree(value)
-    if step_cache(spec) is not None:  # the cache's state lives in one process: stage 1 never gangs
-        if request not in (None, 1):
-            raise SpecError(f"--stage1-parallel {value} with --step-cache: a cached stage 1 runs on one worker "
-                            "(drop one of them)")
+    if _cached(spec, request):
         return {REQUEST_PARAM: value, TABLE_PARAM: [1]}
     if request is None and steps * costs.dit_forward_s(tokens) < AUTO_MIN_STAGE1_S:
         table = [1]
     else:
         table = degree_table(request, GANG_MAX, tokens, LINKS["10gbe"])
     return {REQUEST_PARAM: value, TABLE_PARAM: table}
+
+
+def _cached(spec, request: int | None) -> bool:
+    """Whether the render caches its steps (the cache's state lives in one process: nothing gangs);
+    refused beside an explicit K."""
+    if step_cache(spec) is None:
+        return False
+    if request not in (None, 1):
+        raise SpecError(f"--stage1-parallel {spec.stage1_parallel} with --step-cache: a cached stage 1 runs on one "
+                        "worker (drop one of them)")
+    return True
+
+
+def pass_request(spec) -> str | None:
+    """A guided stage 1's --stage1-parallel K when it asks for a gang (K ≥ 2), else None: a guidance pass
+    is one forward, which auto never gangs (AUTO_MIN_STAGE1_S), so its tasks carry no table then."""
+    from protos.sp_spec import requested_degree
+
+    request = requested_degree(spec.stage1_parallel)
+    return None if request in (None, 1) or _cached(spec, request) else str(spec.stage1_parallel)
+
+
+def pass_params(value: str | None, tokens: int) -> dict:
+    """A guidance pass's request and degree table (`pass_request`'s K), gang-leased as a stage 1 is."""
+    if value is None:
+        return {}
+    return {REQUEST_PARAM: value, TABLE_PARAM: degree_table(int(value), GANG_MAX, tokens, LINKS["10gbe"])}
 
 
 def local_degree(params: dict) -> int:

@@ -15,6 +15,10 @@ Per block (see docs/ARCHITECTURE.md, "Sequence-parallel stage 1"):
   (small) audio stream, so every rank holds the same audio state;
 - the output's video rows are gathered once at the end, so every rank returns the whole velocity.
 
+A guidance pass's perturbation (`sp_forward`'s `perturbation`) skips the same per block on every rank, as
+the unsplit block does: an STG-skipped self-attention is its value projection (row-local, no gather), a
+skipped v2a drops its gather, a frozen audio stream runs nothing of its own (a2v still reads it).
+
 An `Exchange` decides where the shards live: `GroupExchange` (one shard per process, over an
 `mx.distributed` group or plain sockets, sp_socket.py) or `LocalExchange` (all k shards in one process, concatenation in place of
 the gather). Both run the same per-shard code on the same shapes, so they agree bit for bit.
@@ -36,7 +40,14 @@ from dataclasses import dataclass, field, replace
 import mlx.core as mx
 import numpy as np
 
-from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, Modulation, StreamArgs, _rms
+from ltx_engine.models.dit_blocks import (
+    NO_SKIP,
+    BasicAVTransformerBlock,
+    BlockSkip,
+    Modulation,
+    StreamArgs,
+    _rms,
+)
 from ltx_engine.models.rope import SPLIT, RopeTable
 from ltx_engine.rules.sp_plan import ShardPlan, forward_bytes
 
@@ -165,13 +176,16 @@ def _gather_kv(ex: Exchange, kv: list[tuple[mx.array, mx.array]], what: str,
 
 
 def _self_attention(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs | None,
-                    ex: Exchange) -> tuple[list[mx.array], mx.array | None]:
-    """Video self- and text attention of the shards; the audio stream's (when it runs) behind the gather."""
+                    ex: Exchange, skip: BlockSkip = NO_SKIP) -> tuple[list[mx.array], mx.array | None]:
+    """Video self- and text attention of the shards; the audio stream's (when it runs) behind the gather.
+    An STG-skipped video self-attention is its value projection, row-local: no gather."""
+    ax = block._self_and_text(audio, "audio_", skip.audio_self) if audio is not None else None
+    if skip.video_self:
+        return [block._self_and_text(s, "", True) for s in shards], ax
     attn = block.attn1
     inputs = [block._self_in(s, "") for s in shards]
     kv = [attn.project_kv(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
     q = [attn.project_q(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
-    ax = block._self_and_text(audio, "audio_") if audio is not None else None
     k, v = _gather_kv(ex, kv, "self", [*q, ax])
     vx = [s.x + attn.attend(h, qs, k, v, s.self_mask) * gate
           for (h, gate), qs, s in zip(inputs, q, shards, strict=True)]
@@ -179,14 +193,18 @@ def _self_attention(block: BasicAVTransformerBlock, shards: list[StreamArgs], au
 
 
 def _cross_av_ff(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs,
-                 vx: list[mx.array], ax: mx.array, ex: Exchange) -> tuple[list[mx.array], mx.array]:
-    """a2v, v2a, then the video FF (behind the video->audio gather); the audio state before its FF."""
+                 vx: list[mx.array], ax: mx.array, ex: Exchange, skip: BlockSkip = NO_SKIP,
+                 ) -> tuple[list[mx.array], mx.array]:
+    """a2v, v2a, then the video FF (behind the video->audio gather); the audio state before its FF. A
+    skipped direction (modality isolation, a frozen audio stream's v2a) leaves its stream as it was."""
     vn = [_rms(x, block.eps) for x in vx]
     an = _rms(ax, block.eps)
-    new_vx = [block._a2v(s, audio, x, n, an) for s, x, n in zip(shards, vx, vn, strict=True)]
+    new_vx = vx if skip.a2v else [block._a2v(s, audio, x, n, an) for s, x, n in zip(shards, vx, vn, strict=True)]
+    ff = [block._ff(s, x, "") for s, x in zip(shards, new_vx, strict=True)]
+    if skip.v2a:
+        return ff, ax
     attn = block.video_to_audio_attn
     kv = [attn.project_kv(block._v2a_context(s, n), s.cross_pe) for s, n in zip(shards, vn, strict=True)]
-    ff = [block._ff(s, x, "") for s, x in zip(shards, new_vx, strict=True)]
     query, gate = block._v2a_query(audio, an)
     q = attn.project_q(query, audio.cross_pe)
     k, v = _gather_kv(ex, kv, "v2a", [*ff, q])
@@ -194,12 +212,17 @@ def _cross_av_ff(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio
 
 
 def sp_block(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs | None,
-             ex: Exchange) -> tuple[list[StreamArgs], StreamArgs | None]:
-    """One joint block on this process's video shards and the replicated audio stream."""
-    run_a = audio is not None and audio.x.size > 0
-    vx, ax = _self_attention(block, shards, audio if run_a else None, ex)
-    if run_a and shards[0].cross_gate is not None and audio.cross_gate is not None:
-        vx, ax = _cross_av_ff(block, shards, audio, vx, ax, ex)
+             ex: Exchange, skip: BlockSkip = NO_SKIP) -> tuple[list[StreamArgs], StreamArgs | None]:
+    """One joint block on this process's video shards and the replicated audio stream; `skip` a guidance
+    pass's perturbation of this block, as `BasicAVTransformerBlock.__call__` reads it. A frozen audio
+    stream (its guider skips the step) runs nothing of its own; the video's a2v still reads it."""
+    has_a = audio is not None and audio.x.size > 0
+    run_a = has_a and not audio.frozen
+    vx, ax = _self_attention(block, shards, audio if run_a else None, ex, skip)
+    if not run_a and has_a:
+        ax = audio.x
+    if has_a and shards[0].cross_gate is not None and audio.cross_gate is not None:
+        vx, ax = _cross_av_ff(block, shards, audio, vx, ax, ex, replace(skip, v2a=skip.v2a or not run_a))
     else:
         vx = [block._ff(s, x, "") for s, x in zip(shards, vx, strict=True)]
     shards = [replace(s, x=x) for s, x in zip(shards, vx, strict=True)]
@@ -208,19 +231,20 @@ def sp_block(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: St
     return shards, audio
 
 
-def sp_forward(model, video, audio, ex: Exchange) -> tuple[mx.array, mx.array | None]:
-    """`model(video, audio)` with the video tokens split as `ex.plan` says; every rank returns the
-    whole video velocity and the whole audio velocity (see the module docstring)."""
+def sp_forward(model, video, audio, ex: Exchange, perturbation=None) -> tuple[mx.array, mx.array | None]:
+    """`model(video, audio, perturbation)` with the video tokens split as `ex.plan` says; every rank returns
+    the whole video velocity and the whole audio velocity (None when the audio is disabled), see the module
+    docstring. `perturbation`: a guidance pass's (STG, modality isolation), every rank skipping the same."""
     if video is None or not video.enabled:
         raise ValueError("sequence parallel splits the video stream; this forward has none")
     if video.latent.shape[1] != ex.plan.tokens:
         raise ValueError(f"{video.latent.shape[1]} video tokens for a plan of {ex.plan.tokens}")
+    skips = model.block_skips(perturbation)
     v = model._prepare(video, audio, "")
-    a = model._prepare(audio, video, "audio_") if audio is not None and audio.enabled else None
+    a = None if audio is None else replace(model._prepare(audio, video, "audio_"), frozen=not audio.enabled)
     shards = [shard_stream(v, ex.plan.indices(r)) for r in ex.ranks]
-    for block in model.transformer_blocks:
-        shards, a = sp_block(block, shards, a, ex)
+    for block, skip in zip(model.transformer_blocks, skips, strict=True):
+        shards, a = sp_block(block, shards, a, ex, skip)
     vx = ex.gather([model._output("", s) for s in shards], 1, "output").astype(video.latent.dtype)
-    ax = model._output("audio_", a).astype(audio.latent.dtype) if a is not None else None
+    ax = model._output("audio_", a).astype(audio.latent.dtype) if a is not None and not a.frozen else None
     return vx, ax
-

@@ -2,7 +2,8 @@
 at 64x192; one module farm: the retake on 3 workers, then the extend, the dev retake and the dev
 extend (guided, their passes dealt to the workers) on 2 (the plan is the same on any count, so each spec renders once on the
 farm and the two counts still both deal), then the retake with stage 1 ganged over the 2
-(`--stage1-parallel 2`: the window's masks split with the tokens). Every task's output is
+(`--stage1-parallel 2`: the window's masks split with the tokens), and the dev retake's passes each ganged
+over the 2 likewise. Every task's output is
 bit for bit `farm render --local`'s. The retake's latent frames (and audio latents) outside its
 window are the source's re-encoded ones exactly; the extend's window holds the pinned context and the
 joined clip decodes 8 N frames longer."""
@@ -197,3 +198,19 @@ def test_ganged_retake_matches_local(module_farm, clip, local_runner, tmp_path_f
     assert stage1["params"]["stage1_degrees"][1] == 2
     assert stage1["metrics"].get("stage1_parallel") == 2, stage1["metrics"].get("gang_broke")
     assert len(set(stage1["ranks"])) == 2
+
+
+@pytest.mark.timeout(300)
+def test_ganged_dev_retake_matches_local(module_farm, clip, clip_packs, tmp_path_factory):
+    """The dev retake's guided stage with `--stage1-parallel 2`: each pass a gang task, its forward split over
+    the 2 workers (the window's masks with the tokens, the pass's perturbation on both ranks); `--local` splits
+    each pass 2 ways in one process: every output bit for bit, and at least one pass ran as a gang of 2."""
+    farm_client, _ = module_farm
+    extra = {**RETAKE_DEV, "stage1_parallel": "2"}
+    local = _local(clip, extra, Runner(clip_packs), tmp_path_factory.mktemp("local-retake-dev-sp"))
+    tasks = _render(farm_client, clip, extra)
+    _check_retake(tasks, *local, guided=True)
+    passes = [t for t in tasks.values() if t["kind"] == "guidance_pass"]
+    assert all(t["params"]["stage1_degrees"][1] == 2 for t in passes)
+    ganged = [t for t in passes if (t.get("metrics") or {}).get("stage1_parallel") == 2]
+    assert ganged and all(len(set(t["ranks"])) == 2 for t in ganged), [(t["id"], t.get("metrics")) for t in passes]

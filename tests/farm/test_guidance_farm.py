@@ -420,3 +420,28 @@ def test_generated_keyframes_in_every_guided_pass_on_2_workers_equal_local(name,
     passes = [t for t in tasks.values() if t["kind"] == "guidance_pass" and t["id"].split(".")[1] == "stage1"]
     hw = (SPECS[name]["height"] // (32 if name == "one-stage" else 64)) ** 2  # stage 1: half size on two stages
     assert passes and all(t["params"]["slot_range"] == [2 * hw, 3 * hw] for t in passes)
+
+
+@pytest.mark.timeout(240)
+def test_stage1_parallel_gangs_the_guided_passes_on_2_workers_equal_local(guided_farm, dev_runner, reference,
+                                                                          tmp_path):
+    """`--stage1-parallel 2` on one-stage: each pass a gang task, its one forward split over both workers when
+    both are idle (STG's skipped block and the modality isolation on every rank alike), the same bits as
+    unsplit: farm == --local (its passes split 2 ways in one process) for every task output and the frames,
+    both == the render without the flag; at least one pass ran as a gang of the two workers."""
+    spec = {**ONE, "stage1_parallel": "2"}
+    _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner)
+    assert_identical(local_results(outputs, blobs), reference("one-stage"))
+    guided_farm.workers(2)
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+        guided_farm.stop(extra)
+    render = wait_done(guided_farm.client, guided_farm.client.submit(dict(spec)), timeout=200)
+    assert_identical(farm_results(guided_farm.client, render), local_results(outputs, blobs))
+    tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
+    local = {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    assert {n: t.get("outputs") or {} for n, t in tasks.items()} == local  # every task, every output, bit for bit
+    passes = [t for t in tasks.values() if t["kind"] == "guidance_pass"]
+    assert len(passes) == PASSES["one-stage"] and all(t["params"]["stage1_degrees"][1] == 2 for t in passes)
+    ganged = [t for t in passes if (t.get("metrics") or {}).get("stage1_parallel") == 2]
+    assert ganged, [(t["id"], t.get("metrics")) for t in passes]
+    assert all(len(set(t["ranks"])) == 2 for t in ganged), [t.get("ranks") for t in ganged]

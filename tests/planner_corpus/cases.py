@@ -159,6 +159,11 @@ PLANNED = [
     case("sp-extend", "sequence-parallel", {**CLIP, "extend": {"frames": 2}, "stage1_parallel": "2"}),
     # the HDR grade's one stage carries stage 1's degree table: a gang splits it too
     case("sp-hdr", "sequence-parallel", {**HDR, "stage1_parallel": "2"}, known={"generation": "2.5"}),
+    # ... on a guided stage 1: each pass with video a gang task (HQ's guided stage 2 none), the dev clip recipes too.
+    *[case(f"sp-{n}", "sequence-parallel", {**spec, "stage1_parallel": "2"}) for n, spec in (
+        ("one-stage", ONE), ("two-stage-hq", HQ),
+        ("retake-dev", {**CLIP, "pack": "dev", "pipeline": "one-stage", "steps": 2, "retake": {"start": 0.4, "end": 0.9}}),
+        ("extend-dev", {**CLIP, "pack": "dev", "pipeline": "two-stage", "stage1_steps": 2, "extend": {"frames": 1}}))],
     # Sparse attention and the forward settings.
     case("sparse-farm", "sparse", {**E2E, "height": 1216, "width": 1792, "frames": 9, "seed": 5, "stage2_tiles": "2x1",
                                    "tile_overlap": 36, "sparse_attention": [1.0, 1.5], "compute_dtype": "float16",

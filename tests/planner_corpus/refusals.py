@@ -123,11 +123,9 @@ REFUSED = [
     case("refuse-hdr-no-frames", "refusal", {**HDR, "frames": None}, known={"generation": "2.5"}),
     case("refuse-hdr-generated-keyframes", "refusal", {**HDR, "num_generated_keyframes": 1},
          known={"generation": "2.5"}),  # the grade places its own seam slots
-    # --stage1-parallel where no gang splits stage 1: a guided stage's passes
-    *[case(f"refuse-sp-{n}", "refusal", {**spec, "stage1_parallel": "2"}) for n, spec in (
-        ("retake-dev", {**CLIP, "pack": "dev", "pipeline": "one-stage", "retake": {"start": 0.4, "end": 0.9}}),
-        ("extend-dev", {**CLIP, "pack": "dev", "pipeline": "two-stage", "extend": {"frames": 1}}),
-        ("one-stage", {**KEYS, "pack": "dev", "pipeline": "one-stage", "steps": 2}))],
+    # --stage1-parallel beside a cached guided stage (the cache is one process's)
+    case("refuse-sp-step-cache-one-stage", "refusal", {**KEYS, "pack": "dev", "pipeline": "one-stage", "steps": 2,
+                                                       "stage1_parallel": "2", "step_cache": 0.5}),
     *[case(f"refuse-hdr-{n}", "refusal", {**HDR, **bad}, known={"generation": "2.5"})  # the grade has no stage 2
       for n, bad in {"stage2-sigmas": {"stage2_sigmas": [0.9, 0.0]}, "sparse-attention": {"sparse_attention": [1.0]}}.items()],
     case("refuse-diffusion-decode-2.3", "refusal", {"prompt": "a fox", "pack": "p", "height": 64, "width": 256,

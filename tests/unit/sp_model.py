@@ -14,9 +14,12 @@ from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, tiny_config
 
 
-def seeded_model(seed: int = 0) -> LTXModel:
-    """The tiny pack's DiT layout with every parameter drawn from a seeded generator."""
-    model = LTXModel(TransformerConfig.from_config({"transformer": tiny_config()}))
+def seeded_model(seed: int = 0, keyframes: bool = False) -> LTXModel:
+    """The tiny pack's DiT layout with every parameter drawn from a seeded generator; `keyframes`: with
+    LTX-2.5's learned keyframe embedding (what a pass's marker adds to)."""
+    config = TransformerConfig.from_config({"transformer": tiny_config()})
+    config.use_keyframes_abs_pos_embedding = keyframes
+    model = LTXModel(config)
     rng = np.random.default_rng(seed)
     params = []
     for name, p in tree_flatten(model.parameters()):

@@ -202,7 +202,11 @@ def test_a_clip_stage1_asked_to_gang_carries_its_degree_table(extra):
 
 @pytest.mark.parametrize("extra", [{"retake": {"start": 0.4, "end": 0.9}, "pipeline": "one-stage"},
                                    {"extend": {"frames": 1}, "pipeline": "two-stage"}], ids=["retake-dev", "extend-dev"])
-def test_a_guided_clip_stage_asked_to_gang_is_refused_saying_why(extra):
-    with pytest.raises(SpecError, match=r"^--stage1-parallel does not apply to the (retake|extend)-dev recipe .*"
-                                        r"a guided stage runs one task per pass"):
-        _plan(stage1_parallel="2", pack="dev", **extra)
+def test_a_guided_clip_stage_asked_to_gang_carries_the_table_on_each_stage1_pass(extra):
+    """`--stage1-parallel 2` on the dev retake / extend: every guided stage-1 pass is a gang task (stage 2 none)."""
+    tasks = _plan(stage1_parallel="2", pack="dev", stage1_steps=2, **extra)[0]
+    passes = [t for name, t in tasks.items() if t["kind"] == "guidance_pass"]
+    assert passes and all(name.startswith("stage1.") for name in tasks if tasks[name]["kind"] == "guidance_pass")
+    assert all(t["params"]["stage1_parallel_request"] == "2" and t["params"]["stage1_degrees"] == [1] + [2] * 7
+               for t in passes)
+    assert all("stage1_degrees" not in t["params"] for t in tasks.values() if t["kind"] == "denoise_stage2")

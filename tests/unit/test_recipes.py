@@ -65,10 +65,9 @@ def test_facts_read_from_the_recipe():
     ({"detailing_lora": "d.safetensors"},
      "--detailing-lora does not apply to the distilled recipe (--pipeline distilled); it applies to: dfr, retake, "
      "extend, ic-lora, dub-it"),
-    ({"pipeline": "one-stage", "stage1_parallel": "2"},
-     "--stage1-parallel does not apply to the one-stage recipe (--pipeline one-stage: a gang splits a distilled "
-     "stage 1 task's forwards, and a guided stage runs one task per pass: no gang splits it, not built); it applies "
-     "to: distilled, dfr, retake, extend, ic-lora, dub-it, hdr-ic-lora"),
+    ({"pipeline": "t2a", "stage1_parallel": "2"},
+     "--stage1-parallel does not apply to the t2a recipe (--pipeline t2a); it applies to: distilled, dfr, retake, "
+     "extend, ic-lora, dub-it, hdr-ic-lora, one-stage, two-stage, two-stage-hq, retake-dev, extend-dev"),
     ({"pipeline": "t2a", "loras": [{"file": "a.safetensors", "strength": 1.0}], "lora_mode": "unfused"},
      "--lora-mode unfused does not apply to the t2a recipe (--pipeline t2a); it applies to: distilled, one-stage, "
      "two-stage, two-stage-hq, dfr, retake, extend, ic-lora, dub-it"),

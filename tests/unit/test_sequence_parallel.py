@@ -16,10 +16,14 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from ltx_engine.denoise import build_stage_states
+from ltx_engine.guided import pass_x0
 from ltx_engine.parallel.sequence_parallel import LocalExchange, ShardPlan, forward_bytes, sp_forward
-from ltx_engine.parallel.sp_denoise import Resume, denoise_stage1
+from ltx_engine.parallel.sp_denoise import Resume, Split, denoise_stage1
 from ltx_engine.parallel.sp_group import run_ring
+from ltx_engine.rules import guidance
 from ltx_engine.rules.sampling import LatentState
+from ltx_engine.rules.tdp import first_frame_marker
 from tests.unit import sp_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,3 +229,35 @@ def test_engine_stage1_of_the_media_pipelines_equals_its_k_way_plans(tiny_packs,
         assert split.keys() == plain.keys()
         for key in plain:
             assert np.array_equal(split[key], plain[key]), (k, key)
+
+
+@pytest.fixture(scope="module")
+def keyframe_model():
+    return sp_model.seeded_model(keyframes=True)
+
+
+_VIDEO = guidance.GuiderParams(cfg_scale=3.0, stg_scale=1.0, stg_blocks=(1,), modality_scale=3.0)
+_AUDIO = guidance.GuiderParams(cfg_scale=7.0, stg_scale=1.0, stg_blocks=(0,), modality_scale=3.0,
+                               modality_blocks=(1,))
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("name,frozen", [(guidance.COND, None), (guidance.UNCOND, None), (guidance.PERTURBED, None),
+                                         (guidance.ISOLATED, None), (guidance.COND, "audio")])
+def test_a_guidance_pass_split_k_ways_equals_the_unsplit_pass(keyframe_model, name, frozen, k) -> None:
+    """A guided stage's pass, its forward split as a gang splits it (STG-skipped self-attention, isolated
+    cross-attention in some blocks only, a frozen audio stream, the LTX-2.5 keyframe marker): the unsplit bits."""
+    inputs = sp_model.stage1_inputs()
+    video, audio = build_stage_states(inputs, 128)
+    rng = np.random.default_rng(3)
+    negative = {n: rng.standard_normal(c.shape).astype(np.float32) for n, c in inputs.contexts.items()}
+    marker = first_frame_marker((3, 5, 7), video.num_tokens, (70, 80))
+    args = (keyframe_model, name, video, audio, 0.909375, inputs.contexts, negative, _VIDEO, _AUDIO)
+    whole = pass_x0(*args, frozen=frozen, marker=marker)
+    split = pass_x0(*args, frozen=frozen, marker=marker, split=Split(k))
+    assert (split[1] is None) == (frozen == "audio") == (whole[1] is None)
+    for got, want in zip(split, whole, strict=True):
+        assert want is None or np.array_equal(got, want)
+    assert not np.array_equal(whole[0], pass_x0(*args, frozen=frozen)[0])  # the marker reaches the DiT
+    if name != guidance.COND:  # the pass's perturbation (or negative prompt) reaches the DiT
+        assert not np.array_equal(whole[0], pass_x0(*args[:1], guidance.COND, *args[2:], marker=marker)[0])

@@ -69,10 +69,6 @@ def _control_stage2(spec: RenderPlan) -> bool:
     return any(clip is not None and clip.stage2 for clip in (spec.control_video, spec.dub_video))
 
 
-# why no gang splits a guided stage 1 (said in --stage1-parallel's refusal)
-_PASSES = "a gang splits a distilled stage 1 task's forwards, and a guided stage runs one task per pass: no gang splits it, not built"
-
-
 def _except(*names: str) -> tuple[str, ...]:
     """The video recipes but these."""
     return tuple(n for n in VIDEO if n not in names)
@@ -136,9 +132,9 @@ MODIFIERS: tuple[Modifier, ...] = (
              ("segments",), (DISTILLED, *GUIDED)),
     Modifier("--relay-epsilon … (relay)", "Prompt Relay's falloff and strength", ("relay_epsilon", "relay_strength"),
              (DISTILLED, *GUIDED), needs=("--segment",), rule="they shape the segments' penalty"),
-    Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs (reference tokens split with the video's)",
-             ("stage1_parallel",), (DISTILLED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT, HDR), on=_sp,
-             why_not=tuple((name, _PASSES) for name in (*GUIDED, *GUIDED_CLIP))),
+    Modifier("--stage1-parallel", "stage 1 sequence-parallel over K Macs (reference tokens split with the video's; "
+             "a guided stage 1 each pass's forward)", ("stage1_parallel",),
+             (DISTILLED, DFR, RETAKE, EXTEND, IC_LORA, DUB_IT, HDR, *GUIDED, *GUIDED_CLIP), on=_sp),
     Modifier("--temporal-upscalings", "DFR's temporal rounds", ("temporal_upscalings",), (DFR,)),
     Modifier("--spatial-upscalings 2", "DFR's spatial epilogue", ("spatial_upscalings",),
              (DFR, RETAKE, EXTEND, IC_LORA, DUB_IT), on=_epilogue, excludes=("--chunked",),
