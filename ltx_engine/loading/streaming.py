@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -155,9 +156,13 @@ class StreamedLTX(LTXModel):
             object.__setattr__(self, "_first", self.bind(0, self._fetch(0)))  # not a child: no parameters
         return self._first
 
-    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
+    binds_blocks = True
+
+    def blocks(self) -> Iterator[BasicAVTransformerBlock]:
+        """Each block bound (its settings applied) when the forward reaches it, the next one's bytes read
+        meanwhile; the caller evaluates a block's outputs before taking the next (then it is dropped)."""
         if self.num_blocks == 0:
-            return v, a
+            return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch") as pool:
             pending: Future = pool.submit(self._fetch, 0)
             for index in range(self.num_blocks):
@@ -167,9 +172,13 @@ class StreamedLTX(LTXModel):
                 block = self.bind(index, raw)
                 configure_block(block, index, getattr(self, "_block_settings", None))  # sparse / compute dtype
                 del raw
-                v, a = block(v, a, skips[index])
-                mx.eval([s.x for s in (v, a) if s is not None])
+                yield block
                 del block
+
+    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
+        for block, skip in zip(self.blocks(), skips, strict=True):
+            v, a = block(v, a, skip)
+            mx.eval([s.x for s in (v, a) if s is not None])
         return v, a
 
 

@@ -2,12 +2,13 @@
 the streamed model the set's adapters (each block's wrapped as it binds, a non-block layer's at once),
 and its forward equals the resident adapted DiT's bit for bit: the tiny q8 distilled DiT, and the dev
 DiT of a dev-only pack under its distilled LoRA as a guidance pass loads it (`transformer_dev`), with a
-guided pass's perturbation."""
+guided pass's perturbation, whole and split two ways (a gang rank's sequence-parallel forward)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -16,10 +17,11 @@ from ltx_engine.loading.pack import Pack
 from ltx_engine.loading.registry import ModelRegistry
 from ltx_engine.loading.streaming import StreamedLTX
 from ltx_engine.lora.lora_adapters import LoraAdapter
+from ltx_engine.parallel.sequence_parallel import LocalExchange, ShardPlan, sp_forward
 from ltx_engine.rules.guidance import Perturbation
 from ltx_engine.tiny.tiny_loras import tiny_lora_factors, write_tiny_lora
 from ltx_engine.tiny.tiny_pack import write_tiny_pack
-from tests.unit.test_streaming import _forward
+from tests.unit.test_streaming import _forward, _inputs
 from worker.loras import LoraSets
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,5 +65,11 @@ def test_a_streamed_dit_with_an_unfused_set_equals_the_resident_one(tmp_path, la
     for perturbation in (None, stg):
         want, got = _forward(resident, cfg, perturbation), _forward(streamed, cfg, perturbation)
         assert all(np.isfinite(w).all() and np.array_equal(w, g) for w, g in zip(want, got, strict=True))
+    video, audio = _inputs(cfg)
+    split = [sp_forward(m, video, audio, LocalExchange(ShardPlan(video.latent.shape[1], 2)), stg)
+             for m in (resident, streamed)]
+    mx.eval(split)
+    assert all(np.array_equal(np.array(w.astype(mx.float32)), np.array(g.astype(mx.float32)))
+               for w, g in zip(*split, strict=True))
     bare = ModelRegistry().get(LoraSets().view(Pack(tmp_path / "p"), extra), component)  # no user set
     assert not np.array_equal(_forward(bare, cfg)[0], want[0])  # the set really changed the forward
