@@ -156,9 +156,7 @@ class StreamedLTX(LTXModel):
             object.__setattr__(self, "_first", self.bind(0, self._fetch(0)))  # not a child: no parameters
         return self._first
 
-    binds_blocks = True
-
-    def blocks(self) -> Iterator[BasicAVTransformerBlock]:
+    def bound_blocks(self) -> Iterator[BasicAVTransformerBlock]:
         """Each block bound (its settings applied) when the forward reaches it, the next one's bytes read
         meanwhile; the caller evaluates a block's outputs before taking the next (then it is dropped)."""
         if self.num_blocks == 0:
@@ -176,7 +174,7 @@ class StreamedLTX(LTXModel):
                 del block
 
     def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
-        for block, skip in zip(self.blocks(), skips, strict=True):
+        for block, skip in zip(self.bound_blocks(), skips, strict=True):
             v, a = block(v, a, skip)
             mx.eval([s.x for s in (v, a) if s is not None])
         return v, a

@@ -10,7 +10,6 @@ mlx-forge transformer packs (`transformer.` prefix stripped).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import mlx.core as mx
@@ -351,12 +350,6 @@ class LTXModel(nn.Module):
 
     def first_block(self) -> BasicAVTransformerBlock:
         return self.transformer_blocks[0]
-
-    binds_blocks = False  # a streamed DiT binds each block when reached: its caller evaluates block by block
-
-    def blocks(self) -> Iterator[BasicAVTransformerBlock]:
-        """The blocks in order, for a forward that runs them itself (sequence parallel's)."""
-        yield from self.transformer_blocks
 
     def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
         """Every block in order (`ltx_engine.loading.streaming` binds them one at a time instead)."""
