@@ -39,6 +39,7 @@ from ltx_engine.denoise import (
 )
 from ltx_engine.loading.pack import Pack
 from ltx_engine.loading.registry import EncoderFolder, ModelRegistry
+from ltx_engine.lora.dev_distilled import DIT_NAMES
 from ltx_engine.media_stage import attention_mask, generated_audio, refuse_unmasked
 from ltx_engine.rules import text_encoders
 from ltx_engine.rules.components import TEXT_ENCODER
@@ -62,7 +63,7 @@ class Engine:
 
     def _seen(self, pack: Pack, component: str):
         """The pack as this task loads `component` from it: with its DiT streamed when the worker chose so."""
-        if component == "transformer" and self.stream_blocks:
+        if component in DIT_NAMES and self.stream_blocks:  # a guidance pass's dev DiT too
             from ltx_engine.loading.streaming import StreamedPack, can_stream
 
             return StreamedPack(pack) if can_stream(pack) else pack

@@ -81,6 +81,9 @@ class AdaptedLoras(WithLoras):
     def tensors(self, component: str, loras: tuple[tuple[str, float], ...] = ()) -> dict:
         return self.pack.tensors(component, loras=tuple(loras))
 
+    def stream_parts(self, component: str = "transformer", loras: tuple[tuple[str, float], ...] = ()) -> dict:
+        return self.pack.stream_parts(component, loras=tuple(loras))  # streamed: the same own weights
+
 
 class LoraSets:
     """This worker's LoRA files and the warm names of the sets its registry holds."""
@@ -126,10 +129,11 @@ class LoraSets:
         """The warm names of the sets whose DiT the registry still holds."""
         return sorted({name for key, name in self._warm.items() if has((key, "transformer"))})
 
-    def attach(self, registry, view, components: tuple[str, ...] = ("transformer",)) -> None:
+    def attach(self, model: Callable[[object, str], object], view, components: tuple[str, ...] = ("transformer",)) -> None:
         """Unfused: the set's adapters on each DiT of `components` the task builds from `view` (the adapted
         pack, DFR's detailing view or a dev recipe's distilled-LoRA view over it: a guided pass's
-        `transformer_dev`), once per build (a DiT evicted and built again gets them again)."""
+        `transformer_dev`), once per build (a DiT evicted and built again gets them again). `model` is the
+        engine's (view, component) -> DiT, resident or block-streamed as the task runs it."""
         adapted, dev = view, False
         while isinstance(adapted, (WithLoras, DevWithDistilled)) and not isinstance(adapted, AdaptedLoras):
             dev, adapted = dev or isinstance(adapted, DevWithDistilled), adapted.pack
@@ -137,13 +141,13 @@ class LoraSets:
             return
         for component in (c for c in components if c in DIT_NAMES):
             # the weights the DiT was built from: dev's under the distilled LoRA (both names), else its own
-            self._adapt(registry.get(view, component), adapted, "transformer_dev" if dev else component)
+            self._adapt(model(view, component), adapted, "transformer_dev" if dev else component)
 
     def _adapt(self, model, adapted: AdaptedLoras, weights: str) -> None:
         from ltx_engine.loading.model_classes import model_class
-        from ltx_engine.lora.lora_adapters import LoraAdapter, attach_loras
+        from ltx_engine.lora.lora_adapters import attach_loras, has_adapters
 
-        if any(isinstance(m, LoraAdapter) for _, m in model.named_modules()):
+        if has_adapters(model):
             return
         inputs = [LoraInput(read_safetensors(Path(p)), s, p) for p, s in adapted.loras]
         attach_loras(model, adapted.pack.tensors(weights), inputs, model_class(weights).sanitize,

@@ -45,6 +45,4 @@ def streams(kind: str, params: dict, memory_bytes: int) -> bool:
     stage) whose predicted resident need (`min_memory_bytes`, the planner's cost model) is above this
     worker's memory (the lease gave it the task because its streamed need, `min_memory_stream_bytes`, fits)."""
     need = int(params.get("min_memory_bytes") or 0)
-    if params.get("loras") and params.get("lora_mode") == "unfused":
-        return False  # run-time adapters attach to a resident DiT's layers (worker/loras.py): not streamed yet
     return facts(kind).streams and bool(memory_bytes) and need > memory_bytes

@@ -205,7 +205,7 @@ class Runner:
         self.engine.prepare(pack, kind_facts.components, self.text_encoder_dir(pack, params) if encodes_text else None)
         fusions = self.loras.fusions[0]
         if not params.get("detailing_lora"):  # with one, `_detailing` attaches to the detailed DiT instead
-            self.loras.attach(self.engine.registry, pack, kind_facts.components)
+            self.loras.attach(self.engine.model, pack, kind_facts.components)
         self.engine.cache_skips()  # a failed task's step caches are not this one's
         mx.reset_peak_memory()
         start, cpu = time.perf_counter(), time.process_time()  # cpu: the whole process's, helper threads too
@@ -308,7 +308,7 @@ class Runner:
             raise PackError(f"pack {params['pack']!r} has no detailing LoRA file {lora!r} (put it in the pack folder)")
         params = {**params, "reference_downscale": reference_downscale(pack.root / lora)}
         detailed = WithLoras(pack, ((lora, float(params["detailing_strength"])),))
-        self.loras.attach(self.engine.registry, detailed)  # unfused user LoRAs: their adapters on this DiT too
+        self.loras.attach(self.engine.model, detailed)  # unfused user LoRAs: their adapters on this DiT too
         return detailed, params
 
     def _run_denoise_stage2(self, pack, params, inputs, step):

@@ -180,13 +180,6 @@ def stream_peak_bytes(kind: str, params: Mapping, pack_bytes: int | None = None)
     return int(peak - blocks * (1 - STREAM_BLOCKS_RESIDENT / DIT_BLOCKS))
 
 
-def streamable(spec: RenderPlan) -> bool:
-    """Whether a render's DiT tasks may run streamed: not with an unfused LoRA set, whose run-time adapters
-    wrap a resident DiT's layers (worker/loras.py); with no streamed need, lease.lua keeps those tasks on
-    workers that hold the DiT resident (docs/ARCHITECTURE.md, block streaming)."""
-    return not (spec.loras and spec.lora_mode == "unfused")
-
-
 def streams_on(memory_bytes: int, params: Mapping) -> bool:
     """Whether a worker of `memory_bytes` runs a task streamed: its resident peak does not fit, its
     streamed one does (lease.lua's rule; the worker's own choice is the first half)."""
@@ -243,8 +236,8 @@ def annotate(tasks: list[dict], spec: RenderPlan) -> None:
         if pack_bytes and t.get("capability") == "mlx":
             params["peak_bytes"] = peak = peak_bytes(t["kind"], params, pack_bytes)
             params["min_memory_bytes"] = min_memory_bytes(peak)
-            # The smaller Macs may take it streamed (stream_peak_bytes), unless its LoRAs are unfused.
-            if kind_facts.streams and streamable(spec):  # HDR: never streamed
+            # The smaller Macs may take it streamed (stream_peak_bytes), its LoRAs fused or unfused.
+            if kind_facts.streams:  # HDR: never streamed
                 params["stream_peak_bytes"] = stream = stream_peak_bytes(t["kind"], params, pack_bytes)
                 params["min_memory_stream_bytes"] = min_memory_bytes(stream)
 

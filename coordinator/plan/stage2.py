@@ -97,9 +97,8 @@ def _step_seconds(spec: RenderPlan, holders: Fleet, grid: tuple[int, int, int], 
                          "cost_s": costs.reference_seconds("transformer_forward", {"tile": tile_box(t)}),
                          "min_memory_bytes": costs.min_memory_bytes(
                              costs.peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes)),
-                         **({"min_memory_stream_bytes": costs.min_memory_bytes(
-                             costs.stream_peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes))}
-                            if costs.streamable(spec) else {})}}
+                         "min_memory_stream_bytes": costs.min_memory_bytes(
+                             costs.stream_peak_bytes("transformer_forward", {"tile": tile_box(t)}, pack_bytes))}}
              for t in tiles]
     slots = [placement.Slot(str(i), w.chip, w.memory_bytes) for i, w in enumerate(holders.workers)]
     placed = placement.simulate(tasks, slots)

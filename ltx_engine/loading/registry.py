@@ -19,6 +19,7 @@ from mlx.utils import tree_flatten
 from ltx_engine.loading.loader import apply_weights
 from ltx_engine.loading.model_classes import COMPONENTS, model_class
 from ltx_engine.loading.pack import WeightPack
+from ltx_engine.lora.dev_distilled import DIT_NAMES
 from ltx_engine.rules.text_encoders import is_gemma4_tower
 
 # Every builder reads `pack.tensors(component)`, which a pack folder and a single-file checkpoint both
@@ -30,10 +31,10 @@ def _model(component: str) -> Callable[[WeightPack], nn.Module]:
     `from_weights`, from its config and the sizes its tensors fix), then the strict load."""
 
     def build(pack: WeightPack) -> nn.Module:
-        if component == "transformer" and getattr(pack, "streamed", False):  # blocks bound one at a time
+        if component in DIT_NAMES and getattr(pack, "streamed", False):  # blocks bound one at a time
             from ltx_engine.loading.streaming import build_streamed
 
-            return build_streamed(pack)
+            return build_streamed(pack, component)
         cls, cfg, tensors = model_class(component), pack.component_config(component), pack.tensors(component)
         from_weights = getattr(cls, "from_weights", None)
         model = cls.from_config(cfg) if from_weights is None else from_weights(cfg, tensors)

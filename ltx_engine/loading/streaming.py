@@ -8,7 +8,9 @@ thread reads the next block's bytes as the current one computes. The LoRA set th
 fuses (the distilled LoRA of a dev-only pack, the user's or DFR's) is checked once against the whole
 file and each block's share is fused as the block binds, with the same float32 sum and requantization
 (`ltx_engine.lora.lora.apply_updates`), so the output is bit-identical to the resident model's: the same
-operations on the same bytes, evaluated block by block. Peak ≈ non-block weights + two blocks
+operations on the same bytes, evaluated block by block. An unfused set's run-time adapters
+(`ltx_engine.lora.lora_adapters`, `attach_adapters`) wrap each block's layers as it binds, with the factors
+the resident attach stacks, so a streamed adapted DiT equals the resident adapted one too. Peak ≈ non-block weights + two blocks
 (the bound one and the prefetched bytes) + activations.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,6 +29,7 @@ import numpy as np
 from ltx_engine.loading.loader import PackError, apply_weights, read_safetensors, strip_prefix
 from ltx_engine.loading.pack import Pack
 from ltx_engine.lora.lora import Update, apply_updates, check_loras
+from ltx_engine.lora.lora_adapters import wrap_layers
 from ltx_engine.models.dit_blocks import BasicAVTransformerBlock, BlockSkip, StreamArgs, StreamDims
 from ltx_engine.models.forward_options import configure_block
 from ltx_engine.models.transformer import LTXModel, TransformerConfig
@@ -97,7 +101,8 @@ def to_mlx(raw: dict[str, np.ndarray], spans: dict[str, Span]) -> dict[str, mx.a
 
 class StreamedLTX(LTXModel):
     """An `LTXModel` without resident blocks: `_run_blocks` binds block i from the pack's files (its
-    LoRA share fused), runs it, evaluates its outputs and drops it, block i + 1's bytes read meanwhile."""
+    LoRA share fused, its adapters attached), runs it, evaluates its outputs and drops it, block i + 1's
+    bytes read meanwhile."""
 
     def __init__(self, config: TransformerConfig, spans: dict[str, dict[str, Span]], updates: list[Update],
                  label: str):
@@ -105,6 +110,19 @@ class StreamedLTX(LTXModel):
         self.config = config
         self._spans, self._updates, self._label = spans, updates, label
         self._dims = _dims(config)
+        object.__setattr__(self, "_adapters", {})  # not a child: the factors are no parameters of the pack
+
+    @property
+    def adapters(self) -> dict[str, tuple[mx.array, mx.array]]:
+        """The attached set's stacked factors of the blocks' layers, by module path."""
+        return self._adapters
+
+    def attach_adapters(self, factors: dict[str, tuple[mx.array, mx.array]], *, file: str) -> None:
+        """An unfused set: the resident layers' adapters now, the blocks' each time a block binds."""
+        blocks = {path: ab for path, ab in factors.items() if _BLOCK.match(path + ".")}
+        wrap_layers(self, {path: ab for path, ab in factors.items() if path not in blocks}, file=file)
+        self._adapters.update(blocks)
+        object.__setattr__(self, "_first", None)  # the gate's block 0 binds again, with its adapters
 
     @property
     def num_blocks(self) -> int:
@@ -120,14 +138,17 @@ class StreamedLTX(LTXModel):
         return read_spans(self._spans[index])
 
     def bind(self, index: int, raw: dict[str, np.ndarray]) -> BasicAVTransformerBlock:
-        """Block `index` built and loaded strictly from its bytes, its LoRA updates fused."""
+        """Block `index` built and loaded strictly from its bytes, its LoRA updates fused, adapters attached."""
         head = f"transformer_blocks.{index}."
         weights = apply_updates(to_mlx(raw, self._spans[index]), self._block_updates(index))
         c, (video, audio) = self.config, self._dims
         block = BasicAVTransformerBlock(video, audio, rope_type=c.rope_type, norm_eps=c.norm_eps,
                                         gated=c.apply_gated_attention, cross_attention_adaln=c.cross_attention_adaln)
-        return apply_weights(block, {k.removeprefix(head): v for k, v in weights.items()},
-                             file=f"{self._label} [{head}*]")
+        block = apply_weights(block, {k.removeprefix(head): v for k, v in weights.items()},
+                              file=f"{self._label} [{head}*]")
+        mine = {path.removeprefix(head): ab for path, ab in self._adapters.items() if path.startswith(head)}
+        wrap_layers(block, mine, file=self._label)
+        return block
 
     def first_block(self) -> BasicAVTransformerBlock:
         """Block 0 for the step cache's gate (its AdaLN table is all the gate reads), bound once."""
@@ -135,9 +156,11 @@ class StreamedLTX(LTXModel):
             object.__setattr__(self, "_first", self.bind(0, self._fetch(0)))  # not a child: no parameters
         return self._first
 
-    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
+    def bound_blocks(self) -> Iterator[BasicAVTransformerBlock]:
+        """Each block bound (its settings applied) when the forward reaches it, the next one's bytes read
+        meanwhile; the caller evaluates a block's outputs before taking the next (then it is dropped)."""
         if self.num_blocks == 0:
-            return v, a
+            return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch") as pool:
             pending: Future = pool.submit(self._fetch, 0)
             for index in range(self.num_blocks):
@@ -147,9 +170,13 @@ class StreamedLTX(LTXModel):
                 block = self.bind(index, raw)
                 configure_block(block, index, getattr(self, "_block_settings", None))  # sparse / compute dtype
                 del raw
-                v, a = block(v, a, skips[index])
-                mx.eval([s.x for s in (v, a) if s is not None])
+                yield block
                 del block
+
+    def _run_blocks(self, v: StreamArgs | None, a: StreamArgs | None, skips: list[BlockSkip]) -> tuple:
+        for block, skip in zip(self.bound_blocks(), skips, strict=True):
+            v, a = block(v, a, skip)
+            mx.eval([s.x for s in (v, a) if s is not None])
         return v, a
 
 
@@ -165,10 +192,11 @@ def _dims(c: TransformerConfig) -> tuple[StreamDims | None, StreamDims | None]:
     return video, audio
 
 
-def build_streamed(pack) -> StreamedLTX:
-    """The pack's transformer as a `StreamedLTX`: config from the (lazily mapped) tensors' shapes as the
-    resident build reads it, the LoRA set checked against every weight, the non-block weights loaded."""
-    parts = pack.stream_parts("transformer")
+def build_streamed(pack, component: str = "transformer") -> StreamedLTX:
+    """The pack's DiT (`transformer`, or a guidance pass's `transformer_dev`) as a `StreamedLTX`: config
+    from the (lazily mapped) tensors' shapes as the resident build reads it, the LoRA set checked against
+    every weight, the non-block weights loaded."""
+    parts = pack.stream_parts(component)
     spans: dict[str, Span] = {}
     lazy: dict[str, mx.array] = {}
     for path in parts["files"]:
@@ -176,7 +204,7 @@ def build_streamed(pack) -> StreamedLTX:
         lazy.update(strip_prefix(read_safetensors(path), parts["prefix"], file=str(path)))
     sanitize = LTXModel.sanitize
     updates = check_loras(lazy, parts["loras"], sanitize, file=parts["label"]) if parts["loras"] else []
-    config = TransformerConfig.from_weights(pack.component_config("transformer"), lazy)
+    config = TransformerConfig.from_weights(pack.component_config(component), lazy)
     per_block: dict[int, dict[str, Span]] = {i: {} for i in range(config.num_layers)}
     resident_keys = []
     for key, span in spans.items():

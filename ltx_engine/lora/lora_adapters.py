@@ -64,21 +64,43 @@ def _set(node: object, name: str, value: nn.Module) -> None:
         setattr(node, name, value)
 
 
-def attach_loras(model: nn.Module, weights: dict[str, mx.array], loras: Sequence[LoraInput], rename: Rename, *,
-                 file: str, component: str = "transformer") -> list[str]:
-    """Wrap every layer the set targets in a `LoraAdapter` (the model's module paths are its pack keys);
-    `weights` (the component's tensors, lazy is fine) resolve and check the set as fusion does. Returns
-    the adapted module paths. A layer that is already an adapter is refused (detach first)."""
-    paths = []
-    for target, (a, b) in stacked_factors(check_loras(weights, loras, rename, file=file, component=component)).items():
-        path = target.removesuffix(".weight")
+def adapter_factors(weights: dict[str, mx.array], loras: Sequence[LoraInput], rename: Rename, *, file: str,
+                    component: str = "transformer") -> dict[str, tuple[mx.array, mx.array]]:
+    """Module path -> its stacked (A, B): the set resolved and checked against `weights` (the component's
+    tensors, lazy is fine) as fusion does."""
+    factors = stacked_factors(check_loras(weights, loras, rename, file=file, component=component))
+    return {target.removesuffix(".weight"): ab for target, ab in factors.items()}
+
+
+def wrap_layers(model: nn.Module, factors: dict[str, tuple[mx.array, mx.array]], *, file: str) -> list[str]:
+    """Wrap each module path of `factors` (paths in `model`) in a `LoraAdapter`; returns the paths."""
+    for path, (a, b) in factors.items():
         parent, name = _parent_and_name(model, path)
         layer = _get(parent, name)
         if not isinstance(layer, (nn.Linear, nn.QuantizedLinear)):
             raise TypeError(f"{file}: {path} is a {type(layer).__name__}, not a Linear layer to adapt")
         _set(parent, name, LoraAdapter(layer, a, b))
-        paths.append(path)
-    return paths
+    return list(factors)
+
+
+def attach_loras(model: nn.Module, weights: dict[str, mx.array], loras: Sequence[LoraInput], rename: Rename, *,
+                 file: str, component: str = "transformer") -> list[str]:
+    """Wrap every layer the set targets in a `LoraAdapter` (the model's module paths are its pack keys);
+    `weights` (the component's tensors, lazy is fine) resolve and check the set as fusion does. Returns
+    the adapted module paths. A layer that is already an adapter is refused (detach first). A model
+    whose blocks are bound at run time (a streamed DiT, `attach_adapters`) takes the factors and wraps
+    each block's layers as it binds it."""
+    factors = adapter_factors(weights, loras, rename, file=file, component=component)
+    attach = getattr(model, "attach_adapters", None)
+    if attach is not None:
+        attach(factors, file=file)
+        return list(factors)
+    return wrap_layers(model, factors, file=file)
+
+
+def has_adapters(model: nn.Module) -> bool:
+    """Whether `model` has a set attached (a streamed DiT holds its blocks' factors until it binds them)."""
+    return bool(getattr(model, "adapters", None)) or any(isinstance(m, LoraAdapter) for _, m in model.named_modules())
 
 
 def detach_loras(model: nn.Module) -> int:

@@ -243,8 +243,11 @@ def sp_forward(model, video, audio, ex: Exchange, perturbation=None) -> tuple[mx
     v = model._prepare(video, audio, "")
     a = None if audio is None else replace(model._prepare(audio, video, "audio_"), frozen=not audio.enabled)
     shards = [shard_stream(v, ex.plan.indices(r)) for r in ex.ranks]
-    for block, skip in zip(model.transformer_blocks, skips, strict=True):
+    bound = getattr(model, "bound_blocks", None)  # a streamed DiT binds each block when reached (loading/streaming.py)
+    for block, skip in zip(bound() if bound else model.transformer_blocks, skips, strict=True):
         shards, a = sp_block(block, shards, a, ex, skip)
+        if bound:  # this block's outputs now, before the next one binds
+            mx.eval([s.x for s in shards] + ([a.x] if a is not None else []))
     vx = ex.gather([model._output("", s) for s in shards], 1, "output").astype(video.latent.dtype)
     ax = model._output("audio_", a).astype(audio.latent.dtype) if a is not None and not a.frozen else None
     return vx, ax
