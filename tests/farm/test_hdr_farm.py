@@ -82,15 +82,20 @@ def reference(runner25, clip, tmp_path_factory):
 DIFFUSION = {"width": 256, "encode_tiles": "off", "video_decoder": "diffusion", "decode_tiles": "48,192,192"}
 
 
+def _local_variant(runner25, clip, tmp_path_factory, extra: dict, name: str) -> tuple:
+    """`--local` of the grade with `extra` over the module's spec: its mp4 and task outputs."""
+    path, spec = clip
+    folder = tmp_path_factory.mktemp(name)
+    mp4, outputs, _ = render_local(
+        {**spec, **extra}, folder / "local.mp4", runner25, media={spec["hdr_ic_lora"]["blob"]: path}
+    )
+    return mp4, {tid.removeprefix("local."): out for tid, out in outputs.items()}
+
+
 @pytest.fixture(scope="module")
 def diffusion_reference(runner25, clip, tmp_path_factory):
     """`--local` of the grade under the diffusion decoder: its frames and task outputs."""
-    path, spec = clip
-    folder = tmp_path_factory.mktemp("hdr-diff-local")
-    mp4, outputs, _ = render_local(
-        {**spec, **DIFFUSION}, folder / "local.mp4", runner25, media={spec["hdr_ic_lora"]["blob"]: path}
-    )
-    return mp4, {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    return _local_variant(runner25, clip, tmp_path_factory, DIFFUSION, "hdr-diff-local")
 
 
 GANGED = {"stage1_parallel": "2", "decode_tiles": "off"}
@@ -99,12 +104,7 @@ GANGED = {"stage1_parallel": "2", "decode_tiles": "off"}
 @pytest.fixture(scope="module")
 def ganged_reference(runner25, clip, tmp_path_factory):
     """`--local` of the grade under `--stage1-parallel 2`: its stage split 2 ways in the process."""
-    path, spec = clip
-    folder = tmp_path_factory.mktemp("hdr-sp-local")
-    mp4, outputs, _ = render_local(
-        {**spec, **GANGED}, folder / "local.mp4", runner25, media={spec["hdr_ic_lora"]["blob"]: path}
-    )
-    return mp4, {tid.removeprefix("local."): out for tid, out in outputs.items()}
+    return _local_variant(runner25, clip, tmp_path_factory, GANGED, "hdr-sp-local")
 
 
 @pytest.fixture(scope="module")
