@@ -12,9 +12,8 @@ from ltx_engine import hdr_pipeline
 from ltx_engine.conditioning import GUIDE, ImageCondition
 from ltx_engine.loading.pack import WeightPack
 from ltx_engine.lora.lora import WithLoras
-from ltx_engine.parallel.sp_denoise import Split
 from ltx_engine.rules import hdr_lora
-from worker.sp_stage import resume_from
+from worker.sp_stage import resume_from, split_of
 
 
 def hdr_stage(engine, pack: WeightPack, params: dict, inputs: dict[str, np.ndarray], progress=None, group=None,
@@ -45,6 +44,6 @@ def hdr_stage(engine, pack: WeightPack, params: dict, inputs: dict[str, np.ndarr
     )
     stage = hdr_pipeline.stage_inputs(render, shape, inputs["reference_latent"], guides, seams)
     fused = WithLoras(pack, ((str(lora), hdr_lora.HDR_LORA_STRENGTH),))
-    degree = group.size() if group is not None else int(params.get("stage1_parallel") or 1)
-    split = Split(degree, group) if degree > 1 or group is not None else None
-    return hdr_pipeline.denoise_video(engine, fused, stage, split, progress, resume_from(params, inputs), on_step)
+    split = split_of(params, group)  # one shard: the plain loop, as run_stage1 takes it
+    return hdr_pipeline.denoise_video(engine, fused, stage, split if split.degree > 1 else None, progress,
+                                      resume_from(params, inputs), on_step)
