@@ -19,7 +19,6 @@ carries the upsampled slot and whose three decode tiles each read stage 2's slot
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -32,6 +31,7 @@ from farm_cli.local import render_local
 from ltx_engine.tiny.tiny_pack import DETAILING_LORA
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done, wait_until
+from tests.session_fixtures import link_packs, pack_without
 
 ARGS = [
     "-p",
@@ -81,58 +81,46 @@ WORKERS = 3
 
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory, tiny_packs):
-    """tiny25 (with vae_decoder_av), tiny25-conv (the same pack without it) and the 2.3 tiny pack."""
-    from ltx_engine.tiny.tiny_pack import write_tiny_pack
-
+def packs(tmp_path_factory, tiny25_pack, tiny_packs):
+    """tiny25 (with vae_decoder_av), tiny25-conv (the same pack without it) and the 2.3 tiny pack: links
+    to the session's packs."""
     folder = tmp_path_factory.mktemp("diffdec-packs")
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    shutil.copytree(
-        folder / "tiny25", folder / "tiny25-conv", ignore=shutil.ignore_patterns("vae_decoder_av.*")
-    )
-    shutil.copytree(tiny_packs / "tiny", folder / "tiny")
-    return folder
+    pack_without(folder / "tiny25-conv", tiny25_pack, "vae_decoder_av.safetensors")
+    return link_packs(folder, tiny25=tiny25_pack, tiny=tiny_packs / "tiny")
+
+
+def _local(spec: dict, runner25, folder, pictures: tuple = ()) -> tuple[dict, object]:
+    """Task name -> output shas of `farm render --local` (the reference; the session's warm tiny25
+    runner, the same pack as the farm's), and its mp4."""
+    path, outputs, _ = render_local(dict(spec), folder / "local.mp4", runner25, list(pictures))
+    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, path
 
 
 @pytest.fixture(scope="module")
-def local_shas(packs, tmp_path_factory):
+def local_shas(runner25, tmp_path_factory):
     """Task name -> output shas of `farm render --local` (the reference)."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-local") / "local.mp4"
-    _, outputs, _ = render_local(SPEC, out, Runner(packs))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}
+    return _local(SPEC, runner25, tmp_path_factory.mktemp("diffdec-local"))[0]
 
 
 @pytest.fixture(scope="module")
-def dfr_local_shas(packs, tmp_path_factory):
+def dfr_local_shas(runner25, tmp_path_factory):
     """The DFR render's task outputs under `farm render --local`."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-dfr-local") / "local.mp4"
-    _, outputs, _ = render_local(dict(DFR_SPEC), out, Runner(packs))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}
+    return _local(DFR_SPEC, runner25, tmp_path_factory.mktemp("diffdec-dfr-local"))[0]
 
 
 @pytest.fixture(scope="module")
-def keyed_local_shas(packs, tmp_path_factory):
+def keyed_local_shas(runner25, tmp_path_factory):
     """The keyframed (no DFR) render's task outputs under `farm render --local`."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-keyed-local") / "local.mp4"
     spec = {**KEYED_SPEC, "images": KEYED_IMAGES}
-    path, outputs, _ = render_local(spec, out, Runner(packs), list(PICTURES))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, _mp4_frames(path)
+    shas, path = _local(spec, runner25, tmp_path_factory.mktemp("diffdec-keyed-local"), tuple(PICTURES))
+    return shas, _mp4_frames(path)
 
 
 @pytest.fixture(scope="module")
-def generated_local_shas(packs, tmp_path_factory):
+def generated_local_shas(runner25, tmp_path_factory):
     """The generated-keyframes (no DFR) render's task outputs and frames under `farm render --local`."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-generated-local") / "local.mp4"
-    path, outputs, _ = render_local(dict(GENERATED_SPEC), out, Runner(packs))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, _mp4_frames(path)
+    shas, path = _local(GENERATED_SPEC, runner25, tmp_path_factory.mktemp("diffdec-generated-local"))
+    return shas, _mp4_frames(path)
 
 
 def _mp4_frames(path) -> list[np.ndarray]:
