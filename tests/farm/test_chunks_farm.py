@@ -1,10 +1,12 @@
 """A chunked distilled render on a real farm: 3 windows of 17 frames carrying 9 (stage 2 in 1x2 tiles,
 each window decoded in 2 tiles) with the decoded carry (blended from the decode tiles on the coordinator) and
 with the latent carry, 3 windows with a long A2V track (each window frozen to its own slice), and 2 windows
-with two `--segment`s (each window its own text task), each on 3 workers and on 2.
+with two `--segment`s (each window its own text task), each on 3 workers; the guided two-stage recipe
+chunked on 2 (the third drained). One worker count per case: a chunked render's plan is the same on any
+number of workers (its tiles are given), so a second count would only deal the same tasks again.
 Every task's output is bit for bit `farm render --local`'s, and so are the joined clip's frames in render.mp4.
 Each spec's `--local` reference is rendered once for the module; the farm starts with 3 workers and its
-third is drained for the 2-worker runs (pytest runs every 3-worker test first: `workers` is module-scoped)."""
+third is drained for the last (2-worker) test."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def _fleet(chunk_farm, workers: int) -> None:
         chunk_farm.procs.pop(name).wait(timeout=60)
 
 
-def _farm_equals_local(chunk_farm, spec: dict, local_runner, folder, workers: int = 2,
+def _farm_equals_local(chunk_farm, spec: dict, local_runner, folder, workers: int,
                        media: dict | None = None, images: tuple = ()) -> tuple[dict, np.ndarray, object]:
     """Render `spec` on the module farm's `workers` and with `--local`: every task output and the mp4's
     frames bit for bit equal, only those workers (and the coordinator) ran tasks; (the farm's tasks by
@@ -86,30 +88,22 @@ def chunk_farm(mstore, chunk_packs, tmp_path_factory):
         yield ModuleFarm(client, procs, data, chunk_packs)
 
 
-@pytest.fixture(scope="module", params=[3, 2], ids=["3-workers", "2-workers"])
-def workers(request) -> int:
-    """How many of the module farm's workers a test renders on; module-scoped, so pytest runs all the
-    3-worker tests before the 2-worker ones and the third worker is drained once."""
-    return request.param
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("carry", ["decoded", "latent"])
-def test_three_windows_match_local(carry, workers, chunk_farm, local_runner, tmp_path):
-    tasks, frames, _ = _farm_equals_local(chunk_farm, {**SPEC, "chunk_carry": carry}, local_runner, tmp_path,
-                                          workers)
+def test_three_windows_match_local(carry, chunk_farm, local_runner, tmp_path):
+    tasks, frames, _ = _farm_equals_local(chunk_farm, {**SPEC, "chunk_carry": carry}, local_runner, tmp_path, 3)
     carried = "chunk_carry" if carry == "decoded" else "chunk_latent_carry"
     assert sum(t["kind"] == carried for t in tasks.values()) == (2 if carry == "decoded" else 4)
     assert frames.shape[0] == 33
 
 
 @pytest.mark.timeout(300)
-def test_two_windows_with_two_segments_match_local(workers, chunk_farm, local_runner, tmp_path):
+def test_two_windows_with_two_segments_match_local(chunk_farm, local_runner, tmp_path):
     """Windows [0, 17) and [8, 25) frames: "sleeps" [0, 0.5) s and "runs" [0.5, 1.04) s each straddle the
     seam, so each window relays both, clipped to it, from a text task of its own."""
     spec = {**SPEC, "frames": 25, "segments": [{"text": "the fox sleeps", "seconds": 0.5},
                                                {"text": "the fox runs", "seconds": 0.54}]}
-    tasks, frames, _ = _farm_equals_local(chunk_farm, spec, local_runner, tmp_path, workers)
+    tasks, frames, _ = _farm_equals_local(chunk_farm, spec, local_runner, tmp_path, 3)
     assert sorted(n for n, t in tasks.items() if t["kind"] == "text_encode") == ["w0.text", "w1.text"]
     assert all(RELAY in tasks[f"w{k}.text"]["outputs"] for k in (0, 1))
     assert frames.shape[0] == 25
@@ -122,15 +116,14 @@ def _audio(path) -> tuple[np.ndarray, int]:
 
 
 @pytest.mark.timeout(300)
-def test_three_windows_with_a_long_track_match_local(workers, chunk_farm, local_runner, tmp_path):
+def test_three_windows_with_a_long_track_match_local(chunk_farm, local_runner, tmp_path):
     """A2V chunked: a 3 s tone from 0.25 s; each window encodes and freezes its own slice of it, the output
     muxes the track's window of the whole clip: as long as the 33 frames and sounding throughout."""
     wav = write_wav(tmp_path / "tone.wav", seconds=3.0)
     sha = hashlib.sha256(wav.read_bytes()).hexdigest()
     assert chunk_farm.client.put_blob(wav.read_bytes()) == sha
     spec = {**SPEC, "audio_input": {"blob": sha, "start": 0.25, "name": "tone.wav"}}
-    tasks, frames, mp4 = _farm_equals_local(chunk_farm, spec, local_runner, tmp_path, workers,
-                                            media={sha: wav})
+    tasks, frames, mp4 = _farm_equals_local(chunk_farm, spec, local_runner, tmp_path, 3, media={sha: wav})
     assert sorted(n for n, t in tasks.items() if t["kind"] == "audio_encode") == ["audio", "w0.audio", "w1.audio",
                                                                                   "w2.audio"]
     assert frames.shape[0] == 33
@@ -153,7 +146,7 @@ def test_two_guided_windows_with_a_keyframe_on_two_workers_match_local(chunk_far
     keyframe at frame 20 guides window 1 at its frame 12. `--local` runs the same plan on the dev pack."""
     from worker.runner import Runner
 
-    tasks, frames, _ = _farm_equals_local(chunk_farm, GUIDED, Runner(chunk_packs), tmp_path, images=(KEYFRAME,))
+    tasks, frames, _ = _farm_equals_local(chunk_farm, GUIDED, Runner(chunk_packs), tmp_path, 2, images=(KEYFRAME,))
     assert sorted(n for n, t in tasks.items() if t["kind"] == "text_encode") == ["negative", "text"]
     assert tasks["w1.stage1.prep"]["params"]["images"][1] == {"frame": 12, "strength": 0.8, "binding": "guide",
                                                               "input": "image1_latent"}

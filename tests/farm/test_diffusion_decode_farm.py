@@ -2,23 +2,23 @@
 
 The tiny 2.5 pack's `vae_decoder_av` decodes a 64x256x9 render in three latent tiles (48,192,192 px:
 the 160 px overlap leaves a 1-latent stride), each a `decode_tile` task with its own noise seed on any
-worker; the farm's every task output is the same blob, bit for bit, as `farm render --local`'s on 3
-and on 2 workers (one farm per worker count serves the module). Refusals through the real CLI: a
+worker; the farm's every task output is the same blob, bit for bit, as `farm render --local`'s on the
+module's one farm of 3 workers (the decode tiles are given, so the plan is the same on any count; the
+local reference decodes every tile in one process, the farm each tile wherever it is dealt). Refusals through the real CLI: a
 2.3 pack, a 2.5 pack without the file (naming it and the `hf download` that gets it), a bad decoder
 name, each one line, exit 2, nothing queued. And the keyframe-aware decode: a DFR base-path render
 (41 frames, the trimmed clip keeps slot 24) decoded in three tiles, each task given the plane the plan
-names, equal to `--local` on both farms. And the keyframe-aware decode without DFR: a plain distilled
+names, equal to `--local`. And the keyframe-aware decode without DFR: a plain distilled
 render with two `--image` keyframes past frame 0 (17 frames, images at 8 and 16) decoded in three tiles,
-each given both image planes, equal to `--local` on the 2-worker farm. And the generated keyframes
+each given both image planes, equal to `--local`. And the generated keyframes
 outside DFR: a distilled render with `--num-generated-keyframes 1` (17 frames, the slot at 8) whose stage 2
 carries the upsampled slot and whose three decode tiles each read stage 2's slot as their plane, equal to
-`--local` (every output and the frames) on the 2-worker farm.
+`--local` (every output and the frames).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -31,6 +31,7 @@ from farm_cli.local import render_local
 from ltx_engine.tiny.tiny_pack import DETAILING_LORA
 from protos.tensors import encode_tensor
 from tests.farm.farm_harness import ROOT, farm, join_token, wait_done, wait_until
+from tests.session_fixtures import link_packs, pack_without
 
 ARGS = [
     "-p",
@@ -76,62 +77,50 @@ GENERATED_SPEC = {**KEYED_SPEC, "num_generated_keyframes": 1}
 KEYED_IMAGES = [{"frame": 8, "strength": 0.9}, {"frame": "last", "strength": 1.0}]
 PICTURES = [(np.arange(96 * 128 * 3) % 251).astype(np.uint8).reshape(96, 128, 3)]
 PICTURES.append(np.ascontiguousarray(PICTURES[0][::-1, ::-1]))
-WORKERS = (3, 2)
+WORKERS = 3
 
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory, tiny_packs):
-    """tiny25 (with vae_decoder_av), tiny25-conv (the same pack without it) and the 2.3 tiny pack."""
-    from ltx_engine.tiny.tiny_pack import write_tiny_pack
-
+def packs(tmp_path_factory, tiny25_pack, tiny_packs):
+    """tiny25 (with vae_decoder_av), tiny25-conv (the same pack without it) and the 2.3 tiny pack: links
+    to the session's packs."""
     folder = tmp_path_factory.mktemp("diffdec-packs")
-    write_tiny_pack(folder / "tiny25", seed=0, variant="2.5")
-    shutil.copytree(
-        folder / "tiny25", folder / "tiny25-conv", ignore=shutil.ignore_patterns("vae_decoder_av.*")
-    )
-    shutil.copytree(tiny_packs / "tiny", folder / "tiny")
-    return folder
+    pack_without(folder / "tiny25-conv", tiny25_pack, "vae_decoder_av.safetensors")
+    return link_packs(folder, tiny25=tiny25_pack, tiny=tiny_packs / "tiny")
+
+
+def _local(spec: dict, runner25, folder, pictures: tuple = ()) -> tuple[dict, object]:
+    """Task name -> output shas of `farm render --local` (the reference; the session's warm tiny25
+    runner, the same pack as the farm's), and its mp4."""
+    path, outputs, _ = render_local(dict(spec), folder / "local.mp4", runner25, list(pictures))
+    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, path
 
 
 @pytest.fixture(scope="module")
-def local_shas(packs, tmp_path_factory):
+def local_shas(runner25, tmp_path_factory):
     """Task name -> output shas of `farm render --local` (the reference)."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-local") / "local.mp4"
-    _, outputs, _ = render_local(SPEC, out, Runner(packs))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}
+    return _local(SPEC, runner25, tmp_path_factory.mktemp("diffdec-local"))[0]
 
 
 @pytest.fixture(scope="module")
-def dfr_local_shas(packs, tmp_path_factory):
+def dfr_local_shas(runner25, tmp_path_factory):
     """The DFR render's task outputs under `farm render --local`."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-dfr-local") / "local.mp4"
-    _, outputs, _ = render_local(dict(DFR_SPEC), out, Runner(packs))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}
+    return _local(DFR_SPEC, runner25, tmp_path_factory.mktemp("diffdec-dfr-local"))[0]
 
 
 @pytest.fixture(scope="module")
-def keyed_local_shas(packs, tmp_path_factory):
+def keyed_local_shas(runner25, tmp_path_factory):
     """The keyframed (no DFR) render's task outputs under `farm render --local`."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-keyed-local") / "local.mp4"
     spec = {**KEYED_SPEC, "images": KEYED_IMAGES}
-    path, outputs, _ = render_local(spec, out, Runner(packs), list(PICTURES))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, _mp4_frames(path)
+    shas, path = _local(spec, runner25, tmp_path_factory.mktemp("diffdec-keyed-local"), tuple(PICTURES))
+    return shas, _mp4_frames(path)
 
 
 @pytest.fixture(scope="module")
-def generated_local_shas(packs, tmp_path_factory):
+def generated_local_shas(runner25, tmp_path_factory):
     """The generated-keyframes (no DFR) render's task outputs and frames under `farm render --local`."""
-    from worker.runner import Runner
-
-    out = tmp_path_factory.mktemp("diffdec-generated-local") / "local.mp4"
-    path, outputs, _ = render_local(dict(GENERATED_SPEC), out, Runner(packs))
-    return {name.removeprefix("local."): shas for name, shas in outputs.items()}, _mp4_frames(path)
+    shas, path = _local(GENERATED_SPEC, runner25, tmp_path_factory.mktemp("diffdec-generated-local"))
+    return shas, _mp4_frames(path)
 
 
 def _mp4_frames(path) -> list[np.ndarray]:
@@ -152,14 +141,14 @@ def _same_as_local(client, render_id: str, tasks: dict, local: tuple, tmp_path) 
     assert all(np.array_equal(a, b) for a, b in zip(frames, local_frames, strict=True))
 
 
-@pytest.fixture(scope="module", params=WORKERS, ids=[f"{n}-workers" for n in WORKERS])
-def diff_farm(request, redis_server, tmp_path_factory, packs):
+@pytest.fixture(scope="module")
+def diff_farm(redis_server, tmp_path_factory, packs):
     redis = connect(redis_server.url)
     redis.flushdb()
     data = tmp_path_factory.mktemp("diffdec-farm")
     (data / "client").mkdir()
     (data / "client" / "packs").symlink_to(packs)  # `farm render --local` reads FARM_DATA/packs
-    with farm(FarmStore(redis), data, packs, workers=request.param) as (client, _procs):
+    with farm(FarmStore(redis), data, packs, workers=WORKERS) as (client, _procs):
         from coordinator.api.auth import load_or_create_token
 
         env = {
@@ -170,11 +159,11 @@ def diff_farm(request, redis_server, tmp_path_factory, packs):
             "FARM_TOKEN": join_token(data, load_or_create_token(data)),
         }
         wait_until(
-            lambda: sum(len(w.get("packs") or {}) >= 3 for w in client.workers()) >= request.param,
+            lambda: sum(len(w.get("packs") or {}) >= 3 for w in client.workers()) >= WORKERS,
             60,
             "the workers to describe their packs",
         )
-        yield client, env, request.param
+        yield client, env
     redis.close()
 
 
@@ -191,7 +180,7 @@ def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.timeout(600)
 def test_tiled_diffusion_decode_matches_local(diff_farm, local_shas):
-    client, env, _workers = diff_farm
+    client, env = diff_farm
     done = _cli(env, "submit", *ARGS, "--pack", "tiny25", "--coordinator", client.address)
     assert done.returncode == 0, done.stderr[-3000:]
     render = wait_done(client, done.stdout.strip().splitlines()[-1], timeout=500)
@@ -211,7 +200,7 @@ def test_tiled_diffusion_decode_matches_local(diff_farm, local_shas):
 def test_keyframe_aware_dfr_decode_matches_local(diff_farm, dfr_local_shas):
     """Each decode tile gets the trimmed clip's keyframes input and the plane (global frame 24) it
     attends to; every task output equals `--local`'s."""
-    client, _env, _workers = diff_farm
+    client, _env = diff_farm
     render = wait_done(client, client.submit(dict(DFR_SPEC)), timeout=380)
     tasks = {t["id"].removeprefix(render["id"] + "."): t for t in render["tasks"]}
     tiles = [tasks[f"decode.t{i}"] for i in range(3)]
@@ -224,11 +213,10 @@ def test_keyframe_aware_dfr_decode_matches_local(diff_farm, dfr_local_shas):
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("diff_farm", WORKERS[1:], indirect=True, ids=["2-workers"])  # once, on 2 workers
 def test_keyframe_aware_decode_of_a_keyframed_render_matches_local(diff_farm, keyed_local_shas, tmp_path):
     """No DFR: each decode tile gets the two image planes (frames 8 and 16, their full-size encodes);
     every task output and the frames equal `--local`'s."""
-    client, _env, _workers = diff_farm
+    client, _env = diff_farm
     local_shas, local_frames = keyed_local_shas
     blobs = [client.put_blob(encode_tensor(picture)) for picture in PICTURES]
     images = [{**im, "blob": b} for im, b in zip(KEYED_IMAGES, blobs, strict=True)]
@@ -242,11 +230,10 @@ def test_keyframe_aware_decode_of_a_keyframed_render_matches_local(diff_farm, ke
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("diff_farm", WORKERS[1:], indirect=True, ids=["2-workers"])  # once, on 2 workers
 def test_generated_keyframes_carried_into_stage2_and_decoded_match_local(diff_farm, generated_local_shas, tmp_path):
     """Stage 1's slot (frame 8), upsampled, is stage 2's slot; each decode tile reads stage 2's slot as its
     plane; every task output and the frames equal `--local`'s."""
-    client, _env, _workers = diff_farm
+    client, _env = diff_farm
     local_shas, local_frames = generated_local_shas
     render = wait_done(client, client.submit(dict(GENERATED_SPEC)), timeout=380)
     tasks = {t["id"].removeprefix(render["id"] + "."): t for t in render["tasks"]}
@@ -259,11 +246,8 @@ def test_generated_keyframes_carried_into_stage2_and_decoded_match_local(diff_fa
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    "diff_farm", WORKERS[:1], indirect=True, ids=["3-workers"]
-)  # once, on the first farm
 def test_refusals_are_one_line_exit_2_nothing_queued(diff_farm):
-    client, env, _workers = diff_farm
+    client, env = diff_farm
     queued = [r["id"] for r in client.list()]
     cases = [
         (("render", "--local", *ARGS, "--pack", "tiny"), "needs an LTX-2.5 pack"),
