@@ -1,4 +1,4 @@
-"""The guided recipes on real workers: one-stage, two-stage and two-stage HQ on 3 workers (the plan is the
+"""The guided recipes on real workers: one-stage, two-stage and two-stage HQ on 2 workers (the plan is the
 same on 1, 2 or 3), each bit-identical to `farm render --local` on the tiny dev-only pack (one farm for the
 module, workers added as tests ask for them); a worker SIGKILLed while it holds a guidance pass loses
 only that pass; bad guidance input is refused at submit with nothing queued; one modality's skip step
@@ -135,9 +135,10 @@ def test_a_worker_killed_mid_pass_loses_only_that_pass(guided_farm, mstore, refe
     del guided_farm.procs["victim"]
 
 
-# One worker count per recipe: a guided plan (its passes and guide steps) is the same on 1, 2 or 3 workers;
-# 3 is the count where a step's passes run at once on different workers.
-CASES = [(3, name) for name in SPECS]
+# One worker count for the module: a guided plan (its passes and guide steps) is the same on 1, 2 or 3
+# workers; on 2 a step's passes already run at once on different workers.
+WORKERS = 2
+CASES = [(WORKERS, name) for name in SPECS]
 
 
 @pytest.mark.timeout(240)
@@ -160,7 +161,7 @@ def test_guided_on_the_farm_equals_local(workers, name, guided_farm, reference):
 def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
     """A user LoRA (a pack file) on every guidance pass (HQ: under the distilled LoRA too): farm == local,
     and the passes' outputs differ from the render without it."""
-    guided_farm.workers(3)
+    guided_farm.workers(WORKERS)
     spec = {**SPECS[name], "loras": LORA}
     render = wait_done(guided_farm.client, guided_farm.client.submit(spec), timeout=100)
     arrays = farm_results(guided_farm.client, render)
@@ -168,7 +169,7 @@ def test_user_loras_reach_the_guided_passes(name, guided_farm, reference):
     assert not np.array_equal(arrays["stage1_video"], reference(name)["stage1_video"])
     passes = [t for t in render["tasks"] if t["kind"] == "guidance_pass"]
     assert all(t["params"]["loras"] == LORA for t in passes)
-    assert sum(int(t["metrics"]["lora_fusions"]) for t in passes) <= 3 * (1 if name == "one-stage" else 2)
+    assert sum(int(t["metrics"]["lora_fusions"]) for t in passes) <= WORKERS * (1 if name == "one-stage" else 2)
 
 
 @pytest.mark.timeout(150)
@@ -181,7 +182,7 @@ def test_unfused_user_loras_on_the_guided_recipes_on_2_workers_equal_local(name,
     spec = {**SPECS[name], "loras": LORA, "lora_mode": "unfused"}
     _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner)
     guided_farm.workers(2)
-    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # a worker beyond the module's two
         guided_farm.stop(extra)
     render = wait_done(guided_farm.client, guided_farm.client.submit(dict(spec)), timeout=120)
     arrays = farm_results(guided_farm.client, render)
@@ -258,7 +259,7 @@ def test_a2v_dev_on_2_workers_equals_local(name, guided_farm, dev_runner, tmp_pa
     spec = {**SPECS[name], "audio_input": {"blob": sha, "start": 0.25, "name": "tone.wav"}}
     _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner, media={sha: wav})
     guided_farm.workers(2)
-    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # a worker beyond the module's two
         guided_farm.stop(extra)
     assert guided_farm.client.put_blob(wav.read_bytes()) == sha
     render = wait_done(guided_farm.client, guided_farm.client.submit(dict(spec)), timeout=100)
@@ -328,17 +329,23 @@ T2A = {"prompt": "a bell rings", "frames": 9, "seed": 3, "pack": "dev", "pipelin
        "stg_blocks": [1], "negative_prompt": "noise"}
 
 
+@pytest.fixture(scope="module")
+def t2a_local(dev_runner, tmp_path_factory):
+    """`--local` of T2A, for both T2A tests: the wav, task outputs and blobs."""
+    return render_local(dict(T2A), tmp_path_factory.mktemp("t2a-local") / "local.wav", dev_runner)
+
+
 @pytest.mark.timeout(120)
-def test_t2a_on_2_workers_equals_local(guided_farm, dev_runner, tmp_path):
+def test_t2a_on_2_workers_equals_local(guided_farm, t2a_local, tmp_path):
     """Every task output bit for bit --local, no video task, and the fetched WAV is --local's file, its
     samples the decoded waveform as upstream scales it."""
     import wave
 
     from coordinator.assemble.audio_file import pcm16
 
-    local_wav, outputs, blobs = render_local(dict(T2A), tmp_path / "local.wav", dev_runner)
+    local_wav, outputs, blobs = t2a_local
     guided_farm.workers(2)
-    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # a worker beyond the module's two
         guided_farm.stop(extra)
     render = wait_done(guided_farm.client, guided_farm.client.submit(dict(T2A)), timeout=100)
     tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
@@ -364,12 +371,12 @@ def test_t2a_on_2_workers_equals_local(guided_farm, dev_runner, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_t2a_with_a_user_lora_on_2_workers_equals_local(guided_farm, dev_runner, tmp_path):
+def test_t2a_with_a_user_lora_on_2_workers_equals_local(guided_farm, dev_runner, t2a_local, tmp_path):
     """Upstream's T2A takes LoRAs (an accent LoRA is its example): the pack file's factors on every audio-only
     pass, farm == --local for every output, the audio different from the render without it."""
     spec = {**T2A, "loras": LORA}
     _, outputs, blobs = render_local(dict(spec), tmp_path / "lora.wav", dev_runner)
-    _, plain, plain_blobs = render_local(dict(T2A), tmp_path / "plain.wav", dev_runner)
+    _, plain, plain_blobs = t2a_local
     guided_farm.workers(2)
     render = wait_done(guided_farm.client, guided_farm.client.submit(spec), timeout=100)
     tasks = {t["id"].removeprefix(f"{render['id']}."): t for t in render["tasks"]}
@@ -406,7 +413,7 @@ def test_generated_keyframes_in_every_guided_pass_on_2_workers_equal_local(name,
     spec = GENERATED[name]
     _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner)
     guided_farm.workers(2)
-    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # a worker beyond the module's two
         guided_farm.stop(extra)
     client = guided_farm.client  # the planner needs the pack's generation (2.5) at submit
     wait_until(lambda: sum(bool((w.get("packs") or {}).get("dev25")) for w in client.workers()) >= 2, 60,
@@ -433,7 +440,7 @@ def test_stage1_parallel_gangs_the_guided_passes_on_2_workers_equal_local(guided
     _, outputs, blobs = render_local(dict(spec), tmp_path / "local.mp4", dev_runner)
     assert_identical(local_results(outputs, blobs), reference("one-stage"))
     guided_farm.workers(2)
-    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # earlier tests' third worker
+    for extra in [w for w in guided_farm.procs if w not in ("w1", "w2")]:  # a worker beyond the module's two
         guided_farm.stop(extra)
     render = wait_done(guided_farm.client, guided_farm.client.submit(dict(spec)), timeout=200)
     assert_identical(farm_results(guided_farm.client, render), local_results(outputs, blobs))

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -20,7 +21,8 @@ from coordinator.state.redis_server import connect
 from coordinator.state.replicated import ReplicatedRedis
 from coordinator.state.sentinel import FULL_WAIT_EVERY_S, SentinelUrl, check_redis_url, parse_sentinel_url
 from coordinator.state.store import EpochNotReplicated, FarmStore, NotLeader
-from farm_cli.bench.standby import PHASES, SEEDS, StandbyFarm, chaos_round, client_spec
+from farm_cli.bench import standby
+from farm_cli.bench.standby import PHASES, SEEDS, StandbyFarm, chaos_round
 from farm_cli.doctor import check_redis
 from farm_cli.local import render_local
 from farm_cli.remote import latents_from_outputs
@@ -28,12 +30,10 @@ from tests.farm.chaos import assert_same_outputs, assert_same_video
 from tests.farm.farm_harness import ROOT, start_worker
 from tests.farm.test_failover import (
     check_client_and_result,
-    cli_spec,
     free_port,
     serving_after,
     start_coordinator,
     stop_all,
-    submit_wait,
     wait_for_lease,
 )
 
@@ -182,16 +182,47 @@ def test_a_dead_member_comes_back_as_a_replica_and_writes_are_acknowledged_again
             time.sleep(0.2)
 
 
+BENCH_ARGS = standby.client_args
+
+
+def short_args(seed: int) -> list[str]:
+    """The bench's `farm submit` flags at 9 frames, not 25: the plan has the same tasks (stage-2 tiles, the
+    reducer steps, both decode tiles, the audio), each phase the round kills in comes round, in less compute."""
+    args = BENCH_ARGS(seed)
+    return [*args[:args.index("-f") + 1], "9", *args[args.index("-f") + 2:]]
+
+
 @pytest.fixture(scope="module")
-def standby_refs(local_runner, tmp_path_factory):
+def short_round():
+    """The bench's round on short renders: its client, its renders alongside and their references."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(standby, "client_args", short_args)
+        yield
+
+
+@pytest.fixture(scope="module")
+def standby_refs(short_round, local_runner, tmp_path_factory):
     """`farm render --local` of the round's three renders (the `--wait` client's and two alongside)."""
     folder = tmp_path_factory.mktemp("standby-local")
-    return {s: render_local(client_spec(s), folder / f"local-{s}.mp4", local_runner) for s in SEEDS}
+    return {s: render_local(standby.client_spec(s), folder / f"local-{s}.mp4", local_runner) for s in SEEDS}
+
+
+def test_the_short_round_plans_the_benchs_tasks():
+    """9 frames plan the tasks 25 do (ids, kinds, inputs, where they run): the round's phases are the bench's."""
+    from coordinator.plan.render import normalize_spec, plan_render
+    from farm_cli.render_options import spec_of_args
+
+    def plan(args: list[str]) -> list[tuple]:
+        tasks = plan_render(normalize_spec(spec_of_args(args).to_dict()), "r")
+        return [(t["id"], t["kind"], sorted(t.get("inputs") or {}), t.get("capability")) for t in tasks]
+
+    for seed in SEEDS:
+        assert plan(short_args(seed)) == plan(BENCH_ARGS(seed)) and "9" in short_args(seed)
 
 
 @pytest.mark.timeout(600)
 def test_the_mac_of_primary_and_leader_killed_in_every_phase_renders_finish_identical_to_local(
-        standby_refs, tiny_packs, tmp_path):
+        short_round, standby_refs, tiny_packs, tmp_path):
     """One round of `farm bench standby`: a leader and a standby coordinator process on the set (one
     replica, dead members revived), the Redis primary and the leader kill -9ed together at stage 2, a
     reducer step, a decode tile and assembling; the `submit --wait` client given both addresses exits 0,
@@ -243,15 +274,23 @@ def test_farm_up_with_replicas_starts_the_set_and_doctor_reads_its_health(tmp_pa
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_packs, local_runner, tmp_path_factory):
-    """`farm render --local` of the spec test_failover's `farm submit` sends: mp4 and stage latents."""
-    path, outputs, blobs = render_local(cli_spec(), tmp_path_factory.mktemp("local") / "ref.mp4", local_runner)
+def reference(standby_refs):
+    """`farm render --local` of the spec the `--wait` client below sends (the round's client's, seed 3, at 9
+    frames): mp4 and stage latents."""
+    path, outputs, blobs = standby_refs[SEEDS[0]]
     return path, latents_from_outputs(outputs, "local", blobs.get)
+
+
+def submit_wait(addresses: str, token: str, out: Path) -> subprocess.Popen:
+    """`farm submit --wait` of test_failover's render (tiled stage 2, tiled decode), at the round's 9 frames."""
+    cmd = [*CLI, "submit", *standby.client_args(SEEDS[0]), "--wait", "-o", str(out), "--coordinator", addresses]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "FARM_TOKEN": token})
 
 
 @pytest.mark.timeout(420)
 def test_the_leaders_mac_lost_with_the_primary_a_standby_takes_over_on_the_replicas(
-        reference, tiny_packs, tmp_path):
+        short_round, reference, tiny_packs, tmp_path):
     """The Mac holding the leading coordinator and the Redis primary dies (both kill -9 at stage 2): the
     sentinels promote a replica, the standby takes the lease with an epoch a replica holds, workers and
     `farm submit --wait` follow, and the render equals `farm render --local` bit for bit."""
