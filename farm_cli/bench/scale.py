@@ -148,9 +148,15 @@ def _median_pair(pairs: list[tuple[Run, Run]]) -> tuple[Run, Run]:
     return ranked[(len(ranked) - 1) // 2]
 
 
+def gangs(tasks: list[dict]) -> list[int]:
+    """The degree each stage-1 task ran at (its metrics' `stage1_parallel`: the gang's size, 1 alone)."""
+    return [int((t.get("metrics") or {}).get("stage1_parallel") or 1) for t in tasks if t.get("kind") == "denoise_stage1"]
+
+
 def _side(run: Run) -> dict:
     return {"wall_s": round(run.wall_s, 3), "parts": critical.by_part(run.path), "stages": critical.by_stage(run.path),
-            "path_sum_s": round(sum(s.seconds for s in run.path), 3), "pinning": run.pinning}
+            "path_sum_s": round(sum(s.seconds for s in run.path), 3), "pinning": run.pinning,
+            "stage1_gangs": gangs(run.tasks)}
 
 
 def _block(pairs: list[tuple[Run, Run]], workers: int) -> dict:
@@ -215,6 +221,7 @@ def _block_lines(title: str, block: dict, workers: int, goal: float) -> list[str
                f"{m['speedup']:.2f}x"] if m["speedup"] < goal else []),
             "  critical path, seconds (the median pair):", *_path_lines("1 worker", one),
             *_path_lines(f"{workers} workers", many),
+            f"  stage 1 ran on gangs of {one['stage1_gangs']} with 1 worker, {many['stage1_gangs']} with {workers}",
             f"  pinning: 1 worker on cpus {one['pinning'].get('allowed')}, cores used {one['pinning'].get('cores_used')}; "
             f"{workers} workers on {many['pinning'].get('allowed')}, cores used {many['pinning'].get('cores_used')}"]
 
@@ -237,10 +244,11 @@ def run(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, data
     import json
 
     from farm_cli.services import ensure_tiny_pack
+    from ltx_engine.tiny.tiny_pack import DIT_SIZES
 
     folder = common.data_dir(data)
-    if spec["pack"] == "tiny":
-        ensure_tiny_pack(folder)
+    if spec["pack"] in DIT_SIZES:  # tiny or bench: written once into the data folder's packs/
+        ensure_tiny_pack(folder, spec["pack"])
     if workers > len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}):
         typer.echo(f"bench scale: {workers} workers on fewer cores: they share cores", err=True)
     result = scale(spec, workers, pairs, queue, queue_pairs, folder / "packs")
