@@ -221,9 +221,19 @@ def _block_lines(title: str, block: dict, workers: int, goal: float) -> list[str
                f"{m['speedup']:.2f}x"] if m["speedup"] < goal else []),
             "  critical path, seconds (the median pair):", *_path_lines("1 worker", one),
             *_path_lines(f"{workers} workers", many),
-            f"  stage 1 ran on gangs of {one['stage1_gangs']} with 1 worker, {many['stage1_gangs']} with {workers}",
+            *_stage1_lines(m["stage1"], workers),
             f"  pinning: 1 worker on cpus {one['pinning'].get('allowed')}, cores used {one['pinning'].get('cores_used')}; "
             f"{workers} workers on {many['pinning'].get('allowed')}, cores used {many['pinning'].get('cores_used')}"]
+
+
+def _stage1_lines(s1: dict, workers: int) -> list[str]:
+    """Stage 1's degree and seconds per side, measured and modelled (the model's gang handling)."""
+    def seconds(xs: list[float]) -> str:
+        return "/".join(f"{x:.1f}" for x in xs)
+
+    return [f"  stage 1 ({name}): ran on gang(s) of {side['degree']} in {seconds(side['measured_s'])} s; model "
+            f"{side['degree_model']} in {seconds(side['model_s'])} s"
+            for name, side in (("1 worker", s1["one"]), (f"{workers} workers", s1["many"]))]
 
 
 def report(result: dict) -> list[str]:
