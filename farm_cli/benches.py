@@ -141,6 +141,8 @@ def scale(
     queue: Annotated[int, typer.Option("--queue", help="Renders in the throughput case.")] = 4,
     queue_pairs: Annotated[int, typer.Option("--queue-pairs", help="Interleaved queue pairs (0: none).")] = 1,
     pack: BenchPack = "bench",
+    cold: Annotated[bool, typer.Option("--cold", help="Fresh workers, their first imports and model loads timed "
+                                       "(default: each farm first renders one small untimed render per worker).")] = False,
     data: Annotated[Path | None, typer.Option("--data")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line (speedup, speedup_spread, queue_speedup, "
                                           "queue_speedup_spread, critical paths, stage-1 gangs, model).")] = False,
@@ -159,7 +161,7 @@ def scale(
     spec = {"prompt": "a fox running through fresh snow", "height": height, "width": width, "frames": frames,
             "frame_rate": 24.0, "pack": pack, "stage2_tiles": tiles, "decode_tiles": decode_tiles,
             "stage1_parallel": str(min(workers, 8))}  # gang up to N at lease time: 1 idle -> 1, N idle -> N
-    run(spec, workers, pairs, queue, queue_pairs, data, as_json)
+    run(spec, workers, pairs, queue, queue_pairs, data, as_json, warm=not cold)
 
 
 @bench_app.command("dealing")

@@ -87,9 +87,21 @@ def _wait_renders(store, ids: list[str], timeout_s: float = 3600) -> list[dict]:
     raise AssertionError  # unreachable: fail exits
 
 
-def measure(spec: dict, workers: int, renders: int, packs: Path) -> Run:
+def warm_spec(spec: dict, index: int) -> dict:
+    """A small render of `spec`'s recipe and pack that touches every model the measured render runs (text,
+    DiT, upsampler, VAE, audio): a farm that has been up holds them warm, so a warm-up of these leaves each
+    worker as a farm between renders would (imports paid, weights resident) for a fraction of the time. Its
+    own prompt (one per warm-up render): the prompt-embedding cache must not hand the measured render its
+    text, and each render's text encode can go to another worker."""
+    return {**spec, "prompt": f"warm-up {index}: a lamp on a table", "height": 128, "width": 256, "frames": 9,
+            "stage2_tiles": "1x2", "decode_tiles": "auto", "seed": 0}
+
+
+def measure(spec: dict, workers: int, renders: int, packs: Path, warm: bool = False) -> Run:
     """`renders` renders of `spec` (seeds 1..renders, submitted at once) on a fresh farm of `workers`
-    pinned workers: the wall time, its critical path, the tasks and the pinning seen."""
+    pinned workers: the wall time, its critical path, the tasks and the pinning seen. `warm`: the farm
+    first renders `workers` small warm-up renders at once (one per worker, untimed: `warm_spec`), so the
+    measured renders meet warm workers, as on a farm that has been up."""
     from farm_cli.bench.dealing import policy_farm
     from farm_cli.client import FarmClient
     from farm_cli.services import _stop_processes
@@ -102,6 +114,10 @@ def measure(spec: dict, workers: int, renders: int, packs: Path) -> Run:
             procs = spawn_pinned(address, data, workers)
             try:
                 _wait_workers(store, workers)
+                if warm:
+                    with FarmClient(address, token, timeout=60) as farm:
+                        _wait_renders(store, [farm.submit(warm_spec(spec, i)) for i in range(workers)])
+                    _wait_workers(store, workers)
                 cpu0, t0 = [_cpu_s(p.pid) for p in procs], time.monotonic()
                 with FarmClient(address, token, timeout=60) as farm:
                     ids = [farm.submit({**spec, "seed": i + 1}) for i in range(renders)]
@@ -174,24 +190,27 @@ def _block(pairs: list[tuple[Run, Run]], workers: int) -> dict:
             "critical_path": {"one": _side(one), "many": _side(many)}, "model": model}
 
 
-def measure_pairs(spec: dict, workers: int, renders: int, pairs: int, packs: Path) -> list[tuple[Run, Run]]:
+def measure_pairs(spec: dict, workers: int, renders: int, pairs: int, packs: Path,
+                  warm: bool = False) -> list[tuple[Run, Run]]:
     """`pairs` interleaved (1 worker, `workers` workers) runs of `renders` renders each."""
     out = []
     for i in range(pairs):
-        one = measure(spec, 1, renders, packs)
-        many = measure(spec, workers, renders, packs)
+        one = measure(spec, 1, renders, packs, warm)
+        many = measure(spec, workers, renders, packs, warm)
         out.append((one, many))
         typer.echo(f"{renders} render(s), pair {i + 1}: 1 worker {one.wall_s:.1f} s, {workers} workers "
                         f"{many.wall_s:.1f} s, speed-up {one.wall_s / many.wall_s:.2f}x", err=True)
     return out
 
 
-def scale(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, packs: Path) -> dict:
-    """The whole bench as one JSON-able dict: one render in `pairs` pairs, a queue in `queue_pairs`."""
+def scale(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, packs: Path, warm: bool = False) -> dict:
+    """The whole bench as one JSON-able dict: one render in `pairs` pairs, a queue in `queue_pairs`;
+    `warm`: each farm renders warm-up renders first (`measure`)."""
     load_before = os.getloadavg()
-    single = _block(measure_pairs(spec, workers, 1, pairs, packs), workers)
-    queued = _block(measure_pairs(spec, workers, queue, queue_pairs, packs), workers) if queue_pairs else None
+    single = _block(measure_pairs(spec, workers, 1, pairs, packs, warm), workers)
+    queued = _block(measure_pairs(spec, workers, queue, queue_pairs, packs, warm), workers) if queue_pairs else None
     return {"spec": {k: spec[k] for k in ("width", "height", "frames", "stage2_tiles", "decode_tiles", "pack")}, "workers": workers,
+            "warm": warm,
             "pairs": pairs, "speedup": single["speedup"], "speedup_spread": single["spread"],
             "queue_renders": queue, "queue_pairs": queue_pairs,
             "queue_speedup": queued["speedup"] if queued else None,
@@ -243,13 +262,17 @@ def report(result: dict) -> list[str]:
              f"{sp['decode_tiles']}, pack "
              f"{sp['pack']}, the same plan on 1 worker and on {n} (each worker one core), {result['pairs']} pair(s); "
              f"{result['cores']} cores, load {result['load'][0]:.2f} before, {result['load'][3]:.2f} after",
+             "  farms " + ("warm: each side first renders one small untimed render per worker (imports and models "
+                           "loaded, as on a farm that has been up)" if result.get("warm") else
+                           "cold: each side's workers start fresh (their first imports and model loads are timed)"),
              *_block_lines("one render", result["one"], n, GOALS["speedup"])]
     if result["queue"]:
         lines += _block_lines(f"queue of {result['queue_renders']}", result["queue"], n, GOALS["queue_speedup"])
     return lines
 
 
-def run(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, data: Path | None, as_json: bool) -> None:
+def run(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, data: Path | None, as_json: bool,
+        warm: bool = False) -> None:
     """`farm bench scale`: measure, then print the report or one JSON line."""
     import json
 
@@ -261,7 +284,7 @@ def run(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, data
         ensure_tiny_pack(folder, spec["pack"])
     if workers > len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}):
         typer.echo(f"bench scale: {workers} workers on fewer cores: they share cores", err=True)
-    result = scale(spec, workers, pairs, queue, queue_pairs, folder / "packs")
+    result = scale(spec, workers, pairs, queue, queue_pairs, folder / "packs", warm)
     if as_json:
         typer.echo(json.dumps(result))
     else:

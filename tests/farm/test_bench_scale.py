@@ -42,6 +42,9 @@ def test_bench_scale_json_and_its_critical_path(tmp_path: Path, tiny_packs: Path
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["workers"] == 2 and result["pairs"] == 1 and result["queue_renders"] == 2
+    # Warm by default: each farm's warm-up renders (their own prompts) left the lone worker every model the
+    # measured render runs, so its critical path holds no model load.
+    assert result["warm"] is True and result["one"]["critical_path"]["one"]["parts"]["load"] == 0
     for key in ("speedup", "queue_speedup"):
         assert result[key] > 0 and result[f"{key}_spread"][0] <= result[key] <= result[f"{key}_spread"][1]
     for block in (result["one"], result["queue"]):
