@@ -26,10 +26,12 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
               variant: Annotated[str, typer.Option("--variant", help="2.3, or 2.5 (DFR-capable DiT).")] = "2.3",
               layout: Annotated[str, typer.Option("--layout", help="standard, legacy, versioned, sharded, dev-only, "
                                                   "hf-cache, published-2.3, minimal or extras.")] = "standard",
+              dit: Annotated[str, typer.Option("--dit", help="The video DiT's size: tiny, or bench (wide and deep "
+                                               "enough to be the bulk of a render, as on a real pack).")] = "tiny",
               ) -> None:
     """Write the tiny pack: the real pack layout at tiny sizes with seeded weights."""
     from ltx_engine.tiny.tiny_layouts import LAYOUTS
-    from ltx_engine.tiny.tiny_pack import VARIANTS, write_tiny_pack
+    from ltx_engine.tiny.tiny_pack import DIT_SIZES, VARIANTS, write_tiny_pack
 
     if bits not in (None, 4, 8):
         fail("--bits must be 8 or 4")
@@ -37,7 +39,9 @@ def pack_tiny(folder: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
         fail(f"--variant must be one of {', '.join(VARIANTS)}")
     if layout not in LAYOUTS:
         fail(f"--layout must be one of {', '.join(LAYOUTS)}")
-    path = write_tiny_pack(folder, seed=seed, bits=bits, variant=variant, layout=layout)
+    if dit not in DIT_SIZES:
+        fail(f"--dit must be one of {', '.join(DIT_SIZES)}")
+    path = write_tiny_pack(folder, seed=seed, bits=bits, variant=variant, layout=layout, dit=dit)
     typer.echo(f"wrote tiny pack {path}")
 
 

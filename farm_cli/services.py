@@ -22,17 +22,19 @@ from farm_cli.supervise import Supervisor
 from protos.defaults import COORDINATOR_HOST, COORDINATOR_PORT, DASHBOARD_PORT
 
 
-def ensure_tiny_pack(data: Path) -> Path:
+def ensure_tiny_pack(data: Path, dit: str = "tiny") -> Path:
     """The tiny pack in the data folder's packs/, written once (by `farm up`, `farm demo`, and `farm
     render --local` on a machine that has none), with a line that says what it is: a first clip of
-    coloured noise otherwise reads as a broken install."""
-    folder = data / "packs" / "tiny"
+    coloured noise otherwise reads as a broken install. `dit` "bench": the `bench` pack, the tiny pack
+    with a DiT that dominates a render (`farm bench scale`'s), in packs/bench."""
+    folder = data / "packs" / dit
     if not (folder / "embedded_config.json").is_file():
         from ltx_engine.tiny.tiny_pack import write_tiny_pack
 
-        typer.echo(f"writing the tiny pack to {folder}: seeded weights for trying the farm, so its clips are "
+        what = "the tiny pack" if dit == "tiny" else f"the {dit} pack (the tiny pack with a {dit}-size DiT)"
+        typer.echo(f"writing {what} to {folder}: seeded weights for trying the farm, so its clips are "
                    "coloured noise (`farm pack pull` fetches real weights)", err=True)
-        write_tiny_pack(folder, seed=0)
+        write_tiny_pack(folder, seed=0, dit=dit)
     return folder
 
 

@@ -87,9 +87,21 @@ def _wait_renders(store, ids: list[str], timeout_s: float = 3600) -> list[dict]:
     raise AssertionError  # unreachable: fail exits
 
 
-def measure(spec: dict, workers: int, renders: int, packs: Path) -> Run:
+def warm_spec(spec: dict, index: int) -> dict:
+    """A small render of `spec`'s recipe and pack that touches every model the measured render runs (text,
+    DiT, upsampler, VAE, audio): a farm that has been up holds them warm, so a warm-up of these leaves each
+    worker as a farm between renders would (imports paid, weights resident) for a fraction of the time. Its
+    own prompt (one per warm-up render): the prompt-embedding cache must not hand the measured render its
+    text, and each render's text encode can go to another worker."""
+    return {**spec, "prompt": f"warm-up {index}: a lamp on a table", "height": 128, "width": 256, "frames": 9,
+            "stage2_tiles": "1x2", "decode_tiles": "auto", "seed": 0}
+
+
+def measure(spec: dict, workers: int, renders: int, packs: Path, warm: bool = False) -> Run:
     """`renders` renders of `spec` (seeds 1..renders, submitted at once) on a fresh farm of `workers`
-    pinned workers: the wall time, its critical path, the tasks and the pinning seen."""
+    pinned workers: the wall time, its critical path, the tasks and the pinning seen. `warm`: the farm
+    first renders `workers` small warm-up renders at once (one per worker, untimed: `warm_spec`), so the
+    measured renders meet warm workers, as on a farm that has been up."""
     from farm_cli.bench.dealing import policy_farm
     from farm_cli.client import FarmClient
     from farm_cli.services import _stop_processes
@@ -102,6 +114,10 @@ def measure(spec: dict, workers: int, renders: int, packs: Path) -> Run:
             procs = spawn_pinned(address, data, workers)
             try:
                 _wait_workers(store, workers)
+                if warm:
+                    with FarmClient(address, token, timeout=60) as farm:
+                        _wait_renders(store, [farm.submit(warm_spec(spec, i)) for i in range(workers)])
+                    _wait_workers(store, workers)
                 cpu0, t0 = [_cpu_s(p.pid) for p in procs], time.monotonic()
                 with FarmClient(address, token, timeout=60) as farm:
                     ids = [farm.submit({**spec, "seed": i + 1}) for i in range(renders)]
@@ -148,9 +164,15 @@ def _median_pair(pairs: list[tuple[Run, Run]]) -> tuple[Run, Run]:
     return ranked[(len(ranked) - 1) // 2]
 
 
+def gangs(tasks: list[dict]) -> list[int]:
+    """The degree each stage-1 task ran at (its metrics' `stage1_parallel`: the gang's size, 1 alone)."""
+    return [int((t.get("metrics") or {}).get("stage1_parallel") or 1) for t in tasks if t.get("kind") == "denoise_stage1"]
+
+
 def _side(run: Run) -> dict:
     return {"wall_s": round(run.wall_s, 3), "parts": critical.by_part(run.path), "stages": critical.by_stage(run.path),
-            "path_sum_s": round(sum(s.seconds for s in run.path), 3), "pinning": run.pinning}
+            "path_sum_s": round(sum(s.seconds for s in run.path), 3), "pinning": run.pinning,
+            "stage1_gangs": gangs(run.tasks)}
 
 
 def _block(pairs: list[tuple[Run, Run]], workers: int) -> dict:
@@ -168,24 +190,27 @@ def _block(pairs: list[tuple[Run, Run]], workers: int) -> dict:
             "critical_path": {"one": _side(one), "many": _side(many)}, "model": model}
 
 
-def measure_pairs(spec: dict, workers: int, renders: int, pairs: int, packs: Path) -> list[tuple[Run, Run]]:
+def measure_pairs(spec: dict, workers: int, renders: int, pairs: int, packs: Path,
+                  warm: bool = False) -> list[tuple[Run, Run]]:
     """`pairs` interleaved (1 worker, `workers` workers) runs of `renders` renders each."""
     out = []
     for i in range(pairs):
-        one = measure(spec, 1, renders, packs)
-        many = measure(spec, workers, renders, packs)
+        one = measure(spec, 1, renders, packs, warm)
+        many = measure(spec, workers, renders, packs, warm)
         out.append((one, many))
         typer.echo(f"{renders} render(s), pair {i + 1}: 1 worker {one.wall_s:.1f} s, {workers} workers "
                         f"{many.wall_s:.1f} s, speed-up {one.wall_s / many.wall_s:.2f}x", err=True)
     return out
 
 
-def scale(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, packs: Path) -> dict:
-    """The whole bench as one JSON-able dict: one render in `pairs` pairs, a queue in `queue_pairs`."""
+def scale(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, packs: Path, warm: bool = False) -> dict:
+    """The whole bench as one JSON-able dict: one render in `pairs` pairs, a queue in `queue_pairs`;
+    `warm`: each farm renders warm-up renders first (`measure`)."""
     load_before = os.getloadavg()
-    single = _block(measure_pairs(spec, workers, 1, pairs, packs), workers)
-    queued = _block(measure_pairs(spec, workers, queue, queue_pairs, packs), workers) if queue_pairs else None
+    single = _block(measure_pairs(spec, workers, 1, pairs, packs, warm), workers)
+    queued = _block(measure_pairs(spec, workers, queue, queue_pairs, packs, warm), workers) if queue_pairs else None
     return {"spec": {k: spec[k] for k in ("width", "height", "frames", "stage2_tiles", "decode_tiles", "pack")}, "workers": workers,
+            "warm": warm,
             "pairs": pairs, "speedup": single["speedup"], "speedup_spread": single["spread"],
             "queue_renders": queue, "queue_pairs": queue_pairs,
             "queue_speedup": queued["speedup"] if queued else None,
@@ -215,8 +240,19 @@ def _block_lines(title: str, block: dict, workers: int, goal: float) -> list[str
                f"{m['speedup']:.2f}x"] if m["speedup"] < goal else []),
             "  critical path, seconds (the median pair):", *_path_lines("1 worker", one),
             *_path_lines(f"{workers} workers", many),
+            *_stage1_lines(m["stage1"], workers),
             f"  pinning: 1 worker on cpus {one['pinning'].get('allowed')}, cores used {one['pinning'].get('cores_used')}; "
             f"{workers} workers on {many['pinning'].get('allowed')}, cores used {many['pinning'].get('cores_used')}"]
+
+
+def _stage1_lines(s1: dict, workers: int) -> list[str]:
+    """Stage 1's degree and seconds per side, measured and modelled (the model's gang handling)."""
+    def seconds(xs: list[float]) -> str:
+        return "/".join(f"{x:.1f}" for x in xs)
+
+    return [f"  stage 1 ({name}): ran on gang(s) of {side['degree']} in {seconds(side['measured_s'])} s; model "
+            f"{side['degree_model']} in {seconds(side['model_s'])} s"
+            for name, side in (("1 worker", s1["one"]), (f"{workers} workers", s1["many"]))]
 
 
 def report(result: dict) -> list[str]:
@@ -226,24 +262,29 @@ def report(result: dict) -> list[str]:
              f"{sp['decode_tiles']}, pack "
              f"{sp['pack']}, the same plan on 1 worker and on {n} (each worker one core), {result['pairs']} pair(s); "
              f"{result['cores']} cores, load {result['load'][0]:.2f} before, {result['load'][3]:.2f} after",
+             "  farms " + ("warm: each side first renders one small untimed render per worker (imports and models "
+                           "loaded, as on a farm that has been up)" if result.get("warm") else
+                           "cold: each side's workers start fresh (their first imports and model loads are timed)"),
              *_block_lines("one render", result["one"], n, GOALS["speedup"])]
     if result["queue"]:
         lines += _block_lines(f"queue of {result['queue_renders']}", result["queue"], n, GOALS["queue_speedup"])
     return lines
 
 
-def run(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, data: Path | None, as_json: bool) -> None:
+def run(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, data: Path | None, as_json: bool,
+        warm: bool = False) -> None:
     """`farm bench scale`: measure, then print the report or one JSON line."""
     import json
 
     from farm_cli.services import ensure_tiny_pack
+    from ltx_engine.tiny.tiny_pack import DIT_SIZES
 
     folder = common.data_dir(data)
-    if spec["pack"] == "tiny":
-        ensure_tiny_pack(folder)
+    if spec["pack"] in DIT_SIZES:  # tiny or bench: written once into the data folder's packs/
+        ensure_tiny_pack(folder, spec["pack"])
     if workers > len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}):
         typer.echo(f"bench scale: {workers} workers on fewer cores: they share cores", err=True)
-    result = scale(spec, workers, pairs, queue, queue_pairs, folder / "packs")
+    result = scale(spec, workers, pairs, queue, queue_pairs, folder / "packs", warm)
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from coordinator.plan import placement
 
 SIM_FIELDS = ("id", "kind", "capability", "deps", "params")
+STAGE1 = "denoise_stage1"
 
 
 def learned(tasks: list[Mapping]) -> tuple[dict[str, float], dict[str, float]]:
@@ -41,16 +42,35 @@ def _plan_order(tasks: list[Mapping]) -> list[dict]:
     return [{k: t.get(k) for k in SIM_FIELDS} for t in tasks]
 
 
+def placed(tasks: list[Mapping], workers: int, ratios: dict[str, float], loads: dict[str, float]) -> list:
+    """The simulation's placement of `tasks` (one or more renders) on `workers` workers of the learned
+    speed; a stage 1 whose request and the idle workers allow it runs as a gang (`gang_seconds`)."""
+    slots = [placement.Slot(f"w{i + 1}", ratios=dict(ratios), loads=dict(loads)) for i in range(workers)]
+    return placement.simulate(_plan_order(tasks), slots, sp=placement.ETA_SP)
+
+
 def predicted_wall(tasks: list[Mapping], workers: int, ratios: dict[str, float], loads: dict[str, float]) -> float:
     """Modelled seconds for `tasks` (one or more renders) on `workers` workers of the learned speed."""
-    slots = [placement.Slot(f"w{i + 1}", ratios=dict(ratios), loads=dict(loads)) for i in range(workers)]
-    placed = placement.simulate(_plan_order(tasks), slots, sp=placement.ETA_SP)
-    return max((p.end for p in placed), default=0.0)
+    return max((p.end for p in placed(tasks, workers, ratios, loads)), default=0.0)
 
 
-def model_vs_measured(one: list[Mapping], many: list[Mapping], workers: int) -> dict[str, float]:
+def _stage1(placements: list, tasks: list[Mapping]) -> dict:
+    """Each stage-1 task's modelled and measured degree and seconds (leased to done, loads included)."""
+    measured = {str(t["id"]): t for t in tasks if t.get("kind") == STAGE1}
+    model = {p.task: p for p in placements if p.kind == STAGE1}
+    ids = [i for i in measured if i in model]
+    return {"degree_model": [model[i].degree for i in ids],
+            "degree": [int((measured[i].get("metrics") or {}).get("stage1_parallel") or 1) for i in ids],
+            "model_s": [round(model[i].end - model[i].start, 3) for i in ids],
+            "measured_s": [round((int(measured[i]["done_ms"]) - int(measured[i]["leased_ms"])) / 1000, 3) for i in ids]}
+
+
+def model_vs_measured(one: list[Mapping], many: list[Mapping], workers: int) -> dict:
     """The model's 1-worker and N-worker walls and speed-up for the plan of these runs (`one`: the
-    1-worker run's tasks, which teach the speed; `many`: the N-worker run's, the same plan)."""
+    1-worker run's tasks, which teach the speed; `many`: the N-worker run's, the same plan), and its
+    stage 1s on both sides beside the measured ones (a gang's degree and seconds)."""
     ratios, loads = learned(one)
-    t1, tn = predicted_wall(one, 1, ratios, loads), predicted_wall(many, workers, ratios, loads)
-    return {"one_s": round(t1, 3), "many_s": round(tn, 3), "speedup": round(t1 / tn, 3) if tn else 0.0}
+    p1, pn = placed(one, 1, ratios, loads), placed(many, workers, ratios, loads)
+    t1, tn = max((p.end for p in p1), default=0.0), max((p.end for p in pn), default=0.0)
+    return {"one_s": round(t1, 3), "many_s": round(tn, 3), "speedup": round(t1 / tn, 3) if tn else 0.0,
+            "stage1": {"one": _stage1(p1, one), "many": _stage1(pn, many)}}

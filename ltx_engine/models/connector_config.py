@@ -133,13 +133,14 @@ def _connector_sizes(weights: dict[str, mx.array], stream: str, heads: int) -> d
     return sizes
 
 
-def tiny_connector_config(gemma_hidden: int, gemma_layers: int, video_dim: int, audio_dim: int) -> dict:
+def tiny_connector_config(gemma_hidden: int, gemma_layers: int, video_dim: int, audio_dim: int,
+                          heads: int = 2) -> dict:
     """Embedded-config `transformer` fields for a tiny pack's text path (merge into that section).
 
     Video and audio use the same head count (as the reference configurator does); the connector
-    widths equal the DiT's video / audio widths because the projection feeds the connectors.
+    widths equal the DiT's video / audio widths because the projection feeds the connectors. `heads`:
+    the video DiT's (2 in the tiny pack); the audio stream keeps 2.
     """
-    heads = 2
     return {
         "caption_proj_before_connector": True,
         "caption_projection_first_linear": False,
@@ -147,13 +148,13 @@ def tiny_connector_config(gemma_hidden: int, gemma_layers: int, video_dim: int, 
         "caption_projection_second_linear": False,
         "num_attention_heads": heads,
         "attention_head_dim": video_dim // heads,
-        "audio_num_attention_heads": heads,
-        "audio_attention_head_dim": audio_dim // heads,
+        "audio_num_attention_heads": 2,
+        "audio_attention_head_dim": audio_dim // 2,
         "connector_num_attention_heads": heads,
         "connector_attention_head_dim": video_dim // heads,
         "connector_num_layers": 2,
-        "audio_connector_num_attention_heads": heads,
-        "audio_connector_attention_head_dim": audio_dim // heads,
+        "audio_connector_num_attention_heads": 2,
+        "audio_connector_attention_head_dim": audio_dim // 2,
         "audio_connector_num_layers": 2,
         "connector_positional_embedding_max_pos": [4096],
         "connector_apply_gated_attention": True,

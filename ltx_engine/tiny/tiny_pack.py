@@ -34,15 +34,25 @@ LTX25_CONNECTOR = {"connector_ff_bias": False}  # the 2.5 connectors' feed-forwa
 TINY_DURATION_HEAD = {"pooler_hidden_dim": 32, "num_queries": 1, "num_pooler_heads": 4, "mlp_hidden": 32}
 TINY_DURATION_LOG_SECONDS = 0.75  # the tiny head's output bias: exp(0.75) ~ 2.1 s, 49 frames at 24 fps
 
+# The video DiT's size (heads x head width, depth); everything else in the pack stays tiny. "tiny" is the
+# tiny pack's; "bench" is wide and deep enough that the DiT is the bulk of a render on a CPU core (as on
+# a real pack), so `farm bench scale` measures the stages that scale, with the same files, loader and
+# stage graph. Every block Linear input width stays a multiple of 32 (q8 / q4 quantize all of them).
+DIT_SIZES = {"tiny": {"num_attention_heads": 2, "attention_head_dim": 32, "num_layers": 2},
+             "bench": {"num_attention_heads": 4, "attention_head_dim": 64, "num_layers": 8}}
 
-def tiny_embedded_config(variant: str = "2.3") -> dict:
-    """The embedded (reference) config of the tiny pack: every model size comes from here."""
+
+def tiny_embedded_config(variant: str = "2.3", dit: str = "tiny") -> dict:
+    """The embedded (reference) config of the tiny pack: every model size comes from here; `dit` picks
+    the video DiT's size (DIT_SIZES)."""
     from ltx_engine.models import audio_vae, connector_config, transformer, video_vae, vocoder
     from ltx_engine.models.text_encoder import tiny_gemma_config
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown tiny pack variant {variant!r} (one of {', '.join(VARIANTS)})")
-    cfg: dict = {"transformer": transformer.tiny_config(), "vae": video_vae.tiny_config()}
+    if dit not in DIT_SIZES:
+        raise ValueError(f"unknown tiny pack DiT size {dit!r} (one of {', '.join(DIT_SIZES)})")
+    cfg: dict = {"transformer": transformer.tiny_config() | DIT_SIZES[dit], "vae": video_vae.tiny_config()}
     if variant == "2.5":
         cfg["transformer"].update(LTX25_TRANSFORMER | LTX25_CONNECTOR)
         cfg["duration_head"] = dict(TINY_DURATION_HEAD)
@@ -52,7 +62,9 @@ def tiny_embedded_config(variant: str = "2.3") -> dict:
     tcfg = cfg["transformer"]
     video_dim = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
     audio_dim = tcfg["audio_num_attention_heads"] * tcfg["audio_attention_head_dim"]
-    conn = connector_config.tiny_connector_config(gemma["hidden_size"], gemma[TINY_GEMMA_LAYERS_KEY], video_dim, audio_dim)
+    tcfg["cross_attention_dim"] = video_dim  # the text context comes through the connector at the video width
+    conn = connector_config.tiny_connector_config(gemma["hidden_size"], gemma[TINY_GEMMA_LAYERS_KEY], video_dim, audio_dim,
+                                                  heads=tcfg["num_attention_heads"])
     tcfg.update(conn)
     return cfg
 
@@ -117,13 +129,15 @@ TINY_COMPONENTS = ("transformer", "connector", "vae_decoder", "vae_encoder", "au
 
 
 def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, group_size: int = 32,
-                    dtype: mx.Dtype = mx.bfloat16, variant: str = "2.3", layout: str = "standard") -> Path:
+                    dtype: mx.Dtype = mx.bfloat16, variant: str = "2.3", layout: str = "standard",
+                    dit: str = "tiny") -> Path:
     """Write the tiny pack into `folder` (replacing what is there); `bits` 8 or 4 quantizes the DiT.
 
     `variant` "2.5" gives the LTX-2.5 DiT layout (keyframe marker, bias-free video FF) that DFR needs,
     the 2.5 connector (bias-free FF, no projection) and a tiny Gemma 4 tower in the real layout. `layout` rearranges the
     files as another real pack holds them (`ltx_engine.tiny.tiny_layouts.LAYOUTS`); the path returned is
-    the pack to open (for `hf-cache`, the snapshot folder inside the cache)."""
+    the pack to open (for `hf-cache`, the snapshot folder inside the cache). `dit` sizes the video DiT
+    (DIT_SIZES: "bench" for a DiT that dominates a render); the other components stay tiny."""
     from ltx_engine.tiny.tiny_layouts import LAYOUTS
 
     if layout not in LAYOUTS:
@@ -135,7 +149,7 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    cfg = tiny_embedded_config(variant)
+    cfg = tiny_embedded_config(variant, dit)
     up_cfgs = {"spatial_upscaler": upsampler.tiny_spatial_config(), "temporal_upscaler": upsampler.tiny_temporal_config()}
     components = TINY_COMPONENTS + (("duration_head",) if variant == "2.5" else ())
     for index, component in enumerate(components):
@@ -156,7 +170,8 @@ def write_tiny_pack(folder: str | Path, seed: int = 0, bits: int | None = None, 
     (folder / "embedded_config.json").write_text(json.dumps(cfg, indent=2))
     version = f"{variant}.0"  # mlx-forge records the checkpoint's model_version in both files
     (folder / "config.json").write_text(json.dumps(
-        {"model_type": f"ltx-{variant}", "model_version": version, "variant": "tiny", "seed": seed}, indent=2))
+        {"model_type": f"ltx-{variant}", "model_version": version, "variant": "tiny", "seed": seed}
+        | ({} if dit == "tiny" else {"dit": dit}), indent=2))
     (folder / "split_model.json").write_text(json.dumps(
         {"source": "farm pack tiny", "model_version": version, "variant": "distilled",
          "components": list(components)}, indent=2))

@@ -67,3 +67,22 @@ def test_the_model_learns_from_the_one_worker_run_and_places_the_same_plan_on_mo
     assert ratios == {"transformer_forward": pytest.approx(2.0)} and loads == {"transformer_forward": 1.0}
     one, two = predicted_wall(tasks, 1, ratios, loads), predicted_wall(tasks, 2, ratios, loads)
     assert (one, two) == (pytest.approx(1 + 3 * 4), pytest.approx(1 + 4 + 1 + 4))  # the 2nd worker loads too
+
+
+def test_the_model_gangs_a_stage_1_that_asks_for_2_only_where_2_workers_are_idle():
+    """`farm bench scale`'s spec asks stage 1 for a gang of N: the model runs it alone on 1 worker and as
+    a gang of 2 on 2 (the same table the lease reads), and reports it beside the measured degrees."""
+    from farm_cli.bench.scale_model import model_vs_measured
+
+    def stage1(degree: int) -> dict:
+        params = {"cost_s": 8.0, "cells": 192, "sigmas": [1.0, 0.5, 0.0], "needs": ["dit"],
+                  "stage1_parallel_request": "2", "stage1_degrees": [1, 2]}
+        return {"id": "r.stage1", "kind": "denoise_stage1", "capability": "mlx", "deps": [], "params": params,
+                "state": "done", "leased_ms": 0, "done_ms": 16000 // degree,
+                "metrics": {"seconds": 16.0 / degree, "load_s": 0.0, "stage1_parallel": degree}}
+
+    m = model_vs_measured([stage1(1)], [stage1(2)], 2)
+    s1 = m["stage1"]
+    assert s1["one"] == {"degree_model": [1], "degree": [1], "model_s": [16.0], "measured_s": [16.0]}
+    assert s1["many"]["degree_model"] == [2] and s1["many"]["degree"] == [2] and s1["many"]["measured_s"] == [8.0]
+    assert 8.0 < s1["many"]["model_s"][0] < 16.0 and m["many_s"] == pytest.approx(s1["many"]["model_s"][0], abs=2.1)

@@ -45,6 +45,29 @@ def test_quantized_tiny_packs_stay_close_to_bf16(tmp_path):
     assert rel[8] < 0.05 and rel[4] < 0.3
 
 
+@pytest.mark.timeout(120)
+def test_bench_dit_pack_loads_its_wide_dit_and_quantizes_every_block_linear(tmp_path):
+    """`farm pack tiny --dit bench`: the same files and loader with the DiT at DIT_SIZES["bench"]; the
+    text context comes at the DiT's width, and q8 quantizes every block Linear (widths multiples of 32)."""
+    import mlx.nn as nn
+
+    from ltx_engine.tiny.tiny_pack import DIT_SIZES
+
+    size = DIT_SIZES["bench"]
+    for bits in (None, 8):
+        folder = write_tiny_pack(tmp_path / f"bench-{bits}", seed=0, bits=bits, dit="bench")
+        cfg = Pack(folder).config["transformer"]
+        assert {k: cfg[k] for k in size} == size
+        assert cfg["cross_attention_dim"] == size["num_attention_heads"] * size["attention_head_dim"]
+        out = _dit_output(folder)
+        assert out.shape == (1, 24, cfg["out_channels"]) and np.isfinite(out).all()
+    model = ModelRegistry().get(Pack(folder), "transformer")
+    linears = [(name, m) for name, m in model.named_modules()
+               if name.startswith("transformer_blocks.") and isinstance(m, nn.Linear | nn.QuantizedLinear)]
+    plain = [name for name, m in linears if not isinstance(m, nn.QuantizedLinear)]
+    assert linears and not plain, plain[:3]
+
+
 @pytest.fixture
 def broken(tmp_path, tiny_packs):
     folder = tmp_path / "pack"
