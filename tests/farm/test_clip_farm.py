@@ -1,12 +1,13 @@
 """Retake and extend on a real farm: a PyAV-written clip with its own AAC track, 33 frames
-at 64x192; one module farm: the retake on 3 workers, then the extend, the dev retake and the dev
-extend (guided, their passes dealt to the workers) on 2 (the plan is the same on any count, so each spec renders once on the
-farm and the two counts still both deal), then the retake with stage 1 ganged over the 2
-(`--stage1-parallel 2`: the window's masks split with the tokens), and the dev retake's passes each ganged
-over the 2 likewise. Every task's output is
-bit for bit `farm render --local`'s. The retake's latent frames (and audio latents) outside its
-window are the source's re-encoded ones exactly; the extend's window holds the pinned context and the
-joined clip decodes 8 N frames longer."""
+at 64x192; one module farm: the retake on 3 workers (its encode tiles dealt over the 3, its one full-size
+stage ganged over 2 of them: `--stage1-parallel 2`, the window's masks split with the tokens), then the
+extend, the dev retake (guided, each pass a gang of the 2 workers left) and the dev extend (guided, its
+passes dealt to the workers) on 2. The plan is the same on any count, so each spec renders once on the farm.
+Every task's output is bit for bit `farm render --local`'s, which runs the same split in one process; a
+split stage or pass equals the unsplit one bit for bit (tests/unit/test_sequence_parallel.py: the retake's
+window masks, the extend's pins, every guided pass), so a ganged render also stands for the plain one. The
+retake's latent frames (and audio latents) outside its window are the source's re-encoded ones exactly;
+the extend's window holds the pinned context and the joined clip decodes 8 N frames longer."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ RETAKE = {"retake": {"start": 0.4, "end": 0.6, "regen_audio": True}, "encode_til
 EXTEND = {"extend": {"frames": 1, "direction": "after"}, "stage2_tiles": "1x2", "tile_overlap": 1}
 RETAKE_DEV = {**RETAKE, "pack": "dev", "pipeline": "one-stage", "steps": 2, "stg_blocks": [1],
               "negative_prompt": "blurry"}
+RETAKE_SP, RETAKE_DEV_SP = ({**spec, "stage1_parallel": "2"} for spec in (RETAKE, RETAKE_DEV))
 EXTEND_DEV = {"extend": {"frames": 1, "direction": "after"}, "pack": "dev", "pipeline": "two-stage", "stage1_steps": 2,
               "stage2_steps": 1, "stg_blocks": [1], "negative_prompt": "blurry"}
 
@@ -90,10 +92,10 @@ def _same(tasks: dict, local: dict) -> None:
 
 @pytest.fixture(scope="module")
 def locals_(clip, local_runner, tmp_path_factory) -> dict:
-    """`farm render --local` of the retake and the extend, once for the module."""
+    """`farm render --local` of the ganged retake and the extend, once for the module."""
     return {
         name: _local(clip, extra, local_runner, tmp_path_factory.mktemp(f"local-{name}"))
-        for name, extra in (("retake", RETAKE), ("extend", EXTEND))
+        for name, extra in (("retake", RETAKE_SP), ("extend", EXTEND))
     }
 
 
@@ -132,13 +134,24 @@ def _check_extend(tasks: dict, local: dict, blobs) -> None:
     assert blobs.get(local["decode"]["frames"]).shape[0] == 25 + 8
 
 
-@pytest.mark.timeout(300)
-def test_retake_on_3_workers_matches_local(module_farm, clip, locals_):
+@pytest.mark.timeout(400)
+def test_ganged_retake_on_3_workers_matches_local(module_farm, clip, locals_):
+    """The retake's encode tiles dealt over 3 workers, its stage 1 (one full-size stage) asked as a gang of 2;
+    `--local` runs the same 2-way split in one process: every output bit for bit. The retake's inputs are
+    all stage 1's, so the workers are idle when it is ready and it gangs. The extend's pins split the same
+    way (held split against unsplit in tests/unit/test_sequence_parallel.py); on a farm its source and
+    stage-2 encodes often hold a worker when its stage 1 is ready, and the lease never waits for a busy
+    worker, so a farm case would not show a gang."""
     farm_client, _ = module_farm
     wait_until(
         lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 3, 60, "3 workers registered"
     )
-    _check_retake(_render(farm_client, clip, RETAKE), *locals_["retake"])
+    tasks = _render(farm_client, clip, RETAKE_SP)
+    _check_retake(tasks, *locals_["retake"])
+    stage1 = tasks["stage1"]
+    assert stage1["params"]["stage1_degrees"][1] == 2
+    assert stage1["metrics"].get("stage1_parallel") == 2, stage1["metrics"].get("gang_broke")
+    assert len(set(stage1["ranks"])) == 2
 
 
 @pytest.mark.timeout(300)
@@ -151,16 +164,21 @@ def test_extend_on_2_workers_matches_local(module_farm, clip, locals_):
     _check_extend(tasks, *locals_["extend"])
 
 
-@pytest.mark.timeout(300)
-def test_dev_retake_on_2_workers_matches_local(module_farm, clip, clip_packs, tmp_path_factory):
-    """The retake's one full-size stage as the dev recipe's guided stage: its passes dealt to the two
-    workers left, the same tokens outside the window pinned to the source's."""
+@pytest.mark.timeout(400)
+def test_ganged_dev_retake_on_2_workers_matches_local(module_farm, clip, clip_packs, tmp_path_factory):
+    """The retake's one full-size stage as the dev recipe's guided stage with `--stage1-parallel 2`: each pass
+    a gang task, its forward split over the two workers left (the window's masks with the tokens, the pass's
+    perturbation on both ranks), the same tokens outside the window pinned to the source's; `--local` splits
+    each pass 2 ways in one process: every output bit for bit, and at least one pass ran as a gang of 2."""
     farm_client, _ = module_farm
-    local = _local(clip, RETAKE_DEV, Runner(clip_packs), tmp_path_factory.mktemp("local-retake-dev"))
-    tasks = _render(farm_client, clip, RETAKE_DEV)
-    workers = {t.get("worker") for t in tasks.values() if t["kind"] == "guidance_pass"}
-    assert workers <= {"w1", "w2"}
+    local = _local(clip, RETAKE_DEV_SP, Runner(clip_packs), tmp_path_factory.mktemp("local-retake-dev-sp"))
+    tasks = _render(farm_client, clip, RETAKE_DEV_SP)
+    passes = [t for t in tasks.values() if t["kind"] == "guidance_pass"]
+    assert {t.get("worker") for t in passes} <= {"w1", "w2"}
     _check_retake(tasks, *local, guided=True)
+    assert all(t["params"]["stage1_degrees"][1] == 2 for t in passes)
+    ganged = [t for t in passes if (t.get("metrics") or {}).get("stage1_parallel") == 2]
+    assert ganged and all(len(set(t["ranks"])) == 2 for t in ganged), [(t["id"], t.get("metrics")) for t in passes]
 
 
 @pytest.mark.timeout(300)
@@ -175,42 +193,3 @@ def test_dev_extend_on_2_workers_matches_local(module_farm, clip, clip_packs, tm
     assert tasks["stage2"]["params"]["distilled_lora_strength"] == 1.0
     assert {t.get("worker") for t in tasks.values() if t["kind"] == "guidance_pass"} <= {"w1", "w2"}
     _check_extend(tasks, *local)
-
-
-@pytest.mark.timeout(400)
-def test_ganged_retake_matches_local(module_farm, clip, local_runner, tmp_path_factory):
-    """Stage 1 of the retake (one full-size stage) asked as a gang of 2; `--local` runs the same 2-way split in
-    one process: every output bit for bit. The retake's inputs are all stage 1's, so both workers are idle when it
-    is ready and it gangs. The extend's pins split the same way (held split against unsplit in
-    tests/unit/test_sequence_parallel.py); on a farm its source and stage-2 encodes often hold a worker when its
-    stage 1 is ready, and the lease never waits for a busy worker, so a farm case would not show a gang."""
-    farm_client, _ = module_farm
-    extra = {**RETAKE, "stage1_parallel": "2"}
-    local, blobs = _local(clip, extra, local_runner, tmp_path_factory.mktemp("local-retake-sp"))
-    spec, files = clip
-    for sha, path in files.items():
-        assert farm_client.put_blob(path.read_bytes()) == sha
-    render_id = farm_client.submit({**spec, **extra})
-    render = wait_done(farm_client, render_id, timeout=120)
-    tasks = {t["id"].removeprefix(f"{render_id}."): t for t in render["tasks"]}
-    _check_retake(tasks, local, blobs)
-    stage1 = tasks["stage1"]
-    assert stage1["params"]["stage1_degrees"][1] == 2
-    assert stage1["metrics"].get("stage1_parallel") == 2, stage1["metrics"].get("gang_broke")
-    assert len(set(stage1["ranks"])) == 2
-
-
-@pytest.mark.timeout(300)
-def test_ganged_dev_retake_matches_local(module_farm, clip, clip_packs, tmp_path_factory):
-    """The dev retake's guided stage with `--stage1-parallel 2`: each pass a gang task, its forward split over
-    the 2 workers (the window's masks with the tokens, the pass's perturbation on both ranks); `--local` splits
-    each pass 2 ways in one process: every output bit for bit, and at least one pass ran as a gang of 2."""
-    farm_client, _ = module_farm
-    extra = {**RETAKE_DEV, "stage1_parallel": "2"}
-    local = _local(clip, extra, Runner(clip_packs), tmp_path_factory.mktemp("local-retake-dev-sp"))
-    tasks = _render(farm_client, clip, extra)
-    _check_retake(tasks, *local, guided=True)
-    passes = [t for t in tasks.values() if t["kind"] == "guidance_pass"]
-    assert all(t["params"]["stage1_degrees"][1] == 2 for t in passes)
-    ganged = [t for t in passes if (t.get("metrics") or {}).get("stage1_parallel") == 2]
-    assert ganged and all(len(set(t["ranks"])) == 2 for t in ganged), [(t["id"], t.get("metrics")) for t in passes]

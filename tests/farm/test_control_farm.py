@@ -11,9 +11,13 @@ in 2 windows of 17 carrying 9): each window's own slice of the clip (and track),
 frames bit for bit `--local`'s. `--control-stage2` (the MLX port's control-aware refine) with `--control-mask`
 (upstream's attention-mask video): the control encoded at each stage's size, the mask clip pooled to each
 reference's tokens, stage 2 with the IC-LoRA and its reference at the mask's strengths x 0.5.
-The control again with stage 1 ganged over the 2 workers (`--stage1-parallel 2`, 9 frames): the reference tokens split with the video's, the attention-strength mask by query rows; bit for
-bit `--local`'s 2-way split in one process (its one encode leaves both workers idle when stage 1 is ready;
-Dub-It's stage-2 encode runs beside its stage-1 inputs, so its gang is tested on test_sp_gang's 3 workers)."""
+The control's stage 1 runs ganged over the 2 workers (`--stage1-parallel 2`): the reference tokens split
+with the video's, the attention-strength mask by query rows; bit for bit `--local`'s 2-way split in one
+process, which equals the unsplit stage (tests/unit/test_sequence_parallel.py, "control-attention"); the
+chunked and stage-2 control renders run stage 1 unsplit (its encodes leave both workers idle when stage 1 is
+ready; Dub-It's stage-2 encode runs beside its stage-1 inputs, so its gang is tested on test_sp_gang's 3
+workers). Every spec is 128x128, the smallest whose references (stage 1 over the downscale 2) the VAE
+encodes: the encode's and stage 2's tiles are given, so a larger size plans the same tasks."""
 
 from __future__ import annotations
 
@@ -31,8 +35,8 @@ from tests.media_files import write_clip, write_clip_with_audio, write_ic_lora
 
 SPEC = {
     "prompt": "a fox",
-    "height": 256,
-    "width": 256,
+    "height": 128,
+    "width": 128,
     "frames": 25,
     "frame_rate": 24.0,
     "seed": 5,
@@ -60,27 +64,24 @@ def media(tmp_path_factory):
             "name": "depth.mp4",
         },
         "ic_lora": {"blob": _sha(lora), "strength": 1.0, "downscale": 2, "name": "ic.safetensors"},
+        "stage1_parallel": "2",  # a gang of the 2 workers
     }
     talk = write_clip_with_audio(folder / "talk.mp4", frames=30)
     dub = {
         **SPEC,
-        "height": 128,
-        "width": 128,
         "encode_tiles": "24,128",
         "dub_video": {"blob": _sha(talk), "name": "talk.mp4"},
         "ic_lora": control["ic_lora"],
     }
-    small = {**SPEC, "height": 128, "width": 128, **CHUNKED}
+    small = {**SPEC, **CHUNKED}
     chunked = {"control-chunked": {**small, "control_video": control["control_video"], "ic_lora": control["ic_lora"]},
                "dub-chunked": {**small, "encode_tiles": "24,128", "dub_video": dub["dub_video"],
                                "ic_lora": control["ic_lora"]}}
     mask = write_clip(folder / "mask.mp4", frames=28, width=64, height=80)  # --control-mask: a grey-ish clip
-    stage2 = {**SPEC, "height": 128, "width": 128, "stage2_tiles": None, "encode_tiles": "24,128", "ic_lora": control["ic_lora"],
+    stage2 = {**SPEC, "stage2_tiles": None, "encode_tiles": "24,128", "ic_lora": control["ic_lora"],
               "control_video": {**control["control_video"], "stage2": True},  # --control-stage2, untiled
               "control_mask": {"blob": _sha(mask), "name": "mask.mp4"}}
-    ganged = {**SPEC, "height": 128, "width": 128, "frames": 9, "stage2_tiles": None, "stage1_parallel": "2",
-              "control_video": control["control_video"], "ic_lora": control["ic_lora"]}
-    return ({"control": control, "dub": dub, "control-stage2": stage2, **chunked, "control-sp": ganged},
+    return ({"control": control, "dub": dub, "control-stage2": stage2, **chunked},
             {_sha(clip): clip, _sha(lora): lora, _sha(talk): talk, _sha(mask): mask})
 
 
@@ -143,7 +144,7 @@ def _check_control(tasks: dict, local: dict) -> None:
     assert {name: tasks[name].get("outputs") or {} for name in local} == local  # every output, bit for bit
     kinds = [t["kind"] for t in tasks.values()]
     assert kinds.count("video_encode") == 2 and kinds.count("video_encode_blend") == 1
-    assert {tasks[f"control.t{i}"]["params"]["height"] for i in range(2)} == {64}  # 128 px stage 1 / 2
+    assert {tasks[f"control.t{i}"]["params"]["height"] for i in range(2)} == {32}  # 64 px stage 1 / 2
     stage1 = tasks["stage1"]
     assert stage1["inputs"]["control_latent"] == tasks["control"]["outputs"]["latent"]
     assert [lora["name"] for lora in stage1["params"]["loras"]] == ["ic.safetensors"]
@@ -171,15 +172,23 @@ def _check_dub(tasks: dict, local: dict) -> None:
 
 @pytest.mark.timeout(600)
 def test_control_and_dub_match_local_on_the_farm(module_farm, media, reference):
-    farm_client, _procs, _data = module_farm
+    """Dub-It, then the control with its stage 1 ganged: every output (and the control's frames) `--local`'s."""
+    farm_client, _procs, data = module_farm
     specs, files = media
     wait_until(
         lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 2, 60, "2 workers registered"
     )
     _check_dub(_render(farm_client, specs["dub"], files), reference["dub"])
-    tasks = _render(farm_client, specs["control"], files)
+    render_id, tasks = _submit(farm_client, specs["control"], files)
     _check_control(tasks, reference["control"])
     assert {t.get("worker") for t in tasks.values() if t.get("worker")} <= {"w1", "w2", "coordinator"}
+    assert set(tasks) == set(reference["control"])
+    np.testing.assert_array_equal(_frames(data / "renders" / render_id / "render.mp4"),
+                                  _frames(reference["control.mp4"]))
+    stage1 = tasks["stage1"]  # the control's stage 1 as a gang of the 2 workers
+    assert stage1["params"]["control"]["attention_strength"] == 0.5 and "control_latent" in stage1["inputs"]
+    assert stage1["metrics"]["stage1_parallel"] == 2, stage1["metrics"].get("gang_broke")
+    assert sorted(stage1["ranks"]) == ["w1", "w2"]
 
 
 def _check_windows(tasks: dict, local: dict, encodes: tuple[str, ...]) -> None:
@@ -238,20 +247,3 @@ def test_control_in_stage2_with_a_mask_matches_local_on_the_farm(module_farm, me
         assert stage["inputs"]["control_mask"] == mask["outputs"]["mask"]
         assert [lora["name"] for lora in stage["params"]["loras"]] == ["ic.safetensors"]
         assert stage["params"]["control"] == {"strength": 0.9, "downscale": 2, "attention_strength": 0.5}
-
-
-@pytest.mark.timeout(300)
-def test_ganged_control_matches_local_on_the_farm(module_farm, media, reference):
-    """Stage 1 with the control reference as a gang of the 2 workers: every output and the frames as `--local`'s."""
-    farm_client, _procs, data = module_farm
-    specs, files = media
-    wait_until(lambda: sum(bool(w.get("packs")) for w in farm_client.workers()) >= 2, 60, "2 workers registered")
-    render_id, tasks = _submit(farm_client, specs["control-sp"], files)
-    assert set(tasks) == set(reference["control-sp"])
-    assert {n: tasks[n].get("outputs") or {} for n in reference["control-sp"]} == reference["control-sp"]
-    np.testing.assert_array_equal(_frames(data / "renders" / render_id / "render.mp4"),
-                                  _frames(reference["control-sp.mp4"]))
-    stage1 = tasks["stage1"]
-    assert stage1["params"]["control"]["attention_strength"] == 0.5 and "control_latent" in stage1["inputs"]
-    assert stage1["metrics"]["stage1_parallel"] == 2, stage1["metrics"].get("gang_broke")
-    assert sorted(stage1["ranks"]) == ["w1", "w2"]

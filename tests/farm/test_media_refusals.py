@@ -3,12 +3,19 @@ probes each uploaded file in its child process and survives them all, and a refu
 retention's grace has passed. `farm render --local` refuses the same file the same way. IC-LoRA
 control and Dub-It the same way: a clip shorter than the render, an IC-LoRA without its metadata (or
 declaring another factor than the spec, past the CLI), a clip without the IC-LoRA, a Dub-It clip
-without sound."""
+without sound. Each table's first case and its good submits run `farm` in its own process; the other
+cases run the same entry point (`farm_cli.main.main`: argv pairing, settings, the app) in the test's
+process, which spares each a Python start and the CLI's imports and asserts the same exit code and line."""
 
 from __future__ import annotations
 
+import io
+import os
 import random
+import subprocess
+import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import grpc
@@ -18,6 +25,8 @@ from safetensors.numpy import save_file
 
 from coordinator.retention import prune
 from farm_cli.client import FarmClient, FarmError
+from farm_cli.main import main
+from tests.farm.farm_harness import ROOT
 from tests.farm.test_cli_messages import JOIN, coordinator, farm, one_line  # noqa: F401 - the fixture
 from tests.media_files import forged_long_wav, write_clip, write_clip_with_audio, write_ic_lora, write_wav
 
@@ -71,12 +80,40 @@ def _cases(f: dict) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.timeout(240)
-def test_audio_that_cannot_serve_a2v_is_refused_at_submit(coordinator, files, store, tmp_data):  # noqa: F811
-    for name, (args, line) in _cases(files).items():
-        result = farm(coordinator, "submit", *SPEC, *args)
+def farm_here(monkeypatch, address: str, *args: str) -> subprocess.CompletedProcess:
+    """`farm ARGS` as `farm` runs it (its entry point, the environment `farm()` gives the process), in this
+    process: the exit code and what it printed, as `farm()` returns them."""
+    argv = ["farm", *args, "--coordinator", address]
+    out, err = io.StringIO(), io.StringIO()
+    with monkeypatch.context() as env:
+        for key in [k for k in os.environ if k.startswith("FARM_")]:
+            env.delenv(key)
+        env.setenv("FARM_DATA", str(ROOT / "nonexistent-farm-data"))
+        env.setenv("FARM_TOKEN", JOIN[address])
+        env.setenv("HOME", "/nonexistent")
+        env.setattr(sys, "argv", argv)
+        env.chdir(ROOT)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def _refused(monkeypatch, coordinator: str, base: list[str], cases: dict) -> None:  # noqa: F811
+    """Each case refused with exit 2 and its one line: the first through `farm` in its own process."""
+    for n, (name, (args, line)) in enumerate(cases.items()):
+        run = farm if n == 0 else lambda *a: farm_here(monkeypatch, *a)
+        result = run(coordinator, "submit", *base, *args)
         assert result.returncode == 2, (name, result.returncode, result.stderr[-2000:])
         assert line in one_line(result), (name, result.stderr)
+
+
+@pytest.mark.timeout(240)
+def test_audio_that_cannot_serve_a2v_is_refused_at_submit(coordinator, files, store, tmp_data, monkeypatch):  # noqa: F811
+    _refused(monkeypatch, coordinator, SPEC, _cases(files))
     assert not store.client.keys(
         f"{store.prefix}:render:*"
     )  # nothing queued, and the coordinator still answers
@@ -188,11 +225,8 @@ def _control_cases(f: dict) -> dict[str, tuple[list[str], str]]:
 
 
 @pytest.mark.timeout(180)
-def test_control_that_cannot_serve_is_refused_at_submit(coordinator, files, store):  # noqa: F811
-    for name, (args, line) in _control_cases(files).items():
-        result = farm(coordinator, "submit", *CONTROL, *args)
-        assert result.returncode == 2, (name, result.returncode, result.stderr[-2000:])
-        assert line in one_line(result), (name, result.stderr)
+def test_control_that_cannot_serve_is_refused_at_submit(coordinator, files, store, monkeypatch):  # noqa: F811
+    _refused(monkeypatch, coordinator, CONTROL, _control_cases(files))
     assert not store.client.keys(f"{store.prefix}:render:*")  # nothing queued
     with FarmClient(coordinator, JOIN[coordinator], timeout=10) as client:  # past the CLI: the blob's header
         clip, ic, bare = (client.put_blob(Path(files[k]).read_bytes()) for k in ("clip30", "ic", "bare"))

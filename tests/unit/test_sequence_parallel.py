@@ -261,3 +261,19 @@ def test_a_guidance_pass_split_k_ways_equals_the_unsplit_pass(keyframe_model, na
     assert not np.array_equal(whole[0], pass_x0(*args, frozen=frozen)[0])  # the marker reaches the DiT
     if name != guidance.COND:  # the pass's perturbation (or negative prompt) reaches the DiT
         assert not np.array_equal(whole[0], pass_x0(*args[:1], guidance.COND, *args[2:], marker=marker)[0])
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("name", [guidance.COND, guidance.UNCOND, guidance.PERTURBED, guidance.ISOLATED])
+def test_a_guided_retake_pass_split_k_ways_equals_the_unsplit_pass(model, name, k) -> None:
+    """The dev retake's passes as a farm gang runs them (tests/farm/test_clip_farm.py renders only the ganged
+    one): the window's per-token masks split with the tokens, the unsplit pass's bits."""
+    inputs = _media_inputs("retake")[0]
+    video, audio = build_stage_states(inputs, 128)
+    assert video.denoise_mask is not None and not np.all(video.denoise_mask == video.denoise_mask.flat[0])
+    rng = np.random.default_rng(3)
+    negative = {n: rng.standard_normal(c.shape).astype(np.float32) for n, c in inputs.contexts.items()}
+    args = (model, name, video, audio, 0.909375, inputs.contexts, negative, _VIDEO, _AUDIO)
+    whole, split = pass_x0(*args), pass_x0(*args, split=Split(k))
+    for got, want in zip(split, whole, strict=True):
+        assert np.array_equal(got, want)
