@@ -24,12 +24,8 @@ from protos.tensors import decode_tensor
 from tests.farm.farm_harness import assert_identical, farm, wait_done
 
 BASE = {"prompt": "a fox", "height": 256, "width": 384, "frame_rate": 24.0, "seed": 7, "pack": "tiny"}
-# 4 temporal x 2 spatial tiles: the same 13 tasks (ids, kinds, inputs) as 256x384 in 32,256,256 tiles, a
-# quarter of the pixels to render and decode twice (farm and `--local`).
-TILED = {**BASE, "height": 128, "width": 192, "frames": 49, "decode_tiles": "32,128,128"}
-# 10 temporal tiles, 33-frame windows: the same 15 tasks as 256x384 in 32,256,384 tiles at half the pixels; the
-# clip (54 MiB of float frames) still 3x the assembly's bound, so holding a part of it shows.
-LONG = {**BASE, "height": 192, "width": 256, "frames": 97, "decode_tiles": "32,192,256"}
+TILED = {**BASE, "frames": 49, "decode_tiles": "32,256,256"}  # 4 temporal x 2 spatial tiles
+LONG = {**BASE, "frames": 97, "decode_tiles": "32,256,384"}  # 10 temporal tiles, 33-frame windows
 
 
 def _tile_count(raw: dict) -> int:
@@ -135,7 +131,7 @@ def test_long_tiled_decode_memory_audio_and_exr(decode_farm, tmp_path):
     out = tmp_data / "renders" / render_id
     meta = json.loads((out / "render.json").read_text())
     assembly = meta["assembly"]
-    frame_bytes = LONG["height"] * LONG["width"] * 3 * 4
+    frame_bytes = 256 * 384 * 3 * 4
     window = assembly["window_bytes"]  # one frame's sums and the tile frames it reads, all counted
     bound = window + 4 * frame_bytes + 16 * 2**20  # + the frame handed to the encoder and EXR, a constant
     print(f"assembly peak {assembly['peak_traced_bytes'] / 2**20:.1f} MiB; window ({assembly['window_frames']} "
@@ -147,12 +143,12 @@ def test_long_tiled_decode_memory_audio_and_exr(decode_farm, tmp_path):
     stages = meta["timings"]["stages"]
     assert {"text", "stage1", "upsample", "stage2", "decode", "audio"} <= set(stages)
     assert stages["decode"]["tasks"] == 10 and set(stages["decode"]["workers"]) == {"w1", "w2"}
-    assert meta["seed"] == 7 and meta["pack"] == "tiny" and meta["tiling"]["decode_tiles"] == "32,192,256"
+    assert meta["seed"] == 7 and meta["pack"] == "tiny" and meta["tiling"]["decode_tiles"] == "32,256,384"
     exr = sorted((tmp_path / "exr").glob("frame_*.exr"))
     assert len(exr) == 97 and (tmp_path / "exr" / "render.json").is_file()
     with OpenEXR.File(str(exr[-1])) as f:
         (x0, y0), (x1, y1) = f.header()["dataWindow"]
-        assert (x1 - x0 + 1, y1 - y0 + 1) == (LONG["width"], LONG["height"])
+        assert (x1 - x0 + 1, y1 - y0 + 1) == (384, 256)
     with av.open(str(out / "render.mp4")) as container:
         audio = container.streams.audio[0]
         assert audio.codec_context.name == "aac" and audio.channels == 2
