@@ -100,6 +100,7 @@ class Mp4Writer:
         self._video.options = {"crf": "18", "preset": "medium", "threads": "1"}
         self._audio = None
         self._held: list | None = []  # video packets held until the audio track is decided
+        self._tail: list | None = None  # the encoder's flush, once `end_video` ran it
         self.frames_written = 0
         if audio_rate != AUDIO_LATER:
             self.open_audio(audio_rate)
@@ -140,10 +141,19 @@ class Mp4Writer:
         if self._audio is not None:
             encode_waveform(self._container, self._audio, waveform, sample_rate)
 
+    def end_video(self) -> None:
+        """Flush the video encoder now that every frame is in, keeping its packets for `close`: x264's
+        lookahead holds some 40 frames back, so the encode's tail (a short clip's whole encode) runs
+        here, and the early encode runs it while a task queued behind the decode tiles (the audio
+        decode) still runs. `close` muxes the packets where it would have flushed: the same bytes."""
+        if self._tail is None:
+            self._tail = list(self._video.encode())
+
     def close(self) -> None:
         if self._held is not None:
             self.open_audio(None)
-        self._mux(self._video.encode())
+        self.end_video()
+        self._mux(self._tail)
         if self._audio is not None:
             for packet in self._audio.encode():
                 self._container.mux(packet)
@@ -259,6 +269,10 @@ class VideoAssembly:
         if self.thumbs is not None:
             self.thumbs.add(frame)
         self.sides.add(index, frame)
+
+    def end_video(self) -> None:
+        """Every frame is in: the mp4's encode finishes now (`Mp4Writer.end_video`), not at `finish`."""
+        self.writer.end_video()
 
     def close(self) -> None:
         """Close the files (idempotent); an unfinished assembly's part files are left for the next."""

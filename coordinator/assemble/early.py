@@ -6,7 +6,9 @@ rule): each pass reads which tiles are in, and the frames below that mark are bl
 assembly's sums) and written through `VideoAssembly`, the whole assembly's writer, into one H.264 stream
 with the same settings. x264 on one thread is a function of the frame sequence and its settings, so the
 file is byte for byte the one the all-at-once assembly writes (a test holds the two against each other);
-the audio track is decided and muxed at the end, as there. Only a tiled, unchunked decode streams (a
+the audio track is decided and muxed at the end, as there. Once every frame is in, the encoder is
+flushed (its tail: x264's lookahead holds ~40 frames back) without waiting for the render's last task, so
+an audio decode queued behind the decode tiles runs beside it. Only a tiled, unchunked decode streams (a
 chunked render grows its own film, an untiled one has nothing final before its one task).
 
 Nothing here is resumable: the encoder's state lives in this process. A coordinator that takes over
@@ -98,6 +100,8 @@ class EarlyEncode(threading.Thread):
             for _ in range(self.written, final_frames(self.tiles, self._landed)):
                 self.assembly.add(next(frames))
                 self.written += 1
+            if self.written == self.total:  # the encode's tail, while the render's last tasks run
+                self.assembly.end_video()
             if self.written == self.total and self._finishing.is_set():
                 self.complete = True
                 return
