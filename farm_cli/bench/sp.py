@@ -92,12 +92,12 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
     runs it (stage 1's degree chosen at lease time)."""
     from coordinator.plan import costs, placement, sp_degree
     from farm_cli.bench.model import SPEC, _plan
-    from ltx_engine.rules.sp_plan import ShardPlan, forward_bytes
+    from ltx_engine.rules.sp_plan import TEXT_TOKENS, ShardPlan, forward_bytes
 
     tokens = 17 * 30 * 16
     forward = costs.dit_forward_s(tokens)
     one = forward / costs.chip_speed(chip)
-    moved = forward_bytes(ShardPlan(tokens, macs), 48, 4096, 2048, 2, 128)
+    moved = forward_bytes(ShardPlan(tokens, macs), 48, 4096, 2048, 2, 128, TEXT_TOKENS)
     compute = (costs.DIT_FORWARD_S + (forward - costs.DIT_FORWARD_S) / macs) / costs.chip_speed(chip)
     lines = [f"full size, stage 1 of 1920x1088x121 ({tokens} tokens), {chip}: {one:.1f} s/step on one "
              f"(cost model); {macs} Macs receive {moved / 1e9:.2f} GB per step per rank"]
@@ -113,15 +113,15 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
 
 
 def _projection(dit: str, t1: float, t2: float, wire2: float, tokens: int, macs: int) -> list[str]:
-    from farm_cli.bench.sp_rank import dit_config
-    from ltx_engine.rules.sp_plan import DitDims, ShardPlan, exposed_wire_s, forward_bytes
+    from farm_cli.bench.sp_rank import TEXT_ROWS, dit_config
+    from ltx_engine.rules.sp_plan import DitDims, ShardPlan, exposed_wire_s, site_bytes
 
     c = dit_config(dit)
     p = min(1.0, max(0.0, 2 * (1 - (t2 - wire2) / t1)))
     dims = DitDims(c["num_layers"], c["num_attention_heads"] * c["attention_head_dim"],
-                   c["audio_num_attention_heads"] * c["audio_attention_head_dim"], 4, c["out_channels"])
+                   c["audio_num_attention_heads"] * c["audio_attention_head_dim"], 4, c["out_channels"], TEXT_ROWS[dit])
     plan = ShardPlan(tokens, macs)
-    moved = forward_bytes(plan, dims.layers, dims.video_width, dims.audio_width, dims.itemsize, dims.out_channels)
+    moved = sum(site_bytes(plan, dims).values())
     lines = [f"projection, this DiT on {macs} Macs: parallel fraction p = {p:.3f} (from the 2-worker compute), "
              f"{moved / 1e6:.2f} MB per step per rank"]
     for name, bw in LINKS:

@@ -24,11 +24,12 @@ import numpy as np
 from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, tiny_config
 from ltx_engine.parallel.sequence_parallel import GroupExchange, ShardPlan, sp_forward
+from ltx_engine.rules.sp_plan import TEXT_TOKENS
 from ltx_engine.tiny.tiny_pack import DIT_SIZES
 
 AUDIO_TOKENS = 126  # ~5 s of audio latents
 OPEN_S = 900.0
-TEXT_ROWS = {"tiny": 64, "bench": 1024}  # the bench pack's contexts are its tokenizer's 1024 rows
+TEXT_ROWS = {"tiny": 64, "bench": TEXT_TOKENS}  # the bench pack's contexts are its tokenizer's 1024 rows
 
 
 def dit_config(dit: str) -> dict:
@@ -97,16 +98,21 @@ class SerialExchange(GroupExchange):
         pass
 
 
+def _site(what: str) -> str:
+    """The step model's site of a gather (`sp_plan.site_bytes`): "self", "text" (both streams'), "v2a", "output"."""
+    return what.rsplit("_", 1)[0].removeprefix("audio_")
+
+
 class TimedExchange(GroupExchange):
     """The product's schedule, timing its windows: the seconds of the work evaluated behind each gather,
-    by what the gather moves (self- or video->audio attention K/V)."""
+    by what the gather moves (self-attention, text or video->audio attention K/V)."""
 
     windows: dict[str, float]
 
     def meanwhile(self, *work: mx.array | None) -> None:
         t = time.perf_counter()
         super().meanwhile(*work)
-        site = self.log[-1][0].rsplit("_", 1)[0]
+        site = _site(self.log[-1][0])
         self.windows[site] = self.windows.get(site, 0.0) + time.perf_counter() - t
 
 
@@ -132,7 +138,7 @@ def _schedules(model, video, audio, group, repeats: int) -> dict:
     window = {site: statistics.median(w[site] for w in windows) for site in windows[0]}
     wire = {}
     for what, n in runs["overlap"].log[-len(runs["overlap"].log) // (repeats + 1):]:
-        wire[what.rsplit("_", 1)[0]] = wire.get(what.rsplit("_", 1)[0], 0) + n
+        wire[_site(what)] = wire.get(_site(what), 0) + n
     return {**got, "same_bits": same, "window_s": window, "site_bytes": wire}
 
 
