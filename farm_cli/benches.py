@@ -288,6 +288,8 @@ def sp(
     chip: Annotated[str, typer.Option("--chip", help="Chip of the full-size projection.")] = "M1 Max",
     group: Annotated[str, typer.Option("--group", help="ring (mx.distributed) or socket (a gang's SocketGroup).")]
     = "ring",
+    dit: Annotated[str, typer.Option("--dit", help="tiny or bench: the DiT of `farm pack tiny --dit` (bench: 1024 "
+                                                   "text rows, as its pack's contexts).")] = "tiny",
 ) -> None:
     """Stage-1 DiT forward sequence-parallel on 2 workers vs 1 (a group on 127.0.0.1), bytes per step, ratio,
     and a projection for N Macs over 10 GbE and Thunderbolt 5."""
@@ -296,7 +298,9 @@ def sp(
 
     if group not in ("ring", "socket"):
         fail(f"bench sp: --group {group}: give ring or socket")
-    run(frames, height, width, pairs, repeats, macs, chip, group)
+    if dit not in ("tiny", "bench"):
+        fail(f"bench sp: --dit {dit}: give tiny or bench")
+    run(frames, height, width, pairs, repeats, macs, chip, group, dit)
 
 
 @bench_app.command("gang-memory")

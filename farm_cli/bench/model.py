@@ -202,7 +202,8 @@ def model(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> lis
         f"- stage 1 ({tokens} tokens) sequence parallel, its degree chosen at lease time from the idle Macs "
         "(sp_degree.stage1_degree: the shortest modelled step, one more Mac only for 5 % of it); a gang "
         f"reservation fills from the Macs that ask within {sp_degree.GANG_WINDOW_S:g} s; per step compute/k + "
-        "K/V all-gathers (48 layers, bf16) over the link less the compute behind each (sp_plan.OVERLAP_SHARES)",
+        "K/V all-gathers (48 layers, bf16: self, text, video->audio) over the link less the compute behind each "
+        "(sp_plan.OVERLAP_SHARES)",
         "- DiT forward 5.03e-3·N + 1.66e-7·N² + 0.6 s on an M4 Pro (seed 003 steps), chip speed "
         f"{costs.chip_speed(chip):g}x; decode 3.5e-7 s per pixel·frame; text 6 s",
         "- models load once per Mac (2 GB/s); tile inputs and outputs move for free; the coordinator's blend "

@@ -12,7 +12,10 @@ fraction p from the 2-worker compute (its wall less its wire time), and
 each gather's bytes(k=4) over the link (the formula the 2-worker count checks, `sp_plan.site_bytes`)
 less the compute behind it (`sp_plan.exposed_wire_s`: the shares of c4 this bench measures behind the
 self and video->audio K/V over the socket group, kept as `OVERLAP_SHARES`); and the same for the
-full-size LTX-2.3 stage 1 of 1920x1088x121 from the cost model.
+full-size LTX-2.3 stage 1 of 1920x1088x121 from the cost model. `--dit bench` times the DiT of
+`farm pack tiny --dit bench` (4x64 wide, 8 blocks, 1024 text rows as its pack's contexts) instead of the
+tiny one. Beside the wall seconds, each side's CPU seconds per forward (the busier rank's): on a shared,
+loaded machine they tell what a forward costs, where the wall also holds the other processes' load.
 """
 
 from __future__ import annotations
@@ -36,24 +39,24 @@ def _env(group: str = "ring") -> dict:
     return {**os.environ, **ONE_CORE, "SP_BACKEND": group}
 
 
-def _one(grid: tuple[int, int, int], repeats: int, folder: Path) -> dict:
+def _one(dit: str, grid: tuple[int, int, int], repeats: int, folder: Path) -> dict:
     out = folder / "one.json"
-    subprocess.run([sys.executable, "-m", "farm_cli.bench.sp_rank", "one", *map(str, grid), str(repeats), str(out)],
+    subprocess.run([sys.executable, "-m", "farm_cli.bench.sp_rank", "one", dit, *map(str, grid), str(repeats), str(out)],
                    check=True, env=_env(), timeout=RANK_TIMEOUT_S)
     return json.loads(out.read_text())
 
 
-def _sp(grid: tuple[int, int, int], repeats: int, folder: Path, group: str, k: int = 2) -> dict:
+def _sp(dit: str, grid: tuple[int, int, int], repeats: int, folder: Path, group: str, k: int = 2) -> dict:
     from ltx_engine.parallel.sp_group import run_ring
 
     out = folder / "sp.json"
-    ranks = run_ring([sys.executable, "-m", "farm_cli.bench.sp_rank", "sp", *map(str, grid), str(repeats), str(out)],
+    ranks = run_ring([sys.executable, "-m", "farm_cli.bench.sp_rank", "sp", dit, *map(str, grid), str(repeats), str(out)],
                      k, RANK_TIMEOUT_S, env=_env(group))
     bad = [r for r in ranks if r.returncode != 0]
     if bad:
         raise RuntimeError(f"rank {bad[0].rank} ended {bad[0].returncode}: {bad[0].output[-1500:]}")
     results = [json.loads(Path(f"{out}" if r == 0 else f"{out}.{r}").read_text()) for r in range(k)]
-    got = {**results[0], **{key: max(r[key] for r in results) for key in results[0] if key.endswith("forward_s")},
+    got = {**results[0], **{key: max(r[key] for r in results) for key in results[0] if key.endswith(("forward_s", "cpu_s"))},
            "wire_s": max(r["wire_s"] for r in results)}
     if "same_bits" in got:  # the socket group: both schedules timed (sp_rank._schedules)
         got.update({key: statistics.mean(r[key] for r in results) for key in ("serial_wait_s", "overlap_wait_s")},
@@ -89,12 +92,12 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
     runs it (stage 1's degree chosen at lease time)."""
     from coordinator.plan import costs, placement, sp_degree
     from farm_cli.bench.model import SPEC, _plan
-    from ltx_engine.rules.sp_plan import ShardPlan, forward_bytes
+    from ltx_engine.rules.sp_plan import TEXT_TOKENS, ShardPlan, forward_bytes
 
     tokens = 17 * 30 * 16
     forward = costs.dit_forward_s(tokens)
     one = forward / costs.chip_speed(chip)
-    moved = forward_bytes(ShardPlan(tokens, macs), 48, 4096, 2048, 2, 128)
+    moved = forward_bytes(ShardPlan(tokens, macs), 48, 4096, 2048, 2, 128, TEXT_TOKENS)
     compute = (costs.DIT_FORWARD_S + (forward - costs.DIT_FORWARD_S) / macs) / costs.chip_speed(chip)
     lines = [f"full size, stage 1 of 1920x1088x121 ({tokens} tokens), {chip}: {one:.1f} s/step on one "
              f"(cost model); {macs} Macs receive {moved / 1e9:.2f} GB per step per rank"]
@@ -109,16 +112,16 @@ def _full_size_lines(macs: int, chip: str) -> list[str]:
     return lines
 
 
-def _projection(t1: float, t2: float, wire2: float, tokens: int, macs: int) -> list[str]:
-    from ltx_engine.models.transformer import tiny_config
-    from ltx_engine.rules.sp_plan import DitDims, ShardPlan, exposed_wire_s, forward_bytes
+def _projection(dit: str, t1: float, t2: float, wire2: float, tokens: int, macs: int) -> list[str]:
+    from farm_cli.bench.sp_rank import TEXT_ROWS, dit_config
+    from ltx_engine.rules.sp_plan import DitDims, ShardPlan, exposed_wire_s, site_bytes
 
-    c = tiny_config()
+    c = dit_config(dit)
     p = min(1.0, max(0.0, 2 * (1 - (t2 - wire2) / t1)))
     dims = DitDims(c["num_layers"], c["num_attention_heads"] * c["attention_head_dim"],
-                   c["audio_num_attention_heads"] * c["audio_attention_head_dim"], 4, c["out_channels"])
+                   c["audio_num_attention_heads"] * c["audio_attention_head_dim"], 4, c["out_channels"], TEXT_ROWS[dit])
     plan = ShardPlan(tokens, macs)
-    moved = forward_bytes(plan, dims.layers, dims.video_width, dims.audio_width, dims.itemsize, dims.out_channels)
+    moved = sum(site_bytes(plan, dims).values())
     lines = [f"projection, this DiT on {macs} Macs: parallel fraction p = {p:.3f} (from the 2-worker compute), "
              f"{moved / 1e6:.2f} MB per step per rank"]
     for name, bw in LINKS:
@@ -130,23 +133,25 @@ def _projection(t1: float, t2: float, wire2: float, tokens: int, macs: int) -> l
 
 
 def run(frames: int, height: int, width: int, pairs: int, repeats: int, macs: int, chip: str,
-        group: str = "ring") -> None:
+        group: str = "ring", dit: str = "tiny") -> None:
     if min(frames, height, width, pairs, repeats) < 1:
         raise typer.BadParameter("latent frames, height, width, --pairs and --repeats must be at least 1")
     grid = (frames, height, width)
     tokens = frames * height * width
-    typer.echo(f"stage-1 forward, tiny pack DiT layout, {tokens} video tokens + 126 audio, one core per worker; "
+    typer.echo(f"stage-1 forward, {dit} pack DiT layout, {tokens} video tokens + 126 audio, one core per worker; "
                f"{pairs} interleaved pairs of {repeats} timed forwards; the 2 workers' group: {group}")
-    ones, sps = [], []
+    ones, sps, cpus = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-sp-") as tmp:
         for i in range(pairs):
             order = ("one", "sp") if i % 2 == 0 else ("sp", "one")
-            got = {name: _one(grid, repeats, Path(tmp)) if name == "one" else _sp(grid, repeats, Path(tmp), group)
+            got = {name: _one(dit, grid, repeats, Path(tmp)) if name == "one" else _sp(dit, grid, repeats, Path(tmp), group)
                    for name in order}
             ones.append(got["one"]["forward_s"])
             sps.append(got["sp"])
+            cpus.append((got["one"]["cpu_s"], got["sp"]["cpu_s"]))
             typer.echo(f"pair {i + 1}: 1 worker {ones[-1]:.2f} s, 2 workers SP {sps[-1]['forward_s']:.2f} s "
-                       f"(wire {sps[-1]['wire_s']:.3f} s), ratio {ones[-1] / sps[-1]['forward_s']:.2f}x")
+                       f"(wire {sps[-1]['wire_s']:.3f} s), ratio {ones[-1] / sps[-1]['forward_s']:.2f}x; CPU "
+                       f"{cpus[-1][0]:.2f} s vs {cpus[-1][1]:.2f} s on the busier rank: {cpus[-1][0] / cpus[-1][1]:.2f}x")
     ratios = [o / s["forward_s"] for o, s in zip(ones, sps, strict=True)]
     t1, t2 = statistics.median(ones), statistics.median(s["forward_s"] for s in sps)
     wire2 = statistics.median(s["wire_s"] for s in sps)
@@ -154,8 +159,11 @@ def run(frames: int, height: int, width: int, pairs: int, repeats: int, macs: in
     typer.echo(f"median: 1 worker {t1:.2f} s/step, 2 workers {t2:.2f} s/step, ratio {statistics.median(ratios):.2f}x "
                f"(pairs {min(ratios):.2f}-{max(ratios):.2f}); {moved / 1e6:.2f} MB per step per rank "
                f"(loopback: {wire2:.3f} s, {moved / max(wire2, 1e-9) / 1e9:.2f} GB/s)")
+    c1, c2 = statistics.median(c for c, _ in cpus), statistics.median(c for _, c in cpus)
+    typer.echo(f"median CPU per forward: 1 worker {c1:.2f} s, 2 workers {c2:.2f} s on the busier rank: {c1 / c2:.2f}x "
+               "(on a loaded machine the CPU seconds are what each side costs; the wall adds the others' load)")
     if "same_bits" in sps[0]:
         for line in _overlap_lines(sps):
             typer.echo(line)
-    for line in _projection(t1, t2, wire2, tokens, macs) + _full_size_lines(macs, chip):
+    for line in _projection(dit, t1, t2, wire2, tokens, macs) + _full_size_lines(macs, chip):
         typer.echo(line)

@@ -302,9 +302,12 @@ class BasicAVTransformerBlock(nn.Module):
 
     def _self_and_text(self, s: StreamArgs, prefix: str, skip_self: bool = False) -> mx.array:
         """Self-attention then text cross-attention of one modality (prefix "" or "audio_")."""
+        return self._text(s, self._self(s, prefix, skip_self), prefix)
+
+    def _self(self, s: StreamArgs, prefix: str, skip_self: bool = False) -> mx.array:
+        """The state after self-attention (`skip_self`: STG's value projection in its place)."""
         h, gate = self._self_in(s, prefix)
-        x = s.x + self[f"{prefix}attn1"](h, pe=s.pe, mask=s.self_mask, skip=skip_self) * gate
-        return self._text(s, x, prefix)
+        return s.x + self[f"{prefix}attn1"](h, pe=s.pe, mask=s.self_mask, skip=skip_self) * gate
 
     def _self_in(self, s: StreamArgs, prefix: str) -> tuple[mx.array, mx.array]:
         """The self-attention's modulated input and its gate."""
@@ -313,14 +316,28 @@ class BasicAVTransformerBlock(nn.Module):
 
     def _text(self, s: StreamArgs, x: mx.array, prefix: str) -> mx.array:
         """Text cross-attention of one modality on x (the state after self-attention)."""
-        table, attn2 = self[f"{prefix}scale_shift_table"], self[f"{prefix}attn2"]
+        k, v = self._text_kv(s, prefix)
+        return self._text_with(s, x, prefix, k, v)
+
+    def _text_kv(self, s: StreamArgs, prefix: str) -> tuple[mx.array, mx.array]:
+        """The text cross-attention's K/V: of the context modulated by the prompt AdaLN (2.3 / 2.5), else of
+        the context. Row-local, so a share of the context rows gives a share of the K/V rows (the
+        sequence-parallel forward projects one share per rank and gathers them)."""
+        ctx = s.context
         if self.ca_adaln:
-            shift_q, scale_q, gate_q = s.mod.values(table, 6, 9)
             shift_kv, scale_kv = s.prompt_mod.values(self[f"{prefix}prompt_scale_shift_table"], 0, 2)
+            ctx = ctx * (1 + scale_kv) + shift_kv
+        return self[f"{prefix}attn2"].project_kv(ctx, None)
+
+    def _text_with(self, s: StreamArgs, x: mx.array, prefix: str, k: mx.array, v: mx.array) -> mx.array:
+        """Text cross-attention of x's rows over the text K/V `k`, `v` (`_text_kv`)."""
+        attn2 = self[f"{prefix}attn2"]
+        if self.ca_adaln:
+            shift_q, scale_q, gate_q = s.mod.values(self[f"{prefix}scale_shift_table"], 6, 9)
             h = _rms(x, self.eps) * (1 + scale_q) + shift_q
-            ctx = s.context * (1 + scale_kv) + shift_kv
-            return x + attn2(h, context=ctx, mask=s.context_mask) * gate_q
-        return x + attn2(_rms(x, self.eps), context=s.context, mask=s.context_mask)
+            return x + attn2.attend(h, attn2.project_q(h, None), k, v, s.context_mask) * gate_q
+        h = _rms(x, self.eps)
+        return x + attn2.attend(h, attn2.project_q(h, None), k, v, s.context_mask)
 
     def _ff(self, s: StreamArgs, x: mx.array, prefix: str) -> mx.array:
         table, ff = self[f"{prefix}scale_shift_table"], self[f"{prefix}ff"]

@@ -9,7 +9,10 @@ a real token and no attention changes shape against the unsplit forward.
 Per block (see docs/ARCHITECTURE.md, "Sequence-parallel stage 1"):
 - video self-attention: each rank projects K/V of its rows; K and V are all-gathered (rank order),
   cut to the real tokens; each rank attends its own queries over them;
-- text cross-attention, FF, AdaLN: row-local, no exchange;
+- text cross-attention (both streams): its queries are row-local; its K/V, of the text context (modulated
+  by sigma on 2.3 / 2.5, so new every step), are split like the video's when `splits_text_kv` says so:
+  each rank projects its share of the context rows (padded the same way), the shares are gathered;
+- FF, AdaLN: row-local, no exchange;
 - audio -> video: video queries of the shard over the whole (replicated) audio, no exchange;
 - video -> audio: K/V of the video rows gathered like self-attention; every rank computes the whole
   (small) audio stream, so every rank holds the same audio state;
@@ -25,8 +28,9 @@ the gather). Both run the same per-shard code on the same shapes, so they agree 
 
 The schedule hides the exchange behind compute where the bytes move on threads (the socket group): a
 gather is started as soon as its K/V are evaluated, then the block's work that does not need the
-others' rows is evaluated while they move (the audio stream's self- and text attention and the video
-queries behind the self-attention K/V; the video FF and the audio query behind the video->audio K/V),
+others' rows is evaluated while they move (the audio stream's self-attention and the video queries
+behind the self-attention K/V; the video self-attention behind the text K/V, which need nothing of the
+block's input; the video FF and the audio query behind the video->audio K/V),
 then the gather is waited for. Only WHEN arrays are evaluated changes, never which ops run on what, so
 the bits are those of the lazy one-graph forward (LocalExchange and the ring keep that graph: their
 `start_gather` is the lazy gather and `meanwhile` does nothing).
@@ -49,7 +53,7 @@ from ltx_engine.models.dit_blocks import (
     _rms,
 )
 from ltx_engine.models.rope import SPLIT, RopeTable
-from ltx_engine.rules.sp_plan import ShardPlan, forward_bytes
+from ltx_engine.rules.sp_plan import ShardPlan, forward_bytes, splits_text_kv
 
 __all__ = ["Exchange", "GroupExchange", "LocalExchange", "ShardPlan", "forward_bytes", "shard_stream", "sp_block",
            "sp_forward"]
@@ -72,16 +76,19 @@ class Exchange:
         """The rows of every rank in rank order along `axis`, cut to the real tokens."""
         return self.start_gather(parts, axis, what)()
 
-    def start_gather(self, parts: list[mx.array], axis: int, what: str) -> Callable[[], mx.array]:
-        """Start `gather`; the returned call waits for the rows (every rank starts its gathers in one order)."""
-        got = (self.plan.degree - 1) * parts[0].nbytes
+    def start_gather(self, parts: list[mx.array], axis: int, what: str,
+                     plan: ShardPlan | None = None) -> Callable[[], mx.array]:
+        """Start `gather`; the returned call waits for the rows (every rank starts its gathers in one order).
+        `plan`: how the gathered rows were split when they are not the video tokens (the text context's)."""
+        plan = self.plan if plan is None else plan
+        got = (plan.degree - 1) * parts[0].nbytes
         self.bytes_received += got
         self.gathers += 1
         self.log.append((what, got))
         wait = self._start(parts, axis)
-        if not self.plan.padding:
+        if not plan.padding:
             return wait
-        return lambda: mx.take(wait(), mx.arange(self.plan.tokens), axis=axis)
+        return lambda: mx.take(wait(), mx.arange(plan.tokens), axis=axis)
 
     def meanwhile(self, *work: mx.array | None) -> None:
         """Evaluate `work` now if gathers move on threads (it is then computed while they do); else
@@ -175,21 +182,50 @@ def _gather_kv(ex: Exchange, kv: list[tuple[mx.array, mx.array]], what: str,
     return k(), v()
 
 
+def _start_text_kv(block: BasicAVTransformerBlock, s: StreamArgs, prefix: str,
+                   ex: Exchange) -> Callable[[], tuple[mx.array, mx.array]]:
+    """Start the text K/V of one stream (`BasicAVTransformerBlock._text_kv`); the returned call waits for
+    them. Split (`splits_text_kv`): each rank projects its share of the context rows and the shares are
+    gathered like the video K/V; else every rank projects all of them."""
+    rows = s.context.shape[1]
+    if not splits_text_kv(ex.plan.degree, rows):
+        kv = block._text_kv(s, prefix)
+        return lambda: kv
+    plan = ShardPlan(rows, ex.plan.degree)
+    kv = [block._text_kv(_shard_context(s, plan.indices(r)), prefix) for r in ex.ranks]
+    k = ex.start_gather([k for k, _ in kv], 2, f"{prefix}text_k", plan)
+    v = ex.start_gather([v for _, v in kv], 2, f"{prefix}text_v", plan)
+    return lambda: (k(), v())
+
+
+def _shard_context(s: StreamArgs, idx: np.ndarray) -> StreamArgs:
+    """A stream with a share of its text context's rows (the prompt modulation's too, if it has a row each)."""
+    return replace(s, context=mx.take(s.context, mx.array(idx), axis=1),
+                   prompt_mod=_shard_modulation(s.prompt_mod, idx))
+
+
 def _self_attention(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs | None,
                     ex: Exchange, skip: BlockSkip = NO_SKIP) -> tuple[list[mx.array], mx.array | None]:
-    """Video self- and text attention of the shards; the audio stream's (when it runs) behind the gather.
-    An STG-skipped video self-attention is its value projection, row-local: no gather."""
-    ax = block._self_and_text(audio, "audio_", skip.audio_self) if audio is not None else None
+    """Video self- and text attention of the shards, and the audio stream's (when it runs): the audio
+    self-attention behind the video K/V gather, the video self-attention behind the text K/V gathers. An
+    STG-skipped video self-attention is its value projection, row-local: no gather."""
+    ax = block._self(audio, "audio_", skip.audio_self) if audio is not None else None
     if skip.video_self:
-        return [block._self_and_text(s, "", True) for s in shards], ax
-    attn = block.attn1
-    inputs = [block._self_in(s, "") for s in shards]
-    kv = [attn.project_kv(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
-    q = [attn.project_q(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
-    k, v = _gather_kv(ex, kv, "self", [*q, ax])
-    vx = [s.x + attn.attend(h, qs, k, v, s.self_mask) * gate
-          for (h, gate), qs, s in zip(inputs, q, shards, strict=True)]
-    return [block._text(s, x, "") for s, x in zip(shards, vx, strict=True)], ax
+        vx = [block._self(s, "", True) for s in shards]
+    else:
+        attn = block.attn1
+        inputs = [block._self_in(s, "") for s in shards]
+        kv = [attn.project_kv(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
+        q = [attn.project_q(h, s.pe) for (h, _), s in zip(inputs, shards, strict=True)]
+        k, v = _gather_kv(ex, kv, "self", [*q, ax])
+        vx = [s.x + attn.attend(h, qs, k, v, s.self_mask) * gate
+              for (h, gate), qs, s in zip(inputs, q, shards, strict=True)]
+    text = _start_text_kv(block, shards[0], "", ex)
+    audio_text = _start_text_kv(block, audio, "audio_", ex) if audio is not None else None
+    ex.meanwhile(*vx, ax)
+    k, v = text()
+    vx = [block._text_with(s, x, "", k, v) for s, x in zip(shards, vx, strict=True)]
+    return vx, None if audio_text is None else block._text_with(audio, ax, "audio_", *audio_text())
 
 
 def _cross_av_ff(block: BasicAVTransformerBlock, shards: list[StreamArgs], audio: StreamArgs,

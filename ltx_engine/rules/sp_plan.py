@@ -33,42 +33,74 @@ class ShardPlan:
         return np.minimum(np.arange(rank * n, (rank + 1) * n), self.tokens - 1).astype(np.int32)
 
 
+TEXT_TOKENS = 1024  # rows of the text context every cross-attention reads (the Gemma connector's output)
+
+
+def splits_text_kv(degree: int, text_tokens: int) -> bool:
+    """Whether a k-way forward splits the text cross-attention's K/V (each rank projects 1/k of the context
+    rows, the K/V gathered per block like the video's) instead of every rank projecting all of them.
+
+    Yes whenever there are k > 1 ranks and a row for each. The projection is ~1.6 % of a full-size forward
+    (48 blocks of 1024 rows through 4096² and 2048² K/V weights: 4.1 TFLOP, 0.83 s/step on an M1 Max), and
+    replicated it is a share of every rank that grows with k (6 % at k = 4). Split, it costs
+    (k-1)·ceil(1024/k)·48·2·(4096+2048)·2 bytes per rank per step: 0.60 GB at k = 2 to 0.91 GB at k = 4, over
+    10 GbE 0.55-0.82 s if waited for, more than the 0.41-0.62 s of compute saved. It is not waited for: the
+    text K/V do not depend on the block's input, so their gather moves behind the block's self-attention
+    (sequence_parallel.py; 19 MB per block at k = 4, 17 ms on 10 GbE, behind ~55 ms of attention over
+    8,160 tokens), which `OVERLAP_SHARES["text"]` counts. Over Thunderbolt 5 it is 0.08-0.11 s either way.
+    One rule, no link in it: the ranks run the same graph whatever joins them, and the step model
+    (`site_bytes`) reads the same rule."""
+    return degree > 1 and text_tokens >= degree
+
+
 @dataclass(frozen=True)
 class DitDims:
-    """What a forward's gathers depend on: layers, video / audio attention widths, bytes per element."""
+    """What a forward's gathers depend on: layers, video / audio attention widths, bytes per element, text rows."""
 
     layers: int = 48
     video_width: int = 4096
     audio_width: int = 2048
     itemsize: int = 2
     out_channels: int = 128
+    text_tokens: int = TEXT_TOKENS
 
 
 FULL_SIZE = DitDims()  # LTX-2 / 2.3, bf16 activations
 
 
 def forward_bytes(plan: ShardPlan, layers: int, video_width: int, audio_width: int, itemsize: int,
-                  out_channels: int, out_itemsize: int = 4) -> int:
+                  out_channels: int, text_tokens: int, out_itemsize: int = 4) -> int:
     """Bytes ONE rank receives per SP forward (what `Exchange.bytes_received` counts): per layer the
-    self-attention K, V (video width) and the video->audio K, V (audio width), then the output rows."""
-    dims = DitDims(layers, video_width, audio_width, itemsize, out_channels)
+    self-attention K, V (video width), the video->audio K, V (audio width) and, when split
+    (`splits_text_kv`), the text K, V of both streams; then the output rows."""
+    dims = DitDims(layers, video_width, audio_width, itemsize, out_channels, text_tokens)
     return sum(site_bytes(plan, dims, out_itemsize).values())
 
 
 # Shares of a rank's forward computed behind each gather while its bytes move (sequence_parallel.py:
-# the audio stream and the video queries behind the self-attention K/V; the video FF and the audio query
-# behind the video->audio K/V), measured by `farm bench sp --group socket` on the tiny layout
-# (docs/performance.md: the lowest of three runs' medians). Its narrow widths make attention the bulk of
-# its forward, so the FF's share there is smaller than at full size: a lower bound on the full-size windows.
-OVERLAP_SHARES = {"self": 0.049, "v2a": 0.157}
+# the audio stream's self-attention and the video queries behind the self-attention K/V; the video
+# self-attention behind the text K/V; the video FF and the audio query behind the video->audio K/V),
+# measured by `farm bench sp --group socket` (docs/performance.md). "self" and "v2a": on the tiny layout
+# (the lowest of three runs' medians), whose narrow widths make attention the bulk of its forward, so the
+# FF's share there is smaller than at full size: a lower bound on the full-size windows. "text": the
+# window is the video self-attention, whose share grows with tokens per width, which the tiny layout
+# overstates (63 % at 2048 tokens, 64 wide); measured with `--dit bench` (256 wide) at 512 tokens, full
+# size's tokens-to-width ratio (8160/4096), the lowest of three runs' medians (14.7-14.9 %; ~24 % by the
+# FLOPs of a full-size block at k = 4, so again not above what full size has).
+OVERLAP_SHARES = {"self": 0.049, "v2a": 0.157, "text": 0.147}
 
 
 def site_bytes(plan: ShardPlan, dims: DitDims, out_itemsize: int = 4) -> dict[str, int]:
-    """`forward_bytes` by what moves: the self-attention K/V, the video->audio K/V, the output rows."""
+    """`forward_bytes` by what moves: the self-attention K/V, the video->audio K/V, the text K/V of both
+    streams (when `splits_text_kv`), the output rows."""
     rows = (plan.degree - 1) * plan.per_rank
-    return {"self": rows * dims.layers * 2 * dims.video_width * dims.itemsize,
-            "v2a": rows * dims.layers * 2 * dims.audio_width * dims.itemsize,
-            "output": rows * dims.out_channels * out_itemsize}
+    moved = {"self": rows * dims.layers * 2 * dims.video_width * dims.itemsize,
+             "v2a": rows * dims.layers * 2 * dims.audio_width * dims.itemsize,
+             "output": rows * dims.out_channels * out_itemsize}
+    if splits_text_kv(plan.degree, dims.text_tokens):
+        text_rows = (plan.degree - 1) * ShardPlan(dims.text_tokens, plan.degree).per_rank
+        moved["text"] = text_rows * dims.layers * 2 * (dims.video_width + dims.audio_width) * dims.itemsize
+    return moved
 
 
 def exposed_wire_s(plan: ShardPlan, compute_s: float, link_bytes_per_s: float, dims: DitDims = FULL_SIZE) -> float:

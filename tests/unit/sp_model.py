@@ -14,10 +14,11 @@ from ltx_engine.models import patchify as P
 from ltx_engine.models.transformer import LTXModel, Modality, TransformerConfig, tiny_config
 
 
-def seeded_model(seed: int = 0, keyframes: bool = False) -> LTXModel:
+def seeded_model(seed: int = 0, keyframes: bool = False, layout: dict | None = None) -> LTXModel:
     """The tiny pack's DiT layout with every parameter drawn from a seeded generator; `keyframes`: with
-    LTX-2.5's learned keyframe embedding (what a pass's marker adds to)."""
-    config = TransformerConfig.from_config({"transformer": tiny_config()})
+    LTX-2.5's learned keyframe embedding (what a pass's marker adds to); `layout`: keys over the tiny config's
+    (another version's layout)."""
+    config = TransformerConfig.from_config({"transformer": tiny_config() | (layout or {})})
     config.use_keyframes_abs_pos_embedding = keyframes
     model = LTXModel(config)
     rng = np.random.default_rng(seed)
@@ -35,8 +36,10 @@ def seeded_model(seed: int = 0, keyframes: bool = False) -> LTXModel:
     return model
 
 
-def forward_inputs(grid: tuple[int, int, int], audio_frames: int = 10, seed: int = 1) -> tuple[Modality, Modality]:
-    """Video of `grid` latent cells (first frame conditioned: timestep 0) and audio, both with text."""
+def forward_inputs(grid: tuple[int, int, int], audio_frames: int = 10, seed: int = 1,
+                   text_rows: int = 5) -> tuple[Modality, Modality]:
+    """Video of `grid` latent cells (first frame conditioned: timestep 0) and audio, both with `text_rows`
+    rows of text context."""
     cfg = tiny_config()
     rng = np.random.default_rng(seed)
     f, h, w = grid
@@ -45,11 +48,11 @@ def forward_inputs(grid: tuple[int, int, int], audio_frames: int = 10, seed: int
     ts[0, : h * w] = 0.0
     video = Modality(latent=mx.array(rng.standard_normal((1, tv, 128), np.float32)), sigma=mx.array([0.8]),
                      timesteps=mx.array(ts), positions=P.video_positions(1, f, h, w, 24.0),
-                     context=mx.array(rng.standard_normal((1, 5, cfg["cross_attention_dim"]), np.float32)))
+                     context=mx.array(rng.standard_normal((1, text_rows, cfg["cross_attention_dim"]), np.float32)))
     audio = Modality(latent=mx.array(rng.standard_normal((1, audio_frames, 128), np.float32)),
                      sigma=mx.array([0.8]), timesteps=mx.full((1, audio_frames), 0.8),
                      positions=P.audio_positions(1, audio_frames),
-                     context=mx.array(rng.standard_normal((1, 5, cfg["audio_cross_attention_dim"]), np.float32)))
+                     context=mx.array(rng.standard_normal((1, text_rows, cfg["audio_cross_attention_dim"]), np.float32)))
     return video, audio
 
 

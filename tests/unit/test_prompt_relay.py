@@ -153,12 +153,16 @@ def test_the_bias_reaches_both_text_cross_attentions():
     assert not np.array_equal(plain[0], relayed[0]) and not np.array_equal(plain[1], relayed[1])
 
 
-def test_a_sequence_parallel_forward_cuts_the_bias_by_rows():
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_sequence_parallel_forward_cuts_the_bias_by_rows(k):
+    """The bias has a row per query token: each shard takes its rows; the text K/V, split over the ranks and
+    gathered, are whole again where the bias meets them."""
     model = sp_model.seeded_model()
     grid = (7, 3, 5)
     video, audio = _masked(*sp_model.forward_inputs(grid), _relay_contexts(*sp_model.forward_inputs(grid)))
     whole = [np.array(x) for x in model(video, audio)]
-    ex = LocalExchange(ShardPlan(video.latent.shape[1], 2))
+    ex = LocalExchange(ShardPlan(video.latent.shape[1], k))
     split = [np.array(x) for x in sp_forward(model, video, audio, ex)]
+    assert any(what == "text_k" for what, _ in ex.log) and any(what == "audio_text_k" for what, _ in ex.log)
     np.testing.assert_array_equal(whole[0], split[0])
     np.testing.assert_array_equal(whole[1], split[1])

@@ -1,5 +1,7 @@
 """The stage-1 sequence-parallel degree chosen from idle workers (pure, no Redis)."""
 
+from dataclasses import replace
+
 import pytest
 
 from coordinator.plan.sp_degree import LINKS, stage1_degree
@@ -39,9 +41,17 @@ def test_each_gathers_wire_hides_behind_at_most_its_compute() -> None:
     """The step model counts a gather's wire time less the compute behind it, never below zero."""
     plan = ShardPlan(FULL, 4)
     moved = site_bytes(plan, FULL_SIZE)
-    assert sum(moved.values()) == forward_bytes(plan, 48, 4096, 2048, 2, 128)
+    assert sum(moved.values()) == forward_bytes(plan, 48, 4096, 2048, 2, 128, 1024)
     slow = 1e6  # every window full: the whole wire less every window
     assert exposed_wire_s(plan, 10.0, slow) == pytest.approx(sum(moved.values()) / slow - sum(OVERLAP_SHARES.values()) * 10)
     fast = 1e12  # the K/V hidden whole: only the output rows (no compute behind them) wait
     assert exposed_wire_s(plan, 10.0, fast) == pytest.approx(moved["output"] / fast)
     assert exposed_wire_s(plan, 0.0, LINKS["10gbe"]) == pytest.approx(sum(moved.values()) / LINKS["10gbe"])
+
+
+def test_the_text_kv_move_only_where_the_engine_splits_them() -> None:
+    """The step model reads the engine's rule: k > 1 and a context row per rank; each rank receives the
+    others' shares of both streams' text K/V per layer (1,024 rows over 3: 342 per share, padded)."""
+    assert "text" not in site_bytes(ShardPlan(FULL, 1), FULL_SIZE)
+    assert "text" not in site_bytes(ShardPlan(FULL, 4), replace(FULL_SIZE, text_tokens=3))
+    assert site_bytes(ShardPlan(FULL, 3), FULL_SIZE)["text"] == 2 * 342 * 48 * 2 * (4096 + 2048) * 2
