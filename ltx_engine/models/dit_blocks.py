@@ -331,13 +331,12 @@ class BasicAVTransformerBlock(nn.Module):
 
     def _text_with(self, s: StreamArgs, x: mx.array, prefix: str, k: mx.array, v: mx.array) -> mx.array:
         """Text cross-attention of x's rows over the text K/V `k`, `v` (`_text_kv`)."""
-        attn2 = self[f"{prefix}attn2"]
-        if self.ca_adaln:
-            shift_q, scale_q, gate_q = s.mod.values(self[f"{prefix}scale_shift_table"], 6, 9)
-            h = _rms(x, self.eps) * (1 + scale_q) + shift_q
-            return x + attn2.attend(h, attn2.project_q(h, None), k, v, s.context_mask) * gate_q
-        h = _rms(x, self.eps)
-        return x + attn2.attend(h, attn2.project_q(h, None), k, v, s.context_mask)
+        attn2, h = self[f"{prefix}attn2"], _rms(x, self.eps)
+        if not self.ca_adaln:
+            return x + attn2.attend(h, attn2.project_q(h, None), k, v, s.context_mask)
+        shift_q, scale_q, gate_q = s.mod.values(self[f"{prefix}scale_shift_table"], 6, 9)
+        h = h * (1 + scale_q) + shift_q
+        return x + attn2.attend(h, attn2.project_q(h, None), k, v, s.context_mask) * gate_q
 
     def _ff(self, s: StreamArgs, x: mx.array, prefix: str) -> mx.array:
         table, ff = self[f"{prefix}scale_shift_table"], self[f"{prefix}ff"]
