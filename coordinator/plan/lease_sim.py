@@ -31,6 +31,7 @@ from typing import Any
 
 from coordinator.plan import costs, sp_degree
 from coordinator.plan.graph import CAPABILITY
+from ltx_engine.rules.sp_plan import FULL_SIZE, DitDims
 
 AFFINITY_LOOKAHEAD, AFFINITY_WAIT_S = 8, 5.0  # lease.lua's
 FAIR_LOOKAHEAD = 64
@@ -55,11 +56,13 @@ class Placed:
 @dataclass
 class SpRule:
     """Sequence-parallel stage 1 in the simulation: the link between the Macs and the gang's window;
-    `default`: the request of a stage-1 task that names none (None: auto; 1: on one worker)."""
+    `default`: the request of a stage-1 task that names none (None: auto; 1: on one worker); `dims`:
+    the DiT whose gathers cross the link (a real pack's unless a bench models another)."""
 
     link_bytes_per_s: float
     window_s: float = sp_degree.GANG_WINDOW_S
     default: int | None = None
+    dims: DitDims = FULL_SIZE
 
 
 def peer_tiles_before(own_s: float, free_in_s: float, seconds: float, margin: float = DEAL_MARGIN) -> int:
@@ -295,7 +298,7 @@ class Simulation:
         steps = max(1, len(params.get("sigmas") or ()) - 1)
         loads = max(m.seconds(task) - m.compute_seconds(task) for m in gang.members)
         run = loads + sp_degree.gang_seconds(
-            cost, steps, costs.cells(params), len(gang.members), ratio, self.sp.link_bytes_per_s
+            cost, steps, costs.cells(params), len(gang.members), ratio, self.sp.link_bytes_per_s, self.sp.dims
         )
         for m in gang.members:
             m.run(task, self.now)

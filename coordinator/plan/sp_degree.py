@@ -74,11 +74,12 @@ def gang_starts(members: int, k: int, opened_s: float, now_s: float, window_s: f
 def gang_seconds(cost_s: float, steps: int, tokens: int, k: int, ratio: float, link_bytes_per_s: float,
                  dims: DitDims = FULL_SIZE) -> float:
     """Seconds of a stage 1 of `cost_s` reference seconds (`steps` forwards over `tokens` video tokens)
-    on k ranks whose slowest takes `ratio` seconds per reference second: per step the replicated part,
-    the split part over k, and the gathers' wire not hidden behind compute (step_seconds)."""
+    on k ranks whose slowest takes `ratio` seconds per reference second: per step the replicated part
+    (`dims`' share of the reference's), the split part over k, and the gathers' wire not hidden behind
+    compute (step_seconds)."""
     steps = max(1, steps)
     forward = cost_s / steps * ratio
-    replicated = min(forward, costs.DIT_FORWARD_S * ratio)
+    replicated = min(forward, costs.DIT_FORWARD_S * ratio * min(1.0, dims.replicated_scale))
     if k <= 1:
         return forward * steps
     return steps * step_seconds(k, tokens, forward - replicated, replicated, link_bytes_per_s, dims)

@@ -92,3 +92,25 @@ def by_stage(segments: list[Segment]) -> dict[str, float]:
         if s.stage:
             out[s.stage] = round(out.get(s.stage, 0.0) + s.seconds, 3)
     return out
+
+
+def compute_per_kind(tasks: list[Mapping]) -> dict[str, float]:
+    """Mean compute seconds (loads left out) per task kind, of the worker tasks that ran alone (a gang's
+    stage 1 is not the same work as one worker's)."""
+    sums: dict[str, list[float]] = {}
+    for t in tasks:
+        m = t.get("metrics") or {}
+        if t.get("capability") == "coordinator" or t.get("state", "done") != "done" or "seconds" not in m:
+            continue
+        if int(m.get("stage1_parallel") or 1) > 1:
+            continue
+        sums.setdefault(str(t["kind"]), []).append(max(0.0, float(m["seconds"]) - float(m.get("load_s") or 0.0)))
+    return {k: round(sum(v) / len(v), 3) for k, v in sums.items()}
+
+
+def slowdown(one: list[Mapping], many: list[Mapping]) -> dict[str, float]:
+    """Per kind run alone on both sides: how much longer the N-worker run's tasks computed than the same
+    tasks on 1 worker (0.1: 10 % longer). Both sides run the same plan, so a kind slower on N workers is
+    what the cores lost to each other (shared caches, clocks, the coordinator beside them), not the plan."""
+    a, b = compute_per_kind(one), compute_per_kind(many)
+    return {k: round(b[k] / a[k] - 1, 3) for k in a if k in b and a[k] > 0}

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import typer
 
+from coordinator.plan import placement
 from farm_cli import common
 from farm_cli.bench import critical
 from protos.states import TERMINAL
@@ -175,19 +178,20 @@ def _side(run: Run) -> dict:
             "stage1_gangs": gangs(run.tasks)}
 
 
-def _block(pairs: list[tuple[Run, Run]], workers: int) -> dict:
+def _block(pairs: list[tuple[Run, Run]], workers: int, sp: placement.SpRule) -> dict:
     """Speed-up median and spread, both sides' walls, the median pair's critical paths and the model."""
     from farm_cli.bench.scale_model import model_vs_measured
 
     ratios = _ratios(pairs)
     one, many = _median_pair(pairs)
-    model = model_vs_measured(one.tasks, many.tasks, workers)
+    model = model_vs_measured(one.tasks, many.tasks, workers, sp)
     measured = one.wall_s / many.wall_s
     model["error"] = round(model["speedup"] / measured - 1, 3)
     model["wall_error"] = round(model["many_s"] / many.wall_s - 1, 3)
     return {"speedup": round(statistics.median(ratios), 3), "spread": [round(min(ratios), 3), round(max(ratios), 3)],
             "one_worker_s": [round(a.wall_s, 3) for a, _ in pairs], "workers_s": [round(b.wall_s, 3) for _, b in pairs],
-            "critical_path": {"one": _side(one), "many": _side(many)}, "model": model}
+            "critical_path": {"one": _side(one), "many": _side(many)}, "model": model,
+            "slowdown": critical.slowdown(one.tasks, many.tasks)}
 
 
 def measure_pairs(spec: dict, workers: int, renders: int, pairs: int, packs: Path,
@@ -207,8 +211,9 @@ def scale(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, pa
     """The whole bench as one JSON-able dict: one render in `pairs` pairs, a queue in `queue_pairs`;
     `warm`: each farm renders warm-up renders first (`measure`)."""
     load_before = os.getloadavg()
-    single = _block(measure_pairs(spec, workers, 1, pairs, packs, warm), workers)
-    queued = _block(measure_pairs(spec, workers, queue, queue_pairs, packs, warm), workers) if queue_pairs else None
+    sp = gang_rule(packs / spec["pack"])
+    single = _block(measure_pairs(spec, workers, 1, pairs, packs, warm), workers, sp)
+    queued = _block(measure_pairs(spec, workers, queue, queue_pairs, packs, warm), workers, sp) if queue_pairs else None
     return {"spec": {k: spec[k] for k in ("width", "height", "frames", "stage2_tiles", "decode_tiles", "pack")}, "workers": workers,
             "warm": warm,
             "pairs": pairs, "speedup": single["speedup"], "speedup_spread": single["spread"],
@@ -216,7 +221,45 @@ def scale(spec: dict, workers: int, pairs: int, queue: int, queue_pairs: int, pa
             "queue_speedup": queued["speedup"] if queued else None,
             "queue_speedup_spread": queued["spread"] if queued else None,
             "one": single, "queue": queued, "goals": GOALS, "cores": os.cpu_count(),
+            "model_gang": {"link_bytes_per_s": round(sp.link_bytes_per_s), "dit": asdict(sp.dims)},
             "load": [round(x, 2) for x in (*load_before, *os.getloadavg())]}
+
+
+def loopback_bytes_per_s(payload_mib: int = 64, repeats: int = 3) -> float:
+    """This machine's TCP throughput over 127.0.0.1, the link a gang's ranks use here (the median of
+    `repeats` sends of `payload_mib` MiB): the model's gang is priced over it, not over 10 GbE."""
+    chunk = bytes(1 << 20)
+    rates = []
+    for _ in range(repeats):
+        server = socket.create_server(("127.0.0.1", 0))
+        sender = threading.Thread(target=_send, args=(server.getsockname(), chunk, payload_mib), daemon=True)
+        start = time.perf_counter()
+        sender.start()
+        conn, _ = server.accept()
+        got, buf = 0, bytearray(1 << 20)
+        while got < payload_mib << 20 and (n := conn.recv_into(buf)):
+            got += n
+        rates.append(got / (time.perf_counter() - start))
+        sender.join()
+        conn.close()
+        server.close()
+    return statistics.median(rates)
+
+
+def _send(address: tuple, chunk: bytes, count: int) -> None:
+    with socket.create_connection(address) as sock:
+        for _ in range(count):
+            sock.sendall(chunk)
+
+
+def gang_rule(pack: Path) -> placement.SpRule:
+    """The model's gang for this bench: the pack's DiT (float32 activations on the CPU backend) over this
+    machine's loopback; a stage-1 task without a request runs alone, as in the farm's ETA."""
+    from ltx_engine.loading.pack import open_pack
+    from ltx_engine.rules.sp_plan import DitDims
+
+    dims = DitDims.of(open_pack(pack).config["transformer"], itemsize=4)
+    return placement.SpRule(loopback_bytes_per_s(), default=1, dims=dims)
 
 
 def _path_lines(name: str, side: dict) -> list[str]:
@@ -241,8 +284,17 @@ def _block_lines(title: str, block: dict, workers: int, goal: float) -> list[str
             "  critical path, seconds (the median pair):", *_path_lines("1 worker", one),
             *_path_lines(f"{workers} workers", many),
             *_stage1_lines(m["stage1"], workers),
+            *_slowdown_lines(block.get("slowdown") or {}, workers),
             f"  pinning: 1 worker on cpus {one['pinning'].get('allowed')}, cores used {one['pinning'].get('cores_used')}; "
             f"{workers} workers on {many['pinning'].get('allowed')}, cores used {many['pinning'].get('cores_used')}"]
+
+
+def _slowdown_lines(slow: dict[str, float], workers: int) -> list[str]:
+    """The same tasks' compute on N workers against 1 (the model assumes none: a loss to the cores)."""
+    if not slow:
+        return []
+    kinds = ", ".join(f"{k} {v:+.0%}" for k, v in sorted(slow.items(), key=lambda kv: -abs(kv[1])))
+    return [f"  the same tasks' compute on {workers} workers vs 1 (ganged stage 1 left out): {kinds}"]
 
 
 def _stage1_lines(s1: dict, workers: int) -> list[str]:
@@ -266,6 +318,12 @@ def report(result: dict) -> list[str]:
                            "loaded, as on a farm that has been up)" if result.get("warm") else
                            "cold: each side's workers start fresh (their first imports and model loads are timed)"),
              *_block_lines("one render", result["one"], n, GOALS["speedup"])]
+    if result.get("model_gang"):
+        g = result["model_gang"]
+        dit = g["dit"]
+        lines.insert(2, f"  the model's gang: this pack's DiT ({dit['layers']} blocks, {dit['video_width']} wide, "
+                        f"{dit['itemsize']}-byte activations) over this machine's loopback "
+                        f"({g['link_bytes_per_s'] / 1e9:.1f} GB/s measured)")
     if result["queue"]:
         lines += _block_lines(f"queue of {result['queue_renders']}", result["queue"], n, GOALS["queue_speedup"])
     return lines

@@ -4,8 +4,9 @@ Why: the planner, `farm plan` and every ETA trust coordinator/plan/costs.py and 
 a bench that measures N workers against 1 is the place to check them. The 1-worker run teaches the
 model this machine's speed as the farm itself learns it (each kind's measured seconds over its
 reference `cost_s`, and its model loads); the simulation (placement.simulate, lease.lua's rules) then
-places the same plan on 1 and on N such workers. Transfers, worker overheads and assembly are not in
-the model, so its error is what they and the scheduling cost.
+places the same plan on 1 and on N such workers, a gang's gathers priced with the bench pack's DiT over
+this machine's loopback (`SpRule.dims`, `link_bytes_per_s`), not a real pack's over 10 GbE. Transfers,
+worker overheads and assembly are not in the model, so its error is what they and the scheduling cost.
 """
 
 from __future__ import annotations
@@ -42,16 +43,18 @@ def _plan_order(tasks: list[Mapping]) -> list[dict]:
     return [{k: t.get(k) for k in SIM_FIELDS} for t in tasks]
 
 
-def placed(tasks: list[Mapping], workers: int, ratios: dict[str, float], loads: dict[str, float]) -> list:
+def placed(tasks: list[Mapping], workers: int, ratios: dict[str, float], loads: dict[str, float],
+           sp: placement.SpRule = placement.ETA_SP) -> list:
     """The simulation's placement of `tasks` (one or more renders) on `workers` workers of the learned
-    speed; a stage 1 whose request and the idle workers allow it runs as a gang (`gang_seconds`)."""
+    speed; a stage 1 whose request and the idle workers allow it runs as a gang (`gang_seconds` over `sp`)."""
     slots = [placement.Slot(f"w{i + 1}", ratios=dict(ratios), loads=dict(loads)) for i in range(workers)]
-    return placement.simulate(_plan_order(tasks), slots, sp=placement.ETA_SP)
+    return placement.simulate(_plan_order(tasks), slots, sp=sp)
 
 
-def predicted_wall(tasks: list[Mapping], workers: int, ratios: dict[str, float], loads: dict[str, float]) -> float:
+def predicted_wall(tasks: list[Mapping], workers: int, ratios: dict[str, float], loads: dict[str, float],
+                   sp: placement.SpRule = placement.ETA_SP) -> float:
     """Modelled seconds for `tasks` (one or more renders) on `workers` workers of the learned speed."""
-    return max((p.end for p in placed(tasks, workers, ratios, loads)), default=0.0)
+    return max((p.end for p in placed(tasks, workers, ratios, loads, sp)), default=0.0)
 
 
 def _stage1(placements: list, tasks: list[Mapping]) -> dict:
@@ -65,12 +68,13 @@ def _stage1(placements: list, tasks: list[Mapping]) -> dict:
             "measured_s": [round((int(measured[i]["done_ms"]) - int(measured[i]["leased_ms"])) / 1000, 3) for i in ids]}
 
 
-def model_vs_measured(one: list[Mapping], many: list[Mapping], workers: int) -> dict:
+def model_vs_measured(one: list[Mapping], many: list[Mapping], workers: int,
+                      sp: placement.SpRule = placement.ETA_SP) -> dict:
     """The model's 1-worker and N-worker walls and speed-up for the plan of these runs (`one`: the
-    1-worker run's tasks, which teach the speed; `many`: the N-worker run's, the same plan), and its
-    stage 1s on both sides beside the measured ones (a gang's degree and seconds)."""
+    1-worker run's tasks, which teach the speed; `many`: the N-worker run's, the same plan; `sp`: the
+    gang's link and DiT), and its stage 1s on both sides beside the measured ones (degree and seconds)."""
     ratios, loads = learned(one)
-    p1, pn = placed(one, 1, ratios, loads), placed(many, workers, ratios, loads)
+    p1, pn = placed(one, 1, ratios, loads, sp), placed(many, workers, ratios, loads, sp)
     t1, tn = max((p.end for p in p1), default=0.0), max((p.end for p in pn), default=0.0)
     return {"one_s": round(t1, 3), "many_s": round(tn, 3), "speedup": round(t1 / tn, 3) if tn else 0.0,
             "stage1": {"one": _stage1(p1, one), "many": _stage1(pn, many)}}

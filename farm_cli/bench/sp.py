@@ -118,8 +118,7 @@ def _projection(dit: str, t1: float, t2: float, wire2: float, tokens: int, macs:
 
     c = dit_config(dit)
     p = min(1.0, max(0.0, 2 * (1 - (t2 - wire2) / t1)))
-    dims = DitDims(c["num_layers"], c["num_attention_heads"] * c["attention_head_dim"],
-                   c["audio_num_attention_heads"] * c["audio_attention_head_dim"], 4, c["out_channels"], TEXT_ROWS[dit])
+    dims = DitDims.of(c, 4, TEXT_ROWS[dit])
     plan = ShardPlan(tokens, macs)
     moved = sum(site_bytes(plan, dims).values())
     lines = [f"projection, this DiT on {macs} Macs: parallel fraction p = {p:.3f} (from the 2-worker compute), "

@@ -64,7 +64,23 @@ class DitDims:
     out_channels: int = 128
     text_tokens: int = TEXT_TOKENS
 
+    @classmethod
+    def of(cls, transformer: dict, itemsize: int = 2, text_tokens: int = TEXT_TOKENS) -> DitDims:
+        """The dims of a pack's DiT from its transformer config (a tiny or bench pack's gathers are
+        far smaller than a real pack's, so a model of its gang must not price full size's)."""
+        return cls(transformer["num_layers"], transformer["num_attention_heads"] * transformer["attention_head_dim"],
+                   transformer["audio_num_attention_heads"] * transformer["audio_attention_head_dim"], itemsize,
+                   transformer["out_channels"], text_tokens)
 
+    @property
+    def replicated_scale(self) -> float:
+        """This DiT's share of a full-size forward's replicated part (every rank runs the audio stream,
+        whose linears grow with blocks x audio width²): 1 at full size, ~0 for a bench DiT with a tiny
+        audio stream, whose gang therefore splits nearly all of its forward."""
+        return self.layers * self.audio_width**2 / (_FULL_LAYERS * _FULL_AUDIO_WIDTH**2)
+
+
+_FULL_LAYERS, _FULL_AUDIO_WIDTH = DitDims.layers, DitDims.audio_width
 FULL_SIZE = DitDims()  # LTX-2 / 2.3, bf16 activations
 
 

@@ -58,3 +58,13 @@ def test_bench_scale_json_and_its_critical_path(tmp_path: Path, tiny_packs: Path
     pins = result["one"]["critical_path"]["many"]["pinning"]
     if sys.platform == "linux" and len(os.sched_getaffinity(0)) >= 2:  # each worker on a core of its own
         assert len(set(pins["allowed"])) == 2 and all(a.isdigit() for a in pins["allowed"]), pins
+    # The model's gang is priced with the pack's own DiT (the tiny pack's 2 blocks, 64 wide, float32 on the
+    # CPU backend) over this machine's measured loopback, not a full-size DiT over 10 GbE.
+    gang = result["model_gang"]
+    assert (gang["dit"]["layers"], gang["dit"]["video_width"], gang["dit"]["itemsize"]) == (2, 64, 4), gang
+    assert gang["link_bytes_per_s"] > 1e8, gang
+    # The same tasks' compute on 2 workers against 1, per kind that ran alone on both sides (the ganged
+    # stage 1 is not among them).
+    slow = result["one"]["slowdown"]
+    assert "transformer_forward" in slow and "text_encode" in slow, slow
+    assert not {"denoise_stage1", "tdp_step", "tdp_cut"} & set(slow), slow

@@ -86,3 +86,46 @@ def test_the_model_gangs_a_stage_1_that_asks_for_2_only_where_2_workers_are_idle
     assert s1["one"] == {"degree_model": [1], "degree": [1], "model_s": [16.0], "measured_s": [16.0]}
     assert s1["many"]["degree_model"] == [2] and s1["many"]["degree"] == [2] and s1["many"]["measured_s"] == [8.0]
     assert 8.0 < s1["many"]["model_s"][0] < 16.0 and m["many_s"] == pytest.approx(s1["many"]["model_s"][0], abs=2.1)
+
+
+def test_the_models_gang_prices_the_packs_dit_over_its_link_not_a_full_size_one_over_10gbe():
+    """A bench DiT (8 blocks, 256 wide, a 32-wide audio stream) gathers kilobytes where a full-size one
+    gathers hundreds of megabytes, and replicates almost nothing: on this machine's loopback its gang of 2
+    takes about half of the stage alone, where full-size dims over 10 GbE would model almost no gain."""
+    from coordinator.plan import placement
+    from farm_cli.bench.scale_model import model_vs_measured
+    from ltx_engine.rules.sp_plan import FULL_SIZE, DitDims
+    from ltx_engine.tiny.tiny_pack import tiny_embedded_config
+
+    bench = DitDims.of(tiny_embedded_config(dit="bench")["transformer"], itemsize=4)
+    assert (bench.layers, bench.video_width, bench.audio_width, bench.itemsize) == (8, 256, 32, 4)
+    assert FULL_SIZE.replicated_scale == 1.0 and bench.replicated_scale < 1e-3
+
+    def stage1(degree: int) -> dict:
+        params = {"cost_s": 8 * 1.57, "cells": 192, "sigmas": [1.0 - i / 8 for i in range(9)], "needs": ["dit"],
+                  "stage1_parallel_request": "2", "stage1_degrees": [1, 2]}
+        return {"id": "r.stage1", "kind": "denoise_stage1", "capability": "mlx", "deps": [], "params": params,
+                "state": "done", "leased_ms": 0, "done_ms": 13000 // degree,
+                "metrics": {"seconds": 13.0 / degree, "load_s": 0.0, "stage1_parallel": degree}}
+
+    loopback = placement.SpRule(9e9, default=1, dims=bench)
+    modelled = model_vs_measured([stage1(1)], [stage1(2)], 2, loopback)["stage1"]["many"]["model_s"][0]
+    full = model_vs_measured([stage1(1)], [stage1(2)], 2, placement.SpRule(1.1e9, default=1))["stage1"]["many"]["model_s"][0]
+    assert 6.5 <= modelled < 6.6  # half of 13 s, plus the kilobytes' wire
+    assert full > 9.0  # a real DiT's replicated part and 10 GbE gathers: the model this bench read before
+
+
+def test_the_same_tasks_slower_on_more_workers_are_named_per_kind_and_a_gang_is_left_out():
+    from farm_cli.bench.critical import slowdown
+
+    def task(kind: str, seconds: float, load: float = 0.0, degree: int = 1, capability: str = "mlx") -> dict:
+        return {"id": f"r.{kind}", "kind": kind, "capability": capability, "state": "done",
+                "metrics": {"seconds": seconds, "load_s": load, "stage1_parallel": degree}}
+
+    one = [task("transformer_forward", 2.0), task("transformer_forward", 4.0, load=1.0), task("decode_tile", 1.0),
+           task("denoise_stage1", 12.0), task("tdp_step", 0.1, capability="coordinator")]
+    many = [task("transformer_forward", 2.75), task("transformer_forward", 3.25), task("decode_tile", 1.0),
+            task("denoise_stage1", 6.0, degree=2), task("tdp_step", 0.5, capability="coordinator")]
+    # 2.5 s a tile alone (the load left out) against 3.0 s: 20 % longer; the decode the same; the gang and
+    # the coordinator's step are not a worker's same work, so they are not compared
+    assert slowdown(one, many) == {"transformer_forward": 0.2, "decode_tile": 0.0}
