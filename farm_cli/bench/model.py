@@ -49,8 +49,10 @@ def _run(tasks: list[dict], slots: list, sp: placement.SpRule | None) -> list[pl
     return placement.simulate(tasks, slots, sp=sp)
 
 
-def _wall(placed: list[placement.Placed]) -> float:
-    return max((p.end for p in placed), default=0.0)
+def _wall(placed: list[placement.Placed], mux: float) -> float:
+    """The render's (or the queue's) end: its last task, then the coordinator's assembly after it (`mux`,
+    the plan's `assemble_s` at the reference speed, as the live ETA adds it); the same on both sides."""
+    return max((p.end for p in placed), default=0.0) + mux
 
 
 def _queue_tasks(spec: dict, macs: int, chip: str, memory_gb: float, n: int) -> tuple[list[dict], list]:
@@ -88,23 +90,25 @@ def degrees(placed: list[placement.Placed]) -> str:
     return ", ".join(f"{k}×{n}" for k, n in sorted(used.items()))
 
 
-def _bound(placed: list[placement.Placed], macs: int, goal: float, t1: float) -> str:
+def _bound(placed: list[placement.Placed], macs: int, goal: float, t1: float, mux: float) -> str:
     """What keeps a fleet figure under its goal: its serial stage 1, or idle Macs, or the work itself."""
-    wall = _wall(placed)
+    wall = _wall(placed, mux)
     busy = sum((p.end - p.start) * (1 + len(p.gang)) for p in placed if p.slot != placement.COORDINATOR_SLOT)
     s1 = sum(p.end - p.start for p in placed if p.kind == TaskKind.DENOISE_STAGE1)
     return (
         f"bounded by: {busy / macs:.0f} s of work per Mac, {s1:.0f} s in stage 1, Macs busy "
-        f"{busy / (macs * wall):.0%} of the wall; the goal needs a wall of {t1 / goal:.0f} s"
+        f"{busy / (macs * wall):.0%} of the wall, the assembly after the last task {mux:.1f} s; the goal needs a "
+        f"wall of {t1 / goal:.0f} s"
     )
 
 
-def _row(label: str, t1: float, placed: list[placement.Placed], macs: int, goal: float | None) -> list[str]:
-    tn = _wall(placed)
+def _row(label: str, t1: float, placed: list[placement.Placed], macs: int, goal: float | None,
+         mux: float) -> list[str]:
+    tn = _wall(placed, mux)
     mark = "" if goal is None else (f"  goal ≥ {goal:g}x: " + ("met" if t1 / tn >= goal else "NOT met"))
     lines = [f"{label:28}{t1:>10.0f}{tn:>10.0f}{t1 / tn:>8.2f}x  stage 1 at degree {degrees(placed)}{mark}"]
     if goal is not None and t1 / tn < goal:
-        lines.append("    " + _bound(placed, macs, goal, t1))
+        lines.append("    " + _bound(placed, macs, goal, t1, mux))
     return lines
 
 
@@ -113,10 +117,12 @@ def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -
     Mac on its own untiled plan (another plan: a second line that says what differs)."""
     one = {**SPEC, "stage2_tiles": None, "decode_tiles": "off"}
     many = _fleet_tiles({**SPEC, "stage2_tiles": tiles, "decode_tiles": "auto"}, macs, chip, memory_gb)
-    own1 = _wall(_run(*_plan(one, 1, chip, memory_gb, "one")[:2], None))
-    own_q = _wall(_run(*_queue_tasks(one, 1, chip, memory_gb, queue), None))
-    t1 = _wall(_run(*_plan(many, 1, chip, memory_gb, "same")[:2], None))  # the fleet's plan on one Mac
-    q1 = _wall(_run(*_queue_tasks(many, 1, chip, memory_gb, queue), None))
+    own_tasks, own_slots, own_spec = _plan(one, 1, chip, memory_gb, "one")
+    mux = float(own_spec.assemble_s or 0.0)  # the same frames on every side: the same assembly
+    own1 = _wall(_run(own_tasks, own_slots, None), mux)
+    own_q = _wall(_run(*_queue_tasks(one, 1, chip, memory_gb, queue), None), mux)
+    t1 = _wall(_run(*_plan(many, 1, chip, memory_gb, "same")[:2], None), mux)  # the fleet's plan on one Mac
+    q1 = _wall(_run(*_queue_tasks(many, 1, chip, memory_gb, queue), None), mux)
     lines = []
     for name, bw in LINKS:
         sp = placement.SpRule(bw)
@@ -126,11 +132,11 @@ def _distilled(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -
             _run(*_queue_tasks(many, macs, chip, memory_gb, queue), sp),
         )
         lines.append(f"linked by {name} ({bw / 1e9:g} GB/s):")
-        lines += _row("  one render, wall s", t1, alone, macs, GOALS[name])
-        lines += _row(f"  queue of {queue}, wall s", q1, queued, macs, GOALS["queue"])
+        lines += _row("  one render, wall s", t1, alone, macs, GOALS[name], mux)
+        lines += _row(f"  queue of {queue}, wall s", q1, queued, macs, GOALS["queue"], mux)
         lines.append(
             f"    against 1 Mac on another plan (stage 2 untiled, 3 steps; one decode: {own1:.0f} s, queue "
-            f"{own_q:.0f} s): {own1 / _wall(alone):.2f}x one render, {own_q / _wall(queued):.2f}x the queue"
+            f"{own_q:.0f} s): {own1 / _wall(alone, mux):.2f}x one render, {own_q / _wall(queued, mux):.2f}x the queue"
         )
     return lines, resolved
 
@@ -144,15 +150,16 @@ def _guided(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
         fleet = {**spec, "stage2_tiles": tiles, "decode_tiles": "auto"} if tiled else {**spec, "decode_tiles": "auto"}
         try:
             fleet = _fleet_tiles(fleet, macs, chip, memory_gb)
-            own_tasks, own_slots, _ = _plan({**spec, "decode_tiles": "off"}, 1, chip, memory_gb, "g1")
+            own_tasks, own_slots, own_spec = _plan({**spec, "decode_tiles": "off"}, 1, chip, memory_gb, "g1")
             same_tasks, same_slots, _ = _plan(fleet, 1, chip, memory_gb, "gs")
             fleet_tasks, fleet_slots, _ = _plan(fleet, macs, chip, memory_gb, "gn")
         except ValueError as exc:  # SpecError: this recipe cannot run on this fleet
             lines.append(f"  {recipe_name}: {exc}")
             continue
         passes = sorted({t["id"].rsplit(".", 1)[-1] for t in fleet_tasks if t["kind"] == "guidance_pass"})
-        t1, own = _wall(_run(same_tasks, same_slots, None)), _wall(_run(own_tasks, own_slots, None))
-        tn = _wall(_run(fleet_tasks, fleet_slots, placement.SpRule(LINKS[0][1])))
+        mux = float(own_spec.assemble_s or 0.0)
+        t1, own = _wall(_run(same_tasks, same_slots, None), mux), _wall(_run(own_tasks, own_slots, None), mux)
+        tn = _wall(_run(fleet_tasks, fleet_slots, placement.SpRule(LINKS[0][1])), mux)
         lines.append(
             f"  {recipe_name} ({len(passes)} passes a step: {', '.join(passes)}): the same plan {t1:.0f} s on "
             f"1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x (against 1 Mac on its own untiled plan, {own:.0f} s: "
@@ -172,8 +179,10 @@ def _long(macs: int, chip: str, memory_gb: float, tiles: str) -> list[str]:
     for carry in ("decoded", "latent"):
         spec = _fleet_tiles({**LONG, "chunk_carry": carry, "stage2_tiles": tiles, "decode_tiles": "auto"}, macs, chip,
                             memory_gb)
-        t1 = _wall(_run(*_plan(spec, 1, chip, memory_gb, "long1")[:2], None))
-        tn = _wall(_run(*_plan(spec, macs, chip, memory_gb, "longn")[:2], placement.SpRule(LINKS[0][1])))
+        one_tasks, one_slots, resolved = _plan(spec, 1, chip, memory_gb, "long1")
+        mux = float(resolved.assemble_s or 0.0)
+        t1 = _wall(_run(one_tasks, one_slots, None), mux)
+        tn = _wall(_run(*_plan(spec, macs, chip, memory_gb, "longn")[:2], placement.SpRule(LINKS[0][1])), mux)
         lines.append(f"  {carry} carry: {t1:.0f} s on 1 Mac, {tn:.0f} s on {macs}: {t1 / tn:.2f}x")
     return lines
 
@@ -207,7 +216,8 @@ def model(macs: int, chip: str, memory_gb: float, queue: int, tiles: str) -> lis
         "- DiT forward 5.03e-3·N + 1.66e-7·N² + 0.6 s on an M4 Pro (seed 003 steps), chip speed "
         f"{costs.chip_speed(chip):g}x; decode 3.5e-7 s per pixel·frame; text 6 s",
         "- models load once per Mac (2 GB/s); tile inputs and outputs move for free; the coordinator's blend "
-        "and sampler step 0.05 s; assembly not counted",
+        f"and sampler step 0.05 s; the assembly after the last task on both sides ({resolved.assemble_s:.1f} s: "
+        "H.264 of the frames no decode tile left final earlier, the AAC and the mux)",
         "- lease.lua's rules: queue order (priority, then when ready), the first free Mac that can hold a task "
         "takes it (75 % of its memory usable, else streamed), tiles dealt speed-aware, warm-model affinity, "
         "later tasks backfill a Mac that cannot take the first",

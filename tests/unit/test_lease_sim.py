@@ -127,7 +127,13 @@ def test_bench_model_prints_the_goals_and_what_bounds_a_figure_under_one() -> No
     lines = model(4, "M1 Max", 96, 8, "auto")
     text = "\n".join(lines)
     rows = [line for line in lines if "goal ≥" in line]
-    assert len(rows) == 4 and all(r.endswith(": met") for r in rows), rows
+    # Thunderbolt 5 and both queues meet their goals; 10 GbE's one render, its assembly after the last task
+    # counted (3 s on both sides), ends at 3.19x and says what bounds it. A planner change that loses more
+    # shows here.
+    met = [r for r in rows if r.endswith(": met")]
+    assert len(rows) == 4 and len(met) == 3 and all("3.2x" not in r for r in met), rows
+    ten = float(next(r for r in rows if "3.2x" in r).split("x  stage")[0].split()[-1])
+    assert ten >= 3.19 and "the assembly after the last task 3.0 s" in text, rows
     assert "linked by 10 GbE" in text and "linked by Thunderbolt 5" in text
     assert "stage 1 at degree 4" in text and "stage 1 at degree 1×8" in text
     assert "two-stage (4 passes a step" in text and "one-stage (4 passes a step" in text
