@@ -184,7 +184,7 @@ def _block(pairs: list[tuple[Run, Run]], workers: int, sp: placement.SpRule) -> 
 
     ratios = _ratios(pairs)
     one, many = _median_pair(pairs)
-    model = model_vs_measured(one.tasks, many.tasks, workers, sp)
+    model = model_vs_measured(one.tasks, many.tasks, workers, sp, critical.by_part(one.path)["assembly"])
     measured = one.wall_s / many.wall_s
     model["error"] = round(model["speedup"] / measured - 1, 3)
     model["wall_error"] = round(model["many_s"] / many.wall_s - 1, 3)
@@ -279,7 +279,7 @@ def _block_lines(title: str, block: dict, workers: int, goal: float) -> list[str
             f"  model {m['one_s']:.1f} s -> {m['many_s']:.1f} s, {m['speedup']:.2f}x: speed-up {m['error']:+.0%}, "
             f"{workers}-worker wall {m['wall_error']:+.0%} vs measured (goal within "
             f"{GOALS['model_error']:.0%}: {'met' if abs(m['error']) <= GOALS['model_error'] else 'NOT met'})",
-            *([f"  the plan bounds it: the model, with no transfers, overheads or other jobs, gives "
+            *([f"  the plan bounds it: the model, with no transfers, overheads or slowdown, gives "
                f"{m['speedup']:.2f}x"] if m["speedup"] < goal else []),
             "  critical path, seconds (the median pair):", *_path_lines("1 worker", one),
             *_path_lines(f"{workers} workers", many),

@@ -5,8 +5,9 @@ a bench that measures N workers against 1 is the place to check them. The 1-work
 model this machine's speed as the farm itself learns it (each kind's measured seconds over its
 reference `cost_s`, and its model loads); the simulation (placement.simulate, lease.lua's rules) then
 places the same plan on 1 and on N such workers, a gang's gathers priced with the bench pack's DiT over
-this machine's loopback (`SpRule.dims`, `link_bytes_per_s`), not a real pack's over 10 GbE. Transfers,
-worker overheads and assembly are not in the model, so its error is what they and the scheduling cost.
+this machine's loopback (`SpRule.dims`, `link_bytes_per_s`), not a real pack's over 10 GbE; the
+assembly after the last task is the 1-worker run's on both sides. Transfers, worker overheads and the
+cores' slowdown beside each other are not in the model, so its error is what they and the scheduling cost.
 """
 
 from __future__ import annotations
@@ -69,12 +70,15 @@ def _stage1(placements: list, tasks: list[Mapping]) -> dict:
 
 
 def model_vs_measured(one: list[Mapping], many: list[Mapping], workers: int,
-                      sp: placement.SpRule = placement.ETA_SP) -> dict:
+                      sp: placement.SpRule = placement.ETA_SP, assembly_s: float = 0.0) -> dict:
     """The model's 1-worker and N-worker walls and speed-up for the plan of these runs (`one`: the
     1-worker run's tasks, which teach the speed; `many`: the N-worker run's, the same plan; `sp`: the
-    gang's link and DiT), and its stage 1s on both sides beside the measured ones (degree and seconds)."""
+    gang's link and DiT; `assembly_s`: the 1-worker run's assembly after its last task, which the
+    coordinator runs alike on both sides, as the live ETA adds it), and its stage 1s on both sides
+    beside the measured ones (degree and seconds)."""
     ratios, loads = learned(one)
     p1, pn = placed(one, 1, ratios, loads, sp), placed(many, workers, ratios, loads, sp)
-    t1, tn = max((p.end for p in p1), default=0.0), max((p.end for p in pn), default=0.0)
+    t1 = max((p.end for p in p1), default=0.0) + assembly_s
+    tn = max((p.end for p in pn), default=0.0) + assembly_s
     return {"one_s": round(t1, 3), "many_s": round(tn, 3), "speedup": round(t1 / tn, 3) if tn else 0.0,
-            "stage1": {"one": _stage1(p1, one), "many": _stage1(pn, many)}}
+            "assembly_s": round(assembly_s, 3), "stage1": {"one": _stage1(p1, one), "many": _stage1(pn, many)}}

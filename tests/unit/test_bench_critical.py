@@ -86,6 +86,9 @@ def test_the_model_gangs_a_stage_1_that_asks_for_2_only_where_2_workers_are_idle
     assert s1["one"] == {"degree_model": [1], "degree": [1], "model_s": [16.0], "measured_s": [16.0]}
     assert s1["many"]["degree_model"] == [2] and s1["many"]["degree"] == [2] and s1["many"]["measured_s"] == [8.0]
     assert 8.0 < s1["many"]["model_s"][0] < 16.0 and m["many_s"] == pytest.approx(s1["many"]["model_s"][0], abs=2.1)
+    # the coordinator's assembly after the last task, taught by the 1-worker run, ends both sides alike
+    tail = model_vs_measured([stage1(1)], [stage1(2)], 2, assembly_s=1.5)
+    assert (tail["one_s"], tail["many_s"]) == (pytest.approx(m["one_s"] + 1.5), pytest.approx(m["many_s"] + 1.5))
 
 
 def test_the_models_gang_prices_the_packs_dit_over_its_link_not_a_full_size_one_over_10gbe():
