@@ -31,6 +31,12 @@ def _stage(task_id: str) -> str:
     return parts[1] if len(parts) > 1 else task_id
 
 
+def compute_seconds(metrics: Mapping) -> float:
+    """A task's compute: its measured seconds less its model loads (what the model learns and the path
+    and the per-kind comparison count as compute)."""
+    return max(0.0, float(metrics.get("seconds") or 0.0) - float(metrics.get("load_s") or 0.0))
+
+
 def _task_parts(task: Mapping) -> list[Segment]:
     """A task's leased→done seconds as compute, load, transfer and the rest (worker overhead); a
     coordinator task is one coordinator part."""
@@ -40,7 +46,7 @@ def _task_parts(task: Mapping) -> list[Segment]:
         return [Segment(stage, "coordinator", held)]
     m = task.get("metrics") or {}
     load = min(held, max(0.0, float(m.get("load_s") or 0.0)))
-    compute = min(held - load, max(0.0, float(m.get("seconds") or 0.0) - load))
+    compute = min(held - load, compute_seconds(m))
     transfer = min(held - load - compute, float(m.get("fetch_s") or 0.0) + float(m.get("upload_s") or 0.0))
     rest = held - load - compute - transfer
     return [Segment(stage, p, s) for p, s in (("compute", compute), ("load", load), ("transfer", transfer),
@@ -104,7 +110,7 @@ def compute_per_kind(tasks: list[Mapping]) -> dict[str, float]:
             continue
         if int(m.get("stage1_parallel") or 1) > 1:
             continue
-        sums.setdefault(str(t["kind"]), []).append(max(0.0, float(m["seconds"]) - float(m.get("load_s") or 0.0)))
+        sums.setdefault(str(t["kind"]), []).append(compute_seconds(m))
     return {k: round(sum(v) / len(v), 3) for k, v in sums.items()}
 
 

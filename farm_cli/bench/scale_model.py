@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from coordinator.plan import placement
+from farm_cli.bench.critical import compute_seconds
 
 SIM_FIELDS = ("id", "kind", "capability", "deps", "params")
 STAGE1 = "denoise_stage1"
@@ -30,10 +31,9 @@ def learned(tasks: list[Mapping]) -> tuple[dict[str, float], dict[str, float]]:
         if t.get("capability") == "coordinator" or t.get("state", "done") != "done":
             continue
         m, kind = t.get("metrics") or {}, str(t["kind"])
-        load = float(m.get("load_s") or 0.0)
-        compute[kind] += max(0.0, float(m.get("seconds") or 0.0) - load)
+        compute[kind] += compute_seconds(m)
         reference[kind] += float((t.get("params") or {}).get("cost_s") or 0.0)
-        loads[kind] = max(loads[kind], load)
+        loads[kind] = max(loads[kind], float(m.get("load_s") or 0.0))
     ratios = {k: compute[k] / reference[k] for k in compute if reference[k] > 0}
     return ratios, dict(loads)
 

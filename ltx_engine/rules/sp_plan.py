@@ -77,10 +77,9 @@ class DitDims:
         """This DiT's share of a full-size forward's replicated part (every rank runs the audio stream,
         whose linears grow with blocks x audio width²): 1 at full size, ~0 for a bench DiT with a tiny
         audio stream, whose gang therefore splits nearly all of its forward."""
-        return self.layers * self.audio_width**2 / (_FULL_LAYERS * _FULL_AUDIO_WIDTH**2)
+        return self.layers * self.audio_width**2 / (FULL_SIZE.layers * FULL_SIZE.audio_width**2)
 
 
-_FULL_LAYERS, _FULL_AUDIO_WIDTH = DitDims.layers, DitDims.audio_width
 FULL_SIZE = DitDims()  # LTX-2 / 2.3, bf16 activations
 
 
