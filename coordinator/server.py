@@ -85,6 +85,7 @@ class Coordinator:
         self.bulk: BulkServer | None = None
         self.retention_stop = threading.Event()
         self.server: grpc.Server | None = None
+        self.rpc_threads: futures.ThreadPoolExecutor | None = None  # the server's handler threads
         self.watch_hub: WatchHub | None = None
 
     def fleet(self) -> list[dict]:
@@ -94,8 +95,9 @@ class Coordinator:
     def build_server(self, token: str, max_workers: int, watch_limit: int,
                      ping_ms: int | None = None) -> grpc.Server:
         """The gRPC server with every farm service on it (not bound or started yet)."""
+        self.rpc_threads = futures.ThreadPoolExecutor(max_workers + watch_limit, thread_name_prefix="farm-rpc")
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers + watch_limit, thread_name_prefix="farm-rpc"),
+            self.rpc_threads,
             interceptors=[TokenInterceptor(token, _token_file(self.data_dir, token)), LeaderGate(self.leadership),
                           Guard(), TransientErrors()],
             options=server_options(ping_ms),
@@ -158,10 +160,14 @@ class Coordinator:
             self.bulk.stop()
         if self.server is not None:
             self.server.stop(grace).wait()
+        if self.rpc_threads is not None:  # gRPC leaves its pool's idle threads behind otherwise
+            self.rpc_threads.shutdown(wait=False)
         if self.watch_hub is not None:
             self.watch_hub.stop()
         if self.reducer is not None:
             self.reducer.stop()
+        if self.notifier is not None:
+            self.notifier.stop()
         if self.films is not None:
             self.films.stop()
         self.retention_stop.set()

@@ -166,3 +166,26 @@ def test_only_recently_seen_workers_shape_validation(store) -> None:
     assert sorted(w["memory_bytes"] for w in live_fleet(store)) == [1 << 30, 1 << 34]
     store.client.hset(store.key("worker", "gone"), "last_seen_ms", 0)  # last heard from long ago
     assert [w["memory_bytes"] for w in live_fleet(store)] == [1 << 34]
+
+
+def test_a_stopped_coordinator_leaves_no_threads_behind(store, tmp_data: Path) -> None:
+    """Its handler pool and every loop end with it: a process that runs coordinators one after another (a
+    standby's host, the test suite) does not grow a thread per past RPC."""
+    import threading
+
+    def ours() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("farm-")}
+
+    before = ours()
+    server, port = serve(store, tmp_data, token=TOKEN, lease_ms=1500, expiry_interval_s=0.1)
+    address, token = f"127.0.0.1:{port}", join_token(tmp_data, TOKEN)
+    channel, stub = _worker_stub(address, token)
+    replies = [_lease(stub, f"w{i}", wait_ms=200) for i in range(3)]  # handler threads, then idle
+    channel.close()
+    assert not any(r.has_task for r in replies)
+    assert len(ours() - before) > 0, "a serving coordinator runs handler threads and its loops"
+    stop(server, grace=0)
+    deadline = time.monotonic() + 10
+    while ours() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not ours() - before, sorted(t.name for t in ours() - before)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +47,22 @@ def _wait(
 def _log(data: Path, name: str) -> str:
     path = data / f"{name}.log"
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _handlers_at_work() -> str:
+    """Where this process's RPC handlers stand: what a registration that never lands was waiting on."""
+    frames = sys._current_frames()
+    lines = []
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        if frame is None or not thread.name.startswith("farm-rpc"):
+            continue
+        stack = traceback.extract_stack(frame)
+        if stack[-1].filename.endswith("thread.py") and stack[-1].name == "_worker":
+            continue  # idle: waiting on its pool's queue
+        lines.append(f"{thread.name}: " + " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                                                      for f in reversed(stack[-6:])))
+    return "\n".join(lines) or "no RPC handler at work in the coordinator"
 
 
 def _first_lease(client: FarmClient, render_id: str, suffixes: tuple[str, ...]) -> dict:
@@ -110,7 +129,7 @@ def test_worker_started_before_its_coordinator_registers_and_renders(store, tmp_
             lambda: any(w["id"] == "w-early" for w in store.list_workers()),
             60,
             "registration",
-            lambda: _log(tmp_data, "w-early"),
+            lambda: f"{_log(tmp_data, 'w-early')}\n{_handlers_at_work()}",
         )
         with FarmClient(address, token, timeout=30) as client:
             render = wait_done(client, client.submit(dict(SPEC)))

@@ -182,8 +182,9 @@ class Agent:
                     return 2
                 if exc.code() not in RETRY_CODES and exc.code() != grpc.StatusCode.CANCELLED:
                     log.error("coordinator error %s: %s", exc.code(), exc.details())
-                else:
-                    log.warning("coordinator at %s unreachable; retrying in %.1fs", address, backoff)
+                else:  # the code and gRPC's reason: a refused port reads unlike a call that hung to its deadline
+                    log.warning("coordinator at %s unreachable (%s: %s); retrying in %.1fs", address,
+                                exc.code().name, exc.details() or "no detail", backoff)
                 self.coordinators.follow(exc, address)
                 registered = False
                 self.stopping.wait(backoff)
