@@ -271,6 +271,11 @@ def run_coordinator(
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(log_path(data_dir, "coordinator"))  # named by `farm doctor`
+    # Caught before anything starts: a stop that arrives mid-start ends the start in order instead of
+    # killing the process with its Redis (in a session of its own) left running, which the next start refuses.
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
     with ExitStack() as stack:
         if redis_url is None:
             redis_url = stack.enter_context(redis_server.EmbeddedRedis(data_dir / "redis")).url
@@ -284,9 +289,6 @@ def run_coordinator(
         _announce(stack, host, bound, token)
         print(f"coordinator on {host}:{bound}; dashboard {_dashboard_link(dashboard_host, dash_port, token)}; "
               f"token in {data_dir / 'token'}", flush=True)
-        done = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: done.set())
         done.wait()
         coordinator.stop()
     return 0
