@@ -4,6 +4,8 @@ and the CI rule: under CI=true a skip for a missing need (tests/needs.py) is a f
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +54,22 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
     """A redis-server on a unix socket in a tmp dir, without persistence (tests flush it anyway)."""
     with EmbeddedRedis(tmp_path_factory.mktemp("redis"), persistence=False) as server:
         yield server
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_coordinator_outlives_its_module() -> Iterator[None]:
+    """A coordinator a module leaves running goes on claiming the lease in this process's Redis after every
+    flush, so each later coordinator here stands by and its module fails for nothing of its own: resign
+    it, and fail the module that left it instead."""
+    yield
+    deadline = time.monotonic() + 6  # a stopping coordinator's claim loop may take a moment to end
+    while (left := [t for t in threading.enumerate() if t.name == "farm-leadership" and t.is_alive()]):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for leadership in left:
+        leadership.release()
+    assert not left, f"{len(left)} coordinator(s) left running by this module: stop every one it serves"
 
 
 @pytest.fixture

@@ -372,8 +372,9 @@ def test_a_standby_refuses_with_the_leaders_address_and_serves_once_it_leads(
     from coordinator.state.store import FarmStore
     from protos.endpoints import leader_hint
 
-    lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=1000)
-    standby, _ = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=1000)
+    # A 3 s lease: a host that stalls this process for a second must not hand the lead to the standby early.
+    lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=3000)
+    standby, _ = serve(FarmStore(connect(redis_url)), tmp_data, token=SECRET, leader_lease_ms=3000)
     try:
         ca = fetch_ca(f"127.0.0.1:{lead_port}", bw_fingerprint(join_token(tmp_data, SECRET)))
         at_standby = bc.Endpoint("127.0.0.1", standby.bulk.port, ca)
@@ -386,7 +387,8 @@ def test_a_standby_refuses_with_the_leaders_address_and_serves_once_it_leads(
         stop(lead)  # hands the lease back: the standby leads at its next claim
         wait_until(standby.leadership.is_serving, "the standby never took over")
         assert bc.get(at_standby, SECRET, sha) == data  # the shared data folder's blob
-    finally:
+    finally:  # both, whatever failed: a coordinator left leading would take the lead in the tests after
+        stop(lead)
         stop(standby)
 
 

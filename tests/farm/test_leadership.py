@@ -77,8 +77,9 @@ def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(
     from coordinator.state.redis_server import connect
 
     token = "t" * 16
-    lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=1000)
-    standby, standby_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=1000)
+    # A 3 s lease: a host that stalls this process for a second must not hand the lead to the standby early.
+    lead, lead_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=3000)
+    standby, standby_port = serve(FarmStore(connect(redis_url)), tmp_data, token=token, leader_lease_ms=3000)
     meta = (("authorization", f"Bearer {token}"),)
     token = join_token(tmp_data, token)
     channel = farm_channel(f"127.0.0.1:{standby_port}", token)
@@ -94,10 +95,11 @@ def test_a_standby_answers_unavailable_with_the_leaders_address_then_takes_over(
         with FarmClient(f"127.0.0.1:{standby_port},127.0.0.1:{lead_port}", token) as farm:
             assert farm.list() == [] and farm.address == f"127.0.0.1:{lead_port}"  # found by its health
         stop(lead)  # hands the lease back: the standby leads at its next claim (lease_ms / 8)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 15
         while not standby.leadership.serving.is_set() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert stub.ListRenders(farm_pb2.ListRendersRequest(), timeout=5, metadata=meta).renders == []
-    finally:
+    finally:  # both, whatever failed: a coordinator left leading would take the lead in the tests after
         channel.close()
+        stop(lead)  # (a second stop of the lead is a no-op: it resigns only a lease it holds)
         stop(standby)
