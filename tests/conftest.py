@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from coordinator.leadership import Leadership
 from coordinator.state.redis_server import EmbeddedRedis, connect
 from coordinator.state.store import FarmStore
 from tests.needs import missing_need, on_ci
@@ -63,7 +64,7 @@ def no_coordinator_outlives_its_module() -> Iterator[None]:
     it, and fail the module that left it instead."""
     yield
     deadline = time.monotonic() + 6  # a stopping coordinator's claim loop may take a moment to end
-    while (left := [t for t in threading.enumerate() if t.name == "farm-leadership" and t.is_alive()]):
+    while (left := [t for t in threading.enumerate() if isinstance(t, Leadership) and t.is_alive()]):
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -17,13 +17,19 @@ from tests.farm.farm_harness import ROOT
 FARM = [sys.executable, "-c", "from farm_cli.main import main; main()"]
 
 
-@pytest.mark.timeout(120)
-def test_coordinator_writes_its_log_file_and_doctor_names_it(tmp_path: Path) -> None:
-    data = tmp_path / "data"
+def _coordinator(data: Path) -> tuple[subprocess.Popen, dict[str, str], int]:
+    """`farm coordinator` on free ports with its data in `data`: the process, its env and its port."""
     env = {**os.environ, "FARM_DATA": str(data), "PYTHONPATH": str(ROOT)}
     port, dash = free_port(), free_port()
     proc = subprocess.Popen([*FARM, "coordinator", "--port", str(port), "--dashboard-port", str(dash)], env=env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, env, port
+
+
+@pytest.mark.timeout(120)
+def test_coordinator_writes_its_log_file_and_doctor_names_it(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc, env, port = _coordinator(data)
     log = data / "logs" / "coordinator.log"
     try:
         deadline = time.monotonic() + 60
@@ -46,11 +52,8 @@ def test_a_coordinator_stopped_while_it_starts_takes_its_redis_with_it(tmp_path:
     import redis
 
     data = tmp_path / "data"
-    env = {**os.environ, "FARM_DATA": str(data), "PYTHONPATH": str(ROOT)}
-    port, dash = free_port(), free_port()
     url_file = data / "redis" / "redis.url"
-    proc = subprocess.Popen([*FARM, "coordinator", "--port", str(port), "--dashboard-port", str(dash)], env=env,
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, _, _ = _coordinator(data)
     try:
         deadline = time.monotonic() + 60
         while not url_file.is_file():
